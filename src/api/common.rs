@@ -1,0 +1,325 @@
+//! Types shared by several kerf kinds: durations, scopes, references, status.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub const GROUP: &str = "rightsizing.kubex.ai";
+pub const VERSION: &str = "v1alpha1";
+/// The only KAI contract this build implements.
+pub const GPU_KAI_CONTRACT: &str = "v1alpha1-2026-07";
+
+/// A duration written as `<days>d<hours>h<minutes>m<seconds>s` (each part optional, at least one),
+/// e.g. `10m`, `1h30m`, `7d`, `0s`. Kept as its text so manifests round-trip unchanged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DurationStr {
+    text: String,
+    seconds: u64,
+}
+
+/// Pattern the CRD enforces; `DurationStr::parse` accepts exactly the same language.
+pub const DURATION_PATTERN: &str = "^([1-9][0-9]*d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?$";
+
+impl DurationStr {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("invalid duration {text:?}: expected e.g. 30s, 10m, 1h30m or 7d (units d, h, m, s in that order)")
+        };
+        if text.is_empty() {
+            return Err(bad());
+        }
+        let mut seconds: u64 = 0;
+        let mut digits = String::new();
+        let mut last_unit = 0usize;
+        for ch in text.chars() {
+            if ch.is_ascii_digit() {
+                digits.push(ch);
+                continue;
+            }
+            let (rank, mult) = match ch {
+                'd' => (1, 86_400),
+                'h' => (2, 3_600),
+                'm' => (3, 60),
+                's' => (4, 1),
+                _ => return Err(bad()),
+            };
+            // A day part is never zero or zero-padded, so the CEL rule can treat `d` as ≥ 1 day.
+            if digits.is_empty() || rank <= last_unit || (rank == 1 && digits.starts_with('0')) {
+                return Err(bad());
+            }
+            let n: u64 = digits.parse().map_err(|_| bad())?;
+            seconds = n
+                .checked_mul(mult)
+                .and_then(|v| seconds.checked_add(v))
+                .ok_or_else(bad)?;
+            digits.clear();
+            last_unit = rank;
+        }
+        if !digits.is_empty() {
+            return Err(bad());
+        }
+        Ok(Self {
+            text: text.to_string(),
+            seconds,
+        })
+    }
+
+    pub fn from_secs(seconds: u64) -> Self {
+        Self {
+            text: format!("{seconds}s"),
+            seconds,
+        }
+    }
+
+    pub fn seconds(&self) -> u64 {
+        self.seconds
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn chrono(&self) -> chrono::Duration {
+        chrono::Duration::seconds(self.seconds as i64)
+    }
+}
+
+impl fmt::Debug for DurationStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.text)
+    }
+}
+
+impl fmt::Display for DurationStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for DurationStr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        DurationStr::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for DurationStr {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "minLength": 2,
+        })
+    }
+}
+
+/// CEL for "this duration string is at least one minute". Go's `duration()` has no day unit, so a
+/// day part (which the pattern keeps non-zero) is accepted on its own; the rest goes through `duration()`.
+pub const CEL_AT_LEAST_1M: &str = "self.contains('d') || duration(self) >= duration('1m')";
+/// CEL for `minPodMetricsAge`: `0s` or at least one minute.
+pub const CEL_ZERO_OR_AT_LEAST_1M: &str =
+    "self.contains('d') || duration(self) == duration('0s') || duration(self) >= duration('1m')";
+
+/// Kinds of workloads kerf can own (the pod's top owner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 5] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::Job,
+        WorkloadKind::CronJob,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::DaemonSet => "DaemonSet",
+            WorkloadKind::Job => "Job",
+            WorkloadKind::CronJob => "CronJob",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum NamespaceOperator {
+    In,
+    NotIn,
+}
+
+/// Namespace selection of cluster-scoped policies; `"*"` matches every namespace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceSelector {
+    pub operator: NamespaceOperator,
+    pub values: Vec<String>,
+}
+
+impl NamespaceSelector {
+    pub fn matches(&self, namespace: &str) -> bool {
+        let listed = self.values.iter().any(|v| v == "*" || v == namespace);
+        match self.operator {
+            NamespaceOperator::In => listed,
+            NamespaceOperator::NotIn => !listed,
+        }
+    }
+}
+
+/// Which workloads and containers a policy covers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Scope {
+    /// Exact container names; empty = every regular container and restartable init container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Cluster-scoped kinds only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<NamespaceSelector>,
+    /// Workload kinds covered; empty = all (Deployment, StatefulSet, DaemonSet, Job, CronJob).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_types: Vec<WorkloadKind>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ObjectRef {
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Experimental {
+    /// Must be `v1alpha1-2026-07`.
+    pub gpu_kai_contract: String,
+}
+
+/// Status shared by every policy kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// `Ready`, `AutomationStrategyResolved`, `PrometheusAvailable`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Workloads this policy currently wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_workloads: Option<i64>,
+}
+
+pub const CONDITION_READY: &str = "Ready";
+pub const CONDITION_STRATEGY_RESOLVED: &str = "AutomationStrategyResolved";
+pub const CONDITION_PROMETHEUS_AVAILABLE: &str = "PrometheusAvailable";
+
+/// A field-named validation problem, shared by every `validate()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Collects field errors; `finish` turns them into a single readable error.
+#[derive(Default)]
+pub struct Validator {
+    errors: Vec<FieldError>,
+}
+
+impl Validator {
+    pub fn check(&mut self, ok: bool, field: impl Into<String>, message: impl Into<String>) {
+        if !ok {
+            self.errors.push(FieldError {
+                field: field.into(),
+                message: message.into(),
+            });
+        }
+    }
+
+    pub fn positive(&mut self, value: f64, field: &str) {
+        self.check(value.is_finite() && value > 0.0, field, format!("must be > 0 (got {value})"));
+    }
+
+    pub fn at_least_1m(&mut self, d: &DurationStr, field: &str) {
+        self.check(d.seconds() >= 60, field, format!("must be at least 1m (got {d})"));
+    }
+
+    pub fn contract(&mut self, experimental: Option<&Experimental>, field: &str) {
+        match experimental {
+            Some(e) => self.check(
+                e.gpu_kai_contract == GPU_KAI_CONTRACT,
+                format!("{field}.gpuKaiContract"),
+                format!("must be {GPU_KAI_CONTRACT:?} (got {:?})", e.gpu_kai_contract),
+            ),
+            None => self.check(
+                false,
+                format!("{field}.gpuKaiContract"),
+                format!("is required and must be {GPU_KAI_CONTRACT:?}"),
+            ),
+        }
+    }
+
+    pub fn finish(self) -> Result<(), ValidationError> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ValidationError(self.errors))
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationError(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+pub(crate) fn default_true() -> bool {
+    true
+}

@@ -1,0 +1,138 @@
+//! RightsizingRecommendation: one per workload, written by the leader.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ResourceValues {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// GPU units as a decimal string (e.g. "0.84").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ContainerRecommendation {
+    pub name: String,
+    #[serde(default)]
+    pub current: ResourceValues,
+    #[serde(default)]
+    pub recommended: ResourceValues,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HpaRecommendation {
+    pub name: String,
+    /// `cpu` or `memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_before: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_after: Option<i32>,
+    /// `max-replicas-reached`, `unsupported-metrics`, `missing-request`, `target-out-of-bounds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Savings {
+    /// Per replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_units: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Per replica × current replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_cpu_cores: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_memory_bytes: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_gpu_units: Option<f64>,
+}
+
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[kube(
+    group = "rightsizing.kubex.ai",
+    version = "v1alpha1",
+    kind = "RightsizingRecommendation",
+    shortname = "rsrec",
+    namespaced,
+    status = "RecommendationStatus",
+    printcolumn = r#"{"name":"Workload","type":"string","jsonPath":".spec.workload.name"}"#,
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.workload.kind"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"GPU-Metric","type":"string","jsonPath":".spec.drivingMetric"}"#,
+    printcolumn = r#"{"name":"HPA","type":"string","jsonPath":".spec.hpa.name"}"#,
+    printcolumn = r#"{"name":"HPA-Target","type":"integer","jsonPath":".spec.hpa.targetAfter"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RightsizingRecommendationSpec {
+    pub workload: WorkloadRef,
+    /// `<Kind>/<namespace>/<name>` of the policy that produced it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<String>,
+    #[serde(default)]
+    pub containers: Vec<ContainerRecommendation>,
+    /// `compute` or `memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driving_metric: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpa: Option<HpaRecommendation>,
+    /// e.g. `hpa-coupled`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub risk_flags: Vec<String>,
+    #[serde(default)]
+    pub savings: Savings,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecommendationPhase {
+    Applied,
+    Blocked,
+    AuditOnly,
+    #[default]
+    Pending,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecommendationStatus {
+    #[serde(default)]
+    pub phase: RecommendationPhase,
+    /// e.g. `HPACoupled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, rename = "previousHPATarget", skip_serializing_if = "Option::is_none")]
+    pub previous_hpa_target: Option<i32>,
+    /// Original requests per container before kerf applied anything (for release/rollback).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub original_requests: BTreeMap<String, ResourceValues>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,4 @@
+//! The pure core: plain functions over plain data. No tokio, no kube client, no clock reads —
+//! `now` is always a parameter.
+
+pub mod model;

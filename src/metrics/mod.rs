@@ -1,0 +1,66 @@
+//! Metric sources (IO edge). The engine never sees these types' IO: the reconciler asks a
+//! [`MetricSource`] for batched range queries and hands plain samples to the pure core.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+/// One batched range query: every series of `metric` whose `namespace_label` is one of
+/// `namespaces` and whose `pod_label` is one of `pods`, evaluated on the grid
+/// `start, start+step, …, end` (Prometheus range-query semantics).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeQuery {
+    pub metric: String,
+    pub namespace_label: String,
+    pub pod_label: String,
+    pub container_label: String,
+    /// Namespaces selected (exact values).
+    pub namespaces: Vec<String>,
+    /// Pod names selected (exact values); empty = every pod of the namespaces.
+    pub pods: Vec<String>,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub step_seconds: i64,
+    /// `Some(true)`/`Some(false)` when the caller knows; `None` = let the source decide
+    /// (name ends in `_total`, or typed counter in metadata). Counters are turned into rates.
+    pub counter: Option<bool>,
+}
+
+/// Identity of one container series.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SeriesKey {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+/// Samples as (unix seconds, value), ascending, on the query grid.
+pub type Samples = Vec<(i64, f64)>;
+
+/// Result of one range query.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SeriesSet {
+    pub series: BTreeMap<SeriesKey, Samples>,
+    /// Non-fatal problems (series without the required labels, NaN/Inf samples dropped…).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricError {
+    #[error("metric source unavailable: {0}")]
+    Unavailable(String),
+    #[error("metric source timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("bad response from metric source: {0}")]
+    BadResponse(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A source of range-query results: the OpenMetrics file (standalone) or Prometheus.
+pub trait MetricSource: Send + Sync {
+    fn range_query(
+        &self,
+        query: &RangeQuery,
+    ) -> impl std::future::Future<Output = Result<SeriesSet, MetricError>> + Send;
+}

@@ -1,0 +1,107 @@
+//! The in-memory store: written by the reconciler (or standalone evaluation), read by the
+//! admission path. Reads never block on IO.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+use dashmap::DashMap;
+
+use crate::api::GlobalConfigurationSpec;
+use crate::core::model::{WorkloadKey, WorkloadState};
+
+/// Owner links the webhook needs to find a pod's top owner without calling the API server.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Store {
+    workloads: DashMap<WorkloadKey, Arc<WorkloadState>>,
+    /// ReplicaSet → owning Deployment name.
+    pub replicaset_owners: DashMap<ObjectName, String>,
+    /// Job → owning CronJob name.
+    pub job_owners: DashMap<ObjectName, String>,
+    global: ArcSwap<GlobalConfigurationSpec>,
+    ready: AtomicBool,
+}
+
+impl Store {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn get(&self, key: &WorkloadKey) -> Option<Arc<WorkloadState>> {
+        self.workloads.get(key).map(|e| e.value().clone())
+    }
+
+    pub fn put(&self, key: WorkloadKey, state: WorkloadState) {
+        self.workloads.insert(key, Arc::new(state));
+        self.update_gauge();
+    }
+
+    pub fn remove(&self, key: &WorkloadKey) {
+        self.workloads.remove(key);
+        self.update_gauge();
+    }
+
+    /// Replaces every workload entry at once (standalone evaluation).
+    pub fn replace_all(&self, entries: impl IntoIterator<Item = (WorkloadKey, WorkloadState)>) {
+        let entries: Vec<_> = entries.into_iter().collect();
+        let keep: std::collections::HashSet<WorkloadKey> = entries.iter().map(|(k, _)| k.clone()).collect();
+        for (k, v) in entries {
+            self.workloads.insert(k, Arc::new(v));
+        }
+        self.workloads.retain(|k, _| keep.contains(k));
+        self.update_gauge();
+    }
+
+    pub fn snapshot(&self) -> Vec<(WorkloadKey, Arc<WorkloadState>)> {
+        let mut v: Vec<_> = self
+            .workloads
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.workloads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.workloads.is_empty()
+    }
+
+    pub fn global(&self) -> Arc<GlobalConfigurationSpec> {
+        self.global.load_full()
+    }
+
+    pub fn set_global(&self, g: GlobalConfigurationSpec) {
+        self.global.store(Arc::new(g));
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    fn update_gauge(&self) {
+        crate::telemetry::metrics().store_workloads.set(self.workloads.len() as i64);
+    }
+}

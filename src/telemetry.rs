@@ -1,0 +1,168 @@
+//! Every Prometheus metric kerf exports, in one registry (served on `/metrics`).
+//! `docs/metrics.md` lists them; keep the two in step.
+
+use std::sync::OnceLock;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `Pod`, `HorizontalPodAutoscaler`, or `unknown`.
+    pub kind: String,
+    /// `CREATE`, `UPDATE`, …
+    pub operation: String,
+    /// `patched`, `unchanged`, `skipped`, `error`, `bad_request`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueryLabels {
+    /// `gpu_compute`, `gpu_memory`, `cpu`, `memory`, …
+    pub signal: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    /// `annotations`, `template`, `hpa`, `status`, `recommendation`, `event`, `lease`.
+    pub target: String,
+    /// `ok`, `error`.
+    pub outcome: String,
+}
+
+pub struct Metrics {
+    pub admission_requests: Family<AdmissionLabels, Counter>,
+    pub admission_duration_seconds: Histogram,
+    pub admission_patches: Family<KindLabel, Counter>,
+    pub admission_internal_errors: Counter,
+    pub store_workloads: Gauge,
+    pub reconcile_cycles: Counter,
+    pub reconcile_errors: Counter,
+    pub reconcile_duration_seconds: Histogram,
+    pub prometheus_query_duration_seconds: Family<QueryLabels, Histogram>,
+    pub prometheus_query_failures: Family<QueryLabels, Counter>,
+    pub cluster_writes: Family<WriteLabels, Counter>,
+    pub is_leader: Gauge,
+    pub tls_reloads: Family<KindLabel, Counter>,
+}
+
+fn query_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        Self {
+            admission_requests: Family::default(),
+            admission_duration_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            admission_patches: Family::default(),
+            admission_internal_errors: Counter::default(),
+            store_workloads: Gauge::default(),
+            reconcile_cycles: Counter::default(),
+            reconcile_errors: Counter::default(),
+            reconcile_duration_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            prometheus_query_duration_seconds: Family::new_with_constructor(query_histogram),
+            prometheus_query_failures: Family::default(),
+            cluster_writes: Family::default(),
+            is_leader: Gauge::default(),
+            tls_reloads: Family::default(),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "kerf_admission_requests",
+            "Admission reviews by kind, operation and outcome",
+            self.admission_requests.clone(),
+        );
+        r.register(
+            "kerf_admission_duration_seconds",
+            "Time to answer one admission review",
+            self.admission_duration_seconds.clone(),
+        );
+        r.register(
+            "kerf_admission_patches",
+            "Admission responses that carried a non-empty patch, by kind",
+            self.admission_patches.clone(),
+        );
+        r.register(
+            "kerf_admission_internal_errors",
+            "Reviews answered allowed without a patch because of an internal problem",
+            self.admission_internal_errors.clone(),
+        );
+        r.register(
+            "kerf_store_workloads",
+            "Workloads with a recommendation in the in-memory store",
+            self.store_workloads.clone(),
+        );
+        r.register("kerf_reconcile_cycles", "Reconcile cycles run", self.reconcile_cycles.clone());
+        r.register(
+            "kerf_reconcile_errors",
+            "Reconcile cycles that hit an error",
+            self.reconcile_errors.clone(),
+        );
+        r.register(
+            "kerf_reconcile_duration_seconds",
+            "Wall time of one reconcile cycle",
+            self.reconcile_duration_seconds.clone(),
+        );
+        r.register(
+            "kerf_prometheus_query_duration_seconds",
+            "Prometheus range query latency by signal",
+            self.prometheus_query_duration_seconds.clone(),
+        );
+        r.register(
+            "kerf_prometheus_query_failures",
+            "Prometheus range queries that failed, by signal",
+            self.prometheus_query_failures.clone(),
+        );
+        r.register(
+            "kerf_cluster_writes",
+            "Writes to the API server by target and outcome",
+            self.cluster_writes.clone(),
+        );
+        r.register("kerf_is_leader", "1 when this replica holds the writer Lease", self.is_leader.clone());
+        r.register(
+            "kerf_tls_reloads",
+            "Serving certificate reload attempts by outcome (kind label = ok|error)",
+            self.tls_reloads.clone(),
+        );
+    }
+}
+
+struct Global {
+    metrics: Metrics,
+    registry: Registry,
+}
+
+fn global() -> &'static Global {
+    static GLOBAL: OnceLock<Global> = OnceLock::new();
+    GLOBAL.get_or_init(|| {
+        let metrics = Metrics::new();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        Global { metrics, registry }
+    })
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    &global().metrics
+}
+
+/// The Prometheus text exposition of every metric.
+pub fn encode() -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &global().registry)
+        .expect("writing to a String cannot fail");
+    out
+}
