@@ -7,6 +7,8 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod cli;
+pub mod standalone;
 pub mod metrics;
 pub mod core;
 pub mod state;
