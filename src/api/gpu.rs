@@ -241,6 +241,19 @@ gpu_policy_spec!(
     "cgrp",
 );
 
+impl From<ClusterGpuReactivePolicySpec> for GpuReactivePolicySpec {
+    fn from(s: ClusterGpuReactivePolicySpec) -> Self {
+        GpuReactivePolicySpec {
+            experimental: s.experimental,
+            scope: s.scope,
+            min_pod_metrics_age: s.min_pod_metrics_age,
+            metrics: s.metrics,
+            automation_strategy_ref: s.automation_strategy_ref,
+            weight: s.weight,
+        }
+    }
+}
+
 /// A borrowed view of either GPU policy spec: what the engine and selection read.
 #[derive(Clone, Copy, Debug)]
 pub struct GpuPolicySpecRef<'a> {

@@ -2,3 +2,4 @@
 //! `now` is always a parameter.
 
 pub mod model;
+pub mod snapshot;

@@ -1,0 +1,71 @@
+//! A consistent view of everything one evaluation needs, built either from the kube reader's
+//! indexes or from a directory of manifests. Plain data: the pure core reads only this.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+
+use crate::api::{
+    GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,
+    RightsizingPolicySpec, StrategyView,
+};
+use crate::core::model::{PolicyId, WorkloadKey};
+
+/// A GPU reactive policy of either kind, normalized to one spec type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuPolicy {
+    pub id: PolicyId,
+    pub policy_type: PolicyType,
+    pub creation: Option<DateTime<Utc>>,
+    pub generation: Option<i64>,
+    pub spec: GpuReactivePolicySpec,
+    pub status: Option<PolicyStatus>,
+}
+
+/// A CPU/memory rightsizing policy of either kind, normalized to one spec type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RsPolicy {
+    pub id: PolicyId,
+    pub policy_type: PolicyType,
+    pub creation: Option<DateTime<Utc>>,
+    pub generation: Option<i64>,
+    pub spec: RightsizingPolicySpec,
+    pub status: Option<PolicyStatus>,
+}
+
+/// A workload (top owner) with just what evaluation and the writer need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub key: WorkloadKey,
+    pub uid: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// For CronJobs: the job template's pod template.
+    pub template: PodTemplateSpec,
+    pub replicas: Option<i32>,
+}
+
+/// Strategy lookup key: `namespace = None` for ClusterAutomationStrategy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StrategyKey {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub global: GlobalConfigurationSpec,
+    pub precedence: PolicyEvaluationSpec,
+    pub gpu_policies: Vec<GpuPolicy>,
+    pub rightsizing_policies: Vec<RsPolicy>,
+    pub strategies: BTreeMap<StrategyKey, StrategyView>,
+    pub workloads: Vec<Workload>,
+    pub pods: Vec<Pod>,
+    pub hpas: Vec<HorizontalPodAutoscaler>,
+    /// (namespace, ReplicaSet name) → Deployment name.
+    pub replicaset_owners: BTreeMap<(String, String), String>,
+    /// (namespace, Job name) → CronJob name.
+    pub job_owners: BTreeMap<(String, String), String>,
+}
