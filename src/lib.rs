@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod standalone;
 pub mod metrics;
+pub mod pipeline;
 pub mod core;
 pub mod state;
 pub mod telemetry;

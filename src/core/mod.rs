@@ -3,3 +3,7 @@
 
 pub mod model;
 pub mod snapshot;
+pub mod allocation;
+pub mod evaluate;
+pub mod gpu_engine;
+pub mod selection;

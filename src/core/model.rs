@@ -236,3 +236,14 @@ pub struct WorkloadState {
     /// What the agent may do.
     pub strategy: StrategyView,
 }
+
+/// k8s-openapi's `Time` (a jiff timestamp) as chrono, which the rest of kerf uses.
+pub fn k8s_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32).unwrap_or_default()
+}
+
+/// chrono → k8s-openapi `Time`.
+pub fn to_k8s_time(t: chrono::DateTime<chrono::Utc>) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32).unwrap_or_default();
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)
+}

@@ -1,0 +1,108 @@
+//! Engine decision 1: the current GPU allocation of each container (KAI contract
+//! `v1alpha1-2026-07`), and which containers a policy's scope includes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::core::model::{
+    KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER, KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY,
+    NVIDIA_GPU,
+};
+
+/// A container's allocation, or why it has none.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Allocation {
+    Gpus(f64),
+    Missing(String),
+}
+
+impl Allocation {
+    pub fn gpus(&self) -> Option<f64> {
+        match self {
+            Allocation::Gpus(g) => Some(*g),
+            Allocation::Missing(_) => None,
+        }
+    }
+}
+
+/// Regular containers, then restartable init containers (sidecars): the containers an empty
+/// `scope.containers` covers, in pod order.
+pub fn default_scope_containers(spec: &PodSpec) -> Vec<&Container> {
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers.iter().chain(sidecars).collect()
+}
+
+/// Names the policy scope includes for this pod spec. Exact names are looked up among all
+/// containers (regular and init); an empty scope means the default set.
+pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
+    if scope.is_empty() {
+        return default_scope_containers(spec)
+            .into_iter()
+            .map(|c| c.name.clone())
+            .collect();
+    }
+    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    all.filter(|c| scope.iter().any(|s| s == &c.name))
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+fn quantity_number(q: &Quantity) -> Option<f64> {
+    let v: f64 = q.0.trim().parse().ok()?;
+    (v.is_finite() && v >= 0.0).then_some(v)
+}
+
+fn whole_gpus(c: &Container) -> Option<f64> {
+    let res = c.resources.as_ref()?;
+    let from = |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().and_then(|m| m.get(NVIDIA_GPU)).and_then(quantity_number);
+    from(&res.limits).or_else(|| from(&res.requests)).filter(|g| *g > 0.0)
+}
+
+/// Allocation of every container of a pod (or pod template) keyed by name, following the KAI
+/// contract: a fractional pod gives its fraction × devices to one container; otherwise
+/// `nvidia.com/gpu` limits (else requests); anything else has no allocation.
+pub fn container_allocations(spec: &PodSpec, annotations: &BTreeMap<String, String>) -> BTreeMap<String, Allocation> {
+    let mut out = BTreeMap::new();
+    let fraction = annotations.get(KAI_GPU_FRACTION).map(|f| f.trim().parse::<f64>());
+    let fraction_container = annotations
+        .get(KAI_GPU_FRACTION_CONTAINER)
+        .cloned()
+        .or_else(|| spec.containers.first().map(|c| c.name.clone()));
+    let devices = match annotations.get(KAI_GPU_FRACTION_NUM_DEVICES) {
+        None => Ok(1.0),
+        Some(n) => n
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .map(f64::from)
+            .ok_or_else(|| format!("{KAI_GPU_FRACTION_NUM_DEVICES}={n:?} is not a positive integer")),
+    };
+    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    for c in all {
+        let alloc = if fraction.is_some() && fraction_container.as_deref() == Some(c.name.as_str()) {
+            match (&fraction, &devices) {
+                (Some(Ok(f)), Ok(n)) if *f > 0.0 && *f < 1.0 => Allocation::Gpus(f * n),
+                (Some(_), Err(e)) => Allocation::Missing(e.clone()),
+                _ => Allocation::Missing(format!(
+                    "{KAI_GPU_FRACTION}={:?} is not a fraction in (0, 1)",
+                    annotations.get(KAI_GPU_FRACTION).map(String::as_str).unwrap_or_default()
+                )),
+            }
+        } else if let Some(g) = whole_gpus(c) {
+            Allocation::Gpus(g)
+        } else if annotations.contains_key(KAI_GPU_MEMORY) {
+            Allocation::Missing(format!("KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"))
+        } else {
+            Allocation::Missing("no GPU allocation (no gpu-fraction, no nvidia.com/gpu)".into())
+        };
+        out.insert(c.name.clone(), alloc);
+    }
+    out
+}

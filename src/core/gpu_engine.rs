@@ -1,0 +1,498 @@
+//! The GPU reactive engine (DESIGN "GPU reactive engine — decisions" 2–10): a pure function of
+//! (policy, pods with their allocations, metric samples, baseline, previous recommendation, now).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+
+use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
+use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
+use crate::core::model::{GpuMap, GpuRecommendation, PolicyId};
+
+/// Raw metric values of one signal keyed by (pod, container): (unix seconds, value) ascending.
+pub type SignalSamples = BTreeMap<(String, String), Vec<(i64, f64)>>;
+
+/// Totals closer than this are equal (GPU units; far below any meaningful allocation step).
+const EPSILON: f64 = 1e-9;
+
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= EPSILON * a.abs().max(b.abs()).max(1.0)
+}
+
+pub struct EngineInput<'a> {
+    pub policy_id: &'a PolicyId,
+    pub policy: &'a GpuReactivePolicySpec,
+    /// Overrides `policy.scope.containers` when several policies share a workload
+    /// (multi-policy container rightsizing): the containers this policy won.
+    pub containers_override: Option<&'a BTreeSet<String>>,
+    pub template: &'a PodTemplateSpec,
+    /// Pods owned by the workload (eligibility is decided here).
+    pub pods: &'a [&'a Pod],
+    pub compute: &'a SignalSamples,
+    pub memory: &'a SignalSamples,
+    pub baseline: Option<&'a GpuMap>,
+    pub previous: Option<&'a GpuRecommendation>,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Upsize,
+    ScaleBack,
+    Reuse,
+    None,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Upsize => "upsize",
+            Action::ScaleBack => "scaleBack",
+            Action::Reuse => "reuse",
+            Action::None => "none",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerOutcome {
+    pub current: Option<f64>,
+    pub baseline: Option<f64>,
+    pub recommended: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineOutput {
+    pub action: Action,
+    pub driving_metric: Option<Signal>,
+    /// Every scoped container, in pod order of the template.
+    pub containers: BTreeMap<String, ContainerOutcome>,
+    /// The emitted recommendation (None = emit nothing).
+    pub recommendation: Option<GpuRecommendation>,
+    /// The baseline to persist (None = none recorded).
+    pub baseline: Option<GpuMap>,
+    /// Human-readable reasons, in evaluation order.
+    pub reasons: Vec<String>,
+}
+
+/// One eligible pod as the engine sees it.
+struct PodView<'a> {
+    name: &'a str,
+    /// Included containers that have an allocation.
+    alloc: BTreeMap<String, f64>,
+}
+
+impl PodView<'_> {
+    fn total_alloc(&self) -> f64 {
+        self.alloc.values().sum()
+    }
+}
+
+/// A per-signal candidate: the total per pod and the pod it was taken from.
+#[derive(Clone, Debug)]
+struct Candidate {
+    signal: Signal,
+    action: Action,
+    total: f64,
+    pod: usize,
+}
+
+fn pod_is_terminating(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_some()
+        || matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded") | Some("Failed")
+        )
+}
+
+/// Decision 2/3: the pod total at each sample timestamp within (now − window, now].
+fn pod_totals(
+    pod: &PodView<'_>,
+    samples: &SignalSamples,
+    interpretation: Interpretation,
+    from: i64,
+    to: i64,
+) -> BTreeMap<i64, f64> {
+    let mut totals: BTreeMap<i64, f64> = BTreeMap::new();
+    for (container, alloc) in &pod.alloc {
+        let Some(series) = samples.get(&(pod.name.to_string(), container.clone())) else {
+            continue;
+        };
+        for &(t, v) in series {
+            if t <= from || t > to || !v.is_finite() {
+                continue;
+            }
+            let usage = match interpretation {
+                Interpretation::FullGpu => v / 100.0,
+                Interpretation::CurrentAllocation => v / 100.0 * alloc,
+            };
+            *totals.entry(t).or_insert(0.0) += usage;
+        }
+    }
+    totals
+}
+
+fn max_total(totals: &BTreeMap<i64, f64>) -> Option<f64> {
+    totals.values().copied().reduce(f64::max)
+}
+
+/// Every included container of the pod has at least one sample in the window.
+fn complete_samples(pod: &PodView<'_>, samples: &SignalSamples, from: i64, to: i64) -> bool {
+    pod.alloc.keys().all(|c| {
+        samples
+            .get(&(pod.name.to_string(), c.clone()))
+            .is_some_and(|s| s.iter().any(|&(t, v)| t > from && t <= to && v.is_finite()))
+    })
+}
+
+/// Summed baseline of the pod's included containers; containers without a recorded entry count
+/// with their current allocation (they have never been upsized).
+fn summed_baseline(pod: &PodView<'_>, baseline: Option<&GpuMap>) -> f64 {
+    pod.alloc
+        .iter()
+        .map(|(c, a)| baseline.and_then(|b| b.get(c)).copied().unwrap_or(*a))
+        .sum()
+}
+
+pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
+    let mut reasons = Vec::new();
+    let now_s = input.now.timestamp();
+    let policy = input.policy;
+    let empty_spec = Default::default();
+    let template_spec = input.template.spec.as_ref().unwrap_or(&empty_spec);
+    let empty_annotations = BTreeMap::new();
+    let template_annotations = input
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .unwrap_or(&empty_annotations);
+
+    // Scope: exact names (or the override) else regular + restartable init containers.
+    let scope: Vec<String> = match input.containers_override {
+        Some(set) => set.iter().cloned().collect(),
+        None => policy.scope.containers.clone(),
+    };
+    let in_scope = |spec: &k8s_openapi::api::core::v1::PodSpec| -> BTreeSet<String> {
+        scoped_container_names(spec, &scope).into_iter().collect()
+    };
+    let template_scope = in_scope(template_spec);
+    let template_alloc = container_allocations(template_spec, template_annotations);
+
+    // Decision 7: narrowing the scope drops excluded entries; a changed template resets state.
+    let mut baseline: Option<GpuMap> = input.baseline.map(|b| {
+        b.iter()
+            .filter(|(c, _)| template_scope.contains(*c))
+            .map(|(c, v)| (c.clone(), *v))
+            .collect::<GpuMap>()
+    });
+    if let Some(orig) = input.baseline {
+        let dropped: Vec<&String> = orig.keys().filter(|c| !template_scope.contains(*c)).collect();
+        if !dropped.is_empty() {
+            reasons.push(format!(
+                "scope excludes {}: their baseline and recommendation entries are removed",
+                dropped.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let mut previous: Option<GpuRecommendation> = input.previous.map(|r| GpuRecommendation {
+        containers: r
+            .containers
+            .iter()
+            .filter(|(c, _)| template_scope.contains(*c))
+            .map(|(c, v)| (c.clone(), *v))
+            .collect(),
+        ..r.clone()
+    });
+    if let Some(b) = &baseline {
+        let changed: Vec<&String> = b
+            .iter()
+            .filter(|(c, v)| match template_alloc.get(*c).and_then(Allocation::gpus) {
+                Some(t) => !same(t, **v),
+                None => true,
+            })
+            .map(|(c, _)| c)
+            .collect();
+        if !changed.is_empty() {
+            reasons.push(format!(
+                "template GPU allocation of {} changed since the baseline was recorded: baseline and recommendation reset",
+                changed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+            baseline = None;
+            previous = None;
+        }
+    }
+    let baseline = baseline.filter(|b| !b.is_empty());
+    let previous = previous.filter(|r| !r.containers.is_empty());
+
+    // Decision 4: eligible pods.
+    let min_age = policy.min_pod_metrics_age.chrono();
+    let mut live_pods: Vec<&Pod> = input.pods.iter().copied().filter(|p| !pod_is_terminating(p)).collect();
+    live_pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut views: Vec<PodView<'_>> = Vec::new();
+    let mut missing_reported: BTreeSet<String> = BTreeSet::new();
+    let mut all_live_views: Vec<PodView<'_>> = Vec::new();
+    for pod in &live_pods {
+        let name = pod.metadata.name.as_deref().unwrap_or("");
+        let Some(spec) = pod.spec.as_ref() else { continue };
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty_annotations);
+        let allocs = container_allocations(spec, annotations);
+        let mut alloc = BTreeMap::new();
+        for c in in_scope(spec) {
+            match allocs.get(&c) {
+                Some(Allocation::Gpus(g)) => {
+                    alloc.insert(c, *g);
+                }
+                Some(Allocation::Missing(why)) => {
+                    if missing_reported.insert(c.clone()) {
+                        reasons.push(format!(
+                            "container {c} has no current GPU allocation ({why}): excluded from aggregation and from the recommendation"
+                        ));
+                    }
+                }
+                None => {}
+            }
+        }
+        let view = PodView { name, alloc };
+        let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(crate::core::model::k8s_time);
+        match start {
+            None => reasons.push(format!("pod {name} has no status.startTime: ineligible")),
+            Some(t) if input.now.signed_duration_since(t) < min_age => reasons.push(format!(
+                "pod {name} is younger than minPodMetricsAge {}: ineligible",
+                policy.min_pod_metrics_age
+            )),
+            Some(_) if view.alloc.is_empty() => {}
+            Some(_) => {
+                views.push(PodView {
+                    name: view.name,
+                    alloc: view.alloc.clone(),
+                });
+            }
+        }
+        all_live_views.push(view);
+    }
+    if live_pods.is_empty() {
+        reasons.push("no running pods".into());
+    } else if views.is_empty() {
+        reasons.push("no eligible pod with a GPU allocation".into());
+    }
+
+    // Decisions 5 and 6, per signal.
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for signal in Signal::BOTH {
+        let cfg = policy.metrics.signal(signal);
+        let samples = match signal {
+            Signal::Compute => input.compute,
+            Signal::Memory => input.memory,
+        };
+        let interp = cfg.prometheus.interpretation;
+        let name = signal.as_str();
+
+        // Upsize: pod-level.
+        let up_from = now_s - cfg.upsize.metrics_window.seconds() as i64;
+        let up_values: Vec<Option<f64>> = views
+            .iter()
+            .map(|p| max_total(&pod_totals(p, samples, interp, up_from, now_s)))
+            .collect();
+        let triggered = views.iter().zip(&up_values).any(|(p, v)| {
+            v.is_some_and(|v| v > p.total_alloc() * cfg.upsize.threshold_percent / 100.0 + EPSILON)
+        });
+        let hottest = up_values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (i, v)))
+            .fold(None::<(usize, f64)>, |best, (i, v)| match best {
+                Some((_, b)) if b >= v => best,
+                _ => Some((i, v)),
+            });
+        if triggered && let Some((i, hot)) = hottest {
+            let wanted = hot * (1.0 + cfg.upsize.headroom_percent / 100.0);
+            let cap = summed_baseline(&views[i], baseline.as_ref()) * cfg.upsize.max_percent / 100.0;
+            let total = wanted.min(cap);
+            reasons.push(format!(
+                "{name}: pod {} uses {hot:.4} GPU, above {}% of its allocation {:.4}: upsize candidate {total:.4}{}",
+                views[i].name,
+                cfg.upsize.threshold_percent,
+                views[i].total_alloc(),
+                if wanted > cap { format!(" (capped at {}% of baseline)", cfg.upsize.max_percent) } else { String::new() }
+            ));
+            candidates.push(Candidate {
+                signal,
+                action: Action::Upsize,
+                total,
+                pod: i,
+            });
+            continue;
+        }
+
+        // Scale-back: owner-wide, only above a recorded baseline.
+        let Some(base) = baseline.as_ref() else {
+            continue;
+        };
+        let above_baseline = views
+            .iter()
+            .any(|p| p.total_alloc() > summed_baseline(p, Some(base)) + EPSILON);
+        if !above_baseline || views.is_empty() {
+            continue;
+        }
+        let sb_from = now_s - cfg.scale_back.metrics_window.seconds() as i64;
+        if let Some(p) = views.iter().find(|p| !complete_samples(p, samples, sb_from, now_s)) {
+            reasons.push(format!(
+                "{name}: no scale-back: pod {} lacks samples for an included container in the scale-back window",
+                p.name
+            ));
+            continue;
+        }
+        let sb_values: Vec<f64> = views
+            .iter()
+            .map(|p| max_total(&pod_totals(p, samples, interp, sb_from, now_s)).unwrap_or(0.0))
+            .collect();
+        let all_below = views
+            .iter()
+            .zip(&sb_values)
+            .all(|(p, v)| *v < p.total_alloc() * cfg.scale_back.threshold_percent / 100.0);
+        if !all_below {
+            continue;
+        }
+        let (i, hot) = sb_values
+            .iter()
+            .copied()
+            .enumerate()
+            .fold((0, f64::MIN), |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) });
+        let wanted = hot * (1.0 + cfg.scale_back.headroom_percent / 100.0);
+        let floor = summed_baseline(&views[i], Some(base));
+        let total = wanted.max(floor);
+        reasons.push(format!(
+            "{name}: every pod stays below {}% of its allocation (hottest {} at {hot:.4} GPU): scale-back candidate {total:.4}{}",
+            cfg.scale_back.threshold_percent,
+            views[i].name,
+            if wanted < floor { " (floored at baseline)" } else { "" }
+        ));
+        candidates.push(Candidate {
+            signal,
+            action: Action::ScaleBack,
+            total,
+            pod: i,
+        });
+    }
+
+    // Decision 8: choose between metrics and against the existing recommendation.
+    let driver = previous.as_ref().and_then(|r| r.driving_metric);
+    let winner: Option<&Candidate> = candidates.iter().fold(None, |best, c| match best {
+        None => Some(c),
+        Some(b) if c.total > b.total && !same(c.total, b.total) => Some(c),
+        Some(b) if same(c.total, b.total) && Some(c.signal) == driver && Some(b.signal) != driver => Some(c),
+        _ => best,
+    });
+    let mut accepted: Option<(&Candidate, Signal)> = None;
+    if let Some(w) = winner {
+        match &previous {
+            None => accepted = Some((w, w.signal)),
+            Some(r) => {
+                let r_total = r.total();
+                match r.driving_metric {
+                    None if w.total > r_total || same(w.total, r_total) => {
+                        reasons.push("existing recommendation has no driving metric: accepted the non-decreasing candidate, which sets one".into());
+                        accepted = Some((w, w.signal));
+                    }
+                    None => reasons.push(format!(
+                        "existing recommendation {r_total:.4} has no driving metric: never lowered (candidate {:.4})",
+                        w.total
+                    )),
+                    Some(d) if same(w.total, r_total) => accepted = Some((w, d)),
+                    Some(_) if w.total > r_total => accepted = Some((w, w.signal)),
+                    Some(d) if w.signal == d => accepted = Some((w, d)),
+                    Some(d) => match candidates.iter().find(|c| c.signal == d) {
+                        Some(dc) if same(dc.total, w.total) => accepted = Some((w, d)),
+                        Some(_) => accepted = Some((w, w.signal)),
+                        None => reasons.push(format!(
+                            "lower {} candidate {:.4} not accepted: the driving metric {} emitted no candidate",
+                            w.signal.as_str(),
+                            w.total,
+                            d.as_str()
+                        )),
+                    },
+                }
+            }
+        }
+    }
+
+    let reference = accepted
+        .map(|(c, _)| &views[c.pod])
+        .or_else(|| views.first())
+        .or_else(|| all_live_views.iter().find(|p| !p.alloc.is_empty()));
+    let mut containers: BTreeMap<String, ContainerOutcome> = BTreeMap::new();
+    for c in &template_scope {
+        containers.insert(
+            c.clone(),
+            ContainerOutcome {
+                current: reference.and_then(|p| p.alloc.get(c).copied()),
+                baseline: None,
+                recommended: None,
+            },
+        );
+    }
+
+    let mut out_baseline = baseline.clone();
+    let (action, driving, recommendation) = if let Some((cand, drive)) = accepted {
+        // Decision 9: redistribute over the selected pod's containers ∝ current allocation.
+        let pod = &views[cand.pod];
+        let sum = pod.total_alloc();
+        let rec: GpuMap = pod.alloc.iter().map(|(c, a)| (c.clone(), cand.total * a / sum)).collect();
+        if cand.action == Action::Upsize && out_baseline.is_none() {
+            out_baseline = Some(pod.alloc.clone());
+            reasons.push("baseline recorded from the live allocation before the first upsize".into());
+        }
+        let unchanged = previous.as_ref().is_some_and(|r| {
+            r.driving_metric == Some(drive)
+                && r.policy.as_ref() == Some(input.policy_id)
+                && r.containers.len() == rec.len()
+                && r.containers.iter().all(|(c, v)| rec.get(c).is_some_and(|x| same(*x, *v)))
+        });
+        let updated_at = if unchanged { previous.as_ref().and_then(|r| r.updated_at) } else { Some(input.now) };
+        (
+            cand.action,
+            Some(drive),
+            Some(GpuRecommendation {
+                containers: rec,
+                driving_metric: Some(drive),
+                policy: Some(input.policy_id.clone()),
+                updated_at,
+            }),
+        )
+    } else {
+        // Nothing accepted: reuse R while pods still differ from the baseline.
+        let differs = baseline.as_ref().is_some_and(|b| {
+            all_live_views
+                .iter()
+                .any(|p| p.alloc.iter().any(|(c, a)| b.get(c).is_some_and(|v| !same(*v, *a))))
+        });
+        match (&previous, differs) {
+            (Some(r), true) => {
+                reasons.push("no accepted candidate and the allocation differs from the baseline: previous recommendation reused".into());
+                (Action::Reuse, r.driving_metric, Some(r.clone()))
+            }
+            _ => {
+                if candidates.is_empty() {
+                    reasons.push("no upsize or scale-back condition met".into());
+                }
+                (Action::None, None, None)
+            }
+        }
+    };
+
+    for (c, o) in containers.iter_mut() {
+        o.baseline = out_baseline.as_ref().and_then(|b| b.get(c).copied());
+        o.recommended = recommendation.as_ref().and_then(|r| r.containers.get(c).copied());
+    }
+
+    EngineOutput {
+        action,
+        driving_metric: driving,
+        containers,
+        recommendation,
+        baseline: out_baseline,
+        reasons,
+    }
+}
