@@ -1,12 +1,307 @@
 //! Standalone mode: objects from a directory of YAML manifests instead of the API server.
-//! (Loader and evaluation land with `kerf recommend`.)
+//! Every file and document is read; anything that cannot be understood is an error naming the
+//! file, the object and the field — nothing is skipped silently.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
 
+use crate::api::*;
+use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
+use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::MetricSource;
-use crate::state::Store;
+use crate::state::{ObjectName, Store};
+
+/// Kinds that may sit in a manifests directory but mean nothing to kerf.
+const IGNORED_KINDS: &[&str] = &[
+    "Namespace",
+    "Service",
+    "ConfigMap",
+    "ServiceAccount",
+    "CustomResourceDefinition",
+    "PodDisruptionBudget",
+];
+
+/// The objects read from a directory, as a snapshot plus notes about ignored documents.
+#[derive(Debug, Default)]
+pub struct Manifests {
+    pub snapshot: Snapshot,
+    pub notes: Vec<String>,
+}
+
+fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).with_context(|| format!("reading directory {}", d.display()))?;
+        for e in entries {
+            let path = e?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if matches!(path.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn decode<T: DeserializeOwned>(doc: serde_yaml::Value, what: &str) -> anyhow::Result<T> {
+    serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        anyhow::anyhow!("{what}: field {path}: {}", e.into_inner())
+    })
+}
+
+fn time_of(meta: &ObjectMeta) -> Option<DateTime<Utc>> {
+    meta.creation_timestamp.as_ref().map(k8s_time)
+}
+
+fn policy_id(kind: &str, meta: &ObjectMeta) -> PolicyId {
+    PolicyId {
+        kind: kind.into(),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+fn workload(kind: WorkloadKind, meta: ObjectMeta, template: PodTemplateSpec, replicas: Option<i32>) -> Workload {
+    Workload {
+        key: WorkloadKey::new(
+            meta.namespace.clone().unwrap_or_else(|| "default".into()),
+            kind,
+            meta.name.clone().unwrap_or_default(),
+        ),
+        uid: meta.uid.clone(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
+        template,
+        replicas,
+    }
+}
+
+/// Reads every `*.yaml`/`*.yml` file under `dir` (multi-document files allowed).
+pub fn load_dir(dir: &Path) -> anyhow::Result<Manifests> {
+    let mut m = Manifests::default();
+    let files = yaml_files(dir)?;
+    if files.is_empty() {
+        anyhow::bail!("{}: no .yaml or .yml files", dir.display());
+    }
+    for file in files {
+        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        load_text(&text, &file.display().to_string(), &mut m)?;
+    }
+    for p in &mut m.snapshot.pods {
+        p.metadata.managed_fields = None;
+    }
+    Ok(m)
+}
+
+/// Reads one YAML text (`origin` names it in errors) into `m`.
+pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<()> {
+    use serde::Deserialize;
+    for (n, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let doc = serde_yaml::Value::deserialize(de).map_err(|e| anyhow::anyhow!("{origin}: document {}: invalid YAML: {e}", n + 1))?;
+        if doc.is_null() {
+            continue;
+        }
+        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
+        let api_version = doc.get("apiVersion").and_then(|k| k.as_str()).unwrap_or_default().to_string();
+        let name = doc
+            .get("metadata")
+            .and_then(|md| md.get("name"))
+            .and_then(|n| n.as_str())
+            .unwrap_or("<unnamed>")
+            .to_string();
+        let what = format!("{origin}: document {} ({kind} {name})", n + 1);
+        if kind.is_empty() || api_version.is_empty() {
+            anyhow::bail!("{origin}: document {}: missing apiVersion or kind", n + 1);
+        }
+        let s = &mut m.snapshot;
+        let ours = api_version == format!("{GROUP}/{VERSION}");
+        let invalid = |e: ValidationError| anyhow::anyhow!("{what}: invalid: {e}");
+        match (ours, kind.as_str()) {
+            (true, "GpuReactivePolicy") => {
+                let mut p: GpuReactivePolicy = decode(doc, &what)?;
+                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                p.spec.validate().map_err(invalid)?;
+                s.gpu_policies.push(GpuPolicy {
+                    id: policy_id(&kind, &p.metadata),
+                    policy_type: PolicyType::GpuReactivePolicy,
+                    creation: time_of(&p.metadata),
+                    generation: p.metadata.generation,
+                    spec: p.spec,
+                    status: p.status,
+                });
+            }
+            (true, "ClusterGpuReactivePolicy") => {
+                let p: ClusterGpuReactivePolicy = decode(doc, &what)?;
+                p.spec.validate().map_err(invalid)?;
+                s.gpu_policies.push(GpuPolicy {
+                    id: policy_id(&kind, &ObjectMeta { namespace: None, ..p.metadata.clone() }),
+                    policy_type: PolicyType::ClusterGpuReactivePolicy,
+                    creation: time_of(&p.metadata),
+                    generation: p.metadata.generation,
+                    spec: p.spec.into(),
+                    status: p.status,
+                });
+            }
+            (true, "RightsizingPolicy") => {
+                let mut p: RightsizingPolicy = decode(doc, &what)?;
+                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                p.spec.validate().map_err(invalid)?;
+                s.rightsizing_policies.push(RsPolicy {
+                    id: policy_id(&kind, &p.metadata),
+                    policy_type: PolicyType::RightsizingPolicy,
+                    creation: time_of(&p.metadata),
+                    generation: p.metadata.generation,
+                    spec: p.spec,
+                    status: p.status,
+                });
+            }
+            (true, "ClusterRightsizingPolicy") => {
+                let p: ClusterRightsizingPolicy = decode(doc, &what)?;
+                p.spec.validate().map_err(invalid)?;
+                s.rightsizing_policies.push(RsPolicy {
+                    id: policy_id(&kind, &ObjectMeta { namespace: None, ..p.metadata.clone() }),
+                    policy_type: PolicyType::ClusterRightsizingPolicy,
+                    creation: time_of(&p.metadata),
+                    generation: p.metadata.generation,
+                    spec: p.spec.into(),
+                    status: p.status,
+                });
+            }
+            (true, "AutomationStrategy") => {
+                let p: AutomationStrategy = decode(doc, &what)?;
+                p.spec.validate().map_err(invalid)?;
+                s.strategies.insert(
+                    StrategyKey {
+                        namespace: Some(p.metadata.namespace.clone().unwrap_or_else(|| "default".into())),
+                        name: p.metadata.name.clone().unwrap_or_default(),
+                    },
+                    p.spec.view(),
+                );
+            }
+            (true, "ClusterAutomationStrategy") => {
+                let p: ClusterAutomationStrategy = decode(doc, &what)?;
+                p.spec.validate().map_err(invalid)?;
+                s.strategies.insert(
+                    StrategyKey {
+                        namespace: None,
+                        name: p.metadata.name.clone().unwrap_or_default(),
+                    },
+                    p.spec.view(),
+                );
+            }
+            (true, "GlobalConfiguration") => {
+                let p: GlobalConfiguration = decode(doc, &what)?;
+                p.spec.validate().map_err(invalid)?;
+                if p.metadata.name.as_deref() != Some(GLOBAL_CONFIGURATION_NAME) {
+                    anyhow::bail!("{what}: metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}");
+                }
+                s.global = p.spec;
+            }
+            (true, "PolicyEvaluation") => {
+                let p: PolicyEvaluation = decode(doc, &what)?;
+                p.spec.validate().map_err(invalid)?;
+                if p.metadata.name.as_deref() != Some(POLICY_EVALUATION_NAME) {
+                    anyhow::bail!("{what}: metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}");
+                }
+                s.precedence = p.spec;
+            }
+            (true, "RightsizingRecommendation") => m.notes.push(format!("{what}: output kind, ignored as input")),
+            (true, other) => anyhow::bail!("{what}: unknown kind {other} in {GROUP}/{VERSION}"),
+            (false, "Deployment") => {
+                let d: Deployment = decode(doc, &what)?;
+                let spec = d.spec;
+                s.workloads.push(workload(WorkloadKind::Deployment, d.metadata, spec.template, spec.replicas.or(Some(1))));
+            }
+            (false, "StatefulSet") => {
+                let d: StatefulSet = decode(doc, &what)?;
+                let spec = d.spec;
+                s.workloads.push(workload(WorkloadKind::StatefulSet, d.metadata, spec.template, spec.replicas.or(Some(1))));
+            }
+            (false, "DaemonSet") => {
+                let d: DaemonSet = decode(doc, &what)?;
+                let spec = d.spec;
+                let ready = d.status.map(|st| st.desired_number_scheduled);
+                s.workloads.push(workload(WorkloadKind::DaemonSet, d.metadata, spec.template, ready));
+            }
+            (false, "Job") => {
+                let j: Job = decode(doc, &what)?;
+                let ns = j.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+                let cron = j
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "CronJob")
+                    .map(|o| o.name.clone());
+                match cron {
+                    Some(c) => {
+                        s.job_owners.insert((ns, j.metadata.name.clone().unwrap_or_default()), c);
+                    }
+                    None => {
+                        let spec = j.spec.unwrap_or_default();
+                        s.workloads.push(workload(WorkloadKind::Job, j.metadata, spec.template, spec.parallelism));
+                    }
+                }
+            }
+            (false, "CronJob") => {
+                let c: CronJob = decode(doc, &what)?;
+                let template = c.spec.job_template.spec.map(|js| js.template).unwrap_or_default();
+                s.workloads.push(workload(WorkloadKind::CronJob, c.metadata, template, Some(1)));
+            }
+            (false, "ReplicaSet") => {
+                let r: ReplicaSet = decode(doc, &what)?;
+                let ns = r.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+                if let Some(d) = r.metadata.owner_references.iter().flatten().find(|o| o.kind == "Deployment") {
+                    s.replicaset_owners.insert((ns, r.metadata.name.clone().unwrap_or_default()), d.name.clone());
+                }
+            }
+            (false, "Pod") => {
+                let mut p: Pod = decode(doc, &what)?;
+                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                s.pods.push(p);
+            }
+            (false, "HorizontalPodAutoscaler") => {
+                if !api_version.starts_with("autoscaling/v2") {
+                    anyhow::bail!("{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read");
+                }
+                let mut h: HorizontalPodAutoscaler = decode(doc, &what)?;
+                h.metadata.namespace.get_or_insert_with(|| "default".into());
+                s.hpas.push(h);
+            }
+            (false, k) if IGNORED_KINDS.contains(&k) => m.notes.push(format!("{what}: ignored")),
+            (_, other) => anyhow::bail!("{what}: unsupported kind {other} ({api_version})"),
+        }
+    }
+    Ok(())
+}
+
+/// Fills the store from an evaluated snapshot: workload states, owner links, configuration.
+pub fn fill_store(store: &Store, snapshot: &Snapshot, results: &[crate::core::evaluate::WorkloadResult]) {
+    store.set_global(snapshot.global.clone());
+    store.replicaset_owners.clear();
+    for ((ns, rs), d) in &snapshot.replicaset_owners {
+        store.replicaset_owners.insert(ObjectName::new(ns, rs), d.clone());
+    }
+    store.job_owners.clear();
+    for ((ns, job), c) in &snapshot.job_owners {
+        store.job_owners.insert(ObjectName::new(ns, job), c.clone());
+    }
+    let entries: BTreeMap<WorkloadKey, _> = results.iter().map(|r| (r.key.clone(), r.to_state())).collect();
+    store.replace_all(entries);
+}
 
 /// Loads `dir`, evaluates every policy against `source` at `at` and replaces the store's
 /// content (workload states, owner links, GlobalConfiguration). Marks the store ready.
@@ -18,6 +313,14 @@ pub async fn refresh_store<S: MetricSource>(
     step_seconds: i64,
     store: &Store,
 ) -> anyhow::Result<u64> {
-    let _ = (dir, source, at, step_seconds, store);
-    anyhow::bail!("standalone evaluation is not implemented yet")
+    let manifests = load_dir(dir)?;
+    let cycle = crate::pipeline::run_gpu_cycle(&manifests.snapshot, source, at, step_seconds).await;
+    for (pi, r) in &cycle.prometheus {
+        if let Err(e) = r {
+            tracing::warn!(policy = %manifests.snapshot.gpu_policies[*pi].id, "{e}");
+        }
+    }
+    fill_store(store, &manifests.snapshot, &cycle.results);
+    store.set_ready(true);
+    Ok(manifests.snapshot.global.gpu_reactive_check_interval.seconds())
 }

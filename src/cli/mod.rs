@@ -58,6 +58,24 @@ pub struct RecommendArgs {
     pub output: OutputFormat,
 }
 
+/// `--at` as a timestamp (default: now — the only clock read of a standalone run).
+pub fn parse_at(at: Option<&str>) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    match at {
+        None => Ok(chrono::Utc::now()),
+        Some(t) => Ok(chrono::DateTime::parse_from_rfc3339(t)
+            .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}"))?
+            .with_timezone(&chrono::Utc)),
+    }
+}
+
+/// The metric source a standalone command reads.
+pub async fn metric_source(
+    args: &MetricSourceArgs,
+    global: &crate::api::GlobalConfigurationSpec,
+) -> anyhow::Result<crate::metrics::AnySource> {
+    crate::metrics::AnySource::from_args(args.metrics.as_deref(), args.prometheus.as_deref(), global).await
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Recommend(args) => recommend::run(args).await,
