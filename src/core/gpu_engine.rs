@@ -496,3 +496,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         reasons,
     }
 }
+
+#[cfg(test)]
+#[path = "gpu_engine_tests.rs"]
+mod tests;

@@ -1,0 +1,772 @@
+//! One test per seed bullet and per DESIGN engine decision, named after the rule, plus
+//! property tests for the engine's invariants.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, TimeZone, Utc};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::{GpuReactivePolicySpec, Signal};
+use crate::core::allocation::{Allocation, container_allocations};
+use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, to_k8s_time};
+
+const POLICY_YAML: &str = r#"
+experimental: {gpuKaiContract: v1alpha1-2026-07}
+scope: {containers: []}
+minPodMetricsAge: 15m
+metrics:
+  compute:
+    upsize: {thresholdPercent: 125, metricsWindow: 10m, headroomPercent: 20, maxPercent: 200}
+    scaleBack: {thresholdPercent: 60, metricsWindow: 10m, headroomPercent: 20}
+    prometheus: {metric: sm, interpretation: fullGPU}
+  memory:
+    upsize: {thresholdPercent: 125, metricsWindow: 10m, headroomPercent: 20, maxPercent: 200}
+    scaleBack: {thresholdPercent: 60, metricsWindow: 10m, headroomPercent: 20}
+    prometheus: {metric: mem, interpretation: currentAllocation}
+automationStrategyRef: {name: s}
+"#;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
+}
+
+fn policy() -> GpuReactivePolicySpec {
+    serde_yaml::from_str(POLICY_YAML).unwrap()
+}
+
+fn pid() -> PolicyId {
+    PolicyId {
+        kind: "GpuReactivePolicy".into(),
+        namespace: Some("default".into()),
+        name: "p".into(),
+    }
+}
+
+fn container(name: &str, gpus: Option<&str>) -> Container {
+    Container {
+        name: name.into(),
+        resources: gpus.map(|g| ResourceRequirements {
+            limits: Some(BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity(g.into()))])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn sidecar(name: &str) -> Container {
+    Container {
+        restart_policy: Some("Always".into()),
+        ..container(name, None)
+    }
+}
+
+/// A pod with a KAI fraction on its first container (`fraction`), or whole GPUs per container.
+struct PodB {
+    name: String,
+    containers: Vec<Container>,
+    init: Vec<Container>,
+    annotations: BTreeMap<String, String>,
+    started_min_ago: Option<i64>,
+    terminating: bool,
+}
+
+impl PodB {
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            containers: vec![],
+            init: vec![],
+            annotations: BTreeMap::new(),
+            started_min_ago: Some(60),
+            terminating: false,
+        }
+    }
+    fn fraction(mut self, f: &str) -> Self {
+        self.annotations.insert("gpu-fraction".into(), f.into());
+        self
+    }
+    fn ann(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
+    }
+    fn c(mut self, c: Container) -> Self {
+        self.containers.push(c);
+        self
+    }
+    fn init(mut self, c: Container) -> Self {
+        self.init.push(c);
+        self
+    }
+    fn started(mut self, mins: Option<i64>) -> Self {
+        self.started_min_ago = mins;
+        self
+    }
+    fn build(self) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(self.name),
+                namespace: Some("default".into()),
+                annotations: Some(self.annotations),
+                deletion_timestamp: self.terminating.then(|| to_k8s_time(now())),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: self.containers,
+                init_containers: (!self.init.is_empty()).then_some(self.init),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                start_time: self
+                    .started_min_ago
+                    .map(|m| to_k8s_time(now() - chrono::Duration::minutes(m))),
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+fn template_of(pod: &Pod) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            annotations: pod.metadata.annotations.clone(),
+            ..Default::default()
+        }),
+        spec: pod.spec.clone(),
+    }
+}
+
+/// Constant samples every 15 s over the last 20 minutes.
+fn flat(value: f64) -> Vec<(i64, f64)> {
+    let end = now().timestamp();
+    (0..80).map(|i| (end - 15 * (79 - i), value)).collect()
+}
+
+fn samples(entries: &[(&str, &str, f64)]) -> SignalSamples {
+    entries
+        .iter()
+        .map(|(p, c, v)| ((p.to_string(), c.to_string()), flat(*v)))
+        .collect()
+}
+
+struct Case {
+    policy: GpuReactivePolicySpec,
+    template: PodTemplateSpec,
+    pods: Vec<Pod>,
+    compute: SignalSamples,
+    memory: SignalSamples,
+    baseline: Option<GpuMap>,
+    previous: Option<GpuRecommendation>,
+    containers_override: Option<BTreeSet<String>>,
+}
+
+impl Case {
+    fn new(pods: Vec<Pod>) -> Self {
+        Self {
+            policy: policy(),
+            template: template_of(&pods[0]),
+            pods,
+            compute: SignalSamples::new(),
+            memory: SignalSamples::new(),
+            baseline: None,
+            previous: None,
+            containers_override: None,
+        }
+    }
+    fn run(&self) -> EngineOutput {
+        let id = pid();
+        let pods: Vec<&Pod> = self.pods.iter().collect();
+        evaluate(&EngineInput {
+            policy_id: &id,
+            policy: &self.policy,
+            containers_override: self.containers_override.as_ref(),
+            template: &self.template,
+            pods: &pods,
+            compute: &self.compute,
+            memory: &self.memory,
+            baseline: self.baseline.as_ref(),
+            previous: self.previous.as_ref(),
+            now: now(),
+        })
+    }
+}
+
+fn rec(containers: &[(&str, f64)], driver: Option<Signal>) -> GpuRecommendation {
+    GpuRecommendation {
+        containers: containers.iter().map(|(c, v)| (c.to_string(), *v)).collect(),
+        driving_metric: driver,
+        policy: Some(pid()),
+        updated_at: Some(now() - chrono::Duration::hours(1)),
+    }
+}
+
+fn gm(entries: &[(&str, f64)]) -> GpuMap {
+    entries.iter().map(|(c, v)| (c.to_string(), *v)).collect()
+}
+
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+fn recommended(out: &EngineOutput, c: &str) -> f64 {
+    out.recommendation.as_ref().expect("a recommendation").containers[c]
+}
+
+fn half_gpu_pod(name: &str) -> Pod {
+    PodB::new(name).fraction("0.5").c(container("inference", None)).build()
+}
+
+// ---- Decision 1: current allocation -------------------------------------------------------
+
+#[test]
+fn kai_fraction_is_the_first_containers_allocation() {
+    let p = PodB::new("p").fraction("0.5").c(container("a", None)).c(container("b", None)).build();
+    let a = container_allocations(p.spec.as_ref().unwrap(), p.metadata.annotations.as_ref().unwrap());
+    assert_eq!(a["a"], Allocation::Gpus(0.5));
+    assert!(a["b"].gpus().is_none());
+}
+
+#[test]
+fn kai_fraction_times_num_devices_on_named_container() {
+    let p = PodB::new("p")
+        .fraction("0.25")
+        .ann("gpu-fraction-num-devices", "4")
+        .ann("gpu-fraction-container-name", "b")
+        .c(container("a", None))
+        .c(container("b", None))
+        .build();
+    let a = container_allocations(p.spec.as_ref().unwrap(), p.metadata.annotations.as_ref().unwrap());
+    assert_eq!(a["b"], Allocation::Gpus(1.0));
+    assert!(a["a"].gpus().is_none(), "no other container has a fractional allocation");
+}
+
+#[test]
+fn whole_gpus_from_limits_else_requests() {
+    let mut by_request = container("r", None);
+    by_request.resources = Some(ResourceRequirements {
+        requests: Some(BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity("3".into()))])),
+        ..Default::default()
+    });
+    let p = PodB::new("p").c(container("l", Some("2"))).c(by_request).build();
+    let a = container_allocations(p.spec.as_ref().unwrap(), &BTreeMap::new());
+    assert_eq!(a["l"], Allocation::Gpus(2.0));
+    assert_eq!(a["r"], Allocation::Gpus(3.0));
+}
+
+#[test]
+fn kai_gpu_memory_pod_has_no_allocation() {
+    let p = PodB::new("p").ann("gpu-memory", "4000").c(container("a", None)).build();
+    let a = container_allocations(p.spec.as_ref().unwrap(), p.metadata.annotations.as_ref().unwrap());
+    assert!(matches!(&a["a"], Allocation::Missing(why) if why.contains("gpu-memory")));
+}
+
+// ---- Seed bullets and decisions 2–10 -------------------------------------------------------
+
+#[test]
+fn full_gpu_interpretation_is_percent_of_one_whole_gpu() {
+    // 90 % of one GPU = 0.9 GPU on a 0.5 allocation: above 125 % → upsize to 0.9 × 1.2 = 1.08,
+    // capped at 200 % of the 0.5 baseline = 1.0.
+    let mut case = Case::new(vec![half_gpu_pod("p1")]);
+    case.compute = samples(&[("p1", "inference", 90.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert!(approx(recommended(&out, "inference"), 1.0));
+}
+
+#[test]
+fn current_allocation_interpretation_is_percent_of_the_containers_allocation() {
+    // 140 % of a 0.5 allocation = 0.7 GPU > 0.625 → upsize to 0.7 × 1.2 = 0.84.
+    let mut case = Case::new(vec![half_gpu_pod("p1")]);
+    case.memory = samples(&[("p1", "inference", 140.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert_eq!(out.driving_metric, Some(Signal::Memory));
+    assert!(approx(recommended(&out, "inference"), 0.84));
+}
+
+#[test]
+fn both_signals_compute_and_memory_are_evaluated() {
+    let mut case = Case::new(vec![half_gpu_pod("p1")]);
+    case.compute = samples(&[("p1", "inference", 70.0)]); // 0.7 → 0.84
+    let compute_only = case.run();
+    assert_eq!(compute_only.driving_metric, Some(Signal::Compute));
+    case.compute = samples(&[("p1", "inference", 10.0)]);
+    case.memory = samples(&[("p1", "inference", 150.0)]); // 0.75 → 0.9
+    let memory_only = case.run();
+    assert_eq!(memory_only.driving_metric, Some(Signal::Memory));
+    assert!(approx(recommended(&memory_only, "inference"), 0.9));
+}
+
+#[test]
+fn pod_total_sums_included_containers_against_summed_allocation() {
+    // Two whole-GPU containers (1 + 1). Usage 0.9 + 0.9 = 1.8 < 2 × 1.25: no upsize even though
+    // each container alone would be above its own share.
+    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("1"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.compute = samples(&[("p1", "a", 90.0), ("p1", "b", 90.0)]);
+    assert_eq!(case.run().action, Action::None);
+    // 1.5 + 1.2 = 2.7 > 2.5 → upsize of the pod total: 2.7 × 1.2 = 3.24, split 1:1.
+    case.compute = samples(&[("p1", "a", 150.0), ("p1", "b", 120.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert!(approx(recommended(&out, "a"), 1.62));
+    assert!(approx(recommended(&out, "b"), 1.62));
+}
+
+#[test]
+fn pod_total_is_taken_per_aligned_timestamp_and_maxed_over_the_window() {
+    // a peaks at t-60, b at t-30: the pod total is 2.1 at both timestamps (< 2 × 1.25), so no
+    // upsize — although max(a) + max(b) = 4.0 would have triggered one.
+    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("1"))).build();
+    let mut case = Case::new(vec![pod]);
+    let t = now().timestamp();
+    case.compute = SignalSamples::from([
+        (("p1".into(), "a".into()), vec![(t - 60, 200.0), (t - 30, 10.0)]),
+        (("p1".into(), "b".into()), vec![(t - 60, 10.0), (t - 30, 200.0)]),
+    ]);
+    assert_eq!(case.run().action, Action::None);
+    // A sample outside the 10m window does not count.
+    case.compute = SignalSamples::from([(("p1".into(), "a".into()), vec![(t - 601, 500.0), (t - 30, 10.0)])]);
+    assert_eq!(case.run().action, Action::None);
+    case.compute = SignalSamples::from([(("p1".into(), "a".into()), vec![(t - 599, 500.0), (t - 30, 10.0)])]);
+    assert_eq!(case.run().action, Action::Upsize);
+}
+
+#[test]
+fn upsize_is_pod_level_any_single_pod_over_threshold_triggers() {
+    let mut case = Case::new(vec![half_gpu_pod("cold"), half_gpu_pod("hot")]);
+    case.compute = samples(&[("cold", "inference", 5.0), ("hot", "inference", 70.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert!(approx(recommended(&out, "inference"), 0.84));
+}
+
+#[test]
+fn upsize_target_is_hottest_pod_plus_headroom_capped_by_max_percent_of_baseline() {
+    let mut case = Case::new(vec![half_gpu_pod("p1"), half_gpu_pod("p2")]);
+    case.compute = samples(&[("p1", "inference", 70.0), ("p2", "inference", 80.0)]);
+    assert!(approx(recommended(&case.run(), "inference"), 0.96), "0.8 × 1.2");
+    case.compute = samples(&[("p1", "inference", 99.0)]);
+    case.policy.metrics.compute.upsize.max_percent = 150.0;
+    assert!(approx(recommended(&case.run(), "inference"), 0.75), "capped at 150 % of 0.5");
+}
+
+#[test]
+fn scale_back_is_owner_wide_every_pod_must_stay_below_threshold() {
+    let pods = vec![
+        PodB::new("p1").fraction("0.9").c(container("inference", None)).build(),
+        PodB::new("p2").fraction("0.9").c(container("inference", None)).build(),
+    ];
+    let mut case = Case::new(pods);
+    case.template = template_of(&half_gpu_pod("t"));
+    case.baseline = Some(gm(&[("inference", 0.5)]));
+    case.previous = Some(rec(&[("inference", 0.9)], Some(Signal::Compute)));
+    // p2 at 0.6 of 0.9 = 67 % ≥ 60 % → no scale-back; reuse.
+    case.compute = samples(&[("p1", "inference", 20.0), ("p2", "inference", 60.0)]);
+    case.memory = samples(&[("p1", "inference", 10.0), ("p2", "inference", 10.0)]);
+    assert_eq!(case.run().action, Action::Reuse);
+    // Both below → scale back to hottest 0.3 × 1.2 = 0.36, floored at 0.5.
+    case.compute = samples(&[("p1", "inference", 20.0), ("p2", "inference", 30.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::ScaleBack);
+    assert!(approx(recommended(&out, "inference"), 0.5));
+}
+
+#[test]
+fn scale_back_target_is_hottest_plus_headroom_floored_at_baseline() {
+    let pod = PodB::new("p1").c(container("inference", Some("2"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.template = template_of(&PodB::new("t").c(container("inference", Some("1"))).build());
+    case.baseline = Some(gm(&[("inference", 1.0)]));
+    case.previous = Some(rec(&[("inference", 2.0)], Some(Signal::Compute)));
+    case.compute = samples(&[("p1", "inference", 100.0)]); // 1.0 of 2 = 50 % < 60 %
+    case.memory = samples(&[("p1", "inference", 10.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::ScaleBack);
+    assert!(approx(recommended(&out, "inference"), 1.2), "1.0 × 1.2 above the 1.0 floor");
+}
+
+#[test]
+fn scale_back_requires_samples_for_every_included_container() {
+    let pod = PodB::new("p1").c(container("a", Some("2"))).c(container("b", Some("2"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.template = template_of(&PodB::new("t").c(container("a", Some("1"))).c(container("b", Some("1"))).build());
+    case.baseline = Some(gm(&[("a", 1.0), ("b", 1.0)]));
+    case.previous = Some(rec(&[("a", 2.0), ("b", 2.0)], Some(Signal::Compute)));
+    case.compute = samples(&[("p1", "a", 10.0)]); // b has no samples
+    case.memory = samples(&[("p1", "a", 10.0), ("p1", "b", 10.0)]);
+    let out = case.run();
+    assert_ne!(out.action, Action::ScaleBack);
+    assert!(out.reasons.iter().any(|r| r.contains("lacks samples")));
+}
+
+#[test]
+fn scale_back_is_not_evaluated_before_the_first_upsize() {
+    let mut case = Case::new(vec![half_gpu_pod("p1")]);
+    case.compute = samples(&[("p1", "inference", 1.0)]);
+    case.memory = samples(&[("p1", "inference", 1.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::None);
+    assert!(out.recommendation.is_none());
+}
+
+#[test]
+fn pod_metrics_count_only_after_min_pod_metrics_age() {
+    let young = PodB::new("p1").fraction("0.5").c(container("inference", None)).started(Some(5)).build();
+    let mut case = Case::new(vec![young]);
+    case.compute = samples(&[("p1", "inference", 90.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::None);
+    assert!(out.reasons.iter().any(|r| r.contains("younger than minPodMetricsAge")));
+    case.policy.min_pod_metrics_age = crate::api::DurationStr::parse("0s").unwrap();
+    assert_eq!(case.run().action, Action::Upsize);
+}
+
+#[test]
+fn pods_without_status_start_time_are_ineligible() {
+    let pod = PodB::new("p1").fraction("0.5").c(container("inference", None)).started(None).build();
+    let mut case = Case::new(vec![pod]);
+    case.compute = samples(&[("p1", "inference", 90.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::None);
+    assert!(out.reasons.iter().any(|r| r.contains("no status.startTime")));
+}
+
+#[test]
+fn terminating_pods_are_ineligible() {
+    let mut b = PodB::new("p1").fraction("0.5").c(container("inference", None));
+    b.terminating = true;
+    let mut case = Case::new(vec![b.build()]);
+    case.compute = samples(&[("p1", "inference", 90.0)]);
+    assert_eq!(case.run().action, Action::None);
+}
+
+#[test]
+fn containers_missing_a_gpu_allocation_are_excluded_and_omitted() {
+    // sidecar "proxy" has no GPU: its samples are ignored and it gets no recommendation.
+    let pod = PodB::new("p1").fraction("0.5").c(container("inference", None)).c(container("proxy", None)).build();
+    let mut case = Case::new(vec![pod]);
+    case.compute = samples(&[("p1", "inference", 70.0), ("p1", "proxy", 500.0)]);
+    let out = case.run();
+    assert!(approx(recommended(&out, "inference"), 0.84), "proxy usage not aggregated");
+    assert!(!out.recommendation.as_ref().unwrap().containers.contains_key("proxy"));
+    assert_eq!(out.containers["proxy"].current, None);
+    assert_eq!(out.containers["proxy"].recommended, None);
+    assert!(out.reasons.iter().any(|r| r.contains("proxy has no current GPU allocation")));
+}
+
+#[test]
+fn empty_scope_means_regular_and_restartable_init_containers() {
+    let mut init_gpu = sidecar("warmup");
+    init_gpu.resources = container("x", Some("1")).resources;
+    let mut plain_init = container("setup", Some("1"));
+    plain_init.restart_policy = None;
+    let pod = PodB::new("p1").c(container("a", Some("1"))).init(init_gpu).init(plain_init).build();
+    let mut case = Case::new(vec![pod]);
+    case.compute = samples(&[("p1", "a", 150.0), ("p1", "warmup", 150.0), ("p1", "setup", 150.0)]);
+    let out = case.run();
+    let keys: Vec<&String> = out.containers.keys().collect();
+    assert_eq!(keys, vec!["a", "warmup"], "non-restartable init container excluded");
+    assert!(approx(recommended(&out, "a") + recommended(&out, "warmup"), 3.0 * 1.2));
+}
+
+#[test]
+fn scope_containers_limits_baseline_metrics_aggregation_and_redistribution() {
+    let pod = PodB::new("p1").c(container("inference", Some("1"))).c(container("other", Some("1"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.policy.scope.containers = vec!["inference".into()];
+    case.compute = samples(&[("p1", "inference", 150.0), ("p1", "other", 900.0)]);
+    let out = case.run();
+    assert_eq!(out.containers.keys().collect::<Vec<_>>(), vec!["inference"]);
+    assert!(approx(recommended(&out, "inference"), 1.8));
+    assert_eq!(out.baseline, Some(gm(&[("inference", 1.0)])));
+}
+
+#[test]
+fn narrowing_scope_removes_excluded_baseline_and_recommendation_entries() {
+    let pod = PodB::new("p1").c(container("a", Some("2"))).c(container("b", Some("2"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.template = template_of(&PodB::new("t").c(container("a", Some("1"))).c(container("b", Some("1"))).build());
+    case.baseline = Some(gm(&[("a", 1.0), ("b", 1.0)]));
+    case.previous = Some(rec(&[("a", 2.0), ("b", 2.0)], Some(Signal::Compute)));
+    case.policy.scope.containers = vec!["a".into()];
+    case.compute = samples(&[("p1", "a", 100.0)]);
+    case.memory = samples(&[("p1", "a", 80.0)]);
+    let out = case.run();
+    assert_eq!(out.baseline, Some(gm(&[("a", 1.0)])));
+    let r = out.recommendation.expect("reused");
+    assert_eq!(r.containers.keys().collect::<Vec<_>>(), vec!["a"]);
+}
+
+#[test]
+fn baseline_is_the_live_allocation_before_the_first_upsize_per_container() {
+    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("2"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.compute = samples(&[("p1", "a", 200.0), ("p1", "b", 200.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert_eq!(out.baseline, Some(gm(&[("a", 1.0), ("b", 2.0)])));
+    // The next upsize keeps the recorded baseline.
+    case.baseline = out.baseline.clone();
+    case.previous = out.recommendation.clone();
+    case.pods = vec![PodB::new("p1").c(container("a", Some("2"))).c(container("b", Some("4"))).build()];
+    assert_eq!(case.run().baseline, Some(gm(&[("a", 1.0), ("b", 2.0)])));
+}
+
+#[test]
+fn changing_the_template_gpu_allocation_resets_baseline_and_recommendation() {
+    let pod = PodB::new("p1").c(container("a", Some("2"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.baseline = Some(gm(&[("a", 1.0)]));
+    case.previous = Some(rec(&[("a", 1.5)], Some(Signal::Compute)));
+    // The template now asks for 2 GPUs itself.
+    case.compute = samples(&[("p1", "a", 100.0)]);
+    case.memory = samples(&[("p1", "a", 50.0)]);
+    let out = case.run();
+    assert!(out.reasons.iter().any(|r| r.contains("reset")));
+    assert_eq!(out.action, Action::None);
+    assert!(out.recommendation.is_none());
+    assert!(out.baseline.is_none());
+}
+
+#[test]
+fn the_higher_of_compute_and_memory_wins() {
+    let mut case = Case::new(vec![half_gpu_pod("p1")]);
+    case.compute = samples(&[("p1", "inference", 70.0)]); // 0.84
+    case.memory = samples(&[("p1", "inference", 150.0)]); // 0.75 → 0.9
+    let out = case.run();
+    assert_eq!(out.driving_metric, Some(Signal::Memory));
+    assert!(approx(recommended(&out, "inference"), 0.9));
+}
+
+/// A workload already upsized to 0.9 (baseline 0.5) by `driver`.
+fn upsized_case(driver: Option<Signal>) -> Case {
+    let pod = PodB::new("p1").fraction("0.9").c(container("inference", None)).build();
+    let mut case = Case::new(vec![pod]);
+    case.template = template_of(&half_gpu_pod("t"));
+    case.baseline = Some(gm(&[("inference", 0.5)]));
+    case.previous = Some(rec(&[("inference", 0.9)], driver));
+    case
+}
+
+#[test]
+fn higher_candidate_is_accepted_and_drives() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    case.memory = samples(&[("p1", "inference", 130.0)]); // 1.17 > 1.125 → 1.404, cap 1.0
+    case.compute = samples(&[("p1", "inference", 30.0)]);
+    let out = case.run();
+    assert_eq!(out.driving_metric, Some(Signal::Memory));
+    assert!(approx(recommended(&out, "inference"), 1.0));
+}
+
+#[test]
+fn lower_recommendation_accepted_when_driven_by_the_same_metric() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    case.compute = samples(&[("p1", "inference", 40.0)]); // 0.4 < 0.54 → 0.48 floored 0.5
+    case.memory = samples(&[("p1", "inference", 70.0)]); // 0.63 of 0.9 = 70 %: no scale-back
+    let out = case.run();
+    assert_eq!(out.action, Action::ScaleBack);
+    assert_eq!(out.driving_metric, Some(Signal::Compute));
+    assert!(approx(recommended(&out, "inference"), 0.5));
+}
+
+#[test]
+fn lower_cross_metric_recommendation_accepted_only_if_driver_also_emits() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    // memory emits a scale-back of 0.6; compute (the driver) is silent → rejected, reused.
+    case.compute = samples(&[("p1", "inference", 60.0)]);
+    case.memory = samples(&[("p1", "inference", 50.0)]); // 0.45 → 0.54 → floor 0.5? 0.54
+    let out = case.run();
+    assert_eq!(out.action, Action::Reuse);
+    assert!(out.reasons.iter().any(|r| r.contains("driving metric compute emitted no candidate")));
+    // Now compute emits 0.5 (≤ memory's 0.54): memory's lower total is accepted and drives.
+    case.compute = samples(&[("p1", "inference", 20.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::ScaleBack);
+    assert_eq!(out.driving_metric, Some(Signal::Memory));
+    assert!(approx(recommended(&out, "inference"), 0.54));
+}
+
+#[test]
+fn equal_lower_totals_keep_the_existing_driving_metric() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    // Both floor at the 0.5 baseline: same lower total → driver stays compute.
+    case.compute = samples(&[("p1", "inference", 10.0)]);
+    case.memory = samples(&[("p1", "inference", 10.0)]);
+    let out = case.run();
+    assert_eq!(out.driving_metric, Some(Signal::Compute));
+    case.previous = Some(rec(&[("inference", 0.9)], Some(Signal::Memory)));
+    assert_eq!(case.run().driving_metric, Some(Signal::Memory));
+}
+
+#[test]
+fn equal_total_keeps_driver_even_from_the_other_metric() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    case.previous = Some(rec(&[("inference", 1.0)], Some(Signal::Compute)));
+    case.memory = samples(&[("p1", "inference", 140.0)]); // 1.26 → cap 1.0 = R
+    case.compute = samples(&[("p1", "inference", 70.0)]);
+    let out = case.run();
+    assert_eq!(out.driving_metric, Some(Signal::Compute));
+}
+
+#[test]
+fn legacy_recommendation_without_driver_is_never_lowered() {
+    let mut case = upsized_case(None);
+    case.compute = samples(&[("p1", "inference", 10.0)]);
+    case.memory = samples(&[("p1", "inference", 10.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Reuse);
+    assert!(approx(recommended(&out, "inference"), 0.9));
+    assert_eq!(out.driving_metric, None);
+}
+
+#[test]
+fn legacy_recommendation_gets_a_driver_from_a_non_decreasing_recommendation() {
+    let mut case = upsized_case(None);
+    case.compute = samples(&[("p1", "inference", 120.0)]); // 1.2 > 1.125 → cap 1.0 ≥ 0.9
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert_eq!(out.driving_metric, Some(Signal::Compute));
+}
+
+#[test]
+fn redistribution_is_proportional_to_current_allocations() {
+    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("3"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.compute = samples(&[("p1", "a", 300.0), ("p1", "b", 300.0)]); // 6 > 5 → 7.2
+    let out = case.run();
+    assert!(approx(recommended(&out, "a"), 1.8));
+    assert!(approx(recommended(&out, "b"), 5.4));
+}
+
+#[test]
+fn previous_recommendation_reused_when_nothing_accepted_and_allocation_differs_from_baseline() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    case.compute = samples(&[("p1", "inference", 70.0)]); // 0.7 of 0.9: neither up nor back
+    case.memory = samples(&[("p1", "inference", 70.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Reuse);
+    assert!(approx(recommended(&out, "inference"), 0.9));
+}
+
+#[test]
+fn nothing_emitted_when_nothing_accepted_and_allocation_equals_baseline() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    case.pods = vec![half_gpu_pod("p1")];
+    case.compute = samples(&[("p1", "inference", 50.0)]); // 0.5 of 0.5 = 100 %: no change
+    let out = case.run();
+    assert_eq!(out.action, Action::None);
+    assert!(out.recommendation.is_none());
+}
+
+#[test]
+fn unchanged_recommendation_keeps_its_timestamp() {
+    let mut case = upsized_case(Some(Signal::Compute));
+    case.previous = Some(rec(&[("inference", 0.84)], Some(Signal::Compute)));
+    case.pods = vec![half_gpu_pod("p1")];
+    case.compute = samples(&[("p1", "inference", 70.0)]);
+    let out = case.run();
+    assert_eq!(out.recommendation.unwrap().updated_at, case.previous.unwrap().updated_at);
+}
+
+#[test]
+fn multi_policy_override_limits_the_engine_to_won_containers() {
+    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("1"))).build();
+    let mut case = Case::new(vec![pod]);
+    case.containers_override = Some(BTreeSet::from(["b".to_string()]));
+    case.compute = samples(&[("p1", "a", 300.0), ("p1", "b", 150.0)]);
+    let out = case.run();
+    assert_eq!(out.containers.keys().collect::<Vec<_>>(), vec!["b"]);
+    assert!(approx(recommended(&out, "b"), 1.8));
+}
+
+// ---- Properties ----------------------------------------------------------------------------
+
+fn arb_case() -> impl Strategy<Value = (Vec<(f64, f64)>, f64, f64, bool, Option<u8>)> {
+    (
+        prop::collection::vec((1.0f64..400.0, 1.0f64..400.0), 1..4),
+        100.0f64..400.0,
+        0.0f64..100.0,
+        any::<bool>(),
+        prop::option::of(0u8..3),
+    )
+}
+
+fn build_case(pods: &[(f64, f64)], max_percent: f64, headroom: f64, upsized: bool, driver: Option<u8>) -> Case {
+    let alloc = if upsized { "0.9" } else { "0.5" };
+    let built: Vec<Pod> = (0..pods.len())
+        .map(|i| PodB::new(&format!("p{i}")).fraction(alloc).c(container("inference", None)).build())
+        .collect();
+    let mut case = Case::new(built);
+    case.template = template_of(&half_gpu_pod("t"));
+    for s in [&mut case.policy.metrics.compute, &mut case.policy.metrics.memory] {
+        s.upsize.max_percent = max_percent;
+        s.upsize.headroom_percent = headroom;
+        s.scale_back.headroom_percent = headroom;
+    }
+    let names: Vec<String> = (0..pods.len()).map(|i| format!("p{i}")).collect();
+    case.compute = names.iter().zip(pods).map(|(n, (c, _))| ((n.clone(), "inference".into()), flat(*c))).collect();
+    case.memory = names.iter().zip(pods).map(|(n, (_, m))| ((n.clone(), "inference".into()), flat(*m))).collect();
+    if upsized {
+        case.baseline = Some(gm(&[("inference", 0.5)]));
+        let d = match driver {
+            Some(0) => Some(Signal::Compute),
+            Some(1) => Some(Signal::Memory),
+            _ => None,
+        };
+        case.previous = Some(rec(&[("inference", 0.9)], d));
+    }
+    case
+}
+
+proptest! {
+    #[test]
+    fn prop_upsize_never_exceeds_max_percent_of_baseline((pods, max_percent, headroom, upsized, driver) in arb_case()) {
+        let out = build_case(&pods, max_percent, headroom, upsized, driver).run();
+        if out.action == Action::Upsize {
+            let total = out.recommendation.unwrap().total();
+            prop_assert!(total <= 0.5 * max_percent / 100.0 + 1e-9, "{total} > cap");
+        }
+    }
+
+    #[test]
+    fn prop_scale_back_never_goes_below_baseline((pods, max_percent, headroom, _u, driver) in arb_case()) {
+        let out = build_case(&pods, max_percent, headroom, true, driver).run();
+        if out.action == Action::ScaleBack {
+            prop_assert!(out.recommendation.unwrap().total() >= 0.5 - 1e-9);
+        }
+    }
+
+    #[test]
+    fn prop_redistribution_sums_to_the_chosen_total(a in 0.1f64..4.0, b in 0.1f64..4.0, ua in 50.0f64..400.0, ub in 50.0f64..400.0) {
+        let pod = PodB::new("p1").c(container("a", Some(&format!("{a}")))).c(container("b", Some(&format!("{b}")))).build();
+        let mut case = Case::new(vec![pod]);
+        case.compute = samples(&[("p1", "a", ua), ("p1", "b", ub)]);
+        let out = case.run();
+        if out.action == Action::Upsize {
+            let r = out.recommendation.unwrap();
+            let hot = (ua + ub) / 100.0 * 1.2;
+            let cap = (a + b) * 2.0;
+            prop_assert!((r.total() - hot.min(cap)).abs() < 1e-9);
+            prop_assert!((r.containers["a"] / r.containers["b"] - a / b).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn prop_same_input_same_output((pods, max_percent, headroom, upsized, driver) in arb_case()) {
+        let case = build_case(&pods, max_percent, headroom, upsized, driver);
+        prop_assert_eq!(case.run(), case.run());
+    }
+
+    #[test]
+    fn prop_legacy_recommendation_is_never_lowered((pods, max_percent, headroom, _u, _d) in arb_case()) {
+        let out = build_case(&pods, max_percent, headroom, true, None).run();
+        if let Some(r) = out.recommendation {
+            prop_assert!(r.total() >= 0.9 - 1e-9, "legacy 0.9 lowered to {}", r.total());
+        }
+    }
+}
