@@ -123,3 +123,99 @@ pub fn per_container_winners<'a>(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NamespaceOperator, NamespaceSelector, WorkloadKind};
+    use chrono::TimeZone;
+
+    fn id(kind: &str, ns: Option<&str>, name: &str) -> PolicyId {
+        PolicyId {
+            kind: kind.into(),
+            namespace: ns.map(Into::into),
+            name: name.into(),
+        }
+    }
+
+    fn cand<'a>(id: &'a PolicyId, t: PolicyType, scope: &'a Scope, weight: i32, day: u32) -> Candidate<'a> {
+        Candidate {
+            id,
+            policy_type: t,
+            scope,
+            weight,
+            creation: Some(chrono::Utc.with_ymd_and_hms(2026, 1, day, 0, 0, 0).unwrap()),
+        }
+    }
+
+    #[test]
+    fn type_priority_wins_first() {
+        let eval = PolicyEvaluationSpec::default();
+        let (a, b) = (id("ClusterGpuReactivePolicy", None, "a"), id("GpuReactivePolicy", Some("ns"), "b"));
+        let s = Scope::default();
+        let c = [cand(&a, PolicyType::ClusterGpuReactivePolicy, &s, 100, 1), cand(&b, PolicyType::GpuReactivePolicy, &s, 0, 2)];
+        assert_eq!(single_winner(&c, &eval).unwrap().id, &b, "120 beats 110 regardless of weight");
+        let custom = PolicyEvaluationSpec {
+            precedence: vec![crate::api::Precedence { policy_type: PolicyType::ClusterGpuReactivePolicy, priority: 200 }],
+        };
+        assert_eq!(single_winner(&c, &custom).unwrap().id, &a, "PolicyEvaluation overrides defaults");
+    }
+
+    #[test]
+    fn then_weight_then_oldest_then_name() {
+        let eval = PolicyEvaluationSpec::default();
+        let (a, b, c) = (id("GpuReactivePolicy", Some("ns"), "a"), id("GpuReactivePolicy", Some("ns"), "b"), id("GpuReactivePolicy", Some("ns"), "c"));
+        let s = Scope::default();
+        let t = PolicyType::GpuReactivePolicy;
+        assert_eq!(single_winner(&[cand(&a, t, &s, 0, 1), cand(&b, t, &s, 5, 2)], &eval).unwrap().id, &b);
+        assert_eq!(single_winner(&[cand(&a, t, &s, 0, 3), cand(&b, t, &s, 0, 2)], &eval).unwrap().id, &b);
+        assert_eq!(single_winner(&[cand(&c, t, &s, 0, 2), cand(&b, t, &s, 0, 2)], &eval).unwrap().id, &b);
+    }
+
+    #[test]
+    fn multi_policy_exact_container_name_beats_empty_scope() {
+        let eval = PolicyEvaluationSpec::default();
+        let (a, b) = (id("GpuReactivePolicy", Some("ns"), "all"), id("ClusterGpuReactivePolicy", None, "named"));
+        let all = Scope::default();
+        let named = Scope { containers: vec!["sidecar".into()], ..Default::default() };
+        let c = [cand(&a, PolicyType::GpuReactivePolicy, &all, 0, 1), cand(&b, PolicyType::ClusterGpuReactivePolicy, &named, 0, 1)];
+        let containers = vec!["inference".to_string(), "sidecar".to_string()];
+        let w = per_container_winners(&c, &containers, &containers, &eval);
+        assert_eq!(w[&a], BTreeSet::from(["inference".to_string()]));
+        assert_eq!(w[&b], BTreeSet::from(["sidecar".to_string()]));
+    }
+
+    #[test]
+    fn cluster_namespace_selector_in_not_in_and_star() {
+        let pid = id("ClusterGpuReactivePolicy", None, "c");
+        let mut scope = Scope {
+            namespace_selector: Some(NamespaceSelector { operator: NamespaceOperator::In, values: vec!["*".into()] }),
+            ..Default::default()
+        };
+        let labels = BTreeMap::new();
+        let w = WorkloadKey::new("team-a", WorkloadKind::Deployment, "x");
+        assert!(covers(&cand(&pid, PolicyType::ClusterGpuReactivePolicy, &scope, 0, 1), &w, &labels, &labels));
+        scope.namespace_selector = Some(NamespaceSelector { operator: NamespaceOperator::NotIn, values: vec!["team-a".into()] });
+        assert!(!covers(&cand(&pid, PolicyType::ClusterGpuReactivePolicy, &scope, 0, 1), &w, &labels, &labels));
+    }
+
+    #[test]
+    fn namespaced_policy_covers_only_its_namespace_kind_and_labels() {
+        let pid = id("GpuReactivePolicy", Some("ns"), "p");
+        let scope = Scope {
+            label_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("app".to_string(), "gpu".to_string())])),
+                ..Default::default()
+            }),
+            workload_types: vec![WorkloadKind::Deployment],
+            ..Default::default()
+        };
+        let c = cand(&pid, PolicyType::GpuReactivePolicy, &scope, 0, 1);
+        let app = BTreeMap::from([("app".to_string(), "gpu".to_string())]);
+        let none = BTreeMap::new();
+        assert!(covers(&c, &WorkloadKey::new("ns", WorkloadKind::Deployment, "d"), &none, &app));
+        assert!(!covers(&c, &WorkloadKey::new("other", WorkloadKind::Deployment, "d"), &none, &app));
+        assert!(!covers(&c, &WorkloadKey::new("ns", WorkloadKind::StatefulSet, "d"), &none, &app));
+        assert!(!covers(&c, &WorkloadKey::new("ns", WorkloadKind::Deployment, "d"), &none, &none));
+    }
+}
