@@ -7,10 +7,11 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bench;
 pub mod cli;
-pub mod standalone;
+pub mod core;
 pub mod metrics;
 pub mod pipeline;
-pub mod core;
+pub mod standalone;
 pub mod state;
 pub mod telemetry;

@@ -34,12 +34,15 @@ pub async fn run_gpu_cycle<S: MetricSource>(
     step_seconds: i64,
 ) -> CycleOutput {
     let plan = evaluate::plan(snapshot, now, step_seconds);
-    let answers: Vec<(usize, Signal, Result<SeriesSet, crate::metrics::MetricError>)> =
-        futures::stream::iter(plan.queries.iter())
-            .map(|(pi, signal, q)| async move { (*pi, *signal, source.range_query(q).await) })
-            .buffered(QUERY_CONCURRENCY)
-            .collect()
-            .await;
+    let answers: Vec<(
+        usize,
+        Signal,
+        Result<SeriesSet, crate::metrics::MetricError>,
+    )> = futures::stream::iter(plan.queries.iter())
+        .map(|(pi, signal, q)| async move { (*pi, *signal, source.range_query(q).await) })
+        .buffered(QUERY_CONCURRENCY)
+        .collect()
+        .await;
     let mut out = CycleOutput {
         queries: answers.len(),
         unresolved_strategies: plan.unresolved.clone(),
@@ -51,8 +54,11 @@ pub async fn run_gpu_cycle<S: MetricSource>(
         let policy = &snapshot.gpu_policies[pi].id;
         match answer {
             Ok(set) => {
-                out.warnings
-                    .extend(set.warnings.iter().map(|w| format!("{policy} {}: {w}", signal.as_str())));
+                out.warnings.extend(
+                    set.warnings
+                        .iter()
+                        .map(|w| format!("{policy} {}: {w}", signal.as_str())),
+                );
                 out.prometheus.entry(pi).or_insert(Ok(()));
                 results.insert((pi, signal), set);
             }
@@ -63,6 +69,6 @@ pub async fn run_gpu_cycle<S: MetricSource>(
             }
         }
     }
-    out.results = evaluate::evaluate(snapshot, &plan, &results, &failed, now);
+    out.results = evaluate::evaluate(snapshot, &plan, results, &failed, now);
     out
 }

@@ -41,12 +41,16 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).with_context(|| format!("reading directory {}", d.display()))?;
+        let entries =
+            std::fs::read_dir(&d).with_context(|| format!("reading directory {}", d.display()))?;
         for e in entries {
             let path = e?.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if matches!(path.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
+            } else if matches!(
+                path.extension().and_then(|x| x.to_str()),
+                Some("yaml" | "yml")
+            ) {
                 out.push(path);
             }
         }
@@ -74,7 +78,12 @@ fn policy_id(kind: &str, meta: &ObjectMeta) -> PolicyId {
     }
 }
 
-fn workload(kind: WorkloadKind, meta: ObjectMeta, template: PodTemplateSpec, replicas: Option<i32>) -> Workload {
+fn workload(
+    kind: WorkloadKind,
+    meta: ObjectMeta,
+    template: PodTemplateSpec,
+    replicas: Option<i32>,
+) -> Workload {
     Workload {
         key: WorkloadKey::new(
             meta.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -97,7 +106,8 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Manifests> {
         anyhow::bail!("{}: no .yaml or .yml files", dir.display());
     }
     for file in files {
-        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
         load_text(&text, &file.display().to_string(), &mut m)?;
     }
     for p in &mut m.snapshot.pods {
@@ -110,12 +120,21 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Manifests> {
 pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<()> {
     use serde::Deserialize;
     for (n, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let doc = serde_yaml::Value::deserialize(de).map_err(|e| anyhow::anyhow!("{origin}: document {}: invalid YAML: {e}", n + 1))?;
+        let doc = serde_yaml::Value::deserialize(de)
+            .map_err(|e| anyhow::anyhow!("{origin}: document {}: invalid YAML: {e}", n + 1))?;
         if doc.is_null() {
             continue;
         }
-        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
-        let api_version = doc.get("apiVersion").and_then(|k| k.as_str()).unwrap_or_default().to_string();
+        let kind = doc
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let api_version = doc
+            .get("apiVersion")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_string();
         let name = doc
             .get("metadata")
             .and_then(|md| md.get("name"))
@@ -147,7 +166,13 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 let p: ClusterGpuReactivePolicy = decode(doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 s.gpu_policies.push(GpuPolicy {
-                    id: policy_id(&kind, &ObjectMeta { namespace: None, ..p.metadata.clone() }),
+                    id: policy_id(
+                        &kind,
+                        &ObjectMeta {
+                            namespace: None,
+                            ..p.metadata.clone()
+                        },
+                    ),
                     policy_type: PolicyType::ClusterGpuReactivePolicy,
                     creation: time_of(&p.metadata),
                     generation: p.metadata.generation,
@@ -172,7 +197,13 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 let p: ClusterRightsizingPolicy = decode(doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 s.rightsizing_policies.push(RsPolicy {
-                    id: policy_id(&kind, &ObjectMeta { namespace: None, ..p.metadata.clone() }),
+                    id: policy_id(
+                        &kind,
+                        &ObjectMeta {
+                            namespace: None,
+                            ..p.metadata.clone()
+                        },
+                    ),
                     policy_type: PolicyType::ClusterRightsizingPolicy,
                     creation: time_of(&p.metadata),
                     generation: p.metadata.generation,
@@ -185,7 +216,12 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 p.spec.validate().map_err(invalid)?;
                 s.strategies.insert(
                     StrategyKey {
-                        namespace: Some(p.metadata.namespace.clone().unwrap_or_else(|| "default".into())),
+                        namespace: Some(
+                            p.metadata
+                                .namespace
+                                .clone()
+                                .unwrap_or_else(|| "default".into()),
+                        ),
                         name: p.metadata.name.clone().unwrap_or_default(),
                     },
                     p.spec.view(),
@@ -206,7 +242,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 let p: GlobalConfiguration = decode(doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 if p.metadata.name.as_deref() != Some(GLOBAL_CONFIGURATION_NAME) {
-                    anyhow::bail!("{what}: metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}");
+                    anyhow::bail!(
+                        "{what}: metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}"
+                    );
                 }
                 s.global = p.spec;
             }
@@ -214,31 +252,54 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 let p: PolicyEvaluation = decode(doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 if p.metadata.name.as_deref() != Some(POLICY_EVALUATION_NAME) {
-                    anyhow::bail!("{what}: metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}");
+                    anyhow::bail!(
+                        "{what}: metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}"
+                    );
                 }
                 s.precedence = p.spec;
             }
-            (true, "RightsizingRecommendation") => m.notes.push(format!("{what}: output kind, ignored as input")),
+            (true, "RightsizingRecommendation") => m
+                .notes
+                .push(format!("{what}: output kind, ignored as input")),
             (true, other) => anyhow::bail!("{what}: unknown kind {other} in {GROUP}/{VERSION}"),
             (false, "Deployment") => {
                 let d: Deployment = decode(doc, &what)?;
                 let spec = d.spec;
-                s.workloads.push(workload(WorkloadKind::Deployment, d.metadata, spec.template, spec.replicas.or(Some(1))));
+                s.workloads.push(workload(
+                    WorkloadKind::Deployment,
+                    d.metadata,
+                    spec.template,
+                    spec.replicas.or(Some(1)),
+                ));
             }
             (false, "StatefulSet") => {
                 let d: StatefulSet = decode(doc, &what)?;
                 let spec = d.spec;
-                s.workloads.push(workload(WorkloadKind::StatefulSet, d.metadata, spec.template, spec.replicas.or(Some(1))));
+                s.workloads.push(workload(
+                    WorkloadKind::StatefulSet,
+                    d.metadata,
+                    spec.template,
+                    spec.replicas.or(Some(1)),
+                ));
             }
             (false, "DaemonSet") => {
                 let d: DaemonSet = decode(doc, &what)?;
                 let spec = d.spec;
                 let ready = d.status.map(|st| st.desired_number_scheduled);
-                s.workloads.push(workload(WorkloadKind::DaemonSet, d.metadata, spec.template, ready));
+                s.workloads.push(workload(
+                    WorkloadKind::DaemonSet,
+                    d.metadata,
+                    spec.template,
+                    ready,
+                ));
             }
             (false, "Job") => {
                 let j: Job = decode(doc, &what)?;
-                let ns = j.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+                let ns = j
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
                 let cron = j
                     .metadata
                     .owner_references
@@ -248,24 +309,53 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                     .map(|o| o.name.clone());
                 match cron {
                     Some(c) => {
-                        s.job_owners.insert((ns, j.metadata.name.clone().unwrap_or_default()), c);
+                        s.job_owners
+                            .insert((ns, j.metadata.name.clone().unwrap_or_default()), c);
                     }
                     None => {
                         let spec = j.spec.unwrap_or_default();
-                        s.workloads.push(workload(WorkloadKind::Job, j.metadata, spec.template, spec.parallelism));
+                        s.workloads.push(workload(
+                            WorkloadKind::Job,
+                            j.metadata,
+                            spec.template,
+                            spec.parallelism,
+                        ));
                     }
                 }
             }
             (false, "CronJob") => {
                 let c: CronJob = decode(doc, &what)?;
-                let template = c.spec.job_template.spec.map(|js| js.template).unwrap_or_default();
-                s.workloads.push(workload(WorkloadKind::CronJob, c.metadata, template, Some(1)));
+                let template = c
+                    .spec
+                    .job_template
+                    .spec
+                    .map(|js| js.template)
+                    .unwrap_or_default();
+                s.workloads.push(workload(
+                    WorkloadKind::CronJob,
+                    c.metadata,
+                    template,
+                    Some(1),
+                ));
             }
             (false, "ReplicaSet") => {
                 let r: ReplicaSet = decode(doc, &what)?;
-                let ns = r.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-                if let Some(d) = r.metadata.owner_references.iter().flatten().find(|o| o.kind == "Deployment") {
-                    s.replicaset_owners.insert((ns, r.metadata.name.clone().unwrap_or_default()), d.name.clone());
+                let ns = r
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                if let Some(d) = r
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "Deployment")
+                {
+                    s.replicaset_owners.insert(
+                        (ns, r.metadata.name.clone().unwrap_or_default()),
+                        d.name.clone(),
+                    );
                 }
             }
             (false, "Pod") => {
@@ -275,7 +365,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
             }
             (false, "HorizontalPodAutoscaler") => {
                 if !api_version.starts_with("autoscaling/v2") {
-                    anyhow::bail!("{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read");
+                    anyhow::bail!(
+                        "{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read"
+                    );
                 }
                 let mut h: HorizontalPodAutoscaler = decode(doc, &what)?;
                 h.metadata.namespace.get_or_insert_with(|| "default".into());
@@ -289,17 +381,26 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
 }
 
 /// Fills the store from an evaluated snapshot: workload states, owner links, configuration.
-pub fn fill_store(store: &Store, snapshot: &Snapshot, results: &[crate::core::evaluate::WorkloadResult]) {
+pub fn fill_store(
+    store: &Store,
+    snapshot: &Snapshot,
+    results: &[crate::core::evaluate::WorkloadResult],
+) {
     store.set_global(snapshot.global.clone());
     store.replicaset_owners.clear();
     for ((ns, rs), d) in &snapshot.replicaset_owners {
-        store.replicaset_owners.insert(ObjectName::new(ns, rs), d.clone());
+        store
+            .replicaset_owners
+            .insert(ObjectName::new(ns, rs), d.clone());
     }
     store.job_owners.clear();
     for ((ns, job), c) in &snapshot.job_owners {
         store.job_owners.insert(ObjectName::new(ns, job), c.clone());
     }
-    let entries: BTreeMap<WorkloadKey, _> = results.iter().map(|r| (r.key.clone(), r.to_state())).collect();
+    let entries: BTreeMap<WorkloadKey, _> = results
+        .iter()
+        .map(|r| (r.key.clone(), r.to_state()))
+        .collect();
     store.replace_all(entries);
 }
 
@@ -322,5 +423,9 @@ pub async fn refresh_store<S: MetricSource>(
     }
     fill_store(store, &manifests.snapshot, &cycle.results);
     store.set_ready(true);
-    Ok(manifests.snapshot.global.gpu_reactive_check_interval.seconds())
+    Ok(manifests
+        .snapshot
+        .global
+        .gpu_reactive_check_interval
+        .seconds())
 }

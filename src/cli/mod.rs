@@ -4,11 +4,16 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub mod bench;
 pub mod recommend;
 pub mod serve;
 
 #[derive(Parser, Debug)]
-#[command(name = "kerf", version, about = "Kubernetes rightsizer: fractional GPUs (KAI), CPU/memory, HPA-aware")]
+#[command(
+    name = "kerf",
+    version,
+    about = "Kubernetes rightsizer: fractional GPUs (KAI), CPU/memory, HPA-aware"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -20,6 +25,9 @@ pub enum Command {
     Recommend(RecommendArgs),
     /// Run the admission webhook (and, in-cluster, the reconciler).
     Serve(serve::ServeArgs),
+    /// Benchmarks (reported in docs/performance.md).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -73,12 +81,18 @@ pub async fn metric_source(
     args: &MetricSourceArgs,
     global: &crate::api::GlobalConfigurationSpec,
 ) -> anyhow::Result<crate::metrics::AnySource> {
-    crate::metrics::AnySource::from_args(args.metrics.as_deref(), args.prometheus.as_deref(), global).await
+    crate::metrics::AnySource::from_args(
+        args.metrics.as_deref(),
+        args.prometheus.as_deref(),
+        global,
+    )
+    .await
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Recommend(args) => recommend::run(args).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Bench(cmd) => bench::run(cmd).await,
     }
 }

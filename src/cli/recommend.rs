@@ -18,7 +18,8 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
         tracing::debug!("{note}");
     }
     let source = super::metric_source(&args.source, &manifests.snapshot.global).await?;
-    let cycle = crate::pipeline::run_gpu_cycle(&manifests.snapshot, &source, at, args.step_seconds).await;
+    let cycle =
+        crate::pipeline::run_gpu_cycle(&manifests.snapshot, &source, at, args.step_seconds).await;
     for w in &cycle.warnings {
         eprintln!("warning: {w}");
     }
@@ -78,7 +79,11 @@ fn num(v: Option<f64>) -> String {
 
 pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "GPU recommendations at {}", at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    let _ = writeln!(
+        s,
+        "GPU recommendations at {}",
+        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
     let _ = writeln!(
         s,
         "{:<28} {:<12} {:<10} {:<8} {:<14} {:>8} {:>8} {:>11}  POLICY",
@@ -86,10 +91,23 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
     );
     for r in &cycle.results {
         let name = format!("{}/{}/{}", r.key.namespace, r.key.kind, r.key.name);
-        let policy = r.policies.first().map(|p| p.to_string()).unwrap_or_default();
+        let policy = r
+            .policies
+            .first()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
         let driver = r.driving_metric.map_or("-", |d| d.as_str());
         if r.containers.is_empty() {
-            let _ = writeln!(s, "{name:<28} {:<12} {:<10} {driver:<8} {:<14} {:>8} {:>8} {:>11}  {policy}", "-", r.action.as_str(), "", "-", "-", "-");
+            let _ = writeln!(
+                s,
+                "{name:<28} {:<12} {:<10} {driver:<8} {:<14} {:>8} {:>8} {:>11}  {policy}",
+                "-",
+                r.action.as_str(),
+                "",
+                "-",
+                "-",
+                "-"
+            );
         }
         for (c, o) in &r.containers {
             let _ = writeln!(

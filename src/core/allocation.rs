@@ -47,7 +47,10 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
             .map(|c| c.name.clone())
             .collect();
     }
-    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    let all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
     all.filter(|c| scope.iter().any(|s| s == &c.name))
         .map(|c| c.name.clone())
         .collect()
@@ -60,16 +63,27 @@ fn quantity_number(q: &Quantity) -> Option<f64> {
 
 fn whole_gpus(c: &Container) -> Option<f64> {
     let res = c.resources.as_ref()?;
-    let from = |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().and_then(|m| m.get(NVIDIA_GPU)).and_then(quantity_number);
-    from(&res.limits).or_else(|| from(&res.requests)).filter(|g| *g > 0.0)
+    let from = |m: &Option<BTreeMap<String, Quantity>>| {
+        m.as_ref()
+            .and_then(|m| m.get(NVIDIA_GPU))
+            .and_then(quantity_number)
+    };
+    from(&res.limits)
+        .or_else(|| from(&res.requests))
+        .filter(|g| *g > 0.0)
 }
 
 /// Allocation of every container of a pod (or pod template) keyed by name, following the KAI
 /// contract: a fractional pod gives its fraction × devices to one container; otherwise
 /// `nvidia.com/gpu` limits (else requests); anything else has no allocation.
-pub fn container_allocations(spec: &PodSpec, annotations: &BTreeMap<String, String>) -> BTreeMap<String, Allocation> {
+pub fn container_allocations(
+    spec: &PodSpec,
+    annotations: &BTreeMap<String, String>,
+) -> BTreeMap<String, Allocation> {
     let mut out = BTreeMap::new();
-    let fraction = annotations.get(KAI_GPU_FRACTION).map(|f| f.trim().parse::<f64>());
+    let fraction = annotations
+        .get(KAI_GPU_FRACTION)
+        .map(|f| f.trim().parse::<f64>());
     let fraction_container = annotations
         .get(KAI_GPU_FRACTION_CONTAINER)
         .cloned()
@@ -82,23 +96,34 @@ pub fn container_allocations(spec: &PodSpec, annotations: &BTreeMap<String, Stri
             .ok()
             .filter(|n| *n >= 1)
             .map(f64::from)
-            .ok_or_else(|| format!("{KAI_GPU_FRACTION_NUM_DEVICES}={n:?} is not a positive integer")),
+            .ok_or_else(|| {
+                format!("{KAI_GPU_FRACTION_NUM_DEVICES}={n:?} is not a positive integer")
+            }),
     };
-    let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+    let all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
     for c in all {
-        let alloc = if fraction.is_some() && fraction_container.as_deref() == Some(c.name.as_str()) {
+        let alloc = if fraction.is_some() && fraction_container.as_deref() == Some(c.name.as_str())
+        {
             match (&fraction, &devices) {
                 (Some(Ok(f)), Ok(n)) if *f > 0.0 && *f < 1.0 => Allocation::Gpus(f * n),
                 (Some(_), Err(e)) => Allocation::Missing(e.clone()),
                 _ => Allocation::Missing(format!(
                     "{KAI_GPU_FRACTION}={:?} is not a fraction in (0, 1)",
-                    annotations.get(KAI_GPU_FRACTION).map(String::as_str).unwrap_or_default()
+                    annotations
+                        .get(KAI_GPU_FRACTION)
+                        .map(String::as_str)
+                        .unwrap_or_default()
                 )),
             }
         } else if let Some(g) = whole_gpus(c) {
             Allocation::Gpus(g)
         } else if annotations.contains_key(KAI_GPU_MEMORY) {
-            Allocation::Missing(format!("KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"))
+            Allocation::Missing(format!(
+                "KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"
+            ))
         } else {
             Allocation::Missing("no GPU allocation (no gpu-fraction, no nvidia.com/gpu)".into())
         };

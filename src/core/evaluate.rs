@@ -2,7 +2,7 @@
 //! [`plan`] decides which policy wins which workload and which series to query (one batched
 //! range query per policy and signal); [`evaluate`] runs the engine on the fetched samples.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
@@ -10,8 +10,10 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::api::{Signal, StrategyView, WorkloadKind};
 use crate::core::allocation::{container_allocations, default_scope_containers};
 use crate::core::gpu_engine::{self, Action, EngineInput, EngineOutput, SignalSamples};
-use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, WorkloadKey, WorkloadState, parse_baseline};
 use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
+use crate::core::model::{
+    GpuMap, GpuRecommendation, PolicyId, WorkloadKey, WorkloadState, parse_baseline,
+};
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::{RangeQuery, SeriesSet};
@@ -19,7 +21,11 @@ use crate::metrics::{RangeQuery, SeriesSet};
 /// The top owner of a pod, from its owner references and the snapshot's owner maps. A pod owned
 /// by an unknown ReplicaSet belongs to the Deployment named by the ReplicaSet name minus its
 /// `-<pod-template-hash>` suffix.
-pub fn pod_owner(pod: &Pod, snapshot_rs: &BTreeMap<(String, String), String>, snapshot_jobs: &BTreeMap<(String, String), String>) -> Option<WorkloadKey> {
+pub fn pod_owner(
+    pod: &Pod,
+    snapshot_rs: &BTreeMap<(String, String), String>,
+    snapshot_jobs: &BTreeMap<(String, String), String>,
+) -> Option<WorkloadKey> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let owner = pod
         .metadata
@@ -30,10 +36,16 @@ pub fn pod_owner(pod: &Pod, snapshot_rs: &BTreeMap<(String, String), String>, sn
         .or_else(|| pod.metadata.owner_references.iter().flatten().next())?;
     match owner.kind.as_str() {
         "ReplicaSet" => {
-            let deployment = snapshot_rs.get(&(ns.clone(), owner.name.clone())).cloned().or_else(|| {
-                let hash = pod.metadata.labels.as_ref()?.get("pod-template-hash")?;
-                owner.name.strip_suffix(&format!("-{hash}")).map(str::to_string)
-            })?;
+            let deployment = snapshot_rs
+                .get(&(ns.clone(), owner.name.clone()))
+                .cloned()
+                .or_else(|| {
+                    let hash = pod.metadata.labels.as_ref()?.get("pod-template-hash")?;
+                    owner
+                        .name
+                        .strip_suffix(&format!("-{hash}"))
+                        .map(str::to_string)
+                })?;
             Some(WorkloadKey::new(ns, WorkloadKind::Deployment, deployment))
         }
         "Job" => Some(match snapshot_jobs.get(&(ns.clone(), owner.name.clone())) {
@@ -46,7 +58,10 @@ pub fn pod_owner(pod: &Pod, snapshot_rs: &BTreeMap<(String, String), String>, sn
 
 /// Resolves a policy's `automationStrategyRef`: a namespaced policy looks in its namespace, then
 /// among cluster strategies; a cluster policy among cluster strategies only.
-pub fn resolve_strategy<'a>(snapshot: &'a Snapshot, policy: &GpuPolicy) -> Option<&'a StrategyView> {
+pub fn resolve_strategy<'a>(
+    snapshot: &'a Snapshot,
+    policy: &GpuPolicy,
+) -> Option<&'a StrategyView> {
     let name = &policy.spec.automation_strategy_ref.name;
     let namespaced = policy.id.namespace.as_ref().and_then(|ns| {
         snapshot.strategies.get(&StrategyKey {
@@ -89,9 +104,15 @@ pub struct Plan {
 }
 
 fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: DateTime<Utc>) -> bool {
-    let started = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(crate::core::model::k8s_time);
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(crate::core::model::k8s_time);
     pod.metadata.deletion_timestamp.is_none()
-        && started.is_some_and(|t| now.signed_duration_since(t) >= policy.spec.min_pod_metrics_age.chrono())
+        && started.is_some_and(|t| {
+            now.signed_duration_since(t) >= policy.spec.min_pod_metrics_age.chrono()
+        })
 }
 
 pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan {
@@ -119,7 +140,12 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
         if protected.contains(&w.key.namespace) {
             continue;
         }
-        let template_labels = w.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+        let template_labels = w
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
         let covering: Vec<(usize, Candidate<'_>)> = snapshot
             .gpu_policies
             .iter()
@@ -147,44 +173,54 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
                 reasons.push(format!("{}: {msg}", snapshot.gpu_policies[*i].id));
             }
         }
-        let usable: Vec<(usize, Candidate<'_>)> = covering.into_iter().filter(|(i, _)| !out.unresolved.contains_key(i)).collect();
+        let usable: Vec<(usize, Candidate<'_>)> = covering
+            .into_iter()
+            .filter(|(i, _)| !out.unresolved.contains_key(i))
+            .collect();
         let index_of = |id: &PolicyId| usable.iter().find(|(_, c)| c.id == id).map(|(i, _)| *i);
         let candidates: Vec<Candidate<'_>> = usable.iter().map(|(_, c)| c.clone()).collect();
-        let assignments: Vec<Assignment> = if snapshot.global.multi_policy_container_rightsizing_enabled {
-            let spec = w.template.spec.clone().unwrap_or_default();
-            let defaults: Vec<String> = default_scope_containers(&spec).into_iter().map(|c| c.name.clone()).collect();
-            let all: Vec<String> = spec
-                .containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .map(|c| c.name.clone())
-                .collect();
-            selection::per_container_winners(&candidates, &defaults, &all, &snapshot.precedence)
-                .into_iter()
-                .filter_map(|(id, set)| {
-                    index_of(&id).map(|policy| Assignment {
-                        policy,
-                        containers: Some(set),
+        let assignments: Vec<Assignment> =
+            if snapshot.global.multi_policy_container_rightsizing_enabled {
+                let spec = w.template.spec.clone().unwrap_or_default();
+                let defaults: Vec<String> = default_scope_containers(&spec)
+                    .into_iter()
+                    .map(|c| c.name.clone())
+                    .collect();
+                let all: Vec<String> = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .map(|c| c.name.clone())
+                    .collect();
+                selection::per_container_winners(&candidates, &defaults, &all, &snapshot.precedence)
+                    .into_iter()
+                    .filter_map(|(id, set)| {
+                        index_of(&id).map(|policy| Assignment {
+                            policy,
+                            containers: Some(set),
+                        })
                     })
-                })
-                .collect()
-        } else {
-            selection::single_winner(&candidates, &snapshot.precedence)
-                .and_then(|w| index_of(w.id))
-                .map(|policy| Assignment { policy, containers: None })
-                .into_iter()
-                .collect()
-        };
+                    .collect()
+            } else {
+                selection::single_winner(&candidates, &snapshot.precedence)
+                    .and_then(|w| index_of(w.id))
+                    .map(|policy| Assignment {
+                        policy,
+                        containers: None,
+                    })
+                    .into_iter()
+                    .collect()
+            };
         let pods = pods_by_owner.get(&w.key).cloned().unwrap_or_default();
         for a in &assignments {
             let policy = &snapshot.gpu_policies[a.policy];
             for &pi in &pods {
                 let pod = &snapshot.pods[pi];
                 if is_eligible(pod, policy, now) {
-                    pods_per_policy
-                        .entry(a.policy)
-                        .or_default()
-                        .insert((w.key.namespace.clone(), pod.metadata.name.clone().unwrap_or_default()));
+                    pods_per_policy.entry(a.policy).or_default().insert((
+                        w.key.namespace.clone(),
+                        pod.metadata.name.clone().unwrap_or_default(),
+                    ));
                 }
             }
         }
@@ -200,7 +236,11 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
         let namespaces: BTreeSet<String> = pods.iter().map(|(ns, _)| ns.clone()).collect();
         for signal in Signal::BOTH {
             let cfg = policy.spec.metrics.signal(signal);
-            let window = cfg.upsize.metrics_window.seconds().max(cfg.scale_back.metrics_window.seconds()) as i64;
+            let window = cfg
+                .upsize
+                .metrics_window
+                .seconds()
+                .max(cfg.scale_back.metrics_window.seconds()) as i64;
             out.queries.push((
                 pi,
                 signal,
@@ -210,7 +250,12 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
                     pod_label: cfg.prometheus.pod_label.clone(),
                     container_label: cfg.prometheus.container_label.clone(),
                     namespaces: namespaces.iter().cloned().collect(),
-                    pods: pods.iter().map(|(_, p)| p.clone()).collect::<BTreeSet<_>>().into_iter().collect(),
+                    pods: pods
+                        .iter()
+                        .map(|(_, p)| p.clone())
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect(),
                     start: now - chrono::Duration::seconds(window),
                     end: now,
                     step_seconds,
@@ -241,21 +286,31 @@ pub struct WorkloadResult {
 }
 
 /// Annotations that failed to parse are reported and treated as absent.
-fn read_state(w: &Workload, reasons: &mut Vec<String>) -> (Option<GpuMap>, Option<GpuRecommendation>) {
-    let baseline = w.annotations.get(ANNOTATION_GPU_BASELINE).and_then(|t| match parse_baseline(t) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            reasons.push(format!("ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}"));
-            None
-        }
-    });
+fn read_state(
+    w: &Workload,
+    reasons: &mut Vec<String>,
+) -> (Option<GpuMap>, Option<GpuRecommendation>) {
+    let baseline =
+        w.annotations
+            .get(ANNOTATION_GPU_BASELINE)
+            .and_then(|t| match parse_baseline(t) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    reasons.push(format!(
+                        "ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}"
+                    ));
+                    None
+                }
+            });
     let previous = w
         .annotations
         .get(ANNOTATION_GPU_RECOMMENDATION)
         .and_then(|t| match GpuRecommendation::parse(t) {
             Ok(r) => Some(r),
             Err(e) => {
-                reasons.push(format!("ignoring annotation {ANNOTATION_GPU_RECOMMENDATION}: {e}"));
+                reasons.push(format!(
+                    "ignoring annotation {ANNOTATION_GPU_RECOMMENDATION}: {e}"
+                ));
                 None
             }
         });
@@ -265,23 +320,36 @@ fn read_state(w: &Workload, reasons: &mut Vec<String>) -> (Option<GpuMap>, Optio
 /// GPU allocation the template asks for, per container that has one.
 pub fn template_gpu(w: &Workload) -> GpuMap {
     let spec = w.template.spec.clone().unwrap_or_default();
-    let annotations = w.template.metadata.as_ref().and_then(|m| m.annotations.clone()).unwrap_or_default();
+    let annotations = w
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
     container_allocations(&spec, &annotations)
         .into_iter()
         .filter_map(|(c, a)| a.gpus().map(|g| (c, g)))
         .collect()
 }
 
-/// Splits a series set into the engine's per-(pod, container) samples for one namespace.
-fn samples_for(set: Option<&SeriesSet>, namespace: &str) -> SignalSamples {
-    set.map(|s| {
-        s.series
-            .iter()
-            .filter(|(k, _)| k.namespace == namespace)
-            .map(|(k, v)| ((k.pod.clone(), k.container.clone()), v.clone()))
-            .collect()
-    })
-    .unwrap_or_default()
+/// Per (policy, signal): the query result split by namespace into the engine's
+/// per-(pod, container) samples. Built once per cycle so each workload is a lookup.
+type SampleIndex = BTreeMap<(usize, Signal), HashMap<String, SignalSamples>>;
+
+fn index_samples(results: BTreeMap<(usize, Signal), SeriesSet>) -> SampleIndex {
+    results
+        .into_iter()
+        .map(|(k, set)| {
+            let mut by_ns: HashMap<String, SignalSamples> = HashMap::new();
+            for (key, samples) in set.series {
+                by_ns
+                    .entry(key.namespace)
+                    .or_default()
+                    .insert((key.pod, key.container), samples);
+            }
+            (k, by_ns)
+        })
+        .collect()
 }
 
 /// Runs the engine for every planned workload. `results[(policy, signal)]` holds the query
@@ -289,10 +357,18 @@ fn samples_for(set: Option<&SeriesSet>, namespace: &str) -> SignalSamples {
 pub fn evaluate(
     snapshot: &Snapshot,
     plan: &Plan,
-    results: &BTreeMap<(usize, Signal), SeriesSet>,
+    results: BTreeMap<(usize, Signal), SeriesSet>,
     failed: &BTreeSet<usize>,
     now: DateTime<Utc>,
 ) -> Vec<WorkloadResult> {
+    let index = index_samples(results);
+    let empty = SignalSamples::new();
+    let lookup = |policy: usize, signal: Signal, ns: &str| {
+        index
+            .get(&(policy, signal))
+            .and_then(|m| m.get(ns))
+            .unwrap_or(&empty)
+    };
     let mut out = Vec::new();
     for wp in &plan.workloads {
         let w = &snapshot.workloads[wp.workload];
@@ -319,20 +395,23 @@ pub fn evaluate(
             result.policies.push(policy.id.clone());
             if failed.contains(&a.policy) {
                 result.metrics_unavailable = true;
-                reasons.push(format!("{}: metrics unavailable: keeping the last recommendation and baseline", policy.id));
+                reasons.push(format!(
+                    "{}: metrics unavailable: keeping the last recommendation and baseline",
+                    policy.id
+                ));
                 continue;
             }
             let ns = &w.key.namespace;
-            let compute = samples_for(results.get(&(a.policy, Signal::Compute)), ns);
-            let memory = samples_for(results.get(&(a.policy, Signal::Memory)), ns);
+            let compute = lookup(a.policy, Signal::Compute, ns);
+            let memory = lookup(a.policy, Signal::Memory, ns);
             let input = EngineInput {
                 policy_id: &policy.id,
                 policy: &policy.spec,
                 containers_override: a.containers.as_ref(),
                 template: &w.template,
                 pods: &pods,
-                compute: &compute,
-                memory: &memory,
+                compute,
+                memory,
                 baseline: baseline.as_ref(),
                 previous: previous.as_ref(),
                 now,
@@ -346,7 +425,11 @@ pub fn evaluate(
         }
         if result.metrics_unavailable {
             // Nothing flaps: the persisted state stays in force untouched.
-            result.action = if previous.is_some() { Action::Reuse } else { Action::None };
+            result.action = if previous.is_some() {
+                Action::Reuse
+            } else {
+                Action::None
+            };
             result.recommendation = previous.clone();
             result.driving_metric = previous.as_ref().and_then(|r| r.driving_metric);
         } else {
@@ -359,7 +442,11 @@ pub fn evaluate(
 }
 
 /// Combines the engine outputs of the policies sharing a workload (one in the default mode).
-fn merge_outputs(result: &mut WorkloadResult, outputs: Vec<(usize, EngineOutput)>, reasons: &mut Vec<String>) {
+fn merge_outputs(
+    result: &mut WorkloadResult,
+    outputs: Vec<(usize, EngineOutput)>,
+    reasons: &mut Vec<String>,
+) {
     let mut baseline: Option<GpuMap> = None;
     let mut rec: Option<GpuRecommendation> = None;
     let mut best_total = f64::MIN;

@@ -188,11 +188,18 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             .collect::<GpuMap>()
     });
     if let Some(orig) = input.baseline {
-        let dropped: Vec<&String> = orig.keys().filter(|c| !template_scope.contains(*c)).collect();
+        let dropped: Vec<&String> = orig
+            .keys()
+            .filter(|c| !template_scope.contains(*c))
+            .collect();
         if !dropped.is_empty() {
             reasons.push(format!(
                 "scope excludes {}: their baseline and recommendation entries are removed",
-                dropped.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                dropped
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
     }
@@ -208,10 +215,12 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     if let Some(b) = &baseline {
         let changed: Vec<&String> = b
             .iter()
-            .filter(|(c, v)| match template_alloc.get(*c).and_then(Allocation::gpus) {
-                Some(t) => !same(t, **v),
-                None => true,
-            })
+            .filter(
+                |(c, v)| match template_alloc.get(*c).and_then(Allocation::gpus) {
+                    Some(t) => !same(t, **v),
+                    None => true,
+                },
+            )
             .map(|(c, _)| c)
             .collect();
         if !changed.is_empty() {
@@ -228,15 +237,26 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
 
     // Decision 4: eligible pods.
     let min_age = policy.min_pod_metrics_age.chrono();
-    let mut live_pods: Vec<&Pod> = input.pods.iter().copied().filter(|p| !pod_is_terminating(p)).collect();
+    let mut live_pods: Vec<&Pod> = input
+        .pods
+        .iter()
+        .copied()
+        .filter(|p| !pod_is_terminating(p))
+        .collect();
     live_pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut views: Vec<PodView<'_>> = Vec::new();
     let mut missing_reported: BTreeSet<String> = BTreeSet::new();
     let mut all_live_views: Vec<PodView<'_>> = Vec::new();
     for pod in &live_pods {
         let name = pod.metadata.name.as_deref().unwrap_or("");
-        let Some(spec) = pod.spec.as_ref() else { continue };
-        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty_annotations);
+        let Some(spec) = pod.spec.as_ref() else {
+            continue;
+        };
+        let annotations = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&empty_annotations);
         let allocs = container_allocations(spec, annotations);
         let mut alloc = BTreeMap::new();
         for c in in_scope(spec) {
@@ -255,7 +275,11 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             }
         }
         let view = PodView { name, alloc };
-        let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref()).map(crate::core::model::k8s_time);
+        let start = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(crate::core::model::k8s_time);
         match start {
             None => reasons.push(format!("pod {name} has no status.startTime: ineligible")),
             Some(t) if input.now.signed_duration_since(t) < min_age => reasons.push(format!(
@@ -308,7 +332,8 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             });
         if triggered && let Some((i, hot)) = hottest {
             let wanted = hot * (1.0 + cfg.upsize.headroom_percent / 100.0);
-            let cap = summed_baseline(&views[i], baseline.as_ref()) * cfg.upsize.max_percent / 100.0;
+            let cap =
+                summed_baseline(&views[i], baseline.as_ref()) * cfg.upsize.max_percent / 100.0;
             let total = wanted.min(cap);
             reasons.push(format!(
                 "{name}: pod {} uses {hot:.4} GPU, above {}% of its allocation {:.4}: upsize candidate {total:.4}{}",
@@ -337,7 +362,10 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             continue;
         }
         let sb_from = now_s - cfg.scale_back.metrics_window.seconds() as i64;
-        if let Some(p) = views.iter().find(|p| !complete_samples(p, samples, sb_from, now_s)) {
+        if let Some(p) = views
+            .iter()
+            .find(|p| !complete_samples(p, samples, sb_from, now_s))
+        {
             reasons.push(format!(
                 "{name}: no scale-back: pod {} lacks samples for an included container in the scale-back window",
                 p.name
@@ -355,11 +383,15 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         if !all_below {
             continue;
         }
-        let (i, hot) = sb_values
-            .iter()
-            .copied()
-            .enumerate()
-            .fold((0, f64::MIN), |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) });
+        let (i, hot) =
+            sb_values
+                .iter()
+                .copied()
+                .enumerate()
+                .fold(
+                    (0, f64::MIN),
+                    |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) },
+                );
         let wanted = hot * (1.0 + cfg.scale_back.headroom_percent / 100.0);
         let floor = summed_baseline(&views[i], Some(base));
         let total = wanted.max(floor);
@@ -382,7 +414,11 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let winner: Option<&Candidate> = candidates.iter().fold(None, |best, c| match best {
         None => Some(c),
         Some(b) if c.total > b.total && !same(c.total, b.total) => Some(c),
-        Some(b) if same(c.total, b.total) && Some(c.signal) == driver && Some(b.signal) != driver => Some(c),
+        Some(b)
+            if same(c.total, b.total) && Some(c.signal) == driver && Some(b.signal) != driver =>
+        {
+            Some(c)
+        }
         _ => best,
     });
     let mut accepted: Option<(&Candidate, Signal)> = None;
@@ -439,18 +475,29 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         // Decision 9: redistribute over the selected pod's containers ∝ current allocation.
         let pod = &views[cand.pod];
         let sum = pod.total_alloc();
-        let rec: GpuMap = pod.alloc.iter().map(|(c, a)| (c.clone(), cand.total * a / sum)).collect();
+        let rec: GpuMap = pod
+            .alloc
+            .iter()
+            .map(|(c, a)| (c.clone(), cand.total * a / sum))
+            .collect();
         if cand.action == Action::Upsize && out_baseline.is_none() {
             out_baseline = Some(pod.alloc.clone());
-            reasons.push("baseline recorded from the live allocation before the first upsize".into());
+            reasons
+                .push("baseline recorded from the live allocation before the first upsize".into());
         }
         let unchanged = previous.as_ref().is_some_and(|r| {
             r.driving_metric == Some(drive)
                 && r.policy.as_ref() == Some(input.policy_id)
                 && r.containers.len() == rec.len()
-                && r.containers.iter().all(|(c, v)| rec.get(c).is_some_and(|x| same(*x, *v)))
+                && r.containers
+                    .iter()
+                    .all(|(c, v)| rec.get(c).is_some_and(|x| same(*x, *v)))
         });
-        let updated_at = if unchanged { previous.as_ref().and_then(|r| r.updated_at) } else { Some(input.now) };
+        let updated_at = if unchanged {
+            previous.as_ref().and_then(|r| r.updated_at)
+        } else {
+            Some(input.now)
+        };
         (
             cand.action,
             Some(drive),
@@ -464,9 +511,11 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     } else {
         // Nothing accepted: reuse R while pods still differ from the baseline.
         let differs = baseline.as_ref().is_some_and(|b| {
-            all_live_views
-                .iter()
-                .any(|p| p.alloc.iter().any(|(c, a)| b.get(c).is_some_and(|v| !same(*v, *a))))
+            all_live_views.iter().any(|p| {
+                p.alloc
+                    .iter()
+                    .any(|(c, a)| b.get(c).is_some_and(|v| !same(*v, *a)))
+            })
         });
         match (&previous, differs) {
             (Some(r), true) => {
@@ -484,7 +533,9 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
 
     for (c, o) in containers.iter_mut() {
         o.baseline = out_baseline.as_ref().and_then(|b| b.get(c).copied());
-        o.recommended = recommendation.as_ref().and_then(|r| r.containers.get(c).copied());
+        o.recommended = recommendation
+            .as_ref()
+            .and_then(|r| r.containers.get(c).copied());
     }
 
     EngineOutput {

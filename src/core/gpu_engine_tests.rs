@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, TimeZone, Utc};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
@@ -50,7 +52,10 @@ fn container(name: &str, gpus: Option<&str>) -> Container {
     Container {
         name: name.into(),
         resources: gpus.map(|g| ResourceRequirements {
-            limits: Some(BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity(g.into()))])),
+            limits: Some(BTreeMap::from([(
+                "nvidia.com/gpu".to_string(),
+                Quantity(g.into()),
+            )])),
             ..Default::default()
         }),
         ..Default::default()
@@ -197,7 +202,10 @@ impl Case {
 
 fn rec(containers: &[(&str, f64)], driver: Option<Signal>) -> GpuRecommendation {
     GpuRecommendation {
-        containers: containers.iter().map(|(c, v)| (c.to_string(), *v)).collect(),
+        containers: containers
+            .iter()
+            .map(|(c, v)| (c.to_string(), *v))
+            .collect(),
         driving_metric: driver,
         policy: Some(pid()),
         updated_at: Some(now() - chrono::Duration::hours(1)),
@@ -213,19 +221,32 @@ fn approx(a: f64, b: f64) -> bool {
 }
 
 fn recommended(out: &EngineOutput, c: &str) -> f64 {
-    out.recommendation.as_ref().expect("a recommendation").containers[c]
+    out.recommendation
+        .as_ref()
+        .expect("a recommendation")
+        .containers[c]
 }
 
 fn half_gpu_pod(name: &str) -> Pod {
-    PodB::new(name).fraction("0.5").c(container("inference", None)).build()
+    PodB::new(name)
+        .fraction("0.5")
+        .c(container("inference", None))
+        .build()
 }
 
 // ---- Decision 1: current allocation -------------------------------------------------------
 
 #[test]
 fn kai_fraction_is_the_first_containers_allocation() {
-    let p = PodB::new("p").fraction("0.5").c(container("a", None)).c(container("b", None)).build();
-    let a = container_allocations(p.spec.as_ref().unwrap(), p.metadata.annotations.as_ref().unwrap());
+    let p = PodB::new("p")
+        .fraction("0.5")
+        .c(container("a", None))
+        .c(container("b", None))
+        .build();
+    let a = container_allocations(
+        p.spec.as_ref().unwrap(),
+        p.metadata.annotations.as_ref().unwrap(),
+    );
     assert_eq!(a["a"], Allocation::Gpus(0.5));
     assert!(a["b"].gpus().is_none());
 }
@@ -239,19 +260,31 @@ fn kai_fraction_times_num_devices_on_named_container() {
         .c(container("a", None))
         .c(container("b", None))
         .build();
-    let a = container_allocations(p.spec.as_ref().unwrap(), p.metadata.annotations.as_ref().unwrap());
+    let a = container_allocations(
+        p.spec.as_ref().unwrap(),
+        p.metadata.annotations.as_ref().unwrap(),
+    );
     assert_eq!(a["b"], Allocation::Gpus(1.0));
-    assert!(a["a"].gpus().is_none(), "no other container has a fractional allocation");
+    assert!(
+        a["a"].gpus().is_none(),
+        "no other container has a fractional allocation"
+    );
 }
 
 #[test]
 fn whole_gpus_from_limits_else_requests() {
     let mut by_request = container("r", None);
     by_request.resources = Some(ResourceRequirements {
-        requests: Some(BTreeMap::from([("nvidia.com/gpu".to_string(), Quantity("3".into()))])),
+        requests: Some(BTreeMap::from([(
+            "nvidia.com/gpu".to_string(),
+            Quantity("3".into()),
+        )])),
         ..Default::default()
     });
-    let p = PodB::new("p").c(container("l", Some("2"))).c(by_request).build();
+    let p = PodB::new("p")
+        .c(container("l", Some("2")))
+        .c(by_request)
+        .build();
     let a = container_allocations(p.spec.as_ref().unwrap(), &BTreeMap::new());
     assert_eq!(a["l"], Allocation::Gpus(2.0));
     assert_eq!(a["r"], Allocation::Gpus(3.0));
@@ -259,8 +292,14 @@ fn whole_gpus_from_limits_else_requests() {
 
 #[test]
 fn kai_gpu_memory_pod_has_no_allocation() {
-    let p = PodB::new("p").ann("gpu-memory", "4000").c(container("a", None)).build();
-    let a = container_allocations(p.spec.as_ref().unwrap(), p.metadata.annotations.as_ref().unwrap());
+    let p = PodB::new("p")
+        .ann("gpu-memory", "4000")
+        .c(container("a", None))
+        .build();
+    let a = container_allocations(
+        p.spec.as_ref().unwrap(),
+        p.metadata.annotations.as_ref().unwrap(),
+    );
     assert!(matches!(&a["a"], Allocation::Missing(why) if why.contains("gpu-memory")));
 }
 
@@ -305,7 +344,10 @@ fn both_signals_compute_and_memory_are_evaluated() {
 fn pod_total_sums_included_containers_against_summed_allocation() {
     // Two whole-GPU containers (1 + 1). Usage 0.9 + 0.9 = 1.8 < 2 × 1.25: no upsize even though
     // each container alone would be above its own share.
-    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("1"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("1")))
+        .c(container("b", Some("1")))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.compute = samples(&[("p1", "a", 90.0), ("p1", "b", 90.0)]);
     assert_eq!(case.run().action, Action::None);
@@ -321,18 +363,33 @@ fn pod_total_sums_included_containers_against_summed_allocation() {
 fn pod_total_is_taken_per_aligned_timestamp_and_maxed_over_the_window() {
     // a peaks at t-60, b at t-30: the pod total is 2.1 at both timestamps (< 2 × 1.25), so no
     // upsize — although max(a) + max(b) = 4.0 would have triggered one.
-    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("1"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("1")))
+        .c(container("b", Some("1")))
+        .build();
     let mut case = Case::new(vec![pod]);
     let t = now().timestamp();
     case.compute = SignalSamples::from([
-        (("p1".into(), "a".into()), vec![(t - 60, 200.0), (t - 30, 10.0)]),
-        (("p1".into(), "b".into()), vec![(t - 60, 10.0), (t - 30, 200.0)]),
+        (
+            ("p1".into(), "a".into()),
+            vec![(t - 60, 200.0), (t - 30, 10.0)],
+        ),
+        (
+            ("p1".into(), "b".into()),
+            vec![(t - 60, 10.0), (t - 30, 200.0)],
+        ),
     ]);
     assert_eq!(case.run().action, Action::None);
     // A sample outside the 10m window does not count.
-    case.compute = SignalSamples::from([(("p1".into(), "a".into()), vec![(t - 601, 500.0), (t - 30, 10.0)])]);
+    case.compute = SignalSamples::from([(
+        ("p1".into(), "a".into()),
+        vec![(t - 601, 500.0), (t - 30, 10.0)],
+    )]);
     assert_eq!(case.run().action, Action::None);
-    case.compute = SignalSamples::from([(("p1".into(), "a".into()), vec![(t - 599, 500.0), (t - 30, 10.0)])]);
+    case.compute = SignalSamples::from([(
+        ("p1".into(), "a".into()),
+        vec![(t - 599, 500.0), (t - 30, 10.0)],
+    )]);
     assert_eq!(case.run().action, Action::Upsize);
 }
 
@@ -349,17 +406,29 @@ fn upsize_is_pod_level_any_single_pod_over_threshold_triggers() {
 fn upsize_target_is_hottest_pod_plus_headroom_capped_by_max_percent_of_baseline() {
     let mut case = Case::new(vec![half_gpu_pod("p1"), half_gpu_pod("p2")]);
     case.compute = samples(&[("p1", "inference", 70.0), ("p2", "inference", 80.0)]);
-    assert!(approx(recommended(&case.run(), "inference"), 0.96), "0.8 × 1.2");
+    assert!(
+        approx(recommended(&case.run(), "inference"), 0.96),
+        "0.8 × 1.2"
+    );
     case.compute = samples(&[("p1", "inference", 99.0)]);
     case.policy.metrics.compute.upsize.max_percent = 150.0;
-    assert!(approx(recommended(&case.run(), "inference"), 0.75), "capped at 150 % of 0.5");
+    assert!(
+        approx(recommended(&case.run(), "inference"), 0.75),
+        "capped at 150 % of 0.5"
+    );
 }
 
 #[test]
 fn scale_back_is_owner_wide_every_pod_must_stay_below_threshold() {
     let pods = vec![
-        PodB::new("p1").fraction("0.9").c(container("inference", None)).build(),
-        PodB::new("p2").fraction("0.9").c(container("inference", None)).build(),
+        PodB::new("p1")
+            .fraction("0.9")
+            .c(container("inference", None))
+            .build(),
+        PodB::new("p2")
+            .fraction("0.9")
+            .c(container("inference", None))
+            .build(),
     ];
     let mut case = Case::new(pods);
     case.template = template_of(&half_gpu_pod("t"));
@@ -387,14 +456,25 @@ fn scale_back_target_is_hottest_plus_headroom_floored_at_baseline() {
     case.memory = samples(&[("p1", "inference", 10.0)]);
     let out = case.run();
     assert_eq!(out.action, Action::ScaleBack);
-    assert!(approx(recommended(&out, "inference"), 1.2), "1.0 × 1.2 above the 1.0 floor");
+    assert!(
+        approx(recommended(&out, "inference"), 1.2),
+        "1.0 × 1.2 above the 1.0 floor"
+    );
 }
 
 #[test]
 fn scale_back_requires_samples_for_every_included_container() {
-    let pod = PodB::new("p1").c(container("a", Some("2"))).c(container("b", Some("2"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("2")))
+        .c(container("b", Some("2")))
+        .build();
     let mut case = Case::new(vec![pod]);
-    case.template = template_of(&PodB::new("t").c(container("a", Some("1"))).c(container("b", Some("1"))).build());
+    case.template = template_of(
+        &PodB::new("t")
+            .c(container("a", Some("1")))
+            .c(container("b", Some("1")))
+            .build(),
+    );
     case.baseline = Some(gm(&[("a", 1.0), ("b", 1.0)]));
     case.previous = Some(rec(&[("a", 2.0), ("b", 2.0)], Some(Signal::Compute)));
     case.compute = samples(&[("p1", "a", 10.0)]); // b has no samples
@@ -416,29 +496,47 @@ fn scale_back_is_not_evaluated_before_the_first_upsize() {
 
 #[test]
 fn pod_metrics_count_only_after_min_pod_metrics_age() {
-    let young = PodB::new("p1").fraction("0.5").c(container("inference", None)).started(Some(5)).build();
+    let young = PodB::new("p1")
+        .fraction("0.5")
+        .c(container("inference", None))
+        .started(Some(5))
+        .build();
     let mut case = Case::new(vec![young]);
     case.compute = samples(&[("p1", "inference", 90.0)]);
     let out = case.run();
     assert_eq!(out.action, Action::None);
-    assert!(out.reasons.iter().any(|r| r.contains("younger than minPodMetricsAge")));
+    assert!(
+        out.reasons
+            .iter()
+            .any(|r| r.contains("younger than minPodMetricsAge"))
+    );
     case.policy.min_pod_metrics_age = crate::api::DurationStr::parse("0s").unwrap();
     assert_eq!(case.run().action, Action::Upsize);
 }
 
 #[test]
 fn pods_without_status_start_time_are_ineligible() {
-    let pod = PodB::new("p1").fraction("0.5").c(container("inference", None)).started(None).build();
+    let pod = PodB::new("p1")
+        .fraction("0.5")
+        .c(container("inference", None))
+        .started(None)
+        .build();
     let mut case = Case::new(vec![pod]);
     case.compute = samples(&[("p1", "inference", 90.0)]);
     let out = case.run();
     assert_eq!(out.action, Action::None);
-    assert!(out.reasons.iter().any(|r| r.contains("no status.startTime")));
+    assert!(
+        out.reasons
+            .iter()
+            .any(|r| r.contains("no status.startTime"))
+    );
 }
 
 #[test]
 fn terminating_pods_are_ineligible() {
-    let mut b = PodB::new("p1").fraction("0.5").c(container("inference", None));
+    let mut b = PodB::new("p1")
+        .fraction("0.5")
+        .c(container("inference", None));
     b.terminating = true;
     let mut case = Case::new(vec![b.build()]);
     case.compute = samples(&[("p1", "inference", 90.0)]);
@@ -448,15 +546,32 @@ fn terminating_pods_are_ineligible() {
 #[test]
 fn containers_missing_a_gpu_allocation_are_excluded_and_omitted() {
     // sidecar "proxy" has no GPU: its samples are ignored and it gets no recommendation.
-    let pod = PodB::new("p1").fraction("0.5").c(container("inference", None)).c(container("proxy", None)).build();
+    let pod = PodB::new("p1")
+        .fraction("0.5")
+        .c(container("inference", None))
+        .c(container("proxy", None))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.compute = samples(&[("p1", "inference", 70.0), ("p1", "proxy", 500.0)]);
     let out = case.run();
-    assert!(approx(recommended(&out, "inference"), 0.84), "proxy usage not aggregated");
-    assert!(!out.recommendation.as_ref().unwrap().containers.contains_key("proxy"));
+    assert!(
+        approx(recommended(&out, "inference"), 0.84),
+        "proxy usage not aggregated"
+    );
+    assert!(
+        !out.recommendation
+            .as_ref()
+            .unwrap()
+            .containers
+            .contains_key("proxy")
+    );
     assert_eq!(out.containers["proxy"].current, None);
     assert_eq!(out.containers["proxy"].recommended, None);
-    assert!(out.reasons.iter().any(|r| r.contains("proxy has no current GPU allocation")));
+    assert!(
+        out.reasons
+            .iter()
+            .any(|r| r.contains("proxy has no current GPU allocation"))
+    );
 }
 
 #[test]
@@ -465,18 +580,36 @@ fn empty_scope_means_regular_and_restartable_init_containers() {
     init_gpu.resources = container("x", Some("1")).resources;
     let mut plain_init = container("setup", Some("1"));
     plain_init.restart_policy = None;
-    let pod = PodB::new("p1").c(container("a", Some("1"))).init(init_gpu).init(plain_init).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("1")))
+        .init(init_gpu)
+        .init(plain_init)
+        .build();
     let mut case = Case::new(vec![pod]);
-    case.compute = samples(&[("p1", "a", 150.0), ("p1", "warmup", 150.0), ("p1", "setup", 150.0)]);
+    case.compute = samples(&[
+        ("p1", "a", 150.0),
+        ("p1", "warmup", 150.0),
+        ("p1", "setup", 150.0),
+    ]);
     let out = case.run();
     let keys: Vec<&String> = out.containers.keys().collect();
-    assert_eq!(keys, vec!["a", "warmup"], "non-restartable init container excluded");
-    assert!(approx(recommended(&out, "a") + recommended(&out, "warmup"), 3.0 * 1.2));
+    assert_eq!(
+        keys,
+        vec!["a", "warmup"],
+        "non-restartable init container excluded"
+    );
+    assert!(approx(
+        recommended(&out, "a") + recommended(&out, "warmup"),
+        3.0 * 1.2
+    ));
 }
 
 #[test]
 fn scope_containers_limits_baseline_metrics_aggregation_and_redistribution() {
-    let pod = PodB::new("p1").c(container("inference", Some("1"))).c(container("other", Some("1"))).build();
+    let pod = PodB::new("p1")
+        .c(container("inference", Some("1")))
+        .c(container("other", Some("1")))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.policy.scope.containers = vec!["inference".into()];
     case.compute = samples(&[("p1", "inference", 150.0), ("p1", "other", 900.0)]);
@@ -488,9 +621,17 @@ fn scope_containers_limits_baseline_metrics_aggregation_and_redistribution() {
 
 #[test]
 fn narrowing_scope_removes_excluded_baseline_and_recommendation_entries() {
-    let pod = PodB::new("p1").c(container("a", Some("2"))).c(container("b", Some("2"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("2")))
+        .c(container("b", Some("2")))
+        .build();
     let mut case = Case::new(vec![pod]);
-    case.template = template_of(&PodB::new("t").c(container("a", Some("1"))).c(container("b", Some("1"))).build());
+    case.template = template_of(
+        &PodB::new("t")
+            .c(container("a", Some("1")))
+            .c(container("b", Some("1")))
+            .build(),
+    );
     case.baseline = Some(gm(&[("a", 1.0), ("b", 1.0)]));
     case.previous = Some(rec(&[("a", 2.0), ("b", 2.0)], Some(Signal::Compute)));
     case.policy.scope.containers = vec!["a".into()];
@@ -504,7 +645,10 @@ fn narrowing_scope_removes_excluded_baseline_and_recommendation_entries() {
 
 #[test]
 fn baseline_is_the_live_allocation_before_the_first_upsize_per_container() {
-    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("2"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("1")))
+        .c(container("b", Some("2")))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.compute = samples(&[("p1", "a", 200.0), ("p1", "b", 200.0)]);
     let out = case.run();
@@ -513,7 +657,12 @@ fn baseline_is_the_live_allocation_before_the_first_upsize_per_container() {
     // The next upsize keeps the recorded baseline.
     case.baseline = out.baseline.clone();
     case.previous = out.recommendation.clone();
-    case.pods = vec![PodB::new("p1").c(container("a", Some("2"))).c(container("b", Some("4"))).build()];
+    case.pods = vec![
+        PodB::new("p1")
+            .c(container("a", Some("2")))
+            .c(container("b", Some("4")))
+            .build(),
+    ];
     assert_eq!(case.run().baseline, Some(gm(&[("a", 1.0), ("b", 2.0)])));
 }
 
@@ -545,7 +694,10 @@ fn the_higher_of_compute_and_memory_wins() {
 
 /// A workload already upsized to 0.9 (baseline 0.5) by `driver`.
 fn upsized_case(driver: Option<Signal>) -> Case {
-    let pod = PodB::new("p1").fraction("0.9").c(container("inference", None)).build();
+    let pod = PodB::new("p1")
+        .fraction("0.9")
+        .c(container("inference", None))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.template = template_of(&half_gpu_pod("t"));
     case.baseline = Some(gm(&[("inference", 0.5)]));
@@ -582,7 +734,11 @@ fn lower_cross_metric_recommendation_accepted_only_if_driver_also_emits() {
     case.memory = samples(&[("p1", "inference", 50.0)]); // 0.45 → 0.54 → floor 0.5? 0.54
     let out = case.run();
     assert_eq!(out.action, Action::Reuse);
-    assert!(out.reasons.iter().any(|r| r.contains("driving metric compute emitted no candidate")));
+    assert!(
+        out.reasons
+            .iter()
+            .any(|r| r.contains("driving metric compute emitted no candidate"))
+    );
     // Now compute emits 0.5 (≤ memory's 0.54): memory's lower total is accepted and drives.
     case.compute = samples(&[("p1", "inference", 20.0)]);
     let out = case.run();
@@ -635,7 +791,10 @@ fn legacy_recommendation_gets_a_driver_from_a_non_decreasing_recommendation() {
 
 #[test]
 fn redistribution_is_proportional_to_current_allocations() {
-    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("3"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("1")))
+        .c(container("b", Some("3")))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.compute = samples(&[("p1", "a", 300.0), ("p1", "b", 300.0)]); // 6 > 5 → 7.2
     let out = case.run();
@@ -670,12 +829,18 @@ fn unchanged_recommendation_keeps_its_timestamp() {
     case.pods = vec![half_gpu_pod("p1")];
     case.compute = samples(&[("p1", "inference", 70.0)]);
     let out = case.run();
-    assert_eq!(out.recommendation.unwrap().updated_at, case.previous.unwrap().updated_at);
+    assert_eq!(
+        out.recommendation.unwrap().updated_at,
+        case.previous.unwrap().updated_at
+    );
 }
 
 #[test]
 fn multi_policy_override_limits_the_engine_to_won_containers() {
-    let pod = PodB::new("p1").c(container("a", Some("1"))).c(container("b", Some("1"))).build();
+    let pod = PodB::new("p1")
+        .c(container("a", Some("1")))
+        .c(container("b", Some("1")))
+        .build();
     let mut case = Case::new(vec![pod]);
     case.containers_override = Some(BTreeSet::from(["b".to_string()]));
     case.compute = samples(&[("p1", "a", 300.0), ("p1", "b", 150.0)]);
@@ -696,21 +861,43 @@ fn arb_case() -> impl Strategy<Value = (Vec<(f64, f64)>, f64, f64, bool, Option<
     )
 }
 
-fn build_case(pods: &[(f64, f64)], max_percent: f64, headroom: f64, upsized: bool, driver: Option<u8>) -> Case {
+fn build_case(
+    pods: &[(f64, f64)],
+    max_percent: f64,
+    headroom: f64,
+    upsized: bool,
+    driver: Option<u8>,
+) -> Case {
     let alloc = if upsized { "0.9" } else { "0.5" };
     let built: Vec<Pod> = (0..pods.len())
-        .map(|i| PodB::new(&format!("p{i}")).fraction(alloc).c(container("inference", None)).build())
+        .map(|i| {
+            PodB::new(&format!("p{i}"))
+                .fraction(alloc)
+                .c(container("inference", None))
+                .build()
+        })
         .collect();
     let mut case = Case::new(built);
     case.template = template_of(&half_gpu_pod("t"));
-    for s in [&mut case.policy.metrics.compute, &mut case.policy.metrics.memory] {
+    for s in [
+        &mut case.policy.metrics.compute,
+        &mut case.policy.metrics.memory,
+    ] {
         s.upsize.max_percent = max_percent;
         s.upsize.headroom_percent = headroom;
         s.scale_back.headroom_percent = headroom;
     }
     let names: Vec<String> = (0..pods.len()).map(|i| format!("p{i}")).collect();
-    case.compute = names.iter().zip(pods).map(|(n, (c, _))| ((n.clone(), "inference".into()), flat(*c))).collect();
-    case.memory = names.iter().zip(pods).map(|(n, (_, m))| ((n.clone(), "inference".into()), flat(*m))).collect();
+    case.compute = names
+        .iter()
+        .zip(pods)
+        .map(|(n, (c, _))| ((n.clone(), "inference".into()), flat(*c)))
+        .collect();
+    case.memory = names
+        .iter()
+        .zip(pods)
+        .map(|(n, (_, m))| ((n.clone(), "inference".into()), flat(*m)))
+        .collect();
     if upsized {
         case.baseline = Some(gm(&[("inference", 0.5)]));
         let d = match driver {

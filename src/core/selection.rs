@@ -58,7 +58,8 @@ pub fn covers(
     } else {
         c.id.namespace.as_deref() == Some(workload.namespace.as_str())
     };
-    let kind_ok = c.scope.workload_types.is_empty() || c.scope.workload_types.contains(&workload.kind);
+    let kind_ok =
+        c.scope.workload_types.is_empty() || c.scope.workload_types.contains(&workload.kind);
     let labels_ok = c.scope.label_selector.as_ref().is_none_or(|s| {
         selector_matches(s, workload_labels) || selector_matches(s, template_labels)
     });
@@ -118,7 +119,9 @@ pub fn per_container_winners<'a>(
             Vec::new()
         };
         if let Some(w) = single_winner(&pool, eval) {
-            out.entry(w.id.clone()).or_default().insert(container.clone());
+            out.entry(w.id.clone())
+                .or_default()
+                .insert(container.clone());
         }
     }
     out
@@ -138,7 +141,13 @@ mod tests {
         }
     }
 
-    fn cand<'a>(id: &'a PolicyId, t: PolicyType, scope: &'a Scope, weight: i32, day: u32) -> Candidate<'a> {
+    fn cand<'a>(
+        id: &'a PolicyId,
+        t: PolicyType,
+        scope: &'a Scope,
+        weight: i32,
+        day: u32,
+    ) -> Candidate<'a> {
         Candidate {
             id,
             policy_type: t,
@@ -151,34 +160,79 @@ mod tests {
     #[test]
     fn type_priority_wins_first() {
         let eval = PolicyEvaluationSpec::default();
-        let (a, b) = (id("ClusterGpuReactivePolicy", None, "a"), id("GpuReactivePolicy", Some("ns"), "b"));
+        let (a, b) = (
+            id("ClusterGpuReactivePolicy", None, "a"),
+            id("GpuReactivePolicy", Some("ns"), "b"),
+        );
         let s = Scope::default();
-        let c = [cand(&a, PolicyType::ClusterGpuReactivePolicy, &s, 100, 1), cand(&b, PolicyType::GpuReactivePolicy, &s, 0, 2)];
-        assert_eq!(single_winner(&c, &eval).unwrap().id, &b, "120 beats 110 regardless of weight");
+        let c = [
+            cand(&a, PolicyType::ClusterGpuReactivePolicy, &s, 100, 1),
+            cand(&b, PolicyType::GpuReactivePolicy, &s, 0, 2),
+        ];
+        assert_eq!(
+            single_winner(&c, &eval).unwrap().id,
+            &b,
+            "120 beats 110 regardless of weight"
+        );
         let custom = PolicyEvaluationSpec {
-            precedence: vec![crate::api::Precedence { policy_type: PolicyType::ClusterGpuReactivePolicy, priority: 200 }],
+            precedence: vec![crate::api::Precedence {
+                policy_type: PolicyType::ClusterGpuReactivePolicy,
+                priority: 200,
+            }],
         };
-        assert_eq!(single_winner(&c, &custom).unwrap().id, &a, "PolicyEvaluation overrides defaults");
+        assert_eq!(
+            single_winner(&c, &custom).unwrap().id,
+            &a,
+            "PolicyEvaluation overrides defaults"
+        );
     }
 
     #[test]
     fn then_weight_then_oldest_then_name() {
         let eval = PolicyEvaluationSpec::default();
-        let (a, b, c) = (id("GpuReactivePolicy", Some("ns"), "a"), id("GpuReactivePolicy", Some("ns"), "b"), id("GpuReactivePolicy", Some("ns"), "c"));
+        let (a, b, c) = (
+            id("GpuReactivePolicy", Some("ns"), "a"),
+            id("GpuReactivePolicy", Some("ns"), "b"),
+            id("GpuReactivePolicy", Some("ns"), "c"),
+        );
         let s = Scope::default();
         let t = PolicyType::GpuReactivePolicy;
-        assert_eq!(single_winner(&[cand(&a, t, &s, 0, 1), cand(&b, t, &s, 5, 2)], &eval).unwrap().id, &b);
-        assert_eq!(single_winner(&[cand(&a, t, &s, 0, 3), cand(&b, t, &s, 0, 2)], &eval).unwrap().id, &b);
-        assert_eq!(single_winner(&[cand(&c, t, &s, 0, 2), cand(&b, t, &s, 0, 2)], &eval).unwrap().id, &b);
+        assert_eq!(
+            single_winner(&[cand(&a, t, &s, 0, 1), cand(&b, t, &s, 5, 2)], &eval)
+                .unwrap()
+                .id,
+            &b
+        );
+        assert_eq!(
+            single_winner(&[cand(&a, t, &s, 0, 3), cand(&b, t, &s, 0, 2)], &eval)
+                .unwrap()
+                .id,
+            &b
+        );
+        assert_eq!(
+            single_winner(&[cand(&c, t, &s, 0, 2), cand(&b, t, &s, 0, 2)], &eval)
+                .unwrap()
+                .id,
+            &b
+        );
     }
 
     #[test]
     fn multi_policy_exact_container_name_beats_empty_scope() {
         let eval = PolicyEvaluationSpec::default();
-        let (a, b) = (id("GpuReactivePolicy", Some("ns"), "all"), id("ClusterGpuReactivePolicy", None, "named"));
+        let (a, b) = (
+            id("GpuReactivePolicy", Some("ns"), "all"),
+            id("ClusterGpuReactivePolicy", None, "named"),
+        );
         let all = Scope::default();
-        let named = Scope { containers: vec!["sidecar".into()], ..Default::default() };
-        let c = [cand(&a, PolicyType::GpuReactivePolicy, &all, 0, 1), cand(&b, PolicyType::ClusterGpuReactivePolicy, &named, 0, 1)];
+        let named = Scope {
+            containers: vec!["sidecar".into()],
+            ..Default::default()
+        };
+        let c = [
+            cand(&a, PolicyType::GpuReactivePolicy, &all, 0, 1),
+            cand(&b, PolicyType::ClusterGpuReactivePolicy, &named, 0, 1),
+        ];
         let containers = vec!["inference".to_string(), "sidecar".to_string()];
         let w = per_container_winners(&c, &containers, &containers, &eval);
         assert_eq!(w[&a], BTreeSet::from(["inference".to_string()]));
@@ -189,14 +243,30 @@ mod tests {
     fn cluster_namespace_selector_in_not_in_and_star() {
         let pid = id("ClusterGpuReactivePolicy", None, "c");
         let mut scope = Scope {
-            namespace_selector: Some(NamespaceSelector { operator: NamespaceOperator::In, values: vec!["*".into()] }),
+            namespace_selector: Some(NamespaceSelector {
+                operator: NamespaceOperator::In,
+                values: vec!["*".into()],
+            }),
             ..Default::default()
         };
         let labels = BTreeMap::new();
         let w = WorkloadKey::new("team-a", WorkloadKind::Deployment, "x");
-        assert!(covers(&cand(&pid, PolicyType::ClusterGpuReactivePolicy, &scope, 0, 1), &w, &labels, &labels));
-        scope.namespace_selector = Some(NamespaceSelector { operator: NamespaceOperator::NotIn, values: vec!["team-a".into()] });
-        assert!(!covers(&cand(&pid, PolicyType::ClusterGpuReactivePolicy, &scope, 0, 1), &w, &labels, &labels));
+        assert!(covers(
+            &cand(&pid, PolicyType::ClusterGpuReactivePolicy, &scope, 0, 1),
+            &w,
+            &labels,
+            &labels
+        ));
+        scope.namespace_selector = Some(NamespaceSelector {
+            operator: NamespaceOperator::NotIn,
+            values: vec!["team-a".into()],
+        });
+        assert!(!covers(
+            &cand(&pid, PolicyType::ClusterGpuReactivePolicy, &scope, 0, 1),
+            &w,
+            &labels,
+            &labels
+        ));
     }
 
     #[test]
@@ -213,9 +283,29 @@ mod tests {
         let c = cand(&pid, PolicyType::GpuReactivePolicy, &scope, 0, 1);
         let app = BTreeMap::from([("app".to_string(), "gpu".to_string())]);
         let none = BTreeMap::new();
-        assert!(covers(&c, &WorkloadKey::new("ns", WorkloadKind::Deployment, "d"), &none, &app));
-        assert!(!covers(&c, &WorkloadKey::new("other", WorkloadKind::Deployment, "d"), &none, &app));
-        assert!(!covers(&c, &WorkloadKey::new("ns", WorkloadKind::StatefulSet, "d"), &none, &app));
-        assert!(!covers(&c, &WorkloadKey::new("ns", WorkloadKind::Deployment, "d"), &none, &none));
+        assert!(covers(
+            &c,
+            &WorkloadKey::new("ns", WorkloadKind::Deployment, "d"),
+            &none,
+            &app
+        ));
+        assert!(!covers(
+            &c,
+            &WorkloadKey::new("other", WorkloadKind::Deployment, "d"),
+            &none,
+            &app
+        ));
+        assert!(!covers(
+            &c,
+            &WorkloadKey::new("ns", WorkloadKind::StatefulSet, "d"),
+            &none,
+            &app
+        ));
+        assert!(!covers(
+            &c,
+            &WorkloadKey::new("ns", WorkloadKind::Deployment, "d"),
+            &none,
+            &none
+        ));
     }
 }

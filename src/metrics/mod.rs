@@ -77,7 +77,9 @@ impl AnySource {
         prometheus: Option<&str>,
         _global: &crate::api::GlobalConfigurationSpec,
     ) -> anyhow::Result<Self> {
-        Ok(AnySource::Unavailable(format!("{file:?} {prometheus:?}: sources not built yet")))
+        Ok(AnySource::Unavailable(format!(
+            "{file:?} {prometheus:?}: sources not built yet"
+        )))
     }
 }
 

@@ -1,0 +1,288 @@
+//! `kerf bench scale`: one full GPU reconcile cycle over a synthetic cluster (default 25,000 GPU
+//! workloads / 33,000 pods), measuring wall time, CPU seconds, peak RSS and Prometheus queries.
+//! Engine only (synthetic in-memory samples) or against a real Prometheus loaded with the same
+//! data (`--write-openmetrics` writes it for `promtool tsdb create-blocks-from openmetrics`).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
+use crate::core::model::{PolicyId, WorkloadKey, to_k8s_time};
+use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
+use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
+
+pub const COMPUTE_METRIC: &str = "kubex_gpu_container_sm_utilization_percent";
+pub const MEMORY_METRIC: &str = "kubex_gpu_container_memory_footprint_percent";
+
+#[derive(Clone, Copy, Debug)]
+pub struct ScaleSpec {
+    pub workloads: usize,
+    pub pods: usize,
+    pub namespaces: usize,
+    /// One namespaced policy per namespace.
+    pub step_seconds: i64,
+}
+
+impl Default for ScaleSpec {
+    fn default() -> Self {
+        Self {
+            workloads: 25_000,
+            pods: 33_000,
+            namespaces: 50,
+            step_seconds: 15,
+        }
+    }
+}
+
+fn policy_spec() -> GpuReactivePolicySpec {
+    let yaml = format!(
+        r#"
+experimental: {{gpuKaiContract: v1alpha1-2026-07}}
+scope: {{containers: [inference]}}
+minPodMetricsAge: 15m
+metrics:
+  compute: {{prometheus: {{metric: {COMPUTE_METRIC}, interpretation: fullGPU}}}}
+  memory: {{prometheus: {{metric: {MEMORY_METRIC}, interpretation: currentAllocation}}}}
+automationStrategyRef: {{name: bench}}
+"#
+    );
+    serde_yaml::from_str(&yaml).expect("static bench policy parses")
+}
+
+fn namespace(i: usize) -> String {
+    format!("team-{i:03}")
+}
+
+/// (namespace, pod name) of every synthetic pod, workload by workload.
+fn pod_names(spec: &ScaleSpec) -> Vec<(usize, String, String)> {
+    let mut out = Vec::with_capacity(spec.pods);
+    for p in 0..spec.pods {
+        let w = p % spec.workloads;
+        let ns = namespace(w % spec.namespaces);
+        out.push((w, ns, format!("gpu-{w:05}-rs-{p:05}")));
+    }
+    out
+}
+
+/// The synthetic cluster: every workload a KAI 0.5-GPU Deployment with an inference container and
+/// a sidecar; pods spread round-robin so 33,000 pods cover 25,000 workloads.
+pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
+    let mut s = Snapshot::default();
+    for n in 0..spec.namespaces {
+        let ns = namespace(n);
+        s.gpu_policies.push(GpuPolicy {
+            id: PolicyId {
+                kind: "GpuReactivePolicy".into(),
+                namespace: Some(ns.clone()),
+                name: "gpu".into(),
+            },
+            policy_type: PolicyType::GpuReactivePolicy,
+            creation: None,
+            generation: None,
+            spec: policy_spec(),
+            status: None,
+        });
+        s.strategies.insert(
+            StrategyKey {
+                namespace: Some(ns),
+                name: "bench".into(),
+            },
+            StrategyView::default(),
+        );
+    }
+    let containers = vec![
+        Container {
+            name: "inference".into(),
+            ..Default::default()
+        },
+        Container {
+            name: "proxy".into(),
+            ..Default::default()
+        },
+    ];
+    let annotations = BTreeMap::from([("gpu-fraction".to_string(), "0.5".to_string())]);
+    for w in 0..spec.workloads {
+        let ns = namespace(w % spec.namespaces);
+        s.workloads.push(Workload {
+            key: WorkloadKey::new(ns.clone(), WorkloadKind::Deployment, format!("gpu-{w:05}")),
+            uid: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    annotations: Some(annotations.clone()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: containers.clone(),
+                    ..Default::default()
+                }),
+            },
+            replicas: Some(1),
+        });
+        s.replicaset_owners
+            .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));
+    }
+    let started = to_k8s_time(now - chrono::Duration::hours(2));
+    for (w, ns, name) in pod_names(spec) {
+        s.pods.push(Pod {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(ns),
+                annotations: Some(annotations.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: format!("gpu-{w:05}-rs"),
+                    uid: String::new(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: containers.clone(),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                start_time: Some(started.clone()),
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
+        });
+    }
+    s
+}
+
+/// Deterministic sample value of a pod at a time: a third of the pods run hot.
+fn value(metric: &str, pod: &str, t: i64) -> f64 {
+    let mut h: u64 = 1469598103934665603;
+    for b in metric.bytes().chain(pod.bytes()).chain(t.to_le_bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
+    }
+    let hot = pod.bytes().map(u64::from).sum::<u64>() % 3 == 0;
+    let base = if hot { 60.0 } else { 20.0 };
+    base + (h % 200) as f64 / 10.0
+}
+
+/// In-memory samples with the same values `write_openmetrics` writes.
+pub struct SynthSource {
+    pub spec: ScaleSpec,
+    pub queries: AtomicUsize,
+}
+
+impl MetricSource for SynthSource {
+    async fn range_query(&self, q: &RangeQuery) -> Result<SeriesSet, MetricError> {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        let mut set = SeriesSet::default();
+        let (start, end) = (q.start.timestamp(), q.end.timestamp());
+        for pod in &q.pods {
+            let ns = pod_namespace(&self.spec, pod);
+            let samples = (0..)
+                .map(|i| start + i * q.step_seconds)
+                .take_while(|t| *t <= end)
+                .map(|t| (t, value(&q.metric, pod, t)))
+                .collect();
+            set.series.insert(
+                SeriesKey {
+                    namespace: ns,
+                    pod: pod.clone(),
+                    container: "inference".into(),
+                },
+                samples,
+            );
+        }
+        Ok(set)
+    }
+}
+
+/// Synthetic pod names (`gpu-<workload>-rs-<pod>`) encode their workload, which gives the namespace.
+fn pod_namespace(spec: &ScaleSpec, pod: &str) -> String {
+    let w: usize = pod.get(4..9).and_then(|s| s.parse().ok()).unwrap_or(0);
+    namespace(w % spec.namespaces)
+}
+
+/// Writes the same samples as OpenMetrics (seconds timestamps, ascending), covering
+/// `[now − 20m, now]` on the step grid.
+pub fn write_openmetrics(
+    spec: &ScaleSpec,
+    now: DateTime<Utc>,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let pods = pod_names(spec);
+    let end = now.timestamp();
+    let start = end - 20 * 60;
+    for metric in [COMPUTE_METRIC, MEMORY_METRIC] {
+        writeln!(out, "# TYPE {metric} gauge")?;
+        for (_, ns, pod) in &pods {
+            let mut t = start;
+            while t <= end {
+                writeln!(
+                    out,
+                    "{metric}{{namespace=\"{ns}\",pod=\"{pod}\",container=\"inference\"}} {} {t}",
+                    value(metric, pod, t)
+                )?;
+                t += spec.step_seconds;
+            }
+        }
+    }
+    writeln!(out, "# EOF")
+}
+
+/// CPU seconds (user + system) of this process so far, from /proc (Linux).
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux ABI kerf targets.
+    Some(ticks / 100.0)
+}
+
+/// Peak resident set size in MiB (VmHWM), from /proc (Linux).
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn synthetic_cluster_has_the_requested_size_and_every_pod_resolves_to_its_workload() {
+        let spec = ScaleSpec {
+            workloads: 100,
+            pods: 132,
+            namespaces: 5,
+            step_seconds: 15,
+        };
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let s = synth_snapshot(&spec, now);
+        assert_eq!(
+            (s.workloads.len(), s.pods.len(), s.gpu_policies.len()),
+            (100, 132, 5)
+        );
+        let plan = crate::core::evaluate::plan(&s, now, 15);
+        assert_eq!(plan.workloads.len(), 100);
+        assert_eq!(plan.queries.len(), 10, "one query per policy and signal");
+        assert_eq!(
+            plan.workloads.iter().map(|w| w.pods.len()).sum::<usize>(),
+            132
+        );
+        for (_, _, q) in &plan.queries {
+            for pod in &q.pods {
+                assert!(q.namespaces.contains(&pod_namespace(&spec, pod)));
+            }
+        }
+    }
+}
