@@ -64,3 +64,8 @@ pub trait MetricSource: Send + Sync {
         query: &RangeQuery,
     ) -> impl std::future::Future<Output = Result<SeriesSet, MetricError>> + Send;
 }
+
+pub mod file;
+pub mod openmetrics;
+pub mod prometheus;
+pub mod promql;
