@@ -2,8 +2,8 @@
 //! HorizontalPodAutoscalers consistent.
 //!
 //! Layout: [`api`] (CRD types), [`core`] (pure logic: no IO, no clock), and the IO edges —
-//! [`metrics`] (OpenMetrics file, Prometheus), [`kube`] (reader, writer, lease), [`server`]
-//! (admission webhook, health, metrics), [`cli`] (commands).
+//! [`metrics`] (OpenMetrics file, Prometheus), [`pipeline`] (one evaluation cycle),
+//! [`standalone`] (manifests directory), [`cli`] (commands).
 #![forbid(unsafe_code)]
 
 pub mod api;

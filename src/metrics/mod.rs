@@ -67,26 +67,43 @@ pub trait MetricSource: Send + Sync {
 
 /// The source a command was given: an OpenMetrics file or a Prometheus URL.
 pub enum AnySource {
-    // Filled in when the file and Prometheus sources land.
-    Unavailable(String),
+    File(file::FileSource),
+    Prometheus(prometheus::PrometheusSource),
 }
 
 impl AnySource {
+    /// A file source, or a Prometheus source at `prometheus` with GlobalConfiguration's
+    /// `prometheus.requestTimeout`.
     pub async fn from_args(
         file: Option<&std::path::Path>,
         prometheus: Option<&str>,
-        _global: &crate::api::GlobalConfigurationSpec,
+        global: &crate::api::GlobalConfigurationSpec,
     ) -> anyhow::Result<Self> {
-        Ok(AnySource::Unavailable(format!(
-            "{file:?} {prometheus:?}: sources not built yet"
-        )))
+        match (file, prometheus) {
+            (Some(path), _) => Ok(AnySource::File(
+                file::FileSource::from_path(path).map_err(|e| anyhow::anyhow!("{e}"))?,
+            )),
+            (None, Some(url)) => {
+                let timeout = std::time::Duration::from_secs(global.prometheus.request_timeout.seconds());
+                Ok(AnySource::Prometheus(
+                    prometheus::PrometheusSource::new(url, timeout).map_err(|e| anyhow::anyhow!("{url}: {e}"))?,
+                ))
+            }
+            (None, None) => anyhow::bail!("give --metrics FILE or --prometheus URL"),
+        }
     }
 }
 
 impl MetricSource for AnySource {
-    async fn range_query(&self, _query: &RangeQuery) -> Result<SeriesSet, MetricError> {
+    async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
         match self {
-            AnySource::Unavailable(why) => Err(MetricError::Unavailable(why.clone())),
+            AnySource::File(f) => f.range_query(query).await,
+            AnySource::Prometheus(p) => p.range_query(query).await,
         }
     }
 }
+
+pub mod file;
+pub mod openmetrics;
+pub mod prometheus;
+pub mod promql;

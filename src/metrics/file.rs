@@ -1,0 +1,347 @@
+//! Metric source backed by an OpenMetrics file (standalone mode). It evaluates
+//! `sum by (ns,pod,container) (m{…})` / `sum by (…) (rate(m{…}[R]))` with Prometheus's
+//! range-query semantics, so it answers exactly like a Prometheus holding the same file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::openmetrics::{self, MetricType, OpenMetrics, ParseError, Series};
+use super::promql::{self, Group};
+use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
+
+/// Prometheus's default `--query.lookback-delta`.
+pub const LOOKBACK_DELTA_MS: i64 = 5 * 60 * 1000;
+
+/// Which Prometheus evaluation rules to reproduce. They differ only at exact boundaries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Semantics {
+    /// Prometheus 3: lookback and range windows are left-open, `(t-δ, t]`; in `rate`, the
+    /// start extrapolation is capped by the counter's zero point after the 1.1× rule.
+    #[default]
+    Prometheus3,
+    /// Prometheus 2: windows are closed, `[t-δ, t]`; the zero-point cap applies before the
+    /// 1.1× rule.
+    Prometheus2,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read metrics file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("metrics file {path}: {source}")]
+    Parse { path: PathBuf, source: ParseError },
+}
+
+pub struct FileSource {
+    data: OpenMetrics,
+    by_name: HashMap<String, Vec<usize>>,
+    semantics: Semantics,
+}
+
+impl FileSource {
+    pub fn from_path(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_str(&text).map_err(|source| LoadError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    #[allow(clippy::should_implement_trait)] // mirrors from_path; FromStr adds nothing here
+    pub fn from_str(text: &str) -> Result<Self, ParseError> {
+        Ok(Self::from_openmetrics(openmetrics::parse(text)?))
+    }
+
+    pub fn from_openmetrics(data: OpenMetrics) -> Self {
+        let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, s) in data.series.iter().enumerate() {
+            by_name.entry(s.name.clone()).or_default().push(i);
+        }
+        Self {
+            data,
+            by_name,
+            semantics: Semantics::default(),
+        }
+    }
+
+    /// Reproduce another Prometheus generation's boundary rules (tests compare against the
+    /// locally installed Prometheus, whatever its version).
+    pub fn with_semantics(mut self, semantics: Semantics) -> Self {
+        self.semantics = semantics;
+        self
+    }
+
+    fn is_counter(&self, q: &RangeQuery) -> bool {
+        q.counter.unwrap_or_else(|| {
+            q.metric.ends_with("_total")
+                || self.data.type_of(&q.metric) == Some(MetricType::Counter)
+        })
+    }
+
+    /// Synchronous core of [`MetricSource::range_query`].
+    pub fn evaluate(&self, q: &RangeQuery) -> Result<SeriesSet, MetricError> {
+        promql::validate(q)?;
+        let counter = self.is_counter(q);
+        let (start, end, step) = (q.start.timestamp(), q.end.timestamp(), q.step_seconds);
+        let grid: Vec<i64> = (0..)
+            .map(|k| start + k * step)
+            .take_while(|t| *t <= end)
+            .collect();
+        let range_ms = promql::rate_window_seconds(step) * 1000;
+
+        let mut groups: BTreeMap<(String, String, String), BTreeMap<i64, f64>> = BTreeMap::new();
+        for series in self
+            .by_name
+            .get(&q.metric)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.data.series[i])
+        {
+            if !selected(series, q) {
+                continue;
+            }
+            let label = |l: &str| series.labels.get(l).cloned().unwrap_or_default();
+            let key = (
+                label(&q.namespace_label),
+                label(&q.pod_label),
+                label(&q.container_label),
+            );
+            let sums = groups.entry(key).or_default();
+            for &t in &grid {
+                let t_ms = t * 1000;
+                let value = if counter {
+                    rate(&series.samples, t_ms, range_ms, self.semantics)
+                } else {
+                    instant(&series.samples, t_ms, self.semantics)
+                };
+                if let Some(v) = value {
+                    *sums.entry(t).or_insert(0.0) += v;
+                }
+            }
+        }
+        let groups = groups
+            .into_iter()
+            .filter(|(_, points)| !points.is_empty())
+            .map(|((namespace, pod, container), points)| Group {
+                namespace,
+                pod,
+                container,
+                points: points.into_iter().collect(),
+            })
+            .collect();
+        Ok(promql::finish(&q.metric, groups, Vec::new()))
+    }
+}
+
+impl MetricSource for FileSource {
+    async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
+        self.evaluate(query)
+    }
+}
+
+fn selected(s: &Series, q: &RangeQuery) -> bool {
+    let ns_ok = s
+        .labels
+        .get(&q.namespace_label)
+        .is_some_and(|ns| q.namespaces.contains(ns));
+    let pod_ok = q.pods.is_empty()
+        || s.labels
+            .get(&q.pod_label)
+            .is_some_and(|p| q.pods.contains(p));
+    ns_ok && pod_ok
+}
+
+/// Samples inside the window ending at `t_ms` of length `len_ms`, by the version's boundary rule.
+fn window(samples: &[(i64, f64)], t_ms: i64, len_ms: i64, semantics: Semantics) -> &[(i64, f64)] {
+    let lo = t_ms - len_ms;
+    let first = match semantics {
+        Semantics::Prometheus3 => samples.partition_point(|(ts, _)| *ts <= lo),
+        Semantics::Prometheus2 => samples.partition_point(|(ts, _)| *ts < lo),
+    };
+    let last = samples.partition_point(|(ts, _)| *ts <= t_ms);
+    &samples[first..last.max(first)]
+}
+
+/// Instant-vector selection: the newest sample within the lookback delta.
+fn instant(samples: &[(i64, f64)], t_ms: i64, semantics: Semantics) -> Option<f64> {
+    window(samples, t_ms, LOOKBACK_DELTA_MS, semantics)
+        .last()
+        .map(|(_, v)| *v)
+}
+
+/// Prometheus's `extrapolatedRate` for `rate()` on float samples.
+fn rate(samples: &[(i64, f64)], t_ms: i64, range_ms: i64, semantics: Semantics) -> Option<f64> {
+    let w = window(samples, t_ms, range_ms, semantics);
+    if w.len() < 2 {
+        return None;
+    }
+    let (first_t, first_v) = w[0];
+    let (last_t, last_v) = w[w.len() - 1];
+    let mut result = last_v - first_v;
+    for pair in w.windows(2) {
+        // Counter reset: the counter restarted from zero, so everything before it counts.
+        if pair[1].1 < pair[0].1 {
+            result += pair[0].1;
+        }
+    }
+    let range_start = t_ms - range_ms;
+    let mut to_start = (first_t - range_start) as f64 / 1000.0;
+    let mut to_end = (t_ms - last_t) as f64 / 1000.0;
+    let sampled = (last_t - first_t) as f64 / 1000.0;
+    let avg = sampled / (w.len() - 1) as f64;
+    let threshold = avg * 1.1;
+    // Counters cannot go below zero: never extrapolate the start past the zero point.
+    let to_zero = (result > 0.0 && first_v >= 0.0).then(|| sampled * (first_v / result));
+    match semantics {
+        Semantics::Prometheus2 => {
+            if let Some(z) = to_zero
+                && z < to_start
+            {
+                to_start = z;
+            }
+            if to_start >= threshold {
+                to_start = avg / 2.0;
+            }
+        }
+        Semantics::Prometheus3 => {
+            if to_start >= threshold {
+                to_start = avg / 2.0;
+            }
+            if let Some(z) = to_zero
+                && z < to_start
+            {
+                to_start = z;
+            }
+        }
+    }
+    if to_end >= threshold {
+        to_end = avg / 2.0;
+    }
+    let factor = (sampled + to_start + to_end) / sampled / (range_ms as f64 / 1000.0);
+    Some(result * factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::SeriesKey;
+    use chrono::{TimeZone, Utc};
+
+    const T0: i64 = 1_767_225_600;
+
+    fn q(metric: &str, start: i64, end: i64, step: i64) -> RangeQuery {
+        RangeQuery {
+            metric: metric.into(),
+            namespace_label: "namespace".into(),
+            pod_label: "pod".into(),
+            container_label: "container".into(),
+            namespaces: vec!["a".into()],
+            pods: vec![],
+            start: Utc.timestamp_opt(start, 0).unwrap(),
+            end: Utc.timestamp_opt(end, 0).unwrap(),
+            step_seconds: step,
+            counter: None,
+        }
+    }
+
+    fn key(c: &str) -> SeriesKey {
+        SeriesKey {
+            namespace: "a".into(),
+            pod: "p".into(),
+            container: c.into(),
+        }
+    }
+
+    #[test]
+    fn lookback_boundary_differs_between_generations() {
+        let text = format!("m{{namespace=\"a\",pod=\"p\",container=\"c\"}} 7 {T0}\n# EOF\n");
+        let v3 = FileSource::from_str(&text).unwrap();
+        let v2 = FileSource::from_str(&text)
+            .unwrap()
+            .with_semantics(Semantics::Prometheus2);
+        let query = q("m", T0, T0 + 300, 60);
+        let times = |s: &FileSource| -> Vec<i64> {
+            s.evaluate(&query).unwrap().series[&key("c")]
+                .iter()
+                .map(|(t, _)| t - T0)
+                .collect()
+        };
+        assert_eq!(times(&v3), vec![0, 60, 120, 180, 240]);
+        assert_eq!(times(&v2), vec![0, 60, 120, 180, 240, 300]);
+    }
+
+    #[test]
+    fn counter_rate_handles_reset_and_extrapolation() {
+        // 0,10,20,(reset)5,15 at 15 s spacing: increase 35 over 60 s sampled.
+        let mut text = String::from("# TYPE r counter\n");
+        for (i, v) in [0, 10, 20, 5, 15].iter().enumerate() {
+            text.push_str(&format!(
+                "r_total{{namespace=\"a\",pod=\"p\",container=\"c\"}} {v} {}\n",
+                T0 + 15 * i as i64
+            ));
+        }
+        text.push_str("# EOF\n");
+        let src = FileSource::from_str(&text).unwrap();
+        // step 15 → window 60 s; at T0+60 the window (T0, T0+60] holds 4 samples (v3).
+        let set = src.evaluate(&q("r_total", T0 + 60, T0 + 60, 15)).unwrap();
+        // v3: samples 10,20,5,15: increase 25 over 45 s, start 15 s away (< 1.1×15) → extrapolate
+        // to the whole 60 s: 25 × 60/45 / 60.
+        let got = set.series[&key("c")][0].1;
+        assert!((got - 25.0 * 60.0 / 45.0 / 60.0).abs() < 1e-12, "{got}");
+        let v2 = FileSource::from_str(&text)
+            .unwrap()
+            .with_semantics(Semantics::Prometheus2);
+        let got = v2
+            .evaluate(&q("r_total", T0 + 60, T0 + 60, 15))
+            .unwrap()
+            .series[&key("c")][0]
+            .1;
+        // v2: all 5 samples, increase 35 over 60 s, zero point at 0 s → no extrapolation.
+        assert!((got - 35.0 / 60.0).abs() < 1e-12, "{got}");
+    }
+
+    #[test]
+    fn sums_series_of_one_container_and_skips_unlabelled() {
+        let text = format!(
+            "m{{namespace=\"a\",pod=\"p\",container=\"c\",gpu=\"0\"}} 1 {T0}\n\
+             m{{namespace=\"a\",pod=\"p\",container=\"c\",gpu=\"1\"}} 2 {T0}\n\
+             m{{namespace=\"a\",pod=\"p\"}} 5 {T0}\n\
+             m{{namespace=\"b\",pod=\"p\",container=\"c\"}} 9 {T0}\n# EOF\n"
+        );
+        let set = FileSource::from_str(&text)
+            .unwrap()
+            .evaluate(&q("m", T0, T0, 60))
+            .unwrap();
+        assert_eq!(set.series.len(), 1);
+        assert_eq!(set.series[&key("c")], vec![(T0, 3.0)]);
+        assert_eq!(set.warnings.len(), 1);
+        assert!(
+            set.warnings[0].contains("no container label"),
+            "{:?}",
+            set.warnings
+        );
+    }
+
+    #[test]
+    fn load_errors_name_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.om");
+        std::fs::write(&path, "m 1 10\n").unwrap();
+        let e = FileSource::from_path(&path).err().unwrap().to_string();
+        assert!(
+            e.contains("m.om") && e.contains("line 2: missing # EOF"),
+            "{e}"
+        );
+        let e = FileSource::from_path(&dir.path().join("absent.om"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("cannot read metrics file"), "{e}");
+    }
+}

@@ -1,0 +1,293 @@
+//! What both sources share: query validation, the rate window, the PromQL text, and the
+//! post-processing of grouped results into a [`SeriesSet`] (so warnings and skipping rules are
+//! identical whether the numbers came from the file or from Prometheus).
+
+use std::collections::BTreeMap;
+
+use super::openmetrics::{is_label_name, is_metric_name};
+use super::{MetricError, RangeQuery, SeriesKey, SeriesSet};
+
+/// Prometheus refuses range queries with more points per series than this.
+pub const MAX_POINTS: i64 = 11_000;
+
+/// Smallest rate window: with the common 15–30 s scrape interval, 60 s still holds ≥ 2 samples.
+pub const MIN_RATE_WINDOW_SECONDS: i64 = 60;
+
+/// Window `R` of `rate(m[R])` for a counter queried at `step_seconds`.
+///
+/// DESIGN converts counters with `rate()` "over the sample step". A window of exactly one step
+/// would often hold a single sample (rate needs ≥ 2, else the point is missing) and would ignore
+/// increments between grid points when scrapes are sparse, so the window is 4 steps (the
+/// Grafana/`$__rate_interval` rule of thumb), and never under 60 s. Both sources use this one
+/// function, so the file source and Prometheus compute the same rates.
+pub fn rate_window_seconds(step_seconds: i64) -> i64 {
+    (4 * step_seconds).max(MIN_RATE_WINDOW_SECONDS)
+}
+
+/// Rejects queries neither source can answer, with the same message for both.
+pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
+    if !is_metric_name(&q.metric) {
+        return Err(MetricError::Other(format!(
+            "invalid metric name {:?}",
+            q.metric
+        )));
+    }
+    for (what, l) in [
+        ("namespace", &q.namespace_label),
+        ("pod", &q.pod_label),
+        ("container", &q.container_label),
+    ] {
+        if !is_label_name(l) {
+            return Err(MetricError::Other(format!(
+                "invalid {what} label name {l:?}"
+            )));
+        }
+    }
+    if q.step_seconds <= 0 {
+        return Err(MetricError::Other(format!(
+            "query step must be positive, got {} s",
+            q.step_seconds
+        )));
+    }
+    let (start, end) = (q.start.timestamp(), q.end.timestamp());
+    if end < start {
+        return Err(MetricError::Other(format!(
+            "query end {} is before start {}",
+            q.end, q.start
+        )));
+    }
+    let points = (end - start) / q.step_seconds + 1;
+    if points > MAX_POINTS {
+        return Err(MetricError::Other(format!(
+            "query would return {points} points per series; Prometheus allows at most {MAX_POINTS}: use a larger step"
+        )));
+    }
+    Ok(())
+}
+
+/// Escapes regex metacharacters (RE2 syntax) so a value matches only itself.
+pub fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Quotes a string as a PromQL double-quoted literal.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn alternation(values: &[String]) -> String {
+    let parts: Vec<String> = values.iter().map(|v| regex_escape(v)).collect();
+    quote(&parts.join("|"))
+}
+
+/// `sum by (ns,pod,container) (metric{ns=~"a|b",pod=~"p"})`, the selector wrapped in
+/// `rate(…[Rs])` for counters. Call [`validate`] first.
+pub fn build_query(q: &RangeQuery, counter: bool) -> String {
+    let mut selector = format!(
+        "{}{{{}=~{}",
+        q.metric,
+        q.namespace_label,
+        alternation(&q.namespaces)
+    );
+    if !q.pods.is_empty() {
+        selector.push_str(&format!(",{}=~{}", q.pod_label, alternation(&q.pods)));
+    }
+    selector.push('}');
+    let inner = if counter {
+        format!("rate({selector}[{}s])", rate_window_seconds(q.step_seconds))
+    } else {
+        selector
+    };
+    format!(
+        "sum by ({},{},{}) ({inner})",
+        q.namespace_label, q.pod_label, q.container_label
+    )
+}
+
+/// One output group of `sum by (ns,pod,container)`: label values ("" = label absent) and
+/// (unix seconds, value) points in ascending time.
+pub struct Group {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub points: Vec<(i64, f64)>,
+}
+
+/// Turns grouped results into a [`SeriesSet`]: groups missing a label are skipped, NaN/Inf
+/// points are dropped, each with a warning; groups left without points are omitted.
+pub fn finish(metric: &str, groups: Vec<Group>, mut warnings: Vec<String>) -> SeriesSet {
+    let mut series = BTreeMap::new();
+    for g in groups {
+        let missing: Vec<&str> = [
+            ("namespace", &g.namespace),
+            ("pod", &g.pod),
+            ("container", &g.container),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_empty())
+        .map(|(n, _)| n)
+        .collect();
+        if !missing.is_empty() {
+            warnings.push(format!(
+                "{metric}: skipped series namespace={:?} pod={:?} container={:?}: no {} label",
+                g.namespace,
+                g.pod,
+                g.container,
+                missing.join("/")
+            ));
+            continue;
+        }
+        let total = g.points.len();
+        let points: Vec<(i64, f64)> = g
+            .points
+            .into_iter()
+            .filter(|(_, v)| v.is_finite())
+            .collect();
+        if points.len() != total {
+            warnings.push(format!(
+                "{metric}: dropped {} NaN/Inf sample(s) of {}/{}/{}",
+                total - points.len(),
+                g.namespace,
+                g.pod,
+                g.container
+            ));
+        }
+        if points.is_empty() {
+            continue;
+        }
+        let key = SeriesKey {
+            namespace: g.namespace,
+            pod: g.pod,
+            container: g.container,
+        };
+        series.insert(key, points);
+    }
+    SeriesSet { series, warnings }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn query() -> RangeQuery {
+        RangeQuery {
+            metric: "gpu_util".into(),
+            namespace_label: "namespace".into(),
+            pod_label: "pod".into(),
+            container_label: "container".into(),
+            namespaces: vec!["a.b".into(), "c".into()],
+            pods: vec![],
+            start: Utc.timestamp_opt(1_767_225_600, 0).unwrap(),
+            end: Utc.timestamp_opt(1_767_229_200, 0).unwrap(),
+            step_seconds: 60,
+            counter: None,
+        }
+    }
+
+    #[test]
+    fn rate_window_is_four_steps_but_at_least_a_minute() {
+        assert_eq!(rate_window_seconds(5), 60);
+        assert_eq!(rate_window_seconds(15), 60);
+        assert_eq!(rate_window_seconds(60), 240);
+    }
+
+    #[test]
+    fn query_text_escapes_values_and_wraps_counters() {
+        let mut q = query();
+        assert_eq!(
+            build_query(&q, false),
+            r#"sum by (namespace,pod,container) (gpu_util{namespace=~"a\\.b|c"})"#
+        );
+        q.pods = vec!["p(1)".into(), "q\"x".into()];
+        assert_eq!(
+            build_query(&q, true),
+            r#"sum by (namespace,pod,container) (rate(gpu_util{namespace=~"a\\.b|c",pod=~"p\\(1\\)|q\"x"}[240s]))"#
+        );
+    }
+
+    #[test]
+    fn validation_rejects_bad_queries() {
+        let mut q = query();
+        q.step_seconds = 0;
+        assert!(
+            validate(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("step must be positive")
+        );
+        let mut q = query();
+        q.metric = "bad-name".into();
+        assert!(
+            validate(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("invalid metric name")
+        );
+        let mut q = query();
+        q.step_seconds = 1;
+        q.end = q.start + chrono::Duration::seconds(MAX_POINTS);
+        assert!(
+            validate(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("at most 11000")
+        );
+        let mut q = query();
+        std::mem::swap(&mut q.start, &mut q.end);
+        assert!(
+            validate(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("before start")
+        );
+        assert!(validate(&query()).is_ok());
+    }
+
+    #[test]
+    fn finish_skips_unlabelled_groups_and_drops_non_finite_points() {
+        let g = |c: &str, points: Vec<(i64, f64)>| Group {
+            namespace: "a".into(),
+            pod: "p".into(),
+            container: c.into(),
+            points,
+        };
+        let set = finish(
+            "m",
+            vec![
+                g("", vec![(1, 1.0)]),
+                g("c", vec![(1, f64::NAN), (2, 2.0), (3, f64::INFINITY)]),
+                g("d", vec![(1, f64::NAN)]),
+            ],
+            vec![],
+        );
+        assert_eq!(set.series.len(), 1);
+        let key = SeriesKey {
+            namespace: "a".into(),
+            pod: "p".into(),
+            container: "c".into(),
+        };
+        assert_eq!(set.series[&key], vec![(2, 2.0)]);
+        assert_eq!(set.warnings.len(), 3, "{:?}", set.warnings);
+        assert!(set.warnings[0].contains("no container label"));
+        assert!(set.warnings[1].contains("dropped 2 NaN/Inf"));
+    }
+}
