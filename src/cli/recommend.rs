@@ -86,8 +86,8 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<28} {:<12} {:<10} {:<8} {:<14} {:>8} {:>8} {:>11}  POLICY",
-        "WORKLOAD", "CONTAINER", "ACTION", "DRIVER", "", "CURRENT", "BASELINE", "RECOMMENDED"
+        "{:<28} {:<12} {:<10} {:<8} {:>8} {:>8} {:>11}  POLICY",
+        "WORKLOAD", "CONTAINER", "ACTION", "DRIVER", "CURRENT", "BASELINE", "RECOMMENDED"
     );
     for r in &cycle.results {
         let name = format!("{}/{}/{}", r.key.namespace, r.key.kind, r.key.name);
@@ -112,9 +112,8 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
         for (c, o) in &r.containers {
             let _ = writeln!(
                 s,
-                "{name:<28} {c:<12} {:<10} {driver:<8} {:<14} {:>8} {:>8} {:>11}  {policy}",
+                "{name:<28} {c:<12} {:<10} {driver:<8} {:>8} {:>8} {:>11}  {policy}",
                 r.action.as_str(),
-                "",
                 num(o.current),
                 num(o.baseline),
                 num(o.recommended),

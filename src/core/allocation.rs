@@ -125,7 +125,7 @@ pub fn container_allocations(
                 "KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"
             ))
         } else {
-            Allocation::Missing("no GPU allocation (no gpu-fraction, no nvidia.com/gpu)".into())
+            Allocation::Missing("neither gpu-fraction nor nvidia.com/gpu".into())
         };
         out.insert(c.name.clone(), alloc);
     }

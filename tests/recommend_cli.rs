@@ -1,0 +1,174 @@
+//! `kerf recommend` as a user runs it: the real binary on the shipped examples and on bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const AT: &str = "2026-01-01T12:00:00Z";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn kerf(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("kerf runs")
+}
+
+fn recommend_json(manifests: &Path, metrics: &Path) -> Value {
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        "--metrics",
+        metrics.to_str().unwrap(),
+        "--at",
+        AT,
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "kerf failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+fn entry<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no recommendation for {name}: {v}"))
+}
+
+#[test]
+fn examples_produce_an_upsize_and_a_scale_back() {
+    let v = recommend_json(&root().join("examples/manifests"), &root().join("examples/metrics.om"));
+    assert_eq!(v["recommendations"].as_array().unwrap().len(), 2, "one entry per GPU-policy workload");
+    let llm = entry(&v, "llm");
+    assert_eq!(llm["namespace"], "ml");
+    assert_eq!(llm["kind"], "Deployment");
+    assert_eq!(
+        llm["policy"],
+        serde_json::json!({"kind": "GpuReactivePolicy", "namespace": "ml", "name": "gpu-reactive"})
+    );
+    assert_eq!(llm["gpu"]["action"], "upsize");
+    assert_eq!(llm["gpu"]["drivingMetric"], "compute");
+    let inference = &llm["gpu"]["containers"]["inference"];
+    assert_eq!(inference["current"], 0.5);
+    assert_eq!(inference["baseline"], 0.5);
+    assert!((inference["recommended"].as_f64().unwrap() - 0.84).abs() < 1e-9);
+    let proxy = &llm["gpu"]["containers"]["proxy"];
+    assert!(proxy["current"].is_null() && proxy["recommended"].is_null());
+    assert!(llm["reasons"].as_array().unwrap().iter().any(|r| r.as_str().unwrap().contains("proxy")));
+
+    let emb = entry(&v, "embedder");
+    assert_eq!(emb["gpu"]["action"], "scaleBack");
+    assert_eq!(emb["gpu"]["containers"]["encoder"]["current"], 0.9);
+    assert_eq!(emb["gpu"]["containers"]["encoder"]["recommended"], 0.5);
+}
+
+#[test]
+fn json_keys_follow_the_documented_order() {
+    let out = kerf(&[
+        "recommend", "--manifests", "examples/manifests", "--metrics", "examples/metrics.om", "--at", AT, "-o", "json",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let pos = |k: &str| text.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} missing"));
+    assert!(pos("namespace") < pos("kind") && pos("kind") < pos("name") && pos("name") < pos("policy"));
+    assert!(pos("policy") < pos("gpu") && pos("gpu") < pos("reasons"));
+    assert!(pos("action") < pos("drivingMetric") && pos("drivingMetric") < pos("containers"));
+    assert!(pos("current") < pos("baseline") && pos("baseline") < pos("recommended"));
+}
+
+#[test]
+fn table_output_lists_every_container() {
+    let out = kerf(&["recommend", "--manifests", "examples/manifests", "--metrics", "examples/metrics.om", "--at", AT]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("ml/Deployment/llm") && text.contains("inference") && text.contains("0.84"));
+    assert!(text.contains("scaleBack"));
+}
+
+/// Copies the examples into a temp dir, lets `edit` break one file, and returns kerf's stderr.
+fn fails_with(edit: impl FnOnce(&Path)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    for f in std::fs::read_dir(root().join("examples/manifests")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, manifests.join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::copy(root().join("examples/metrics.om"), dir.path().join("metrics.om")).unwrap();
+    edit(dir.path());
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        "--metrics",
+        dir.path().join("metrics.om").to_str().unwrap(),
+        "--at",
+        AT,
+    ]);
+    assert!(!out.status.success(), "kerf accepted bad input");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn invalid_policy_is_rejected_naming_file_object_and_field() {
+    let err = fails_with(|d| {
+        let p = d.join("manifests/policies.yaml");
+        let text = std::fs::read_to_string(&p).unwrap().replacen("metricsWindow: 10m", "metricsWindow: 30s", 1);
+        std::fs::write(p, text).unwrap();
+    });
+    assert!(err.contains("policies.yaml"), "{err}");
+    assert!(err.contains("GpuReactivePolicy gpu-reactive"), "{err}");
+    assert!(err.contains("spec.metrics.compute.upsize.metricsWindow"), "{err}");
+}
+
+#[test]
+fn wrong_contract_is_rejected() {
+    let err = fails_with(|d| {
+        let p = d.join("manifests/policies.yaml");
+        let text = std::fs::read_to_string(&p).unwrap().replacen("gpuKaiContract: v1alpha1-2026-07", "gpuKaiContract: v0", 1);
+        std::fs::write(p, text).unwrap();
+    });
+    assert!(err.contains("spec.experimental.gpuKaiContract"), "{err}");
+}
+
+#[test]
+fn malformed_yaml_is_rejected_naming_the_file() {
+    let err = fails_with(|d| std::fs::write(d.join("manifests/broken.yaml"), "kind: [unclosed\n").unwrap());
+    assert!(err.contains("broken.yaml") && err.contains("invalid YAML"), "{err}");
+}
+
+#[test]
+fn wrong_field_type_names_the_field_path() {
+    let err = fails_with(|d| {
+        let p = d.join("manifests/policies.yaml");
+        let text = std::fs::read_to_string(&p).unwrap().replacen("thresholdPercent: 125", "thresholdPercent: lots", 1);
+        std::fs::write(p, text).unwrap();
+    });
+    assert!(err.contains("spec.metrics.compute.upsize.thresholdPercent"), "{err}");
+}
+
+#[test]
+fn malformed_metrics_line_is_rejected_with_its_line_number() {
+    let err = fails_with(|d| {
+        let p = d.join("metrics.om");
+        let text = std::fs::read_to_string(&p).unwrap().replacen("} 55 ", "} fifty-five ", 1);
+        std::fs::write(p, text).unwrap();
+    });
+    assert!(err.contains("metrics.om") || err.contains("line"), "{err}");
+    assert!(err.contains("line 3"), "{err}");
+}
+
+#[test]
+fn bad_at_timestamp_is_rejected() {
+    let out = kerf(&["recommend", "--manifests", "examples/manifests", "--metrics", "examples/metrics.om", "--at", "yesterday"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--at"));
+}
