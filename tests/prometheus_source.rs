@@ -667,3 +667,28 @@ async fn metadata_typed_counter_is_rated_and_query_is_posted() {
     assert_eq!(form["start"], T0.to_string());
     assert_eq!(form["step"], "60");
 }
+
+#[tokio::test]
+async fn example_testdata_loads_everywhere_and_agrees() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/metrics/gpu-example.om");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (_, prom_src, prom) = both(&text);
+    let file = FileSource::from_path(&path)
+        .unwrap()
+        .with_semantics(prom.file_semantics());
+    for (metric, step) in [
+        ("kubex_gpu_container_sm_utilization_percent", 60),
+        ("kubex_gpu_container_memory_footprint_percent", 30),
+        ("container_cpu_usage_seconds_total", 30),
+    ] {
+        let set = agree(
+            &file,
+            &prom_src,
+            &query(metric, &["ml"], &[], T0, T0 + 3600, step),
+        )
+        .await;
+        assert_eq!(set.series.len(), 2, "{metric}: {:?}", set.series.keys());
+        assert!(set.warnings.is_empty(), "{metric}: {:?}", set.warnings);
+    }
+}
