@@ -329,6 +329,33 @@ mod tests {
     }
 
     #[test]
+    fn counter_detection_uses_name_family_type_and_caller_choice() {
+        let mut text = String::from("# TYPE busy counter\n");
+        for i in 0..5 {
+            text.push_str(&format!(
+                "busy{{namespace=\"a\",pod=\"p\",container=\"c\"}} {} {}\n",
+                10 * i,
+                T0 + 15 * i
+            ));
+        }
+        text.push_str("# EOF\n");
+        let src = FileSource::from_str(&text).unwrap();
+        let at = |counter: Option<bool>| {
+            let query = RangeQuery {
+                counter,
+                ..q("busy", T0 + 60, T0 + 60, 15)
+            };
+            src.evaluate(&query).unwrap().series[&key("c")][0].1
+        };
+        assert!(
+            (at(None) - 10.0 / 15.0).abs() < 1e-12,
+            "typed counter is rated"
+        );
+        assert_eq!(at(Some(false)), 40.0);
+        assert!((at(Some(true)) - 10.0 / 15.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn load_errors_name_the_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.om");

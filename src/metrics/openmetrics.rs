@@ -223,9 +223,7 @@ fn parse_metadata(rest: &str, lineno: usize, out: &mut OpenMetrics) -> Result<()
 type Sample = (String, BTreeMap<String, String>, i64, f64);
 
 fn parse_sample(line: &str, lineno: usize) -> Result<Sample, ParseError> {
-    let name_end = line
-        .find(|c: char| c == '{' || c == ' ')
-        .unwrap_or(line.len());
+    let name_end = line.find(['{', ' ']).unwrap_or(line.len());
     let name = &line[..name_end];
     if !is_metric_name(name) {
         return err(lineno, format!("invalid metric name {name:?}"));

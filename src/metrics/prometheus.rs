@@ -87,20 +87,33 @@ impl PrometheusSource {
         }
     }
 
+    /// The request never got an HTTP answer (timeout, refused or dropped connection), if that
+    /// is what `e` is.
     fn transport_error(&self, e: &prometheus_http_query::Error) -> Option<MetricError> {
         match e {
-            prometheus_http_query::Error::Client(c) => c.inner().map(|r| self.map_reqwest(r)),
+            prometheus_http_query::Error::Client(c) => c
+                .inner()
+                .filter(|r| !r.is_status() && (r.is_timeout() || r.is_connect() || r.is_request()))
+                .map(|r| {
+                    if r.is_timeout() {
+                        MetricError::Timeout(self.timeout)
+                    } else {
+                        MetricError::Unavailable(error_chain(r))
+                    }
+                }),
             _ => None,
         }
     }
 
-    fn map_reqwest(&self, e: &reqwest::Error) -> MetricError {
+    /// Failure while reading an answer's body.
+    fn body_error(&self, e: &reqwest::Error) -> MetricError {
         if e.is_timeout() {
             MetricError::Timeout(self.timeout)
-        } else if e.is_connect() {
-            MetricError::Unavailable(error_chain(e))
         } else {
-            MetricError::BadResponse(error_chain(e))
+            MetricError::Unavailable(format!(
+                "connection lost while reading the answer: {}",
+                error_chain(e)
+            ))
         }
     }
 
@@ -128,7 +141,7 @@ impl PrometheusSource {
                     .unwrap_or_else(|| MetricError::Unavailable(e.to_string()))
             })?;
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.map_reqwest(&e))?;
+        let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
         let groups = parse_response(q, status, &body, &mut warnings)?;
         Ok(promql::finish(&q.metric, groups, warnings))
     }

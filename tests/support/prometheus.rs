@@ -1,0 +1,230 @@
+//! A real Prometheus for tests, loaded from OpenMetrics text with `promtool`.
+//!
+//! Include it with `#[path = "support/prometheus.rs"] mod prometheus_support;`.
+//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH`. Backfilled data is
+//! fixed in time: query at explicit times around [`EPOCH`], never "now".
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// 2026-01-01T00:00:00Z: the fixed origin of test data.
+pub const EPOCH: i64 = 1_767_225_600;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct TestPrometheus {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+fn binary(env: &str, name: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()))
+        .unwrap_or_else(|| {
+            panic!("`{name}` not found on PATH and {env} is not set; install with: apt-get install -y prometheus")
+        })
+}
+
+pub fn promtool_bin() -> PathBuf {
+    binary("KERF_PROMTOOL_BIN", "promtool")
+}
+
+pub fn prometheus_bin() -> PathBuf {
+    binary("KERF_PROMETHEUS_BIN", "prometheus")
+}
+
+/// Runs `promtool tsdb create-blocks-from openmetrics FILE DIR`; Err(output) when it refuses.
+pub fn promtool_load(file: &Path, data_dir: &Path) -> Result<(), String> {
+    let out = Command::new(promtool_bin())
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(file)
+        .arg(data_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run promtool: {e}"));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+impl TestPrometheus {
+    /// Loads `text` (OpenMetrics, ending in `# EOF`) and starts Prometheus on a free loopback
+    /// port; returns once `/-/ready` answers 200.
+    pub fn start_with_openmetrics(text: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("data.om");
+        std::fs::write(&file, text).expect("write OpenMetrics file");
+        let data = dir.path().join("data");
+        if let Err(out) = promtool_load(&file, &data) {
+            panic!("promtool refused the test data:\n{out}");
+        }
+        std::fs::write(
+            dir.path().join("prometheus.yml"),
+            "global:\n  scrape_interval: 1h\nscrape_configs: []\n",
+        )
+        .expect("write config");
+        let mut p = Self {
+            dir,
+            port: 0,
+            child: None,
+        };
+        // The port is free when picked but could be taken before Prometheus binds it.
+        for attempt in 1..=3 {
+            p.port = free_port();
+            match p.spawn() {
+                Ok(()) => return p,
+                Err(e) if attempt == 3 => panic!("{e}"),
+                Err(_) => {}
+            }
+        }
+        unreachable!()
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills Prometheus; the port then refuses connections. Data stays for [`Self::restart`].
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops (if running) and starts again on the same port with the same data.
+    pub fn restart(&mut self) {
+        self.stop();
+        if let Err(e) = self.spawn() {
+            panic!("{e}");
+        }
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log_path = self.dir.path().join("prometheus.log");
+        let log = std::fs::File::create(&log_path).expect("create log");
+        let child = Command::new(prometheus_bin())
+            .arg(format!(
+                "--config.file={}",
+                self.dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg("--storage.tsdb.retention.time=100y")
+            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start prometheus: {e}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!("prometheus exited ({status}) before ready:\n{log}"));
+            }
+            if matches!(self.get("/-/ready"), Ok((200, _))) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.stop();
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(format!(
+                    "prometheus not ready after {READY_TIMEOUT:?}:\n{log}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Plain blocking HTTP GET against this Prometheus: (status, body).
+    pub fn get(&self, path_and_query: &str) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        // HTTP/1.0: no chunked encoding, the server closes when done.
+        write!(
+            s,
+            "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
+        )?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad HTTP answer: {text:.200}")))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// Requests Prometheus has served on `handler` (e.g. `/api/v1/query_range`), all codes.
+    pub fn requests_served(&self, handler: &str) -> u64 {
+        let (_, body) = self.get("/metrics").expect("GET /metrics");
+        let needle = format!("handler=\"{handler}\"");
+        body.lines()
+            .filter(|l| l.starts_with("prometheus_http_requests_total{") && l.contains(&needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Major version from `/api/v1/status/buildinfo` (evaluation boundaries changed in 3).
+    pub fn major_version(&self) -> u32 {
+        let (_, body) = self.get("/api/v1/status/buildinfo").expect("GET buildinfo");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("buildinfo JSON");
+        v["data"]["version"]
+            .as_str()
+            .and_then(|s| s.split('.').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no version in buildinfo: {body}"))
+    }
+
+    /// The [`kerf::metrics::file::Semantics`] that reproduce this Prometheus.
+    pub fn file_semantics(&self) -> kerf::metrics::file::Semantics {
+        if self.major_version() >= 3 {
+            kerf::metrics::file::Semantics::Prometheus3
+        } else {
+            kerf::metrics::file::Semantics::Prometheus2
+        }
+    }
+}
+
+impl Drop for TestPrometheus {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
