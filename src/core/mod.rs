@@ -2,3 +2,7 @@
 //! `now` is always a parameter.
 
 pub mod model;
+pub mod hpa;
+pub mod quantity;
+pub mod resources;
+pub mod rightsizing;
