@@ -89,7 +89,9 @@ pub fn find_hpa<'a>(
 ) -> Option<&'a HorizontalPodAutoscaler> {
     hpas.iter()
         .filter(|h| h.metadata.namespace.as_deref().unwrap_or_default() == namespace)
-        .filter(|h| h.spec.scale_target_ref.kind == kind.as_str() && h.spec.scale_target_ref.name == name)
+        .filter(|h| {
+            h.spec.scale_target_ref.kind == kind.as_str() && h.spec.scale_target_ref.name == name
+        })
         .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
 }
 
@@ -148,15 +150,22 @@ pub fn analyze_metrics(hpa: &HorizontalPodAutoscaler) -> MetricsAnalysis {
                                 first_target.get_or_insert((res, a));
                                 single = Some((res, a));
                             }
-                            None => problems.push(format!("{} utilization without a positive averageUtilization", r.name)),
+                            None => problems.push(format!(
+                                "{} utilization without a positive averageUtilization",
+                                r.name
+                            )),
                         }
                     }
-                    None => problems.push(format!("Resource metric {} with target type {}", r.name, r.target.type_)),
+                    None => problems.push(format!(
+                        "Resource metric {} with target type {}",
+                        r.name, r.target.type_
+                    )),
                 }
             }
             "ContainerResource" => {
                 if let Some(r) = &m.container_resource
-                    && let Some((res, avg)) = utilization(&r.name, &r.target.type_, r.target.average_utilization)
+                    && let Some((res, avg)) =
+                        utilization(&r.name, &r.target.type_, r.target.average_utilization)
                 {
                     resources.insert(res);
                     if let Some(a) = avg.filter(|a| *a > 0) {
@@ -169,7 +178,10 @@ pub fn analyze_metrics(hpa: &HorizontalPodAutoscaler) -> MetricsAnalysis {
         }
     }
     if metrics.len() > 1 {
-        problems.insert(0, format!("{} metrics (coordination needs exactly one)", metrics.len()));
+        problems.insert(
+            0,
+            format!("{} metrics (coordination needs exactly one)", metrics.len()),
+        );
     }
     let supported = if problems.is_empty() { single } else { None };
     MetricsAnalysis {
@@ -184,8 +196,14 @@ pub fn analyze_metrics(hpa: &HorizontalPodAutoscaler) -> MetricsAnalysis {
 /// (e.g. `kube_horizontalpodautoscaler_status_current_replicas`) at or above it, or its current status.
 pub fn max_replicas_reached(hpa: &HorizontalPodAutoscaler, replica_samples: &[Sample]) -> bool {
     let max = hpa.spec.max_replicas;
-    let now = hpa.status.as_ref().and_then(|s| s.current_replicas).is_some_and(|c| c >= max);
-    now || replica_samples.iter().any(|(_, v)| v.is_finite() && *v >= f64::from(max))
+    let now = hpa
+        .status
+        .as_ref()
+        .and_then(|s| s.current_replicas)
+        .is_some_and(|c| c >= max);
+    now || replica_samples
+        .iter()
+        .any(|(_, v)| v.is_finite() && *v >= f64::from(max))
 }
 
 /// `round(old × before / after)`, half up, in exact integer arithmetic. `None` when `after` ≤ 0
@@ -224,7 +242,11 @@ pub struct CountedRequest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Coordination {
     /// The target stays in bounds with `requests` (same order as the input).
-    Ok { target: i32, requests: Vec<i64>, adjusted: bool },
+    Ok {
+        target: i32,
+        requests: Vec<i64>,
+        adjusted: bool,
+    },
     /// No request set keeps the target in bounds; `target` is the unadjusted new target.
     Blocked { target: i32, why: String },
 }
@@ -236,7 +258,11 @@ fn scaled(a: i64, k: f64, unit: i64, up: bool) -> i64 {
     } else {
         // Floor, ignoring float noise just under an integer.
         let r = x.round();
-        if (x - r).abs() <= 1e-9 * r.abs().max(1.0) { r } else { x.floor() }
+        if (x - r).abs() <= 1e-9 * r.abs().max(1.0) {
+            r
+        } else {
+            x.floor()
+        }
     };
     (q as i64).saturating_mul(unit)
 }
@@ -261,7 +287,11 @@ pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> 
             adjusted: false,
         };
     }
-    let fixed: i64 = containers.iter().filter(|c| !c.adjustable).map(|c| c.recommended).sum();
+    let fixed: i64 = containers
+        .iter()
+        .filter(|c| !c.adjustable)
+        .map(|c| c.recommended)
+        .sum();
     let adj: Vec<&CountedRequest> = containers.iter().filter(|c| c.adjustable).collect();
     let two_ob = 2 * i128::from(old_target) * i128::from(before);
     let up = target > hi;
@@ -270,7 +300,9 @@ pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> 
         let v = scaled(c.recommended, k, unit, up).max(c.floor);
         c.ceiling.map_or(v, |m| v.min(m.max(c.recommended)))
     };
-    let sum_at = |k: f64| -> i128 { adj.iter().map(|c| i128::from(value(c, k))).sum::<i128>() + i128::from(fixed) };
+    let sum_at = |k: f64| -> i128 {
+        adj.iter().map(|c| i128::from(value(c, k))).sum::<i128>() + i128::from(fixed)
+    };
     let k = if up {
         // Smallest Σafter with round(old × before / Σafter) ≤ hi.
         let need = two_ob / i128::from(2 * hi + 1) + 1;
@@ -306,7 +338,9 @@ pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> 
                 .map(|c| c.name.as_str())
                 .collect();
             let why = if pinned.is_empty() {
-                format!("keeping the {target} % target at least {lo} % needs requests below the policy's min")
+                format!(
+                    "keeping the {target} % target at least {lo} % needs requests below the policy's min"
+                )
             } else {
                 format!(
                     "keeping the {target} % target at least {lo} % would trim the recommended request of {}, which must not decrease (throttled or OOM-killed)",
@@ -324,7 +358,13 @@ pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> 
     };
     let requests: Vec<i64> = containers
         .iter()
-        .map(|c| if c.adjustable { value(c, k) } else { c.recommended })
+        .map(|c| {
+            if c.adjustable {
+                value(c, k)
+            } else {
+                c.recommended
+            }
+        })
         .collect();
     let final_after: i64 = requests.iter().sum();
     match new_target(old_target, before, final_after) {
@@ -362,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn worked_example_cpu_50_percent_1000m_to_700m_gives_71() {
+    fn new_target_worked_example_50_percent_1000m_to_700m() {
         assert_eq!(new_target(50, 1000, 700), Some(71));
         let c = [CountedRequest {
             name: "app".into(),
@@ -396,33 +436,54 @@ mod tests {
         assert_eq!(a.supported, Some((HpaResource::Memory, 70)));
         assert!(a.coupled());
         let a = analyze_metrics(&hpa(json!([])));
-        assert_eq!(a.supported, Some((HpaResource::Cpu, 80)), "no metrics = Kubernetes default CPU 80 %");
+        assert_eq!(
+            a.supported,
+            Some((HpaResource::Cpu, 80)),
+            "no metrics = Kubernetes default CPU 80 %"
+        );
     }
 
     #[test]
-    fn two_utilization_metrics_is_unsupported_metrics() {
+    fn analysis_two_utilization_metrics_unsupported() {
         let a = analyze_metrics(&hpa(json!([cpu_util(50), mem_util(70)])));
         assert_eq!(a.supported, None);
-        assert_eq!(a.utilization_resources, BTreeSet::from([HpaResource::Cpu, HpaResource::Memory]));
+        assert_eq!(
+            a.utilization_resources,
+            BTreeSet::from([HpaResource::Cpu, HpaResource::Memory])
+        );
         assert!(a.detail.contains("2 metrics"), "{}", a.detail);
     }
 
     #[test]
-    fn container_resource_metric_is_unsupported_metrics() {
-        let a = analyze_metrics(&hpa(json!([{"type": "ContainerResource", "containerResource": {
-            "name": "cpu", "container": "app", "target": {"type": "Utilization", "averageUtilization": 60}}}])));
+    fn analysis_container_resource_unsupported() {
+        let a = analyze_metrics(&hpa(
+            json!([{"type": "ContainerResource", "containerResource": {
+            "name": "cpu", "container": "app", "target": {"type": "Utilization", "averageUtilization": 60}}}]),
+        ));
         assert_eq!(a.supported, None);
-        assert!(a.coupled(), "a per-container CPU utilization metric still couples to CPU requests");
+        assert!(
+            a.coupled(),
+            "a per-container CPU utilization metric still couples to CPU requests"
+        );
         assert_eq!(a.first_target, Some((HpaResource::Cpu, 60)));
         assert!(a.detail.contains("ContainerResource"));
     }
 
     #[test]
-    fn pods_object_external_metrics_are_unsupported() {
+    fn analysis_pods_object_external_unsupported() {
         for (kind, body) in [
-            ("Pods", json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}})),
-            ("Object", json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}})),
-            ("External", json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}})),
+            (
+                "Pods",
+                json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
+            ),
+            (
+                "Object",
+                json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
+            ),
+            (
+                "External",
+                json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
+            ),
         ] {
             let a = analyze_metrics(&hpa(json!([cpu_util(50), body.clone()])));
             assert_eq!(a.supported, None, "{kind}");
@@ -433,7 +494,9 @@ mod tests {
             assert!(!a.coupled(), "{kind}");
         }
         // AverageValue on CPU does not divide by requests either.
-        let a = analyze_metrics(&hpa(json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "AverageValue", "averageValue": "500m"}}}])));
+        let a = analyze_metrics(&hpa(
+            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "AverageValue", "averageValue": "500m"}}}]),
+        ));
         assert!(!a.coupled());
     }
 
@@ -445,16 +508,27 @@ mod tests {
         other_name.spec.scale_target_ref.name = "api".into();
         let mine = hpa(json!([]));
         let list = [other_ns, other_name, mine.clone()];
-        assert_eq!(find_hpa(&list, "shop", WorkloadKind::Deployment, "web"), Some(&mine));
-        assert_eq!(find_hpa(&list, "shop", WorkloadKind::StatefulSet, "web"), None);
+        assert_eq!(
+            find_hpa(&list, "shop", WorkloadKind::Deployment, "web"),
+            Some(&mine)
+        );
+        assert_eq!(
+            find_hpa(&list, "shop", WorkloadKind::StatefulSet, "web"),
+            None
+        );
     }
 
     #[test]
     fn max_replicas_reached_from_series_or_status() {
         let mut h = hpa(json!([cpu_util(50)]));
         assert!(!max_replicas_reached(&h, &[(0, 3.0), (60, 9.0)]));
-        assert!(max_replicas_reached(&h, &[(0, 3.0), (60, 10.0), (120, 4.0)]));
-        h.status = Some(serde_json::from_value(json!({"currentReplicas": 10, "desiredReplicas": 10})).unwrap());
+        assert!(max_replicas_reached(
+            &h,
+            &[(0, 3.0), (60, 10.0), (120, 4.0)]
+        ));
+        h.status = Some(
+            serde_json::from_value(json!({"currentReplicas": 10, "desiredReplicas": 10})).unwrap(),
+        );
         assert!(max_replicas_reached(&h, &[]));
     }
 
@@ -474,7 +548,11 @@ mod tests {
     fn hub_raises_requests_to_keep_target_at_most_90() {
         // 80 % target, 1000m → 500m would give 160 %: requests are raised until the target is ≤ 90.
         match coordinate(80, &[req("app", 1000, 500)], 1) {
-            Coordination::Ok { target, requests, adjusted } => {
+            Coordination::Ok {
+                target,
+                requests,
+                adjusted,
+            } => {
                 assert!(adjusted);
                 assert_eq!(target, 90);
                 assert_eq!(requests, vec![884]); // 80 × 1000 / 884 = 90.497 → 90; 883 would round to 91
@@ -488,7 +566,9 @@ mod tests {
         // 50 % target, Σ 1000m → 2000m would give 25 %: scaled down together to the largest Σ that rounds to 40 %.
         let c = [req("a", 500, 1500), req("b", 500, 500)];
         match coordinate(50, &c, 1) {
-            Coordination::Ok { target, requests, .. } => {
+            Coordination::Ok {
+                target, requests, ..
+            } => {
                 assert_eq!(target, 40);
                 assert_eq!(requests.iter().sum::<i64>(), 1265); // 50 × 1000 / 1265 = 39.53 → 40; 1266 → 39
                 // Proportional: a stays three times b (within rounding).
@@ -499,7 +579,7 @@ mod tests {
     }
 
     #[test]
-    fn oom_killed_memory_increase_pushing_target_below_40_blocks() {
+    fn coordinate_never_trims_oom_killed_increase() {
         // Memory target 60 %, 512Mi → 1024Mi: 30 %. Without an OOM kill the hub trims the increase
         // to 777Mi (60 × 512 / 777 = 39.5 → 40 %; 778Mi would round to 39 %) …
         let mib = 1 << 20;
@@ -521,23 +601,50 @@ mod tests {
         match coordinate(60, &[oom], mib) {
             Coordination::Blocked { target, why } => {
                 assert_eq!(target, 30);
-                assert!(why.contains("must not decrease") && why.contains("app"), "{why}");
+                assert!(
+                    why.contains("must not decrease") && why.contains("app"),
+                    "{why}"
+                );
             }
             other => panic!("{other:?}"),
         }
     }
 
     #[test]
-    fn current_target_outside_hub_bounds_left_as_is() {
+    fn hub_bounds_widen_to_a_current_target_outside_them() {
         // 95 % is outside 40–90: unchanged requests keep it at 95 (not pulled into the bounds) …
         assert_eq!(hub_bounds(95), (40, 95));
-        assert!(matches!(coordinate(95, &[req("app", 1000, 1000)], 1), Coordination::Ok { target: 95, adjusted: false, .. }));
+        assert!(matches!(
+            coordinate(95, &[req("app", 1000, 1000)], 1),
+            Coordination::Ok {
+                target: 95,
+                adjusted: false,
+                ..
+            }
+        ));
         // … a downsize may not push it further out: requests are raised so it stays at 95 …
-        assert!(matches!(coordinate(95, &[req("app", 1000, 500)], 1), Coordination::Ok { target: 95, adjusted: true, .. }));
+        assert!(matches!(
+            coordinate(95, &[req("app", 1000, 500)], 1),
+            Coordination::Ok {
+                target: 95,
+                adjusted: true,
+                ..
+            }
+        ));
         // … and an upsize may bring it back toward the bounds.
-        assert!(matches!(coordinate(95, &[req("app", 1000, 1200)], 1), Coordination::Ok { target: 79, adjusted: false, .. }));
+        assert!(matches!(
+            coordinate(95, &[req("app", 1000, 1200)], 1),
+            Coordination::Ok {
+                target: 79,
+                adjusted: false,
+                ..
+            }
+        ));
         // Same below: 30 % stays 30 %.
-        assert!(matches!(coordinate(30, &[req("app", 1000, 1000)], 1), Coordination::Ok { target: 30, .. }));
+        assert!(matches!(
+            coordinate(30, &[req("app", 1000, 1000)], 1),
+            Coordination::Ok { target: 30, .. }
+        ));
     }
 
     #[test]
@@ -545,7 +652,9 @@ mod tests {
         let mut fixed = req("side", 1000, 1000);
         fixed.adjustable = false;
         match coordinate(80, &[req("app", 1000, 100), fixed], 1) {
-            Coordination::Ok { requests, target, .. } => {
+            Coordination::Ok {
+                requests, target, ..
+            } => {
                 assert_eq!(requests[1], 1000);
                 assert!(target <= 90);
             }
@@ -553,11 +662,18 @@ mod tests {
         }
         let mut only_fixed = req("side", 1000, 100);
         only_fixed.adjustable = false;
-        assert!(matches!(coordinate(80, &[only_fixed], 1), Coordination::Blocked { .. }));
+        assert!(matches!(
+            coordinate(80, &[only_fixed], 1),
+            Coordination::Blocked { .. }
+        ));
     }
 
     fn counted() -> impl Strategy<Value = Vec<CountedRequest>> {
-        proptest::collection::vec((1i64..20_000, 1i64..20_000, any::<bool>(), any::<bool>()), 1..5).prop_map(|v| {
+        proptest::collection::vec(
+            (1i64..20_000, 1i64..20_000, any::<bool>(), any::<bool>()),
+            1..5,
+        )
+        .prop_map(|v| {
             v.into_iter()
                 .enumerate()
                 .map(|(i, (cur, rec, adjustable, mnd))| {
@@ -609,7 +725,8 @@ mod tests {
                     let floors: i64 = c.iter().map(|x| if x.adjustable { x.floor } else { x.recommended }).sum();
                     let raw = new_target(old, before, c.iter().map(|x| x.recommended).sum()).unwrap();
                     let any_adj = c.iter().any(|x| x.adjustable);
-                    prop_assert!(!any_adj || (raw < lo && new_target(old, before, floors).unwrap() < lo) || raw > hi && !any_adj);
+                    prop_assert!(raw < lo || raw > hi, "an in-bounds target is never blocked");
+                    prop_assert!(!any_adj || (raw < lo && new_target(old, before, floors).unwrap() < lo));
                 }
             }
         }

@@ -1,8 +1,8 @@
 //! The pure core: plain functions over plain data. No tokio, no kube client, no clock reads —
 //! `now` is always a parameter.
 
-pub mod model;
 pub mod hpa;
+pub mod model;
 pub mod quantity;
 pub mod resources;
 pub mod rightsizing;

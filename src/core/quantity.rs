@@ -65,7 +65,10 @@ pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
                     significant += 1;
                 }
                 if significant > MAX_DIGITS {
-                    return Err(err(text, format!("more than {MAX_DIGITS} significant digits")));
+                    return Err(err(
+                        text,
+                        format!("more than {MAX_DIGITS} significant digits"),
+                    ));
                 }
                 mantissa = mantissa * 10 + u128::from(d - b'0');
                 if seen_dot {
@@ -79,7 +82,10 @@ pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
         i += 1;
     }
     if !any_digit {
-        return Err(err(text, "expected a number such as 700m, 1.5, 512Mi or 1e3"));
+        return Err(err(
+            text,
+            "expected a number such as 700m, 1.5, 512Mi or 1e3",
+        ));
     }
     let suffix = &text[i..];
     let (exp10, exp2): (i32, u32) = match suffix {
@@ -115,12 +121,17 @@ pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
         s => {
             return Err(err(
                 text,
-                format!("unknown suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or e<n>)"),
+                format!(
+                    "unknown suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or e<n>)"
+                ),
             ));
         }
     };
     let too_large = || err(text, "too large (must fit in a 64-bit integer of the unit)");
-    let mut value = mantissa.checked_shl(exp2).filter(|v| v >> exp2 == mantissa).ok_or_else(too_large)?;
+    let mut value = mantissa
+        .checked_shl(exp2)
+        .filter(|v| v >> exp2 == mantissa)
+        .ok_or_else(too_large)?;
     let k = exp10 + scale - frac_digits;
     if k >= 0 {
         let mul = 10u128.checked_pow(k as u32).ok_or_else(too_large)?;
@@ -131,7 +142,11 @@ pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
         value = match div {
             Some(d) => {
                 let q = value / d;
-                if value % d != 0 && !negative { q + 1 } else { q }
+                if value % d != 0 && !negative {
+                    q + 1
+                } else {
+                    q
+                }
             }
             // Divisor beyond u128: the value is a positive fraction of one unit (or zero).
             None => u128::from(value != 0 && !negative),
@@ -181,7 +196,14 @@ pub fn format_memory_bytes(bytes: i64) -> String {
     if bytes == 0 {
         return "0".into();
     }
-    const SUFFIXES: [(&str, u32); 6] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
     for (suffix, shift) in SUFFIXES {
         let unit = 1i64 << shift;
         if bytes % unit == 0 {
@@ -251,7 +273,9 @@ mod tests {
 
     #[test]
     fn bad_quantities_are_rejected_with_the_text_named() {
-        for text in ["", "m", "abc", "1.2.3", "1Kb", "1 Gi", "1e", "1ex", "--1", "1e999", "9Ei", "-100m"] {
+        for text in [
+            "", "m", "abc", "1.2.3", "1Kb", "1 Gi", "1e", "1ex", "--1", "1e999", "9Ei", "-100m",
+        ] {
             let e = parse_cpu_millis(text).expect_err(text);
             assert_eq!(e.text, text);
             assert!(e.to_string().contains(&format!("{text:?}")), "{e}");

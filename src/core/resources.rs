@@ -85,10 +85,16 @@ impl CpuParams {
     pub fn from_recipe(r: &CpuRecipe) -> Result<Self, PolicyError> {
         let f = "spec.resources.cpu";
         if !(r.percentile > 0.0 && r.percentile <= 100.0) {
-            return Err(policy_err(format!("{f}.percentile"), format!("must be in (0, 100] (got {})", r.percentile)));
+            return Err(policy_err(
+                format!("{f}.percentile"),
+                format!("must be in (0, 100] (got {})", r.percentile),
+            ));
         }
         if !(r.headroom_percent.is_finite() && r.headroom_percent >= 0.0) {
-            return Err(policy_err(format!("{f}.headroomPercent"), "must be a number >= 0"));
+            return Err(policy_err(
+                format!("{f}.headroomPercent"),
+                "must be a number >= 0",
+            ));
         }
         let parse = |q: &Option<_>, name: &str| {
             q.as_ref()
@@ -113,7 +119,10 @@ impl MemoryParams {
     pub fn from_recipe(r: &MemoryRecipe) -> Result<Self, PolicyError> {
         let f = "spec.resources.memory";
         if !(r.headroom_percent.is_finite() && r.headroom_percent >= 0.0) {
-            return Err(policy_err(format!("{f}.headroomPercent"), "must be a number >= 0"));
+            return Err(policy_err(
+                format!("{f}.headroomPercent"),
+                "must be a number >= 0",
+            ));
         }
         let parse = |q: &Option<_>, name: &str| {
             q.as_ref()
@@ -161,7 +170,13 @@ impl PolicyParams {
                 .map(quantity::memory_bytes)
                 .transpose()
                 .map_err(|e| policy_err(format!("spec.static.{name}.memory"), e))?;
-            static_requests.insert(name.clone(), ResourceRequests { cpu_millis, memory_bytes });
+            static_requests.insert(
+                name.clone(),
+                ResourceRequests {
+                    cpu_millis,
+                    memory_bytes,
+                },
+            );
         }
         Ok(Self {
             cpu,
@@ -175,8 +190,12 @@ impl PolicyParams {
         let exact = self.static_requests.get(container);
         let any = self.static_requests.get("*");
         ResourceRequests {
-            cpu_millis: exact.and_then(|s| s.cpu_millis).or(any.and_then(|s| s.cpu_millis)),
-            memory_bytes: exact.and_then(|s| s.memory_bytes).or(any.and_then(|s| s.memory_bytes)),
+            cpu_millis: exact
+                .and_then(|s| s.cpu_millis)
+                .or(any.and_then(|s| s.cpu_millis)),
+            memory_bytes: exact
+                .and_then(|s| s.memory_bytes)
+                .or(any.and_then(|s| s.memory_bytes)),
         }
     }
 }
@@ -209,7 +228,11 @@ pub fn percentile_nearest_rank(values: &[f64], p: f64) -> Option<f64> {
 /// Ceiling that ignores floating-point noise: a value within 1e-9 (relative) of an integer is that integer.
 pub fn ceil_clean(x: f64) -> f64 {
     let r = x.round();
-    if (x - r).abs() <= 1e-9 * r.abs().max(1.0) { r } else { x.ceil() }
+    if (x - r).abs() <= 1e-9 * r.abs().max(1.0) {
+        r
+    } else {
+        x.ceil()
+    }
 }
 
 /// Round `x` up to a whole multiple of `unit`, ignoring float noise.
@@ -232,7 +255,11 @@ pub fn recommend_cpu_millis(samples: &[Sample], p: &CpuParams, now: DateTime<Utc
 }
 
 /// Recommended memory request in bytes from working-set samples (bytes), or `None` without samples.
-pub fn recommend_memory_bytes(samples: &[Sample], p: &MemoryParams, now: DateTime<Utc>) -> Option<i64> {
+pub fn recommend_memory_bytes(
+    samples: &[Sample],
+    p: &MemoryParams,
+    now: DateTime<Utc>,
+) -> Option<i64> {
     let values = in_window(samples, p.window_secs, now);
     let peak = values.into_iter().reduce(f64::max)?;
     let raw = ceil_to_unit(peak * (1.0 + p.headroom_percent / 100.0), MIB).max(MIB);
@@ -285,7 +312,11 @@ pub struct ContainerRec {
 }
 
 /// CPU and memory recommendation of one container under a policy.
-pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams, now: DateTime<Utc>) -> ContainerRec {
+pub fn recommend_container(
+    c: &ContainerSignals,
+    p: &PolicyParams,
+    now: DateTime<Utc>,
+) -> ContainerRec {
     let fixed = p.static_for(&c.name);
     fn pick(fixed: Option<i64>, usage: impl FnOnce() -> Option<i64>) -> (Option<i64>, Source) {
         match fixed {
@@ -293,8 +324,12 @@ pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams, now: DateTime
             None => usage().map_or((None, Source::NoData), |v| (Some(v), Source::Usage)),
         }
     }
-    let (cpu, cpu_src) = pick(fixed.cpu_millis, || recommend_cpu_millis(&c.cpu, &p.cpu, now));
-    let (mem, mem_src) = pick(fixed.memory_bytes, || recommend_memory_bytes(&c.memory, &p.memory, now));
+    let (cpu, cpu_src) = pick(fixed.cpu_millis, || {
+        recommend_cpu_millis(&c.cpu, &p.cpu, now)
+    });
+    let (mem, mem_src) = pick(fixed.memory_bytes, || {
+        recommend_memory_bytes(&c.memory, &p.memory, now)
+    });
     ContainerRec {
         cpu: ResourceRec {
             value: cpu.map(|v| never_below_current(v, c.current.cpu_millis, c.throttled)),
@@ -322,30 +357,47 @@ pub fn throttled(throttled_periods: &[Sample], periods: &[Sample], ratio: f64) -
     })
 }
 
-fn ts_in(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time, start: DateTime<Utc>, end: DateTime<Utc>) -> bool {
+fn ts_in(
+    t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> bool {
     let ms = t.0.as_millisecond();
     ms >= start.timestamp_millis() && ms <= end.timestamp_millis()
 }
 
 /// Whether `container` was OOM-killed with a termination that finished in `[start, end]`: its current
 /// or last state is `terminated` with reason `OOMKilled` and `finishedAt` in the window.
-pub fn oom_killed_in_window(statuses: &[ContainerStatus], container: &str, start: DateTime<Utc>, end: DateTime<Utc>) -> bool {
+pub fn oom_killed_in_window(
+    statuses: &[ContainerStatus],
+    container: &str,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> bool {
     statuses.iter().filter(|s| s.name == container).any(|s| {
         [s.last_state.as_ref(), s.state.as_ref()]
             .into_iter()
             .flatten()
             .filter_map(|st| st.terminated.as_ref())
             .any(|t| {
-                t.reason.as_deref() == Some(OOM_KILLED) && t.finished_at.as_ref().is_some_and(|f| ts_in(f, start, end))
+                t.reason.as_deref() == Some(OOM_KILLED)
+                    && t.finished_at.as_ref().is_some_and(|f| ts_in(f, start, end))
             })
     })
 }
 
 /// Names of the containers (regular and init) OOM-killed in `[start, end]` in any of `pods`.
-pub fn oom_killed_containers(pods: &[Pod], start: DateTime<Utc>, end: DateTime<Utc>) -> BTreeSet<String> {
+pub fn oom_killed_containers(
+    pods: &[Pod],
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for status in pods.iter().filter_map(|p| p.status.as_ref()) {
-        for list in [&status.container_statuses, &status.init_container_statuses].into_iter().flatten() {
+        for list in [&status.container_statuses, &status.init_container_statuses]
+            .into_iter()
+            .flatten()
+        {
             for s in list {
                 if oom_killed_in_window(std::slice::from_ref(s), &s.name, start, end) {
                     out.insert(s.name.clone());
@@ -396,7 +448,11 @@ mod tests {
     fn series(values: &[f64]) -> Vec<Sample> {
         let end = now().timestamp();
         let n = values.len() as i64;
-        values.iter().enumerate().map(|(i, v)| (end - (n - 1 - i as i64) * 60, *v)).collect()
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (end - (n - 1 - i as i64) * 60, *v))
+            .collect()
     }
 
     fn cpu(pct: f64, headroom: f64) -> CpuParams {
@@ -443,13 +499,25 @@ mod tests {
     #[test]
     fn cpu_rounds_up_to_millicores_without_float_noise() {
         // 0.6087 cores × 1.15 = 0.700005 → 701m (a real fraction rounds up) …
-        assert_eq!(recommend_cpu_millis(&series(&[0.6087]), &cpu(95.0, 15.0), now()), Some(701));
+        assert_eq!(
+            recommend_cpu_millis(&series(&[0.6087]), &cpu(95.0, 15.0), now()),
+            Some(701)
+        );
         // … but 0.7 × 1.0 is exactly 700m even though 0.7 * 1000 is not exact in binary.
-        assert_eq!(recommend_cpu_millis(&series(&[0.7]), &cpu(95.0, 0.0), now()), Some(700));
+        assert_eq!(
+            recommend_cpu_millis(&series(&[0.7]), &cpu(95.0, 0.0), now()),
+            Some(700)
+        );
         // 0.1 × 1.1 × 1000 = 110.00000000000001 in f64: still 110m.
-        assert_eq!(recommend_cpu_millis(&series(&[0.1]), &cpu(95.0, 10.0), now()), Some(110));
+        assert_eq!(
+            recommend_cpu_millis(&series(&[0.1]), &cpu(95.0, 10.0), now()),
+            Some(110)
+        );
         // Zero usage still gets the smallest request.
-        assert_eq!(recommend_cpu_millis(&series(&[0.0]), &cpu(95.0, 15.0), now()), Some(1));
+        assert_eq!(
+            recommend_cpu_millis(&series(&[0.0]), &cpu(95.0, 15.0), now()),
+            Some(1)
+        );
     }
 
     #[test]
@@ -457,10 +525,16 @@ mod tests {
         let peak = 100.0 * MIB as f64 + 1.0;
         // (100 MiB + 1 B) × 1.2 = 120 MiB + 1.2 B → 121 MiB.
         let s = series(&[10.0 * MIB as f64, peak, 50.0 * MIB as f64]);
-        assert_eq!(recommend_memory_bytes(&s, &mem(20.0), now()), Some(121 * MIB));
+        assert_eq!(
+            recommend_memory_bytes(&s, &mem(20.0), now()),
+            Some(121 * MIB)
+        );
         // Exactly 100 MiB × 1.2 = 120 MiB: no extra MiB from float noise.
         let s = series(&[100.0 * MIB as f64]);
-        assert_eq!(recommend_memory_bytes(&s, &mem(20.0), now()), Some(120 * MIB));
+        assert_eq!(
+            recommend_memory_bytes(&s, &mem(20.0), now()),
+            Some(120 * MIB)
+        );
     }
 
     #[test]
@@ -496,12 +570,20 @@ mod tests {
         })
         .unwrap();
         // 2 GiB peak, max 1G: the max is kept exactly as written, not rounded to MiB.
-        assert_eq!(recommend_memory_bytes(&series(&[2.0 * (1u64 << 30) as f64]), &m, now()), Some(1_000_000_000));
+        assert_eq!(
+            recommend_memory_bytes(&series(&[2.0 * (1u64 << 30) as f64]), &m, now()),
+            Some(1_000_000_000)
+        );
         r.min = Some(Quantity("3".into()));
         let e = CpuParams::from_recipe(&r).unwrap_err();
         assert_eq!(e.field, "spec.resources.cpu");
         r.min = Some(Quantity("lots".into()));
-        assert!(CpuParams::from_recipe(&r).unwrap_err().to_string().contains("spec.resources.cpu.min"));
+        assert!(
+            CpuParams::from_recipe(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.resources.cpu.min")
+        );
     }
 
     fn policy(static_requests: &[(&str, Option<&str>, Option<&str>)]) -> PolicyParams {
@@ -525,7 +607,10 @@ mod tests {
 
     #[test]
     fn static_recipe_exact_name_wins_over_star_per_resource() {
-        let p = policy(&[("*", Some("250m"), Some("256Mi")), ("app", Some("700m"), None)]);
+        let p = policy(&[
+            ("*", Some("250m"), Some("256Mi")),
+            ("app", Some("700m"), None),
+        ]);
         let app = ContainerSignals {
             name: "app".into(),
             cpu: series(&[3.0]),
@@ -533,7 +618,10 @@ mod tests {
         };
         let r = recommend_container(&app, &p, now());
         assert_eq!((r.cpu.value, r.cpu.source), (Some(700), Source::Static));
-        assert_eq!((r.memory.value, r.memory.source), (Some(256 * MIB), Source::Static));
+        assert_eq!(
+            (r.memory.value, r.memory.source),
+            (Some(256 * MIB), Source::Static)
+        );
         let side = ContainerSignals {
             name: "sidecar".into(),
             ..Default::default()
@@ -544,10 +632,20 @@ mod tests {
         let r = recommend_container(&side, &policy(&[]), now());
         assert_eq!((r.cpu.value, r.cpu.source), (None, Source::NoData));
         let bad = RightsizingPolicySpec {
-            static_requests: [("app".to_string(), StaticRequests { cpu: Some(Quantity("x".into())), memory: None })].into(),
+            static_requests: [(
+                "app".to_string(),
+                StaticRequests {
+                    cpu: Some(Quantity("x".into())),
+                    memory: None,
+                },
+            )]
+            .into(),
             ..Default::default()
         };
-        assert_eq!(PolicyParams::from_spec(&bad).unwrap_err().field, "spec.static.app.cpu");
+        assert_eq!(
+            PolicyParams::from_spec(&bad).unwrap_err().field,
+            "spec.static.app.cpu"
+        );
     }
 
     #[test]
@@ -565,9 +663,17 @@ mod tests {
             oom_killed: false,
         };
         let r = recommend_container(&c, &p, now());
-        assert_eq!(r.cpu.value, Some(1000), "throttled: CPU stays at the current request");
+        assert_eq!(
+            r.cpu.value,
+            Some(1000),
+            "throttled: CPU stays at the current request"
+        );
         assert!(r.cpu.must_not_decrease);
-        assert_eq!(r.memory.value, Some(120 * MIB), "memory is unaffected by CPU throttling");
+        assert_eq!(
+            r.memory.value,
+            Some(120 * MIB),
+            "memory is unaffected by CPU throttling"
+        );
         c.throttled = false;
         assert_eq!(recommend_container(&c, &p, now()).cpu.value, Some(230));
         // An increase is still allowed.
@@ -600,11 +706,22 @@ mod tests {
     #[test]
     fn throttled_helper_uses_ratio_of_periods_at_any_point() {
         let periods = series(&[100.0, 100.0, 100.0, 0.0]);
-        assert!(!throttled(&series(&[0.0, 4.0, 4.9, 50.0]), &periods, DEFAULT_THROTTLE_RATIO));
-        assert!(throttled(&series(&[0.0, 5.0, 0.0, 0.0]), &periods, DEFAULT_THROTTLE_RATIO));
+        assert!(!throttled(
+            &series(&[0.0, 4.0, 4.9, 50.0]),
+            &periods,
+            DEFAULT_THROTTLE_RATIO
+        ));
+        assert!(throttled(
+            &series(&[0.0, 5.0, 0.0, 0.0]),
+            &periods,
+            DEFAULT_THROTTLE_RATIO
+        ));
         assert!(throttled(&series(&[0.0, 1.0, 0.0, 0.0]), &periods, 0.01));
         // Samples at timestamps missing from the other series are not compared.
-        let shifted: Vec<Sample> = series(&[50.0]).into_iter().map(|(t, v)| (t + 1, v)).collect();
+        let shifted: Vec<Sample> = series(&[50.0])
+            .into_iter()
+            .map(|(t, v)| (t + 1, v))
+            .collect();
         assert!(!throttled(&shifted, &periods, DEFAULT_THROTTLE_RATIO));
     }
 
@@ -624,10 +741,30 @@ mod tests {
         };
         let inside = (end - chrono::Duration::days(1)).to_rfc3339();
         let outside = (end - chrono::Duration::days(8)).to_rfc3339();
-        assert!(oom_killed_in_window(&[mk("OOMKilled", &inside)], "app", start, end));
-        assert!(!oom_killed_in_window(&[mk("OOMKilled", &outside)], "app", start, end));
-        assert!(!oom_killed_in_window(&[mk("Error", &inside)], "app", start, end));
-        assert!(!oom_killed_in_window(&[mk("OOMKilled", &inside)], "other", start, end));
+        assert!(oom_killed_in_window(
+            &[mk("OOMKilled", &inside)],
+            "app",
+            start,
+            end
+        ));
+        assert!(!oom_killed_in_window(
+            &[mk("OOMKilled", &outside)],
+            "app",
+            start,
+            end
+        ));
+        assert!(!oom_killed_in_window(
+            &[mk("Error", &inside)],
+            "app",
+            start,
+            end
+        ));
+        assert!(!oom_killed_in_window(
+            &[mk("OOMKilled", &inside)],
+            "other",
+            start,
+            end
+        ));
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "status": {
                 "containerStatuses": [serde_json::to_value(mk("Completed", &inside)).unwrap()],
@@ -635,7 +772,10 @@ mod tests {
             }
         }))
         .unwrap();
-        assert_eq!(oom_killed_containers(&[pod], start, end), BTreeSet::from(["proxy".to_string()]));
+        assert_eq!(
+            oom_killed_containers(&[pod], start, end),
+            BTreeSet::from(["proxy".to_string()])
+        );
     }
 
     #[test]
@@ -648,11 +788,29 @@ mod tests {
             "containers": [{"name": "app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2"}}}]
         }))
         .unwrap();
-        let names: Vec<&str> = counted_containers(&spec).iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = counted_containers(&spec)
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(names, ["app", "proxy"]);
-        let reqs: Vec<ResourceRequests> = counted_containers(&spec).iter().map(|c| effective_requests(c).unwrap()).collect();
-        assert_eq!(reqs[0], ResourceRequests { cpu_millis: Some(1000), memory_bytes: Some(1 << 30) });
-        assert_eq!(reqs[1], ResourceRequests { cpu_millis: Some(200), memory_bytes: Some(64 * MIB) });
+        let reqs: Vec<ResourceRequests> = counted_containers(&spec)
+            .iter()
+            .map(|c| effective_requests(c).unwrap())
+            .collect();
+        assert_eq!(
+            reqs[0],
+            ResourceRequests {
+                cpu_millis: Some(1000),
+                memory_bytes: Some(1 << 30)
+            }
+        );
+        assert_eq!(
+            reqs[1],
+            ResourceRequests {
+                cpu_millis: Some(200),
+                memory_bytes: Some(64 * MIB)
+            }
+        );
     }
 
     proptest! {
