@@ -106,7 +106,7 @@ impl CpuParams {
             mode: r.mode,
             percentile: r.percentile,
             headroom_percent: r.headroom_percent,
-            window_secs: r.window.seconds() as i64,
+            window_secs: i64::try_from(r.window.seconds()).unwrap_or(i64::MAX),
             min_millis: parse(&r.min, "min")?,
             max_millis: parse(&r.max, "max")?,
         };
@@ -133,7 +133,7 @@ impl MemoryParams {
         let p = Self {
             mode: r.mode,
             headroom_percent: r.headroom_percent,
-            window_secs: r.window.seconds() as i64,
+            window_secs: i64::try_from(r.window.seconds()).unwrap_or(i64::MAX),
             min_bytes: parse(&r.min, "min")?,
             max_bytes: parse(&r.max, "max")?,
         };

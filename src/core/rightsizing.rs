@@ -343,12 +343,13 @@ fn evaluate_hpa(
         return out;
     }
     risk_flags.push(RISK_HPA_COUPLED.to_string());
-    let (resource, target) = match a.supported.or(a.first_target) {
-        Some((r, t)) => (r, Some(t)),
-        None => (
-            *a.utilization_resources.iter().next().expect("coupled"),
-            None,
-        ),
+    let (resource, target) = match (
+        a.supported.or(a.first_target),
+        a.utilization_resources.first(),
+    ) {
+        (Some((r, t)), _) => (r, Some(t)),
+        (None, Some(r)) => (*r, None),
+        (None, None) => return out, // not coupled; handled above
     };
     out.resource = Some(resource);
     out.target_before = target;
@@ -418,7 +419,15 @@ fn evaluate_hpa(
         block(&mut out, Some(s), m);
         return out;
     }
-    let old = target.expect("supported metric has a target");
+    // A supported metric always has a positive target; stay total anyway.
+    let Some(old) = target else {
+        block(
+            &mut out,
+            Some(SkipReason::UnsupportedMetrics),
+            a.detail.clone(),
+        );
+        return out;
+    };
     let (min, max) = ctx.limits(resource);
     let counted: Vec<CountedRequest> = input
         .containers
@@ -426,7 +435,8 @@ fn evaluate_hpa(
         .zip(&ctx.recs)
         .zip(recommended.iter())
         .map(|((c, rec), recd)| {
-            let current = get(&c.signals.current, resource).expect("checked: no missing request");
+            // Every counted container has this request (missing-request was checked above).
+            let current = get(&c.signals.current, resource).unwrap_or_default();
             let value = get(recd, resource);
             let adjustable = c.in_scope && value.is_some();
             let recommended = value.unwrap_or(current);
