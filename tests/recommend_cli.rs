@@ -31,7 +31,11 @@ fn recommend_json(manifests: &Path, metrics: &Path) -> Value {
         "-o",
         "json",
     ]);
-    assert!(out.status.success(), "kerf failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kerf failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("stdout is JSON")
 }
 
@@ -46,8 +50,15 @@ fn entry<'a>(v: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn examples_produce_an_upsize_and_a_scale_back() {
-    let v = recommend_json(&root().join("examples/manifests"), &root().join("examples/metrics.om"));
-    assert_eq!(v["recommendations"].as_array().unwrap().len(), 2, "one entry per GPU-policy workload");
+    let v = recommend_json(
+        &root().join("examples/manifests"),
+        &root().join("examples/metrics.om"),
+    );
+    assert_eq!(
+        v["recommendations"].as_array().unwrap().len(),
+        2,
+        "one entry per GPU-policy workload"
+    );
     let llm = entry(&v, "llm");
     assert_eq!(llm["namespace"], "ml");
     assert_eq!(llm["kind"], "Deployment");
@@ -63,7 +74,13 @@ fn examples_produce_an_upsize_and_a_scale_back() {
     assert!((inference["recommended"].as_f64().unwrap() - 0.84).abs() < 1e-9);
     let proxy = &llm["gpu"]["containers"]["proxy"];
     assert!(proxy["current"].is_null() && proxy["recommended"].is_null());
-    assert!(llm["reasons"].as_array().unwrap().iter().any(|r| r.as_str().unwrap().contains("proxy")));
+    assert!(
+        llm["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("proxy"))
+    );
 
     let emb = entry(&v, "embedder");
     assert_eq!(emb["gpu"]["action"], "scaleBack");
@@ -74,11 +91,24 @@ fn examples_produce_an_upsize_and_a_scale_back() {
 #[test]
 fn json_keys_follow_the_documented_order() {
     let out = kerf(&[
-        "recommend", "--manifests", "examples/manifests", "--metrics", "examples/metrics.om", "--at", AT, "-o", "json",
+        "recommend",
+        "--manifests",
+        "examples/manifests",
+        "--metrics",
+        "examples/metrics.om",
+        "--at",
+        AT,
+        "-o",
+        "json",
     ]);
     let text = String::from_utf8(out.stdout).unwrap();
-    let pos = |k: &str| text.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} missing"));
-    assert!(pos("namespace") < pos("kind") && pos("kind") < pos("name") && pos("name") < pos("policy"));
+    let pos = |k: &str| {
+        text.find(&format!("\"{k}\""))
+            .unwrap_or_else(|| panic!("{k} missing"))
+    };
+    assert!(
+        pos("namespace") < pos("kind") && pos("kind") < pos("name") && pos("name") < pos("policy")
+    );
     assert!(pos("policy") < pos("gpu") && pos("gpu") < pos("reasons"));
     assert!(pos("action") < pos("drivingMetric") && pos("drivingMetric") < pos("containers"));
     assert!(pos("current") < pos("baseline") && pos("baseline") < pos("recommended"));
@@ -86,10 +116,20 @@ fn json_keys_follow_the_documented_order() {
 
 #[test]
 fn table_output_lists_every_container() {
-    let out = kerf(&["recommend", "--manifests", "examples/manifests", "--metrics", "examples/metrics.om", "--at", AT]);
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        "examples/manifests",
+        "--metrics",
+        "examples/metrics.om",
+        "--at",
+        AT,
+    ]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("ml/Deployment/llm") && text.contains("inference") && text.contains("0.84"));
+    assert!(
+        text.contains("ml/Deployment/llm") && text.contains("inference") && text.contains("0.84")
+    );
     assert!(text.contains("scaleBack"));
 }
 
@@ -102,7 +142,11 @@ fn fails_with(edit: impl FnOnce(&Path)) -> String {
         let f = f.unwrap().path();
         std::fs::copy(&f, manifests.join(f.file_name().unwrap())).unwrap();
     }
-    std::fs::copy(root().join("examples/metrics.om"), dir.path().join("metrics.om")).unwrap();
+    std::fs::copy(
+        root().join("examples/metrics.om"),
+        dir.path().join("metrics.om"),
+    )
+    .unwrap();
     edit(dir.path());
     let out = kerf(&[
         "recommend",
@@ -121,19 +165,30 @@ fn fails_with(edit: impl FnOnce(&Path)) -> String {
 fn invalid_policy_is_rejected_naming_file_object_and_field() {
     let err = fails_with(|d| {
         let p = d.join("manifests/policies.yaml");
-        let text = std::fs::read_to_string(&p).unwrap().replacen("metricsWindow: 10m", "metricsWindow: 30s", 1);
+        let text = std::fs::read_to_string(&p).unwrap().replacen(
+            "metricsWindow: 10m",
+            "metricsWindow: 30s",
+            1,
+        );
         std::fs::write(p, text).unwrap();
     });
     assert!(err.contains("policies.yaml"), "{err}");
     assert!(err.contains("GpuReactivePolicy gpu-reactive"), "{err}");
-    assert!(err.contains("spec.metrics.compute.upsize.metricsWindow"), "{err}");
+    assert!(
+        err.contains("spec.metrics.compute.upsize.metricsWindow"),
+        "{err}"
+    );
 }
 
 #[test]
 fn wrong_contract_is_rejected() {
     let err = fails_with(|d| {
         let p = d.join("manifests/policies.yaml");
-        let text = std::fs::read_to_string(&p).unwrap().replacen("gpuKaiContract: v1alpha1-2026-07", "gpuKaiContract: v0", 1);
+        let text = std::fs::read_to_string(&p).unwrap().replacen(
+            "gpuKaiContract: v1alpha1-2026-07",
+            "gpuKaiContract: v0",
+            1,
+        );
         std::fs::write(p, text).unwrap();
     });
     assert!(err.contains("spec.experimental.gpuKaiContract"), "{err}");
@@ -141,25 +196,39 @@ fn wrong_contract_is_rejected() {
 
 #[test]
 fn malformed_yaml_is_rejected_naming_the_file() {
-    let err = fails_with(|d| std::fs::write(d.join("manifests/broken.yaml"), "kind: [unclosed\n").unwrap());
-    assert!(err.contains("broken.yaml") && err.contains("invalid YAML"), "{err}");
+    let err = fails_with(|d| {
+        std::fs::write(d.join("manifests/broken.yaml"), "kind: [unclosed\n").unwrap()
+    });
+    assert!(
+        err.contains("broken.yaml") && err.contains("invalid YAML"),
+        "{err}"
+    );
 }
 
 #[test]
 fn wrong_field_type_names_the_field_path() {
     let err = fails_with(|d| {
         let p = d.join("manifests/policies.yaml");
-        let text = std::fs::read_to_string(&p).unwrap().replacen("thresholdPercent: 125", "thresholdPercent: lots", 1);
+        let text = std::fs::read_to_string(&p).unwrap().replacen(
+            "thresholdPercent: 125",
+            "thresholdPercent: lots",
+            1,
+        );
         std::fs::write(p, text).unwrap();
     });
-    assert!(err.contains("spec.metrics.compute.upsize.thresholdPercent"), "{err}");
+    assert!(
+        err.contains("spec.metrics.compute.upsize.thresholdPercent"),
+        "{err}"
+    );
 }
 
 #[test]
 fn malformed_metrics_line_is_rejected_with_its_line_number() {
     let err = fails_with(|d| {
         let p = d.join("metrics.om");
-        let text = std::fs::read_to_string(&p).unwrap().replacen("} 55 ", "} fifty-five ", 1);
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replacen("} 55 ", "} fifty-five ", 1);
         std::fs::write(p, text).unwrap();
     });
     assert!(err.contains("metrics.om") || err.contains("line"), "{err}");
@@ -168,7 +237,15 @@ fn malformed_metrics_line_is_rejected_with_its_line_number() {
 
 #[test]
 fn bad_at_timestamp_is_rejected() {
-    let out = kerf(&["recommend", "--manifests", "examples/manifests", "--metrics", "examples/metrics.om", "--at", "yesterday"]);
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        "examples/manifests",
+        "--metrics",
+        "examples/metrics.om",
+        "--at",
+        "yesterday",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--at"));
 }

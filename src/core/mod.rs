@@ -4,6 +4,10 @@
 pub mod allocation;
 pub mod evaluate;
 pub mod gpu_engine;
+pub mod hpa;
 pub mod model;
+pub mod quantity;
+pub mod resources;
+pub mod rightsizing;
 pub mod selection;
 pub mod snapshot;

@@ -84,9 +84,11 @@ impl AnySource {
                 file::FileSource::from_path(path).map_err(|e| anyhow::anyhow!("{e}"))?,
             )),
             (None, Some(url)) => {
-                let timeout = std::time::Duration::from_secs(global.prometheus.request_timeout.seconds());
+                let timeout =
+                    std::time::Duration::from_secs(global.prometheus.request_timeout.seconds());
                 Ok(AnySource::Prometheus(
-                    prometheus::PrometheusSource::new(url, timeout).map_err(|e| anyhow::anyhow!("{url}: {e}"))?,
+                    prometheus::PrometheusSource::new(url, timeout)
+                        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?,
                 ))
             }
             (None, None) => anyhow::bail!("give --metrics FILE or --prometheus URL"),

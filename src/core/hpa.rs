@@ -1,0 +1,734 @@
+//! HPA analysis and target math (pure).
+//!
+//! An HPA on `Utilization` divides the pods' usage by the sum of their requests, so kerf keeps
+//! requests × target constant: `new target = round(old × Σbefore / Σafter)` (Σ over the containers
+//! the HPA counts: regular plus restartable init containers; half rounds up).
+//!
+//! Decisions:
+//! - The HPA of a workload is the one in its namespace whose `scaleTargetRef` has the workload's
+//!   kind and name (several: the first by name, so the choice is stable).
+//! - An HPA with no `metrics` is the Kubernetes default: CPU utilization 80 %.
+//! - The HPA *couples* to the resources it measures as utilization (`Resource` or
+//!   `ContainerResource` with `target.type: Utilization` on cpu or memory): those workloads carry
+//!   the risk flag `hpa-coupled`. Coordination is supported only for exactly one metric, a
+//!   `Resource` utilization metric on cpu or memory; anything else is `unsupported-metrics`.
+//! - Hub bounds are [40, 90] %. A current target outside them widens them to include it
+//!   ([min(40, cur), max(90, cur)]): the hub never pulls an existing target into 40–90 on its own
+//!   and never pushes it further out.
+//! - Adjustment to stay inside the bounds scales the adjustable containers' recommended requests
+//!   proportionally (one common factor), each kept within its own limits: never below its floor
+//!   and never above the recipe `max`. The floor is the recipe `min` (at least one unit), except
+//!   for a container that was throttled (cpu) / OOM-killed (memory): its recommendation, already
+//!   never below its current request, is not trimmed at all — when the bounds would need it
+//!   trimmed (an OOM-driven memory increase pushing the target under 40 %), coordination is blocked. Containers without a recommendation, or outside the policy's scope, keep their
+//!   request. When no factor can satisfy the bounds, coordination is blocked.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
+
+use super::resources::Sample;
+use crate::api::WorkloadKind;
+
+pub const RISK_HPA_COUPLED: &str = "hpa-coupled";
+pub const REASON_HPA_COUPLED: &str = "HPACoupled";
+pub const HUB_MIN_TARGET: i32 = 40;
+pub const HUB_MAX_TARGET: i32 = 90;
+/// Kubernetes' default when an HPA lists no metrics.
+pub const DEFAULT_HPA_CPU_TARGET: i32 = 80;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HpaResource {
+    Cpu,
+    Memory,
+}
+
+impl HpaResource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HpaResource::Cpu => "cpu",
+            HpaResource::Memory => "memory",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "cpu" => Some(HpaResource::Cpu),
+            "memory" => Some(HpaResource::Memory),
+            _ => None,
+        }
+    }
+}
+
+/// Why the hub does not coordinate (`spec.hpa.skipReason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    MaxReplicasReached,
+    UnsupportedMetrics,
+    MissingRequest,
+    TargetOutOfBounds,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::MaxReplicasReached => "max-replicas-reached",
+            SkipReason::UnsupportedMetrics => "unsupported-metrics",
+            SkipReason::MissingRequest => "missing-request",
+            SkipReason::TargetOutOfBounds => "target-out-of-bounds",
+        }
+    }
+}
+
+/// The HPA in `namespace` that scales the workload `kind`/`name`.
+pub fn find_hpa<'a>(
+    hpas: &'a [HorizontalPodAutoscaler],
+    namespace: &str,
+    kind: WorkloadKind,
+    name: &str,
+) -> Option<&'a HorizontalPodAutoscaler> {
+    hpas.iter()
+        .filter(|h| h.metadata.namespace.as_deref().unwrap_or_default() == namespace)
+        .filter(|h| {
+            h.spec.scale_target_ref.kind == kind.as_str() && h.spec.scale_target_ref.name == name
+        })
+        .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+}
+
+/// What an HPA's metrics mean for coordination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsAnalysis {
+    /// cpu/memory measured as utilization (by `Resource` or `ContainerResource`): what the HPA couples to.
+    pub utilization_resources: BTreeSet<HpaResource>,
+    /// The single supported metric (`Resource`, `Utilization`, cpu|memory) and its target.
+    pub supported: Option<(HpaResource, i32)>,
+    /// The first utilization target found (for display when unsupported).
+    pub first_target: Option<(HpaResource, i32)>,
+    /// Why the metrics are unsupported (empty when supported).
+    pub detail: String,
+}
+
+impl MetricsAnalysis {
+    pub fn coupled(&self) -> bool {
+        !self.utilization_resources.is_empty()
+    }
+}
+
+fn utilization(name: &str, type_: &str, avg: Option<i32>) -> Option<(HpaResource, Option<i32>)> {
+    (type_ == "Utilization").then_some(())?;
+    Some((HpaResource::parse(name)?, avg))
+}
+
+/// Analyse the metrics of `hpa` (see module docs).
+pub fn analyze_metrics(hpa: &HorizontalPodAutoscaler) -> MetricsAnalysis {
+    let metrics: &[MetricSpec] = hpa.spec.metrics.as_deref().unwrap_or(&[]);
+    if metrics.is_empty() {
+        let cpu = (HpaResource::Cpu, DEFAULT_HPA_CPU_TARGET);
+        return MetricsAnalysis {
+            utilization_resources: BTreeSet::from([HpaResource::Cpu]),
+            supported: Some(cpu),
+            first_target: Some(cpu),
+            detail: String::new(),
+        };
+    }
+    let mut resources = BTreeSet::new();
+    let mut first_target = None;
+    let mut problems = Vec::new();
+    let mut single = None;
+    for m in metrics {
+        match m.type_.as_str() {
+            "Resource" => {
+                let Some(r) = &m.resource else {
+                    problems.push("a Resource metric without its resource field".to_string());
+                    continue;
+                };
+                match utilization(&r.name, &r.target.type_, r.target.average_utilization) {
+                    Some((res, avg)) => {
+                        resources.insert(res);
+                        match avg.filter(|a| *a > 0) {
+                            Some(a) => {
+                                first_target.get_or_insert((res, a));
+                                single = Some((res, a));
+                            }
+                            None => problems.push(format!(
+                                "{} utilization without a positive averageUtilization",
+                                r.name
+                            )),
+                        }
+                    }
+                    None => problems.push(format!(
+                        "Resource metric {} with target type {}",
+                        r.name, r.target.type_
+                    )),
+                }
+            }
+            "ContainerResource" => {
+                if let Some(r) = &m.container_resource
+                    && let Some((res, avg)) =
+                        utilization(&r.name, &r.target.type_, r.target.average_utilization)
+                {
+                    resources.insert(res);
+                    if let Some(a) = avg.filter(|a| *a > 0) {
+                        first_target.get_or_insert((res, a));
+                    }
+                }
+                problems.push("a ContainerResource (per-container) metric".to_string());
+            }
+            other => problems.push(format!("a {other} metric")),
+        }
+    }
+    if metrics.len() > 1 {
+        problems.insert(
+            0,
+            format!("{} metrics (coordination needs exactly one)", metrics.len()),
+        );
+    }
+    let supported = if problems.is_empty() { single } else { None };
+    MetricsAnalysis {
+        utilization_resources: resources,
+        supported,
+        first_target,
+        detail: problems.join("; "),
+    }
+}
+
+/// Whether the HPA was at `maxReplicas` at any time in the window: any sample of its replica count
+/// (e.g. `kube_horizontalpodautoscaler_status_current_replicas`) at or above it, or its current status.
+pub fn max_replicas_reached(hpa: &HorizontalPodAutoscaler, replica_samples: &[Sample]) -> bool {
+    let max = hpa.spec.max_replicas;
+    let now = hpa
+        .status
+        .as_ref()
+        .and_then(|s| s.current_replicas)
+        .is_some_and(|c| c >= max);
+    now || replica_samples
+        .iter()
+        .any(|(_, v)| v.is_finite() && *v >= f64::from(max))
+}
+
+/// `round(old × before / after)`, half up, in exact integer arithmetic. `None` when `after` ≤ 0
+/// or the result does not fit.
+pub fn new_target(old: i32, before: i64, after: i64) -> Option<i32> {
+    if after <= 0 || before < 0 {
+        return None;
+    }
+    let num = 2 * i128::from(old) * i128::from(before) + i128::from(after);
+    i32::try_from(num / (2 * i128::from(after))).ok()
+}
+
+/// Hub bounds for a current target: [40, 90] widened to include the current target.
+pub fn hub_bounds(current: i32) -> (i32, i32) {
+    (HUB_MIN_TARGET.min(current), HUB_MAX_TARGET.max(current))
+}
+
+/// One counted container's request of the HPA's resource (millicores or bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountedRequest {
+    pub name: String,
+    pub current: i64,
+    /// Recommended request; equals `current` for a container kerf does not change.
+    pub recommended: i64,
+    /// The hub may scale this container's recommendation to keep the target in bounds.
+    pub adjustable: bool,
+    /// Lowest acceptable value: the recommendation itself when must-not-decrease, else the
+    /// recipe min (at least one unit).
+    pub floor: i64,
+    /// Throttled (cpu) / OOM-killed (memory): the hub must not trim this recommendation.
+    pub must_not_decrease: bool,
+    /// Highest acceptable value (recipe max), `None` = unbounded.
+    pub ceiling: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Coordination {
+    /// The target stays in bounds with `requests` (same order as the input).
+    Ok {
+        target: i32,
+        requests: Vec<i64>,
+        adjusted: bool,
+    },
+    /// No request set keeps the target in bounds; `target` is the unadjusted new target.
+    Blocked { target: i32, why: String },
+}
+
+fn scaled(a: i64, k: f64, unit: i64, up: bool) -> i64 {
+    let x = a as f64 * k / unit as f64;
+    let q = if up {
+        super::resources::ceil_clean(x)
+    } else {
+        // Floor, ignoring float noise just under an integer.
+        let r = x.round();
+        if (x - r).abs() <= 1e-9 * r.abs().max(1.0) {
+            r
+        } else {
+            x.floor()
+        }
+    };
+    (q as i64).saturating_mul(unit)
+}
+
+/// Keep the new target within the hub bounds (see module docs); `unit` is the rounding step of
+/// adjusted requests (1 millicore, 1 MiB).
+pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> Coordination {
+    let before: i64 = containers.iter().map(|c| c.current).sum();
+    let after: i64 = containers.iter().map(|c| c.recommended).sum();
+    let blocked = |why: String| Coordination::Blocked {
+        target: new_target(old_target, before, after).unwrap_or(old_target),
+        why,
+    };
+    let Some(target) = new_target(old_target, before, after) else {
+        return blocked("the recommended requests sum to zero".into());
+    };
+    let (lo, hi) = hub_bounds(old_target);
+    if (lo..=hi).contains(&target) {
+        return Coordination::Ok {
+            target,
+            requests: containers.iter().map(|c| c.recommended).collect(),
+            adjusted: false,
+        };
+    }
+    let fixed: i64 = containers
+        .iter()
+        .filter(|c| !c.adjustable)
+        .map(|c| c.recommended)
+        .sum();
+    let adj: Vec<&CountedRequest> = containers.iter().filter(|c| c.adjustable).collect();
+    let two_ob = 2 * i128::from(old_target) * i128::from(before);
+    let up = target > hi;
+    // Value of one adjustable container at factor k, within its limits.
+    let value = |c: &CountedRequest, k: f64| {
+        let v = scaled(c.recommended, k, unit, up).max(c.floor);
+        c.ceiling.map_or(v, |m| v.min(m.max(c.recommended)))
+    };
+    let sum_at = |k: f64| -> i128 {
+        adj.iter().map(|c| i128::from(value(c, k))).sum::<i128>() + i128::from(fixed)
+    };
+    let k = if up {
+        // Smallest Σafter with round(old × before / Σafter) ≤ hi.
+        let need = two_ob / i128::from(2 * hi + 1) + 1;
+        let cap: i128 = adj
+            .iter()
+            .map(|c| i128::from(c.ceiling.map_or(i64::MAX / 4, |m| m.max(c.recommended))))
+            .sum::<i128>()
+            + i128::from(fixed);
+        if adj.is_empty() || cap < need {
+            return blocked(format!(
+                "keeping the {target} % target at most {hi} % needs requests above the policy's max or of containers kerf does not change"
+            ));
+        }
+        let (mut a, mut b) = (1.0f64, 2.0f64);
+        while sum_at(b) < need {
+            b *= 2.0;
+            if !b.is_finite() {
+                return blocked("the target bound cannot be met".into());
+            }
+        }
+        for _ in 0..200 {
+            let m = (a + b) / 2.0;
+            if sum_at(m) >= need { b = m } else { a = m }
+        }
+        b
+    } else {
+        // Largest Σafter with round(old × before / Σafter) ≥ lo.
+        let need = two_ob / i128::from(2 * lo - 1);
+        if sum_at(0.0) > need {
+            let pinned: Vec<&str> = adj
+                .iter()
+                .filter(|c| c.must_not_decrease)
+                .map(|c| c.name.as_str())
+                .collect();
+            let why = if pinned.is_empty() {
+                format!(
+                    "keeping the {target} % target at least {lo} % needs requests below the policy's min"
+                )
+            } else {
+                format!(
+                    "keeping the {target} % target at least {lo} % would trim the recommended request of {}, which must not decrease (throttled or OOM-killed)",
+                    pinned.join(", ")
+                )
+            };
+            return blocked(why);
+        }
+        let (mut a, mut b) = (0.0f64, 1.0f64);
+        for _ in 0..200 {
+            let m = (a + b) / 2.0;
+            if sum_at(m) <= need { a = m } else { b = m }
+        }
+        a
+    };
+    let requests: Vec<i64> = containers
+        .iter()
+        .map(|c| {
+            if c.adjustable {
+                value(c, k)
+            } else {
+                c.recommended
+            }
+        })
+        .collect();
+    let final_after: i64 = requests.iter().sum();
+    match new_target(old_target, before, final_after) {
+        Some(t) if (lo..=hi).contains(&t) => Coordination::Ok {
+            target: t,
+            requests,
+            adjusted: true,
+        },
+        _ => blocked(format!("no adjustment keeps the target within {lo}–{hi} %")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn hpa(metrics: serde_json::Value) -> HorizontalPodAutoscaler {
+        serde_json::from_value(json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "maxReplicas": 10, "metrics": metrics}
+        }))
+        .unwrap()
+    }
+
+    fn cpu_util(t: i32) -> serde_json::Value {
+        json!({"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": t}}})
+    }
+
+    fn mem_util(t: i32) -> serde_json::Value {
+        json!({"type": "Resource", "resource": {"name": "memory", "target": {"type": "Utilization", "averageUtilization": t}}})
+    }
+
+    #[test]
+    fn new_target_worked_example_50_percent_1000m_to_700m() {
+        assert_eq!(new_target(50, 1000, 700), Some(71));
+        let c = [CountedRequest {
+            name: "app".into(),
+            current: 1000,
+            recommended: 700,
+            adjustable: true,
+            floor: 1,
+            must_not_decrease: false,
+            ceiling: None,
+        }];
+        assert_eq!(
+            coordinate(50, &c, 1),
+            Coordination::Ok {
+                target: 71,
+                requests: vec![700],
+                adjusted: false
+            }
+        );
+    }
+
+    #[test]
+    fn new_target_rounds_half_up_to_integer_percent() {
+        assert_eq!(new_target(50, 1000, 800), Some(63)); // 62.5 → 63
+        assert_eq!(new_target(60, 1000, 1000), Some(60));
+        assert_eq!(new_target(50, 1000, 0), None);
+    }
+
+    #[test]
+    fn single_resource_utilization_metric_is_supported() {
+        let a = analyze_metrics(&hpa(json!([mem_util(70)])));
+        assert_eq!(a.supported, Some((HpaResource::Memory, 70)));
+        assert!(a.coupled());
+        let a = analyze_metrics(&hpa(json!([])));
+        assert_eq!(
+            a.supported,
+            Some((HpaResource::Cpu, 80)),
+            "no metrics = Kubernetes default CPU 80 %"
+        );
+    }
+
+    #[test]
+    fn analysis_two_utilization_metrics_unsupported() {
+        let a = analyze_metrics(&hpa(json!([cpu_util(50), mem_util(70)])));
+        assert_eq!(a.supported, None);
+        assert_eq!(
+            a.utilization_resources,
+            BTreeSet::from([HpaResource::Cpu, HpaResource::Memory])
+        );
+        assert!(a.detail.contains("2 metrics"), "{}", a.detail);
+    }
+
+    #[test]
+    fn analysis_container_resource_unsupported() {
+        let a = analyze_metrics(&hpa(
+            json!([{"type": "ContainerResource", "containerResource": {
+            "name": "cpu", "container": "app", "target": {"type": "Utilization", "averageUtilization": 60}}}]),
+        ));
+        assert_eq!(a.supported, None);
+        assert!(
+            a.coupled(),
+            "a per-container CPU utilization metric still couples to CPU requests"
+        );
+        assert_eq!(a.first_target, Some((HpaResource::Cpu, 60)));
+        assert!(a.detail.contains("ContainerResource"));
+    }
+
+    #[test]
+    fn analysis_pods_object_external_unsupported() {
+        for (kind, body) in [
+            (
+                "Pods",
+                json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
+            ),
+            (
+                "Object",
+                json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
+            ),
+            (
+                "External",
+                json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
+            ),
+        ] {
+            let a = analyze_metrics(&hpa(json!([cpu_util(50), body.clone()])));
+            assert_eq!(a.supported, None, "{kind}");
+            assert!(a.coupled(), "{kind}");
+            assert!(a.detail.contains(kind), "{}", a.detail);
+            // Alone, such a metric does not divide by requests: not coupled at all.
+            let a = analyze_metrics(&hpa(json!([body])));
+            assert!(!a.coupled(), "{kind}");
+        }
+        // AverageValue on CPU does not divide by requests either.
+        let a = analyze_metrics(&hpa(
+            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "AverageValue", "averageValue": "500m"}}}]),
+        ));
+        assert!(!a.coupled());
+    }
+
+    #[test]
+    fn find_hpa_matches_scale_target_kind_name_and_namespace() {
+        let mut other_ns = hpa(json!([]));
+        other_ns.metadata.namespace = Some("other".into());
+        let mut other_name = hpa(json!([]));
+        other_name.spec.scale_target_ref.name = "api".into();
+        let mine = hpa(json!([]));
+        let list = [other_ns, other_name, mine.clone()];
+        assert_eq!(
+            find_hpa(&list, "shop", WorkloadKind::Deployment, "web"),
+            Some(&mine)
+        );
+        assert_eq!(
+            find_hpa(&list, "shop", WorkloadKind::StatefulSet, "web"),
+            None
+        );
+    }
+
+    #[test]
+    fn max_replicas_reached_from_series_or_status() {
+        let mut h = hpa(json!([cpu_util(50)]));
+        assert!(!max_replicas_reached(&h, &[(0, 3.0), (60, 9.0)]));
+        assert!(max_replicas_reached(
+            &h,
+            &[(0, 3.0), (60, 10.0), (120, 4.0)]
+        ));
+        h.status = Some(
+            serde_json::from_value(json!({"currentReplicas": 10, "desiredReplicas": 10})).unwrap(),
+        );
+        assert!(max_replicas_reached(&h, &[]));
+    }
+
+    fn req(name: &str, current: i64, recommended: i64) -> CountedRequest {
+        CountedRequest {
+            name: name.into(),
+            current,
+            recommended,
+            adjustable: true,
+            floor: 1,
+            must_not_decrease: false,
+            ceiling: None,
+        }
+    }
+
+    #[test]
+    fn hub_raises_requests_to_keep_target_at_most_90() {
+        // 80 % target, 1000m → 500m would give 160 %: requests are raised until the target is ≤ 90.
+        match coordinate(80, &[req("app", 1000, 500)], 1) {
+            Coordination::Ok {
+                target,
+                requests,
+                adjusted,
+            } => {
+                assert!(adjusted);
+                assert_eq!(target, 90);
+                assert_eq!(requests, vec![884]); // 80 × 1000 / 884 = 90.497 → 90; 883 would round to 91
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn hub_lowers_requests_proportionally_to_keep_target_at_least_40() {
+        // 50 % target, Σ 1000m → 2000m would give 25 %: scaled down together to the largest Σ that rounds to 40 %.
+        let c = [req("a", 500, 1500), req("b", 500, 500)];
+        match coordinate(50, &c, 1) {
+            Coordination::Ok {
+                target, requests, ..
+            } => {
+                assert_eq!(target, 40);
+                assert_eq!(requests.iter().sum::<i64>(), 1265); // 50 × 1000 / 1265 = 39.53 → 40; 1266 → 39
+                // Proportional: a stays three times b (within rounding).
+                assert!((requests[0] - 3 * requests[1]).abs() <= 3, "{requests:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn coordinate_never_trims_oom_killed_increase() {
+        // Memory target 60 %, 512Mi → 1024Mi: 30 %. Without an OOM kill the hub trims the increase
+        // to 777Mi (60 × 512 / 777 = 39.5 → 40 %; 778Mi would round to 39 %) …
+        let mib = 1 << 20;
+        let c = req("app", 512 * mib, 1024 * mib);
+        assert_eq!(
+            coordinate(60, std::slice::from_ref(&c), mib),
+            Coordination::Ok {
+                target: 40,
+                requests: vec![777 * mib],
+                adjusted: true
+            }
+        );
+        // … but an OOM-driven increase is a floor the hub must not trim: blocked.
+        let oom = CountedRequest {
+            must_not_decrease: true,
+            floor: 1024 * mib,
+            ..c
+        };
+        match coordinate(60, &[oom], mib) {
+            Coordination::Blocked { target, why } => {
+                assert_eq!(target, 30);
+                assert!(
+                    why.contains("must not decrease") && why.contains("app"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn hub_bounds_widen_to_a_current_target_outside_them() {
+        // 95 % is outside 40–90: unchanged requests keep it at 95 (not pulled into the bounds) …
+        assert_eq!(hub_bounds(95), (40, 95));
+        assert!(matches!(
+            coordinate(95, &[req("app", 1000, 1000)], 1),
+            Coordination::Ok {
+                target: 95,
+                adjusted: false,
+                ..
+            }
+        ));
+        // … a downsize may not push it further out: requests are raised so it stays at 95 …
+        assert!(matches!(
+            coordinate(95, &[req("app", 1000, 500)], 1),
+            Coordination::Ok {
+                target: 95,
+                adjusted: true,
+                ..
+            }
+        ));
+        // … and an upsize may bring it back toward the bounds.
+        assert!(matches!(
+            coordinate(95, &[req("app", 1000, 1200)], 1),
+            Coordination::Ok {
+                target: 79,
+                adjusted: false,
+                ..
+            }
+        ));
+        // Same below: 30 % stays 30 %.
+        assert!(matches!(
+            coordinate(30, &[req("app", 1000, 1000)], 1),
+            Coordination::Ok { target: 30, .. }
+        ));
+    }
+
+    #[test]
+    fn non_adjustable_containers_keep_their_request() {
+        let mut fixed = req("side", 1000, 1000);
+        fixed.adjustable = false;
+        match coordinate(80, &[req("app", 1000, 100), fixed], 1) {
+            Coordination::Ok {
+                requests, target, ..
+            } => {
+                assert_eq!(requests[1], 1000);
+                assert!(target <= 90);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut only_fixed = req("side", 1000, 100);
+        only_fixed.adjustable = false;
+        assert!(matches!(
+            coordinate(80, &[only_fixed], 1),
+            Coordination::Blocked { .. }
+        ));
+    }
+
+    fn counted() -> impl Strategy<Value = Vec<CountedRequest>> {
+        proptest::collection::vec(
+            (1i64..20_000, 1i64..20_000, any::<bool>(), any::<bool>()),
+            1..5,
+        )
+        .prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (cur, rec, adjustable, mnd))| {
+                    let rec = if mnd && adjustable { rec.max(cur) } else { rec };
+                    CountedRequest {
+                        name: format!("c{i}"),
+                        current: cur,
+                        recommended: if adjustable { rec } else { cur },
+                        adjustable,
+                        floor: if mnd && adjustable { rec } else { 1 },
+                        must_not_decrease: mnd && adjustable,
+                        ceiling: None,
+                    }
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn new_target_keeps_requests_times_target_constant(old in 1i32..200, before in 1i64..1_000_000, after in 1i64..1_000_000) {
+            let t = new_target(old, before, after).unwrap();
+            // |t × after − old × before| ≤ after / 2: the product is preserved up to rounding to 1 %.
+            let diff = (i128::from(t) * i128::from(after) - i128::from(old) * i128::from(before)).abs();
+            prop_assert!(2 * diff <= i128::from(after));
+        }
+
+        #[test]
+        fn hub_bounded_targets_stay_in_40_90_unless_blocked_or_current_outside(old in 1i32..150, c in counted()) {
+            match coordinate(old, &c, 1) {
+                Coordination::Ok { target, requests, .. } => {
+                    let (lo, hi) = hub_bounds(old);
+                    prop_assert!((lo..=hi).contains(&target));
+                    if (HUB_MIN_TARGET..=HUB_MAX_TARGET).contains(&old) {
+                        prop_assert!((HUB_MIN_TARGET..=HUB_MAX_TARGET).contains(&target));
+                    }
+                    let before: i64 = c.iter().map(|x| x.current).sum();
+                    let after: i64 = requests.iter().sum();
+                    prop_assert_eq!(Some(target), new_target(old, before, after));
+                    for (x, r) in c.iter().zip(&requests) {
+                        prop_assert!(*r >= x.floor, "floor kept");
+                        if !x.adjustable { prop_assert_eq!(*r, x.recommended); }
+                    }
+                }
+                Coordination::Blocked { .. } => {
+                    // Blocked only when even the floors (or only fixed containers) cannot reach the bounds.
+                    let (lo, hi) = hub_bounds(old);
+                    let before: i64 = c.iter().map(|x| x.current).sum();
+                    let floors: i64 = c.iter().map(|x| if x.adjustable { x.floor } else { x.recommended }).sum();
+                    let raw = new_target(old, before, c.iter().map(|x| x.recommended).sum()).unwrap();
+                    let any_adj = c.iter().any(|x| x.adjustable);
+                    prop_assert!(raw < lo || raw > hi, "an in-bounds target is never blocked");
+                    prop_assert!(!any_adj || (raw < lo && new_target(old, before, floors).unwrap() < lo));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! Kubernetes resource quantities for CPU and memory.
+//!
+//! `k8s-openapi`'s `Quantity` is only a string newtype (no parsing, no arithmetic), so this module
+//! implements the Kubernetes grammar (`<signedNumber><suffix>`, suffix one of the binary SI
+//! `Ki Mi Gi Ti Pi Ei`, decimal SI `n u m "" k M G T P E`, or a decimal exponent `e<n>` / `E<n>`)
+//! in exact integer arithmetic — never through a float, as Kubernetes itself does.
+//!
+//! CPU is handled in millicores and memory in bytes. A value finer than the unit is rounded UP
+//! (Kubernetes does the same: `0.1m` is `1m`, `0.5` bytes is `1`).
+//!
+//! Canonical output:
+//! - CPU: whole cores as a plain integer (`"2"`), anything else in millicores (`"700m"`, `"1500m"`).
+//! - memory: the largest binary suffix that divides the value exactly (`"512Mi"`, `"1Gi"`,
+//!   `"1536Mi"`), else plain bytes (`"1000000000"`).
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+/// Why a quantity string was rejected; the message names the offending text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quantity {text:?}: {problem}")]
+pub struct QuantityError {
+    pub text: String,
+    pub problem: String,
+}
+
+fn err(text: &str, problem: impl Into<String>) -> QuantityError {
+    QuantityError {
+        text: text.to_string(),
+        problem: problem.into(),
+    }
+}
+
+const MAX_DIGITS: usize = 36;
+
+/// Parse `text` and return its value × 10^`scale`, rounded up (toward +∞) to an integer.
+/// `scale` = 3 gives milli-units (CPU millicores), 0 gives units (bytes).
+pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
+    if text.is_empty() {
+        return Err(err(text, "empty"));
+    }
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    let negative = match bytes[0] {
+        b'-' => {
+            i = 1;
+            true
+        }
+        b'+' => {
+            i = 1;
+            false
+        }
+        _ => false,
+    };
+    // Mantissa: digits with at most one '.', at least one digit.
+    let mut mantissa: u128 = 0;
+    let mut significant = 0usize;
+    let mut frac_digits: i32 = 0;
+    let mut seen_dot = false;
+    let mut any_digit = false;
+    while i < bytes.len() {
+        match bytes[i] {
+            d @ b'0'..=b'9' => {
+                any_digit = true;
+                if mantissa != 0 || d != b'0' {
+                    significant += 1;
+                }
+                if significant > MAX_DIGITS {
+                    return Err(err(
+                        text,
+                        format!("more than {MAX_DIGITS} significant digits"),
+                    ));
+                }
+                mantissa = mantissa * 10 + u128::from(d - b'0');
+                if seen_dot {
+                    frac_digits += 1;
+                }
+            }
+            b'.' if !seen_dot => seen_dot = true,
+            b'.' => return Err(err(text, "more than one decimal point")),
+            _ => break,
+        }
+        i += 1;
+    }
+    if !any_digit {
+        return Err(err(
+            text,
+            "expected a number such as 700m, 1.5, 512Mi or 1e3",
+        ));
+    }
+    let suffix = &text[i..];
+    let (exp10, exp2): (i32, u32) = match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        s if (s.starts_with('e') || s.starts_with('E')) && s.len() > 1 => {
+            let exp = &s[1..];
+            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(err(text, format!("bad exponent {s:?}")));
+            }
+            let e: i32 = exp
+                .parse()
+                .ok()
+                .filter(|e: &i32| e.abs() <= 60)
+                .ok_or_else(|| err(text, format!("exponent {s:?} out of range")))?;
+            (e, 0)
+        }
+        s => {
+            return Err(err(
+                text,
+                format!(
+                    "unknown suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or e<n>)"
+                ),
+            ));
+        }
+    };
+    let too_large = || err(text, "too large (must fit in a 64-bit integer of the unit)");
+    let mut value = mantissa
+        .checked_shl(exp2)
+        .filter(|v| v >> exp2 == mantissa)
+        .ok_or_else(too_large)?;
+    let k = exp10 + scale - frac_digits;
+    if k >= 0 {
+        let mul = 10u128.checked_pow(k as u32).ok_or_else(too_large)?;
+        value = value.checked_mul(mul).ok_or_else(too_large)?;
+    } else {
+        // Round the magnitude up for positives, toward zero for negatives: both are toward +∞.
+        let div = 10u128.checked_pow((-k) as u32);
+        value = match div {
+            Some(d) => {
+                let q = value / d;
+                if value % d != 0 && !negative {
+                    q + 1
+                } else {
+                    q
+                }
+            }
+            // Divisor beyond u128: the value is a positive fraction of one unit (or zero).
+            None => u128::from(value != 0 && !negative),
+        };
+    }
+    let magnitude = i64::try_from(value).map_err(|_| too_large())?;
+    Ok(if negative { -magnitude } else { magnitude })
+}
+
+fn non_negative(text: &str, v: i64, what: &str) -> Result<i64, QuantityError> {
+    if v < 0 {
+        Err(err(text, format!("a {what} request cannot be negative")))
+    } else {
+        Ok(v)
+    }
+}
+
+/// CPU quantity → millicores (`"700m"` → 700, `"1.5"` → 1500, `"0.1m"` → 1).
+pub fn parse_cpu_millis(text: &str) -> Result<i64, QuantityError> {
+    non_negative(text, parse_scaled(text, 3)?, "CPU")
+}
+
+/// Memory quantity → bytes (`"512Mi"` → 536870912, `"100M"` → 100000000).
+pub fn parse_memory_bytes(text: &str) -> Result<i64, QuantityError> {
+    non_negative(text, parse_scaled(text, 0)?, "memory")
+}
+
+pub fn cpu_millis(q: &Quantity) -> Result<i64, QuantityError> {
+    parse_cpu_millis(&q.0)
+}
+
+pub fn memory_bytes(q: &Quantity) -> Result<i64, QuantityError> {
+    parse_memory_bytes(&q.0)
+}
+
+/// Canonical CPU text: `"2"` for whole cores, else `"<n>m"`.
+pub fn format_cpu_millis(millis: i64) -> String {
+    if millis % 1000 == 0 {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
+}
+
+/// Canonical memory text: largest exact binary suffix, else plain bytes.
+pub fn format_memory_bytes(bytes: i64) -> String {
+    if bytes == 0 {
+        return "0".into();
+    }
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    for (suffix, shift) in SUFFIXES {
+        let unit = 1i64 << shift;
+        if bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
+pub fn cpu_quantity(millis: i64) -> Quantity {
+    Quantity(format_cpu_millis(millis))
+}
+
+pub fn memory_quantity(bytes: i64) -> Quantity {
+    Quantity(format_memory_bytes(bytes))
+}
+
+/// One mebibyte, the unit memory recommendations are rounded up to.
+pub const MIB: i64 = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn cpu_forms_parse_to_millicores() {
+        for (text, want) in [
+            ("700m", 700),
+            ("1", 1000),
+            ("1.5", 1500),
+            ("0.5", 500),
+            (".25", 250),
+            ("2.", 2000),
+            ("1e3", 1_000_000),
+            ("1E3", 1_000_000),
+            ("1e-3", 1),
+            ("0.1m", 1),
+            ("100u", 1),
+            ("250000u", 250),
+            ("1k", 1_000_000),
+            ("+300m", 300),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_cpu_millis(text), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn memory_forms_parse_to_bytes() {
+        for (text, want) in [
+            ("512Mi", 512 * MIB),
+            ("1Gi", 1 << 30),
+            ("1.5Gi", 1536 * MIB),
+            ("100M", 100_000_000),
+            ("1e3", 1000),
+            ("1E", 1_000_000_000_000_000_000),
+            ("128974848", 128_974_848),
+            ("129e6", 129_000_000),
+            ("123Ki", 125_952),
+            ("0.5", 1),
+            ("1500m", 2),
+        ] {
+            assert_eq!(parse_memory_bytes(text), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_quantities_are_rejected_with_the_text_named() {
+        for text in [
+            "", "m", "abc", "1.2.3", "1Kb", "1 Gi", "1e", "1ex", "--1", "1e999", "9Ei", "-100m",
+        ] {
+            let e = parse_cpu_millis(text).expect_err(text);
+            assert_eq!(e.text, text);
+            assert!(e.to_string().contains(&format!("{text:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn canonical_formatting() {
+        assert_eq!(format_cpu_millis(700), "700m");
+        assert_eq!(format_cpu_millis(1000), "1");
+        assert_eq!(format_cpu_millis(1500), "1500m");
+        assert_eq!(format_cpu_millis(0), "0");
+        assert_eq!(format_memory_bytes(512 * MIB), "512Mi");
+        assert_eq!(format_memory_bytes(1 << 30), "1Gi");
+        assert_eq!(format_memory_bytes(1536 * MIB), "1536Mi");
+        assert_eq!(format_memory_bytes(1024), "1Ki");
+        assert_eq!(format_memory_bytes(100_000_000), "100000000");
+        assert_eq!(format_memory_bytes(0), "0");
+    }
+
+    proptest! {
+        #[test]
+        fn cpu_round_trips(m in 0i64..10_000_000_000) {
+            prop_assert_eq!(parse_cpu_millis(&format_cpu_millis(m)), Ok(m));
+        }
+
+        #[test]
+        fn memory_round_trips(b in 0i64..(1i64 << 50)) {
+            prop_assert_eq!(parse_memory_bytes(&format_memory_bytes(b)), Ok(b));
+        }
+    }
+}

@@ -1,0 +1,691 @@
+//! Per-workload CPU/memory evaluation with HPA coordination (pure): recommendations, the HPA
+//! outcome, risk flags, savings, phase, what the agent applies, the RightsizingRecommendation it
+//! is recorded as, and rollback/release planning.
+//!
+//! Decisions (the seeds are silent):
+//! - **Which containers.** `WorkloadInput::containers` are the containers the HPA counts (regular
+//!   plus restartable init containers). Those outside the policy's `scope.containers` are not
+//!   rightsized but still count in the HPA sums with their current request.
+//! - **Blocked means the whole workload.** When the HPA's resource is auto-patch and coordination
+//!   is not possible, kerf changes nothing on the workload (neither resource): phase `blocked`,
+//!   reason `HPACoupled`. The recommendation is still computed and shown, with its savings.
+//! - **skipReason.** Only the four documented values. `coordinate: false` blocks without a skip
+//!   reason of its own: `skipReason` then says what would *also* prevent coordination (if anything),
+//!   and the outcome's `message` says coordination is off. Checks run in the order
+//!   unsupported-metrics, max-replicas-reached, missing-request, then the bounds
+//!   (`target-out-of-bounds` covers both the hub's 40–90 % when it cannot be kept without trimming a
+//!   must-not-decrease request, and the policy's `targetBounds`).
+//! - **targetAfter** is `None` when no target was computed (coordination off, the HPA's resource not
+//!   in auto-patch, or a structural skip reason); for `target-out-of-bounds` it is the target the
+//!   change would have needed, so the user sees why.
+//! - **Policy targetBounds** block a change whose new target is outside them; a target that does
+//!   not change (new = current) is not a change and is not blocked.
+//! - **Savings** = current − recommended over the rightsized containers (cores, bytes, GPU units),
+//!   per replica and × current replicas. Negative when kerf recommends more than the workload asks
+//!   for (upsizing). A resource with no container having both values has no savings entry.
+//! - **Phase.** `blocked` (HPA); `audit-only` (no resource in auto-patch); `applied` (at least one
+//!   auto-patch request to set); `pending` (auto-patch, but no sample yet: reason `NoUsageData`).
+//! - **previousHPATarget** is the HPA target before kerf's *first* coordinated change; later changes
+//!   keep it, so release restores the user's own target together with the recorded original
+//!   requests (the two belong together: restoring one without the other would change scaling).
+//! - **Original requests** are recorded per container for the resources kerf applies, the first time
+//!   it applies them. A resource that had no request at all is not recorded, so release leaves
+//!   kerf's value there (kerf cannot express "remove" in `originalRequests`).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+
+use super::hpa::{
+    self, Coordination, CountedRequest, HpaResource, REASON_HPA_COUPLED, RISK_HPA_COUPLED,
+    SkipReason, analyze_metrics,
+};
+use super::model::{CoordinatedHpa, PolicyId, ResourceRequests, WorkloadKey, format_gpu};
+use super::quantity::{self, MIB};
+use super::resources::{
+    ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
+};
+use crate::api::{
+    ContainerRecommendation, HpaRecommendation, RecommendationPhase, RecommendationStatus,
+    ResourceMode, ResourceValues, RightsizingPolicySpec, RightsizingRecommendationSpec, Savings,
+    WorkloadRef,
+};
+
+pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
+
+/// One counted container of the workload.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerInput {
+    pub signals: ContainerSignals,
+    /// Selected by the policy's `scope.containers` (empty scope = every counted container).
+    pub in_scope: bool,
+    /// GPU units, when the GPU engine has them (shown and counted in savings only).
+    pub gpu_current: Option<f64>,
+    pub gpu_recommended: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HpaInput {
+    pub hpa: HorizontalPodAutoscaler,
+    /// The HPA was at `maxReplicas` at some time in the recommendation window
+    /// (see [`hpa::max_replicas_reached`]).
+    pub max_replicas_reached: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadInput {
+    pub policy: RightsizingPolicySpec,
+    pub containers: Vec<ContainerInput>,
+    pub hpa: Option<HpaInput>,
+    /// Current replicas (for total savings).
+    pub replicas: i32,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerOutcome {
+    pub name: String,
+    pub in_scope: bool,
+    pub current: ResourceRequests,
+    /// After any hub adjustment for the HPA bounds. `None` = nothing recommended.
+    pub recommended: ResourceRequests,
+    pub cpu_source: Source,
+    pub memory_source: Source,
+    pub throttled: bool,
+    pub oom_killed: bool,
+    pub gpu_current: Option<f64>,
+    pub gpu_recommended: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HpaOutcome {
+    pub name: String,
+    /// The resource the HPA measures as utilization (`None`: it does not).
+    pub resource: Option<HpaResource>,
+    pub target_before: Option<i32>,
+    pub target_after: Option<i32>,
+    pub skip_reason: Option<SkipReason>,
+    pub blocked: bool,
+    /// `HPACoupled` when blocked.
+    pub reason: Option<String>,
+    /// Human explanation (events, conditions).
+    pub message: String,
+    /// The target is changed together with the requests.
+    pub coordinated: bool,
+}
+
+/// What the agent writes, in one step (server-side apply, field manager `kerf`, as a rollout).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentPlan {
+    /// Requests of the auto-patch resources, per container.
+    pub requests: BTreeMap<String, ResourceRequests>,
+    pub hpa: Option<CoordinatedHpa>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RightsizingOutcome {
+    pub containers: Vec<ContainerOutcome>,
+    pub hpa: Option<HpaOutcome>,
+    pub risk_flags: Vec<String>,
+    pub savings: Savings,
+    pub phase: RecommendationPhase,
+    pub reason: Option<String>,
+    pub message: String,
+    /// `Some` only when `phase` is `applied`.
+    pub apply: Option<AgentPlan>,
+}
+
+fn get(r: &ResourceRequests, res: HpaResource) -> Option<i64> {
+    match res {
+        HpaResource::Cpu => r.cpu_millis,
+        HpaResource::Memory => r.memory_bytes,
+    }
+}
+
+fn set(r: &mut ResourceRequests, res: HpaResource, v: Option<i64>) {
+    match res {
+        HpaResource::Cpu => r.cpu_millis = v,
+        HpaResource::Memory => r.memory_bytes = v,
+    }
+}
+
+fn must_not_decrease(rec: &ContainerRec, res: HpaResource) -> bool {
+    match res {
+        HpaResource::Cpu => rec.cpu.must_not_decrease,
+        HpaResource::Memory => rec.memory.must_not_decrease,
+    }
+}
+
+struct Ctx<'a> {
+    input: &'a WorkloadInput,
+    params: PolicyParams,
+    recs: Vec<Option<ContainerRec>>,
+}
+
+impl Ctx<'_> {
+    fn mode(&self, r: HpaResource) -> ResourceMode {
+        match r {
+            HpaResource::Cpu => self.params.cpu.mode,
+            HpaResource::Memory => self.params.memory.mode,
+        }
+    }
+
+    fn auto(&self, r: HpaResource) -> bool {
+        self.mode(r) == ResourceMode::AutoPatch
+    }
+
+    fn limits(&self, r: HpaResource) -> (i64, Option<i64>) {
+        match r {
+            HpaResource::Cpu => (
+                self.params.cpu.min_millis.unwrap_or(1).max(1),
+                self.params.cpu.max_millis,
+            ),
+            HpaResource::Memory => (
+                self.params.memory.min_bytes.unwrap_or(MIB).max(1),
+                self.params.memory.max_bytes,
+            ),
+        }
+    }
+}
+
+/// Evaluate one workload under a RightsizingPolicy. Errors only on an unusable policy
+/// (unparseable quantity, min above max), naming the field.
+pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, PolicyError> {
+    let params = PolicyParams::from_spec(&input.policy)?;
+    let recs: Vec<Option<ContainerRec>> = input
+        .containers
+        .iter()
+        .map(|c| {
+            c.in_scope
+                .then(|| recommend_container(&c.signals, &params, input.now))
+        })
+        .collect();
+    let ctx = Ctx {
+        input,
+        params,
+        recs,
+    };
+    let mut recommended: Vec<ResourceRequests> = ctx
+        .recs
+        .iter()
+        .map(|r| match r {
+            Some(r) => ResourceRequests {
+                cpu_millis: r.cpu.value,
+                memory_bytes: r.memory.value,
+            },
+            None => ResourceRequests::default(),
+        })
+        .collect();
+
+    let mut risk_flags = Vec::new();
+    let hpa_out = input
+        .hpa
+        .as_ref()
+        .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags));
+
+    let containers: Vec<ContainerOutcome> = input
+        .containers
+        .iter()
+        .zip(&ctx.recs)
+        .zip(&recommended)
+        .map(|((c, rec), recd)| ContainerOutcome {
+            name: c.signals.name.clone(),
+            in_scope: c.in_scope,
+            current: c.signals.current.clone(),
+            recommended: recd.clone(),
+            cpu_source: rec.map_or(Source::NoData, |r| r.cpu.source),
+            memory_source: rec.map_or(Source::NoData, |r| r.memory.source),
+            throttled: c.signals.throttled,
+            oom_killed: c.signals.oom_killed,
+            gpu_current: c.gpu_current,
+            gpu_recommended: c.gpu_recommended,
+        })
+        .collect();
+    let savings = savings(&containers, input.replicas);
+
+    let auto: Vec<HpaResource> = [HpaResource::Cpu, HpaResource::Memory]
+        .into_iter()
+        .filter(|r| ctx.auto(*r))
+        .collect();
+    let (phase, reason, message, apply) = if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
+        (
+            RecommendationPhase::Blocked,
+            Some(REASON_HPA_COUPLED.to_string()),
+            h.message.clone(),
+            None,
+        )
+    } else if auto.is_empty() || !containers.iter().any(|c| c.in_scope) {
+        (
+            RecommendationPhase::AuditOnly,
+            None,
+            "no resource is in auto-patch: recommendation only".to_string(),
+            None,
+        )
+    } else {
+        let mut requests = BTreeMap::new();
+        for c in containers.iter().filter(|c| c.in_scope) {
+            let mut r = ResourceRequests::default();
+            for res in &auto {
+                set(&mut r, *res, get(&c.recommended, *res));
+            }
+            if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
+                requests.insert(c.name.clone(), r);
+            }
+        }
+        if requests.is_empty() {
+            (
+                RecommendationPhase::Pending,
+                Some(REASON_NO_USAGE_DATA.to_string()),
+                "no usage sample in the window yet".to_string(),
+                None,
+            )
+        } else {
+            let hpa = hpa_out.as_ref().filter(|h| h.coordinated).and_then(|h| {
+                Some(CoordinatedHpa {
+                    hpa_name: h.name.clone(),
+                    resource: h.resource?.as_str().to_string(),
+                    target_before: h.target_before?,
+                    target_after: h.target_after?,
+                })
+            });
+            let message = match &hpa {
+                Some(c) => format!(
+                    "requests and HPA {} {} target {} % → {} % applied together",
+                    c.hpa_name, c.resource, c.target_before, c.target_after
+                ),
+                None => "requests applied".to_string(),
+            };
+            (
+                RecommendationPhase::Applied,
+                None,
+                message,
+                Some(AgentPlan { requests, hpa }),
+            )
+        }
+    };
+
+    Ok(RightsizingOutcome {
+        containers,
+        hpa: hpa_out,
+        risk_flags,
+        savings,
+        phase,
+        reason,
+        message,
+        apply,
+    })
+}
+
+fn evaluate_hpa(
+    ctx: &Ctx<'_>,
+    h: &HpaInput,
+    recommended: &mut [ResourceRequests],
+    risk_flags: &mut Vec<String>,
+) -> HpaOutcome {
+    let input = ctx.input;
+    let name = h.hpa.metadata.name.clone().unwrap_or_default();
+    let a = analyze_metrics(&h.hpa);
+    let mut out = HpaOutcome {
+        name,
+        resource: None,
+        target_before: None,
+        target_after: None,
+        skip_reason: None,
+        blocked: false,
+        reason: None,
+        message: String::new(),
+        coordinated: false,
+    };
+    if !a.coupled() {
+        out.message =
+            "the HPA does not scale on CPU or memory utilization: requests do not affect it".into();
+        return out;
+    }
+    risk_flags.push(RISK_HPA_COUPLED.to_string());
+    let (resource, target) = match (
+        a.supported.or(a.first_target),
+        a.utilization_resources.first(),
+    ) {
+        (Some((r, t)), _) => (r, Some(t)),
+        (None, Some(r)) => (*r, None),
+        (None, None) => return out, // not coupled; handled above
+    };
+    out.resource = Some(resource);
+    out.target_before = target;
+    let held: Vec<HpaResource> = a
+        .utilization_resources
+        .iter()
+        .copied()
+        .filter(|r| ctx.auto(*r))
+        .collect();
+    if held.is_empty() {
+        out.message = format!(
+            "the HPA scales on {} utilization, which is not in auto-patch: it does not hold the workload back",
+            resource.as_str()
+        );
+        return out;
+    }
+    let block = |out: &mut HpaOutcome, skip: Option<SkipReason>, message: String| {
+        out.blocked = true;
+        out.skip_reason = skip;
+        out.reason = Some(REASON_HPA_COUPLED.to_string());
+        out.message = message;
+    };
+    let missing: Vec<&str> = input
+        .containers
+        .iter()
+        .filter(|c| get(&c.signals.current, resource).is_none_or(|v| v <= 0))
+        .map(|c| c.signals.name.as_str())
+        .collect();
+    let skip = if a.supported.is_none() {
+        Some((
+            SkipReason::UnsupportedMetrics,
+            format!("the HPA's metrics are unsupported: {}", a.detail),
+        ))
+    } else if h.max_replicas_reached {
+        Some((
+            SkipReason::MaxReplicasReached,
+            "the HPA was at maxReplicas in the recommendation window".to_string(),
+        ))
+    } else if !missing.is_empty() {
+        Some((
+            SkipReason::MissingRequest,
+            format!(
+                "container(s) {} have no {} request",
+                missing.join(", "),
+                resource.as_str()
+            ),
+        ))
+    } else {
+        None
+    };
+    if !input.policy.hpa.coordinate {
+        let also = skip
+            .as_ref()
+            .map(|(_, m)| format!("; also, {m}"))
+            .unwrap_or_default();
+        block(
+            &mut out,
+            skip.map(|(s, _)| s),
+            format!(
+                "the HPA scales on {} utilization and spec.hpa.coordinate is off (the default){also}",
+                resource.as_str()
+            ),
+        );
+        return out;
+    }
+    if let Some((s, m)) = skip {
+        block(&mut out, Some(s), m);
+        return out;
+    }
+    // A supported metric always has a positive target; stay total anyway.
+    let Some(old) = target else {
+        block(
+            &mut out,
+            Some(SkipReason::UnsupportedMetrics),
+            a.detail.clone(),
+        );
+        return out;
+    };
+    let (min, max) = ctx.limits(resource);
+    let counted: Vec<CountedRequest> = input
+        .containers
+        .iter()
+        .zip(&ctx.recs)
+        .zip(recommended.iter())
+        .map(|((c, rec), recd)| {
+            // Every counted container has this request (missing-request was checked above).
+            let current = get(&c.signals.current, resource).unwrap_or_default();
+            let value = get(recd, resource);
+            let adjustable = c.in_scope && value.is_some();
+            let recommended = value.unwrap_or(current);
+            let mnd = adjustable && rec.is_some_and(|r| must_not_decrease(&r, resource));
+            CountedRequest {
+                name: c.signals.name.clone(),
+                current,
+                recommended,
+                adjustable,
+                floor: if mnd {
+                    recommended
+                } else {
+                    min.min(recommended)
+                },
+                must_not_decrease: mnd,
+                ceiling: max,
+            }
+        })
+        .collect();
+    let unit = match resource {
+        HpaResource::Cpu => 1,
+        HpaResource::Memory => MIB,
+    };
+    match hpa::coordinate(old, &counted, unit) {
+        Coordination::Ok {
+            target, requests, ..
+        } => {
+            for ((r, c), v) in recommended.iter_mut().zip(&counted).zip(requests) {
+                if c.adjustable {
+                    set(r, resource, Some(v));
+                }
+            }
+            out.target_after = Some(target);
+            let bounds = input.policy.hpa.target_bounds.as_ref();
+            if let Some(b) = bounds.filter(|b| {
+                target != old && !(b.min_utilization..=b.max_utilization).contains(&target)
+            }) {
+                block(
+                    &mut out,
+                    Some(SkipReason::TargetOutOfBounds),
+                    format!(
+                        "the new HPA target {target} % would leave the policy's bounds {}–{} %",
+                        b.min_utilization, b.max_utilization
+                    ),
+                );
+            } else {
+                out.coordinated = true;
+                out.message = format!("HPA {} target {old} % → {target} %", resource.as_str());
+            }
+        }
+        Coordination::Blocked { target, why } => {
+            out.target_after = Some(target);
+            block(&mut out, Some(SkipReason::TargetOutOfBounds), why);
+        }
+    }
+    out
+}
+
+fn savings(containers: &[ContainerOutcome], replicas: i32) -> Savings {
+    fn total<F: Fn(&ContainerOutcome) -> (Option<f64>, Option<f64>)>(
+        cs: &[ContainerOutcome],
+        f: F,
+    ) -> Option<f64> {
+        let diffs: Vec<f64> = cs
+            .iter()
+            .filter(|c| c.in_scope)
+            .filter_map(|c| match f(c) {
+                (Some(cur), Some(rec)) => Some(cur - rec),
+                _ => None,
+            })
+            .collect();
+        (!diffs.is_empty()).then(|| diffs.iter().sum())
+    }
+    let cpu = total(containers, |c| {
+        (
+            c.current.cpu_millis.map(|v| v as f64 / 1000.0),
+            c.recommended.cpu_millis.map(|v| v as f64 / 1000.0),
+        )
+    });
+    let memory = total(containers, |c| {
+        (
+            c.current.memory_bytes.map(|v| v as f64),
+            c.recommended.memory_bytes.map(|v| v as f64),
+        )
+    });
+    let gpu = total(containers, |c| (c.gpu_current, c.gpu_recommended));
+    let times = |v: Option<f64>| v.map(|v| v * f64::from(replicas));
+    Savings {
+        cpu_cores: cpu,
+        memory_bytes: memory,
+        gpu_units: gpu,
+        replicas: Some(replicas),
+        total_cpu_cores: times(cpu),
+        total_memory_bytes: times(memory),
+        total_gpu_units: times(gpu),
+    }
+}
+
+fn values(r: &ResourceRequests, gpu: Option<f64>) -> ResourceValues {
+    ResourceValues {
+        cpu: r.cpu_millis.map(quantity::cpu_quantity),
+        memory: r.memory_bytes.map(quantity::memory_quantity),
+        gpu: gpu.map(format_gpu),
+    }
+}
+
+/// The `RightsizingRecommendation` spec for an outcome (rightsized containers only).
+pub fn recommendation_spec(
+    outcome: &RightsizingOutcome,
+    workload: &WorkloadKey,
+    policy: Option<&PolicyId>,
+) -> RightsizingRecommendationSpec {
+    RightsizingRecommendationSpec {
+        workload: WorkloadRef {
+            kind: workload.kind.as_str().to_string(),
+            name: workload.name.clone(),
+        },
+        policies: policy.map(|p| vec![p.to_string()]).unwrap_or_default(),
+        containers: outcome
+            .containers
+            .iter()
+            .filter(|c| c.in_scope)
+            .map(|c| ContainerRecommendation {
+                name: c.name.clone(),
+                current: values(&c.current, c.gpu_current),
+                recommended: values(&c.recommended, c.gpu_recommended),
+            })
+            .collect(),
+        driving_metric: None,
+        hpa: outcome.hpa.as_ref().map(|h| HpaRecommendation {
+            name: h.name.clone(),
+            resource: h.resource.map(|r| r.as_str().to_string()),
+            target_before: h.target_before,
+            target_after: h.target_after,
+            skip_reason: h.skip_reason.map(|s| s.as_str().to_string()),
+        }),
+        risk_flags: outcome.risk_flags.clone(),
+        savings: outcome.savings.clone(),
+    }
+}
+
+/// The status for an outcome, carrying over what must survive from `previous`: the original
+/// requests, `previousHPATarget` (see module docs), last applied time and conditions (the IO
+/// edge owns those two).
+pub fn recommendation_status(
+    outcome: &RightsizingOutcome,
+    previous: Option<&RecommendationStatus>,
+) -> RecommendationStatus {
+    let mut status = RecommendationStatus {
+        phase: outcome.phase,
+        reason: outcome.reason.clone(),
+        previous_hpa_target: previous.and_then(|p| p.previous_hpa_target),
+        original_requests: previous
+            .map(|p| p.original_requests.clone())
+            .unwrap_or_default(),
+        last_applied_time: previous.and_then(|p| p.last_applied_time.clone()),
+        conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+    };
+    if let Some(plan) = &outcome.apply {
+        if let Some(h) = &plan.hpa {
+            status.previous_hpa_target.get_or_insert(h.target_before);
+        }
+        for (name, applied) in &plan.requests {
+            let Some(c) = outcome.containers.iter().find(|c| &c.name == name) else {
+                continue;
+            };
+            let entry = status.original_requests.entry(name.clone()).or_default();
+            if applied.cpu_millis.is_some() && entry.cpu.is_none() {
+                entry.cpu = c.current.cpu_millis.map(quantity::cpu_quantity);
+            }
+            if applied.memory_bytes.is_some() && entry.memory.is_none() {
+                entry.memory = c.current.memory_bytes.map(quantity::memory_quantity);
+            }
+        }
+        status
+            .original_requests
+            .retain(|_, v| v.cpu.is_some() || v.memory.is_some());
+    }
+    status
+}
+
+/// The HPA target to restore.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreHpa {
+    pub name: String,
+    pub resource: String,
+    pub target: i32,
+}
+
+/// What a rollback or a release writes back (requests per container, HPA target), in one step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestorePlan {
+    pub requests: BTreeMap<String, ResourceRequests>,
+    pub hpa: Option<RestoreHpa>,
+}
+
+/// Rollback and release: restore the recorded original requests and, when kerf changed the HPA,
+/// `previousHPATarget` on the HPA named in `spec.hpa`. A resource without a recorded original is
+/// left alone (`None`).
+pub fn plan_restore(
+    spec: &RightsizingRecommendationSpec,
+    status: &RecommendationStatus,
+) -> Result<RestorePlan, PolicyError> {
+    let mut requests = BTreeMap::new();
+    for (name, v) in &status.original_requests {
+        let field = |r: &str| format!("status.originalRequests.{name}.{r}");
+        let r = ResourceRequests {
+            cpu_millis: v
+                .cpu
+                .as_ref()
+                .map(quantity::cpu_millis)
+                .transpose()
+                .map_err(|e| PolicyError {
+                    field: field("cpu"),
+                    message: e.to_string(),
+                })?,
+            memory_bytes: v
+                .memory
+                .as_ref()
+                .map(quantity::memory_bytes)
+                .transpose()
+                .map_err(|e| PolicyError {
+                    field: field("memory"),
+                    message: e.to_string(),
+                })?,
+        };
+        if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
+            requests.insert(name.clone(), r);
+        }
+    }
+    let hpa = match (status.previous_hpa_target, spec.hpa.as_ref()) {
+        (Some(target), Some(h)) => Some(RestoreHpa {
+            name: h.name.clone(),
+            resource: h.resource.clone().ok_or_else(|| PolicyError {
+                field: "spec.hpa.resource".into(),
+                message: "missing, but status.previousHPATarget is set".into(),
+            })?,
+            target,
+        }),
+        (Some(_), None) => {
+            return Err(PolicyError {
+                field: "spec.hpa".into(),
+                message: "missing, but status.previousHPATarget is set".into(),
+            });
+        }
+        (None, _) => None,
+    };
+    Ok(RestorePlan { requests, hpa })
+}
+
+#[cfg(test)]
+mod tests;

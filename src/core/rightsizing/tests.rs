@@ -1,0 +1,684 @@
+use super::*;
+use crate::api::{
+    CpuRecipe, HpaCoordination, MemoryRecipe, ResourceRecipes, TargetBounds, WorkloadKind,
+};
+use crate::core::resources::Sample;
+use serde_json::json;
+
+fn now() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn series(v: f64) -> Vec<Sample> {
+    let end = now().timestamp();
+    (0..10).map(|i| (end - i * 60, v)).collect()
+}
+
+fn policy(cpu: ResourceMode, memory: ResourceMode, coordinate: bool) -> RightsizingPolicySpec {
+    RightsizingPolicySpec {
+        resources: ResourceRecipes {
+            cpu: Some(CpuRecipe {
+                mode: cpu,
+                headroom_percent: 0.0,
+                ..CpuRecipe::default()
+            }),
+            memory: Some(MemoryRecipe {
+                mode: memory,
+                headroom_percent: 0.0,
+                ..MemoryRecipe::default()
+            }),
+        },
+        hpa: HpaCoordination {
+            coordinate,
+            target_bounds: None,
+        },
+        ..Default::default()
+    }
+}
+
+const AUTO: ResourceMode = ResourceMode::AutoPatch;
+const AUDIT: ResourceMode = ResourceMode::AuditOnly;
+
+/// A container requesting `cpu_m` millicores and `mem_mi` MiB, using `use_m` millicores and `use_mi` MiB.
+fn container(name: &str, cpu_m: i64, mem_mi: i64, use_m: i64, use_mi: i64) -> ContainerInput {
+    ContainerInput {
+        signals: ContainerSignals {
+            name: name.into(),
+            current: ResourceRequests {
+                cpu_millis: Some(cpu_m),
+                memory_bytes: Some(mem_mi * MIB),
+            },
+            cpu: series(use_m as f64 / 1000.0),
+            memory: series((use_mi * MIB) as f64),
+            throttled: false,
+            oom_killed: false,
+        },
+        in_scope: true,
+        gpu_current: None,
+        gpu_recommended: None,
+    }
+}
+
+fn hpa_with(metrics: serde_json::Value) -> HpaInput {
+    HpaInput {
+        hpa: serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "maxReplicas": 10, "metrics": metrics}
+        }))
+        .unwrap(),
+        max_replicas_reached: false,
+    }
+}
+
+fn util(resource: &str, target: i32) -> serde_json::Value {
+    json!({"type": "Resource", "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}}})
+}
+
+fn cpu_hpa(target: i32) -> HpaInput {
+    hpa_with(json!([util("cpu", target)]))
+}
+
+fn input(
+    policy: RightsizingPolicySpec,
+    containers: Vec<ContainerInput>,
+    hpa: Option<HpaInput>,
+) -> WorkloadInput {
+    WorkloadInput {
+        policy,
+        containers,
+        hpa,
+        replicas: 4,
+        now: now(),
+    }
+}
+
+fn eval(i: &WorkloadInput) -> RightsizingOutcome {
+    evaluate_workload(i).unwrap()
+}
+
+fn hpa_of(o: &RightsizingOutcome) -> &HpaOutcome {
+    o.hpa.as_ref().expect("hpa outcome")
+}
+
+fn assert_blocked(o: &RightsizingOutcome, skip: Option<SkipReason>) {
+    assert_eq!(o.phase, RecommendationPhase::Blocked, "{}", o.message);
+    assert_eq!(o.reason.as_deref(), Some("HPACoupled"));
+    assert_eq!(o.apply, None, "a blocked workload gets no change at all");
+    let h = hpa_of(o);
+    assert!(h.blocked && !h.coordinated);
+    assert_eq!(h.reason.as_deref(), Some("HPACoupled"));
+    assert_eq!(h.skip_reason, skip, "{}", h.message);
+}
+
+#[test]
+fn worked_example_cpu_50_percent_1000m_to_700m_gives_71() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(700));
+    let h = hpa_of(&o);
+    assert_eq!((h.target_before, h.target_after), (Some(50), Some(71)));
+    assert!(h.coordinated);
+}
+
+#[test]
+fn coordinated_change_applies_requests_and_hpa_target_in_one_plan() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    let plan = o.apply.expect("applied");
+    assert_eq!(
+        plan.requests,
+        BTreeMap::from([(
+            "app".to_string(),
+            ResourceRequests {
+                cpu_millis: Some(700),
+                memory_bytes: None, // memory is audit-only: not applied
+            }
+        )])
+    );
+    assert_eq!(
+        plan.hpa,
+        Some(CoordinatedHpa {
+            hpa_name: "web".into(),
+            resource: "cpu".into(),
+            target_before: 50,
+            target_after: 71
+        })
+    );
+}
+
+#[test]
+fn coordination_off_by_default_blocks_with_hpa_coupled() {
+    assert!(
+        !RightsizingPolicySpec::default().hpa.coordinate,
+        "off by default"
+    );
+    let o = eval(&input(
+        policy(AUTO, AUDIT, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    // No skip reason of its own: the message says coordination is off.
+    assert_blocked(&o, None);
+    assert!(
+        o.message.contains("spec.hpa.coordinate is off"),
+        "{}",
+        o.message
+    );
+    assert_eq!(
+        hpa_of(&o).target_after,
+        None,
+        "no target computed when not coordinating"
+    );
+    // The recommendation itself is the raw one.
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(700));
+}
+
+#[test]
+fn coordination_off_still_reports_other_skip_reason() {
+    let mut h = cpu_hpa(50);
+    h.max_replicas_reached = true;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(h),
+    ));
+    assert_blocked(&o, Some(SkipReason::MaxReplicasReached));
+}
+
+#[test]
+fn two_utilization_metrics_is_unsupported_metrics() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(hpa_with(json!([util("cpu", 50), util("memory", 70)]))),
+    ));
+    assert_blocked(&o, Some(SkipReason::UnsupportedMetrics));
+    assert_eq!(hpa_of(&o).target_after, None);
+}
+
+#[test]
+fn container_resource_metric_is_unsupported_metrics() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(hpa_with(
+            json!([{"type": "ContainerResource", "containerResource": {
+            "name": "cpu", "container": "app", "target": {"type": "Utilization", "averageUtilization": 60}}}]),
+        )),
+    ));
+    assert_blocked(&o, Some(SkipReason::UnsupportedMetrics));
+    assert_eq!(o.risk_flags, vec!["hpa-coupled"]);
+}
+
+#[test]
+fn pods_object_external_metrics_are_unsupported() {
+    for extra in [
+        json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
+        json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
+        json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
+    ] {
+        let o = eval(&input(
+            policy(AUTO, AUDIT, true),
+            vec![container("app", 1000, 512, 700, 256)],
+            Some(hpa_with(json!([util("cpu", 50), extra]))),
+        ));
+        assert_blocked(&o, Some(SkipReason::UnsupportedMetrics));
+    }
+}
+
+#[test]
+fn hpa_without_utilization_metric_is_not_coupled() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(hpa_with(
+            json!([{"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}]),
+        )),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+    assert!(o.risk_flags.is_empty());
+    let h = hpa_of(&o);
+    assert!(!h.blocked && h.resource.is_none());
+    assert_eq!(o.apply.unwrap().hpa, None);
+}
+
+#[test]
+fn max_replicas_in_window_blocks() {
+    let mut h = cpu_hpa(50);
+    h.max_replicas_reached = true;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(h),
+    ));
+    assert_blocked(&o, Some(SkipReason::MaxReplicasReached));
+}
+
+#[test]
+fn missing_request_blocks() {
+    let mut side = container("proxy", 100, 64, 50, 32);
+    side.signals.current.cpu_millis = None;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256), side],
+        Some(cpu_hpa(50)),
+    ));
+    assert_blocked(&o, Some(SkipReason::MissingRequest));
+    assert!(o.message.contains("proxy"), "{}", o.message);
+    // The container out of the policy's scope still counts for the HPA.
+    let mut side = container("proxy", 100, 64, 50, 32);
+    side.signals.current.cpu_millis = None;
+    side.in_scope = false;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256), side],
+        Some(cpu_hpa(50)),
+    ));
+    assert_blocked(&o, Some(SkipReason::MissingRequest));
+}
+
+#[test]
+fn restartable_init_containers_counted_in_target_sums() {
+    // app 1000m → 700m, sidecar (restartable init container, out of scope) 1000m kept:
+    // 50 × 2000 / 1700 = 58.8 → 59 (not 71 as it would be for app alone).
+    let mut side = container("proxy", 1000, 64, 900, 32);
+    side.in_scope = false;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256), side],
+        Some(cpu_hpa(50)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(59));
+    let plan = o.apply.unwrap();
+    assert!(
+        !plan.requests.contains_key("proxy"),
+        "out-of-scope containers are not patched"
+    );
+}
+
+#[test]
+fn throttled_container_request_never_decreases() {
+    let mut c = container("app", 1000, 512, 300, 256);
+    c.signals.throttled = true;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![c],
+        Some(cpu_hpa(60)),
+    ));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(1000));
+    assert_eq!(hpa_of(&o).target_after, Some(60));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+}
+
+#[test]
+fn throttled_container_recommendation_is_a_floor_for_hub_adjustment() {
+    // Target 80 %, two containers; b is throttled and goes up to 3000m; a drops to 100m.
+    // Σ 2000m → 3100m: 52 % — inside. Then with target 45: 29 % → the hub must lower requests,
+    // but only a may shrink; b's 3000m alone gives 45 × 2000 / 3000 = 30 % → blocked.
+    let a = container("a", 1000, 512, 100, 256);
+    let mut b = container("b", 1000, 512, 3000, 256);
+    b.signals.throttled = true;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![a.clone(), b.clone()],
+        Some(cpu_hpa(80)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(52));
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![a, b],
+        Some(cpu_hpa(45)),
+    ));
+    assert_blocked(&o, Some(SkipReason::TargetOutOfBounds));
+    assert!(o.message.contains("must not decrease"), "{}", o.message);
+}
+
+#[test]
+fn oom_killed_memory_increase_pushing_target_below_40_blocks() {
+    // Memory HPA at 60 %; the container was OOM-killed and its peak asks for 1024Mi instead of 512Mi:
+    // 30 % < 40 %, and the hub may not trim an OOM-driven request → blocked.
+    let mut c = container("app", 1000, 512, 700, 1024);
+    c.signals.oom_killed = true;
+    let o = eval(&input(
+        policy(AUDIT, AUTO, true),
+        vec![c.clone()],
+        Some(hpa_with(json!([util("memory", 60)]))),
+    ));
+    assert_blocked(&o, Some(SkipReason::TargetOutOfBounds));
+    assert_eq!(hpa_of(&o).target_after, Some(30));
+    assert_eq!(o.containers[0].recommended.memory_bytes, Some(1024 * MIB));
+    // Without the OOM kill, the hub trims the increase to keep the target at 40 %.
+    c.signals.oom_killed = false;
+    let o = eval(&input(
+        policy(AUDIT, AUTO, true),
+        vec![c],
+        Some(hpa_with(json!([util("memory", 60)]))),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+    assert_eq!(hpa_of(&o).target_after, Some(40));
+    assert_eq!(o.containers[0].recommended.memory_bytes, Some(777 * MIB));
+}
+
+#[test]
+fn hub_keeps_target_within_40_90_by_adjusting_requests() {
+    // 80 % target, 1000m → 200m would be 400 %: the hub raises the request to 884m (90 %).
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 200, 256)],
+        Some(cpu_hpa(80)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(90));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(884));
+    assert_eq!(o.apply.unwrap().requests["app"].cpu_millis, Some(884));
+}
+
+#[test]
+fn current_target_outside_hub_bounds_left_as_is() {
+    // 95 % stays 95 % when the requests do not change (not pulled into 40–90) …
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 1000, 256)],
+        Some(cpu_hpa(95)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(95));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(1000));
+    // … and a downsize does not push it further out.
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 500, 256)],
+        Some(cpu_hpa(95)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(95));
+}
+
+#[test]
+fn target_outside_policy_bounds_is_target_out_of_bounds() {
+    let mut p = policy(AUTO, AUDIT, true);
+    p.hpa.target_bounds = Some(TargetBounds {
+        min_utilization: 50,
+        max_utilization: 70,
+    });
+    let o = eval(&input(
+        p.clone(),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    assert_blocked(&o, Some(SkipReason::TargetOutOfBounds));
+    assert_eq!(
+        hpa_of(&o).target_after,
+        Some(71),
+        "the target the change would need is shown"
+    );
+    // Inside the bounds it proceeds.
+    let o = eval(&input(
+        p.clone(),
+        vec![container("app", 1000, 512, 750, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(67));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+    // An unchanged target is not a change, even outside the policy's bounds.
+    let o = eval(&input(
+        p,
+        vec![container("app", 1000, 512, 1000, 256)],
+        Some(cpu_hpa(80)),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+}
+
+#[test]
+fn only_hpa_resource_matters_memory_change_proceeds_when_hpa_scales_on_cpu_audit_only() {
+    let o = eval(&input(
+        policy(AUDIT, AUTO, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+    let h = hpa_of(&o);
+    assert!(!h.blocked && !h.coordinated);
+    assert_eq!(h.target_after, None);
+    let plan = o.apply.unwrap();
+    assert_eq!(
+        plan.requests["app"],
+        ResourceRequests {
+            cpu_millis: None,
+            memory_bytes: Some(256 * MIB)
+        }
+    );
+    assert_eq!(plan.hpa, None);
+    assert_eq!(o.risk_flags, vec!["hpa-coupled"], "still flagged");
+}
+
+#[test]
+fn risk_flag_hpa_coupled_on_utilization_hpa() {
+    for (cpu, mem) in [(AUDIT, AUDIT), (AUTO, AUDIT), (AUDIT, AUTO)] {
+        let o = eval(&input(
+            policy(cpu, mem, true),
+            vec![container("app", 1000, 512, 700, 256)],
+            Some(hpa_with(json!([util("memory", 70)]))),
+        ));
+        assert_eq!(o.risk_flags, vec!["hpa-coupled"]);
+    }
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        None,
+    ));
+    assert!(o.risk_flags.is_empty());
+}
+
+#[test]
+fn recommendation_still_reported_with_savings_when_blocked() {
+    let mut c = container("app", 1000, 512, 700, 256);
+    c.gpu_current = Some(1.0);
+    c.gpu_recommended = Some(0.5);
+    let o = eval(&input(
+        policy(AUTO, AUTO, false),
+        vec![c],
+        Some(cpu_hpa(50)),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Blocked);
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(700));
+    assert_eq!(o.containers[0].recommended.memory_bytes, Some(256 * MIB));
+    let s = &o.savings;
+    assert!((s.cpu_cores.unwrap() - 0.3).abs() < 1e-9);
+    assert_eq!(s.memory_bytes, Some((256 * MIB) as f64));
+    assert_eq!(s.gpu_units, Some(0.5));
+    assert_eq!(s.replicas, Some(4));
+    assert!((s.total_cpu_cores.unwrap() - 1.2).abs() < 1e-9);
+    assert_eq!(s.total_memory_bytes, Some((1024 * MIB) as f64));
+    assert_eq!(s.total_gpu_units, Some(2.0));
+    let spec = recommendation_spec(
+        &o,
+        &WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
+        None,
+    );
+    assert_eq!(
+        spec.containers[0].recommended.cpu.as_ref().unwrap().0,
+        "700m"
+    );
+    assert_eq!(spec.hpa.as_ref().unwrap().name, "web");
+}
+
+#[test]
+fn upsizing_gives_negative_savings() {
+    let o = eval(&input(
+        policy(AUTO, AUTO, false),
+        vec![container("app", 500, 256, 750, 512)],
+        None,
+    ));
+    assert!((o.savings.cpu_cores.unwrap() + 0.25).abs() < 1e-9);
+    assert_eq!(o.savings.memory_bytes, Some(-((256 * MIB) as f64)));
+}
+
+#[test]
+fn phases_audit_only_and_pending() {
+    let o = eval(&input(
+        policy(AUDIT, AUDIT, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        None,
+    ));
+    assert_eq!(o.phase, RecommendationPhase::AuditOnly);
+    assert_eq!(o.apply, None);
+    assert_eq!(
+        o.containers[0].recommended.cpu_millis,
+        Some(700),
+        "audit-only still recommends"
+    );
+    let mut c = container("app", 1000, 512, 700, 256);
+    c.signals.cpu.clear();
+    c.signals.memory.clear();
+    let o = eval(&input(policy(AUTO, AUTO, false), vec![c], None));
+    assert_eq!(o.phase, RecommendationPhase::Pending);
+    assert_eq!(o.reason.as_deref(), Some("NoUsageData"));
+}
+
+#[test]
+fn bad_policy_quantity_is_a_clear_error() {
+    let mut p = policy(AUTO, AUDIT, false);
+    p.resources.memory.as_mut().unwrap().max = Some(
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1GB".into()),
+    );
+    let e = evaluate_workload(&input(p, vec![container("app", 1000, 512, 700, 256)], None))
+        .unwrap_err();
+    assert_eq!(e.field, "spec.resources.memory.max");
+    assert!(e.to_string().contains("\"1GB\""), "{e}");
+}
+
+#[test]
+fn spec_and_status_record_the_coordinated_change() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    let key = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
+    let pid = PolicyId {
+        kind: "RightsizingPolicy".into(),
+        namespace: Some("shop".into()),
+        name: "web".into(),
+    };
+    let spec = recommendation_spec(&o, &key, Some(&pid));
+    assert_eq!(spec.workload.kind, "Deployment");
+    assert_eq!(spec.policies, vec!["RightsizingPolicy/shop/web"]);
+    assert_eq!(spec.containers[0].current.cpu.as_ref().unwrap().0, "1");
+    assert_eq!(
+        spec.containers[0].current.memory.as_ref().unwrap().0,
+        "512Mi"
+    );
+    assert_eq!(
+        spec.containers[0].recommended.memory.as_ref().unwrap().0,
+        "256Mi"
+    );
+    let h = spec.hpa.as_ref().unwrap();
+    assert_eq!(
+        (
+            h.resource.as_deref(),
+            h.target_before,
+            h.target_after,
+            h.skip_reason.as_deref()
+        ),
+        (Some("cpu"), Some(50), Some(71), None)
+    );
+    assert_eq!(spec.risk_flags, vec!["hpa-coupled"]);
+    let status = recommendation_status(&o, None);
+    assert_eq!(status.phase, RecommendationPhase::Applied);
+    assert_eq!(status.previous_hpa_target, Some(50));
+    // Only the applied resource (cpu) is recorded as original.
+    assert_eq!(
+        status.original_requests["app"],
+        ResourceValues {
+            cpu: Some(quantity::cpu_quantity(1000)),
+            memory: None,
+            gpu: None
+        }
+    );
+    // The serialized status uses the documented field name.
+    let j = serde_json::to_value(&status).unwrap();
+    assert_eq!(j["previousHPATarget"], 50);
+    assert_eq!(
+        serde_json::to_value(&spec).unwrap()["hpa"]["targetAfter"],
+        71
+    );
+}
+
+#[test]
+fn previous_hpa_target_and_original_requests_kept_across_later_changes() {
+    let first = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    let s1 = recommendation_status(&first, None);
+    // Next reconcile: the workload now runs 700m with a 71 % target; usage moved to 600m.
+    let second = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 700, 512, 600, 256)],
+        Some(cpu_hpa(71)),
+    ));
+    assert_eq!(hpa_of(&second).target_after, Some(83));
+    let s2 = recommendation_status(&second, Some(&s1));
+    assert_eq!(s2.previous_hpa_target, Some(50));
+    assert_eq!(
+        s2.original_requests["app"].cpu,
+        Some(quantity::cpu_quantity(1000))
+    );
+}
+
+#[test]
+fn rollback_and_release_restore_requests_and_hpa_target() {
+    let o = eval(&input(
+        policy(AUTO, AUTO, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa(50)),
+    ));
+    let key = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
+    let spec = recommendation_spec(&o, &key, None);
+    let status = recommendation_status(&o, None);
+    let plan = plan_restore(&spec, &status).unwrap();
+    assert_eq!(
+        plan.requests["app"],
+        ResourceRequests {
+            cpu_millis: Some(1000),
+            memory_bytes: Some(512 * MIB)
+        }
+    );
+    assert_eq!(
+        plan.hpa,
+        Some(RestoreHpa {
+            name: "web".into(),
+            resource: "cpu".into(),
+            target: 50
+        })
+    );
+    // Nothing coordinated → the HPA is left alone.
+    let o = eval(&input(
+        policy(AUTO, AUTO, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        None,
+    ));
+    let plan = plan_restore(
+        &recommendation_spec(&o, &key, None),
+        &recommendation_status(&o, None),
+    )
+    .unwrap();
+    assert_eq!(plan.hpa, None);
+    assert_eq!(plan.requests["app"].cpu_millis, Some(1000));
+    // A corrupted record is a clear error, not a panic.
+    let mut bad = status.clone();
+    bad.original_requests.get_mut("app").unwrap().cpu = Some(
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("x".into()),
+    );
+    assert_eq!(
+        plan_restore(&spec, &bad).unwrap_err().field,
+        "status.originalRequests.app.cpu"
+    );
+}
