@@ -1,15 +1,17 @@
-//! One GPU evaluation cycle: plan (pure) → batched metric queries (IO) → engine (pure).
+//! One evaluation cycle: plan (pure) → batched metric queries (IO) → engines (pure).
 //! Shared by `kerf recommend`, standalone `kerf serve` and the in-cluster reconciler.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
-use crate::api::Signal;
 use crate::core::evaluate::{self, WorkloadResult};
+use crate::core::model::{WorkloadKey, WorkloadState};
+use crate::core::rs_evaluate::{self, RsResult};
 use crate::core::snapshot::Snapshot;
-use crate::metrics::{MetricSource, SeriesSet};
+use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 
 /// Queries in flight at once (Prometheus handles a few concurrent range queries well).
 const QUERY_CONCURRENCY: usize = 4;
@@ -17,8 +19,11 @@ const QUERY_CONCURRENCY: usize = 4;
 #[derive(Debug, Default)]
 pub struct CycleOutput {
     pub results: Vec<WorkloadResult>,
+    pub rightsizing: Vec<RsResult>,
     /// Per GPU policy index: Err(reason) when one of its queries failed.
     pub prometheus: BTreeMap<usize, Result<(), String>>,
+    /// Per rightsizing policy index: Err(reason) when one of its queries failed.
+    pub rs_prometheus: BTreeMap<usize, Result<(), String>>,
     /// Per GPU policy index whose automationStrategyRef does not resolve.
     pub unresolved_strategies: BTreeMap<usize, String>,
     /// Range queries issued.
@@ -27,48 +32,126 @@ pub struct CycleOutput {
     pub warnings: Vec<String>,
 }
 
-pub async fn run_gpu_cycle<S: MetricSource>(
+/// Runs the queries with bounded concurrency; per key, the result or the failure.
+async fn run_queries<S: MetricSource, K: Clone + Ord>(
+    source: &S,
+    queries: &[(usize, K, RangeQuery)],
+) -> Vec<(usize, K, Result<SeriesSet, MetricError>)> {
+    futures::stream::iter(queries.iter())
+        .map(|(pi, k, q)| query_one(source, *pi, k.clone(), q))
+        .buffered(QUERY_CONCURRENCY)
+        .collect()
+        .await
+}
+
+fn query_one<'a, S: MetricSource, K: 'a>(
+    source: &'a S,
+    pi: usize,
+    k: K,
+    q: &'a RangeQuery,
+) -> impl Future<Output = (usize, K, Result<SeriesSet, MetricError>)> + 'a {
+    async move { (pi, k, source.range_query(q).await) }
+}
+
+/// Splits answers into results, failed policies and per-policy availability.
+#[allow(clippy::type_complexity)]
+fn sort_answers<K: Ord + Copy>(
+    answers: Vec<(usize, K, Result<SeriesSet, MetricError>)>,
+    name: impl Fn(usize, K) -> String,
+    warnings: &mut Vec<String>,
+) -> (
+    BTreeMap<(usize, K), SeriesSet>,
+    BTreeSet<usize>,
+    BTreeMap<usize, Result<(), String>>,
+) {
+    let mut results = BTreeMap::new();
+    let mut failed = BTreeSet::new();
+    let mut status = BTreeMap::new();
+    for (pi, k, answer) in answers {
+        match answer {
+            Ok(set) => {
+                warnings.extend(set.warnings.iter().map(|w| format!("{}: {w}", name(pi, k))));
+                status.entry(pi).or_insert(Ok(()));
+                results.insert((pi, k), set);
+            }
+            Err(e) => {
+                failed.insert(pi);
+                status.insert(pi, Err(format!("{} query failed: {e}", name(pi, k))));
+            }
+        }
+    }
+    (results, failed, status)
+}
+
+pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
     now: DateTime<Utc>,
     step_seconds: i64,
 ) -> CycleOutput {
     let plan = evaluate::plan(snapshot, now, step_seconds);
-    let answers: Vec<(
-        usize,
-        Signal,
-        Result<SeriesSet, crate::metrics::MetricError>,
-    )> = futures::stream::iter(plan.queries.iter())
-        .map(|(pi, signal, q)| async move { (*pi, *signal, source.range_query(q).await) })
-        .buffered(QUERY_CONCURRENCY)
-        .collect()
-        .await;
+    let rs_plan = rs_evaluate::plan(snapshot, now, step_seconds);
+    let answers = run_queries(source, &plan.queries).await;
+    let rs_answers = run_queries(source, &rs_plan.queries).await;
     let mut out = CycleOutput {
-        queries: answers.len(),
+        queries: answers.len() + rs_answers.len(),
         unresolved_strategies: plan.unresolved.clone(),
         ..Default::default()
     };
-    let mut results = BTreeMap::new();
-    let mut failed = BTreeSet::new();
-    for (pi, signal, answer) in answers {
-        let policy = &snapshot.gpu_policies[pi].id;
-        match answer {
-            Ok(set) => {
-                out.warnings.extend(
-                    set.warnings
-                        .iter()
-                        .map(|w| format!("{policy} {}: {w}", signal.as_str())),
-                );
-                out.prometheus.entry(pi).or_insert(Ok(()));
-                results.insert((pi, signal), set);
-            }
-            Err(e) => {
-                failed.insert(pi);
-                out.prometheus
-                    .insert(pi, Err(format!("{} query failed: {e}", signal.as_str())));
-            }
-        }
-    }
+    let (results, failed, status) = sort_answers(
+        answers,
+        |pi, s| format!("{} {}", snapshot.gpu_policies[pi].id, s.as_str()),
+        &mut out.warnings,
+    );
+    out.prometheus = status;
     out.results = evaluate::evaluate(snapshot, &plan, results, &failed, now);
+    let (rs_results, rs_failed, rs_status) = sort_answers(
+        rs_answers,
+        |pi, s| format!("{} {}", snapshot.rightsizing_policies[pi].id, s.metric()),
+        &mut out.warnings,
+    );
+    out.rs_prometheus = rs_status;
+    let gpu: HashMap<WorkloadKey, _> = out
+        .results
+        .iter()
+        .map(|r| (r.key.clone(), r.containers.clone()))
+        .collect();
+    out.rightsizing = rs_evaluate::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
     out
+}
+
+/// Kept for callers that only need GPU results (same cycle).
+pub async fn run_gpu_cycle<S: MetricSource>(
+    snapshot: &Snapshot,
+    source: &S,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+) -> CycleOutput {
+    run_cycle(snapshot, source, now, step_seconds).await
+}
+
+impl CycleOutput {
+    /// What the admission path serves, per workload: the GPU recommendation and, for auto-patch
+    /// resources that kerf applies, the CPU/memory requests and the coordinated HPA target.
+    pub fn states(&self) -> BTreeMap<WorkloadKey, WorkloadState> {
+        let mut out: BTreeMap<WorkloadKey, WorkloadState> = self
+            .results
+            .iter()
+            .map(|r| (r.key.clone(), r.to_state()))
+            .collect();
+        for r in &self.rightsizing {
+            let Ok(outcome) = &r.outcome else { continue };
+            let Some(plan) = &outcome.apply else { continue };
+            if r.metrics_unavailable {
+                continue;
+            }
+            let state = out.entry(r.key.clone()).or_insert_with(|| WorkloadState {
+                policy: Some(r.policy.clone()),
+                ..Default::default()
+            });
+            state.resources = plan.requests.clone();
+            state.hpa = plan.hpa.clone();
+        }
+        out
+    }
 }

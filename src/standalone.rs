@@ -2,7 +2,6 @@
 //! Every file and document is read; anything that cannot be understood is an error naming the
 //! file, the object and the field — nothing is skipped silently.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -381,11 +380,7 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
 }
 
 /// Fills the store from an evaluated snapshot: workload states, owner links, configuration.
-pub fn fill_store(
-    store: &Store,
-    snapshot: &Snapshot,
-    results: &[crate::core::evaluate::WorkloadResult],
-) {
+pub fn fill_store(store: &Store, snapshot: &Snapshot, cycle: &crate::pipeline::CycleOutput) {
     store.set_global(snapshot.global.clone());
     store.replicaset_owners.clear();
     for ((ns, rs), d) in &snapshot.replicaset_owners {
@@ -397,11 +392,7 @@ pub fn fill_store(
     for ((ns, job), c) in &snapshot.job_owners {
         store.job_owners.insert(ObjectName::new(ns, job), c.clone());
     }
-    let entries: BTreeMap<WorkloadKey, _> = results
-        .iter()
-        .map(|r| (r.key.clone(), r.to_state()))
-        .collect();
-    store.replace_all(entries);
+    store.replace_all(cycle.states());
 }
 
 /// Loads `dir`, evaluates every policy against `source` at `at` and replaces the store's
@@ -415,13 +406,13 @@ pub async fn refresh_store<S: MetricSource>(
     store: &Store,
 ) -> anyhow::Result<u64> {
     let manifests = load_dir(dir)?;
-    let cycle = crate::pipeline::run_gpu_cycle(&manifests.snapshot, source, at, step_seconds).await;
+    let cycle = crate::pipeline::run_cycle(&manifests.snapshot, source, at, step_seconds).await;
     for (pi, r) in &cycle.prometheus {
         if let Err(e) = r {
             tracing::warn!(policy = %manifests.snapshot.gpu_policies[*pi].id, "{e}");
         }
     }
-    fill_store(store, &manifests.snapshot, &cycle.results);
+    fill_store(store, &manifests.snapshot, &cycle);
     store.set_ready(true);
     Ok(manifests
         .snapshot

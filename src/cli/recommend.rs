@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
 use crate::core::evaluate::WorkloadResult;
-use crate::core::model::PolicyId;
+use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
+use crate::core::rs_evaluate::RsResult;
 use crate::pipeline::CycleOutput;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
@@ -19,13 +21,21 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     }
     let source = super::metric_source(&args.source, &manifests.snapshot.global).await?;
     let cycle =
-        crate::pipeline::run_gpu_cycle(&manifests.snapshot, &source, at, args.step_seconds).await;
+        crate::pipeline::run_cycle(&manifests.snapshot, &source, at, args.step_seconds).await;
     for w in &cycle.warnings {
         eprintln!("warning: {w}");
     }
     for (pi, r) in &cycle.prometheus {
         if let Err(e) = r {
             eprintln!("warning: {}: {e}", manifests.snapshot.gpu_policies[*pi].id);
+        }
+    }
+    for (pi, r) in &cycle.rs_prometheus {
+        if let Err(e) = r {
+            eprintln!(
+                "warning: {}: {e}",
+                manifests.snapshot.rightsizing_policies[*pi].id
+            );
         }
     }
     let out = match args.output {
@@ -43,8 +53,10 @@ fn policy_json(p: Option<&PolicyId>) -> Value {
     }
 }
 
-/// One `recommendations[]` entry.
-pub fn workload_json(r: &WorkloadResult) -> Value {
+fn gpu_json(r: Option<&WorkloadResult>) -> Value {
+    let Some(r) = r else {
+        return json!({"action": "none", "drivingMetric": null, "containers": {}});
+    };
     let containers: serde_json::Map<String, Value> = r
         .containers
         .iter()
@@ -56,21 +68,121 @@ pub fn workload_json(r: &WorkloadResult) -> Value {
         })
         .collect();
     json!({
-        "namespace": r.key.namespace,
-        "kind": r.key.kind.as_str(),
-        "name": r.key.name,
-        "policy": policy_json(r.policies.first()),
-        "gpu": {
-            "action": r.action.as_str(),
-            "drivingMetric": r.driving_metric.map(|d| d.as_str()),
-            "containers": containers,
-        },
-        "reasons": r.reasons,
+        "action": r.action.as_str(),
+        "drivingMetric": r.driving_metric.map(|d| d.as_str()),
+        "containers": containers,
     })
 }
 
+fn quantity(v: Option<i64>, format: fn(i64) -> String) -> Value {
+    v.map_or(Value::Null, |v| Value::String(format(v)))
+}
+
+fn resources_json(rs: Option<&RsResult>) -> Value {
+    let Some(Ok(o)) = rs.map(|r| &r.outcome) else {
+        return json!({});
+    };
+    let m: serde_json::Map<String, Value> = o
+        .containers
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                json!({
+                    "cpu": {
+                        "current": quantity(c.current.cpu_millis, format_cpu_millis),
+                        "recommended": quantity(c.recommended.cpu_millis, format_cpu_millis),
+                    },
+                    "memory": {
+                        "current": quantity(c.current.memory_bytes, format_memory_bytes),
+                        "recommended": quantity(c.recommended.memory_bytes, format_memory_bytes),
+                    },
+                }),
+            )
+        })
+        .collect();
+    Value::Object(m)
+}
+
+fn hpa_json(rs: Option<&RsResult>) -> Value {
+    let Some(h) = rs
+        .and_then(|r| r.outcome.as_ref().ok())
+        .and_then(|o| o.hpa.as_ref())
+    else {
+        return Value::Null;
+    };
+    json!({
+        "name": h.name,
+        "resource": h.resource.map(|r| r.as_str()),
+        "targetBefore": h.target_before,
+        "targetAfter": h.target_after,
+        "skipReason": h.skip_reason.map(|s| s.as_str()),
+        "blocked": h.blocked,
+        "reason": h.reason,
+    })
+}
+
+/// One `recommendations[]` entry.
+pub fn workload_json(
+    key: &WorkloadKey,
+    gpu: Option<&WorkloadResult>,
+    rs: Option<&RsResult>,
+) -> Value {
+    let policy = gpu
+        .and_then(|g| g.policies.first())
+        .or_else(|| rs.map(|r| &r.policy));
+    let mut reasons: Vec<String> = gpu.map(|g| g.reasons.clone()).unwrap_or_default();
+    let outcome = rs.map(|r| &r.outcome);
+    match outcome {
+        Some(Ok(o)) if !o.message.is_empty() => reasons.push(o.message.clone()),
+        Some(Err(e)) => reasons.push(format!(
+            "{}: unusable policy: {e}",
+            rs.map(|r| r.policy.to_string()).unwrap_or_default()
+        )),
+        _ => {}
+    }
+    if rs.is_some_and(|r| r.metrics_unavailable) {
+        reasons.push("CPU/memory metrics unavailable: nothing is applied this cycle".into());
+    }
+    let ok = outcome.and_then(|o| o.as_ref().ok());
+    json!({
+        "namespace": key.namespace,
+        "kind": key.kind.as_str(),
+        "name": key.name,
+        "policy": policy_json(policy),
+        "gpu": gpu_json(gpu),
+        "resources": resources_json(rs),
+        "hpa": hpa_json(rs),
+        "riskFlags": ok.map(|o| o.risk_flags.clone()).unwrap_or_default(),
+        "savings": ok.map(|o| serde_json::to_value(&o.savings).unwrap_or(Value::Null)).unwrap_or_else(|| json!({})),
+        "phase": ok.map(|o| serde_json::to_value(o.phase).unwrap_or(Value::Null)),
+        "reasons": reasons,
+    })
+}
+
+/// Workloads in output order: every GPU-policy workload, then the CPU/memory-only ones.
+fn workload_keys(cycle: &CycleOutput) -> Vec<WorkloadKey> {
+    let mut keys: Vec<WorkloadKey> = cycle.results.iter().map(|r| r.key.clone()).collect();
+    for r in &cycle.rightsizing {
+        if !keys.contains(&r.key) {
+            keys.push(r.key.clone());
+        }
+    }
+    keys
+}
+
 pub fn to_json(cycle: &CycleOutput) -> Value {
-    json!({"recommendations": cycle.results.iter().map(workload_json).collect::<Vec<_>>()})
+    let entries: Vec<Value> = workload_keys(cycle)
+        .iter()
+        .map(|k| {
+            workload_json(
+                k,
+                cycle.results.iter().find(|r| &r.key == k),
+                cycle.rightsizing.iter().find(|r| &r.key == k),
+            )
+        })
+        .collect();
+    json!({"recommendations": entries})
 }
 
 fn num(v: Option<f64>) -> String {

@@ -9,5 +9,6 @@ pub mod model;
 pub mod quantity;
 pub mod resources;
 pub mod rightsizing;
+pub mod rs_evaluate;
 pub mod selection;
 pub mod snapshot;
