@@ -249,3 +249,38 @@ fn bad_at_timestamp_is_rejected() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--at"));
 }
+
+#[test]
+fn hpa_example_coordinates_the_target_with_the_requests() {
+    let v = recommend_json(&root().join("examples/hpa/manifests"), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(web["resources"]["app"]["cpu"]["current"], "1");
+    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
+    assert_eq!(
+        web["hpa"],
+        serde_json::json!({"name": "web", "resource": "cpu", "targetBefore": 50, "targetAfter": 71,
+                           "skipReason": null, "blocked": false, "reason": null})
+    );
+    assert_eq!(web["riskFlags"], serde_json::json!(["hpa-coupled"]));
+    assert_eq!(web["savings"]["replicas"], 3);
+    assert!((web["savings"]["cpuCores"].as_f64().unwrap() - 0.3).abs() < 1e-9);
+    assert_eq!(web["gpu"]["action"], "none");
+}
+
+#[test]
+fn hpa_with_coordination_off_is_blocked_with_hpa_coupled_but_still_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("manifests");
+    std::fs::create_dir(&m).unwrap();
+    for f in ["web.yaml", "pods.yaml"] {
+        let text = std::fs::read_to_string(root().join("examples/hpa/manifests").join(f)).unwrap();
+        std::fs::write(m.join(f), text.replace("coordinate: true", "coordinate: false")).unwrap();
+    }
+    let v = recommend_json(&m, &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(web["hpa"]["blocked"], true);
+    assert_eq!(web["hpa"]["reason"], "HPACoupled");
+    assert_eq!(web["hpa"]["targetAfter"], serde_json::Value::Null);
+    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m", "recommendation still shown");
+    assert_eq!(web["phase"], "blocked");
+}
