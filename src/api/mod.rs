@@ -3,7 +3,9 @@
 
 pub mod common;
 pub mod config;
+pub mod crd_check;
 pub mod gpu;
+pub mod object;
 pub mod recommendation;
 pub mod rightsizing;
 pub mod strategy;
@@ -11,25 +13,38 @@ pub mod strategy;
 pub use common::*;
 pub use config::*;
 pub use gpu::*;
+pub use object::{KERF_KINDS, KerfObject};
 pub use recommendation::*;
 pub use rightsizing::*;
 pub use strategy::*;
 
-use kube::CustomResourceExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
 
 /// Every CRD kerf owns, in a stable order (file name, definition).
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("gpureactivepolicies", GpuReactivePolicy::crd()),
-        ("clustergpureactivepolicies", ClusterGpuReactivePolicy::crd()),
+        (
+            "clustergpureactivepolicies",
+            ClusterGpuReactivePolicy::crd(),
+        ),
         ("globalconfigurations", GlobalConfiguration::crd()),
         ("automationstrategies", AutomationStrategy::crd()),
-        ("clusterautomationstrategies", ClusterAutomationStrategy::crd()),
+        (
+            "clusterautomationstrategies",
+            ClusterAutomationStrategy::crd(),
+        ),
         ("policyevaluations", PolicyEvaluation::crd()),
         ("rightsizingpolicies", RightsizingPolicy::crd()),
-        ("clusterrightsizingpolicies", ClusterRightsizingPolicy::crd()),
-        ("rightsizingrecommendations", RightsizingRecommendation::crd()),
+        (
+            "clusterrightsizingpolicies",
+            ClusterRightsizingPolicy::crd(),
+        ),
+        (
+            "rightsizingrecommendations",
+            RightsizingRecommendation::crd(),
+        ),
     ]
 }
 
