@@ -33,7 +33,9 @@ fn generated_crds_match_committed_manifests() {
     match std::fs::read_to_string(dir.join("kustomization.yaml")) {
         Ok(have) if have == kerf::api::crds_kustomization() => {}
         Ok(_) => problems.push("manifests/crds/kustomization.yaml is stale".into()),
-        Err(e) => problems.push(format!("manifests/crds/kustomization.yaml is missing ({e})")),
+        Err(e) => problems.push(format!(
+            "manifests/crds/kustomization.yaml is missing ({e})"
+        )),
     }
     let present: BTreeSet<String> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
