@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::KubeSchema;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -22,6 +23,9 @@ pub struct DurationStr {
 
 /// Pattern the CRD enforces; `DurationStr::parse` accepts exactly the same language.
 pub const DURATION_PATTERN: &str = "^([1-9][0-9]*d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?$";
+/// Longest duration text (CRD `maxLength`): the longest length at which every text matching the
+/// pattern still fits in `u64` seconds, so the CRD and `DurationStr::parse` accept the same set.
+pub const DURATION_MAX_LENGTH: usize = 15;
 
 impl DurationStr {
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -32,6 +36,11 @@ impl DurationStr {
         };
         if text.is_empty() {
             return Err(bad());
+        }
+        if text.len() > DURATION_MAX_LENGTH {
+            return Err(format!(
+                "invalid duration {text:?}: at most {DURATION_MAX_LENGTH} characters"
+            ));
         }
         let mut seconds: u64 = 0;
         let mut digits = String::new();
@@ -84,8 +93,12 @@ impl DurationStr {
         &self.text
     }
 
+    /// Saturates at chrono's maximum instead of panicking on absurdly long durations.
     pub fn chrono(&self) -> chrono::Duration {
-        chrono::Duration::seconds(self.seconds as i64)
+        i64::try_from(self.seconds)
+            .ok()
+            .and_then(chrono::Duration::try_seconds)
+            .unwrap_or(chrono::Duration::MAX)
     }
 }
 
@@ -126,16 +139,24 @@ impl JsonSchema for DurationStr {
             "type": "string",
             "pattern": DURATION_PATTERN,
             "minLength": 2,
+            "maxLength": DURATION_MAX_LENGTH,
         })
     }
 }
 
-/// CEL for "this duration string is at least one minute". Go's `duration()` has no day unit, so a
-/// day part (which the pattern keeps non-zero) is accepted on its own; the rest goes through `duration()`.
-pub const CEL_AT_LEAST_1M: &str = "self.contains('d') || duration(self) >= duration('1m')";
+// The duration rules are regular expressions over the pattern-valid text instead of CEL
+// `duration()`: Go's `duration()` has no day unit and fails past ~292 years, and client-side
+// engines differ on overflow, so `duration()` could not agree with `DurationStr::parse` on every
+// input. A text is under one minute iff it has no day part, only zero hours and minutes, and fewer
+// than 60 seconds: `^(0+h)?(0+m)?(0*[0-5]?[0-9]s)?$`. It is zero iff `^(0+h)?(0+m)?(0+s)?$`.
+
+/// CEL for "this duration string is at least one minute".
+pub const CEL_AT_LEAST_1M: &str = "!self.matches('^(0+h)?(0+m)?(0*[0-5]?[0-9]s)?$')";
 /// CEL for `minPodMetricsAge`: `0s` or at least one minute.
 pub const CEL_ZERO_OR_AT_LEAST_1M: &str =
-    "self.contains('d') || duration(self) == duration('0s') || duration(self) >= duration('1m')";
+    "self.matches('^(0+h)?(0+m)?(0+s)?$') || !self.matches('^(0+h)?(0+m)?(0*[0-5]?[0-9]s)?$')";
+/// CEL for "this duration is not zero".
+pub const CEL_NOT_ZERO: &str = "!self.matches('^(0+h)?(0+m)?(0+s)?$')";
 
 /// Kinds of workloads kerf can own (the pod's top owner).
 #[derive(
@@ -228,10 +249,11 @@ pub struct ObjectRef {
     pub name: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Experimental {
     /// Must be `v1alpha1-2026-07`.
+    #[x_kube(validation = Rule::new("self == 'v1alpha1-2026-07'").message("gpuKaiContract must be v1alpha1-2026-07"))]
     pub gpu_kai_contract: String,
 }
 
@@ -313,6 +335,13 @@ impl Validator {
                 format!("{field}.gpuKaiContract"),
                 format!("is required and must be {GPU_KAI_CONTRACT:?}"),
             ),
+        }
+    }
+
+    /// Adds the errors of another validation.
+    pub fn merge(&mut self, other: Result<(), ValidationError>) {
+        if let Err(e) = other {
+            self.errors.extend(e.0);
         }
     }
 

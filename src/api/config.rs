@@ -32,6 +32,7 @@ pub struct PrometheusSettings {
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("prometheus.url must be an http(s) URL"))]
     pub url: String,
     #[serde(default = "default_request_timeout")]
+    #[x_kube(validation = Rule::new(CEL_NOT_ZERO).message("requestTimeout must be > 0"))]
     pub request_timeout: DurationStr,
 }
 
@@ -48,6 +49,7 @@ impl Default for PrometheusSettings {
 #[serde(rename_all = "camelCase")]
 pub struct KaiSettings {
     #[serde(default = "default_kai_scheduler")]
+    #[schemars(length(min = 1))]
     pub scheduler_name: String,
 }
 
@@ -62,6 +64,7 @@ impl Default for KaiSettings {
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "rightsizing.kubex.ai",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "GlobalConfiguration",
     shortname = "kerfconfig",
@@ -69,7 +72,7 @@ impl Default for KaiSettings {
     printcolumn = r#"{"name":"Interval","type":"string","jsonPath":".spec.gpuReactiveCheckInterval"}"#,
     printcolumn = r#"{"name":"ReadOnly","type":"boolean","jsonPath":".spec.readOnly"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new("self.metadata.name == 'global-config'").message("the GlobalConfiguration singleton must be named global-config")
+    validation = Rule::new("self.metadata.name == 'global-config'").message("metadata.name must be global-config: GlobalConfiguration is a cluster singleton")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GlobalConfigurationSpec {
@@ -123,8 +126,52 @@ impl GlobalConfigurationSpec {
             "spec.prometheus.requestTimeout",
             "must be > 0",
         );
+        v.check(
+            !self.kai.scheduler_name.is_empty(),
+            "spec.kai.schedulerName",
+            "must not be empty",
+        );
         v.finish()
     }
+}
+
+impl GlobalConfiguration {
+    /// Spec validation plus the singleton name, as the CRD checks it.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let mut v = Validator::default();
+        singleton_name(
+            &mut v,
+            self.metadata.name.as_deref(),
+            GLOBAL_CONFIGURATION_NAME,
+        );
+        v.merge(self.spec.validate());
+        v.finish()
+    }
+}
+
+impl PolicyEvaluation {
+    /// Spec validation plus the singleton name, as the CRD checks it.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let mut v = Validator::default();
+        singleton_name(
+            &mut v,
+            self.metadata.name.as_deref(),
+            POLICY_EVALUATION_NAME,
+        );
+        v.merge(self.spec.validate());
+        v.finish()
+    }
+}
+
+fn singleton_name(v: &mut Validator, name: Option<&str>, want: &str) {
+    v.check(
+        name == Some(want),
+        "metadata.name",
+        format!(
+            "must be {want:?}: this kind is a cluster singleton (got {:?})",
+            name.unwrap_or_default()
+        ),
+    );
 }
 
 /// Policy kinds ranked by PolicyEvaluation.
@@ -197,16 +244,18 @@ fn default_precedence() -> Vec<Precedence> {
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "rightsizing.kubex.ai",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "PolicyEvaluation",
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new("self.metadata.name == 'policy-evaluation'").message("the PolicyEvaluation singleton must be named policy-evaluation")
+    validation = Rule::new("self.metadata.name == 'policy-evaluation'").message("metadata.name must be policy-evaluation: PolicyEvaluation is a cluster singleton")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyEvaluationSpec {
     /// Type priorities; a type not listed keeps its default (GpuReactivePolicy 120,
     /// ClusterGpuReactivePolicy 110, RightsizingPolicy 90, ClusterRightsizingPolicy 90).
     #[serde(default = "default_precedence")]
+    #[schemars(length(max = 4))]
     #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.type == p.type))").message("each policy type may appear once in precedence"))]
     pub precedence: Vec<Precedence>,
 }

@@ -177,6 +177,7 @@ macro_rules! gpu_policy_spec {
         #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
         #[kube(
             group = "rightsizing.kubex.ai",
+            derive = "PartialEq",
             version = "v1alpha1",
             kind = $kind,
             shortname = $short,
@@ -191,7 +192,6 @@ macro_rules! gpu_policy_spec {
         #[serde(rename_all = "camelCase")]
         pub struct $spec {
             /// `gpuKaiContract` must be `v1alpha1-2026-07`.
-            #[x_kube(validation = Rule::new("self.gpuKaiContract == 'v1alpha1-2026-07'").message("experimental.gpuKaiContract must be v1alpha1-2026-07"))]
             pub experimental: Experimental,
             #[serde(default)]
             pub scope: Scope,
@@ -234,7 +234,8 @@ gpu_policy_spec!(
     "grp",
     namespaced,
     validation = Rule::new("!has(self.spec.scope) || !has(self.spec.scope.namespaceSelector)")
-        .message("spec.scope.namespaceSelector is only valid on ClusterGpuReactivePolicy"),
+        .message("spec.scope.namespaceSelector is only valid on ClusterGpuReactivePolicy")
+        .field_path(".spec.scope.namespaceSelector"),
 );
 gpu_policy_spec!(
     ClusterGpuReactivePolicySpec,

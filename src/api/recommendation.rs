@@ -76,6 +76,7 @@ pub struct Savings {
 )]
 #[kube(
     group = "rightsizing.kubex.ai",
+    derive = "PartialEq",
     version = "v1alpha1",
     kind = "RightsizingRecommendation",
     shortname = "rsrec",

@@ -136,6 +136,7 @@ macro_rules! rightsizing_spec {
         #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
         #[kube(
             group = "rightsizing.kubex.ai",
+            derive = "PartialEq",
             version = "v1alpha1",
             kind = $kind,
             shortname = $short,
@@ -177,7 +178,8 @@ rightsizing_spec!(
     "rsp",
     namespaced,
     validation = Rule::new("!has(self.spec.scope) || !has(self.spec.scope.namespaceSelector)")
-        .message("spec.scope.namespaceSelector is only valid on ClusterRightsizingPolicy"),
+        .message("spec.scope.namespaceSelector is only valid on ClusterRightsizingPolicy")
+        .field_path(".spec.scope.namespaceSelector"),
 );
 rightsizing_spec!(
     ClusterRightsizingPolicySpec,

@@ -76,19 +76,19 @@ macro_rules! strategy_spec {
         #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
         #[kube(
             group = "rightsizing.kubex.ai",
+            derive = "PartialEq",
             version = "v1alpha1",
             kind = $kind,
             shortname = $short,
             printcolumn = r#"{"name":"Scheduler","type":"string","jsonPath":".spec.enablement.overrideScheduler"}"#,
             printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.kai.queue"}"#,
             printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-            validation = Rule::new("has(self.spec.experimental) || (!has(self.spec.kai) && (!has(self.spec.enablement) || (!has(self.spec.enablement.gpu) && !has(self.spec.enablement.overrideScheduler))))").message("spec.experimental.gpuKaiContract is required once a GPU or KAI field is set"),
+            validation = Rule::new("has(self.spec.experimental) || (!has(self.spec.kai) && (!has(self.spec.enablement) || (!has(self.spec.enablement.gpu) && !has(self.spec.enablement.overrideScheduler))))").message("spec.experimental.gpuKaiContract is required once a GPU or KAI field is set").field_path(".spec.experimental"),
             $($extra)*
         )]
         #[serde(rename_all = "camelCase")]
         pub struct $spec {
             #[serde(default, skip_serializing_if = "Option::is_none")]
-            #[x_kube(validation = Rule::new("self.gpuKaiContract == 'v1alpha1-2026-07'").message("experimental.gpuKaiContract must be v1alpha1-2026-07"))]
             pub experimental: Option<Experimental>,
             #[serde(default)]
             pub enablement: Enablement,

@@ -15,5 +15,8 @@ fn main() -> std::io::Result<()> {
         std::fs::write(&path, kerf::api::crd_yaml(&crd))?;
         println!("wrote {}", path.display());
     }
+    let path = dir.join("kustomization.yaml");
+    std::fs::write(&path, kerf::api::crds_kustomization())?;
+    println!("wrote {}", path.display());
     Ok(())
 }
