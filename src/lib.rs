@@ -8,8 +8,8 @@
 
 pub mod api;
 pub mod cli;
-pub mod standalone;
-pub mod metrics;
 pub mod core;
+pub mod metrics;
+pub mod standalone;
 pub mod state;
 pub mod telemetry;
