@@ -10,6 +10,7 @@ pub mod api;
 pub mod cli;
 pub mod core;
 pub mod metrics;
+pub mod server;
 pub mod standalone;
 pub mod state;
 pub mod telemetry;
