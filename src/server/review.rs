@@ -240,7 +240,7 @@ fn decide_pod(req: &Request, store: &Store) -> Decision {
     };
     let global = store.global();
     let ns = object_namespace(obj, req);
-    if global.protected_namespaces.iter().any(|p| *p == ns) {
+    if global.protected_namespaces.contains(&ns) {
         return Decision::skip(format!("namespace {ns:?} is protected"));
     }
     if global.read_only {
@@ -300,7 +300,7 @@ fn decide_hpa(req: &Request, store: &Store) -> Decision {
     };
     let global = store.global();
     let ns = object_namespace(obj, req);
-    if global.protected_namespaces.iter().any(|p| *p == ns) {
+    if global.protected_namespaces.contains(&ns) {
         return Decision::skip(format!("namespace {ns:?} is protected"));
     }
     if global.read_only {

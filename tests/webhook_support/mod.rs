@@ -236,12 +236,10 @@ pub async fn presented_cert(ca_pem: &str, addr: SocketAddr) -> Vec<u8> {
         .send()
         .await
         .expect("TLS request");
-    let info = resp
-        .extensions()
+    resp.extensions()
         .get::<reqwest::tls::TlsInfo>()
         .expect("tls info")
         .peer_certificate()
         .expect("peer certificate")
-        .to_vec();
-    info
+        .to_vec()
 }
