@@ -23,11 +23,26 @@ fn store() -> &'static Arc<Store> {
             }),
             ..Default::default()
         };
-        s.put(WorkloadKey::new("ml", WorkloadKind::Deployment, "llm-serve"), gpu(&[("server", 0.84)]));
-        s.put(WorkloadKey::new("ml", WorkloadKind::StatefulSet, "trainer"), gpu(&[("trainer", 2.7)]));
-        s.put(WorkloadKey::new("ml", WorkloadKind::Job, "nightly-eval-29034720"), gpu(&[("evaluator", 0.2)]));
-        s.put(WorkloadKey::new("ops", WorkloadKind::DaemonSet, "gpu-probe"), gpu(&[("probe", 0.5)]));
-        s.put(WorkloadKey::new("search", WorkloadKind::Deployment, "embedder"), gpu(&[("embedder", 3.0)]));
+        s.put(
+            WorkloadKey::new("ml", WorkloadKind::Deployment, "llm-serve"),
+            gpu(&[("server", 0.84)]),
+        );
+        s.put(
+            WorkloadKey::new("ml", WorkloadKind::StatefulSet, "trainer"),
+            gpu(&[("trainer", 2.7)]),
+        );
+        s.put(
+            WorkloadKey::new("ml", WorkloadKind::Job, "nightly-eval-29034720"),
+            gpu(&[("evaluator", 0.2)]),
+        );
+        s.put(
+            WorkloadKey::new("ops", WorkloadKind::DaemonSet, "gpu-probe"),
+            gpu(&[("probe", 0.5)]),
+        );
+        s.put(
+            WorkloadKey::new("search", WorkloadKind::Deployment, "embedder"),
+            gpu(&[("embedder", 3.0)]),
+        );
         s.put(
             WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
             WorkloadState {
@@ -48,7 +63,15 @@ fuzz_target!(|data: &[u8]| {
     let reply = kerf::server::handle_review(data, store());
     assert!(reply.status == 200 || reply.status == 400);
     // The handler's catch_unwind would hide a builder panic; surface it to the fuzzer.
-    assert!(!reply.detail.as_deref().unwrap_or("").contains("internal error"), "{:?}", reply.detail);
+    assert!(
+        !reply
+            .detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("internal error"),
+        "{:?}",
+        reply.detail
+    );
     if reply.status == 200 {
         let _: serde_json::Value = serde_json::from_slice(&reply.body).expect("response is JSON");
     }
