@@ -12,6 +12,7 @@ pub mod cli;
 pub mod core;
 pub mod metrics;
 pub mod pipeline;
+pub mod server;
 pub mod standalone;
 pub mod state;
 pub mod telemetry;

@@ -1,10 +1,170 @@
-//! `kerf serve`.
+//! `kerf serve`: the admission webhook (TLS) and the health listener, fed either by the
+//! in-cluster reconciler or, with `--standalone`, by periodic evaluation of a manifest directory.
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use clap::Args;
 
-#[derive(Args, Debug, Clone)]
-pub struct ServeArgs {}
+use super::MetricSourceArgs;
+use crate::metrics::MetricSource;
+use crate::server::{BoundServer, ServeConfig};
+use crate::state::Store;
 
-pub async fn run(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("kerf serve: not implemented yet")
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// TLS listen address for `/mutate`.
+    #[arg(long, env = "KERF_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// PEM certificate chain (reloaded when the file changes).
+    #[arg(long, env = "KERF_TLS_CERT")]
+    pub tls_cert: PathBuf,
+    /// PEM private key (reloaded when the file changes).
+    #[arg(long, env = "KERF_TLS_KEY")]
+    pub tls_key: PathBuf,
+    /// Plain-HTTP listen address for /healthz, /readyz, /metrics and /debug.
+    #[arg(long, env = "KERF_HEALTH_LISTEN", default_value = "0.0.0.0:8080")]
+    pub health_listen: SocketAddr,
+    /// Read objects from `--manifests` instead of the API server.
+    #[arg(long, env = "KERF_STANDALONE", requires = "manifests")]
+    pub standalone: bool,
+    /// Directory of YAML manifests (standalone mode).
+    #[arg(long, env = "KERF_MANIFESTS", requires = "standalone")]
+    pub manifests: Option<PathBuf>,
+    /// OpenMetrics file (standalone mode).
+    #[arg(
+        long,
+        env = "KERF_METRICS",
+        conflicts_with = "prometheus",
+        requires = "standalone"
+    )]
+    pub metrics: Option<PathBuf>,
+    /// Prometheus base URL (standalone mode).
+    #[arg(long, env = "KERF_PROMETHEUS", requires = "standalone")]
+    pub prometheus: Option<String>,
+    /// Evaluation time (RFC 3339) for standalone mode; default now at each refresh.
+    #[arg(long, env = "KERF_AT", requires = "standalone")]
+    pub at: Option<String>,
+    /// Query step in seconds (standalone mode).
+    #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
+    pub step_seconds: i64,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let store = Store::new();
+    let config = ServeConfig::new(
+        args.listen,
+        args.health_listen,
+        args.tls_cert.clone(),
+        args.tls_key.clone(),
+    );
+    let server = BoundServer::bind(config).await?;
+    let feeder = if args.standalone {
+        let dir = args
+            .manifests
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("--standalone needs --manifests DIR"))?;
+        let source = match (&args.metrics, &args.prometheus) {
+            (None, None) => anyhow::bail!("--standalone needs --metrics FILE or --prometheus URL"),
+            (m, p) => MetricSourceArgs {
+                metrics: m.clone(),
+                prometheus: p.clone(),
+            },
+        };
+        let at = match args.at.as_deref() {
+            None => None,
+            Some(t) => Some(
+                DateTime::parse_from_rfc3339(t)
+                    .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}"))?
+                    .with_timezone(&Utc),
+            ),
+        };
+        if args.step_seconds <= 0 {
+            anyhow::bail!("--step-seconds must be > 0 (got {})", args.step_seconds);
+        }
+        tokio::spawn(run_standalone(
+            dir,
+            source,
+            at,
+            args.step_seconds,
+            store.clone(),
+        ))
+    } else {
+        tokio::spawn(run_in_cluster(store.clone()))
+    };
+    let result = server.run(store, crate::server::shutdown_signal()).await;
+    feeder.abort();
+    result
+}
+
+/// In-cluster mode: watches the API server and Prometheus and keeps `store` filled (and marks it
+/// ready once caches synced). Filled by the reconciler; until then the webhook serves from an
+/// empty store and `/readyz` stays 503.
+pub async fn run_in_cluster(store: Arc<Store>) -> anyhow::Result<()> {
+    let _ = &store;
+    tracing::warn!(
+        "in-cluster reconciler not built into this binary yet: serving without recommendations"
+    );
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Builds the concrete metric source and runs the standalone refresh loop with it.
+/// The lead wires `kerf::metrics::file::FileSource` / `kerf::metrics::prometheus::PrometheusSource` here.
+async fn run_standalone(
+    dir: PathBuf,
+    source: MetricSourceArgs,
+    at: Option<DateTime<Utc>>,
+    step_seconds: i64,
+    store: Arc<Store>,
+) -> anyhow::Result<()> {
+    let _ = (&dir, at, step_seconds, &store);
+    let err = match (&source.metrics, &source.prometheus) {
+        (Some(file), _) => anyhow::anyhow!(
+            "standalone --metrics {}: the OpenMetrics file source is not built into this binary yet",
+            file.display()
+        ),
+        (None, Some(url)) => {
+            anyhow::anyhow!(
+                "standalone --prometheus {url}: the Prometheus source is not built into this binary yet"
+            )
+        }
+        (None, None) => anyhow::anyhow!("--standalone needs --metrics FILE or --prometheus URL"),
+    };
+    tracing::error!("{err:#}");
+    Err(err)
+}
+
+/// Refreshes `store` from `dir` and `source` now and then every interval the evaluation returns
+/// (GlobalConfiguration `gpuReactiveCheckInterval`). A failed refresh keeps the previous content
+/// and is retried after `RETRY`.
+pub async fn standalone_loop<S: MetricSource>(
+    dir: &Path,
+    source: &S,
+    at: Option<DateTime<Utc>>,
+    step_seconds: i64,
+    store: &Store,
+) {
+    const RETRY: Duration = Duration::from_secs(10);
+    loop {
+        let now = at.unwrap_or_else(Utc::now);
+        let wait =
+            match crate::standalone::refresh_store(dir, source, now, step_seconds, store).await {
+                Ok(secs) => {
+                    tracing::info!(
+                        workloads = store.len(),
+                        "standalone recommendations refreshed"
+                    );
+                    Duration::from_secs(secs.max(1))
+                }
+                Err(e) => {
+                    tracing::warn!("standalone refresh failed (retrying in {RETRY:?}): {e:#}");
+                    RETRY
+                }
+            };
+        tokio::time::sleep(wait).await;
+    }
 }

@@ -1,11 +1,13 @@
 //! The pure core: plain functions over plain data. No tokio, no kube client, no clock reads —
 //! `now` is always a parameter.
 
+pub mod admission;
 pub mod allocation;
 pub mod evaluate;
 pub mod gpu_engine;
 pub mod hpa;
 pub mod model;
+pub mod owner;
 pub mod quantity;
 pub mod resources;
 pub mod rightsizing;

@@ -1,0 +1,849 @@
+//! The admission patch builder (pure): from an object being admitted and what the store knows
+//! about its workload, the desired object and the JSON Patch that turns one into the other.
+//!
+//! Objects are handled as JSON values so fields kerf does not know survive untouched. The patch
+//! is a diff between the original and the desired object, so a second invocation on an
+//! already-patched object yields an empty patch (`reinvocationPolicy: IfNeeded`).
+//!
+//! Decisions beyond DESIGN.md ("Applying GPU recommendations at admission"):
+//! - GPU sizes go through [`GpuTarget::from_units`]: noise removal (round to 9 decimals) before
+//!   rounding up to 0.01. A fraction that rounds up to 1.00 becomes whole GPUs.
+//! - The KAI contract carries one fractional container per pod. If several containers would need
+//!   a fraction, the first (pod order) gets it and the others get whole GPUs (⌈r⌉, never below
+//!   the recommendation).
+//! - `enablement.gpu.requests.upsize/downsize` compare the size that would be applied (after
+//!   rounding) with the template's allocation (`WorkloadState.template_gpu`, else the pod's own).
+//! - The scheduler is overridden when the strategy says `kai`, when the pod already carries KAI
+//!   annotations, or when the patched pod carries `gpu-fraction` (only KAI honours it).
+//! - A pod with KAI `gpu-memory` keeps its GPU setup: kerf has no current allocation for it.
+//! - CPU is written in millicores (`700m`); memory as `<n>Gi` when a whole number of GiB, else
+//!   `<n>Mi` when a whole number of MiB, else plain bytes. A request above the container's
+//!   existing limit is capped at the limit (the API server would reject the pod otherwise).
+//! - `rightsizing.kubex.ai/mutated` is `{"policy": …, "containers": {c: {"gpu": …, "cpu": …,
+//!   "memory": …}}, "schedulerName": …, "queue": …}` listing only what this admission changed;
+//!   GPU values are `0.84` (fraction of one device), `2x0.84` (fraction on each of 2 devices)
+//!   or `2` (whole GPUs).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::core::model::{
+    ANNOTATION_MUTATED, CoordinatedHpa, KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER,
+    KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY, KAI_QUEUE_LABEL, NVIDIA_GPU, WorkloadState,
+};
+
+/// Largest GPU count kerf will write; anything above is treated as a broken recommendation.
+const MAX_GPUS: f64 = 4096.0;
+const NANOS: i128 = 1_000_000_000;
+
+/// The object is not shaped like the kind it claims to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ShapeError(pub String);
+
+fn shape(msg: impl Into<String>) -> ShapeError {
+    ShapeError(msg.into())
+}
+
+/// Result of building a mutation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mutation {
+    pub desired: Value,
+    /// RFC 6902 operations (JSON array); empty when nothing changes.
+    pub patch: Vec<Value>,
+    /// Human-readable reasons for containers left alone.
+    pub notes: Vec<String>,
+}
+
+impl Mutation {
+    fn from(original: &Value, desired: Value, notes: Vec<String>) -> Self {
+        let patch = diff(original, &desired);
+        Self {
+            desired,
+            patch,
+            notes,
+        }
+    }
+}
+
+/// How a GPU recommendation is expressed on a pod (KAI contract `v1alpha1-2026-07`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuTarget {
+    /// `gpu-fraction` = hundredths/100 on each of `devices` devices.
+    Fraction { hundredths: u32, devices: u32 },
+    /// `nvidia.com/gpu` = n.
+    Whole(u32),
+}
+
+/// Rounds to 9 decimals (float noise removal), returned as integer nano-units.
+fn nanos(x: f64) -> i128 {
+    (x * 1e9).round() as i128
+}
+
+/// ⌈a / b⌉ for positive integers.
+fn ceil_div(a: i128, b: i128) -> i128 {
+    (a + b - 1) / b
+}
+
+/// `x` rounded up to 0.01 after removing float noise, in hundredths (so 0.8400000001 → 84).
+pub fn ceil_hundredths(x: f64) -> i128 {
+    ceil_div(nanos(x).max(0), NANOS / 100)
+}
+
+impl GpuTarget {
+    /// The target for `r` recommended GPU units; `None` when `r` is not a usable size.
+    pub fn from_units(r: f64) -> Option<Self> {
+        if !r.is_finite() || r <= 0.0 || r > MAX_GPUS {
+            return None;
+        }
+        let nr = nanos(r);
+        if nr <= 0 {
+            return None;
+        }
+        if nr < NANOS {
+            let h = ceil_div(nr, NANOS / 100).max(1);
+            return Some(if h >= 100 {
+                GpuTarget::Whole(1)
+            } else {
+                GpuTarget::Fraction {
+                    hundredths: h as u32,
+                    devices: 1,
+                }
+            });
+        }
+        let n = ceil_div(nr, NANOS);
+        // r/n ≥ 0.995 ⇔ 200·r ≥ 199·n, exact in nano-units.
+        if nr * 200 >= 199 * n * NANOS {
+            return Some(GpuTarget::Whole(n as u32));
+        }
+        let h = ceil_div(nr, n * (NANOS / 100));
+        Some(if h >= 100 {
+            GpuTarget::Whole(n as u32)
+        } else {
+            GpuTarget::Fraction {
+                hundredths: h as u32,
+                devices: n as u32,
+            }
+        })
+    }
+
+    /// GPU units this target allocates.
+    pub fn units(self) -> f64 {
+        match self {
+            GpuTarget::Fraction {
+                hundredths,
+                devices,
+            } => f64::from(hundredths) * f64::from(devices) / 100.0,
+            GpuTarget::Whole(n) => f64::from(n),
+        }
+    }
+
+    fn devices(self) -> u32 {
+        match self {
+            GpuTarget::Fraction { devices, .. } | GpuTarget::Whole(devices) => devices,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            GpuTarget::Fraction {
+                hundredths,
+                devices: 1,
+            } => fmt_hundredths(hundredths),
+            GpuTarget::Fraction {
+                hundredths,
+                devices,
+            } => format!("{devices}x{}", fmt_hundredths(hundredths)),
+            GpuTarget::Whole(n) => n.to_string(),
+        }
+    }
+}
+
+/// `84` → `0.84`, `50` → `0.5`, `5` → `0.05`.
+pub fn fmt_hundredths(h: u32) -> String {
+    let s = format!("{}.{:02}", h / 100, h % 100);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Parses a Kubernetes quantity (`700m`, `1.5`, `512Mi`, `1e3`, `2G`) into base units.
+pub fn parse_quantity(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let (num, mult) = [
+        ("Ki", 1024f64),
+        ("Mi", 1024f64.powi(2)),
+        ("Gi", 1024f64.powi(3)),
+        ("Ti", 1024f64.powi(4)),
+        ("Pi", 1024f64.powi(5)),
+        ("Ei", 1024f64.powi(6)),
+        // Negative powers are divisors below so `700m` is exactly 0.7.
+        ("n", -1e9),
+        ("u", -1e6),
+        ("m", -1e3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ]
+    .iter()
+    .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
+    .unwrap_or((s, 1.0));
+    if num.is_empty()
+        || !num.starts_with(|c: char| c.is_ascii_digit() || c == '.' || c == '+' || c == '-')
+    {
+        return None;
+    }
+    let v: f64 = num.parse().ok()?;
+    let v = if mult < 0.0 { v / -mult } else { v * mult };
+    v.is_finite().then_some(v)
+}
+
+fn quantity_of(v: &Value) -> Option<f64> {
+    match v {
+        Value::String(s) => parse_quantity(s),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    }
+}
+
+/// CPU request text for `millis` millicores.
+pub fn fmt_cpu(millis: i64) -> String {
+    format!("{millis}m")
+}
+
+/// Memory request text for `bytes`.
+pub fn fmt_memory(bytes: i64) -> String {
+    const MI: i64 = 1 << 20;
+    const GI: i64 = 1 << 30;
+    if bytes != 0 && bytes % GI == 0 {
+        format!("{}Gi", bytes / GI)
+    } else if bytes != 0 && bytes % MI == 0 {
+        format!("{}Mi", bytes / MI)
+    } else {
+        bytes.to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON helpers
+
+/// `v[key]` as an object, created when missing or null (so missing parent maps get added).
+fn child_obj<'a>(
+    v: &'a mut Map<String, Value>,
+    key: &str,
+    at: &str,
+) -> Result<&'a mut Map<String, Value>, ShapeError> {
+    let slot = v
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if slot.is_null() {
+        *slot = Value::Object(Map::new());
+    }
+    slot.as_object_mut()
+        .ok_or_else(|| shape(format!("{at}.{key} is not an object")))
+}
+
+fn get_obj<'a>(
+    v: &'a Value,
+    key: &str,
+    at: &str,
+) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(_) => Err(shape(format!("{at}.{key} is not an object"))),
+    }
+}
+
+/// String map (`annotations`, `labels`) of `metadata`, validated.
+fn string_map(
+    meta: Option<&Map<String, Value>>,
+    key: &str,
+) -> Result<BTreeMap<String, String>, ShapeError> {
+    let Some(m) = meta.and_then(|m| m.get(key)) else {
+        return Ok(BTreeMap::new());
+    };
+    match m {
+        Value::Null => Ok(BTreeMap::new()),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(shape(format!("metadata.{key}[{k:?}] is not a string"))),
+            })
+            .collect(),
+        _ => Err(shape(format!("metadata.{key} is not an object"))),
+    }
+}
+
+fn containers<'a>(
+    spec: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Vec<(String, &'a Value)>, ShapeError> {
+    match spec.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let name = c.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    shape(format!("spec.{key}[{i}].name is missing or not a string"))
+                })?;
+                if !c.is_object() {
+                    return Err(shape(format!("spec.{key}[{i}] is not an object")));
+                }
+                Ok((name.to_string(), c))
+            })
+            .collect(),
+        Some(_) => Err(shape(format!("spec.{key} is not an array"))),
+    }
+}
+
+fn container_mut<'a>(
+    pod: &'a mut Value,
+    list: &str,
+    idx: usize,
+) -> Result<&'a mut Map<String, Value>, ShapeError> {
+    pod.get_mut("spec")
+        .and_then(|s| s.get_mut(list))
+        .and_then(|l| l.get_mut(idx))
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| shape(format!("spec.{list}[{idx}] is not an object")))
+}
+
+/// The container's `resources.<which>` map, created when missing.
+fn resources_mut<'a>(
+    c: &'a mut Map<String, Value>,
+    which: &str,
+) -> Result<&'a mut Map<String, Value>, ShapeError> {
+    let res = child_obj(c, "resources", "container")?;
+    child_obj(res, which, "container.resources")
+}
+
+fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value> {
+    c.get("resources")?.get(which)?.get(name)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pods
+
+/// The pod's current KAI fractional allocation, if any.
+#[derive(Debug, Clone, PartialEq)]
+struct KaiFraction {
+    container: String,
+    hundredths: i128,
+    devices: u32,
+}
+
+fn current_fraction(
+    annotations: &BTreeMap<String, String>,
+    first: Option<&str>,
+) -> Option<KaiFraction> {
+    let f: f64 = annotations.get(KAI_GPU_FRACTION)?.trim().parse().ok()?;
+    if !(f > 0.0 && f < 1.0) {
+        return None;
+    }
+    let devices = match annotations.get(KAI_GPU_FRACTION_NUM_DEVICES) {
+        Some(n) => n.trim().parse::<u32>().ok().filter(|n| *n >= 1)?,
+        None => 1,
+    };
+    let container = match annotations.get(KAI_GPU_FRACTION_CONTAINER) {
+        Some(c) => c.clone(),
+        None => first?.to_string(),
+    };
+    Some(KaiFraction {
+        container,
+        hundredths: ceil_hundredths(f),
+        devices,
+    })
+}
+
+/// GPU units container `c` has on the pod as admitted.
+fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<f64> {
+    if let Some(f) = frac.filter(|f| f.container == c_name) {
+        return Some(f.hundredths as f64 / 100.0 * f64::from(f.devices));
+    }
+    resource_value(c, "limits", NVIDIA_GPU)
+        .or_else(|| resource_value(c, "requests", NVIDIA_GPU))
+        .and_then(quantity_of)
+}
+
+#[derive(Default)]
+struct Changes {
+    containers: BTreeMap<String, BTreeMap<&'static str, String>>,
+    top: BTreeMap<&'static str, String>,
+}
+
+impl Changes {
+    fn note(&mut self, container: &str, what: &'static str, value: String) {
+        self.containers
+            .entry(container.to_string())
+            .or_default()
+            .insert(what, value);
+    }
+}
+
+/// Sets `map[key] = value` unless an equivalent value is there; true when it changed.
+fn set_str(
+    map: &mut Map<String, Value>,
+    key: &str,
+    value: String,
+    same: impl Fn(&Value) -> bool,
+) -> bool {
+    if map.get(key).is_some_and(same) {
+        return false;
+    }
+    map.insert(key.to_string(), Value::String(value));
+    true
+}
+
+/// Builds the mutation of a Pod being created.
+///
+/// `kai_scheduler_name` is GlobalConfiguration `kai.schedulerName`.
+pub fn mutate_pod(
+    pod: &Value,
+    state: &WorkloadState,
+    kai_scheduler_name: &str,
+) -> Result<Mutation, ShapeError> {
+    let root = pod
+        .as_object()
+        .ok_or_else(|| shape("the pod is not a JSON object"))?;
+    let meta = get_obj(pod, "metadata", "pod")?;
+    let annotations = string_map(meta, "annotations")?;
+    let labels = string_map(meta, "labels")?;
+    let spec = root
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
+    let regular = containers(spec, "containers")?;
+    let init = containers(spec, "initContainers")?;
+    let first = regular.first().map(|(n, _)| n.as_str());
+
+    let uses_kai = [
+        KAI_GPU_FRACTION,
+        KAI_GPU_MEMORY,
+        KAI_GPU_FRACTION_NUM_DEVICES,
+        KAI_GPU_FRACTION_CONTAINER,
+    ]
+    .iter()
+    .any(|k| annotations.contains_key(*k));
+    let frac = current_fraction(&annotations, first);
+
+    let mut desired = pod.clone();
+    let mut notes = Vec::new();
+    let mut changes = Changes::default();
+    let mut annotation_sets: Vec<(&'static str, Option<String>)> = Vec::new();
+    let mut result_has_fraction = frac.is_some();
+
+    // --- GPU ---
+    if let Some(rec) = &state.gpu {
+        if annotations.contains_key(KAI_GPU_MEMORY) {
+            notes.push("pod uses KAI gpu-memory: GPU size left as is".to_string());
+        } else {
+            let mut plan: Vec<(usize, &str, GpuTarget, Option<f64>)> = Vec::new();
+            for (idx, (name, c)) in regular.iter().enumerate() {
+                let Some(&r) = rec.containers.get(name) else {
+                    continue;
+                };
+                let Some(target) = GpuTarget::from_units(r) else {
+                    notes.push(format!(
+                        "container {name}: recommendation {r} is not a usable GPU size"
+                    ));
+                    continue;
+                };
+                let base = state
+                    .template_gpu
+                    .get(name)
+                    .copied()
+                    .or_else(|| current_units(name, c, frac.as_ref()));
+                if !allowed(target, base, state) {
+                    notes.push(format!(
+                        "container {name}: {} not allowed by the automation strategy",
+                        if target.units() > base.unwrap_or(0.0) {
+                            "upsize"
+                        } else {
+                            "downsize"
+                        }
+                    ));
+                    continue;
+                }
+                plan.push((idx, name.as_str(), target, base));
+            }
+            for c in rec
+                .containers
+                .keys()
+                .filter(|c| !regular.iter().any(|(n, _)| n == *c))
+            {
+                notes.push(format!("container {c}: not in the pod"));
+            }
+
+            // One fractional container per pod: a kept fraction holds the slot.
+            let kept = frac
+                .as_ref()
+                .filter(|f| !plan.iter().any(|(_, n, _, _)| *n == f.container))
+                .map(|f| f.container.clone());
+            let mut slot = kept.clone();
+            let mut final_plan = Vec::new();
+            for (idx, name, target, base) in plan {
+                let target = match target {
+                    GpuTarget::Fraction { .. } if slot.is_some() => {
+                        let whole = GpuTarget::Whole(target.devices());
+                        if !allowed(whole, base, state) {
+                            notes.push(format!(
+                                "container {name}: another container holds the pod's KAI fraction and whole GPUs are not allowed"
+                            ));
+                            continue;
+                        }
+                        whole
+                    }
+                    GpuTarget::Fraction { .. } => {
+                        slot = Some(name.to_string());
+                        target
+                    }
+                    t => t,
+                };
+                final_plan.push((idx, name, target));
+            }
+            result_has_fraction = slot.is_some();
+
+            for (idx, name, target) in &final_plan {
+                let c = container_mut(&mut desired, "containers", *idx)?;
+                let mut changed = false;
+                match *target {
+                    GpuTarget::Fraction {
+                        hundredths,
+                        devices,
+                    } => {
+                        for which in ["requests", "limits"] {
+                            if let Some(m) = c
+                                .get_mut("resources")
+                                .and_then(|r| r.get_mut(which))
+                                .and_then(Value::as_object_mut)
+                            {
+                                changed |= m.remove(NVIDIA_GPU).is_some();
+                            }
+                        }
+                        let same_fraction = frac.as_ref().is_some_and(|f| {
+                            f.container == *name
+                                && f.hundredths == i128::from(hundredths)
+                                && f.devices == devices
+                        });
+                        changed |= !same_fraction;
+                        annotation_sets.push((KAI_GPU_FRACTION, Some(fmt_hundredths(hundredths))));
+                        annotation_sets.push((
+                            KAI_GPU_FRACTION_NUM_DEVICES,
+                            (devices > 1).then(|| devices.to_string()),
+                        ));
+                        annotation_sets.push((
+                            KAI_GPU_FRACTION_CONTAINER,
+                            (*idx != 0).then(|| name.to_string()),
+                        ));
+                    }
+                    GpuTarget::Whole(n) => {
+                        let same = |v: &Value| quantity_of(v) == Some(f64::from(n));
+                        for which in ["requests", "limits"] {
+                            changed |=
+                                set_str(resources_mut(c, which)?, NVIDIA_GPU, n.to_string(), same);
+                        }
+                        if frac.as_ref().is_some_and(|f| f.container == *name) {
+                            changed = true;
+                        }
+                    }
+                }
+                if changed {
+                    changes.note(name, "gpu", target.describe());
+                }
+            }
+            if slot.is_none() && frac.is_some() {
+                // The fractional container became whole: the fraction annotations go.
+                for k in [
+                    KAI_GPU_FRACTION,
+                    KAI_GPU_FRACTION_NUM_DEVICES,
+                    KAI_GPU_FRACTION_CONTAINER,
+                ] {
+                    annotation_sets.push((k, None));
+                }
+            }
+        }
+    }
+
+    // --- CPU / memory requests ---
+    for (name, req) in &state.resources {
+        let found = regular
+            .iter()
+            .position(|(n, _)| n == name)
+            .map(|i| ("containers", i))
+            .or_else(|| {
+                init.iter()
+                    .position(|(n, _)| n == name)
+                    .map(|i| ("initContainers", i))
+            });
+        let Some((list, idx)) = found else {
+            notes.push(format!("container {name}: not in the pod"));
+            continue;
+        };
+        let c = container_mut(&mut desired, list, idx)?;
+        let limits: Map<String, Value> = c
+            .get("resources")
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
+            let limit = limits
+                .get("cpu")
+                .and_then(quantity_of)
+                .map(|l| (l * 1000.0).round() as i64);
+            let m = match limit {
+                Some(l) if l < m => {
+                    notes.push(format!(
+                        "container {name}: cpu request capped at its limit {}",
+                        fmt_cpu(l)
+                    ));
+                    l
+                }
+                _ => m,
+            };
+            let same = |v: &Value| quantity_of(v).is_some_and(|q| (q * 1000.0).round() as i64 == m);
+            if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
+                changes.note(name, "cpu", fmt_cpu(m));
+            }
+        }
+        if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
+            let limit = limits
+                .get("memory")
+                .and_then(quantity_of)
+                .map(|l| l.round() as i64);
+            let b = match limit {
+                Some(l) if l < b => {
+                    notes.push(format!(
+                        "container {name}: memory request capped at its limit {}",
+                        fmt_memory(l)
+                    ));
+                    l
+                }
+                _ => b,
+            };
+            let same = |v: &Value| quantity_of(v).is_some_and(|q| q.round() as i64 == b);
+            if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
+                changes.note(name, "memory", fmt_memory(b));
+            }
+        }
+    }
+
+    // --- scheduler / queue ---
+    let mut label_sets: Vec<(&'static str, String)> = Vec::new();
+    if state.gpu.is_some() && (state.strategy.override_kai() || uses_kai || result_has_fraction) {
+        let d = desired
+            .as_object_mut()
+            .ok_or_else(|| shape("the pod is not a JSON object"))?;
+        let spec = child_obj(d, "spec", "pod")?;
+        if spec.get("schedulerName").and_then(Value::as_str) != Some(kai_scheduler_name) {
+            spec.insert(
+                "schedulerName".into(),
+                Value::String(kai_scheduler_name.to_string()),
+            );
+            changes
+                .top
+                .insert("schedulerName", kai_scheduler_name.to_string());
+        }
+        let kai = state.strategy.kai();
+        let has_queue = labels.contains_key(KAI_QUEUE_LABEL);
+        if (!has_queue || kai.set_queue_when_specified)
+            && labels.get(KAI_QUEUE_LABEL) != Some(&kai.queue)
+        {
+            label_sets.push((KAI_QUEUE_LABEL, kai.queue.clone()));
+            changes.top.insert("queue", kai.queue.clone());
+        }
+    }
+
+    // --- metadata ---
+    let ann_changed = annotation_sets.iter().any(|(k, v)| {
+        !same_fraction_text(k, annotations.get(*k).map(String::as_str), v.as_deref())
+    });
+    if ann_changed
+        || !label_sets.is_empty()
+        || !changes.containers.is_empty()
+        || !changes.top.is_empty()
+    {
+        let d = desired
+            .as_object_mut()
+            .ok_or_else(|| shape("the pod is not a JSON object"))?;
+        let meta = child_obj(d, "metadata", "pod")?;
+        if !label_sets.is_empty() {
+            let l = child_obj(meta, "labels", "metadata")?;
+            for (k, v) in label_sets {
+                l.insert(k.to_string(), Value::String(v));
+            }
+        }
+        let a = child_obj(meta, "annotations", "metadata")?;
+        for (k, v) in annotation_sets {
+            match v {
+                Some(v)
+                    if !same_fraction_text(
+                        k,
+                        a.get(k).and_then(Value::as_str),
+                        Some(v.as_str()),
+                    ) =>
+                {
+                    a.insert(k.to_string(), Value::String(v));
+                }
+                Some(_) => {}
+                None => {
+                    a.remove(k);
+                }
+            }
+        }
+    }
+
+    if desired != *pod {
+        let mut summary = Map::new();
+        if let Some(p) = &state.policy {
+            summary.insert("policy".into(), Value::String(p.to_string()));
+        }
+        if !changes.containers.is_empty() {
+            summary.insert("containers".into(), json!(changes.containers));
+        }
+        for (k, v) in &changes.top {
+            summary.insert((*k).into(), Value::String(v.clone()));
+        }
+        let d = desired
+            .as_object_mut()
+            .ok_or_else(|| shape("the pod is not a JSON object"))?;
+        let a = child_obj(child_obj(d, "metadata", "pod")?, "annotations", "metadata")?;
+        a.insert(
+            ANNOTATION_MUTATED.into(),
+            Value::String(Value::Object(summary).to_string()),
+        );
+    }
+    Ok(Mutation::from(pod, desired, notes))
+}
+
+/// `gpu-fraction` texts that mean the same hundredths (`0.5` vs `0.50`) count as equal so a
+/// reinvocation does not rewrite them.
+fn same_fraction_text(key: &str, old: Option<&str>, new: Option<&str>) -> bool {
+    match (old, new) {
+        (Some(o), Some(n)) if key == KAI_GPU_FRACTION => {
+            matches!((o.trim().parse::<f64>(), n.parse::<f64>()), (Ok(a), Ok(b)) if ceil_hundredths(a) == ceil_hundredths(b))
+        }
+        (o, n) => o == n,
+    }
+}
+
+fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState) -> bool {
+    let Some(base) = base else { return true };
+    let units = target.units();
+    if units > base + 1e-9 {
+        state.strategy.gpu_upsize()
+    } else if units < base - 1e-9 {
+        state.strategy.gpu_downsize()
+    } else {
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HPAs
+
+/// Builds the mutation of an `autoscaling/v2` HorizontalPodAutoscaler: the single `Resource`
+/// Utilization metric on the coordinated resource gets `target_after`. Any other metric shape,
+/// or an HPA other than the coordinated one, is left alone (empty patch, with a note).
+pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation, ShapeError> {
+    let meta = get_obj(hpa, "metadata", "hpa")?;
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if name != coordinated.hpa_name {
+        return Ok(Mutation::from(
+            hpa,
+            hpa.clone(),
+            vec![format!(
+                "HPA {name:?} is not the coordinated HPA {:?}",
+                coordinated.hpa_name
+            )],
+        ));
+    }
+    let metrics = match hpa.get("spec").and_then(|s| s.get("metrics")) {
+        Some(Value::Array(m)) => m,
+        None | Some(Value::Null) => return Err(shape("hpa.spec.metrics is missing")),
+        Some(_) => return Err(shape("hpa.spec.metrics is not an array")),
+    };
+    let supported = metrics.len() == 1
+        && metrics[0].get("type").and_then(Value::as_str) == Some("Resource")
+        && metrics[0].pointer("/resource/name").and_then(Value::as_str)
+            == Some(coordinated.resource.as_str())
+        && metrics[0]
+            .pointer("/resource/target/type")
+            .and_then(Value::as_str)
+            == Some("Utilization");
+    if !supported {
+        return Ok(Mutation::from(
+            hpa,
+            hpa.clone(),
+            vec!["unsupported-metrics: not a single Resource Utilization metric on the coordinated resource".into()],
+        ));
+    }
+    let mut desired = hpa.clone();
+    let target = desired
+        .pointer_mut("/spec/metrics/0/resource/target")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
+    target.insert("averageUtilization".into(), json!(coordinated.target_after));
+    Ok(Mutation::from(hpa, desired, Vec::new()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON Patch
+
+/// RFC 6901 reference token escaping.
+pub fn escape_token(t: &str) -> String {
+    t.replace('~', "~0").replace('/', "~1")
+}
+
+/// RFC 6902 operations turning `a` into `b`. Objects are diffed key by key (a missing parent
+/// map is added whole, so it comes before anything inside it); arrays of the same length
+/// element by element; anything else is replaced.
+pub fn diff(a: &Value, b: &Value) -> Vec<Value> {
+    let mut ops = Vec::new();
+    diff_at(&mut String::new(), a, b, &mut ops);
+    ops
+}
+
+fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
+    if a == b {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for k in x.keys().filter(|k| !y.contains_key(*k)) {
+                ops.push(json!({"op": "remove", "path": format!("{path}/{}", escape_token(k))}));
+            }
+            for (k, vy) in y {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&escape_token(k));
+                match x.get(k) {
+                    Some(vx) => diff_at(path, vx, vy, ops),
+                    None => ops.push(json!({"op": "add", "path": path.clone(), "value": vy})),
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                diff_at(path, vx, vy, ops);
+                path.truncate(len);
+            }
+        }
+        _ => ops.push(json!({"op": "replace", "path": path.clone(), "value": b})),
+    }
+}
+
+#[cfg(test)]
+mod tests;

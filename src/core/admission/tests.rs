@@ -1,0 +1,530 @@
+//! One test per DESIGN rule of "Applying GPU recommendations at admission".
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{Enablement, GpuEnablement, KaiStrategy, OverrideScheduler, StrategyView, UpDown};
+use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, ResourceRequests};
+
+fn rec(pairs: &[(&str, f64)]) -> GpuRecommendation {
+    GpuRecommendation {
+        containers: pairs.iter().map(|(c, v)| (c.to_string(), *v)).collect(),
+        driving_metric: None,
+        policy: None,
+        updated_at: None,
+    }
+}
+
+fn state(pairs: &[(&str, f64)]) -> WorkloadState {
+    WorkloadState {
+        gpu: Some(rec(pairs)),
+        policy: Some(PolicyId::parse("GpuReactivePolicy/ml/train").unwrap()),
+        ..Default::default()
+    }
+}
+
+fn pod(annotations: Value, containers: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+        "spec": {"containers": containers}
+    })
+}
+
+fn gpu_container(name: &str, n: u32) -> Value {
+    json!({"name": name, "image": "x", "resources": {"requests": {"nvidia.com/gpu": n.to_string()}, "limits": {"nvidia.com/gpu": n.to_string()}}})
+}
+
+/// Applies the mutation's patch to the original with json-patch (proves the patch is valid and
+/// equals the desired object) and checks that a second invocation yields no patch.
+fn run(p: &Value, s: &WorkloadState) -> Value {
+    let m = mutate_pod(p, s, "kai-scheduler").expect("mutation builds");
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(m.patch.clone())).expect("valid RFC 6902");
+    let mut doc = p.clone();
+    json_patch::patch(&mut doc, &patch).expect("patch applies");
+    assert_eq!(doc, m.desired, "patch result equals the desired object");
+    let again = mutate_pod(&doc, s, "kai-scheduler").expect("second mutation builds");
+    assert!(
+        again.patch.is_empty(),
+        "reinvocation must be a no-op, got {:?}",
+        again.patch
+    );
+    doc
+}
+
+fn ann<'a>(p: &'a Value, k: &str) -> Option<&'a str> {
+    p["metadata"]["annotations"].get(k).and_then(Value::as_str)
+}
+
+#[test]
+fn rounding_removes_float_noise() {
+    assert_eq!(ceil_hundredths(0.8400000001), 84);
+    assert_eq!(ceil_hundredths(0.8399999999), 84);
+    assert_eq!(ceil_hundredths(0.841), 85);
+    assert_eq!(ceil_hundredths(0.1 + 0.2), 30);
+    assert_eq!(
+        GpuTarget::from_units(0.8400000001),
+        Some(GpuTarget::Fraction {
+            hundredths: 84,
+            devices: 1
+        })
+    );
+    // 2.0000000001 is 2 whole GPUs, not 3 devices.
+    assert_eq!(
+        GpuTarget::from_units(2.0000000001),
+        Some(GpuTarget::Whole(2))
+    );
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 0.8399999999)]),
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.84"));
+}
+
+#[test]
+fn fraction_below_one_sets_gpu_fraction_annotation() {
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 0.333)]),
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.34"));
+    assert_eq!(
+        ann(&out, "gpu-fraction-container-name"),
+        None,
+        "first container needs no name"
+    );
+    assert_eq!(ann(&out, "gpu-fraction-num-devices"), None);
+}
+
+#[test]
+fn fraction_is_at_least_one_hundredth() {
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 0.0001)]),
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.01"));
+}
+
+#[test]
+fn fraction_removes_nvidia_gpu_from_requests_and_limits() {
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 2)])),
+        &state(&[("main", 0.5)]),
+    );
+    let res = &out["spec"]["containers"][0]["resources"];
+    assert!(res["requests"].get("nvidia.com/gpu").is_none());
+    assert!(res["limits"].get("nvidia.com/gpu").is_none());
+}
+
+#[test]
+fn fraction_names_container_when_not_first() {
+    let containers = json!([{"name": "sidecar", "image": "envoy"}, gpu_container("trainer", 1)]);
+    let out = run(&pod(json!({}), containers), &state(&[("trainer", 0.25)]));
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.25"));
+    assert_eq!(ann(&out, "gpu-fraction-container-name"), Some("trainer"));
+}
+
+#[test]
+fn whole_gpus_when_per_device_share_at_least_0_995() {
+    let out = run(
+        &pod(
+            json!({"gpu-fraction": "0.5"}),
+            json!([{"name": "main", "image": "x"}]),
+        ),
+        &state(&[("main", 1.99)]),
+    );
+    let res = &out["spec"]["containers"][0]["resources"];
+    assert_eq!(res["requests"]["nvidia.com/gpu"], "2");
+    assert_eq!(res["limits"]["nvidia.com/gpu"], "2");
+    assert_eq!(
+        ann(&out, "gpu-fraction"),
+        None,
+        "fraction annotations removed"
+    );
+    assert_eq!(ann(&out, "gpu-fraction-num-devices"), None);
+}
+
+#[test]
+fn fraction_over_devices_when_share_below_0_995() {
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 1.5)]),
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.75"));
+    assert_eq!(ann(&out, "gpu-fraction-num-devices"), Some("2"));
+    assert!(
+        out["spec"]["containers"][0]["resources"]["limits"]
+            .get("nvidia.com/gpu")
+            .is_none()
+    );
+    // r/n rounds up: 2.5 / 3 = 0.8333 → 0.84.
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 2.5)]),
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.84"));
+    assert_eq!(ann(&out, "gpu-fraction-num-devices"), Some("3"));
+}
+
+#[test]
+fn exactly_one_gpu_is_whole() {
+    let out = run(
+        &pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}])),
+        &state(&[("main", 1.0)]),
+    );
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), None);
+}
+
+#[test]
+fn kai_annotations_switch_scheduler_and_set_queue() {
+    let out = run(
+        &pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}])),
+        &state(&[("main", 0.7)]),
+    );
+    assert_eq!(out["spec"]["schedulerName"], "kai-scheduler");
+    assert_eq!(
+        out["metadata"]["labels"]["kai.scheduler/queue"],
+        "kerf-gpu-queue"
+    );
+}
+
+#[test]
+fn override_scheduler_kai_sets_scheduler_for_whole_gpus() {
+    let mut s = state(&[("main", 2.0)]);
+    s.strategy = StrategyView {
+        enablement: Enablement {
+            override_scheduler: Some(OverrideScheduler::Kai),
+            ..Default::default()
+        },
+        kai: Some(KaiStrategy {
+            queue: "team-a".into(),
+            set_queue_when_specified: false,
+        }),
+        ..Default::default()
+    };
+    let out = run(&pod(json!({}), json!([gpu_container("main", 1)])), &s);
+    assert_eq!(out["spec"]["schedulerName"], "kai-scheduler");
+    assert_eq!(out["metadata"]["labels"]["kai.scheduler/queue"], "team-a");
+}
+
+#[test]
+fn no_scheduler_override_without_kai_for_whole_gpus() {
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 2.0)]),
+    );
+    assert!(out["spec"].get("schedulerName").is_none());
+    assert!(out["metadata"].get("labels").is_none());
+}
+
+#[test]
+fn queue_label_kept_unless_set_queue_when_specified() {
+    let mut p = pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}]));
+    p["metadata"]["labels"] = json!({"kai.scheduler/queue": "mine"});
+    let out = run(&p, &state(&[("main", 0.6)]));
+    assert_eq!(out["metadata"]["labels"]["kai.scheduler/queue"], "mine");
+
+    let mut s = state(&[("main", 0.6)]);
+    s.strategy.kai = Some(KaiStrategy {
+        queue: "theirs".into(),
+        set_queue_when_specified: true,
+    });
+    let out = run(&p, &s);
+    assert_eq!(out["metadata"]["labels"]["kai.scheduler/queue"], "theirs");
+}
+
+fn updown(upsize: bool, downsize: bool) -> StrategyView {
+    StrategyView {
+        enablement: Enablement {
+            gpu: Some(GpuEnablement {
+                requests: UpDown { upsize, downsize },
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn downsize_disabled_keeps_template_allocation() {
+    let mut s = state(&[("main", 0.5)]);
+    s.strategy = updown(true, false);
+    s.template_gpu = GpuMap::from([("main".to_string(), 1.0)]);
+    let p = pod(json!({}), json!([gpu_container("main", 1)]));
+    let m = mutate_pod(&p, &s, "kai-scheduler").unwrap();
+    assert!(m.patch.is_empty(), "no change: {:?}", m.patch);
+    assert!(
+        m.notes.iter().any(|n| n.contains("downsize not allowed")),
+        "{:?}",
+        m.notes
+    );
+}
+
+#[test]
+fn upsize_disabled_keeps_template_allocation() {
+    let mut s = state(&[("main", 0.8)]);
+    s.strategy = updown(false, true);
+    s.template_gpu = GpuMap::from([("main".to_string(), 0.5)]);
+    let p = pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}]));
+    let out = run(&p, &s);
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.5"));
+    // Downsize still allowed.
+    let mut s = state(&[("main", 0.3)]);
+    s.strategy = updown(false, true);
+    s.template_gpu = GpuMap::from([("main".to_string(), 0.5)]);
+    assert_eq!(ann(&run(&p, &s), "gpu-fraction"), Some("0.3"));
+}
+
+#[test]
+fn one_fraction_per_pod_second_container_gets_whole_gpus() {
+    let containers = json!([gpu_container("a", 1), gpu_container("b", 1)]);
+    let out = run(
+        &pod(json!({}), containers),
+        &state(&[("a", 0.4), ("b", 0.6)]),
+    );
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.4"));
+    assert_eq!(ann(&out, "gpu-fraction-container-name"), None);
+    assert_eq!(
+        out["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
+}
+
+#[test]
+fn gpu_memory_pods_keep_their_gpu_setup() {
+    let p = pod(json!({"gpu-memory": "4096"}), json!([{"name": "main"}]));
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    assert!(ann(&m.desired, "gpu-fraction").is_none());
+    assert!(m.notes.iter().any(|n| n.contains("gpu-memory")));
+}
+
+#[test]
+fn missing_parent_maps_are_added() {
+    let p = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main"}]}});
+    let out = run(&p, &state(&[("main", 0.5)]));
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.5"));
+    assert_eq!(
+        out["metadata"]["labels"]["kai.scheduler/queue"],
+        "kerf-gpu-queue"
+    );
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    assert!(
+        m.patch.iter().any(|op| op["op"] == "add"
+            && op["path"] == "/metadata/annotations"
+            && op["value"]["gpu-fraction"] == "0.5"),
+        "{:?}",
+        m.patch
+    );
+}
+
+#[test]
+fn patch_paths_escape_tilde_and_slash() {
+    assert_eq!(escape_token("a/b~c"), "a~1b~0c");
+    let p = pod(
+        json!({"example.com/a~b": "keep"}),
+        json!([{"name": "main"}]),
+    );
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    let paths: Vec<&str> = m.patch.iter().filter_map(|o| o["path"].as_str()).collect();
+    assert!(
+        paths.contains(&"/metadata/annotations/rightsizing.kubex.ai~1mutated"),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&"/metadata/labels"), "{paths:?}");
+    let out = run(&p, &state(&[("main", 0.5)]));
+    assert_eq!(ann(&out, "example.com/a~b"), Some("keep"));
+}
+
+#[test]
+fn cpu_and_memory_requests_set_in_consistent_units() {
+    let mut s = WorkloadState::default();
+    s.resources.insert(
+        "main".into(),
+        ResourceRequests {
+            cpu_millis: Some(700),
+            memory_bytes: Some(512 << 20),
+        },
+    );
+    s.resources.insert(
+        "side".into(),
+        ResourceRequests {
+            cpu_millis: Some(1500),
+            memory_bytes: Some(2 << 30),
+        },
+    );
+    let p = pod(
+        json!(null),
+        json!([{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, {"name": "side"}]),
+    );
+    let out = run(&p, &s);
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "700m"
+    );
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["requests"]["memory"],
+        "512Mi"
+    );
+    assert_eq!(
+        out["spec"]["containers"][1]["resources"]["requests"]["cpu"],
+        "1500m"
+    );
+    assert_eq!(
+        out["spec"]["containers"][1]["resources"]["requests"]["memory"],
+        "2Gi"
+    );
+    assert_eq!(fmt_memory(1000), "1000");
+    // Equivalent existing quantity: no rewrite.
+    let p = pod(
+        json!({}),
+        json!([{"name": "main", "resources": {"requests": {"cpu": "0.7", "memory": "536870912"}}}]),
+    );
+    let mut s2 = s.clone();
+    s2.resources.remove("side");
+    assert!(mutate_pod(&p, &s2, "kai").unwrap().patch.is_empty());
+}
+
+#[test]
+fn request_capped_at_existing_limit() {
+    let mut s = WorkloadState::default();
+    s.resources.insert(
+        "main".into(),
+        ResourceRequests {
+            cpu_millis: Some(3000),
+            memory_bytes: None,
+        },
+    );
+    let p = pod(
+        json!({}),
+        json!([{"name": "main", "resources": {"limits": {"cpu": "2"}}}]),
+    );
+    let out = run(&p, &s);
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "2000m"
+    );
+}
+
+#[test]
+fn init_container_requests_set_by_name() {
+    let mut s = WorkloadState::default();
+    s.resources.insert(
+        "proxy".into(),
+        ResourceRequests {
+            cpu_millis: Some(100),
+            memory_bytes: None,
+        },
+    );
+    let mut p = pod(json!({}), json!([{"name": "main"}]));
+    p["spec"]["initContainers"] = json!([{"name": "proxy", "restartPolicy": "Always"}]);
+    let out = run(&p, &s);
+    assert_eq!(
+        out["spec"]["initContainers"][0]["resources"]["requests"]["cpu"],
+        "100m"
+    );
+}
+
+#[test]
+fn mutated_annotation_lists_policy_and_changes() {
+    let out = run(
+        &pod(json!({}), json!([gpu_container("main", 1)])),
+        &state(&[("main", 1.5)]),
+    );
+    let m: Value =
+        serde_json::from_str(ann(&out, "rightsizing.kubex.ai/mutated").unwrap()).unwrap();
+    assert_eq!(m["policy"], "GpuReactivePolicy/ml/train");
+    assert_eq!(m["containers"]["main"]["gpu"], "2x0.75");
+    assert_eq!(m["schedulerName"], "kai-scheduler");
+}
+
+#[test]
+fn unchanged_pod_gets_no_patch_and_no_annotation() {
+    let p = pod(json!({"gpu-fraction": "0.50"}), json!([{"name": "main"}]));
+    let mut p2 = p.clone();
+    p2["spec"]["schedulerName"] = json!("kai-scheduler");
+    p2["metadata"]["labels"] = json!({"kai.scheduler/queue": "q"});
+    let m = mutate_pod(&p2, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    assert!(m.patch.is_empty(), "{:?}", m.patch);
+}
+
+#[test]
+fn recommendation_for_unknown_container_is_noted() {
+    let p = pod(json!({}), json!([{"name": "main"}]));
+    let m = mutate_pod(&p, &state(&[("ghost", 0.5)]), "kai").unwrap();
+    assert!(m.patch.is_empty());
+    assert!(m.notes.iter().any(|n| n.contains("ghost")));
+}
+
+#[test]
+fn bad_sizes_are_not_applied() {
+    for r in [f64::NAN, f64::INFINITY, -1.0, 0.0, 1e9] {
+        assert_eq!(GpuTarget::from_units(r), None, "{r}");
+    }
+}
+
+#[test]
+fn malformed_pods_are_shape_errors_not_panics() {
+    let s = state(&[("main", 0.5)]);
+    for p in [
+        json!(1),
+        json!({"spec": 3}),
+        json!({"spec": {"containers": {}}}),
+        json!({"spec": {"containers": [{"noname": 1}]}}),
+        json!({"metadata": {"annotations": {"a": 1}}, "spec": {"containers": []}}),
+        json!({"metadata": [], "spec": {"containers": []}}),
+    ] {
+        assert!(mutate_pod(&p, &s, "kai").is_err(), "{p}");
+    }
+    let p = json!({"spec": {"containers": [{"name": "main", "resources": {"limits": 5}}]}});
+    assert!(mutate_pod(&p, &state(&[("main", 2.0)]), "kai").is_err());
+}
+
+#[test]
+fn hpa_target_set_to_coordinated_value() {
+    let hpa = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 2, "maxReplicas": 10,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}]}
+    });
+    let c = CoordinatedHpa {
+        hpa_name: "web".into(),
+        resource: "cpu".into(),
+        target_before: 60,
+        target_after: 72,
+    };
+    let m = mutate_hpa(&hpa, &c).unwrap();
+    assert_eq!(
+        m.patch,
+        vec![
+            json!({"op": "replace", "path": "/spec/metrics/0/resource/target/averageUtilization", "value": 72})
+        ]
+    );
+    assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
+    let other = CoordinatedHpa {
+        hpa_name: "other".into(),
+        ..c.clone()
+    };
+    assert!(mutate_hpa(&hpa, &other).unwrap().patch.is_empty());
+    let mem = CoordinatedHpa {
+        resource: "memory".into(),
+        ..c
+    };
+    assert!(mutate_hpa(&hpa, &mem).unwrap().patch.is_empty());
+}
+
+#[test]
+fn parse_quantity_handles_suffixes() {
+    assert_eq!(parse_quantity("700m"), Some(0.7));
+    assert_eq!(parse_quantity("1Gi"), Some(1073741824.0));
+    assert_eq!(parse_quantity("2"), Some(2.0));
+    assert_eq!(parse_quantity("1e3"), Some(1000.0));
+    assert_eq!(parse_quantity("Mi"), None);
+    assert_eq!(parse_quantity("abc"), None);
+}

@@ -1,0 +1,167 @@
+//! `/debug/recommendations` (JSON) and the human page (`/debug`, `?format=html`): per workload,
+//! an inline SVG bar chart of current (template) vs recommended GPUs per container.
+
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value, json};
+
+use crate::core::model::{WorkloadKey, WorkloadState, format_gpu};
+use crate::state::Store;
+
+fn state_json(key: &WorkloadKey, s: &WorkloadState) -> Value {
+    let mut m = Map::new();
+    m.insert(
+        "workload".into(),
+        json!({"namespace": key.namespace, "kind": key.kind.as_str(), "name": key.name}),
+    );
+    if let Some(p) = &s.policy {
+        m.insert("policy".into(), p.to_string().into());
+    }
+    if let Some(g) = &s.gpu {
+        // The persisted annotation format, so this page and the workload annotation agree.
+        m.insert(
+            "gpuRecommendation".into(),
+            serde_json::from_str(&g.render()).unwrap_or(Value::Null),
+        );
+    }
+    let tmpl: Map<String, Value> = s
+        .template_gpu
+        .iter()
+        .map(|(c, v)| (c.clone(), format_gpu(*v).into()))
+        .collect();
+    m.insert("templateGpu".into(), tmpl.into());
+    if !s.resources.is_empty() {
+        m.insert("resources".into(), json!(s.resources));
+    }
+    if let Some(h) = &s.hpa {
+        m.insert("hpa".into(), json!(h));
+    }
+    m.insert(
+        "strategy".into(),
+        json!({
+            "gpuUpsize": s.strategy.gpu_upsize(),
+            "gpuDownsize": s.strategy.gpu_downsize(),
+            "overrideScheduler": if s.strategy.override_kai() { "kai" } else { "none" },
+            "kai": s.strategy.kai(),
+        }),
+    );
+    Value::Object(m)
+}
+
+/// Every workload the store knows, in key order.
+pub fn json(store: &Store) -> Value {
+    let items: Vec<Value> = store
+        .snapshot()
+        .iter()
+        .map(|(k, s)| state_json(k, s))
+        .collect();
+    json!({"ready": store.is_ready(), "workloads": items})
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn chart(s: &WorkloadState) -> String {
+    let mut containers: Vec<&String> = s.template_gpu.keys().collect();
+    if let Some(g) = &s.gpu {
+        containers.extend(g.containers.keys());
+    }
+    containers.sort();
+    containers.dedup();
+    if containers.is_empty() {
+        return "<p>no GPU data</p>".into();
+    }
+    let rows: Vec<(&str, f64, Option<f64>)> = containers
+        .iter()
+        .map(|c| {
+            let cur = s.template_gpu.get(*c).copied().unwrap_or(0.0);
+            let rec = s.gpu.as_ref().and_then(|g| g.containers.get(*c).copied());
+            (c.as_str(), cur, rec)
+        })
+        .collect();
+    let max = rows
+        .iter()
+        .map(|(_, a, b)| a.max(b.unwrap_or(0.0)))
+        .fold(0.0f64, f64::max)
+        .max(1.0);
+    let (label_w, bar_w, row_h) = (140.0, 360.0, 36.0);
+    let h = row_h * rows.len() as f64 + 10.0;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" role="img">"#,
+        label_w + bar_w + 90.0
+    );
+    for (i, (c, cur, rec)) in rows.iter().enumerate() {
+        let y = i as f64 * row_h + 5.0;
+        let _ = write!(
+            svg,
+            r#"<text x="0" y="{}" font-size="12">{}</text>"#,
+            y + 20.0,
+            esc(c)
+        );
+        let wc = cur / max * bar_w;
+        let _ = write!(
+            svg,
+            r##"<rect x="{label_w}" y="{y}" width="{wc:.1}" height="12" fill="#9aa"><title>current {}</title></rect><text x="{}" y="{}" font-size="10">current {}</text>"##,
+            format_gpu(*cur),
+            label_w + wc + 4.0,
+            y + 10.0,
+            format_gpu(*cur)
+        );
+        if let Some(r) = rec {
+            let wr = r / max * bar_w;
+            let _ = write!(
+                svg,
+                r##"<rect x="{label_w}" y="{}" width="{wr:.1}" height="12" fill="#2a7"><title>recommended {}</title></rect><text x="{}" y="{}" font-size="10">recommended {}</text>"##,
+                y + 14.0,
+                format_gpu(*r),
+                label_w + wr + 4.0,
+                y + 24.0,
+                format_gpu(*r)
+            );
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The human page.
+pub fn html(store: &Store) -> String {
+    let mut out = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>kerf recommendations</title>\
+         <style>body{font-family:sans-serif;margin:2em}section{margin-bottom:2em}code{background:#eee}</style>\
+         </head><body><h1>kerf recommendations</h1>",
+    );
+    let _ = write!(
+        out,
+        "<p>ready: {} — <a href=\"/debug/recommendations\">JSON</a></p>",
+        store.is_ready()
+    );
+    let snap = store.snapshot();
+    if snap.is_empty() {
+        out.push_str("<p>No workload has a recommendation yet.</p>");
+    }
+    for (k, s) in &snap {
+        let _ = write!(out, "<section><h2>{}</h2>", esc(&k.to_string()));
+        if let Some(p) = &s.policy {
+            let _ = write!(out, "<p>policy <code>{}</code></p>", esc(&p.to_string()));
+        }
+        out.push_str(&chart(s));
+        if let Some(h) = &s.hpa {
+            let _ = write!(
+                out,
+                "<p>HPA <code>{}</code> {} target {}% → {}%</p>",
+                esc(&h.hpa_name),
+                esc(&h.resource),
+                h.target_before,
+                h.target_after
+            );
+        }
+        out.push_str("</section>");
+    }
+    out.push_str("</body></html>");
+    out
+}

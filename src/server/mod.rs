@@ -1,0 +1,412 @@
+//! The admission webhook (TLS, `/mutate`) and the plain-HTTP health listener (`/healthz`,
+//! `/readyz`, `/metrics`, `/debug/recommendations`, `/debug`).
+//!
+//! Connections are served by hyper-util's auto builder (HTTP/1.1 keep-alive and HTTP/2 via ALPN)
+//! behind tokio-rustls; shutdown stops accepting, lets in-flight reviews finish and closes idle
+//! keep-alive connections (hyper's graceful shutdown).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_rustls::TlsAcceptor;
+
+use crate::state::Store;
+use crate::telemetry::{AdmissionLabels, KindLabel, metrics};
+
+pub mod debug;
+pub mod review;
+pub mod tls;
+
+pub use review::handle_review;
+
+/// Largest AdmissionReview body accepted (the API server's own request limit is 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How the server listens.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// TLS listener for `/mutate`.
+    pub listen: SocketAddr,
+    /// Plain-HTTP listener for health, metrics and debug.
+    pub health_listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    /// How often the cert/key files are checked for changes.
+    pub reload_interval: Duration,
+    /// Upper bound on waiting for in-flight requests at shutdown.
+    pub shutdown_timeout: Duration,
+    /// Test hook: every `/mutate` waits this long before answering (zero in production).
+    pub review_delay: Duration,
+}
+
+impl ServeConfig {
+    pub fn new(
+        listen: SocketAddr,
+        health_listen: SocketAddr,
+        tls_cert: PathBuf,
+        tls_key: PathBuf,
+    ) -> Self {
+        Self {
+            listen,
+            health_listen,
+            tls_cert,
+            tls_key,
+            reload_interval: Duration::from_secs(2),
+            shutdown_timeout: Duration::from_secs(25),
+            review_delay: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    store: Arc<Store>,
+    review_delay: Duration,
+}
+
+/// The admission router (`POST /mutate`).
+pub fn router(store: Arc<Store>) -> Router {
+    router_with_delay(store, Duration::ZERO)
+}
+
+fn router_with_delay(store: Arc<Store>, review_delay: Duration) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(AppState {
+            store,
+            review_delay,
+        })
+}
+
+/// The health/metrics/debug router.
+pub fn health_router(store: Arc<Store>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .route("/debug/recommendations", get(debug_recommendations))
+        .route("/debug", get(debug_page))
+        .with_state(AppState {
+            store,
+            review_delay: Duration::ZERO,
+        })
+}
+
+async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
+    let started = Instant::now();
+    if !app.review_delay.is_zero() {
+        tokio::time::sleep(app.review_delay).await;
+    }
+    let reply = handle_review(&body, &app.store);
+    let m = metrics();
+    m.admission_requests
+        .get_or_create(&AdmissionLabels {
+            kind: reply.kind.clone(),
+            operation: reply.operation.clone(),
+            outcome: reply.outcome.as_str().into(),
+        })
+        .inc();
+    m.admission_duration_seconds
+        .observe(started.elapsed().as_secs_f64());
+    match reply.outcome {
+        review::Outcome::Patched => {
+            m.admission_patches
+                .get_or_create(&KindLabel {
+                    kind: reply.kind.clone(),
+                })
+                .inc();
+        }
+        review::Outcome::Error => {
+            m.admission_internal_errors.inc();
+            tracing::warn!(kind = %reply.kind, operation = %reply.operation,
+                "admission review answered without a patch: {}", reply.detail.as_deref().unwrap_or(""));
+        }
+        review::Outcome::BadRequest => {
+            tracing::info!(
+                "rejected admission request: {}",
+                reply.detail.as_deref().unwrap_or("")
+            );
+        }
+        _ => {
+            tracing::debug!(kind = %reply.kind, operation = %reply.operation, outcome = reply.outcome.as_str(),
+                "{}", reply.detail.as_deref().unwrap_or(""));
+        }
+    }
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(header::CONTENT_TYPE, reply.content_type)],
+        reply.body,
+    )
+        .into_response()
+}
+
+async fn readyz(State(app): State<AppState>) -> Response {
+    if app.store.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: recommendations not loaded yet\n",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics_text() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::telemetry::encode(),
+    )
+        .into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct DebugQuery {
+    format: Option<String>,
+}
+
+async fn debug_recommendations(
+    State(app): State<AppState>,
+    Query(q): Query<DebugQuery>,
+) -> Response {
+    match q.format.as_deref() {
+        Some("html") => Html(debug::html(&app.store)).into_response(),
+        None | Some("json") => axum::Json(debug::json(&app.store)).into_response(),
+        Some(other) => (
+            StatusCode::BAD_REQUEST,
+            format!("unknown format {other:?}: use json or html\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn debug_page(State(app): State<AppState>) -> Html<String> {
+    Html(debug::html(&app.store))
+}
+
+/// Listeners bound and the certificate loaded, not yet serving (tests read the bound ports).
+pub struct BoundServer {
+    config: ServeConfig,
+    tls_listener: TcpListener,
+    health_listener: TcpListener,
+    certs: Arc<tls::CertReloader>,
+}
+
+impl BoundServer {
+    pub async fn bind(config: ServeConfig) -> anyhow::Result<Self> {
+        let certs = tls::CertReloader::load(&config.tls_cert, &config.tls_key)?;
+        let tls_listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {} (--listen): {e}", config.listen))?;
+        let health_listener = TcpListener::bind(config.health_listen).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {} (--health-listen): {e}",
+                config.health_listen
+            )
+        })?;
+        Ok(Self {
+            config,
+            tls_listener,
+            health_listener,
+            certs,
+        })
+    }
+
+    pub fn webhook_addr(&self) -> SocketAddr {
+        self.tls_listener.local_addr().unwrap_or(self.config.listen)
+    }
+
+    pub fn health_addr(&self) -> SocketAddr {
+        self.health_listener
+            .local_addr()
+            .unwrap_or(self.config.health_listen)
+    }
+
+    /// Serves until `shutdown` resolves, then drains gracefully.
+    pub async fn run(
+        self,
+        store: Arc<Store>,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let acceptor = TlsAcceptor::from(self.certs.server_config()?);
+        let reload = tokio::spawn(self.certs.clone().watch(self.config.reload_interval));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        // Every connection task holds a sender; all dropped = every connection finished.
+        let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
+        let webhook = tokio::spawn(accept_loop(
+            self.tls_listener,
+            router_with_delay(store.clone(), self.config.review_delay),
+            Some(acceptor),
+            stop_rx.clone(),
+            open_tx.clone(),
+        ));
+        let health = tokio::spawn(accept_loop(
+            self.health_listener,
+            health_router(store),
+            None,
+            stop_rx,
+            open_tx,
+        ));
+        tracing::info!(webhook = %self.config.listen, health = %self.config.health_listen, "kerf serving");
+        shutdown.await;
+        tracing::info!("shutting down: no new connections, finishing in-flight reviews");
+        let _ = stop_tx.send(true);
+        // The accept loops return once they stopped accepting (dropping their listeners).
+        let _ = webhook.await;
+        let _ = health.await;
+        reload.abort();
+        if tokio::time::timeout(self.config.shutdown_timeout, open_rx.recv())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "connections still open after {:?}; exiting anyway",
+                self.config.shutdown_timeout
+            );
+        }
+        tracing::info!("shutdown complete");
+        Ok(())
+    }
+}
+
+/// Binds and serves until `shutdown` resolves.
+pub async fn serve(
+    config: ServeConfig,
+    store: Arc<Store>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    BoundServer::bind(config).await?.run(store, shutdown).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+    open: mpsc::Sender<()>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stopped(&mut stop) => break,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let open = open.clone();
+        let stop = stop.clone();
+        let svc = TowerToHyperService::new(app.clone());
+        let builder = builder.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                Some(acceptor) => {
+                    let stream =
+                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
+                            .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, "TLS handshake failed: {e}");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    drive(conn, stop, peer).await;
+                }
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
+                    drive(conn, stop, peer).await;
+                }
+            }
+            drop(open);
+        });
+    }
+}
+
+/// Serves one connection; on shutdown asks it to finish gracefully (HTTP/1: close once the
+/// in-flight response is written, or at once when idle; HTTP/2: GOAWAY, then drain streams).
+async fn drive<I>(
+    conn: auto::Connection<'_, I, TowerToHyperService<Router>, TokioExecutor>,
+    mut stop: watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stopped(&mut stop) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, "connection closed with error: {e}");
+    }
+}
+
+/// Resolves once shutdown was requested (or the sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}

@@ -1,0 +1,329 @@
+//! The admission review handler as a plain function (bytes in, status and bytes out), so the
+//! HTTP layer, the fuzz target and property tests all drive exactly the same code.
+//!
+//! It reads the in-memory store only: no Prometheus, no API server. Any problem with the object
+//! or inside kerf answers `allowed: true` without a patch, plus a warning; only a body that is
+//! not an `admission.k8s.io/v1` AdmissionReview is a 400.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use base64::Engine as _;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::api::WorkloadKind;
+use crate::core::admission::{mutate_hpa, mutate_pod};
+use crate::core::model::WorkloadKey;
+use crate::core::owner::{OwnerRef, POD_TEMPLATE_HASH_LABEL, top_owner};
+use crate::state::{ObjectName, Store};
+
+pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+
+/// Outcome label values (metric `kerf_admission_requests{outcome}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Patched,
+    Unchanged,
+    Skipped,
+    Error,
+    BadRequest,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Patched => "patched",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Skipped => "skipped",
+            Outcome::Error => "error",
+            Outcome::BadRequest => "bad_request",
+        }
+    }
+}
+
+/// What the HTTP layer sends back, plus labels for metrics.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+    pub kind: String,
+    pub operation: String,
+    pub outcome: Outcome,
+    /// Why a review was skipped or failed (for the log line).
+    pub detail: Option<String>,
+}
+
+impl Reply {
+    fn bad_request(msg: String) -> Self {
+        Self {
+            status: 400,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{msg}\n").into_bytes(),
+            kind: "unknown".into(),
+            operation: "unknown".into(),
+            outcome: Outcome::BadRequest,
+            detail: Some(msg),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Review {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<Request>,
+}
+
+#[derive(Deserialize)]
+struct Gvk {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct Request {
+    uid: String,
+    kind: Gvk,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    object: Option<Value>,
+}
+
+/// Result of the decision for one well-formed review.
+struct Decision {
+    patch: Vec<Value>,
+    outcome: Outcome,
+    warnings: Vec<String>,
+    detail: Option<String>,
+}
+
+impl Decision {
+    fn skip(why: impl Into<String>) -> Self {
+        Self {
+            patch: Vec::new(),
+            outcome: Outcome::Skipped,
+            warnings: Vec::new(),
+            detail: Some(why.into()),
+        }
+    }
+    fn error(why: String) -> Self {
+        Self {
+            patch: Vec::new(),
+            outcome: Outcome::Error,
+            warnings: vec![format!("kerf: {why}; admitted unchanged")],
+            detail: Some(why),
+        }
+    }
+}
+
+/// Handles one AdmissionReview body.
+pub fn handle_review(body: &[u8], store: &Store) -> Reply {
+    let review: Review = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) if e.is_syntax() || e.is_eof() => {
+            return Reply::bad_request(format!("request body is not JSON: {e}"));
+        }
+        Err(e) => {
+            return Reply::bad_request(format!("request body is not an AdmissionReview: {e}"));
+        }
+    };
+    let api_version = review.api_version.unwrap_or_default();
+    let kind = review.kind.unwrap_or_default();
+    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
+        return Reply::bad_request(format!(
+            "expected apiVersion {ADMISSION_API_VERSION} kind AdmissionReview, got apiVersion {api_version:?} kind {kind:?}"
+        ));
+    }
+    let Some(req) = review.request else {
+        return Reply::bad_request("AdmissionReview has no request".into());
+    };
+    if req.uid.is_empty() {
+        return Reply::bad_request("AdmissionReview request.uid is empty".into());
+    }
+    // Last line of defence: a bug in the builder must not take the webhook down.
+    let decision = catch_unwind(AssertUnwindSafe(|| decide(&req, store)))
+        .unwrap_or_else(|_| Decision::error("internal error while building the patch".into()));
+
+    let mut response = Map::new();
+    response.insert("uid".into(), Value::String(req.uid.clone()));
+    response.insert("allowed".into(), Value::Bool(true));
+    if !decision.patch.is_empty() {
+        let bytes = serde_json::to_vec(&decision.patch).unwrap_or_default();
+        response.insert("patchType".into(), "JSONPatch".into());
+        response.insert(
+            "patch".into(),
+            base64::engine::general_purpose::STANDARD
+                .encode(bytes)
+                .into(),
+        );
+    }
+    if !decision.warnings.is_empty() {
+        response.insert("warnings".into(), json!(decision.warnings));
+    }
+    let out = json!({"apiVersion": api_version, "kind": kind, "response": response});
+    Reply {
+        status: 200,
+        content_type: "application/json",
+        body: serde_json::to_vec(&out).unwrap_or_default(),
+        kind: if req.kind.kind.is_empty() {
+            "unknown".into()
+        } else {
+            req.kind.kind.clone()
+        },
+        operation: if req.operation.is_empty() {
+            "unknown".into()
+        } else {
+            req.operation.clone()
+        },
+        outcome: decision.outcome,
+        detail: decision.detail,
+    }
+}
+
+fn decide(req: &Request, store: &Store) -> Decision {
+    match (req.kind.group.as_str(), req.kind.kind.as_str()) {
+        ("", "Pod") if req.operation == "CREATE" => decide_pod(req, store),
+        ("autoscaling", "HorizontalPodAutoscaler")
+            if req.kind.version == "v2"
+                && matches!(req.operation.as_str(), "CREATE" | "UPDATE") =>
+        {
+            decide_hpa(req, store)
+        }
+        (g, k) => Decision::skip(format!("{} {g}/{k} is not mutated", req.operation)),
+    }
+}
+
+fn object_namespace(obj: &Value, req: &Request) -> String {
+    obj.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .or(req.namespace.as_deref())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn finish(
+    m: Result<crate::core::admission::Mutation, crate::core::admission::ShapeError>,
+    what: &str,
+) -> Decision {
+    match m {
+        Ok(m) if m.patch.is_empty() => Decision {
+            patch: Vec::new(),
+            outcome: Outcome::Unchanged,
+            warnings: Vec::new(),
+            detail: (!m.notes.is_empty()).then(|| m.notes.join("; ")),
+        },
+        Ok(m) => Decision {
+            patch: m.patch,
+            outcome: Outcome::Patched,
+            warnings: Vec::new(),
+            detail: (!m.notes.is_empty()).then(|| m.notes.join("; ")),
+        },
+        Err(e) => Decision::error(format!("{what} could not be mutated: {e}")),
+    }
+}
+
+fn decide_pod(req: &Request, store: &Store) -> Decision {
+    let Some(obj) = req.object.as_ref() else {
+        return Decision::error("request.object is missing".into());
+    };
+    let global = store.global();
+    let ns = object_namespace(obj, req);
+    if global.protected_namespaces.contains(&ns) {
+        return Decision::skip(format!("namespace {ns:?} is protected"));
+    }
+    if global.read_only {
+        return Decision::skip("GlobalConfiguration readOnly");
+    }
+    let pod = match Pod::deserialize(obj) {
+        Ok(p) => p,
+        Err(e) => return Decision::error(format!("the pod could not be decoded: {e}")),
+    };
+    let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    let owners: Vec<OwnerRef<'_>> = refs
+        .iter()
+        .map(|o| OwnerRef {
+            api_version: &o.api_version,
+            kind: &o.kind,
+            name: &o.name,
+            controller: o.controller.unwrap_or(false),
+        })
+        .collect();
+    let hash = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(POD_TEMPLATE_HASH_LABEL))
+        .map(String::as_str);
+    let Some(key) = top_owner(
+        &ns,
+        &owners,
+        hash,
+        |rs| {
+            store
+                .replicaset_owners
+                .get(&ObjectName::new(&ns, rs))
+                .map(|e| e.value().clone())
+        },
+        |job| {
+            store
+                .job_owners
+                .get(&ObjectName::new(&ns, job))
+                .map(|e| e.value().clone())
+        },
+    ) else {
+        return Decision::skip("pod has no workload owner");
+    };
+    let Some(state) = store.get(&key) else {
+        return Decision::skip(format!("no recommendation for {key}"));
+    };
+    finish(
+        mutate_pod(obj, &state, &global.kai.scheduler_name),
+        "the pod",
+    )
+}
+
+fn decide_hpa(req: &Request, store: &Store) -> Decision {
+    let Some(obj) = req.object.as_ref() else {
+        return Decision::error("request.object is missing".into());
+    };
+    let global = store.global();
+    let ns = object_namespace(obj, req);
+    if global.protected_namespaces.contains(&ns) {
+        return Decision::skip(format!("namespace {ns:?} is protected"));
+    }
+    if global.read_only {
+        return Decision::skip("GlobalConfiguration readOnly");
+    }
+    let hpa = match HorizontalPodAutoscaler::deserialize(obj) {
+        Ok(h) => h,
+        Err(e) => {
+            return Decision::error(format!(
+                "the HorizontalPodAutoscaler could not be decoded: {e}"
+            ));
+        }
+    };
+    let target = &hpa.spec.scale_target_ref;
+    let Some(kind) = WorkloadKind::parse(&target.kind) else {
+        return Decision::skip(format!(
+            "HPA target kind {:?} is not a workload kind",
+            target.kind
+        ));
+    };
+    let key = WorkloadKey::new(&ns, kind, &target.name);
+    let Some(coordinated) = store.get(&key).and_then(|s| s.hpa.clone()) else {
+        return Decision::skip(format!("no coordinated HPA target for {key}"));
+    };
+    finish(mutate_hpa(obj, &coordinated), "the HorizontalPodAutoscaler")
+}

@@ -1,0 +1,176 @@
+//! Serving certificate with reload: the cert/key files are polled (content hash) and a new valid
+//! pair is swapped in for the next handshake. Polling content rather than watching paths also
+//! catches Kubernetes' Secret-volume `..data` symlink swap, which inotify on the file paths misses.
+//! A bad new pair keeps the old one serving.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::telemetry::{KindLabel, metrics};
+
+/// Builds a certified key from PEM text; the error says what is wrong with which file.
+pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate file: {e}"))?;
+    if certs.is_empty() {
+        return Err("certificate file: no CERTIFICATE block".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("key file: {e}"))?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| format!("key file: {e}"))?;
+    let ck = CertifiedKey::new(certs, signer);
+    ck.keys_match()
+        .map_err(|e| format!("certificate and key do not belong together: {e}"))?;
+    Ok(ck)
+}
+
+fn hash_pair(cert: &[u8], key: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    cert.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// What one poll found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reload {
+    Unchanged,
+    Reloaded,
+    /// The files changed but the new pair is unusable; the old pair keeps serving.
+    Rejected(String),
+}
+
+/// The current serving certificate, reloaded from files.
+#[derive(Debug)]
+pub struct CertReloader {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    current: ArcSwap<CertifiedKey>,
+    /// Hash of the last file contents seen (valid or not), so a bad pair is reported once.
+    seen: Mutex<u64>,
+}
+
+impl CertReloader {
+    /// Loads the initial pair; fails (naming the file) when it is unusable.
+    pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<Arc<Self>> {
+        let cert = std::fs::read(cert_path).map_err(|e| {
+            anyhow::anyhow!("cannot read TLS certificate {}: {e}", cert_path.display())
+        })?;
+        let key = std::fs::read(key_path)
+            .map_err(|e| anyhow::anyhow!("cannot read TLS key {}: {e}", key_path.display()))?;
+        let ck = certified_key(&cert, &key).map_err(|e| {
+            anyhow::anyhow!(
+                "invalid TLS pair ({}, {}): {e}",
+                cert_path.display(),
+                key_path.display()
+            )
+        })?;
+        Ok(Arc::new(Self {
+            cert_path: cert_path.to_path_buf(),
+            key_path: key_path.to_path_buf(),
+            current: ArcSwap::from_pointee(ck),
+            seen: Mutex::new(hash_pair(&cert, &key)),
+        }))
+    }
+
+    /// Re-reads both files; swaps in the new pair when the contents changed and are valid.
+    pub async fn poll(&self) -> Reload {
+        let (cert, key) = match (
+            tokio::fs::read(&self.cert_path).await,
+            tokio::fs::read(&self.key_path).await,
+        ) {
+            (Ok(c), Ok(k)) => (c, k),
+            // Mid-swap or temporarily missing: try again next poll; the old pair keeps serving.
+            (Err(e), _) => {
+                return self.reject_once(format!("cannot read {}: {e}", self.cert_path.display()));
+            }
+            (_, Err(e)) => {
+                return self.reject_once(format!("cannot read {}: {e}", self.key_path.display()));
+            }
+        };
+        let h = hash_pair(&cert, &key);
+        {
+            let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if *seen == h {
+                return Reload::Unchanged;
+            }
+        }
+        let outcome = match certified_key(&cert, &key) {
+            Ok(ck) => {
+                self.current.store(Arc::new(ck));
+                Reload::Reloaded
+            }
+            Err(e) => Reload::Rejected(e),
+        };
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = h;
+        outcome
+    }
+
+    /// Reports a read failure once per distinct message rather than every poll.
+    fn reject_once(&self, why: String) -> Reload {
+        let marker = hash_pair(why.as_bytes(), b"read-error");
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen == marker {
+            return Reload::Unchanged;
+        }
+        *seen = marker;
+        Reload::Rejected(why)
+    }
+
+    /// Polls every `interval` until the task is dropped, logging and counting outcomes.
+    pub async fn watch(self: Arc<Self>, interval: std::time::Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match self.poll().await {
+                Reload::Unchanged => {}
+                Reload::Reloaded => {
+                    tracing::info!(cert = %self.cert_path.display(), "TLS certificate reloaded");
+                    metrics()
+                        .tls_reloads
+                        .get_or_create(&KindLabel { kind: "ok".into() })
+                        .inc();
+                }
+                Reload::Rejected(why) => {
+                    tracing::warn!(cert = %self.cert_path.display(), "TLS certificate not reloaded, keeping the previous one: {why}");
+                    metrics()
+                        .tls_reloads
+                        .get_or_create(&KindLabel {
+                            kind: "error".into(),
+                        })
+                        .inc();
+                }
+            }
+        }
+    }
+
+    /// rustls server configuration: ring provider, TLS 1.2 and 1.3, ALPN h2 and http/1.1,
+    /// certificate resolved per handshake from this reloader.
+    pub fn server_config(self: &Arc<Self>) -> anyhow::Result<Arc<ServerConfig>> {
+        let mut cfg =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+                .with_no_client_auth()
+                .with_cert_resolver(self.clone());
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
+    }
+}
+
+impl ResolvesServerCert for CertReloader {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}

@@ -1,0 +1,86 @@
+//! The real `kerf serve` binary: flags from `KERF_*` environment variables, both listeners up,
+//! `/readyz` 503 without a reconciler, and exit 0 on SIGTERM.
+
+#[path = "webhook_support/mod.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
+    let (tls_port, health_port) = (free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .arg("serve")
+        .env("KERF_LISTEN", format!("127.0.0.1:{tls_port}"))
+        .env("KERF_HEALTH_LISTEN", format!("127.0.0.1:{health_port}"))
+        .env("KERF_TLS_CERT", &cert)
+        .env("KERF_TLS_KEY", &key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kerf binary starts");
+    let health: std::net::SocketAddr = format!("127.0.0.1:{health_port}").parse().unwrap();
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = reqwest::get(format!("http://{health}/healthz")).await {
+            assert_eq!(r.status(), 200);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "kerf serve did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(get_text(health, "/readyz").await.0, 503);
+    let webhook: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
+    let resp = review(
+        &client(&pki.ca_pem(), webhook, false),
+        webhook,
+        &fixture("pod-kai-fraction.json"),
+    )
+    .await;
+    assert_eq!(resp["response"]["allowed"], true);
+
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "kerf did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(0), "graceful exit code");
+}
+
+#[test]
+fn serve_rejects_standalone_without_manifests() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["serve", "--tls-cert", "c", "--tls-key", "k", "--standalone"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--manifests"), "{err}");
+}

@@ -1,0 +1,245 @@
+//! Shared by the webhook integration tests: a throwaway PKI (rcgen), the in-process server on
+//! loopback ports, a reqwest client (rustls, ring) that trusts the test CA, fixture loading and
+//! patch application with json-patch.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use kerf::server::{BoundServer, ServeConfig};
+use kerf::state::Store;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub fn install_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A test CA that signs serving certificates for `localhost`.
+pub struct Pki {
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// One serving pair.
+pub struct Leaf {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub der: Vec<u8>,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kerf test CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Self { ca }
+    }
+
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    pub fn leaf(&self, common_name: &str) -> Leaf {
+        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+}
+
+pub fn write_pair(dir: &Path, leaf: &Leaf) -> (PathBuf, PathBuf) {
+    let cert = dir.join("tls.crt");
+    let key = dir.join("tls.key");
+    std::fs::write(&cert, &leaf.cert_pem).unwrap();
+    std::fs::write(&key, &leaf.key_pem).unwrap();
+    (cert, key)
+}
+
+/// A server running in this process.
+pub struct Running {
+    pub webhook: SocketAddr,
+    pub health: SocketAddr,
+    pub store: Arc<Store>,
+    stop: Option<oneshot::Sender<()>>,
+    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Requests shutdown (like SIGTERM) without waiting.
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+pub async fn start(
+    store: Arc<Store>,
+    cert: &Path,
+    key: &Path,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Running {
+    let mut cfg = ServeConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+        cert.to_path_buf(),
+        key.to_path_buf(),
+    );
+    tweak(&mut cfg);
+    let bound = BoundServer::bind(cfg).await.expect("server binds");
+    let (webhook, health) = (bound.webhook_addr(), bound.health_addr());
+    let (tx, rx) = oneshot::channel();
+    let s = store.clone();
+    let handle = tokio::spawn(async move {
+        bound
+            .run(s, async {
+                let _ = rx.await;
+            })
+            .await
+    });
+    Running {
+        webhook,
+        health,
+        store,
+        stop: Some(tx),
+        handle,
+    }
+}
+
+/// A rustls client configuration trusting only the test CA.
+pub fn client_tls(ca_pem: &str, alpn: &[&[u8]], tls12_only: bool) -> rustls::ClientConfig {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] = if tls12_only {
+        &[&rustls::version::TLS12]
+    } else {
+        &[&rustls::version::TLS13, &rustls::version::TLS12]
+    };
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    cfg
+}
+
+/// A reqwest client (HTTP/1.1 keep-alive unless `h2`) trusting the test CA, resolving
+/// `localhost` to the server.
+pub fn client(ca_pem: &str, addr: SocketAddr, h2: bool) -> reqwest::Client {
+    let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+    let mut b = reqwest::Client::builder()
+        .tls_backend_preconfigured(client_tls(ca_pem, alpn, false))
+        .tls_info(true)
+        .resolve("localhost", addr)
+        .timeout(Duration::from_secs(20));
+    b = if h2 {
+        b.http2_prior_knowledge()
+    } else {
+        b.http1_only()
+    };
+    b.build().unwrap()
+}
+
+pub fn url(addr: SocketAddr, path: &str) -> String {
+    format!("https://localhost:{}{path}", addr.port())
+}
+
+pub fn fixture(name: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission")
+        .join(name);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// POSTs a review and returns the decoded AdmissionReview response (asserting HTTP 200).
+pub async fn review(client: &reqwest::Client, addr: SocketAddr, body: &Value) -> Value {
+    let resp = client
+        .post(url(addr, "/mutate"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(body).unwrap())
+        .send()
+        .await
+        .expect("request succeeds");
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 200, "body: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("response is JSON ({e}): {text}"))
+}
+
+/// The JSON Patch a response carries: `patch` must be a base64 string with `patchType: JSONPatch`.
+pub fn patch_of(resp: &Value) -> Option<json_patch::Patch> {
+    let r = &resp["response"];
+    let p = r.get("patch")?;
+    let s = p
+        .as_str()
+        .unwrap_or_else(|| panic!("patch must be a base64 string, got {p}"));
+    assert_eq!(r["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("patch is base64");
+    Some(serde_json::from_slice(&bytes).expect("patch is an RFC 6902 JSON array"))
+}
+
+/// Applies the response's patch to `object` (panics if it does not apply).
+pub fn apply(object: &Value, resp: &Value) -> Value {
+    let mut doc = object.clone();
+    if let Some(p) = patch_of(resp) {
+        json_patch::patch(&mut doc, &p).expect("patch applies to the original object");
+    }
+    doc
+}
+
+/// The same review with `object` replaced (and a new uid), as the API server sends on reinvocation.
+pub fn with_object(review: &Value, object: Value, uid: &str) -> Value {
+    let mut r = review.clone();
+    r["request"]["object"] = object;
+    r["request"]["uid"] = Value::String(uid.to_string());
+    r
+}
+
+pub async fn get_text(addr: SocketAddr, path: &str) -> (u16, String) {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .send()
+        .await
+        .expect("health request");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap())
+}
+
+/// The leaf certificate the server presents on a fresh connection.
+pub async fn presented_cert(ca_pem: &str, addr: SocketAddr) -> Vec<u8> {
+    let c = client(ca_pem, addr, false);
+    let resp = c
+        .get(url(addr, "/nothing"))
+        .send()
+        .await
+        .expect("TLS request");
+    resp.extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .expect("tls info")
+        .peer_certificate()
+        .expect("peer certificate")
+        .to_vec()
+}

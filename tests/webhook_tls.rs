@@ -1,0 +1,217 @@
+//! TLS serving behaviour over real connections: certificate rotation without restart (file
+//! rewrite and Kubernetes' `..data` symlink swap), a bad new pair keeps the old one, TLS 1.2,
+//! and graceful shutdown.
+
+#[path = "webhook_support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kerf::state::Store;
+use support::*;
+
+/// Polls new connections until the presented certificate is `want` (or 10 s pass).
+async fn wait_for_cert(ca: &str, addr: std::net::SocketAddr, want: &[u8]) -> Duration {
+    let start = Instant::now();
+    loop {
+        if presented_cert(ca, addr).await == want {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "new certificate not served within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn rewritten_cert_files_are_served_on_next_connection() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let old = pki.leaf("old");
+    let (cert, key) = write_pair(dir.path(), &old);
+    let server = start(Store::new(), &cert, &key, |_| {}).await;
+    let ca = pki.ca_pem();
+    assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
+    // An established keep-alive connection keeps working across the rotation.
+    let kept = client(&ca, server.webhook, false);
+    let _ = kept.get(url(server.webhook, "/x")).send().await.unwrap();
+
+    let new = pki.leaf("new");
+    write_pair(dir.path(), &new);
+    wait_for_cert(&ca, server.webhook, &new.der).await;
+    let _ = kept.get(url(server.webhook, "/x")).send().await.unwrap();
+    let (_, metrics) = get_text(server.health, "/metrics").await;
+    assert!(
+        metrics.contains(r#"kerf_tls_reloads_total{kind="ok"} 1"#),
+        "{metrics}"
+    );
+}
+
+/// Kubernetes mounts Secret keys as `tls.crt -> ..data/tls.crt`, `..data -> ..<timestamp>`, and
+/// rotates by creating a new timestamp directory and atomically renaming a new `..data` link.
+#[cfg(unix)]
+#[tokio::test]
+async fn secret_volume_data_symlink_swap_is_picked_up() {
+    use std::os::unix::fs::symlink;
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let pki = Pki::new();
+    let old = pki.leaf("old");
+    let write_version = |name: &str, leaf: &Leaf| {
+        let v = root.join(name);
+        std::fs::create_dir(&v).unwrap();
+        write_pair(&v, leaf);
+    };
+    write_version("..2026_07_01_10_00_00.1", &old);
+    symlink("..2026_07_01_10_00_00.1", root.join("..data")).unwrap();
+    symlink("..data/tls.crt", root.join("tls.crt")).unwrap();
+    symlink("..data/tls.key", root.join("tls.key")).unwrap();
+    let server = start(
+        Store::new(),
+        &root.join("tls.crt"),
+        &root.join("tls.key"),
+        |_| {},
+    )
+    .await;
+    let ca = pki.ca_pem();
+    assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
+
+    let new = pki.leaf("new");
+    write_version("..2026_07_02_10_00_00.2", &new);
+    symlink("..2026_07_02_10_00_00.2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_07_01_10_00_00.1")).unwrap();
+    wait_for_cert(&ca, server.webhook, &new.der).await;
+}
+
+#[tokio::test]
+async fn bad_new_pair_keeps_old_cert_serving() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let old = pki.leaf("old");
+    let (cert, key) = write_pair(dir.path(), &old);
+    let server = start(Store::new(), &cert, &key, |c| {
+        c.reload_interval = Duration::from_millis(200)
+    })
+    .await;
+    let ca = pki.ca_pem();
+
+    // A certificate with someone else's key, then garbage.
+    let other = pki.leaf("other");
+    std::fs::write(&cert, &other.cert_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
+    std::fs::write(&cert, "not a certificate").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
+    let (_, metrics) = get_text(server.health, "/metrics").await;
+    assert!(
+        metrics.contains(r#"kerf_tls_reloads_total{kind="error"} 2"#),
+        "{metrics}"
+    );
+
+    // Fixing the files later still rotates.
+    let new = pki.leaf("new");
+    write_pair(dir.path(), &new);
+    wait_for_cert(&ca, server.webhook, &new.der).await;
+}
+
+#[tokio::test]
+async fn invalid_initial_pair_fails_with_file_name() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("tls.crt");
+    let key = dir.path().join("tls.key");
+    std::fs::write(&cert, "garbage").unwrap();
+    std::fs::write(&key, "garbage").unwrap();
+    let cfg = kerf::server::ServeConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+        cert,
+        key,
+    );
+    let err = kerf::server::BoundServer::bind(cfg)
+        .await
+        .err()
+        .expect("must fail");
+    assert!(err.to_string().contains("tls.crt"), "{err}");
+}
+
+#[tokio::test]
+async fn tls12_client_is_accepted() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
+    let server = start(Store::new(), &cert, &key, |_| {}).await;
+    let c = reqwest::Client::builder()
+        .tls_backend_preconfigured(client_tls(&pki.ca_pem(), &[b"http/1.1"], true))
+        .resolve("localhost", server.webhook)
+        .build()
+        .unwrap();
+    let resp = c.get(url(server.webhook, "/healthz")).send().await.unwrap();
+    assert_eq!(resp.status(), 404, "the TLS listener serves only /mutate");
+}
+
+async fn slow_server(dir: &Path, delay: Duration) -> (Running, reqwest::Client) {
+    install_provider();
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir, &pki.leaf("kerf"));
+    let server = start(Store::new(), &cert, &key, |c| c.review_delay = delay).await;
+    let client = client(&pki.ca_pem(), server.webhook, false);
+    (server, client)
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_in_flight_review() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, client) = slow_server(dir.path(), Duration::from_millis(1500)).await;
+    let addr = server.webhook;
+    let body = fixture("pod-kai-fraction.json");
+    let in_flight = tokio::spawn({
+        let client = client.clone();
+        async move { review(&client, addr, &body).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    server.stop();
+    let resp = in_flight.await.expect("in-flight review completed");
+    assert_eq!(resp["response"]["allowed"], true);
+    let result = tokio::time::timeout(Duration::from_secs(10), &mut server.handle)
+        .await
+        .expect("server exits after draining")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(1000),
+        "the server waited for the review"
+    );
+    // No longer accepting.
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "listener closed"
+    );
+}
+
+#[tokio::test]
+async fn graceful_shutdown_closes_idle_keep_alive_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, client) = slow_server(dir.path(), Duration::ZERO).await;
+    // Leave an idle HTTP/1.1 keep-alive connection in the client's pool.
+    let _ = review(&client, server.webhook, &fixture("pod-kai-fraction.json")).await;
+    let t = Instant::now();
+    server.stop();
+    let result = tokio::time::timeout(Duration::from_secs(5), &mut server.handle)
+        .await
+        .expect("idle keep-alive connection does not hold up shutdown")
+        .unwrap();
+    assert!(result.is_ok());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    drop(client);
+}
