@@ -12,5 +12,6 @@ pub mod standalone;
 pub mod metrics;
 pub mod pipeline;
 pub mod core;
+pub mod kube;
 pub mod state;
 pub mod telemetry;

@@ -7,3 +7,4 @@ pub mod allocation;
 pub mod evaluate;
 pub mod gpu_engine;
 pub mod selection;
+pub mod recovery;
