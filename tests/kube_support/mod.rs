@@ -15,6 +15,7 @@ pub struct Recorded {
     pub path: String,
     pub query: String,
     pub content_type: String,
+    pub accept: String,
     pub body: Value,
 }
 
@@ -26,6 +27,8 @@ impl Recorded {
 
 pub enum Reply {
     Json(u16, Value),
+    /// A watch response: one JSON event per line, then the stream ends.
+    Events(Vec<Value>),
     /// Never answered (an open watch).
     Hang,
 }
@@ -67,6 +70,12 @@ where
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_string(),
+                accept: parts
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
                 body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
             };
             let reply = handler(&rec);
@@ -77,6 +86,19 @@ where
                         .status(code)
                         .header("content-type", "application/json")
                         .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                        .unwrap();
+                    send.send_response(resp);
+                }
+                Reply::Events(events) => {
+                    let mut body = Vec::new();
+                    for e in events {
+                        body.extend(serde_json::to_vec(&e).unwrap());
+                        body.push(b'\n');
+                    }
+                    let resp = Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(Body::from(body))
                         .unwrap();
                     send.send_response(resp);
                 }
