@@ -48,14 +48,25 @@ async fn creates_the_lease_when_absent() {
     assert!(lease.try_acquire_or_renew(now()).await.unwrap());
     let seen = requests(&log);
     assert_eq!(seen.len(), 2);
-    assert_eq!((seen[0].method.as_str(), seen[0].path.as_str()), ("GET", LEASE_PATH));
-    assert_eq!((seen[1].method.as_str(), seen[1].path.as_str()), ("POST", LEASES_PATH));
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("GET", LEASE_PATH)
+    );
+    assert_eq!(
+        (seen[1].method.as_str(), seen[1].path.as_str()),
+        ("POST", LEASES_PATH)
+    );
     let spec = &seen[1].body["spec"];
     assert_eq!(seen[1].body["metadata"]["name"], "kerf-writer");
     assert_eq!(spec["holderIdentity"], "kerf-0");
     assert_eq!(spec["leaseDurationSeconds"], 15);
     assert_eq!(spec["leaseTransitions"], 0);
-    assert!(spec["renewTime"].as_str().unwrap().starts_with("2026-07-01T12:00:00"));
+    assert!(
+        spec["renewTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T12:00:00")
+    );
 }
 
 #[tokio::test]
@@ -78,20 +89,37 @@ async fn takes_over_an_expired_lease_with_optimistic_concurrency() {
     let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
     assert!(lease.try_acquire_or_renew(now()).await.unwrap());
     let seen = requests(&log);
-    assert_eq!((seen[1].method.as_str(), seen[1].path.as_str()), ("PUT", LEASE_PATH));
+    assert_eq!(
+        (seen[1].method.as_str(), seen[1].path.as_str()),
+        ("PUT", LEASE_PATH)
+    );
     let body = &seen[1].body;
-    assert_eq!(body["metadata"]["resourceVersion"], "41", "replace carries the version read");
+    assert_eq!(
+        body["metadata"]["resourceVersion"], "41",
+        "replace carries the version read"
+    );
     assert_eq!(body["spec"]["holderIdentity"], "kerf-0");
     assert_eq!(body["spec"]["leaseTransitions"], 4);
-    assert!(body["spec"]["acquireTime"].as_str().unwrap().starts_with("2026-07-01T12:00:00"));
+    assert!(
+        body["spec"]["acquireTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T12:00:00")
+    );
 }
 
 #[tokio::test]
 async fn refuses_a_fresh_lease_held_by_another_replica() {
-    let (client, log) = mock(|_: &Recorded| Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:59:55.000000Z", 3)));
+    let (client, log) = mock(|_: &Recorded| {
+        Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:59:55.000000Z", 3))
+    });
     let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
     assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
-    assert_eq!(requests(&log).len(), 1, "only the GET: no write to a lease held by another");
+    assert_eq!(
+        requests(&log).len(),
+        1,
+        "only the GET: no write to a lease held by another"
+    );
 }
 
 #[tokio::test]
@@ -114,8 +142,18 @@ async fn renews_its_own_lease_without_a_transition() {
     assert!(lease.try_acquire_or_renew(now()).await.unwrap());
     let body = &requests(&log)[1].body;
     assert_eq!(body["spec"]["leaseTransitions"], 2);
-    assert!(body["spec"]["acquireTime"].as_str().unwrap().starts_with("2026-07-01T11:00:00"));
-    assert!(body["spec"]["renewTime"].as_str().unwrap().starts_with("2026-07-01T12:00:00"));
+    assert!(
+        body["spec"]["acquireTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T11:00:00")
+    );
+    assert!(
+        body["spec"]["renewTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T12:00:00")
+    );
 }
 
 /// The scripted cluster for the end-to-end scenario: what the Lease looks like next.
@@ -142,7 +180,9 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
             return match (phase, r.method.as_str()) {
                 (Phase::Absent, "GET") => status(404, "NotFound"),
                 (Phase::Absent, _) => Reply::Json(201, r.body.clone()),
-                (Phase::Held, "GET") | (Phase::RenewFails, "GET") => Reply::Json(200, lease_json("kerf-0", &fresh, 0)),
+                (Phase::Held, "GET") | (Phase::RenewFails, "GET") => {
+                    Reply::Json(200, lease_json("kerf-0", &fresh, 0))
+                }
                 (Phase::Held, _) => Reply::Json(200, r.body.clone()),
                 (Phase::RenewFails, _) => status(500, "InternalError"),
                 (Phase::Stolen, _) => Reply::Json(200, lease_json("kerf-1", &fresh, 1)),
@@ -156,21 +196,32 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
     wcfg.backoff = Duration::from_millis(5);
     let writer = Writer::spawn_with(client, leader.clone(), wcfg);
     let restart = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
-    let workload_writes = || requests(&log).iter().filter(|r| r.path.contains("/deployments/")).count();
+    let workload_writes = || {
+        requests(&log)
+            .iter()
+            .filter(|r| r.path.contains("/deployments/"))
+            .count()
+    };
 
     {
         let l = leader.clone();
         eventually(5, "leadership after create", move || *l.borrow()).await;
     }
     *phase.lock().unwrap() = Phase::Held;
-    assert_eq!(writer.apply(restart.clone()).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        writer.apply(restart.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     assert_eq!(workload_writes(), 1);
 
     // A failed renewal drops leadership at once; queued writes are dropped, nothing is sent.
     *phase.lock().unwrap() = Phase::RenewFails;
     {
         let l = leader.clone();
-        eventually(5, "leadership lost after a failed renew", move || !*l.borrow()).await;
+        eventually(5, "leadership lost after a failed renew", move || {
+            !*l.borrow()
+        })
+        .await;
     }
     for _ in 0..3 {
         assert_eq!(writer.apply(restart.clone()).await, WriteOutcome::NotLeader);
@@ -183,7 +234,10 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
         let l = leader.clone();
         eventually(5, "leadership regained", move || *l.borrow()).await;
     }
-    assert_eq!(writer.apply(restart.clone()).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        writer.apply(restart.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     *phase.lock().unwrap() = Phase::Stolen;
     let stolen_at = requests(&log).len();
     {
@@ -192,11 +246,17 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(writer.apply(restart).await, WriteOutcome::NotLeader);
-    assert_eq!(workload_writes(), 2, "no workload write after the Lease went to kerf-1");
+    assert_eq!(
+        workload_writes(),
+        2,
+        "no workload write after the Lease went to kerf-1"
+    );
     let after: Vec<_> = requests(&log).into_iter().skip(stolen_at + 1).collect();
     assert!(!after.is_empty());
     assert!(
-        after.iter().all(|r| r.method == "GET" && r.path == LEASE_PATH),
+        after
+            .iter()
+            .all(|r| r.method == "GET" && r.path == LEASE_PATH),
         "a follower only reads the Lease: {after:#?}"
     );
     assert_eq!(kerf::telemetry::metrics().is_leader.get(), 0);

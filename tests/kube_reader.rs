@@ -139,7 +139,9 @@ fn cluster(r: &Recorded) -> Reply {
         ),
         p if p.starts_with("/apis/rightsizing.kubex.ai/") => list("X", kerf, vec![]),
         "/apis/apps/v1/statefulsets" | "/apis/apps/v1/daemonsets" => list("X", "apps/v1", vec![]),
-        "/apis/autoscaling/v2/horizontalpodautoscalers" => list("HorizontalPodAutoscaler", "autoscaling/v2", vec![]),
+        "/apis/autoscaling/v2/horizontalpodautoscalers" => {
+            list("HorizontalPodAutoscaler", "autoscaling/v2", vec![])
+        }
         other => panic!("unexpected request {other}"),
     }
 }
@@ -151,7 +153,12 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
     let reader = Reader::start_with_store(client, store.clone());
     tokio::time::timeout(Duration::from_secs(10), reader.wait_synced())
         .await
-        .unwrap_or_else(|_| panic!("reader never synced; still waiting for {:?}", reader.unsynced_kinds()));
+        .unwrap_or_else(|_| {
+            panic!(
+                "reader never synced; still waiting for {:?}",
+                reader.unsynced_kinds()
+            )
+        });
     assert!(reader.is_synced());
 
     let (snap, invalid) = reader.snapshot();
@@ -168,13 +175,28 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
     let mut invalid = invalid;
     invalid.sort_by(|a, b| a.id.name.cmp(&b.id.name));
     assert_eq!(invalid.len(), 2, "{invalid:#?}");
-    assert_eq!(invalid[0].id.to_string(), "GpuReactivePolicy/shop/malformed");
-    assert!(invalid[0].error.starts_with("cannot decode"), "{}", invalid[0].error);
-    assert_eq!(invalid[0].generation, Some(2));
-    assert!(invalid[0].status.is_some(), "status is kept so conditions keep their times");
-    assert_eq!(invalid[1].id.to_string(), "GpuReactivePolicy/shop/too-short");
+    assert_eq!(
+        invalid[0].id.to_string(),
+        "GpuReactivePolicy/shop/malformed"
+    );
     assert!(
-        invalid[1].error.contains("spec.metrics.compute.upsize.metricsWindow"),
+        invalid[0].error.starts_with("cannot decode"),
+        "{}",
+        invalid[0].error
+    );
+    assert_eq!(invalid[0].generation, Some(2));
+    assert!(
+        invalid[0].status.is_some(),
+        "status is kept so conditions keep their times"
+    );
+    assert_eq!(
+        invalid[1].id.to_string(),
+        "GpuReactivePolicy/shop/too-short"
+    );
+    assert!(
+        invalid[1]
+            .error
+            .contains("spec.metrics.compute.upsize.metricsWindow"),
         "the message names the field: {}",
         invalid[1].error
     );
@@ -199,20 +221,51 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
     let web = &snap.workloads[0];
     assert_eq!(web.replicas, Some(3));
     assert_eq!(web.uid.as_deref(), Some("u1"));
-    assert_eq!(web.annotations.len(), 1, "last-applied-configuration is dropped: {:?}", web.annotations);
+    assert_eq!(
+        web.annotations.len(),
+        1,
+        "last-applied-configuration is dropped: {:?}",
+        web.annotations
+    );
     assert_eq!(snap.workloads[1].replicas, Some(2));
     let cron = &snap.workloads[2];
     assert_eq!(
-        cron.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["gpu-fraction"],
+        cron.template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()["gpu-fraction"],
         "0.5",
         "a CronJob's workload template is its job template's pod template"
     );
 
     // Owner maps, in the snapshot and kept live in the webhook's store.
-    assert_eq!(snap.replicaset_owners[&("shop".to_string(), "web-5d4f".to_string())], "web");
-    assert_eq!(snap.job_owners[&("shop".to_string(), "nightly-29000".to_string())], "nightly");
-    assert_eq!(store.replicaset_owners.get(&ObjectName::new("shop", "web-5d4f")).unwrap().as_str(), "web");
-    assert_eq!(store.job_owners.get(&ObjectName::new("shop", "nightly-29000")).unwrap().as_str(), "nightly");
+    assert_eq!(
+        snap.replicaset_owners[&("shop".to_string(), "web-5d4f".to_string())],
+        "web"
+    );
+    assert_eq!(
+        snap.job_owners[&("shop".to_string(), "nightly-29000".to_string())],
+        "nightly"
+    );
+    assert_eq!(
+        store
+            .replicaset_owners
+            .get(&ObjectName::new("shop", "web-5d4f"))
+            .unwrap()
+            .as_str(),
+        "web"
+    );
+    assert_eq!(
+        store
+            .job_owners
+            .get(&ObjectName::new("shop", "nightly-29000"))
+            .unwrap()
+            .as_str(),
+        "nightly"
+    );
 
     // Pods are stripped of what evaluation never reads.
     assert_eq!(snap.pods.len(), 1);
@@ -226,11 +279,26 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
 
     // ReplicaSets are read metadata-only; every kind was listed, then watched.
     let seen = requests(&log);
-    let rs_list = seen.iter().find(|r| r.path == "/apis/apps/v1/replicasets").unwrap();
-    assert!(rs_list.accept.contains("as=PartialObjectMetadataList"), "{}", rs_list.accept);
-    let lists = seen.iter().filter(|r| !r.query.contains("watch=true")).count();
+    let rs_list = seen
+        .iter()
+        .find(|r| r.path == "/apis/apps/v1/replicasets")
+        .unwrap();
+    assert!(
+        rs_list.accept.contains("as=PartialObjectMetadataList"),
+        "{}",
+        rs_list.accept
+    );
+    let lists = seen
+        .iter()
+        .filter(|r| !r.query.contains("watch=true"))
+        .count();
     assert_eq!(lists, 17, "one list per kind");
-    assert!(seen.iter().filter(|r| r.query.contains("watch=true")).count() >= 17);
+    assert!(
+        seen.iter()
+            .filter(|r| r.query.contains("watch=true"))
+            .count()
+            >= 17
+    );
 }
 
 #[tokio::test]
@@ -238,7 +306,10 @@ async fn a_malformed_object_on_the_watch_is_skipped_and_the_watch_goes_on() {
     let mut first_watch = true;
     let (client, _log) = mock(move |r: &Recorded| {
         let is_watch = r.query.split('&').any(|p| p == "watch=true");
-        if is_watch && r.path == "/apis/rightsizing.kubex.ai/v1alpha1/gpureactivepolicies" && first_watch {
+        if is_watch
+            && r.path == "/apis/rightsizing.kubex.ai/v1alpha1/gpureactivepolicies"
+            && first_watch
+        {
             first_watch = false;
             return Reply::Events(vec![
                 json!({"type": "ADDED", "object": gpu_policy("shop", "late-bad", json!({"not": "a number"}), "10m")}),
@@ -249,16 +320,31 @@ async fn a_malformed_object_on_the_watch_is_skipped_and_the_watch_goes_on() {
         cluster(r)
     });
     let reader = Reader::start(client);
-    tokio::time::timeout(Duration::from_secs(10), reader.wait_synced()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_synced())
+        .await
+        .unwrap();
     kube_support::eventually(10, "the watched policy", || {
-        reader.snapshot().0.gpu_policies.iter().any(|p| p.id.name == "late-good")
+        reader
+            .snapshot()
+            .0
+            .gpu_policies
+            .iter()
+            .any(|p| p.id.name == "late-good")
     })
     .await;
     let (snap, invalid) = reader.snapshot();
-    let mut names: Vec<&str> = snap.gpu_policies.iter().map(|p| p.id.name.as_str()).collect();
+    let mut names: Vec<&str> = snap
+        .gpu_policies
+        .iter()
+        .map(|p| p.id.name.as_str())
+        .collect();
     names.sort();
     assert_eq!(names, ["good", "late-good"]);
     let mut bad: Vec<&str> = invalid.iter().map(|p| p.id.name.as_str()).collect();
     bad.sort();
-    assert_eq!(bad, ["late-bad", "malformed"], "the deleted invalid policy is no longer reported");
+    assert_eq!(
+        bad,
+        ["late-bad", "malformed"],
+        "the deleted invalid policy is no longer reported"
+    );
 }

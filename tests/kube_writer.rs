@@ -12,12 +12,14 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kerf::api::{PolicyStatus, Signal, WorkloadKind};
 use kerf::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT, CoordinatedHpa, GpuRecommendation,
-    PolicyId, ResourceRequests, WorkloadKey, render_baseline, to_k8s_time,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
+    CoordinatedHpa, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
+    to_k8s_time,
 };
 use kerf::core::snapshot::Workload;
 use kerf::kube::writer::{
-    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite, WorkloadWrite,
+    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
+    WorkloadWrite,
 };
 use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::{Recorded, Reply, mock, requests, status};
@@ -68,11 +70,15 @@ fn gpu(baseline: f64, rec: Option<GpuRecommendation>) -> GpuAnnotations {
 
 /// The live Deployment the mock serves on GET; `managed` = kerf's managedFields entry, if any.
 fn live_deployment(annotations: Value, managed: Option<Value>) -> Value {
-    let mut managed_fields = vec![json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
-        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}})];
+    let mut managed_fields = vec![
+        json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}),
+    ];
     if let Some(m) = managed {
-        managed_fields.push(json!({"manager": "kerf", "operation": "Apply", "apiVersion": "apps/v1",
-            "fieldsType": "FieldsV1", "fieldsV1": m}));
+        managed_fields.push(
+            json!({"manager": "kerf", "operation": "Apply", "apiVersion": "apps/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": m}),
+        );
     }
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -85,7 +91,11 @@ fn live_deployment(annotations: Value, managed: Option<Value>) -> Value {
     })
 }
 
-fn writer(client: kube::Client, leader: bool, read_only: bool) -> (WriterHandle, watch::Sender<bool>) {
+fn writer(
+    client: kube::Client,
+    leader: bool,
+    read_only: bool,
+) -> (WriterHandle, watch::Sender<bool>) {
     let (lease_tx, lease_rx) = watch::channel(leader);
     let mut cfg = WriterConfig::new("kerf-system");
     cfg.identity = "kerf-0".into();
@@ -115,10 +125,16 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
     let seen = requests(&log);
     assert_eq!(seen.len(), 3, "{seen:#?}");
     // 1: read the live object to carry forward what kerf owns there.
-    assert_eq!((seen[0].method.as_str(), seen[0].path.as_str()), ("GET", DEPLOYMENT_PATH));
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("GET", DEPLOYMENT_PATH)
+    );
     // 2: the apply.
     let apply = &seen[1];
-    assert_eq!((apply.method.as_str(), apply.path.as_str()), ("PATCH", DEPLOYMENT_PATH));
+    assert_eq!(
+        (apply.method.as_str(), apply.path.as_str()),
+        ("PATCH", DEPLOYMENT_PATH)
+    );
     assert_eq!(apply.content_type, APPLY);
     assert!(apply.query_has("fieldManager=kerf"), "{}", apply.query);
     assert!(apply.query_has("force=true"), "{}", apply.query);
@@ -134,14 +150,21 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
     );
     // 3: the rolling restart, a merge patch on the pod template.
     let restart = &seen[2];
-    assert_eq!((restart.method.as_str(), restart.path.as_str()), ("PATCH", DEPLOYMENT_PATH));
+    assert_eq!(
+        (restart.method.as_str(), restart.path.as_str()),
+        ("PATCH", DEPLOYMENT_PATH)
+    );
     assert_eq!(restart.content_type, "application/merge-patch+json");
     assert!(restart.query_has("fieldManager=kerf"));
     let at = restart.body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT]
         .as_str()
         .expect("restartedAt set");
     chrono::DateTime::parse_from_rfc3339(at).expect("restartedAt is RFC3339");
-    assert_eq!(restart.body.as_object().unwrap().len(), 1, "restart patch touches only the template");
+    assert_eq!(
+        restart.body.as_object().unwrap().len(),
+        1,
+        "restart patch touches only the template"
+    );
 }
 
 #[tokio::test]
@@ -150,7 +173,10 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
     let (w, _lease) = writer(client, true, false);
     let rec = recommendation(1.5, 0);
     let annotations = BTreeMap::from([
-        (ANNOTATION_GPU_BASELINE.to_string(), render_baseline(&BTreeMap::from([("app".into(), 1.0)]))),
+        (
+            ANNOTATION_GPU_BASELINE.to_string(),
+            render_baseline(&BTreeMap::from([("app".into(), 1.0)])),
+        ),
         (ANNOTATION_GPU_RECOMMENDATION.to_string(), rec.render()),
     ]);
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
@@ -173,7 +199,10 @@ async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restar
     let old = recommendation(1.5, 0);
     let new = recommendation(1.5, 5);
     let annotations = BTreeMap::from([
-        (ANNOTATION_GPU_BASELINE.to_string(), "{\"app\":\"1\"}".to_string()),
+        (
+            ANNOTATION_GPU_BASELINE.to_string(),
+            "{\"app\":\"1\"}".to_string(),
+        ),
         (ANNOTATION_GPU_RECOMMENDATION.to_string(), old.render()),
     ]);
     let (client, log) = mock(echo_with(live_deployment(json!(annotations.clone()), None)));
@@ -185,8 +214,15 @@ async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restar
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 2 });
     let seen = requests(&log);
-    assert_eq!(seen.iter().filter(|r| r.method == "PATCH").count(), 1, "{seen:#?}");
-    assert_eq!(seen[1].body["metadata"]["annotations"][ANNOTATION_GPU_RECOMMENDATION], json!(new.render()));
+    assert_eq!(
+        seen.iter().filter(|r| r.method == "PATCH").count(),
+        1,
+        "{seen:#?}"
+    );
+    assert_eq!(
+        seen[1].body["metadata"]["annotations"][ANNOTATION_GPU_RECOMMENDATION],
+        json!(new.render())
+    );
 }
 
 #[tokio::test]
@@ -199,10 +235,19 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
             "k:{\"name\":\"app\"}": {".": {}, "f:name": {}, "f:resources": {"f:requests": {"f:cpu": {}}}}}}}}
     });
     let annotations = BTreeMap::from([
-        (ANNOTATION_GPU_BASELINE.to_string(), "{\"app\":\"1\"}".to_string()),
-        (ANNOTATION_GPU_RECOMMENDATION.to_string(), recommendation(1.5, 0).render()),
+        (
+            ANNOTATION_GPU_BASELINE.to_string(),
+            "{\"app\":\"1\"}".to_string(),
+        ),
+        (
+            ANNOTATION_GPU_RECOMMENDATION.to_string(),
+            recommendation(1.5, 0).render(),
+        ),
     ]);
-    let (client, log) = mock(echo_with(live_deployment(json!(annotations.clone()), Some(managed))));
+    let (client, log) = mock(echo_with(live_deployment(
+        json!(annotations.clone()),
+        Some(managed),
+    )));
     let (w, _lease) = writer(client, true, false);
     // The policy went away: both annotations are dropped.
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
@@ -223,7 +268,10 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
         "the apply omits the annotations (SSA removes them) but keeps kerf's cpu request"
     );
     // The recommendation went away: pods go back to the template's allocation.
-    assert!(seen[2].body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT].is_string());
+    assert!(
+        seen[2].body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT]
+            .is_string()
+    );
 }
 
 #[tokio::test]
@@ -238,8 +286,12 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::ReadOnly);
     assert_eq!(
-        w.apply(WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web")))
-            .await,
+        w.apply(WriteOp::Restart(WorkloadKey::new(
+            "shop",
+            WorkloadKind::Deployment,
+            "web"
+        )))
+        .await,
         WriteOutcome::ReadOnly
     );
     assert_eq!(w.apply(coordinated(None)).await, WriteOutcome::ReadOnly);
@@ -248,7 +300,12 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu").unwrap(),
         generation: Some(1),
         observed: None,
-        conditions: vec![ConditionUpdate::new("Ready", true, "Valid", "policy is valid")],
+        conditions: vec![ConditionUpdate::new(
+            "Ready",
+            true,
+            "Valid",
+            "policy is valid",
+        )],
         matched_workloads: None,
     }));
     assert_eq!(w.apply(status).await, WriteOutcome::Written { requests: 1 });
@@ -305,27 +362,46 @@ async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
         observed: Some(observed.clone()),
         conditions: vec![
             ConditionUpdate::new("Ready", true, "Valid", "policy is valid"),
-            ConditionUpdate::new("AutomationStrategyResolved", true, "Resolved", "strategy shop/s"),
+            ConditionUpdate::new(
+                "AutomationStrategyResolved",
+                true,
+                "Resolved",
+                "strategy shop/s",
+            ),
         ],
         matched_workloads: Some(3),
     };
-    assert_eq!(w.apply(WriteOp::PolicyStatus(Box::new(same.clone()))).await, WriteOutcome::Unchanged);
+    assert_eq!(
+        w.apply(WriteOp::PolicyStatus(Box::new(same.clone()))).await,
+        WriteOutcome::Unchanged
+    );
     assert!(requests(&log).is_empty());
 
     let changed = PolicyStatusWrite {
         generation: Some(2),
         conditions: vec![
             ConditionUpdate::new("Ready", false, "InvalidSpec", "spec.weight: bad"),
-            ConditionUpdate::new("AutomationStrategyResolved", true, "Resolved", "strategy shop/s"),
+            ConditionUpdate::new(
+                "AutomationStrategyResolved",
+                true,
+                "Resolved",
+                "strategy shop/s",
+            ),
             ConditionUpdate::new("PrometheusAvailable", true, "QueriesSucceeded", "ok"),
         ],
         ..same
     };
-    assert_eq!(w.apply(WriteOp::PolicyStatus(Box::new(changed))).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        w.apply(WriteOp::PolicyStatus(Box::new(changed))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     let seen = requests(&log);
     let r = &seen[0];
     assert_eq!(r.method, "PATCH");
-    assert_eq!(r.path, "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status");
+    assert_eq!(
+        r.path,
+        "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status"
+    );
     assert_eq!(r.content_type, APPLY);
     assert!(r.query_has("fieldManager=kerf"));
     assert_eq!(r.body["apiVersion"], "rightsizing.kubex.ai/v1alpha1");
@@ -339,8 +415,16 @@ async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
     assert_eq!(conds[0]["status"], "False");
     assert_eq!(conds[0]["reason"], "InvalidSpec");
     assert_eq!(conds[0]["message"], "spec.weight: bad");
-    assert_ne!(conds[0]["lastTransitionTime"], json!("2023-11-14T22:13:20Z"), "status changed: new time");
-    assert_eq!(conds[1]["lastTransitionTime"], json!("2023-11-14T22:15:00Z"), "status unchanged: time kept");
+    assert_ne!(
+        conds[0]["lastTransitionTime"],
+        json!("2023-11-14T22:13:20Z"),
+        "status changed: new time"
+    );
+    assert_eq!(
+        conds[1]["lastTransitionTime"],
+        json!("2023-11-14T22:15:00Z"),
+        "status unchanged: time kept"
+    );
     assert_eq!(conds[1]["observedGeneration"], 2);
     assert_eq!(conds[2]["type"], "PrometheusAvailable");
 }
@@ -368,14 +452,21 @@ async fn a_server_error_is_retried_then_succeeds() {
     let mut calls = 0;
     let (client, log) = mock(move |r: &Recorded| {
         calls += 1;
-        if calls == 1 { status(500, "InternalError") } else { Reply::Json(200, r.body.clone()) }
+        if calls == 1 {
+            status(500, "InternalError")
+        } else {
+            Reply::Json(200, r.body.clone())
+        }
     });
     let (w, _lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::StatefulSet, "db"));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
     let seen = requests(&log);
     assert_eq!(seen.len(), 2);
-    assert!(seen.iter().all(|r| r.path == "/apis/apps/v1/namespaces/shop/statefulsets/db"));
+    assert!(
+        seen.iter()
+            .all(|r| r.path == "/apis/apps/v1/namespaces/shop/statefulsets/db")
+    );
     assert_eq!(seen[0].body, seen[1].body);
     let writes = |outcome: &str| {
         kerf::telemetry::metrics()
@@ -386,7 +477,11 @@ async fn a_server_error_is_retried_then_succeeds() {
             })
             .get()
     };
-    assert_eq!((writes("ok"), writes("error")), (1, 0), "one write, counted once after its retry");
+    assert_eq!(
+        (writes("ok"), writes("error")),
+        (1, 0),
+        "one write, counted once after its retry"
+    );
 }
 
 #[tokio::test]
@@ -415,7 +510,10 @@ async fn a_follower_sends_nothing_and_losing_the_lease_stops_writes() {
     assert_eq!(w.apply(op.clone()).await, WriteOutcome::NotLeader);
     assert!(requests(&log).is_empty());
     lease.send(true).unwrap();
-    assert_eq!(w.apply(op.clone()).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        w.apply(op.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     lease.send(false).unwrap();
     for _ in 0..5 {
         assert_eq!(w.apply(op.clone()).await, WriteOutcome::NotLeader);
@@ -463,7 +561,10 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, false);
     // Requests shrink (500m → 400m) so the target rises (70 → 88): template first.
-    assert_eq!(w.apply(coordinated(Some(70))).await, WriteOutcome::Written { requests: 2 });
+    assert_eq!(
+        w.apply(coordinated(Some(70))).await,
+        WriteOutcome::Written { requests: 2 }
+    );
     let seen = requests(&log);
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].path, DEPLOYMENT_PATH);
@@ -473,7 +574,10 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
         seen[0].body["spec"]["template"]["spec"]["containers"],
         json!([{"name": "app", "resources": {"requests": {"cpu": "400m"}}}])
     );
-    assert_eq!(seen[1].path, "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/web");
+    assert_eq!(
+        seen[1].path,
+        "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/web"
+    );
     assert_eq!(seen[1].content_type, APPLY);
     assert!(seen[1].query_has("fieldManager=kerf"));
     assert_eq!(
@@ -487,13 +591,19 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
     // A falling target goes first; an HPA already at the target is not written.
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, false);
-    assert_eq!(w.apply(coordinated(Some(95))).await, WriteOutcome::Written { requests: 2 });
+    assert_eq!(
+        w.apply(coordinated(Some(95))).await,
+        WriteOutcome::Written { requests: 2 }
+    );
     let seen = requests(&log);
     assert!(seen[0].path.contains("horizontalpodautoscalers"));
     assert_eq!(seen[1].path, DEPLOYMENT_PATH);
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, false);
-    assert_eq!(w.apply(coordinated(Some(88))).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        w.apply(coordinated(Some(88))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     assert_eq!(requests(&log)[0].path, DEPLOYMENT_PATH);
 }
 
@@ -511,12 +621,21 @@ async fn events_carry_the_hpa_details() {
             target_after: 88,
         },
     );
-    assert_eq!(w.apply(WriteOp::Event(Box::new(applied))).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        w.apply(WriteOp::Event(Box::new(applied))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     let blocked = EventWrite::blocked(&wl, "HPACoupled", "target 95% is above maxUtilization 85%");
-    assert_eq!(w.apply(WriteOp::Event(Box::new(blocked))).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        w.apply(WriteOp::Event(Box::new(blocked))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
     let seen = requests(&log);
     let e = &seen[0];
-    assert_eq!((e.method.as_str(), e.path.as_str()), ("POST", "/apis/events.k8s.io/v1/namespaces/shop/events"));
+    assert_eq!(
+        (e.method.as_str(), e.path.as_str()),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+    );
     assert_eq!(e.body["reason"], "Applied");
     assert_eq!(e.body["type"], "Normal");
     assert_eq!(

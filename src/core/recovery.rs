@@ -10,8 +10,8 @@
 use crate::core::allocation::scoped_container_names;
 use crate::core::evaluate::{resolve_strategy, template_gpu};
 use crate::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, WorkloadKey, WorkloadState,
-    parse_baseline,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, WorkloadKey,
+    WorkloadState, parse_baseline,
 };
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::Snapshot;
@@ -40,23 +40,35 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
             continue;
         };
-        if snapshot.global.protected_namespaces.contains(&w.key.namespace) {
+        if snapshot
+            .global
+            .protected_namespaces
+            .contains(&w.key.namespace)
+        {
             continue;
         }
         let mut rec = match GpuRecommendation::parse(text) {
             Ok(r) => r,
             Err(e) => {
-                out.warnings
-                    .push(format!("{}: ignoring annotation {ANNOTATION_GPU_RECOMMENDATION}: {e}", w.key));
+                out.warnings.push(format!(
+                    "{}: ignoring annotation {ANNOTATION_GPU_RECOMMENDATION}: {e}",
+                    w.key
+                ));
                 continue;
             }
         };
         let template = template_gpu(w);
-        let baseline = match w.annotations.get(ANNOTATION_GPU_BASELINE).map(|t| parse_baseline(t)) {
+        let baseline = match w
+            .annotations
+            .get(ANNOTATION_GPU_BASELINE)
+            .map(|t| parse_baseline(t))
+        {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
-                out.warnings
-                    .push(format!("{}: ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}", w.key));
+                out.warnings.push(format!(
+                    "{}: ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}",
+                    w.key
+                ));
                 None
             }
             None => None,
@@ -66,15 +78,22 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             Some(id) => match snapshot.gpu_policies.iter().find(|p| &p.id == id) {
                 Some(p) => Some(p),
                 None => {
-                    out.warnings
-                        .push(format!("{}: recommending policy {id} no longer exists", w.key));
+                    out.warnings.push(format!(
+                        "{}: recommending policy {id} no longer exists",
+                        w.key
+                    ));
                     continue;
                 }
             },
             None => None,
         };
         let scope: Vec<String> = if let Some(p) = policy {
-            let template_labels = w.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
+            let template_labels = w
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default();
             let candidate = Candidate {
                 id: &p.id,
                 policy_type: p.policy_type,
@@ -83,7 +102,8 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                 creation: p.creation,
             };
             if !selection::covers(&candidate, &w.key, &w.labels, &template_labels) {
-                out.warnings.push(format!("{}: policy {} no longer covers it", w.key, p.id));
+                out.warnings
+                    .push(format!("{}: policy {} no longer covers it", w.key, p.id));
                 continue;
             }
             scoped_container_names(&spec, &p.spec.scope.containers)

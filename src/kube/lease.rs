@@ -65,7 +65,12 @@ fn is_conflict(e: &KubeError) -> bool {
 }
 
 impl Lease {
-    pub fn new(client: Client, namespace: &str, identity: impl Into<String>, cfg: LeaseConfig) -> Self {
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        identity: impl Into<String>,
+        cfg: LeaseConfig,
+    ) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
             identity: identity.into(),
@@ -75,7 +80,11 @@ impl Lease {
 
     /// Runs the acquire/renew loop with the default timings; the receiver says whether this
     /// replica holds the Lease right now.
-    pub fn spawn(client: Client, namespace: &str, identity: impl Into<String>) -> watch::Receiver<bool> {
+    pub fn spawn(
+        client: Client,
+        namespace: &str,
+        identity: impl Into<String>,
+    ) -> watch::Receiver<bool> {
         Self::new(client, namespace, identity, LeaseConfig::default()).run()
     }
 
@@ -89,7 +98,12 @@ impl Lease {
         tokio::spawn(async move {
             loop {
                 let now = Utc::now();
-                let leader = match tokio::time::timeout(self.cfg.renew_every, self.try_acquire_or_renew(now)).await {
+                let leader = match tokio::time::timeout(
+                    self.cfg.renew_every,
+                    self.try_acquire_or_renew(now),
+                )
+                .await
+                {
                     Ok(Ok(held)) => held,
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, lease = %self.cfg.name, "lease acquire/renew failed");
@@ -150,7 +164,9 @@ impl Lease {
         if holder.as_deref() != Some(self.identity.as_str()) {
             let expired = holder.is_none()
                 || match (&spec.renew_time, spec.lease_duration_seconds) {
-                    (Some(t), Some(d)) => from_micro(t) + chrono::Duration::seconds(i64::from(d)) < now,
+                    (Some(t), Some(d)) => {
+                        from_micro(t) + chrono::Duration::seconds(i64::from(d)) < now
+                    }
                     _ => true,
                 };
             if !expired {
@@ -164,7 +180,11 @@ impl Lease {
         spec.renew_time = Some(micro(now));
         spec.lease_duration_seconds = Some(duration_s);
         // `lease.metadata.resourceVersion` is the one read above: a concurrent change → 409.
-        match self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => {
                 count("ok");
                 Ok(true)

@@ -25,7 +25,12 @@ pub const LEASE_NAME: &str = "kerf-writer";
 
 /// This replica's identity: `POD_NAME` (downward API), else the hostname, else the process id.
 pub fn default_identity() -> String {
-    let from_env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    let from_env = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
     from_env("POD_NAME")
         .or_else(|| from_env("HOSTNAME"))
         .or_else(|| {

@@ -25,10 +25,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{
-    AutomationStrategy, ClusterAutomationStrategy, ClusterGpuReactivePolicy, ClusterRightsizingPolicy,
-    GLOBAL_CONFIGURATION_NAME, GlobalConfiguration, GlobalConfigurationSpec, GpuReactivePolicy,
-    POLICY_EVALUATION_NAME, PolicyEvaluation, PolicyEvaluationSpec, PolicyStatus, PolicyType,
-    RightsizingPolicy, RightsizingRecommendation, WorkloadKind,
+    AutomationStrategy, ClusterAutomationStrategy, ClusterGpuReactivePolicy,
+    ClusterRightsizingPolicy, GLOBAL_CONFIGURATION_NAME, GlobalConfiguration,
+    GlobalConfigurationSpec, GpuReactivePolicy, POLICY_EVALUATION_NAME, PolicyEvaluation,
+    PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
+    WorkloadKind,
 };
 use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
 use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
@@ -37,7 +38,9 @@ use crate::state::{ObjectName, Store};
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A kerf kind as the reader decodes it.
-pub trait KerfKind: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static {
+pub trait KerfKind:
+    Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static
+{
     /// Set for the four policy kinds (their problems are reported in their status).
     const POLICY: Option<PolicyType>;
     /// The same checks as the CRD, with field-named messages.
@@ -56,9 +59,15 @@ macro_rules! kerf_kind {
 }
 
 kerf_kind!(GpuReactivePolicy, Some(PolicyType::GpuReactivePolicy));
-kerf_kind!(ClusterGpuReactivePolicy, Some(PolicyType::ClusterGpuReactivePolicy));
+kerf_kind!(
+    ClusterGpuReactivePolicy,
+    Some(PolicyType::ClusterGpuReactivePolicy)
+);
 kerf_kind!(RightsizingPolicy, Some(PolicyType::RightsizingPolicy));
-kerf_kind!(ClusterRightsizingPolicy, Some(PolicyType::ClusterRightsizingPolicy));
+kerf_kind!(
+    ClusterRightsizingPolicy,
+    Some(PolicyType::ClusterRightsizingPolicy)
+);
 kerf_kind!(GlobalConfiguration, None);
 kerf_kind!(PolicyEvaluation, None);
 kerf_kind!(AutomationStrategy, None);
@@ -146,7 +155,12 @@ impl<K: KerfKind> KerfIndex<K> {
 
     /// Applies one event; returns true when an initial listing completed.
     fn apply(&self, event: watcher::Event<DynamicObject>) -> bool {
-        let key = |o: &DynamicObject| (o.metadata.namespace.clone(), o.metadata.name.clone().unwrap_or_default());
+        let key = |o: &DynamicObject| {
+            (
+                o.metadata.namespace.clone(),
+                o.metadata.name.clone().unwrap_or_default(),
+            )
+        };
         let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(o) => {
@@ -316,7 +330,10 @@ pub fn strip_pod(pod: &mut Pod) {
         spec.topology_spread_constraints = None;
         spec.image_pull_secrets = None;
         spec.containers.iter_mut().for_each(strip_container);
-        spec.init_containers.iter_mut().flatten().for_each(strip_container);
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .for_each(strip_container);
     }
     if let Some(status) = pod.status.as_mut() {
         status.pod_ips = None;
@@ -325,7 +342,13 @@ pub fn strip_pod(pod: &mut Pod) {
     }
 }
 
-fn spawn_kerf<K: KerfKind>(client: Client, index: &'static str, get: fn(&Indexes) -> &KerfIndex<K>, indexes: Arc<Indexes>, sync: SyncTracker) -> JoinHandle<()> {
+fn spawn_kerf<K: KerfKind>(
+    client: Client,
+    index: &'static str,
+    get: fn(&Indexes) -> &KerfIndex<K>,
+    indexes: Arc<Indexes>,
+    sync: SyncTracker,
+) -> JoinHandle<()> {
     let ar = ApiResource::erase::<K>(&());
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
     let stream = watcher(api, watcher::Config::default())
@@ -385,38 +408,50 @@ fn controller_owner<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
         .iter()
         .flatten()
         .find(|o| o.kind == kind && o.controller == Some(true))
-        .or_else(|| meta.owner_references.iter().flatten().find(|o| o.kind == kind))
+        .or_else(|| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == kind)
+        })
         .map(|o| o.name.as_str())
 }
 
 /// Keeps one of the webhook store's owner maps in step with a watch, so a pod created right after
 /// its ReplicaSet (or Job) can be traced to its workload without waiting for a reconcile.
-fn owner_hook<K>(owner_kind: &'static str, map: fn(&Store) -> &dashmap::DashMap<ObjectName, String>, store: Arc<Store>) -> Hook<K>
+fn owner_hook<K>(
+    owner_kind: &'static str,
+    map: fn(&Store) -> &dashmap::DashMap<ObjectName, String>,
+    store: Arc<Store>,
+) -> Hook<K>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    Box::new(move |ev: &watcher::Event<K>, reflected: &ReflectorStore<K>| {
-        let name_of = |o: &K| ObjectName::new(o.namespace().unwrap_or_default(), o.name_any());
-        let upsert = |o: &K| match controller_owner(o.meta(), owner_kind) {
-            Some(owner) => {
-                map(&store).insert(name_of(o), owner.to_string());
+    Box::new(
+        move |ev: &watcher::Event<K>, reflected: &ReflectorStore<K>| {
+            let name_of = |o: &K| ObjectName::new(o.namespace().unwrap_or_default(), o.name_any());
+            let upsert = |o: &K| match controller_owner(o.meta(), owner_kind) {
+                Some(owner) => {
+                    map(&store).insert(name_of(o), owner.to_string());
+                }
+                None => {
+                    map(&store).remove(&name_of(o));
+                }
+            };
+            match ev {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => upsert(o),
+                watcher::Event::Delete(o) => {
+                    map(&store).remove(&name_of(o));
+                }
+                watcher::Event::Init => {}
+                watcher::Event::InitDone => {
+                    let present: BTreeSet<ObjectName> =
+                        reflected.state().iter().map(|o| name_of(o)).collect();
+                    map(&store).retain(|k, _| present.contains(k));
+                }
             }
-            None => {
-                map(&store).remove(&name_of(o));
-            }
-        };
-        match ev {
-            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => upsert(o),
-            watcher::Event::Delete(o) => {
-                map(&store).remove(&name_of(o));
-            }
-            watcher::Event::Init => {}
-            watcher::Event::InitDone => {
-                let present: BTreeSet<ObjectName> = reflected.state().iter().map(|o| name_of(o)).collect();
-                map(&store).retain(|k, _| present.contains(k));
-            }
-        }
-    })
+        },
+    )
 }
 
 const KERF_KINDS: [&str; 9] = [
@@ -454,7 +489,11 @@ impl Reader {
     }
 
     fn start_inner(client: Client, store: Option<Arc<Store>>) -> Reader {
-        let all: BTreeSet<&'static str> = KERF_KINDS.iter().chain(BUILTIN_KINDS.iter()).copied().collect();
+        let all: BTreeSet<&'static str> = KERF_KINDS
+            .iter()
+            .chain(BUILTIN_KINDS.iter())
+            .copied()
+            .collect();
         let (tx, unsynced) = watch::channel(all);
         let sync = SyncTracker { tx: Arc::new(tx) };
         let kerf = Arc::new(Indexes {
@@ -469,15 +508,69 @@ impl Reader {
             recommendations: KerfIndex::new(),
         });
         let mut tasks = vec![
-            spawn_kerf(client.clone(), KERF_KINDS[0], |i| &i.gpu, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[1], |i| &i.cluster_gpu, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[2], |i| &i.global, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[3], |i| &i.evaluation, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[4], |i| &i.strategies, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[5], |i| &i.cluster_strategies, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[6], |i| &i.rightsizing, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[7], |i| &i.cluster_rightsizing, kerf.clone(), sync.clone()),
-            spawn_kerf(client.clone(), KERF_KINDS[8], |i| &i.recommendations, kerf.clone(), sync.clone()),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[0],
+                |i| &i.gpu,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[1],
+                |i| &i.cluster_gpu,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[2],
+                |i| &i.global,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[3],
+                |i| &i.evaluation,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[4],
+                |i| &i.strategies,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[5],
+                |i| &i.cluster_strategies,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[6],
+                |i| &i.rightsizing,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[7],
+                |i| &i.cluster_rightsizing,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[8],
+                |i| &i.recommendations,
+                kerf.clone(),
+                sync.clone(),
+            ),
         ];
         let cfg = watcher::Config::default;
 
@@ -510,7 +603,9 @@ impl Reader {
             watcher(Api::<Job>::all(client.clone()), cfg()),
             |o| strip_meta(&mut o.metadata),
             sync.clone(),
-            store.clone().map(|s| owner_hook::<Job>("CronJob", |s| &s.job_owners, s)),
+            store
+                .clone()
+                .map(|s| owner_hook::<Job>("CronJob", |s| &s.job_owners, s)),
         );
         tasks.push(t);
         let (cronjobs, t) = spawn_builtin(
@@ -524,15 +619,28 @@ impl Reader {
         // Only owner references are needed: metadata-only requests.
         let (replicasets, t) = spawn_builtin(
             "ReplicaSet",
-            watcher(Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()), cfg()),
+            watcher(
+                Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+                cfg(),
+            ),
             |o| strip_meta(&mut o.metadata),
             sync.clone(),
-            store
-                .clone()
-                .map(|s| owner_hook::<PartialObjectMeta<ReplicaSet>>("Deployment", |s| &s.replicaset_owners, s)),
+            store.clone().map(|s| {
+                owner_hook::<PartialObjectMeta<ReplicaSet>>(
+                    "Deployment",
+                    |s| &s.replicaset_owners,
+                    s,
+                )
+            }),
         );
         tasks.push(t);
-        let (pods, t) = spawn_builtin("Pod", watcher(Api::<Pod>::all(client.clone()), cfg()), strip_pod, sync.clone(), None);
+        let (pods, t) = spawn_builtin(
+            "Pod",
+            watcher(Api::<Pod>::all(client.clone()), cfg()),
+            strip_pod,
+            sync.clone(),
+            None,
+        );
         tasks.push(t);
         let (hpas, t) = spawn_builtin(
             "HorizontalPodAutoscaler",
@@ -606,26 +714,56 @@ impl Reader {
             invalid.extend(rs.into_iter().map(|r| InvalidPolicy::from_rejected(r, t)));
         };
         collect_invalid(k.gpu.rejected(), PolicyType::GpuReactivePolicy);
-        collect_invalid(k.cluster_gpu.rejected(), PolicyType::ClusterGpuReactivePolicy);
+        collect_invalid(
+            k.cluster_gpu.rejected(),
+            PolicyType::ClusterGpuReactivePolicy,
+        );
         collect_invalid(k.rightsizing.rejected(), PolicyType::RightsizingPolicy);
-        collect_invalid(k.cluster_rightsizing.rejected(), PolicyType::ClusterRightsizingPolicy);
+        collect_invalid(
+            k.cluster_rightsizing.rejected(),
+            PolicyType::ClusterRightsizingPolicy,
+        );
 
         let gpu_policies = k
             .gpu
             .valid()
             .iter()
-            .map(|p| gpu_policy(&p.metadata, PolicyType::GpuReactivePolicy, p.spec.clone(), p.status.clone()))
+            .map(|p| {
+                gpu_policy(
+                    &p.metadata,
+                    PolicyType::GpuReactivePolicy,
+                    p.spec.clone(),
+                    p.status.clone(),
+                )
+            })
             .chain(k.cluster_gpu.valid().iter().map(|p| {
-                gpu_policy(&p.metadata, PolicyType::ClusterGpuReactivePolicy, p.spec.clone().into(), p.status.clone())
+                gpu_policy(
+                    &p.metadata,
+                    PolicyType::ClusterGpuReactivePolicy,
+                    p.spec.clone().into(),
+                    p.status.clone(),
+                )
             }))
             .collect();
         let rightsizing_policies = k
             .rightsizing
             .valid()
             .iter()
-            .map(|p| rs_policy(&p.metadata, PolicyType::RightsizingPolicy, p.spec.clone(), p.status.clone()))
+            .map(|p| {
+                rs_policy(
+                    &p.metadata,
+                    PolicyType::RightsizingPolicy,
+                    p.spec.clone(),
+                    p.status.clone(),
+                )
+            })
             .chain(k.cluster_rightsizing.valid().iter().map(|p| {
-                rs_policy(&p.metadata, PolicyType::ClusterRightsizingPolicy, p.spec.clone().into(), p.status.clone())
+                rs_policy(
+                    &p.metadata,
+                    PolicyType::ClusterRightsizingPolicy,
+                    p.spec.clone().into(),
+                    p.status.clone(),
+                )
             }))
             .collect();
 
@@ -652,16 +790,31 @@ impl Reader {
         let mut workloads = Vec::new();
         for d in i.deployments.state() {
             let spec = d.spec.clone();
-            workloads.push(workload(&d.metadata, WorkloadKind::Deployment, spec.template, Some(spec.replicas.unwrap_or(1))));
+            workloads.push(workload(
+                &d.metadata,
+                WorkloadKind::Deployment,
+                spec.template,
+                Some(spec.replicas.unwrap_or(1)),
+            ));
         }
         for s in i.statefulsets.state() {
             let spec = s.spec.clone();
-            workloads.push(workload(&s.metadata, WorkloadKind::StatefulSet, spec.template, Some(spec.replicas.unwrap_or(1))));
+            workloads.push(workload(
+                &s.metadata,
+                WorkloadKind::StatefulSet,
+                spec.template,
+                Some(spec.replicas.unwrap_or(1)),
+            ));
         }
         for d in i.daemonsets.state() {
             let spec = d.spec.clone();
             let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
-            workloads.push(workload(&d.metadata, WorkloadKind::DaemonSet, spec.template, desired));
+            workloads.push(workload(
+                &d.metadata,
+                WorkloadKind::DaemonSet,
+                spec.template,
+                desired,
+            ));
         }
         let mut job_owners = BTreeMap::new();
         for j in i.jobs.state() {
@@ -672,7 +825,12 @@ impl Reader {
                 continue;
             }
             let spec = j.spec.clone().unwrap_or_default();
-            workloads.push(workload(&j.metadata, WorkloadKind::Job, spec.template, spec.parallelism));
+            workloads.push(workload(
+                &j.metadata,
+                WorkloadKind::Job,
+                spec.template,
+                spec.parallelism,
+            ));
         }
         for c in i.cronjobs.state() {
             let template = c
@@ -689,14 +847,24 @@ impl Reader {
         let mut replicaset_owners = BTreeMap::new();
         for rs in i.replicasets.state() {
             if let Some(d) = controller_owner(&rs.metadata, "Deployment") {
-                replicaset_owners.insert((rs.namespace().unwrap_or_default(), rs.name_any()), d.to_string());
+                replicaset_owners.insert(
+                    (rs.namespace().unwrap_or_default(), rs.name_any()),
+                    d.to_string(),
+                );
             }
         }
 
         let mut pods: Vec<Pod> = i.pods.state().iter().map(|p| (**p).clone()).collect();
-        pods.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
-        let mut hpas: Vec<HorizontalPodAutoscaler> = i.hpas.state().iter().map(|h| (**h).clone()).collect();
-        hpas.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        let mut hpas: Vec<HorizontalPodAutoscaler> =
+            i.hpas.state().iter().map(|h| (**h).clone()).collect();
+        hpas.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
 
         let snapshot = Snapshot {
             global: self.global(),
@@ -724,12 +892,23 @@ impl Reader {
     /// invalid.
     fn global(&self) -> GlobalConfigurationSpec {
         let k = &self.inner.kerf;
-        if let Some(g) = k.global.valid().iter().find(|g| g.name_any() == GLOBAL_CONFIGURATION_NAME) {
+        if let Some(g) = k
+            .global
+            .valid()
+            .iter()
+            .find(|g| g.name_any() == GLOBAL_CONFIGURATION_NAME)
+        {
             return g.spec.clone();
         }
         let mut spec = GlobalConfigurationSpec::default();
-        if let Some(bad) = k.global.rejected().into_iter().find(|r| r.name == GLOBAL_CONFIGURATION_NAME) {
-            spec.read_only = bad.raw.pointer("/spec/readOnly") == Some(&serde_json::Value::Bool(true));
+        if let Some(bad) = k
+            .global
+            .rejected()
+            .into_iter()
+            .find(|r| r.name == GLOBAL_CONFIGURATION_NAME)
+        {
+            spec.read_only =
+                bad.raw.pointer("/spec/readOnly") == Some(&serde_json::Value::Bool(true));
         }
         spec
     }
@@ -743,7 +922,12 @@ fn policy_id(meta: &ObjectMeta, t: PolicyType) -> PolicyId {
     }
 }
 
-fn gpu_policy(meta: &ObjectMeta, t: PolicyType, spec: crate::api::GpuReactivePolicySpec, status: Option<PolicyStatus>) -> GpuPolicy {
+fn gpu_policy(
+    meta: &ObjectMeta,
+    t: PolicyType,
+    spec: crate::api::GpuReactivePolicySpec,
+    status: Option<PolicyStatus>,
+) -> GpuPolicy {
     GpuPolicy {
         id: policy_id(meta, t),
         policy_type: t,
@@ -754,7 +938,12 @@ fn gpu_policy(meta: &ObjectMeta, t: PolicyType, spec: crate::api::GpuReactivePol
     }
 }
 
-fn rs_policy(meta: &ObjectMeta, t: PolicyType, spec: crate::api::RightsizingPolicySpec, status: Option<PolicyStatus>) -> RsPolicy {
+fn rs_policy(
+    meta: &ObjectMeta,
+    t: PolicyType,
+    spec: crate::api::RightsizingPolicySpec,
+    status: Option<PolicyStatus>,
+) -> RsPolicy {
     RsPolicy {
         id: policy_id(meta, t),
         policy_type: t,
@@ -765,9 +954,18 @@ fn rs_policy(meta: &ObjectMeta, t: PolicyType, spec: crate::api::RightsizingPoli
     }
 }
 
-fn workload(meta: &ObjectMeta, kind: WorkloadKind, template: PodTemplateSpec, replicas: Option<i32>) -> Workload {
+fn workload(
+    meta: &ObjectMeta,
+    kind: WorkloadKind,
+    template: PodTemplateSpec,
+    replicas: Option<i32>,
+) -> Workload {
     Workload {
-        key: WorkloadKey::new(meta.namespace.clone().unwrap_or_default(), kind, meta.name.clone().unwrap_or_default()),
+        key: WorkloadKey::new(
+            meta.namespace.clone().unwrap_or_default(),
+            kind,
+            meta.name.clone().unwrap_or_default(),
+        ),
         uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
         annotations: meta.annotations.clone().unwrap_or_default(),

@@ -11,10 +11,14 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> Recovered {
     reader.wait_synced().await;
     let (snapshot, _invalid) = reader.snapshot();
     for ((ns, rs), deployment) in &snapshot.replicaset_owners {
-        store.replicaset_owners.insert(ObjectName::new(ns, rs), deployment.clone());
+        store
+            .replicaset_owners
+            .insert(ObjectName::new(ns, rs), deployment.clone());
     }
     for ((ns, job), cron) in &snapshot.job_owners {
-        store.job_owners.insert(ObjectName::new(ns, job), cron.clone());
+        store
+            .job_owners
+            .insert(ObjectName::new(ns, job), cron.clone());
     }
     store.set_global(snapshot.global.clone());
     let recovered = recover(&snapshot);
@@ -22,7 +26,10 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> Recovered {
         tracing::warn!("restart recovery: {w}");
     }
     store.replace_all(recovered.entries.iter().cloned());
-    tracing::info!(workloads = recovered.entries.len(), "store recovered from workload annotations");
+    tracing::info!(
+        workloads = recovered.entries.len(),
+        "store recovered from workload annotations"
+    );
     store.set_ready(true);
     recovered
 }

@@ -28,17 +28,21 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ObjectReference, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, MicroTime, ObjectMeta, OwnerReference,
+};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::api::{
-    ClusterGpuReactivePolicy, ClusterRightsizingPolicy, GpuReactivePolicy, PolicyStatus, RecommendationStatus,
-    RightsizingPolicy, RightsizingRecommendation, RightsizingRecommendationSpec, WorkloadKind,
+    ClusterGpuReactivePolicy, ClusterRightsizingPolicy, GpuReactivePolicy, PolicyStatus,
+    RecommendationStatus, RightsizingPolicy, RightsizingRecommendation,
+    RightsizingRecommendationSpec, WorkloadKind,
 };
 use crate::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT, CoordinatedHpa, GpuMap,
-    GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline, to_k8s_time,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
+    CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
+    render_baseline, to_k8s_time,
 };
 use crate::core::snapshot::Workload;
 use crate::kube::{FIELD_MANAGER, quantity};
@@ -57,7 +61,11 @@ impl GpuAnnotations {
         if let Some(b) = self.baseline.as_ref().filter(|b| !b.is_empty()) {
             m.insert(ANNOTATION_GPU_BASELINE.to_string(), render_baseline(b));
         }
-        if let Some(r) = self.recommendation.as_ref().filter(|r| !r.containers.is_empty()) {
+        if let Some(r) = self
+            .recommendation
+            .as_ref()
+            .filter(|r| !r.containers.is_empty())
+        {
             m.insert(ANNOTATION_GPU_RECOMMENDATION.to_string(), r.render());
         }
         m
@@ -201,7 +209,9 @@ pub enum WriteOp {
 #[derive(Clone, Debug, PartialEq)]
 pub enum WriteOutcome {
     /// `requests` API requests succeeded.
-    Written { requests: usize },
+    Written {
+        requests: usize,
+    },
     /// The cluster already matched: nothing sent.
     Unchanged,
     /// This replica does not hold the writer Lease: nothing (more) sent.
@@ -266,12 +276,14 @@ impl WriterHandle {
         if self.tx.send((op, Some(tx))).await.is_err() {
             return WriteOutcome::Failed(WriterStopped.to_string());
         }
-        rx.await.unwrap_or_else(|_| WriteOutcome::Failed(WriterStopped.to_string()))
+        rx.await
+            .unwrap_or_else(|_| WriteOutcome::Failed(WriterStopped.to_string()))
     }
 
     /// GlobalConfiguration `readOnly`; set it from every snapshot.
     pub fn set_read_only(&self, read_only: bool) {
-        self.read_only.send_if_modified(|v| std::mem::replace(v, read_only) != read_only);
+        self.read_only
+            .send_if_modified(|v| std::mem::replace(v, read_only) != read_only);
     }
 }
 
@@ -283,7 +295,11 @@ impl Writer {
         Self::spawn_with(client, lease, WriterConfig::new(namespace))
     }
 
-    pub fn spawn_with(client: Client, lease: watch::Receiver<bool>, cfg: WriterConfig) -> WriterHandle {
+    pub fn spawn_with(
+        client: Client,
+        lease: watch::Receiver<bool>,
+        cfg: WriterConfig,
+    ) -> WriterHandle {
         let (tx, mut rx) = mpsc::channel::<Queued>(cfg.queue.max(1));
         let (ro_tx, ro_rx) = watch::channel(cfg.read_only);
         let mut task = Task {
@@ -414,20 +430,28 @@ fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<Reso
         .find(|c| c.name == container)?;
     let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
     Some(ResourceRequests {
-        cpu_millis: req.and_then(|r| r.get("cpu")).and_then(quantity::cpu_millis),
-        memory_bytes: req.and_then(|r| r.get("memory")).and_then(quantity::memory_bytes),
+        cpu_millis: req
+            .and_then(|r| r.get("cpu"))
+            .and_then(quantity::cpu_millis),
+        memory_bytes: req
+            .and_then(|r| r.get("memory"))
+            .and_then(quantity::memory_bytes),
     })
 }
 
 fn requests_match(template: &PodTemplateSpec, wanted: &BTreeMap<String, ResourceRequests>) -> bool {
-    wanted.iter().all(|(c, want)| match template_requests(template, c) {
-        // A container the template does not have cannot be written; nothing to do for it.
-        None => true,
-        Some(have) => {
-            want.cpu_millis.is_none_or(|m| have.cpu_millis == Some(m))
-                && want.memory_bytes.is_none_or(|b| have.memory_bytes == Some(b))
-        }
-    })
+    wanted
+        .iter()
+        .all(|(c, want)| match template_requests(template, c) {
+            // A container the template does not have cannot be written; nothing to do for it.
+            None => true,
+            Some(have) => {
+                want.cpu_millis.is_none_or(|m| have.cpu_millis == Some(m))
+                    && want
+                        .memory_bytes
+                        .is_none_or(|b| have.memory_bytes == Some(b))
+            }
+        })
 }
 
 /// What kerf's own apply configuration owns on a live workload.
@@ -450,10 +474,16 @@ fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
         let Some(fields) = mf.fields_v1.as_ref().map(|f| &f.0) else {
             continue;
         };
-        if let Some(a) = fields.get("f:metadata").and_then(|m| m.get("f:annotations")).and_then(Value::as_object) {
-            owned
-                .annotations
-                .extend(a.keys().filter_map(|k| k.strip_prefix("f:")).map(str::to_string));
+        if let Some(a) = fields
+            .get("f:metadata")
+            .and_then(|m| m.get("f:annotations"))
+            .and_then(Value::as_object)
+        {
+            owned.annotations.extend(
+                a.keys()
+                    .filter_map(|k| k.strip_prefix("f:"))
+                    .map(str::to_string),
+            );
         }
         let mut spec = Some(fields);
         for step in template_path(kind).iter().chain(["spec"].iter()) {
@@ -488,7 +518,8 @@ fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec {
     for step in template_path(kind) {
         v = v.and_then(|x| x.get(*step));
     }
-    v.and_then(|t| serde_json::from_value(t.clone()).ok()).unwrap_or_default()
+    v.and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default()
 }
 
 /// The server-side apply body for kerf's fields on a workload.
@@ -522,7 +553,12 @@ fn workload_body(
         let entry = json!({"name": name, "resources": {"requests": req}});
         if spec.containers.iter().any(|c| &c.name == name) {
             containers.push(entry);
-        } else if spec.init_containers.iter().flatten().any(|c| &c.name == name) {
+        } else if spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| &c.name == name)
+        {
             init_containers.push(entry);
         } else {
             tracing::warn!(workload = %key, container = %name, "template has no such container: requests not written");
@@ -597,7 +633,13 @@ pub fn merge_conditions(
 impl Task {
     /// One request with timeout, retries and the write metric. The Lease is checked before
     /// every attempt.
-    async fn call<T, F, Fut>(&self, target: &str, what: &str, mut f: F) -> Result<T, CallError>
+    /// `target` labels the write metric; `None` for reads.
+    async fn call<T, F, Fut>(
+        &self,
+        target: Option<&str>,
+        what: &str,
+        mut f: F,
+    ) -> Result<T, CallError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, KubeError>>,
@@ -610,19 +652,21 @@ impl Task {
             }
             let error = match tokio::time::timeout(self.cfg.timeout, f()).await {
                 Ok(Ok(v)) => {
-                    count(target, "ok");
+                    target.inspect(|t| count(t, "ok"));
                     return Ok(v);
                 }
                 Ok(Err(e)) if !retryable(&e) => {
-                    count(target, "error");
+                    target.inspect(|t| count(t, "error"));
                     return Err(CallError::Failed(format!("{what}: {e}")));
                 }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("timed out after {:?}", self.cfg.timeout),
             };
             if attempt == tries {
-                count(target, "error");
-                return Err(CallError::Failed(format!("{what}: {error} (after {tries} attempts)")));
+                target.inspect(|t| count(t, "error"));
+                return Err(CallError::Failed(format!(
+                    "{what}: {error} (after {tries} attempts)"
+                )));
             }
             tracing::info!(namespace = %self.cfg.namespace, attempt, error = %error, "{what}: retrying");
             tokio::time::sleep(delay).await;
@@ -638,7 +682,9 @@ impl Task {
                 tracing::debug!(workload = %w.observed.key, "readOnly: workload not written");
                 return WriteOutcome::ReadOnly;
             }
-            WriteOp::Restart(_) | WriteOp::Coordinated(_) if read_only => return WriteOutcome::ReadOnly,
+            WriteOp::Restart(_) | WriteOp::Coordinated(_) if read_only => {
+                return WriteOutcome::ReadOnly;
+            }
             WriteOp::Workload(w) => self.write_workload(&w).await,
             WriteOp::Restart(key) => self.restart(&key).await.map(|()| 1),
             WriteOp::Coordinated(c) => self.coordinated(&c).await,
@@ -654,7 +700,11 @@ impl Task {
     }
 
     fn workload_api(&self, key: &WorkloadKey) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), &key.namespace, &workload_resource(key.kind))
+        Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &workload_resource(key.kind),
+        )
     }
 
     /// Applies kerf's fields on a workload when they differ; restarts it when the GPU
@@ -691,7 +741,7 @@ impl Task {
         if desired_ann.is_none() || w.requests.is_none() {
             let api = self.workload_api(key);
             let live = self
-                .call("annotations", &format!("read {key}"), || api.get_opt(&key.name))
+                .call(None, &format!("read {key}"), || api.get_opt(&key.name))
                 .await?;
             made += 1;
             let Some(live) = live else {
@@ -722,15 +772,20 @@ impl Task {
             }
         }
         let body = workload_body(key, &annotations, &requests, &template);
-        if !annotation_values_differ && !requests_differ && self.last_applied.get(key) == Some(&body) {
+        if !annotation_values_differ
+            && !requests_differ
+            && self.last_applied.get(key) == Some(&body)
+        {
             // Only a removal kerf already applied: another manager keeps the annotation.
-            return Ok(made);
+            return Ok(0);
         }
         let api = self.workload_api(key);
         let params = apply_params();
         let patch = Patch::Apply(&body);
-        self.call("annotations", &format!("apply {key}"), || api.patch(&key.name, &params, &patch))
-            .await?;
+        self.call(Some("annotations"), &format!("apply {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
         made += 1;
         self.last_applied.insert(key.clone(), body);
 
@@ -761,14 +816,18 @@ impl Task {
             ..Default::default()
         };
         let patch = Patch::Merge(&body);
-        self.call("template", &format!("restart {key}"), || api.patch(&key.name, &params, &patch))
-            .await?;
+        self.call(Some("template"), &format!("restart {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
         tracing::info!(workload = %key, "rolling restart requested");
         Ok(())
     }
 
     async fn hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
-        if h.observed.as_ref().and_then(hpa_utilization_target) == Some((h.resource.clone(), h.average_utilization)) {
+        if h.observed.as_ref().and_then(hpa_utilization_target)
+            == Some((h.resource.clone(), h.average_utilization))
+        {
             return Ok(0);
         }
         let body = json!({
@@ -783,9 +842,11 @@ impl Task {
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
         let params = apply_params();
         let patch = Patch::Apply(&body);
-        self.call("hpa", &format!("apply HPA {}/{}", h.namespace, h.name), || {
-            api.patch(&h.name, &params, &patch)
-        })
+        self.call(
+            Some("hpa"),
+            &format!("apply HPA {}/{}", h.namespace, h.name),
+            || api.patch(&h.name, &params, &patch),
+        )
         .await?;
         Ok(1)
     }
@@ -794,7 +855,12 @@ impl Task {
     /// over-provisioned: a rising target (requests shrink) waits for the template; a falling
     /// target (requests grow) goes first.
     async fn coordinated(&mut self, c: &CoordinatedChange) -> Result<usize, CallError> {
-        let old = c.hpa.observed.as_ref().and_then(hpa_utilization_target).map(|(_, t)| t);
+        let old = c
+            .hpa
+            .observed
+            .as_ref()
+            .and_then(hpa_utilization_target)
+            .map(|(_, t)| t);
         let hpa_first = old.is_some_and(|t| c.hpa.average_utilization < t);
         if hpa_first {
             let hpa = self.hpa(&c.hpa).await?;
@@ -807,12 +873,20 @@ impl Task {
 
     async fn policy_status(&self, s: &PolicyStatusWrite) -> Result<usize, CallError> {
         let Some((ar, namespaced)) = policy_resource(&s.policy.kind) else {
-            return Err(CallError::Failed(format!("{} is not a policy kind", s.policy.kind)));
+            return Err(CallError::Failed(format!(
+                "{} is not a policy kind",
+                s.policy.kind
+            )));
         };
         let observed = s.observed.clone().unwrap_or_default();
         let generation = s.generation.or(observed.observed_generation);
         let status = PolicyStatus {
-            conditions: merge_conditions(&observed.conditions, &s.conditions, generation, Utc::now()),
+            conditions: merge_conditions(
+                &observed.conditions,
+                &s.conditions,
+                generation,
+                Utc::now(),
+            ),
             observed_generation: generation,
             matched_workloads: s.matched_workloads.or(observed.matched_workloads),
         };
@@ -822,12 +896,17 @@ impl Task {
         let api: Api<DynamicObject> = match (&s.policy.namespace, namespaced) {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
             (None, false) => Api::all_with(self.client.clone(), &ar),
-            _ => return Err(CallError::Failed(format!("{}: namespace does not match the kind's scope", s.policy))),
+            _ => {
+                return Err(CallError::Failed(format!(
+                    "{}: namespace does not match the kind's scope",
+                    s.policy
+                )));
+            }
         };
         let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": status});
         let params = apply_params();
         let patch = Patch::Apply(&body);
-        self.call("status", &format!("status of {}", s.policy), || {
+        self.call(Some("status"), &format!("status of {}", s.policy), || {
             api.patch_status(&s.policy.name, &params, &patch)
         })
         .await?;
@@ -835,15 +914,20 @@ impl Task {
     }
 
     async fn recommendation(&self, r: &RecommendationWrite) -> Result<usize, CallError> {
-        let api: Api<RightsizingRecommendation> = Api::namespaced(self.client.clone(), &r.namespace);
+        let api: Api<RightsizingRecommendation> =
+            Api::namespaced(self.client.clone(), &r.namespace);
         let params = apply_params();
         let what = format!("RightsizingRecommendation {}/{}", r.namespace, r.name);
         let mut made = 0;
         let spec_same = r.observed.as_ref().is_some_and(|o| {
             o.spec == r.spec
-                && r.owner
-                    .as_ref()
-                    .is_none_or(|own| o.metadata.owner_references.iter().flatten().any(|x| x.uid == own.uid))
+                && r.owner.as_ref().is_none_or(|own| {
+                    o.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|x| x.uid == own.uid)
+                })
         });
         if !spec_same {
             let mut metadata = json!({"name": r.name, "namespace": r.namespace});
@@ -857,8 +941,10 @@ impl Task {
                 "spec": r.spec,
             });
             let patch = Patch::Apply(&body);
-            self.call("recommendation", &what, || api.patch(&r.name, &params, &patch))
-                .await?;
+            self.call(Some("recommendation"), &what, || {
+                api.patch(&r.name, &params, &patch)
+            })
+            .await?;
             made += 1;
         }
         if let Some(status) = &r.status {
@@ -870,7 +956,7 @@ impl Task {
                     "status": status,
                 });
                 let patch = Patch::Apply(&body);
-                self.call("recommendation", &format!("status of {what}"), || {
+                self.call(Some("recommendation"), &format!("status of {what}"), || {
                     api.patch_status(&r.name, &params, &patch)
                 })
                 .await?;
@@ -926,7 +1012,11 @@ impl Task {
             ..Default::default()
         };
         match self
-            .call("event", &format!("{} event on {}", e.reason, e.regarding), || api.create(&pp, &event))
+            .call(
+                Some("event"),
+                &format!("{} event on {}", e.reason, e.regarding),
+                || api.create(&pp, &event),
+            )
             .await
         {
             Ok(_) => Ok(()),
