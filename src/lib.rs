@@ -2,14 +2,16 @@
 //! HorizontalPodAutoscalers consistent.
 //!
 //! Layout: [`api`] (CRD types), [`core`] (pure logic: no IO, no clock), and the IO edges —
-//! [`metrics`] (OpenMetrics file, Prometheus), [`pipeline`] (one evaluation cycle),
-//! [`standalone`] (manifests directory), [`cli`] (commands).
+//! [`metrics`] (OpenMetrics file, Prometheus), [`kube`] (reader, writer, Lease), [`server`]
+//! (admission webhook, health), [`pipeline`] (one evaluation cycle), [`standalone`]
+//! (manifests directory), [`cli`] (commands).
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod core;
+pub mod kube;
 pub mod metrics;
 pub mod pipeline;
 pub mod server;

@@ -9,6 +9,7 @@ pub mod hpa;
 pub mod model;
 pub mod owner;
 pub mod quantity;
+pub mod recovery;
 pub mod resources;
 pub mod rightsizing;
 pub mod rs_evaluate;

@@ -1,0 +1,150 @@
+//! Restart recovery: the admission store rebuilt from what the leader persisted on the workloads
+//! (`gpu-recommendation`, `gpu-baseline`), so a restarted replica — and every follower — answers
+//! admission like the leader before its first evaluation cycle.
+//!
+//! The same rules as evaluation decide what still stands: workloads in protected namespaces and
+//! workloads their recommending policy no longer covers get nothing; entries outside the policy's
+//! container scope are dropped; a template whose own GPU allocation no longer matches the
+//! recorded baseline resets the recommendation (decision 7).
+
+use crate::core::allocation::scoped_container_names;
+use crate::core::evaluate::{resolve_strategy, template_gpu};
+use crate::core::model::{
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, WorkloadKey,
+    WorkloadState, parse_baseline,
+};
+use crate::core::selection::{self, Candidate};
+use crate::core::snapshot::Snapshot;
+
+/// Store entries plus what was ignored and why.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recovered {
+    pub entries: Vec<(WorkloadKey, WorkloadState)>,
+    pub warnings: Vec<String>,
+}
+
+/// Store entries for every workload carrying a usable `gpu-recommendation` annotation. Strategies
+/// are resolved when the recommending policy is known (else left default, refined by the next
+/// evaluation cycle).
+pub fn store_entries_from_annotations(snapshot: &Snapshot) -> Vec<(WorkloadKey, WorkloadState)> {
+    recover(snapshot).entries
+}
+
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+pub fn recover(snapshot: &Snapshot) -> Recovered {
+    let mut out = Recovered::default();
+    for w in &snapshot.workloads {
+        let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
+            continue;
+        };
+        if snapshot
+            .global
+            .protected_namespaces
+            .contains(&w.key.namespace)
+        {
+            continue;
+        }
+        let mut rec = match GpuRecommendation::parse(text) {
+            Ok(r) => r,
+            Err(e) => {
+                out.warnings.push(format!(
+                    "{}: ignoring annotation {ANNOTATION_GPU_RECOMMENDATION}: {e}",
+                    w.key
+                ));
+                continue;
+            }
+        };
+        let template = template_gpu(w);
+        let baseline = match w
+            .annotations
+            .get(ANNOTATION_GPU_BASELINE)
+            .map(|t| parse_baseline(t))
+        {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
+                out.warnings.push(format!(
+                    "{}: ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}",
+                    w.key
+                ));
+                None
+            }
+            None => None,
+        };
+        let spec = w.template.spec.clone().unwrap_or_default();
+        let policy = match &rec.policy {
+            Some(id) => match snapshot.gpu_policies.iter().find(|p| &p.id == id) {
+                Some(p) => Some(p),
+                None => {
+                    out.warnings.push(format!(
+                        "{}: recommending policy {id} no longer exists",
+                        w.key
+                    ));
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let scope: Vec<String> = if let Some(p) = policy {
+            let template_labels = w
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default();
+            let candidate = Candidate {
+                id: &p.id,
+                policy_type: p.policy_type,
+                scope: &p.spec.scope,
+                weight: p.spec.weight,
+                creation: p.creation,
+            };
+            if !selection::covers(&candidate, &w.key, &w.labels, &template_labels) {
+                out.warnings
+                    .push(format!("{}: policy {} no longer covers it", w.key, p.id));
+                continue;
+            }
+            scoped_container_names(&spec, &p.spec.scope.containers)
+        } else {
+            spec.containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .map(|c| c.name.clone())
+                .collect()
+        };
+        rec.containers.retain(|c, _| scope.contains(c));
+        if let Some(b) = &baseline {
+            let changed = b
+                .iter()
+                .filter(|(c, _)| scope.contains(*c))
+                .any(|(c, v)| template.get(c).is_none_or(|t| !same(*t, *v)));
+            if changed {
+                out.warnings.push(format!(
+                    "{}: template GPU allocation changed since the baseline was recorded: recommendation not served",
+                    w.key
+                ));
+                continue;
+            }
+        }
+        if rec.containers.is_empty() {
+            continue;
+        }
+        let strategy = policy
+            .and_then(|p| resolve_strategy(snapshot, p))
+            .cloned()
+            .unwrap_or_default();
+        out.entries.push((
+            w.key.clone(),
+            WorkloadState {
+                policy: rec.policy.clone(),
+                gpu: Some(rec),
+                template_gpu: template,
+                strategy,
+                ..Default::default()
+            },
+        ));
+    }
+    out
+}

@@ -1,0 +1,975 @@
+//! Watch-fed in-memory indexes of everything evaluation reads, and the [`Snapshot`] built from
+//! them.
+//!
+//! kerf's own kinds are watched as [`DynamicObject`] and decoded one object at a time: a typed
+//! watch would fail the whole list on one malformed object and stall every policy. An object that
+//! does not decode, or whose spec fails `validate()`, is logged and left out of the snapshot; the
+//! policy kinds among them are reported as [`InvalidPolicy`] so the writer can set `Ready=False`.
+//! Kubernetes kinds use typed reflectors with fields evaluation never reads stripped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::sync::{Arc, RwLock};
+
+use ::kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
+use ::kube::runtime::reflector::{self, Store as ReflectorStore};
+use ::kube::runtime::{WatchStreamExt, watcher};
+use ::kube::{Client, Resource, ResourceExt};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Container, Pod, PodTemplateSpec};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::{
+    AutomationStrategy, ClusterAutomationStrategy, ClusterGpuReactivePolicy,
+    ClusterRightsizingPolicy, GLOBAL_CONFIGURATION_NAME, GlobalConfiguration,
+    GlobalConfigurationSpec, GpuReactivePolicy, POLICY_EVALUATION_NAME, PolicyEvaluation,
+    PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
+    WorkloadKind,
+};
+use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
+use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
+use crate::state::{ObjectName, Store};
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A kerf kind as the reader decodes it.
+pub trait KerfKind:
+    Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static
+{
+    /// Set for the four policy kinds (their problems are reported in their status).
+    const POLICY: Option<PolicyType>;
+    /// The same checks as the CRD, with field-named messages.
+    fn check(&self) -> Result<(), String>;
+}
+
+macro_rules! kerf_kind {
+    ($t:ty, $policy:expr) => {
+        impl KerfKind for $t {
+            const POLICY: Option<PolicyType> = $policy;
+            fn check(&self) -> Result<(), String> {
+                self.spec.validate().map_err(|e| e.to_string())
+            }
+        }
+    };
+}
+
+kerf_kind!(GpuReactivePolicy, Some(PolicyType::GpuReactivePolicy));
+kerf_kind!(
+    ClusterGpuReactivePolicy,
+    Some(PolicyType::ClusterGpuReactivePolicy)
+);
+kerf_kind!(RightsizingPolicy, Some(PolicyType::RightsizingPolicy));
+kerf_kind!(
+    ClusterRightsizingPolicy,
+    Some(PolicyType::ClusterRightsizingPolicy)
+);
+kerf_kind!(GlobalConfiguration, None);
+kerf_kind!(PolicyEvaluation, None);
+kerf_kind!(AutomationStrategy, None);
+kerf_kind!(ClusterAutomationStrategy, None);
+
+impl KerfKind for RightsizingRecommendation {
+    const POLICY: Option<PolicyType> = None;
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// An object the reader could not use, with why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rejected {
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub error: String,
+    /// The object as received (only kept for rejected objects).
+    pub raw: serde_json::Value,
+}
+
+/// The result of decoding one watched object.
+#[derive(Clone, Debug)]
+pub enum Decoded<K> {
+    Valid(Arc<K>),
+    Invalid(Rejected),
+}
+
+/// Decodes one object into its typed kind and validates it. Never fails: problems come back as
+/// [`Decoded::Invalid`] naming the object and the reason.
+pub fn decode<K: KerfKind>(obj: DynamicObject) -> Decoded<K> {
+    let kind = K::kind(&()).to_string();
+    let namespace = obj.metadata.namespace.clone();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let generation = obj.metadata.generation;
+    let raw = serde_json::to_value(&obj).unwrap_or(serde_json::Value::Null);
+    let error = match serde_json::from_value::<K>(raw.clone()) {
+        Ok(k) => match k.check() {
+            Ok(()) => return Decoded::Valid(Arc::new(k)),
+            Err(e) => format!("invalid spec: {e}"),
+        },
+        Err(e) => format!("cannot decode: {e}"),
+    };
+    tracing::warn!(
+        kind = %kind,
+        namespace = namespace.as_deref().unwrap_or(""),
+        name = %name,
+        error = %error,
+        "skipping invalid object"
+    );
+    Decoded::Invalid(Rejected {
+        kind,
+        namespace,
+        name,
+        generation,
+        error,
+        raw,
+    })
+}
+
+type ObjKey = (Option<String>, String);
+
+/// The decoded objects of one kerf kind, maintained from watcher events.
+struct KerfIndex<K> {
+    state: RwLock<IndexState<K>>,
+}
+
+struct IndexState<K> {
+    live: BTreeMap<ObjKey, Decoded<K>>,
+    buffer: BTreeMap<ObjKey, Decoded<K>>,
+}
+
+impl<K: KerfKind> KerfIndex<K> {
+    fn new() -> Self {
+        Self {
+            state: RwLock::new(IndexState {
+                live: BTreeMap::new(),
+                buffer: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// Applies one event; returns true when an initial listing completed.
+    fn apply(&self, event: watcher::Event<DynamicObject>) -> bool {
+        let key = |o: &DynamicObject| {
+            (
+                o.metadata.namespace.clone(),
+                o.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Apply(o) => {
+                let k = key(&o);
+                st.live.insert(k, decode(o));
+            }
+            watcher::Event::Delete(o) => {
+                st.live.remove(&key(&o));
+            }
+            watcher::Event::Init => st.buffer.clear(),
+            watcher::Event::InitApply(o) => {
+                let k = key(&o);
+                st.buffer.insert(k, decode(o));
+            }
+            watcher::Event::InitDone => {
+                let buffer = std::mem::take(&mut st.buffer);
+                st.live = buffer;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn valid(&self) -> Vec<Arc<K>> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        st.live
+            .values()
+            .filter_map(|d| match d {
+                Decoded::Valid(k) => Some(k.clone()),
+                Decoded::Invalid(_) => None,
+            })
+            .collect()
+    }
+
+    fn rejected(&self) -> Vec<Rejected> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        st.live
+            .values()
+            .filter_map(|d| match d {
+                Decoded::Invalid(r) => Some(r.clone()),
+                Decoded::Valid(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// A policy left out of the snapshot, with the message for its `Ready=False` condition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InvalidPolicy {
+    pub id: PolicyId,
+    pub policy_type: PolicyType,
+    pub generation: Option<i64>,
+    pub error: String,
+    /// The policy's current status when it could be read (so conditions keep their times).
+    pub status: Option<PolicyStatus>,
+}
+
+impl InvalidPolicy {
+    fn from_rejected(r: Rejected, policy_type: PolicyType) -> Self {
+        let status = r
+            .raw
+            .get("status")
+            .and_then(|s| serde_json::from_value::<PolicyStatus>(s.clone()).ok());
+        InvalidPolicy {
+            id: PolicyId {
+                kind: policy_type.as_str().to_string(),
+                namespace: r.namespace,
+                name: r.name,
+            },
+            policy_type,
+            generation: r.generation,
+            error: r.error,
+            status,
+        }
+    }
+}
+
+struct Indexes {
+    gpu: KerfIndex<GpuReactivePolicy>,
+    cluster_gpu: KerfIndex<ClusterGpuReactivePolicy>,
+    global: KerfIndex<GlobalConfiguration>,
+    evaluation: KerfIndex<PolicyEvaluation>,
+    strategies: KerfIndex<AutomationStrategy>,
+    cluster_strategies: KerfIndex<ClusterAutomationStrategy>,
+    rightsizing: KerfIndex<RightsizingPolicy>,
+    cluster_rightsizing: KerfIndex<ClusterRightsizingPolicy>,
+    recommendations: KerfIndex<RightsizingRecommendation>,
+}
+
+struct Inner {
+    kerf: Arc<Indexes>,
+    deployments: ReflectorStore<Deployment>,
+    statefulsets: ReflectorStore<StatefulSet>,
+    daemonsets: ReflectorStore<DaemonSet>,
+    jobs: ReflectorStore<Job>,
+    cronjobs: ReflectorStore<CronJob>,
+    replicasets: ReflectorStore<PartialObjectMeta<ReplicaSet>>,
+    pods: ReflectorStore<Pod>,
+    hpas: ReflectorStore<HorizontalPodAutoscaler>,
+    unsynced: watch::Receiver<BTreeSet<&'static str>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The watch-fed reader. Cheap to clone; the watches stop when the last clone is dropped.
+#[derive(Clone)]
+pub struct Reader {
+    inner: Arc<Inner>,
+}
+
+/// Tracks which kinds have completed their initial listing.
+#[derive(Clone)]
+struct SyncTracker {
+    tx: Arc<watch::Sender<BTreeSet<&'static str>>>,
+}
+
+impl SyncTracker {
+    fn done(&self, kind: &'static str) {
+        self.tx.send_modify(|s| {
+            if s.remove(kind) {
+                tracing::debug!(kind, "initial list complete");
+            }
+        });
+    }
+}
+
+fn strip_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// What evaluation never reads of a container.
+fn strip_container(c: &mut Container) {
+    c.env = None;
+    c.env_from = None;
+    c.volume_mounts = None;
+    c.volume_devices = None;
+    c.liveness_probe = None;
+    c.readiness_probe = None;
+    c.startup_probe = None;
+    c.lifecycle = None;
+    c.command = None;
+    c.args = None;
+    c.ports = None;
+    c.security_context = None;
+}
+
+/// Pods are the bulk of the cache: keep identity, owners, labels, annotations, containers'
+/// names and resources, scheduling fields the webhook compares, and the status timing fields.
+pub fn strip_pod(pod: &mut Pod) {
+    strip_meta(&mut pod.metadata);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        spec.ephemeral_containers = None;
+        spec.security_context = None;
+        spec.topology_spread_constraints = None;
+        spec.image_pull_secrets = None;
+        spec.containers.iter_mut().for_each(strip_container);
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .for_each(strip_container);
+    }
+    if let Some(status) = pod.status.as_mut() {
+        status.pod_ips = None;
+        status.host_ips = None;
+        status.ephemeral_container_statuses = None;
+    }
+}
+
+fn spawn_kerf<K: KerfKind>(
+    client: Client,
+    index: &'static str,
+    get: fn(&Indexes) -> &KerfIndex<K>,
+    indexes: Arc<Indexes>,
+    sync: SyncTracker,
+) -> JoinHandle<()> {
+    let ar = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let stream = watcher(api, watcher::Config::default())
+        .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata))
+        .default_backoff();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(ev) => {
+                    if get(&indexes).apply(ev) {
+                        sync.done(index);
+                    }
+                }
+                Err(e) => tracing::warn!(kind = index, error = %e, "watch error (retrying)"),
+            }
+        }
+    })
+}
+
+type Hook<K> = Box<dyn FnMut(&watcher::Event<K>, &ReflectorStore<K>) + Send>;
+
+fn spawn_builtin<K>(
+    kind: &'static str,
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    strip: fn(&mut K),
+    sync: SyncTracker,
+    mut hook: Option<Hook<K>>,
+) -> (ReflectorStore<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let reader = store.clone();
+    let stream = stream.modify(strip).default_backoff().reflect(writer);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(ev) => {
+                    if let Some(h) = hook.as_mut() {
+                        h(&ev, &reader);
+                    }
+                    if matches!(ev, watcher::Event::InitDone) {
+                        sync.done(kind);
+                    }
+                }
+                Err(e) => tracing::warn!(kind, error = %e, "watch error (retrying)"),
+            }
+        }
+    });
+    (store, task)
+}
+
+fn controller_owner<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == kind && o.controller == Some(true))
+        .or_else(|| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == kind)
+        })
+        .map(|o| o.name.as_str())
+}
+
+/// Keeps one of the webhook store's owner maps in step with a watch, so a pod created right after
+/// its ReplicaSet (or Job) can be traced to its workload without waiting for a reconcile.
+fn owner_hook<K>(
+    owner_kind: &'static str,
+    map: fn(&Store) -> &dashmap::DashMap<ObjectName, String>,
+    store: Arc<Store>,
+) -> Hook<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    Box::new(
+        move |ev: &watcher::Event<K>, reflected: &ReflectorStore<K>| {
+            let name_of = |o: &K| ObjectName::new(o.namespace().unwrap_or_default(), o.name_any());
+            let upsert = |o: &K| match controller_owner(o.meta(), owner_kind) {
+                Some(owner) => {
+                    map(&store).insert(name_of(o), owner.to_string());
+                }
+                None => {
+                    map(&store).remove(&name_of(o));
+                }
+            };
+            match ev {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => upsert(o),
+                watcher::Event::Delete(o) => {
+                    map(&store).remove(&name_of(o));
+                }
+                watcher::Event::Init => {}
+                watcher::Event::InitDone => {
+                    let present: BTreeSet<ObjectName> =
+                        reflected.state().iter().map(|o| name_of(o)).collect();
+                    map(&store).retain(|k, _| present.contains(k));
+                }
+            }
+        },
+    )
+}
+
+const KERF_KINDS: [&str; 9] = [
+    "GpuReactivePolicy",
+    "ClusterGpuReactivePolicy",
+    "GlobalConfiguration",
+    "PolicyEvaluation",
+    "AutomationStrategy",
+    "ClusterAutomationStrategy",
+    "RightsizingPolicy",
+    "ClusterRightsizingPolicy",
+    "RightsizingRecommendation",
+];
+const BUILTIN_KINDS: [&str; 8] = [
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "CronJob",
+    "ReplicaSet",
+    "Pod",
+    "HorizontalPodAutoscaler",
+];
+
+impl Reader {
+    /// Starts one watch per kind (cluster-wide). Call from within a tokio runtime.
+    pub fn start(client: Client) -> Reader {
+        Self::start_inner(client, None)
+    }
+
+    /// Like [`Reader::start`], and keeps `store`'s ReplicaSet→Deployment and Job→CronJob maps
+    /// current on every watch event (the admission path reads them).
+    pub fn start_with_store(client: Client, store: Arc<Store>) -> Reader {
+        Self::start_inner(client, Some(store))
+    }
+
+    fn start_inner(client: Client, store: Option<Arc<Store>>) -> Reader {
+        let all: BTreeSet<&'static str> = KERF_KINDS
+            .iter()
+            .chain(BUILTIN_KINDS.iter())
+            .copied()
+            .collect();
+        let (tx, unsynced) = watch::channel(all);
+        let sync = SyncTracker { tx: Arc::new(tx) };
+        let kerf = Arc::new(Indexes {
+            gpu: KerfIndex::new(),
+            cluster_gpu: KerfIndex::new(),
+            global: KerfIndex::new(),
+            evaluation: KerfIndex::new(),
+            strategies: KerfIndex::new(),
+            cluster_strategies: KerfIndex::new(),
+            rightsizing: KerfIndex::new(),
+            cluster_rightsizing: KerfIndex::new(),
+            recommendations: KerfIndex::new(),
+        });
+        let mut tasks = vec![
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[0],
+                |i| &i.gpu,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[1],
+                |i| &i.cluster_gpu,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[2],
+                |i| &i.global,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[3],
+                |i| &i.evaluation,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[4],
+                |i| &i.strategies,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[5],
+                |i| &i.cluster_strategies,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[6],
+                |i| &i.rightsizing,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[7],
+                |i| &i.cluster_rightsizing,
+                kerf.clone(),
+                sync.clone(),
+            ),
+            spawn_kerf(
+                client.clone(),
+                KERF_KINDS[8],
+                |i| &i.recommendations,
+                kerf.clone(),
+                sync.clone(),
+            ),
+        ];
+        let cfg = watcher::Config::default;
+
+        let (deployments, t) = spawn_builtin(
+            "Deployment",
+            watcher(Api::<Deployment>::all(client.clone()), cfg()),
+            |o| strip_meta(&mut o.metadata),
+            sync.clone(),
+            None,
+        );
+        tasks.push(t);
+        let (statefulsets, t) = spawn_builtin(
+            "StatefulSet",
+            watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
+            |o| strip_meta(&mut o.metadata),
+            sync.clone(),
+            None,
+        );
+        tasks.push(t);
+        let (daemonsets, t) = spawn_builtin(
+            "DaemonSet",
+            watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
+            |o| strip_meta(&mut o.metadata),
+            sync.clone(),
+            None,
+        );
+        tasks.push(t);
+        let (jobs, t) = spawn_builtin(
+            "Job",
+            watcher(Api::<Job>::all(client.clone()), cfg()),
+            |o| strip_meta(&mut o.metadata),
+            sync.clone(),
+            store
+                .clone()
+                .map(|s| owner_hook::<Job>("CronJob", |s| &s.job_owners, s)),
+        );
+        tasks.push(t);
+        let (cronjobs, t) = spawn_builtin(
+            "CronJob",
+            watcher(Api::<CronJob>::all(client.clone()), cfg()),
+            |o| strip_meta(&mut o.metadata),
+            sync.clone(),
+            None,
+        );
+        tasks.push(t);
+        // Only owner references are needed: metadata-only requests.
+        let (replicasets, t) = spawn_builtin(
+            "ReplicaSet",
+            watcher(
+                Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+                cfg(),
+            ),
+            |o| strip_meta(&mut o.metadata),
+            sync.clone(),
+            store.clone().map(|s| {
+                owner_hook::<PartialObjectMeta<ReplicaSet>>(
+                    "Deployment",
+                    |s| &s.replicaset_owners,
+                    s,
+                )
+            }),
+        );
+        tasks.push(t);
+        let (pods, t) = spawn_builtin(
+            "Pod",
+            watcher(Api::<Pod>::all(client.clone()), cfg()),
+            strip_pod,
+            sync.clone(),
+            None,
+        );
+        tasks.push(t);
+        let (hpas, t) = spawn_builtin(
+            "HorizontalPodAutoscaler",
+            watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
+            |o| strip_meta(&mut o.metadata),
+            sync,
+            None,
+        );
+        tasks.push(t);
+
+        Reader {
+            inner: Arc::new(Inner {
+                kerf,
+                deployments,
+                statefulsets,
+                daemonsets,
+                jobs,
+                cronjobs,
+                replicasets,
+                pods,
+                hpas,
+                unsynced,
+                tasks,
+            }),
+        }
+    }
+
+    /// Resolves once every watch has completed its initial listing (readiness).
+    pub async fn wait_synced(&self) {
+        let mut rx = self.inner.unsynced.clone();
+        // An error means every watch task ended (runtime shutdown): nothing more to wait for.
+        let _ = rx.wait_for(|s| s.is_empty()).await;
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.inner.unsynced.borrow().is_empty()
+    }
+
+    /// Kinds whose initial listing has not completed yet (for `/readyz` messages).
+    pub fn unsynced_kinds(&self) -> Vec<&'static str> {
+        self.inner.unsynced.borrow().iter().copied().collect()
+    }
+
+    /// Every RightsizingRecommendation kerf wrote (previous HPA targets, original requests).
+    pub fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+        self.inner.kerf.recommendations.valid()
+    }
+
+    /// Every kerf object currently skipped, with why (all kinds, not only policies).
+    pub fn rejected(&self) -> Vec<Rejected> {
+        let k = &self.inner.kerf;
+        let mut out = Vec::new();
+        out.extend(k.gpu.rejected());
+        out.extend(k.cluster_gpu.rejected());
+        out.extend(k.global.rejected());
+        out.extend(k.evaluation.rejected());
+        out.extend(k.strategies.rejected());
+        out.extend(k.cluster_strategies.rejected());
+        out.extend(k.rightsizing.rejected());
+        out.extend(k.cluster_rightsizing.rejected());
+        out.extend(k.recommendations.rejected());
+        out
+    }
+
+    /// The plain snapshot evaluation reads, plus the policies left out because they are invalid.
+    pub fn snapshot(&self) -> (Snapshot, Vec<InvalidPolicy>) {
+        let i = &self.inner;
+        let k = &i.kerf;
+        let mut invalid = Vec::new();
+        let mut collect_invalid = |rs: Vec<Rejected>, t: PolicyType| {
+            invalid.extend(rs.into_iter().map(|r| InvalidPolicy::from_rejected(r, t)));
+        };
+        collect_invalid(k.gpu.rejected(), PolicyType::GpuReactivePolicy);
+        collect_invalid(
+            k.cluster_gpu.rejected(),
+            PolicyType::ClusterGpuReactivePolicy,
+        );
+        collect_invalid(k.rightsizing.rejected(), PolicyType::RightsizingPolicy);
+        collect_invalid(
+            k.cluster_rightsizing.rejected(),
+            PolicyType::ClusterRightsizingPolicy,
+        );
+
+        let gpu_policies = k
+            .gpu
+            .valid()
+            .iter()
+            .map(|p| {
+                gpu_policy(
+                    &p.metadata,
+                    PolicyType::GpuReactivePolicy,
+                    p.spec.clone(),
+                    p.status.clone(),
+                )
+            })
+            .chain(k.cluster_gpu.valid().iter().map(|p| {
+                gpu_policy(
+                    &p.metadata,
+                    PolicyType::ClusterGpuReactivePolicy,
+                    p.spec.clone().into(),
+                    p.status.clone(),
+                )
+            }))
+            .collect();
+        let rightsizing_policies = k
+            .rightsizing
+            .valid()
+            .iter()
+            .map(|p| {
+                rs_policy(
+                    &p.metadata,
+                    PolicyType::RightsizingPolicy,
+                    p.spec.clone(),
+                    p.status.clone(),
+                )
+            })
+            .chain(k.cluster_rightsizing.valid().iter().map(|p| {
+                rs_policy(
+                    &p.metadata,
+                    PolicyType::ClusterRightsizingPolicy,
+                    p.spec.clone().into(),
+                    p.status.clone(),
+                )
+            }))
+            .collect();
+
+        let mut strategies = BTreeMap::new();
+        for s in k.strategies.valid() {
+            strategies.insert(
+                StrategyKey {
+                    namespace: s.metadata.namespace.clone(),
+                    name: s.name_any(),
+                },
+                s.spec.view(),
+            );
+        }
+        for s in k.cluster_strategies.valid() {
+            strategies.insert(
+                StrategyKey {
+                    namespace: None,
+                    name: s.name_any(),
+                },
+                s.spec.view(),
+            );
+        }
+
+        let mut workloads = Vec::new();
+        for d in i.deployments.state() {
+            let spec = d.spec.clone();
+            workloads.push(workload(
+                &d.metadata,
+                WorkloadKind::Deployment,
+                spec.template,
+                Some(spec.replicas.unwrap_or(1)),
+            ));
+        }
+        for s in i.statefulsets.state() {
+            let spec = s.spec.clone();
+            workloads.push(workload(
+                &s.metadata,
+                WorkloadKind::StatefulSet,
+                spec.template,
+                Some(spec.replicas.unwrap_or(1)),
+            ));
+        }
+        for d in i.daemonsets.state() {
+            let spec = d.spec.clone();
+            let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
+            workloads.push(workload(
+                &d.metadata,
+                WorkloadKind::DaemonSet,
+                spec.template,
+                desired,
+            ));
+        }
+        let mut job_owners = BTreeMap::new();
+        for j in i.jobs.state() {
+            let ns = j.namespace().unwrap_or_default();
+            // A Job run by a CronJob is part of that CronJob, not a workload of its own.
+            if let Some(cron) = controller_owner(&j.metadata, "CronJob") {
+                job_owners.insert((ns, j.name_any()), cron.to_string());
+                continue;
+            }
+            let spec = j.spec.clone().unwrap_or_default();
+            workloads.push(workload(
+                &j.metadata,
+                WorkloadKind::Job,
+                spec.template,
+                spec.parallelism,
+            ));
+        }
+        for c in i.cronjobs.state() {
+            let template = c
+                .spec
+                .job_template
+                .spec
+                .as_ref()
+                .map(|s| s.template.clone())
+                .unwrap_or_default();
+            workloads.push(workload(&c.metadata, WorkloadKind::CronJob, template, None));
+        }
+        workloads.sort_by(|a, b| a.key.cmp(&b.key));
+
+        let mut replicaset_owners = BTreeMap::new();
+        for rs in i.replicasets.state() {
+            if let Some(d) = controller_owner(&rs.metadata, "Deployment") {
+                replicaset_owners.insert(
+                    (rs.namespace().unwrap_or_default(), rs.name_any()),
+                    d.to_string(),
+                );
+            }
+        }
+
+        let mut pods: Vec<Pod> = i.pods.state().iter().map(|p| (**p).clone()).collect();
+        pods.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        let mut hpas: Vec<HorizontalPodAutoscaler> =
+            i.hpas.state().iter().map(|h| (**h).clone()).collect();
+        hpas.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+
+        let snapshot = Snapshot {
+            global: self.global(),
+            precedence: k
+                .evaluation
+                .valid()
+                .iter()
+                .find(|p| p.name_any() == POLICY_EVALUATION_NAME)
+                .map(|p| p.spec.clone())
+                .unwrap_or_else(PolicyEvaluationSpec::default),
+            gpu_policies,
+            rightsizing_policies,
+            strategies,
+            workloads,
+            pods,
+            hpas,
+            replicaset_owners,
+            job_owners,
+        };
+        (snapshot, invalid)
+    }
+
+    /// The `global-config` singleton, or defaults. A configuration that cannot be used never
+    /// turns writes on: if it asks for `readOnly: true`, that is honoured even when the rest is
+    /// invalid.
+    fn global(&self) -> GlobalConfigurationSpec {
+        let k = &self.inner.kerf;
+        if let Some(g) = k
+            .global
+            .valid()
+            .iter()
+            .find(|g| g.name_any() == GLOBAL_CONFIGURATION_NAME)
+        {
+            return g.spec.clone();
+        }
+        let mut spec = GlobalConfigurationSpec::default();
+        if let Some(bad) = k
+            .global
+            .rejected()
+            .into_iter()
+            .find(|r| r.name == GLOBAL_CONFIGURATION_NAME)
+        {
+            spec.read_only =
+                bad.raw.pointer("/spec/readOnly") == Some(&serde_json::Value::Bool(true));
+        }
+        spec
+    }
+}
+
+fn policy_id(meta: &ObjectMeta, t: PolicyType) -> PolicyId {
+    PolicyId {
+        kind: t.as_str().to_string(),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+fn gpu_policy(
+    meta: &ObjectMeta,
+    t: PolicyType,
+    spec: crate::api::GpuReactivePolicySpec,
+    status: Option<PolicyStatus>,
+) -> GpuPolicy {
+    GpuPolicy {
+        id: policy_id(meta, t),
+        policy_type: t,
+        creation: meta.creation_timestamp.as_ref().map(k8s_time),
+        generation: meta.generation,
+        spec,
+        status,
+    }
+}
+
+fn rs_policy(
+    meta: &ObjectMeta,
+    t: PolicyType,
+    spec: crate::api::RightsizingPolicySpec,
+    status: Option<PolicyStatus>,
+) -> RsPolicy {
+    RsPolicy {
+        id: policy_id(meta, t),
+        policy_type: t,
+        creation: meta.creation_timestamp.as_ref().map(k8s_time),
+        generation: meta.generation,
+        spec,
+        status,
+    }
+}
+
+fn workload(
+    meta: &ObjectMeta,
+    kind: WorkloadKind,
+    template: PodTemplateSpec,
+    replicas: Option<i32>,
+) -> Workload {
+    Workload {
+        key: WorkloadKey::new(
+            meta.namespace.clone().unwrap_or_default(),
+            kind,
+            meta.name.clone().unwrap_or_default(),
+        ),
+        uid: meta.uid.clone(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
+        template,
+        replicas,
+    }
+}

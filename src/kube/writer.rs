@@ -1,0 +1,1027 @@
+//! The only code that writes to the cluster: one task consuming a queue of [`WriteOp`]s.
+//!
+//! - Gated by the writer Lease: while this replica does not hold it, queued ops are dropped
+//!   ([`WriteOutcome::NotLeader`]) — the next evaluation cycle recomputes them anyway — and the
+//!   Lease is re-checked before every request, so losing it stops writing at once.
+//! - `readOnly` (GlobalConfiguration): nothing is written to workloads or HPAs; policy status,
+//!   RightsizingRecommendations and Events still are.
+//! - Every request: a timeout, up to `tries` attempts with exponential backoff on server errors,
+//!   timeouts and transport errors, and `kerf_cluster_writes{target,outcome}`.
+//! - Workloads and HPAs are written with server-side apply, field manager `kerf`, forced (kerf is
+//!   the controller of these fields). Server-side apply removes what the manager no longer sends,
+//!   so each apply to a workload carries every field kerf owns there: the op says what it changes
+//!   and the rest (read from the live object's `managedFields`) is carried forward. The rolling
+//!   restart annotation is a plain merge patch (as `kubectl rollout restart` does), so later
+//!   applies never remove it and trigger another rollout.
+//! - Nothing is written when the observed object already matches.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use ::kube::{Client, Error as KubeError};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ObjectReference, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, MicroTime, ObjectMeta, OwnerReference,
+};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::api::{
+    ClusterGpuReactivePolicy, ClusterRightsizingPolicy, GpuReactivePolicy, PolicyStatus,
+    RecommendationStatus, RightsizingPolicy, RightsizingRecommendation,
+    RightsizingRecommendationSpec, WorkloadKind,
+};
+use crate::core::model::{
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
+    CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
+    render_baseline, to_k8s_time,
+};
+use crate::core::snapshot::Workload;
+use crate::kube::{FIELD_MANAGER, quantity};
+use crate::telemetry::{WriteLabels, metrics};
+
+/// The GPU annotations kerf wants on a workload (`None` = the annotation is absent).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuAnnotations {
+    pub baseline: Option<GpuMap>,
+    pub recommendation: Option<GpuRecommendation>,
+}
+
+impl GpuAnnotations {
+    fn rendered(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        if let Some(b) = self.baseline.as_ref().filter(|b| !b.is_empty()) {
+            m.insert(ANNOTATION_GPU_BASELINE.to_string(), render_baseline(b));
+        }
+        if let Some(r) = self
+            .recommendation
+            .as_ref()
+            .filter(|r| !r.containers.is_empty())
+        {
+            m.insert(ANNOTATION_GPU_RECOMMENDATION.to_string(), r.render());
+        }
+        m
+    }
+}
+
+/// kerf's fields on one workload. `None` leaves that group as kerf last applied it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadWrite {
+    /// The workload as last seen (snapshot): identifies it and is diffed against, so an
+    /// unchanged workload costs no request.
+    pub observed: Workload,
+    /// GPU baseline and recommendation annotations. When the recommendation's per-container
+    /// values change, the workload is also restarted (pod template `restartedAt`).
+    pub gpu: Option<GpuAnnotations>,
+    /// Template container requests kerf sets (auto-patch / coordinated change), by container.
+    pub requests: Option<BTreeMap<String, ResourceRequests>>,
+}
+
+/// One `metav1.Condition` kerf wants on a policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConditionUpdate {
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ConditionUpdate {
+    pub fn new(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyStatusWrite {
+    pub policy: PolicyId,
+    /// `metadata.generation` of the policy evaluated (→ `status.observedGeneration`).
+    pub generation: Option<i64>,
+    /// The policy's status as last seen (keeps `lastTransitionTime` and skips no-op writes).
+    pub observed: Option<PolicyStatus>,
+    pub conditions: Vec<ConditionUpdate>,
+    pub matched_workloads: Option<i64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecommendationWrite {
+    pub namespace: String,
+    pub name: String,
+    pub spec: RightsizingRecommendationSpec,
+    pub status: Option<RecommendationStatus>,
+    /// Usually the workload, so the recommendation goes away with it.
+    pub owner: Option<OwnerReference>,
+    pub observed: Option<RightsizingRecommendation>,
+}
+
+/// The utilization target kerf sets on an HPA (single `Resource` metric).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HpaTarget {
+    pub namespace: String,
+    pub name: String,
+    /// `cpu` or `memory`.
+    pub resource: String,
+    pub average_utilization: i32,
+    pub observed: Option<HorizontalPodAutoscaler>,
+}
+
+/// HPA coordination's "one change": the template requests and the HPA target, applied together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoordinatedChange {
+    pub workload: WorkloadWrite,
+    pub hpa: HpaTarget,
+}
+
+/// An `events.k8s.io/v1` Event on a workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventWrite {
+    pub regarding: WorkloadKey,
+    pub uid: Option<String>,
+    pub warning: bool,
+    pub reason: String,
+    pub action: String,
+    pub note: String,
+    /// Carried as the Event's annotations (e.g. `hpa`, `hpaResource`, `hpaTargetFrom`, `hpaTargetTo`).
+    pub details: BTreeMap<String, String>,
+}
+
+impl EventWrite {
+    /// `Applied`: a coordinated change went through.
+    pub fn applied(workload: &Workload, hpa: &CoordinatedHpa) -> Self {
+        let details = BTreeMap::from([
+            ("hpa".to_string(), hpa.hpa_name.clone()),
+            ("hpaResource".to_string(), hpa.resource.clone()),
+            ("hpaTargetFrom".to_string(), hpa.target_before.to_string()),
+            ("hpaTargetTo".to_string(), hpa.target_after.to_string()),
+        ]);
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: false,
+            reason: "Applied".into(),
+            action: "Rightsize".into(),
+            note: format!(
+                "applied new requests with HPA {} {} target {}% -> {}%",
+                hpa.hpa_name, hpa.resource, hpa.target_before, hpa.target_after
+            ),
+            details,
+        }
+    }
+
+    /// `Blocked` with a reason code such as `HPACoupled`.
+    pub fn blocked(workload: &Workload, reason_code: &str, message: &str) -> Self {
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: true,
+            reason: "Blocked".into(),
+            action: "Rightsize".into(),
+            note: format!("{reason_code}: {message}"),
+            details: BTreeMap::from([("reason".to_string(), reason_code.to_string())]),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum WriteOp {
+    Workload(Box<WorkloadWrite>),
+    /// A rolling restart (pod template `rightsizing.kubex.ai/restartedAt`).
+    Restart(WorkloadKey),
+    PolicyStatus(Box<PolicyStatusWrite>),
+    Recommendation(Box<RecommendationWrite>),
+    Coordinated(Box<CoordinatedChange>),
+    Event(Box<EventWrite>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOutcome {
+    /// `requests` API requests succeeded.
+    Written {
+        requests: usize,
+    },
+    /// The cluster already matched: nothing sent.
+    Unchanged,
+    /// This replica does not hold the writer Lease: nothing (more) sent.
+    NotLeader,
+    /// `readOnly`: workloads and HPAs are not written.
+    ReadOnly,
+    Failed(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct WriterConfig {
+    /// kerf's namespace (logged with every write).
+    pub namespace: String,
+    /// Reported as the Events' `reportingInstance`.
+    pub identity: String,
+    pub timeout: Duration,
+    pub tries: u32,
+    /// First retry delay; doubles each retry.
+    pub backoff: Duration,
+    pub queue: usize,
+    /// `readOnly` until told otherwise: a writer that has not seen the GlobalConfiguration
+    /// must not touch workloads.
+    pub read_only: bool,
+}
+
+impl WriterConfig {
+    pub fn new(namespace: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            identity: crate::kube::default_identity(),
+            timeout: Duration::from_secs(10),
+            tries: 3,
+            backoff: Duration::from_millis(500),
+            queue: 1024,
+            read_only: true,
+        }
+    }
+}
+
+type Queued = (WriteOp, Option<oneshot::Sender<WriteOutcome>>);
+
+#[derive(Debug, thiserror::Error)]
+#[error("the writer task has stopped")]
+pub struct WriterStopped;
+
+/// Sends ops to the writer task. Cheap to clone.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Queued>,
+    read_only: Arc<watch::Sender<bool>>,
+}
+
+impl WriterHandle {
+    /// Queues an op (waits only when the queue is full).
+    pub async fn send(&self, op: WriteOp) -> Result<(), WriterStopped> {
+        self.tx.send((op, None)).await.map_err(|_| WriterStopped)
+    }
+
+    /// Queues an op and waits for its outcome.
+    pub async fn apply(&self, op: WriteOp) -> WriteOutcome {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send((op, Some(tx))).await.is_err() {
+            return WriteOutcome::Failed(WriterStopped.to_string());
+        }
+        rx.await
+            .unwrap_or_else(|_| WriteOutcome::Failed(WriterStopped.to_string()))
+    }
+
+    /// GlobalConfiguration `readOnly`; set it from every snapshot.
+    pub fn set_read_only(&self, read_only: bool) {
+        self.read_only
+            .send_if_modified(|v| std::mem::replace(v, read_only) != read_only);
+    }
+}
+
+pub struct Writer;
+
+impl Writer {
+    /// Spawns the writer task with default settings (10 s timeout, 3 tries).
+    pub fn spawn(client: Client, namespace: &str, lease: watch::Receiver<bool>) -> WriterHandle {
+        Self::spawn_with(client, lease, WriterConfig::new(namespace))
+    }
+
+    pub fn spawn_with(
+        client: Client,
+        lease: watch::Receiver<bool>,
+        cfg: WriterConfig,
+    ) -> WriterHandle {
+        let (tx, mut rx) = mpsc::channel::<Queued>(cfg.queue.max(1));
+        let (ro_tx, ro_rx) = watch::channel(cfg.read_only);
+        let mut task = Task {
+            client,
+            cfg,
+            lease,
+            read_only: ro_rx,
+            last_applied: HashMap::new(),
+        };
+        tokio::spawn(async move {
+            while let Some((op, reply)) = rx.recv().await {
+                let outcome = if *task.lease.borrow() {
+                    task.execute(op).await
+                } else {
+                    WriteOutcome::NotLeader
+                };
+                match &outcome {
+                    WriteOutcome::Failed(e) => tracing::warn!(error = %e, "cluster write failed"),
+                    other => tracing::debug!(outcome = ?other, "cluster write"),
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(outcome);
+                }
+            }
+        });
+        WriterHandle {
+            tx,
+            read_only: Arc::new(ro_tx),
+        }
+    }
+}
+
+enum CallError {
+    NotLeader,
+    Failed(String),
+}
+
+impl From<CallError> for WriteOutcome {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::NotLeader => WriteOutcome::NotLeader,
+            CallError::Failed(m) => WriteOutcome::Failed(m),
+        }
+    }
+}
+
+fn count(target: &str, outcome: &str) {
+    metrics()
+        .cluster_writes
+        .get_or_create(&WriteLabels {
+            target: target.into(),
+            outcome: outcome.into(),
+        })
+        .inc();
+}
+
+fn retryable(e: &KubeError) -> bool {
+    match e {
+        KubeError::Api(s) => s.code >= 500 || s.code == 429,
+        KubeError::SerdeError(_) | KubeError::BuildRequest(_) => false,
+        _ => true,
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+struct Task {
+    client: Client,
+    cfg: WriterConfig,
+    lease: watch::Receiver<bool>,
+    read_only: watch::Receiver<bool>,
+    /// The last body applied per workload: a removal kerf cannot make (another manager owns
+    /// the annotation) is not re-sent every cycle.
+    last_applied: HashMap<WorkloadKey, Value>,
+}
+
+/// Where the pod template lives in each workload kind.
+fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
+    match kind {
+        WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
+        _ => &["spec", "template"],
+    }
+}
+
+fn workload_resource(kind: WorkloadKind) -> ApiResource {
+    match kind {
+        WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
+        WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
+        WorkloadKind::Job => ApiResource::erase::<Job>(&()),
+        WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
+    }
+}
+
+fn policy_resource(kind: &str) -> Option<(ApiResource, bool)> {
+    Some(match kind {
+        "GpuReactivePolicy" => (ApiResource::erase::<GpuReactivePolicy>(&()), true),
+        "ClusterGpuReactivePolicy" => (ApiResource::erase::<ClusterGpuReactivePolicy>(&()), false),
+        "RightsizingPolicy" => (ApiResource::erase::<RightsizingPolicy>(&()), true),
+        "ClusterRightsizingPolicy" => (ApiResource::erase::<ClusterRightsizingPolicy>(&()), false),
+        _ => return None,
+    })
+}
+
+/// Nests `leaf` under `path` (`["spec","template"]` → `{"spec":{"template":leaf}}`).
+fn nest(path: &[&str], leaf: Value) -> Value {
+    path.iter().rev().fold(leaf, |acc, k| json!({ *k: acc }))
+}
+
+fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {
+    let a = a.cloned().unwrap_or_default();
+    let b = b.cloned().unwrap_or_default();
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, va), (kb, vb))| ka == kb && (va - vb).abs() < 1e-9)
+}
+
+/// The requests a container of `template` has, as kerf compares them.
+fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
+    let spec = template.spec.as_ref()?;
+    let c = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == container)?;
+    let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    Some(ResourceRequests {
+        cpu_millis: req
+            .and_then(|r| r.get("cpu"))
+            .and_then(quantity::cpu_millis),
+        memory_bytes: req
+            .and_then(|r| r.get("memory"))
+            .and_then(quantity::memory_bytes),
+    })
+}
+
+fn requests_match(template: &PodTemplateSpec, wanted: &BTreeMap<String, ResourceRequests>) -> bool {
+    wanted
+        .iter()
+        .all(|(c, want)| match template_requests(template, c) {
+            // A container the template does not have cannot be written; nothing to do for it.
+            None => true,
+            Some(have) => {
+                want.cpu_millis.is_none_or(|m| have.cpu_millis == Some(m))
+                    && want
+                        .memory_bytes
+                        .is_none_or(|b| have.memory_bytes == Some(b))
+            }
+        })
+}
+
+/// What kerf's own apply configuration owns on a live workload.
+#[derive(Debug, Default)]
+struct Owned {
+    annotations: BTreeSet<String>,
+    /// container → (cpu, memory) owned.
+    requests: BTreeMap<String, (bool, bool)>,
+}
+
+fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+    let mut owned = Owned::default();
+    for mf in obj.metadata.managed_fields.iter().flatten() {
+        if mf.manager.as_deref() != Some(FIELD_MANAGER)
+            || mf.operation.as_deref() != Some("Apply")
+            || mf.subresource.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            continue;
+        }
+        let Some(fields) = mf.fields_v1.as_ref().map(|f| &f.0) else {
+            continue;
+        };
+        if let Some(a) = fields
+            .get("f:metadata")
+            .and_then(|m| m.get("f:annotations"))
+            .and_then(Value::as_object)
+        {
+            owned.annotations.extend(
+                a.keys()
+                    .filter_map(|k| k.strip_prefix("f:"))
+                    .map(str::to_string),
+            );
+        }
+        let mut spec = Some(fields);
+        for step in template_path(kind).iter().chain(["spec"].iter()) {
+            spec = spec.and_then(|v| v.get(format!("f:{step}")));
+        }
+        for list in ["f:containers", "f:initContainers"] {
+            let Some(items) = spec.and_then(|s| s.get(list)).and_then(Value::as_object) else {
+                continue;
+            };
+            for (key, item) in items {
+                let name = key
+                    .strip_prefix("k:")
+                    .and_then(|k| serde_json::from_str::<Value>(k).ok())
+                    .and_then(|k| k.get("name").and_then(Value::as_str).map(str::to_string));
+                let Some(name) = name else { continue };
+                let req = item.get("f:resources").and_then(|r| r.get("f:requests"));
+                let cpu = req.is_some_and(|r| r.get("f:cpu").is_some());
+                let mem = req.is_some_and(|r| r.get("f:memory").is_some());
+                if cpu || mem {
+                    let e = owned.requests.entry(name).or_default();
+                    e.0 |= cpu;
+                    e.1 |= mem;
+                }
+            }
+        }
+    }
+    owned
+}
+
+fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec {
+    let mut v = Some(&obj.data);
+    for step in template_path(kind) {
+        v = v.and_then(|x| x.get(*step));
+    }
+    v.and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The server-side apply body for kerf's fields on a workload.
+fn workload_body(
+    key: &WorkloadKey,
+    annotations: &BTreeMap<String, String>,
+    requests: &BTreeMap<String, ResourceRequests>,
+    template: &PodTemplateSpec,
+) -> Value {
+    let ar = workload_resource(key.kind);
+    let mut metadata = json!({"name": key.name, "namespace": key.namespace});
+    if !annotations.is_empty() {
+        metadata["annotations"] = json!(annotations);
+    }
+    let mut body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata});
+    let empty = PodSpec::default();
+    let spec = template.spec.as_ref().unwrap_or(&empty);
+    let mut containers = Vec::new();
+    let mut init_containers = Vec::new();
+    for (name, r) in requests {
+        let mut req = serde_json::Map::new();
+        if let Some(m) = r.cpu_millis {
+            req.insert("cpu".into(), json!(quantity::render_cpu(m).0));
+        }
+        if let Some(b) = r.memory_bytes {
+            req.insert("memory".into(), json!(quantity::render_memory(b).0));
+        }
+        if req.is_empty() {
+            continue;
+        }
+        let entry = json!({"name": name, "resources": {"requests": req}});
+        if spec.containers.iter().any(|c| &c.name == name) {
+            containers.push(entry);
+        } else if spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| &c.name == name)
+        {
+            init_containers.push(entry);
+        } else {
+            tracing::warn!(workload = %key, container = %name, "template has no such container: requests not written");
+        }
+    }
+    if !containers.is_empty() || !init_containers.is_empty() {
+        let mut pod_spec = serde_json::Map::new();
+        if !containers.is_empty() {
+            pod_spec.insert("containers".into(), Value::Array(containers));
+        }
+        if !init_containers.is_empty() {
+            pod_spec.insert("initContainers".into(), Value::Array(init_containers));
+        }
+        let mut path: Vec<&str> = template_path(key.kind).to_vec();
+        path.push("spec");
+        let spec_part = nest(&path, Value::Object(pod_spec));
+        if let (Some(b), Some(s)) = (body.as_object_mut(), spec_part.as_object()) {
+            b.extend(s.clone());
+        }
+    }
+    body
+}
+
+/// The single `Resource`/`Utilization` metric target of an HPA, if that is what it has.
+pub fn hpa_utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(String, i32)> {
+    let metrics = hpa.spec.metrics.as_ref()?;
+    match metrics.as_slice() {
+        [m] if m.type_ == "Resource" => {
+            let r = m.resource.as_ref()?;
+            (r.target.type_ == "Utilization")
+                .then(|| r.target.average_utilization.map(|u| (r.name.clone(), u)))
+                .flatten()
+        }
+        _ => None,
+    }
+}
+
+/// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a
+/// condition's status does; conditions not mentioned are kept.
+pub fn merge_conditions(
+    observed: &[Condition],
+    updates: &[ConditionUpdate],
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
+    let mut out: Vec<Condition> = observed.to_vec();
+    for u in updates {
+        let status = if u.status { "True" } else { "False" }.to_string();
+        let fresh = Condition {
+            type_: u.type_.clone(),
+            status: status.clone(),
+            reason: u.reason.clone(),
+            message: u.message.clone(),
+            observed_generation: generation,
+            last_transition_time: to_k8s_time(now),
+        };
+        match out.iter_mut().find(|c| c.type_ == u.type_) {
+            Some(c) => {
+                let keep_time = c.status == status;
+                let time = c.last_transition_time.clone();
+                *c = fresh;
+                if keep_time {
+                    c.last_transition_time = time;
+                }
+            }
+            None => out.push(fresh),
+        }
+    }
+    out
+}
+
+impl Task {
+    /// One request with timeout, retries and the write metric. The Lease is checked before
+    /// every attempt.
+    /// `target` labels the write metric; `None` for reads.
+    async fn call<T, F, Fut>(
+        &self,
+        target: Option<&str>,
+        what: &str,
+        mut f: F,
+    ) -> Result<T, CallError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, KubeError>>,
+    {
+        let mut delay = self.cfg.backoff;
+        let tries = self.cfg.tries.max(1);
+        for attempt in 1..=tries {
+            if !*self.lease.borrow() {
+                return Err(CallError::NotLeader);
+            }
+            let error = match tokio::time::timeout(self.cfg.timeout, f()).await {
+                Ok(Ok(v)) => {
+                    target.inspect(|t| count(t, "ok"));
+                    return Ok(v);
+                }
+                Ok(Err(e)) if !retryable(&e) => {
+                    target.inspect(|t| count(t, "error"));
+                    return Err(CallError::Failed(format!("{what}: {e}")));
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("timed out after {:?}", self.cfg.timeout),
+            };
+            if attempt == tries {
+                target.inspect(|t| count(t, "error"));
+                return Err(CallError::Failed(format!(
+                    "{what}: {error} (after {tries} attempts)"
+                )));
+            }
+            tracing::info!(namespace = %self.cfg.namespace, attempt, error = %error, "{what}: retrying");
+            tokio::time::sleep(delay).await;
+            delay = delay.saturating_mul(2);
+        }
+        unreachable!("the loop returns on its last attempt")
+    }
+
+    async fn execute(&mut self, op: WriteOp) -> WriteOutcome {
+        let read_only = *self.read_only.borrow();
+        let result = match op {
+            WriteOp::Workload(w) if read_only => {
+                tracing::debug!(workload = %w.observed.key, "readOnly: workload not written");
+                return WriteOutcome::ReadOnly;
+            }
+            WriteOp::Restart(_) | WriteOp::Coordinated(_) if read_only => {
+                return WriteOutcome::ReadOnly;
+            }
+            WriteOp::Workload(w) => self.write_workload(&w).await,
+            WriteOp::Restart(key) => self.restart(&key).await.map(|()| 1),
+            WriteOp::Coordinated(c) => self.coordinated(&c).await,
+            WriteOp::PolicyStatus(s) => self.policy_status(&s).await,
+            WriteOp::Recommendation(r) => self.recommendation(&r).await,
+            WriteOp::Event(e) => self.event(&e).await.map(|()| 1),
+        };
+        match result {
+            Ok(0) => WriteOutcome::Unchanged,
+            Ok(n) => WriteOutcome::Written { requests: n },
+            Err(e) => e.into(),
+        }
+    }
+
+    fn workload_api(&self, key: &WorkloadKey) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &key.namespace,
+            &workload_resource(key.kind),
+        )
+    }
+
+    /// Applies kerf's fields on a workload when they differ; restarts it when the GPU
+    /// recommendation's values changed. Returns the number of requests made.
+    async fn write_workload(&mut self, w: &WorkloadWrite) -> Result<usize, CallError> {
+        let key = &w.observed.key;
+        let observed_ann = &w.observed.annotations;
+        let desired_ann = w.gpu.as_ref().map(GpuAnnotations::rendered);
+        let mut annotation_values_differ = false;
+        let mut annotation_removal = false;
+        if let Some(d) = &desired_ann {
+            for k in [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION] {
+                match (observed_ann.get(k), d.get(k)) {
+                    (Some(a), Some(b)) if a != b => annotation_values_differ = true,
+                    (None, Some(_)) => annotation_values_differ = true,
+                    (Some(_), None) => annotation_removal = true,
+                    _ => {}
+                }
+            }
+        }
+        let requests_differ = w
+            .requests
+            .as_ref()
+            .is_some_and(|r| !requests_match(&w.observed.template, r));
+        if !annotation_values_differ && !annotation_removal && !requests_differ {
+            return Ok(0);
+        }
+
+        // Carry forward whatever kerf owns that this op leaves alone.
+        let mut annotations = desired_ann.clone().unwrap_or_default();
+        let mut requests = w.requests.clone().unwrap_or_default();
+        let mut template = w.observed.template.clone();
+        let mut made = 0;
+        if desired_ann.is_none() || w.requests.is_none() {
+            let api = self.workload_api(key);
+            let live = self
+                .call(None, &format!("read {key}"), || api.get_opt(&key.name))
+                .await?;
+            made += 1;
+            let Some(live) = live else {
+                return Err(CallError::Failed(format!("{key} no longer exists")));
+            };
+            let owned = kerf_owned(&live, key.kind);
+            template = live_template(&live, key.kind);
+            if desired_ann.is_none() {
+                let live_ann = live.metadata.annotations.clone().unwrap_or_default();
+                for k in &owned.annotations {
+                    if let Some(v) = live_ann.get(k) {
+                        annotations.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            if w.requests.is_none() {
+                for (c, (cpu, mem)) in &owned.requests {
+                    if let Some(have) = template_requests(&template, c) {
+                        requests.insert(
+                            c.clone(),
+                            ResourceRequests {
+                                cpu_millis: have.cpu_millis.filter(|_| *cpu),
+                                memory_bytes: have.memory_bytes.filter(|_| *mem),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        let body = workload_body(key, &annotations, &requests, &template);
+        if !annotation_values_differ
+            && !requests_differ
+            && self.last_applied.get(key) == Some(&body)
+        {
+            // Only a removal kerf already applied: another manager keeps the annotation.
+            return Ok(0);
+        }
+        let api = self.workload_api(key);
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(Some("annotations"), &format!("apply {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
+        made += 1;
+        self.last_applied.insert(key.clone(), body);
+
+        if let Some(g) = &w.gpu {
+            let before = observed_ann
+                .get(ANNOTATION_GPU_RECOMMENDATION)
+                .and_then(|t| GpuRecommendation::parse(t).ok())
+                .map(|r| r.containers);
+            let after = g.recommendation.as_ref().map(|r| r.containers.clone());
+            let changed = !same_gpu(before.as_ref(), after.as_ref());
+            if changed && !matches!(key.kind, WorkloadKind::Job | WorkloadKind::CronJob) {
+                self.restart(key).await?;
+                made += 1;
+            }
+        }
+        Ok(made)
+    }
+
+    /// Rolling restart through the pod template annotation (a merge patch: see the module docs).
+    async fn restart(&self, key: &WorkloadKey) -> Result<(), CallError> {
+        let at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut path: Vec<&str> = template_path(key.kind).to_vec();
+        path.extend(["metadata", "annotations"]);
+        let body = nest(&path, json!({ ANNOTATION_RESTARTED_AT: at }));
+        let api = self.workload_api(key);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let patch = Patch::Merge(&body);
+        self.call(Some("template"), &format!("restart {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
+        tracing::info!(workload = %key, "rolling restart requested");
+        Ok(())
+    }
+
+    async fn hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
+        if h.observed.as_ref().and_then(hpa_utilization_target)
+            == Some((h.resource.clone(), h.average_utilization))
+        {
+            return Ok(0);
+        }
+        let body = json!({
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": h.name, "namespace": h.namespace},
+            "spec": {"metrics": [{
+                "type": "Resource",
+                "resource": {"name": h.resource, "target": {"type": "Utilization", "averageUtilization": h.average_utilization}},
+            }]},
+        });
+        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(
+            Some("hpa"),
+            &format!("apply HPA {}/{}", h.namespace, h.name),
+            || api.patch(&h.name, &params, &patch),
+        )
+        .await?;
+        Ok(1)
+    }
+
+    /// Both halves of a coordinated change. The order keeps the transient state
+    /// over-provisioned: a rising target (requests shrink) waits for the template; a falling
+    /// target (requests grow) goes first.
+    async fn coordinated(&mut self, c: &CoordinatedChange) -> Result<usize, CallError> {
+        let old = c
+            .hpa
+            .observed
+            .as_ref()
+            .and_then(hpa_utilization_target)
+            .map(|(_, t)| t);
+        let hpa_first = old.is_some_and(|t| c.hpa.average_utilization < t);
+        if hpa_first {
+            let hpa = self.hpa(&c.hpa).await?;
+            Ok(hpa + self.write_workload(&c.workload).await?)
+        } else {
+            let template = self.write_workload(&c.workload).await?;
+            Ok(template + self.hpa(&c.hpa).await?)
+        }
+    }
+
+    async fn policy_status(&self, s: &PolicyStatusWrite) -> Result<usize, CallError> {
+        let Some((ar, namespaced)) = policy_resource(&s.policy.kind) else {
+            return Err(CallError::Failed(format!(
+                "{} is not a policy kind",
+                s.policy.kind
+            )));
+        };
+        let observed = s.observed.clone().unwrap_or_default();
+        let generation = s.generation.or(observed.observed_generation);
+        let status = PolicyStatus {
+            conditions: merge_conditions(
+                &observed.conditions,
+                &s.conditions,
+                generation,
+                Utc::now(),
+            ),
+            observed_generation: generation,
+            matched_workloads: s.matched_workloads.or(observed.matched_workloads),
+        };
+        if status == observed {
+            return Ok(0);
+        }
+        let api: Api<DynamicObject> = match (&s.policy.namespace, namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            (None, false) => Api::all_with(self.client.clone(), &ar),
+            _ => {
+                return Err(CallError::Failed(format!(
+                    "{}: namespace does not match the kind's scope",
+                    s.policy
+                )));
+            }
+        };
+        let body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "status": status});
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(Some("status"), &format!("status of {}", s.policy), || {
+            api.patch_status(&s.policy.name, &params, &patch)
+        })
+        .await?;
+        Ok(1)
+    }
+
+    async fn recommendation(&self, r: &RecommendationWrite) -> Result<usize, CallError> {
+        let api: Api<RightsizingRecommendation> =
+            Api::namespaced(self.client.clone(), &r.namespace);
+        let params = apply_params();
+        let what = format!("RightsizingRecommendation {}/{}", r.namespace, r.name);
+        let mut made = 0;
+        let spec_same = r.observed.as_ref().is_some_and(|o| {
+            o.spec == r.spec
+                && r.owner.as_ref().is_none_or(|own| {
+                    o.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|x| x.uid == own.uid)
+                })
+        });
+        if !spec_same {
+            let mut metadata = json!({"name": r.name, "namespace": r.namespace});
+            if let Some(o) = &r.owner {
+                metadata["ownerReferences"] = json!([o]);
+            }
+            let body = json!({
+                "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+                "kind": "RightsizingRecommendation",
+                "metadata": metadata,
+                "spec": r.spec,
+            });
+            let patch = Patch::Apply(&body);
+            self.call(Some("recommendation"), &what, || {
+                api.patch(&r.name, &params, &patch)
+            })
+            .await?;
+            made += 1;
+        }
+        if let Some(status) = &r.status {
+            let status_same = r.observed.as_ref().and_then(|o| o.status.as_ref()) == Some(status);
+            if !status_same {
+                let body = json!({
+                    "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+                    "kind": "RightsizingRecommendation",
+                    "status": status,
+                });
+                let patch = Patch::Apply(&body);
+                self.call(Some("recommendation"), &format!("status of {what}"), || {
+                    api.patch_status(&r.name, &params, &patch)
+                })
+                .await?;
+                made += 1;
+            }
+        }
+        Ok(made)
+    }
+
+    async fn event(&self, e: &EventWrite) -> Result<(), CallError> {
+        let now = Utc::now();
+        let ar = workload_resource(e.regarding.kind);
+        let mut note = e.note.clone();
+        if note.len() > 1024 {
+            let mut cut = 1021;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+            note.push_str("...");
+        }
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!(
+                    "{}.{:x}",
+                    e.regarding.name,
+                    now.timestamp_nanos_opt().unwrap_or_default()
+                )),
+                namespace: Some(e.regarding.namespace.clone()),
+                annotations: (!e.details.is_empty()).then(|| e.details.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(to_k8s_time(now).0)),
+            type_: Some(if e.warning { "Warning" } else { "Normal" }.into()),
+            reason: Some(e.reason.clone()),
+            action: Some(e.action.clone()),
+            note: Some(note),
+            regarding: Some(ObjectReference {
+                api_version: Some(ar.api_version.clone()),
+                kind: Some(ar.kind.clone()),
+                name: Some(e.regarding.name.clone()),
+                namespace: Some(e.regarding.namespace.clone()),
+                uid: e.uid.clone(),
+                ..Default::default()
+            }),
+            reporting_controller: Some("kerf".into()),
+            reporting_instance: Some(self.cfg.identity.chars().take(128).collect()),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &e.regarding.namespace);
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match self
+            .call(
+                Some("event"),
+                &format!("{} event on {}", e.reason, e.regarding),
+                || api.create(&pp, &event),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(CallError::Failed(m)) if m.contains("AlreadyExists") => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The writer Lease against a mock API server: create, takeover, refusal, races, and the writer
+//! going silent once the Lease is lost.
+
+mod kube_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use kerf::api::WorkloadKind;
+use kerf::core::model::WorkloadKey;
+use kerf::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
+use kube_support::{Recorded, Reply, eventually, mock, requests, status};
+use serde_json::{Value, json};
+
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kerf-system/leases/kerf-writer";
+const LEASES_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kerf-system/leases";
+
+fn cfg() -> LeaseConfig {
+    LeaseConfig {
+        name: "kerf-writer".into(),
+        duration: Duration::from_secs(15),
+        renew_every: Duration::from_millis(50),
+    }
+}
+
+fn lease_json(holder: &str, renew: &str, transitions: i32) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "kerf-writer", "namespace": "kerf-system", "resourceVersion": "41"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                 "acquireTime": "2026-07-01T11:00:00.000000Z", "renewTime": renew,
+                 "leaseTransitions": transitions}
+    })
+}
+
+fn now() -> chrono::DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 7, 1, 12, 0, 0).unwrap()
+}
+
+#[tokio::test]
+async fn creates_the_lease_when_absent() {
+    let (client, log) = mock(|r: &Recorded| match r.method.as_str() {
+        "GET" => status(404, "NotFound"),
+        _ => Reply::Json(201, r.body.clone()),
+    });
+    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
+    assert!(lease.try_acquire_or_renew(now()).await.unwrap());
+    let seen = requests(&log);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("GET", LEASE_PATH)
+    );
+    assert_eq!(
+        (seen[1].method.as_str(), seen[1].path.as_str()),
+        ("POST", LEASES_PATH)
+    );
+    let spec = &seen[1].body["spec"];
+    assert_eq!(seen[1].body["metadata"]["name"], "kerf-writer");
+    assert_eq!(spec["holderIdentity"], "kerf-0");
+    assert_eq!(spec["leaseDurationSeconds"], 15);
+    assert_eq!(spec["leaseTransitions"], 0);
+    assert!(
+        spec["renewTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T12:00:00")
+    );
+}
+
+#[tokio::test]
+async fn losing_a_create_race_is_not_leadership() {
+    let (client, _log) = mock(|r: &Recorded| match r.method.as_str() {
+        "GET" => status(404, "NotFound"),
+        _ => status(409, "AlreadyExists"),
+    });
+    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
+    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+}
+
+#[tokio::test]
+async fn takes_over_an_expired_lease_with_optimistic_concurrency() {
+    // Renewed 20 s ago with a 15 s duration: expired.
+    let (client, log) = mock(|r: &Recorded| match r.method.as_str() {
+        "GET" => Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:59:40.000000Z", 3)),
+        _ => Reply::Json(200, r.body.clone()),
+    });
+    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
+    assert!(lease.try_acquire_or_renew(now()).await.unwrap());
+    let seen = requests(&log);
+    assert_eq!(
+        (seen[1].method.as_str(), seen[1].path.as_str()),
+        ("PUT", LEASE_PATH)
+    );
+    let body = &seen[1].body;
+    assert_eq!(
+        body["metadata"]["resourceVersion"], "41",
+        "replace carries the version read"
+    );
+    assert_eq!(body["spec"]["holderIdentity"], "kerf-0");
+    assert_eq!(body["spec"]["leaseTransitions"], 4);
+    assert!(
+        body["spec"]["acquireTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T12:00:00")
+    );
+}
+
+#[tokio::test]
+async fn refuses_a_fresh_lease_held_by_another_replica() {
+    let (client, log) = mock(|_: &Recorded| {
+        Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:59:55.000000Z", 3))
+    });
+    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
+    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+    assert_eq!(
+        requests(&log).len(),
+        1,
+        "only the GET: no write to a lease held by another"
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_takeover_loses() {
+    let (client, _log) = mock(|r: &Recorded| match r.method.as_str() {
+        "GET" => Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:00:00.000000Z", 3)),
+        _ => status(409, "Conflict"),
+    });
+    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
+    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+}
+
+#[tokio::test]
+async fn renews_its_own_lease_without_a_transition() {
+    let (client, log) = mock(|r: &Recorded| match r.method.as_str() {
+        "GET" => Reply::Json(200, lease_json("kerf-0", "2026-07-01T11:59:57.000000Z", 2)),
+        _ => Reply::Json(200, r.body.clone()),
+    });
+    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
+    assert!(lease.try_acquire_or_renew(now()).await.unwrap());
+    let body = &requests(&log)[1].body;
+    assert_eq!(body["spec"]["leaseTransitions"], 2);
+    assert!(
+        body["spec"]["acquireTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T11:00:00")
+    );
+    assert!(
+        body["spec"]["renewTime"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-07-01T12:00:00")
+    );
+}
+
+/// The scripted cluster for the end-to-end scenario: what the Lease looks like next.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Phase {
+    /// No Lease yet: create succeeds.
+    Absent,
+    /// Held by kerf-0, renewals succeed.
+    Held,
+    /// Renewals fail with 500.
+    RenewFails,
+    /// Another replica holds a fresh Lease.
+    Stolen,
+}
+
+#[tokio::test]
+async fn the_writer_goes_silent_once_the_lease_is_lost() {
+    let phase = Arc::new(Mutex::new(Phase::Absent));
+    let p = phase.clone();
+    let (client, log) = mock(move |r: &Recorded| {
+        let phase = *p.lock().unwrap();
+        if r.path.starts_with(LEASES_PATH) {
+            let fresh = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            return match (phase, r.method.as_str()) {
+                (Phase::Absent, "GET") => status(404, "NotFound"),
+                (Phase::Absent, _) => Reply::Json(201, r.body.clone()),
+                (Phase::Held, "GET") | (Phase::RenewFails, "GET") => {
+                    Reply::Json(200, lease_json("kerf-0", &fresh, 0))
+                }
+                (Phase::Held, _) => Reply::Json(200, r.body.clone()),
+                (Phase::RenewFails, _) => status(500, "InternalError"),
+                (Phase::Stolen, _) => Reply::Json(200, lease_json("kerf-1", &fresh, 1)),
+            };
+        }
+        Reply::Json(200, r.body.clone())
+    });
+    let leader = Lease::new(client.clone(), "kerf-system", "kerf-0", cfg()).run();
+    let mut wcfg = WriterConfig::new("kerf-system");
+    wcfg.read_only = false;
+    wcfg.backoff = Duration::from_millis(5);
+    let writer = Writer::spawn_with(client, leader.clone(), wcfg);
+    let restart = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
+    let workload_writes = || {
+        requests(&log)
+            .iter()
+            .filter(|r| r.path.contains("/deployments/"))
+            .count()
+    };
+
+    {
+        let l = leader.clone();
+        eventually(5, "leadership after create", move || *l.borrow()).await;
+    }
+    *phase.lock().unwrap() = Phase::Held;
+    assert_eq!(
+        writer.apply(restart.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    assert_eq!(workload_writes(), 1);
+
+    // A failed renewal drops leadership at once; queued writes are dropped, nothing is sent.
+    *phase.lock().unwrap() = Phase::RenewFails;
+    {
+        let l = leader.clone();
+        eventually(5, "leadership lost after a failed renew", move || {
+            !*l.borrow()
+        })
+        .await;
+    }
+    for _ in 0..3 {
+        assert_eq!(writer.apply(restart.clone()).await, WriteOutcome::NotLeader);
+    }
+    assert_eq!(workload_writes(), 1);
+
+    // Renewals work again: leadership comes back; then another replica takes the Lease.
+    *phase.lock().unwrap() = Phase::Held;
+    {
+        let l = leader.clone();
+        eventually(5, "leadership regained", move || *l.borrow()).await;
+    }
+    assert_eq!(
+        writer.apply(restart.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    *phase.lock().unwrap() = Phase::Stolen;
+    let stolen_at = requests(&log).len();
+    {
+        let l = leader.clone();
+        eventually(5, "leadership lost to another holder", move || !*l.borrow()).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(writer.apply(restart).await, WriteOutcome::NotLeader);
+    assert_eq!(
+        workload_writes(),
+        2,
+        "no workload write after the Lease went to kerf-1"
+    );
+    let after: Vec<_> = requests(&log).into_iter().skip(stolen_at + 1).collect();
+    assert!(!after.is_empty());
+    assert!(
+        after
+            .iter()
+            .all(|r| r.method == "GET" && r.path == LEASE_PATH),
+        "a follower only reads the Lease: {after:#?}"
+    );
+    assert_eq!(kerf::telemetry::metrics().is_leader.get(), 0);
+}

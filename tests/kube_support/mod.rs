@@ -1,0 +1,122 @@
+//! A scripted mock API server for the kube IO tests: every request is recorded (method, path,
+//! query, content type, JSON body) and answered by the test's handler.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    pub accept: String,
+    pub body: Value,
+}
+
+impl Recorded {
+    pub fn query_has(&self, pair: &str) -> bool {
+        self.query.split('&').any(|p| p == pair)
+    }
+}
+
+pub enum Reply {
+    Json(u16, Value),
+    /// A watch response: one JSON event per line, then the stream ends.
+    Events(Vec<Value>),
+    /// Never answered (an open watch).
+    Hang,
+}
+
+pub fn status(code: u16, reason: &str) -> Reply {
+    Reply::Json(
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": format!("mock {reason}"), "reason": reason, "code": code}),
+    )
+}
+
+pub type Log = Arc<Mutex<Vec<Recorded>>>;
+
+pub fn requests(log: &Log) -> Vec<Recorded> {
+    log.lock().unwrap().clone()
+}
+
+/// A kube client whose requests go to `handler`.
+pub fn mock<F>(mut handler: F) -> (Client, Log)
+where
+    F: FnMut(&Recorded) -> Reply + Send + 'static,
+{
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    tokio::spawn(async move {
+        let mut parked = Vec::new();
+        while let Some((req, send)) = handle.next_request().await {
+            let (parts, body) = req.into_parts();
+            let bytes = body.collect_bytes().await.unwrap_or_default();
+            let rec = Recorded {
+                method: parts.method.to_string(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or("").to_string(),
+                content_type: parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
+                accept: parts
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            };
+            let reply = handler(&rec);
+            seen.lock().unwrap().push(rec);
+            match reply {
+                Reply::Json(code, v) => {
+                    let resp = Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                        .unwrap();
+                    send.send_response(resp);
+                }
+                Reply::Events(events) => {
+                    let mut body = Vec::new();
+                    for e in events {
+                        body.extend(serde_json::to_vec(&e).unwrap());
+                        body.push(b'\n');
+                    }
+                    let resp = Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(Body::from(body))
+                        .unwrap();
+                    send.send_response(resp);
+                }
+                Reply::Hang => parked.push(send),
+            }
+        }
+    });
+    (Client::new(service, "default"), log)
+}
+
+/// Polls `f` until it is true (or panics after `secs` seconds with `what`).
+pub async fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

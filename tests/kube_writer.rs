@@ -1,0 +1,657 @@
+//! The writer against a mock API server: exact requests, no-op suppression, readOnly, Lease
+//! gating, retries.
+
+mod kube_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kerf::api::{PolicyStatus, Signal, WorkloadKind};
+use kerf::core::model::{
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
+    CoordinatedHpa, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
+    to_k8s_time,
+};
+use kerf::core::snapshot::Workload;
+use kerf::kube::writer::{
+    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
+    WorkloadWrite,
+};
+use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
+use kube_support::{Recorded, Reply, mock, requests, status};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const APPLY: &str = "application/apply-patch+yaml";
+const DEPLOYMENT_PATH: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+
+fn template() -> PodTemplateSpec {
+    serde_json::from_value(json!({
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [
+            {"name": "app", "image": "app:1", "resources": {
+                "requests": {"cpu": "500m", "memory": "256Mi"},
+                "limits": {"nvidia.com/gpu": "1"}}},
+        ]}
+    }))
+    .unwrap()
+}
+
+fn workload(annotations: BTreeMap<String, String>) -> Workload {
+    Workload {
+        key: WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
+        uid: Some("uid-web".into()),
+        labels: BTreeMap::from([("app".into(), "web".into())]),
+        annotations,
+        template: template(),
+        replicas: Some(2),
+    }
+}
+
+fn recommendation(gpu: f64, minute: u32) -> GpuRecommendation {
+    GpuRecommendation {
+        containers: BTreeMap::from([("app".into(), gpu)]),
+        driving_metric: Some(Signal::Compute),
+        policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
+        updated_at: Some(Utc.with_ymd_and_hms(2026, 7, 1, 12, minute, 0).unwrap()),
+    }
+}
+
+fn gpu(baseline: f64, rec: Option<GpuRecommendation>) -> GpuAnnotations {
+    GpuAnnotations {
+        baseline: Some(BTreeMap::from([("app".into(), baseline)])),
+        recommendation: rec,
+    }
+}
+
+/// The live Deployment the mock serves on GET; `managed` = kerf's managedFields entry, if any.
+fn live_deployment(annotations: Value, managed: Option<Value>) -> Value {
+    let mut managed_fields = vec![
+        json!({"manager": "kubectl", "operation": "Update", "apiVersion": "apps/v1",
+        "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}),
+    ];
+    if let Some(m) = managed {
+        managed_fields.push(
+            json!({"manager": "kerf", "operation": "Apply", "apiVersion": "apps/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": m}),
+        );
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "7",
+                     "annotations": annotations, "managedFields": managed_fields},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "app:1", "resources": {
+                "requests": {"cpu": "700m", "memory": "256Mi"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}
+    })
+}
+
+fn writer(
+    client: kube::Client,
+    leader: bool,
+    read_only: bool,
+) -> (WriterHandle, watch::Sender<bool>) {
+    let (lease_tx, lease_rx) = watch::channel(leader);
+    let mut cfg = WriterConfig::new("kerf-system");
+    cfg.identity = "kerf-0".into();
+    cfg.backoff = Duration::from_millis(10);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.read_only = read_only;
+    (Writer::spawn_with(client, lease_rx, cfg), lease_tx)
+}
+
+/// Answers every request with `live` (GET reads it; a patch returns the object).
+fn echo_with(live: Value) -> impl FnMut(&Recorded) -> Reply + Send + 'static {
+    move |_: &Recorded| Reply::Json(200, live.clone())
+}
+
+#[tokio::test]
+async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_recommendation() {
+    let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
+    let (w, _lease) = writer(client, true, false);
+    let rec = recommendation(1.5, 0);
+    let op = WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: workload(BTreeMap::new()),
+        gpu: Some(gpu(1.0, Some(rec.clone()))),
+        requests: None,
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 3 });
+
+    let seen = requests(&log);
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    // 1: read the live object to carry forward what kerf owns there.
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("GET", DEPLOYMENT_PATH)
+    );
+    // 2: the apply.
+    let apply = &seen[1];
+    assert_eq!(
+        (apply.method.as_str(), apply.path.as_str()),
+        ("PATCH", DEPLOYMENT_PATH)
+    );
+    assert_eq!(apply.content_type, APPLY);
+    assert!(apply.query_has("fieldManager=kerf"), "{}", apply.query);
+    assert!(apply.query_has("force=true"), "{}", apply.query);
+    assert_eq!(
+        apply.body,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "annotations": {
+                ANNOTATION_GPU_BASELINE: "{\"app\":\"1\"}",
+                ANNOTATION_GPU_RECOMMENDATION: rec.render(),
+            }}
+        })
+    );
+    // 3: the rolling restart, a merge patch on the pod template.
+    let restart = &seen[2];
+    assert_eq!(
+        (restart.method.as_str(), restart.path.as_str()),
+        ("PATCH", DEPLOYMENT_PATH)
+    );
+    assert_eq!(restart.content_type, "application/merge-patch+json");
+    assert!(restart.query_has("fieldManager=kerf"));
+    let at = restart.body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT]
+        .as_str()
+        .expect("restartedAt set");
+    chrono::DateTime::parse_from_rfc3339(at).expect("restartedAt is RFC3339");
+    assert_eq!(
+        restart.body.as_object().unwrap().len(),
+        1,
+        "restart patch touches only the template"
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_sent_when_the_workload_already_matches() {
+    let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
+    let (w, _lease) = writer(client, true, false);
+    let rec = recommendation(1.5, 0);
+    let annotations = BTreeMap::from([
+        (
+            ANNOTATION_GPU_BASELINE.to_string(),
+            render_baseline(&BTreeMap::from([("app".into(), 1.0)])),
+        ),
+        (ANNOTATION_GPU_RECOMMENDATION.to_string(), rec.render()),
+    ]);
+    let op = WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: workload(annotations),
+        gpu: Some(gpu(1.0, Some(rec))),
+        requests: Some(BTreeMap::from([(
+            "app".to_string(),
+            ResourceRequests {
+                cpu_millis: Some(500),
+                memory_bytes: Some(256 << 20),
+            },
+        )])),
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::Unchanged);
+    assert!(requests(&log).is_empty(), "{:#?}", requests(&log));
+}
+
+#[tokio::test]
+async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restart() {
+    let old = recommendation(1.5, 0);
+    let new = recommendation(1.5, 5);
+    let annotations = BTreeMap::from([
+        (
+            ANNOTATION_GPU_BASELINE.to_string(),
+            "{\"app\":\"1\"}".to_string(),
+        ),
+        (ANNOTATION_GPU_RECOMMENDATION.to_string(), old.render()),
+    ]);
+    let (client, log) = mock(echo_with(live_deployment(json!(annotations.clone()), None)));
+    let (w, _lease) = writer(client, true, false);
+    let op = WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: workload(annotations),
+        gpu: Some(gpu(1.0, Some(new.clone()))),
+        requests: None,
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 2 });
+    let seen = requests(&log);
+    assert_eq!(
+        seen.iter().filter(|r| r.method == "PATCH").count(),
+        1,
+        "{seen:#?}"
+    );
+    assert_eq!(
+        seen[1].body["metadata"]["annotations"][ANNOTATION_GPU_RECOMMENDATION],
+        json!(new.render())
+    );
+}
+
+#[tokio::test]
+async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotations() {
+    // kerf owns app's cpu request (from an earlier coordinated change) and the baseline.
+    let managed = json!({
+        "f:metadata": {"f:annotations": {format!("f:{ANNOTATION_GPU_BASELINE}"): {},
+                                         format!("f:{ANNOTATION_GPU_RECOMMENDATION}"): {}}},
+        "f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"app\"}": {".": {}, "f:name": {}, "f:resources": {"f:requests": {"f:cpu": {}}}}}}}}
+    });
+    let annotations = BTreeMap::from([
+        (
+            ANNOTATION_GPU_BASELINE.to_string(),
+            "{\"app\":\"1\"}".to_string(),
+        ),
+        (
+            ANNOTATION_GPU_RECOMMENDATION.to_string(),
+            recommendation(1.5, 0).render(),
+        ),
+    ]);
+    let (client, log) = mock(echo_with(live_deployment(
+        json!(annotations.clone()),
+        Some(managed),
+    )));
+    let (w, _lease) = writer(client, true, false);
+    // The policy went away: both annotations are dropped.
+    let op = WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: workload(annotations),
+        gpu: Some(GpuAnnotations::default()),
+        requests: None,
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 3 });
+    let seen = requests(&log);
+    assert_eq!(
+        seen[1].body,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "700m"}}}]}}}
+        }),
+        "the apply omits the annotations (SSA removes them) but keeps kerf's cpu request"
+    );
+    // The recommendation went away: pods go back to the template's allocation.
+    assert!(
+        seen[2].body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT]
+            .is_string()
+    );
+}
+
+#[tokio::test]
+async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    w.set_read_only(true);
+    let op = WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: workload(BTreeMap::new()),
+        gpu: Some(gpu(1.0, Some(recommendation(1.5, 0)))),
+        requests: None,
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::ReadOnly);
+    assert_eq!(
+        w.apply(WriteOp::Restart(WorkloadKey::new(
+            "shop",
+            WorkloadKind::Deployment,
+            "web"
+        )))
+        .await,
+        WriteOutcome::ReadOnly
+    );
+    assert_eq!(w.apply(coordinated(None)).await, WriteOutcome::ReadOnly);
+    assert!(requests(&log).is_empty());
+    let status = WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
+        policy: PolicyId::parse("GpuReactivePolicy/shop/gpu").unwrap(),
+        generation: Some(1),
+        observed: None,
+        conditions: vec![ConditionUpdate::new(
+            "Ready",
+            true,
+            "Valid",
+            "policy is valid",
+        )],
+        matched_workloads: None,
+    }));
+    assert_eq!(w.apply(status).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(requests(&log).len(), 1);
+}
+
+#[tokio::test]
+async fn writer_defaults_to_read_only_until_told() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (lease_tx, lease_rx) = watch::channel(true);
+    let w = Writer::spawn(client, "kerf-system", lease_rx);
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
+    assert_eq!(w.apply(op.clone()).await, WriteOutcome::ReadOnly);
+    w.set_read_only(false);
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(requests(&log).len(), 1);
+    drop(lease_tx);
+}
+
+fn t(secs: i64) -> Time {
+    to_k8s_time(Utc.timestamp_opt(secs, 0).unwrap())
+}
+
+#[tokio::test]
+async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, true);
+    let observed = PolicyStatus {
+        conditions: vec![
+            Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "Valid".into(),
+                message: "policy is valid".into(),
+                observed_generation: Some(1),
+                last_transition_time: t(1_700_000_000),
+            },
+            Condition {
+                type_: "AutomationStrategyResolved".into(),
+                status: "True".into(),
+                reason: "Resolved".into(),
+                message: "strategy shop/s".into(),
+                observed_generation: Some(1),
+                last_transition_time: t(1_700_000_100),
+            },
+        ],
+        observed_generation: Some(1),
+        matched_workloads: Some(3),
+    };
+    let policy = PolicyId::parse("GpuReactivePolicy/shop/gpu").unwrap();
+    let same = PolicyStatusWrite {
+        policy: policy.clone(),
+        generation: Some(1),
+        observed: Some(observed.clone()),
+        conditions: vec![
+            ConditionUpdate::new("Ready", true, "Valid", "policy is valid"),
+            ConditionUpdate::new(
+                "AutomationStrategyResolved",
+                true,
+                "Resolved",
+                "strategy shop/s",
+            ),
+        ],
+        matched_workloads: Some(3),
+    };
+    assert_eq!(
+        w.apply(WriteOp::PolicyStatus(Box::new(same.clone()))).await,
+        WriteOutcome::Unchanged
+    );
+    assert!(requests(&log).is_empty());
+
+    let changed = PolicyStatusWrite {
+        generation: Some(2),
+        conditions: vec![
+            ConditionUpdate::new("Ready", false, "InvalidSpec", "spec.weight: bad"),
+            ConditionUpdate::new(
+                "AutomationStrategyResolved",
+                true,
+                "Resolved",
+                "strategy shop/s",
+            ),
+            ConditionUpdate::new("PrometheusAvailable", true, "QueriesSucceeded", "ok"),
+        ],
+        ..same
+    };
+    assert_eq!(
+        w.apply(WriteOp::PolicyStatus(Box::new(changed))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    let seen = requests(&log);
+    let r = &seen[0];
+    assert_eq!(r.method, "PATCH");
+    assert_eq!(
+        r.path,
+        "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status"
+    );
+    assert_eq!(r.content_type, APPLY);
+    assert!(r.query_has("fieldManager=kerf"));
+    assert_eq!(r.body["apiVersion"], "rightsizing.kubex.ai/v1alpha1");
+    assert_eq!(r.body["kind"], "GpuReactivePolicy");
+    let status = &r.body["status"];
+    assert_eq!(status["observedGeneration"], 2);
+    assert_eq!(status["matchedWorkloads"], 3);
+    let conds = status["conditions"].as_array().unwrap();
+    assert_eq!(conds.len(), 3);
+    assert_eq!(conds[0]["type"], "Ready");
+    assert_eq!(conds[0]["status"], "False");
+    assert_eq!(conds[0]["reason"], "InvalidSpec");
+    assert_eq!(conds[0]["message"], "spec.weight: bad");
+    assert_ne!(
+        conds[0]["lastTransitionTime"],
+        json!("2023-11-14T22:13:20Z"),
+        "status changed: new time"
+    );
+    assert_eq!(
+        conds[1]["lastTransitionTime"],
+        json!("2023-11-14T22:15:00Z"),
+        "status unchanged: time kept"
+    );
+    assert_eq!(conds[1]["observedGeneration"], 2);
+    assert_eq!(conds[2]["type"], "PrometheusAvailable");
+}
+
+#[tokio::test]
+async fn cluster_policy_status_goes_to_the_cluster_scoped_path() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, true);
+    let op = WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
+        policy: PolicyId::parse("ClusterGpuReactivePolicy//all").unwrap(),
+        generation: Some(4),
+        observed: None,
+        conditions: vec![ConditionUpdate::new("Ready", true, "Valid", "")],
+        matched_workloads: Some(0),
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
+    assert_eq!(
+        requests(&log)[0].path,
+        "/apis/rightsizing.kubex.ai/v1alpha1/clustergpureactivepolicies/all/status"
+    );
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_then_succeeds() {
+    let mut calls = 0;
+    let (client, log) = mock(move |r: &Recorded| {
+        calls += 1;
+        if calls == 1 {
+            status(500, "InternalError")
+        } else {
+            Reply::Json(200, r.body.clone())
+        }
+    });
+    let (w, _lease) = writer(client, true, false);
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::StatefulSet, "db"));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
+    let seen = requests(&log);
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen.iter()
+            .all(|r| r.path == "/apis/apps/v1/namespaces/shop/statefulsets/db")
+    );
+    assert_eq!(seen[0].body, seen[1].body);
+    let writes = |outcome: &str| {
+        kerf::telemetry::metrics()
+            .cluster_writes
+            .get_or_create(&kerf::telemetry::WriteLabels {
+                target: "template".into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    };
+    assert_eq!(
+        (writes("ok"), writes("error")),
+        (1, 0),
+        "one write, counted once after its retry"
+    );
+}
+
+#[tokio::test]
+async fn gives_up_after_three_tries_and_does_not_retry_client_errors() {
+    let (client, log) = mock(|_: &Recorded| status(503, "ServiceUnavailable"));
+    let (w, _lease) = writer(client, true, false);
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
+    match w.apply(op).await {
+        WriteOutcome::Failed(m) => assert!(m.contains("after 3 attempts"), "{m}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert_eq!(requests(&log).len(), 3);
+
+    let (client, log) = mock(|_: &Recorded| status(422, "Invalid"));
+    let (w, _lease) = writer(client, true, false);
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
+    assert!(matches!(w.apply(op).await, WriteOutcome::Failed(_)));
+    assert_eq!(requests(&log).len(), 1, "a 422 is not retried");
+}
+
+#[tokio::test]
+async fn a_follower_sends_nothing_and_losing_the_lease_stops_writes() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, lease) = writer(client, false, false);
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
+    assert_eq!(w.apply(op.clone()).await, WriteOutcome::NotLeader);
+    assert!(requests(&log).is_empty());
+    lease.send(true).unwrap();
+    assert_eq!(
+        w.apply(op.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    lease.send(false).unwrap();
+    for _ in 0..5 {
+        assert_eq!(w.apply(op.clone()).await, WriteOutcome::NotLeader);
+    }
+    assert_eq!(requests(&log).len(), 1);
+}
+
+fn hpa(target: i32) -> HorizontalPodAutoscaler {
+    serde_json::from_value(json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 2, "maxReplicas": 10,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                     "target": {"type": "Utilization", "averageUtilization": target}}}]}
+    }))
+    .unwrap()
+}
+
+fn coordinated(observed_target: Option<i32>) -> WriteOp {
+    WriteOp::Coordinated(Box::new(CoordinatedChange {
+        workload: WorkloadWrite {
+            observed: workload(BTreeMap::new()),
+            gpu: Some(GpuAnnotations::default()),
+            requests: Some(BTreeMap::from([(
+                "app".to_string(),
+                ResourceRequests {
+                    cpu_millis: Some(400),
+                    memory_bytes: None,
+                },
+            )])),
+        },
+        hpa: HpaTarget {
+            namespace: "shop".into(),
+            name: "web".into(),
+            resource: "cpu".into(),
+            average_utilization: 88,
+            observed: observed_target.map(hpa),
+        },
+    }))
+}
+
+#[tokio::test]
+async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_together() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    // Requests shrink (500m → 400m) so the target rises (70 → 88): template first.
+    assert_eq!(
+        w.apply(coordinated(Some(70))).await,
+        WriteOutcome::Written { requests: 2 }
+    );
+    let seen = requests(&log);
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].path, DEPLOYMENT_PATH);
+    assert_eq!(seen[0].content_type, APPLY);
+    assert!(seen[0].query_has("fieldManager=kerf"));
+    assert_eq!(
+        seen[0].body["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "app", "resources": {"requests": {"cpu": "400m"}}}])
+    );
+    assert_eq!(
+        seen[1].path,
+        "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/web"
+    );
+    assert_eq!(seen[1].content_type, APPLY);
+    assert!(seen[1].query_has("fieldManager=kerf"));
+    assert_eq!(
+        seen[1].body,
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                   "target": {"type": "Utilization", "averageUtilization": 88}}}]}})
+    );
+
+    // A falling target goes first; an HPA already at the target is not written.
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    assert_eq!(
+        w.apply(coordinated(Some(95))).await,
+        WriteOutcome::Written { requests: 2 }
+    );
+    let seen = requests(&log);
+    assert!(seen[0].path.contains("horizontalpodautoscalers"));
+    assert_eq!(seen[1].path, DEPLOYMENT_PATH);
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    assert_eq!(
+        w.apply(coordinated(Some(88))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    assert_eq!(requests(&log)[0].path, DEPLOYMENT_PATH);
+}
+
+#[tokio::test]
+async fn events_carry_the_hpa_details() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(201, r.body.clone()));
+    let (w, _lease) = writer(client, true, true);
+    let wl = workload(BTreeMap::new());
+    let applied = EventWrite::applied(
+        &wl,
+        &CoordinatedHpa {
+            hpa_name: "web".into(),
+            resource: "cpu".into(),
+            target_before: 70,
+            target_after: 88,
+        },
+    );
+    assert_eq!(
+        w.apply(WriteOp::Event(Box::new(applied))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    let blocked = EventWrite::blocked(&wl, "HPACoupled", "target 95% is above maxUtilization 85%");
+    assert_eq!(
+        w.apply(WriteOp::Event(Box::new(blocked))).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    let seen = requests(&log);
+    let e = &seen[0];
+    assert_eq!(
+        (e.method.as_str(), e.path.as_str()),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
+    );
+    assert_eq!(e.body["reason"], "Applied");
+    assert_eq!(e.body["type"], "Normal");
+    assert_eq!(
+        e.body["metadata"]["annotations"],
+        json!({"hpa": "web", "hpaResource": "cpu", "hpaTargetFrom": "70", "hpaTargetTo": "88"})
+    );
+    assert_eq!(
+        e.body["regarding"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "shop", "uid": "uid-web"})
+    );
+    assert_eq!(e.body["reportingController"], "kerf");
+    assert_eq!(e.body["reportingInstance"], "kerf-0");
+    assert!(e.body["eventTime"].is_string());
+    let b = &seen[1];
+    assert_eq!(b.body["reason"], "Blocked");
+    assert_eq!(b.body["type"], "Warning");
+    assert!(b.body["note"].as_str().unwrap().starts_with("HPACoupled: "));
+    assert_eq!(b.body["metadata"]["annotations"]["reason"], "HPACoupled");
+}
