@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
+use std::pin::Pin;
 
 use crate::core::evaluate::{self, WorkloadResult};
 use crate::core::model::{WorkloadKey, WorkloadState};
@@ -32,25 +32,25 @@ pub struct CycleOutput {
     pub warnings: Vec<String>,
 }
 
-/// Runs the queries with bounded concurrency; per key, the result or the failure.
-async fn run_queries<S: MetricSource, K: Clone + Ord>(
+type Answer<K> = (usize, K, Result<SeriesSet, MetricError>);
+
+/// Runs the queries, `QUERY_CONCURRENCY` at a time; answers in query order. (Boxed futures keep
+/// the caller's future `Send` for `tokio::spawn`; a stream-with-closure trips rustc's
+/// higher-ranked lifetime inference there.)
+async fn run_queries<S: MetricSource, K: Copy + Send + Sync>(
     source: &S,
     queries: &[(usize, K, RangeQuery)],
-) -> Vec<(usize, K, Result<SeriesSet, MetricError>)> {
-    futures::stream::iter(queries.iter())
-        .map(|(pi, k, q)| query_one(source, *pi, k.clone(), q))
-        .buffered(QUERY_CONCURRENCY)
-        .collect()
-        .await
-}
-
-fn query_one<'a, S: MetricSource, K: 'a>(
-    source: &'a S,
-    pi: usize,
-    k: K,
-    q: &'a RangeQuery,
-) -> impl Future<Output = (usize, K, Result<SeriesSet, MetricError>)> + 'a {
-    async move { (pi, k, source.range_query(q).await) }
+) -> Vec<Answer<K>> {
+    let mut out = Vec::with_capacity(queries.len());
+    for chunk in queries.chunks(QUERY_CONCURRENCY) {
+        let mut batch: Vec<Pin<Box<dyn Future<Output = Answer<K>> + Send + '_>>> = Vec::new();
+        for (pi, k, q) in chunk {
+            let (pi, k) = (*pi, *k);
+            batch.push(Box::pin(async move { (pi, k, source.range_query(q).await) }));
+        }
+        out.extend(futures::future::join_all(batch).await);
+    }
+    out
 }
 
 /// Splits answers into results, failed policies and per-policy availability.

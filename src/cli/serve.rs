@@ -112,8 +112,8 @@ pub async fn run_in_cluster(store: Arc<Store>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the concrete metric source and runs the standalone refresh loop with it.
-/// The lead wires `kerf::metrics::file::FileSource` / `kerf::metrics::prometheus::PrometheusSource` here.
+/// Builds the metric source (Prometheus timeout from the directory's GlobalConfiguration) and
+/// runs the standalone refresh loop with it.
 async fn run_standalone(
     dir: PathBuf,
     source: MetricSourceArgs,
@@ -121,21 +121,18 @@ async fn run_standalone(
     step_seconds: i64,
     store: Arc<Store>,
 ) -> anyhow::Result<()> {
-    let _ = (&dir, at, step_seconds, &store);
-    let err = match (&source.metrics, &source.prometheus) {
-        (Some(file), _) => anyhow::anyhow!(
-            "standalone --metrics {}: the OpenMetrics file source is not built into this binary yet",
-            file.display()
-        ),
-        (None, Some(url)) => {
-            anyhow::anyhow!(
-                "standalone --prometheus {url}: the Prometheus source is not built into this binary yet"
-            )
-        }
-        (None, None) => anyhow::anyhow!("--standalone needs --metrics FILE or --prometheus URL"),
-    };
-    tracing::error!("{err:#}");
-    Err(err)
+    let global = crate::standalone::load_dir(&dir)
+        .map(|m| m.snapshot.global)
+        .unwrap_or_default();
+    let source = crate::metrics::AnySource::from_args(
+        source.metrics.as_deref(),
+        source.prometheus.as_deref(),
+        &global,
+    )
+    .await
+    .inspect_err(|e| tracing::error!("{e:#}"))?;
+    standalone_loop(&dir, &source, at, step_seconds, &store).await;
+    Ok(())
 }
 
 /// Refreshes `store` from `dir` and `source` now and then every interval the evaluation returns
