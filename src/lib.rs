@@ -14,6 +14,7 @@ pub mod core;
 pub mod kube;
 pub mod metrics;
 pub mod pipeline;
+pub mod reconciler;
 pub mod server;
 pub mod standalone;
 pub mod state;

@@ -93,23 +93,33 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             store.clone(),
         ))
     } else {
-        tokio::spawn(run_in_cluster(store.clone()))
+        tokio::spawn(run_in_cluster(store.clone(), args.step_seconds))
     };
     let result = server.run(store, crate::server::shutdown_signal()).await;
     feeder.abort();
     result
 }
 
-/// In-cluster mode: watches the API server and Prometheus and keeps `store` filled (and marks it
-/// ready once caches synced). Filled by the reconciler; until then the webhook serves from an
-/// empty store and `/readyz` stays 503.
-pub async fn run_in_cluster(store: Arc<Store>) -> anyhow::Result<()> {
-    let _ = &store;
-    tracing::warn!(
-        "in-cluster reconciler not built into this binary yet: serving without recommendations"
-    );
-    std::future::pending::<()>().await;
-    Ok(())
+/// In-cluster mode: the reconciler keeps `store` filled from the API server and Prometheus and
+/// marks it ready once the caches synced and the annotations were read back.
+pub async fn run_in_cluster(store: Arc<Store>, step_seconds: i64) -> anyhow::Result<()> {
+    let client = ::kube::Client::try_default()
+        .await
+        .map_err(|e| anyhow::anyhow!("no Kubernetes client configuration: {e}"))?;
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kerf-system".into());
+    let result = crate::reconciler::run(
+        client,
+        store,
+        crate::reconciler::ReconcilerConfig {
+            namespace,
+            step_seconds,
+        },
+    )
+    .await;
+    if let Err(e) = &result {
+        tracing::error!("reconciler stopped: {e:#}");
+    }
+    result
 }
 
 /// Builds the metric source (Prometheus timeout from the directory's GlobalConfiguration) and

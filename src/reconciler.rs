@@ -1,0 +1,321 @@
+//! The in-cluster reconcile loop: every GlobalConfiguration `gpuReactiveCheckInterval`, take a
+//! snapshot of the watch-fed indexes, run one evaluation cycle against Prometheus, refresh the
+//! store the webhook reads, and queue the writes (the writer performs them only while this
+//! replica holds the Lease; every replica computes and serves).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::api::{
+    CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
+    RecommendationPhase, RightsizingRecommendation,
+};
+use crate::core::model::{PolicyId, ResourceRequests, WorkloadKey};
+use crate::core::resources::{counted_containers, effective_requests};
+use crate::core::rightsizing::{recommendation_spec, recommendation_status};
+use crate::core::snapshot::{Snapshot, StrategyKey, Workload};
+use crate::kube::reader::{InvalidPolicy, Reader};
+use crate::kube::writer::{
+    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
+    RecommendationWrite, WorkloadWrite, WriteOp, WriterHandle,
+};
+use crate::metrics::prometheus::PrometheusSource;
+use crate::pipeline::{CycleOutput, run_cycle};
+use crate::state::Store;
+
+/// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
+pub fn recommendation_name(key: &WorkloadKey) -> String {
+    format!("{}-{}", key.kind.as_str().to_lowercase(), key.name)
+}
+
+fn owner_of(w: &Workload) -> Option<OwnerReference> {
+    let api_version = match w.key.kind {
+        crate::api::WorkloadKind::Job | crate::api::WorkloadKind::CronJob => "batch/v1",
+        _ => "apps/v1",
+    };
+    w.uid.as_ref().map(|uid| OwnerReference {
+        api_version: api_version.into(),
+        kind: w.key.kind.as_str().into(),
+        name: w.key.name.clone(),
+        uid: uid.clone(),
+        ..Default::default()
+    })
+}
+
+/// The template's requests differ from what kerf wants to set (so an `Applied` event is due).
+fn requests_differ(w: &Workload, wanted: &BTreeMap<String, ResourceRequests>) -> bool {
+    let spec = w.template.spec.clone().unwrap_or_default();
+    wanted.iter().any(|(name, want)| {
+        let have = counted_containers(&spec)
+            .into_iter()
+            .find(|c| &c.name == name)
+            .and_then(|c| effective_requests(c).ok())
+            .unwrap_or_default();
+        (want.cpu_millis.is_some() && want.cpu_millis != have.cpu_millis)
+            || (want.memory_bytes.is_some() && want.memory_bytes != have.memory_bytes)
+    })
+}
+
+fn condition_writes(
+    id: &PolicyId,
+    generation: Option<i64>,
+    observed: Option<PolicyStatus>,
+    strategy: Result<(), String>,
+    prometheus: Option<&Result<(), String>>,
+    matched: i64,
+) -> WriteOp {
+    let mut conditions = Vec::new();
+    let strategy_ok = strategy.is_ok();
+    conditions.push(match &strategy {
+        Ok(()) => ConditionUpdate::new(CONDITION_STRATEGY_RESOLVED, true, "Resolved", "automationStrategyRef resolves"),
+        Err(e) => ConditionUpdate::new(CONDITION_STRATEGY_RESOLVED, false, "NotFound", e.clone()),
+    });
+    match prometheus {
+        Some(Ok(())) => conditions.push(ConditionUpdate::new(
+            CONDITION_PROMETHEUS_AVAILABLE,
+            true,
+            "QueriesSucceeded",
+            "the last range queries succeeded",
+        )),
+        Some(Err(e)) => conditions.push(ConditionUpdate::new(
+            CONDITION_PROMETHEUS_AVAILABLE,
+            false,
+            "QueryFailed",
+            format!("{e}; the last recommendations stay in force"),
+        )),
+        None => {}
+    }
+    conditions.push(if strategy_ok {
+        ConditionUpdate::new(CONDITION_READY, true, "Evaluated", format!("{matched} workload(s) selected"))
+    } else {
+        ConditionUpdate::new(CONDITION_READY, false, "StrategyUnresolved", "the policy is not applied")
+    });
+    WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
+        policy: id.clone(),
+        generation,
+        observed,
+        conditions,
+        matched_workloads: Some(matched),
+    }))
+}
+
+/// Pure: every write one cycle calls for. The writer skips what the cluster already has.
+pub fn plan_writes(
+    snapshot: &Snapshot,
+    cycle: &CycleOutput,
+    invalid: &[InvalidPolicy],
+    recommendations: &[Arc<RightsizingRecommendation>],
+    now: DateTime<Utc>,
+) -> Vec<WriteOp> {
+    let mut ops = Vec::new();
+    let workloads: HashMap<&WorkloadKey, &Workload> = snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
+
+    // GPU: baseline and recommendation annotations (restart on change is the writer's job).
+    for r in &cycle.results {
+        if r.metrics_unavailable {
+            continue; // nothing flaps: persisted state stays as it is
+        }
+        let Some(w) = workloads.get(&r.key) else { continue };
+        ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
+            observed: (*w).clone(),
+            gpu: Some(GpuAnnotations {
+                baseline: r.baseline.clone(),
+                recommendation: r.recommendation.clone(),
+            }),
+            requests: None,
+        })));
+    }
+
+    // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is).
+    for r in &cycle.rightsizing {
+        let Ok(outcome) = &r.outcome else { continue };
+        let Some(w) = workloads.get(&r.key) else { continue };
+        let name = recommendation_name(&r.key);
+        let observed = recommendations
+            .iter()
+            .find(|rec| {
+                rec.metadata.namespace.as_deref() == Some(r.key.namespace.as_str())
+                    && rec.metadata.name.as_deref() == Some(name.as_str())
+            })
+            .map(|rec| (**rec).clone());
+        let previous_status = observed.as_ref().and_then(|o| o.status.clone());
+        let mut status = recommendation_status(outcome, previous_status.as_ref());
+        let plan = outcome.apply.as_ref().filter(|_| !r.metrics_unavailable && !snapshot.global.read_only);
+        let changing = plan.is_some_and(|p| requests_differ(w, &p.requests));
+        if changing {
+            status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        }
+        if snapshot.global.read_only && outcome.phase == RecommendationPhase::Applied {
+            status.phase = RecommendationPhase::AuditOnly;
+            status.reason = Some("ReadOnly".into());
+        }
+        ops.push(WriteOp::Recommendation(Box::new(RecommendationWrite {
+            namespace: r.key.namespace.clone(),
+            name,
+            spec: recommendation_spec(outcome, &r.key, Some(&r.policy)),
+            status: Some(status),
+            owner: owner_of(w),
+            observed,
+        })));
+        let was_blocked = previous_status.as_ref().is_some_and(|s| s.phase == RecommendationPhase::Blocked);
+        if outcome.phase == RecommendationPhase::Blocked && !was_blocked {
+            let reason = outcome.reason.clone().unwrap_or_else(|| "HPACoupled".into());
+            ops.push(WriteOp::Event(Box::new(EventWrite::blocked(w, &reason, &outcome.message))));
+        }
+        let Some(plan) = plan else { continue };
+        let workload = WorkloadWrite {
+            observed: (*w).clone(),
+            gpu: None,
+            requests: Some(plan.requests.clone()),
+        };
+        match &plan.hpa {
+            Some(h) => {
+                let hpa = snapshot.hpas.iter().find(|x| {
+                    x.metadata.namespace.as_deref() == Some(r.key.namespace.as_str())
+                        && x.metadata.name.as_deref() == Some(h.hpa_name.as_str())
+                });
+                ops.push(WriteOp::Coordinated(Box::new(CoordinatedChange {
+                    workload,
+                    hpa: HpaTarget {
+                        namespace: r.key.namespace.clone(),
+                        name: h.hpa_name.clone(),
+                        resource: h.resource.clone(),
+                        average_utilization: h.target_after,
+                        observed: hpa.cloned(),
+                    },
+                })));
+                if changing {
+                    ops.push(WriteOp::Event(Box::new(EventWrite::applied(w, h))));
+                }
+            }
+            None => ops.push(WriteOp::Workload(Box::new(workload))),
+        }
+    }
+
+    // Policy status conditions.
+    let mut matched: HashMap<PolicyId, i64> = HashMap::new();
+    for r in &cycle.results {
+        if let Some(p) = r.policies.first() {
+            *matched.entry(p.clone()).or_default() += 1;
+        }
+    }
+    for r in &cycle.rightsizing {
+        *matched.entry(r.policy.clone()).or_default() += 1;
+    }
+    for (i, p) in snapshot.gpu_policies.iter().enumerate() {
+        let strategy = match cycle.unresolved_strategies.get(&i) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        };
+        ops.push(condition_writes(
+            &p.id,
+            p.generation,
+            p.status.clone(),
+            strategy,
+            cycle.prometheus.get(&i),
+            matched.get(&p.id).copied().unwrap_or(0),
+        ));
+    }
+    for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
+        let name = &p.spec.automation_strategy_ref.name;
+        let resolves = p
+            .id
+            .namespace
+            .iter()
+            .map(|ns| StrategyKey { namespace: Some(ns.clone()), name: name.clone() })
+            .chain([StrategyKey { namespace: None, name: name.clone() }])
+            .any(|k| snapshot.strategies.contains_key(&k));
+        let strategy = if resolves {
+            Ok(())
+        } else {
+            Err(format!("automationStrategyRef {name:?} does not resolve: policy not applied"))
+        };
+        ops.push(condition_writes(
+            &p.id,
+            p.generation,
+            p.status.clone(),
+            strategy,
+            cycle.rs_prometheus.get(&i),
+            matched.get(&p.id).copied().unwrap_or(0),
+        ));
+    }
+    for bad in invalid {
+        ops.push(WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
+            policy: bad.id.clone(),
+            generation: bad.generation,
+            observed: bad.status.clone(),
+            conditions: vec![ConditionUpdate::new(CONDITION_READY, false, "Invalid", bad.error.clone())],
+            matched_workloads: Some(0),
+        })));
+    }
+    ops
+}
+
+/// Refreshes the store from a cycle. Workloads whose metrics were unavailable keep what they had.
+pub fn refresh_store(store: &Store, snapshot: &Snapshot, cycle: &CycleOutput) {
+    store.set_global(snapshot.global.clone());
+    let mut states = cycle.states();
+    for r in &cycle.results {
+        if r.metrics_unavailable && let Some(old) = store.get(&r.key) {
+            states.insert(r.key.clone(), (*old).clone());
+        }
+    }
+    store.replace_all(states);
+}
+
+pub struct ReconcilerConfig {
+    /// kerf's own namespace (Lease, events' reporting instance).
+    pub namespace: String,
+    pub step_seconds: i64,
+}
+
+/// Runs forever: readiness after restart recovery, then a cycle every interval (missed ticks are
+/// skipped; a changed interval or Prometheus URL is picked up at the next cycle).
+pub async fn run(client: ::kube::Client, store: Arc<Store>, cfg: ReconcilerConfig) -> anyhow::Result<()> {
+    let reader = Reader::start_with_store(client.clone(), store.clone());
+    let lease = crate::kube::lease::Lease::spawn(client.clone(), &cfg.namespace, crate::kube::default_identity());
+    let writer: WriterHandle = crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease);
+    let recovered = crate::kube::recovery::prime_store(&reader, &store).await;
+    tracing::info!(workloads = recovered.entries.len(), "store primed from workload annotations; ready");
+    let mut source: Option<(String, u64, PrometheusSource)> = None;
+    loop {
+        let started = std::time::Instant::now();
+        let (snapshot, invalid) = reader.snapshot();
+        writer.set_read_only(snapshot.global.read_only);
+        let interval = Duration::from_secs(snapshot.global.gpu_reactive_check_interval.seconds().max(60));
+        let url = snapshot.global.prometheus.url.clone();
+        let timeout = snapshot.global.prometheus.request_timeout.seconds();
+        if source.as_ref().is_none_or(|(u, t, _)| u != &url || *t != timeout) {
+            match PrometheusSource::new(&url, Duration::from_secs(timeout)) {
+                Ok(s) => source = Some((url.clone(), timeout, s)),
+                Err(e) => tracing::error!("prometheus.url {url:?}: {e}"),
+            }
+        }
+        if let Some((_, _, prom)) = &source {
+            let now = Utc::now();
+            let cycle = run_cycle(&snapshot, prom, now, cfg.step_seconds).await;
+            refresh_store(&store, &snapshot, &cycle);
+            let failed = cycle.prometheus.values().chain(cycle.rs_prometheus.values()).any(|r| r.is_err());
+            if failed {
+                crate::telemetry::metrics().reconcile_errors.inc();
+            }
+            for op in plan_writes(&snapshot, &cycle, &invalid, &reader.recommendations(), now) {
+                if writer.send(op).await.is_err() {
+                    anyhow::bail!("the writer task stopped");
+                }
+            }
+        } else {
+            crate::telemetry::metrics().reconcile_errors.inc();
+        }
+        crate::telemetry::metrics().reconcile_cycles.inc();
+        crate::telemetry::metrics()
+            .reconcile_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+        // Missed ticks are skipped: the next cycle starts one full interval after this one began.
+        tokio::time::sleep(interval.saturating_sub(started.elapsed())).await;
+    }
+}
