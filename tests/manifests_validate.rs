@@ -430,7 +430,10 @@ fn deployment_is_hardened_and_highly_available() {
         pdb["spec"]["selector"]["matchLabels"],
         dep["spec"]["selector"]["matchLabels"]
     );
-    assert_eq!(pdb["spec"]["minAvailable"], 1, "one replica keeps serving during a drain");
+    assert_eq!(
+        pdb["spec"]["minAvailable"], 1,
+        "one replica keeps serving during a drain"
+    );
 
     let gc = find(&docs, "GlobalConfiguration", "global-config");
     assert_eq!(gc["spec"]["readOnly"], false);
