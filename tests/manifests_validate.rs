@@ -81,7 +81,9 @@ fn kubernetes_validate(objects: &[&Value]) -> Result<(), String> {
     let mut files = Vec::new();
     for (i, o) in objects.iter().enumerate() {
         let path = dir.path().join(format!("{i:03}.yaml"));
-        std::fs::write(&path, serde_yaml::to_string(o).expect("yaml")).expect("write");
+        // JSON (valid YAML) so every string stays quoted: PyYAML would read an unquoted RFC 3339
+        // time (`startTime: 2026-01-01T10:00:00Z`) as a datetime and fail the string type.
+        std::fs::write(&path, serde_json::to_string_pretty(o).expect("json")).expect("write");
         files.push(path);
     }
     let out = run(
@@ -430,7 +432,10 @@ fn deployment_is_hardened_and_highly_available() {
         pdb["spec"]["selector"]["matchLabels"],
         dep["spec"]["selector"]["matchLabels"]
     );
-    assert_eq!(pdb["spec"]["minAvailable"], 1, "one replica keeps serving during a drain");
+    assert_eq!(
+        pdb["spec"]["minAvailable"], 1,
+        "one replica keeps serving during a drain"
+    );
 
     let gc = find(&docs, "GlobalConfiguration", "global-config");
     assert_eq!(gc["spec"]["readOnly"], false);
