@@ -46,7 +46,9 @@ async fn run_queries<S: MetricSource, K: Copy + Send + Sync>(
         let mut batch: Vec<Pin<Box<dyn Future<Output = Answer<K>> + Send + '_>>> = Vec::new();
         for (pi, k, q) in chunk {
             let (pi, k) = (*pi, *k);
-            batch.push(Box::pin(async move { (pi, k, source.range_query(q).await) }));
+            batch.push(Box::pin(
+                async move { (pi, k, source.range_query(q).await) },
+            ));
         }
         out.extend(futures::future::join_all(batch).await);
     }

@@ -71,7 +71,12 @@ fn condition_writes(
     let mut conditions = Vec::new();
     let strategy_ok = strategy.is_ok();
     conditions.push(match &strategy {
-        Ok(()) => ConditionUpdate::new(CONDITION_STRATEGY_RESOLVED, true, "Resolved", "automationStrategyRef resolves"),
+        Ok(()) => ConditionUpdate::new(
+            CONDITION_STRATEGY_RESOLVED,
+            true,
+            "Resolved",
+            "automationStrategyRef resolves",
+        ),
         Err(e) => ConditionUpdate::new(CONDITION_STRATEGY_RESOLVED, false, "NotFound", e.clone()),
     });
     match prometheus {
@@ -90,9 +95,19 @@ fn condition_writes(
         None => {}
     }
     conditions.push(if strategy_ok {
-        ConditionUpdate::new(CONDITION_READY, true, "Evaluated", format!("{matched} workload(s) selected"))
+        ConditionUpdate::new(
+            CONDITION_READY,
+            true,
+            "Evaluated",
+            format!("{matched} workload(s) selected"),
+        )
     } else {
-        ConditionUpdate::new(CONDITION_READY, false, "StrategyUnresolved", "the policy is not applied")
+        ConditionUpdate::new(
+            CONDITION_READY,
+            false,
+            "StrategyUnresolved",
+            "the policy is not applied",
+        )
     });
     WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
         policy: id.clone(),
@@ -112,14 +127,17 @@ pub fn plan_writes(
     now: DateTime<Utc>,
 ) -> Vec<WriteOp> {
     let mut ops = Vec::new();
-    let workloads: HashMap<&WorkloadKey, &Workload> = snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
+    let workloads: HashMap<&WorkloadKey, &Workload> =
+        snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
 
     // GPU: baseline and recommendation annotations (restart on change is the writer's job).
     for r in &cycle.results {
         if r.metrics_unavailable {
             continue; // nothing flaps: persisted state stays as it is
         }
-        let Some(w) = workloads.get(&r.key) else { continue };
+        let Some(w) = workloads.get(&r.key) else {
+            continue;
+        };
         ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
             observed: (*w).clone(),
             gpu: Some(GpuAnnotations {
@@ -133,7 +151,9 @@ pub fn plan_writes(
     // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is).
     for r in &cycle.rightsizing {
         let Ok(outcome) = &r.outcome else { continue };
-        let Some(w) = workloads.get(&r.key) else { continue };
+        let Some(w) = workloads.get(&r.key) else {
+            continue;
+        };
         let name = recommendation_name(&r.key);
         let observed = recommendations
             .iter()
@@ -144,7 +164,10 @@ pub fn plan_writes(
             .map(|rec| (**rec).clone());
         let previous_status = observed.as_ref().and_then(|o| o.status.clone());
         let mut status = recommendation_status(outcome, previous_status.as_ref());
-        let plan = outcome.apply.as_ref().filter(|_| !r.metrics_unavailable && !snapshot.global.read_only);
+        let plan = outcome
+            .apply
+            .as_ref()
+            .filter(|_| !r.metrics_unavailable && !snapshot.global.read_only);
         let changing = plan.is_some_and(|p| requests_differ(w, &p.requests));
         if changing {
             status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
@@ -161,10 +184,19 @@ pub fn plan_writes(
             owner: owner_of(w),
             observed,
         })));
-        let was_blocked = previous_status.as_ref().is_some_and(|s| s.phase == RecommendationPhase::Blocked);
+        let was_blocked = previous_status
+            .as_ref()
+            .is_some_and(|s| s.phase == RecommendationPhase::Blocked);
         if outcome.phase == RecommendationPhase::Blocked && !was_blocked {
-            let reason = outcome.reason.clone().unwrap_or_else(|| "HPACoupled".into());
-            ops.push(WriteOp::Event(Box::new(EventWrite::blocked(w, &reason, &outcome.message))));
+            let reason = outcome
+                .reason
+                .clone()
+                .unwrap_or_else(|| "HPACoupled".into());
+            ops.push(WriteOp::Event(Box::new(EventWrite::blocked(
+                w,
+                &reason,
+                &outcome.message,
+            ))));
         }
         let Some(plan) = plan else { continue };
         let workload = WorkloadWrite {
@@ -222,17 +254,24 @@ pub fn plan_writes(
     }
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
-        let resolves = p
-            .id
-            .namespace
-            .iter()
-            .map(|ns| StrategyKey { namespace: Some(ns.clone()), name: name.clone() })
-            .chain([StrategyKey { namespace: None, name: name.clone() }])
-            .any(|k| snapshot.strategies.contains_key(&k));
+        let resolves =
+            p.id.namespace
+                .iter()
+                .map(|ns| StrategyKey {
+                    namespace: Some(ns.clone()),
+                    name: name.clone(),
+                })
+                .chain([StrategyKey {
+                    namespace: None,
+                    name: name.clone(),
+                }])
+                .any(|k| snapshot.strategies.contains_key(&k));
         let strategy = if resolves {
             Ok(())
         } else {
-            Err(format!("automationStrategyRef {name:?} does not resolve: policy not applied"))
+            Err(format!(
+                "automationStrategyRef {name:?} does not resolve: policy not applied"
+            ))
         };
         ops.push(condition_writes(
             &p.id,
@@ -248,7 +287,12 @@ pub fn plan_writes(
             policy: bad.id.clone(),
             generation: bad.generation,
             observed: bad.status.clone(),
-            conditions: vec![ConditionUpdate::new(CONDITION_READY, false, "Invalid", bad.error.clone())],
+            conditions: vec![ConditionUpdate::new(
+                CONDITION_READY,
+                false,
+                "Invalid",
+                bad.error.clone(),
+            )],
             matched_workloads: Some(0),
         })));
     }
@@ -260,7 +304,9 @@ pub fn refresh_store(store: &Store, snapshot: &Snapshot, cycle: &CycleOutput) {
     store.set_global(snapshot.global.clone());
     let mut states = cycle.states();
     for r in &cycle.results {
-        if r.metrics_unavailable && let Some(old) = store.get(&r.key) {
+        if r.metrics_unavailable
+            && let Some(old) = store.get(&r.key)
+        {
             states.insert(r.key.clone(), (*old).clone());
         }
     }
@@ -275,21 +321,42 @@ pub struct ReconcilerConfig {
 
 /// Runs forever: readiness after restart recovery, then a cycle every interval (missed ticks are
 /// skipped; a changed interval or Prometheus URL is picked up at the next cycle).
-pub async fn run(client: ::kube::Client, store: Arc<Store>, cfg: ReconcilerConfig) -> anyhow::Result<()> {
+pub async fn run(
+    client: ::kube::Client,
+    store: Arc<Store>,
+    cfg: ReconcilerConfig,
+) -> anyhow::Result<()> {
     let reader = Reader::start_with_store(client.clone(), store.clone());
-    let lease = crate::kube::lease::Lease::spawn(client.clone(), &cfg.namespace, crate::kube::default_identity());
-    let writer: WriterHandle = crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease);
+    let lease = crate::kube::lease::Lease::spawn(
+        client.clone(),
+        &cfg.namespace,
+        crate::kube::default_identity(),
+    );
+    let writer: WriterHandle =
+        crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease);
     let recovered = crate::kube::recovery::prime_store(&reader, &store).await;
-    tracing::info!(workloads = recovered.entries.len(), "store primed from workload annotations; ready");
+    tracing::info!(
+        workloads = recovered.entries.len(),
+        "store primed from workload annotations; ready"
+    );
     let mut source: Option<(String, u64, PrometheusSource)> = None;
     loop {
         let started = std::time::Instant::now();
         let (snapshot, invalid) = reader.snapshot();
         writer.set_read_only(snapshot.global.read_only);
-        let interval = Duration::from_secs(snapshot.global.gpu_reactive_check_interval.seconds().max(60));
+        let interval = Duration::from_secs(
+            snapshot
+                .global
+                .gpu_reactive_check_interval
+                .seconds()
+                .max(60),
+        );
         let url = snapshot.global.prometheus.url.clone();
         let timeout = snapshot.global.prometheus.request_timeout.seconds();
-        if source.as_ref().is_none_or(|(u, t, _)| u != &url || *t != timeout) {
+        if source
+            .as_ref()
+            .is_none_or(|(u, t, _)| u != &url || *t != timeout)
+        {
             match PrometheusSource::new(&url, Duration::from_secs(timeout)) {
                 Ok(s) => source = Some((url.clone(), timeout, s)),
                 Err(e) => tracing::error!("prometheus.url {url:?}: {e}"),
@@ -299,7 +366,11 @@ pub async fn run(client: ::kube::Client, store: Arc<Store>, cfg: ReconcilerConfi
             let now = Utc::now();
             let cycle = run_cycle(&snapshot, prom, now, cfg.step_seconds).await;
             refresh_store(&store, &snapshot, &cycle);
-            let failed = cycle.prometheus.values().chain(cycle.rs_prometheus.values()).any(|r| r.is_err());
+            let failed = cycle
+                .prometheus
+                .values()
+                .chain(cycle.rs_prometheus.values())
+                .any(|r| r.is_err());
             if failed {
                 crate::telemetry::metrics().reconcile_errors.inc();
             }

@@ -252,7 +252,10 @@ fn bad_at_timestamp_is_rejected() {
 
 #[test]
 fn hpa_example_coordinates_the_target_with_the_requests() {
-    let v = recommend_json(&root().join("examples/hpa/manifests"), &root().join("examples/hpa/metrics.om"));
+    let v = recommend_json(
+        &root().join("examples/hpa/manifests"),
+        &root().join("examples/hpa/metrics.om"),
+    );
     let web = entry(&v, "web");
     assert_eq!(web["resources"]["app"]["cpu"]["current"], "1");
     assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
@@ -274,13 +277,20 @@ fn hpa_with_coordination_off_is_blocked_with_hpa_coupled_but_still_reported() {
     std::fs::create_dir(&m).unwrap();
     for f in ["web.yaml", "pods.yaml"] {
         let text = std::fs::read_to_string(root().join("examples/hpa/manifests").join(f)).unwrap();
-        std::fs::write(m.join(f), text.replace("coordinate: true", "coordinate: false")).unwrap();
+        std::fs::write(
+            m.join(f),
+            text.replace("coordinate: true", "coordinate: false"),
+        )
+        .unwrap();
     }
     let v = recommend_json(&m, &root().join("examples/hpa/metrics.om"));
     let web = entry(&v, "web");
     assert_eq!(web["hpa"]["blocked"], true);
     assert_eq!(web["hpa"]["reason"], "HPACoupled");
     assert_eq!(web["hpa"]["targetAfter"], serde_json::Value::Null);
-    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m", "recommendation still shown");
+    assert_eq!(
+        web["resources"]["app"]["cpu"]["recommended"], "700m",
+        "recommendation still shown"
+    );
     assert_eq!(web["phase"], "blocked");
 }

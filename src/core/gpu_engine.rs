@@ -264,14 +264,12 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                 Some(Allocation::Gpus(g)) => {
                     alloc.insert(c, *g);
                 }
-                Some(Allocation::Missing(why)) => {
-                    if missing_reported.insert(c.clone()) {
-                        reasons.push(format!(
-                            "container {c} has no current GPU allocation ({why}): excluded from aggregation and from the recommendation"
-                        ));
-                    }
+                Some(Allocation::Missing(why)) if missing_reported.insert(c.clone()) => {
+                    reasons.push(format!(
+                        "container {c} has no current GPU allocation ({why}): excluded from aggregation and from the recommendation"
+                    ));
                 }
-                None => {}
+                Some(Allocation::Missing(_)) | None => {}
             }
         }
         let view = PodView { name, alloc };
