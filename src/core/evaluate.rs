@@ -399,9 +399,10 @@ pub fn evaluate(
                     "{}: metrics unavailable: keeping the last recommendation and baseline",
                     policy.id
                 ));
-                continue;
             }
             let ns = &w.key.namespace;
+            // Without data the engine still reads the current allocations (for the report);
+            // its decision is discarded below.
             let compute = lookup(a.policy, Signal::Compute, ns);
             let memory = lookup(a.policy, Signal::Memory, ns);
             let input = EngineInput {
@@ -432,6 +433,13 @@ pub fn evaluate(
             };
             result.recommendation = previous.clone();
             result.driving_metric = previous.as_ref().and_then(|r| r.driving_metric);
+            for (_, o) in outputs {
+                result.containers.extend(o.containers);
+            }
+            for (c, o) in result.containers.iter_mut() {
+                o.baseline = baseline.as_ref().and_then(|b| b.get(c).copied());
+                o.recommended = previous.as_ref().and_then(|r| r.containers.get(c).copied());
+            }
         } else {
             merge_outputs(&mut result, outputs, &mut reasons);
         }

@@ -1,0 +1,319 @@
+//! End to end without a cluster: the shipped manifests + a real Prometheus (or the OpenMetrics
+//! file) → the real `kerf` binary (`recommend`, `serve --standalone`) → AdmissionReviews over TLS.
+
+#[path = "support/prometheus.rs"]
+mod prometheus_support;
+#[path = "webhook_support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prometheus_support::TestPrometheus;
+use serde_json::{Value, json};
+use support::*;
+
+const AT: &str = "2026-01-01T12:00:00Z";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn recommend(manifests: &str, source: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args([
+            "recommend",
+            "--manifests",
+            manifests,
+            "--at",
+            AT,
+            "-o",
+            "json",
+        ])
+        .args(source)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn prometheus_with(file: &str) -> TestPrometheus {
+    TestPrometheus::start_with_openmetrics(&std::fs::read_to_string(root().join(file)).unwrap())
+}
+
+#[test]
+fn gpu_scenario_gives_the_same_recommendation_from_the_file_and_from_prometheus() {
+    let prom = prometheus_with("examples/metrics.om");
+    let from_file = recommend("examples/manifests", &["--metrics", "examples/metrics.om"]);
+    let from_prom = recommend("examples/manifests", &["--prometheus", &prom.url()]);
+    assert_eq!(from_file, from_prom);
+    let llm = &from_prom["recommendations"][0];
+    assert_eq!(llm["name"], "llm");
+    assert!(
+        (llm["gpu"]["containers"]["inference"]["recommended"]
+            .as_f64()
+            .unwrap()
+            - 0.84)
+            .abs()
+            < 1e-9
+    );
+}
+
+#[test]
+fn hpa_scenario_gives_the_same_coordinated_target_from_the_file_and_from_prometheus() {
+    let prom = prometheus_with("examples/hpa/metrics.om");
+    let from_file = recommend(
+        "examples/hpa/manifests",
+        &["--metrics", "examples/hpa/metrics.om"],
+    );
+    let from_prom = recommend("examples/hpa/manifests", &["--prometheus", &prom.url()]);
+    for v in [&from_file, &from_prom] {
+        let web = &v["recommendations"][0];
+        assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m", "{v}");
+        assert_eq!(web["hpa"]["targetAfter"], 71, "{v}");
+    }
+    assert_eq!(
+        from_file["recommendations"][0]["hpa"],
+        from_prom["recommendations"][0]["hpa"]
+    );
+}
+
+#[test]
+fn prometheus_down_keeps_the_persisted_recommendations_and_says_why() {
+    let mut prom = prometheus_with("examples/metrics.om");
+    let url = prom.url();
+    prom.stop();
+    let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args([
+            "recommend",
+            "--manifests",
+            "examples/manifests",
+            "--prometheus",
+            &url,
+            "--at",
+            AT,
+            "-o",
+            "json",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("query failed"), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let recs = v["recommendations"].as_array().unwrap();
+    let embedder = recs.iter().find(|r| r["name"] == "embedder").unwrap();
+    assert_eq!(
+        embedder["gpu"]["action"], "reuse",
+        "last recommendation stays in force"
+    );
+    assert_eq!(embedder["gpu"]["containers"]["encoder"]["recommended"], 0.9);
+    assert_eq!(
+        embedder["gpu"]["containers"]["encoder"]["baseline"], 0.5,
+        "baseline untouched"
+    );
+    let llm = recs.iter().find(|r| r["name"] == "llm").unwrap();
+    assert_eq!(
+        llm["gpu"]["action"], "none",
+        "no flapping: nothing new without data"
+    );
+    prom.restart();
+    let back = recommend("examples/manifests", &["--prometheus", &prom.url()]);
+    assert_eq!(
+        back["recommendations"][0]["gpu"]["action"], "upsize",
+        "recovers automatically"
+    );
+}
+
+struct Serve {
+    child: Child,
+    webhook: std::net::SocketAddr,
+    health: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+    pki: Pki,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn serve_standalone(manifests: &str, source: &[&str]) -> Serve {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
+    let (tls, health) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args([
+            "serve",
+            "--standalone",
+            "--manifests",
+            manifests,
+            "--at",
+            AT,
+        ])
+        .args(source)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{tls}"),
+            "--health-listen",
+            &format!("127.0.0.1:{health}"),
+        ])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .current_dir(root())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let s = Serve {
+        child,
+        webhook: format!("127.0.0.1:{tls}").parse().unwrap(),
+        health: format!("127.0.0.1:{health}").parse().unwrap(),
+        _dir: dir,
+        pki,
+    };
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = reqwest::get(format!("http://{}/readyz", s.health)).await
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "kerf serve never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s
+}
+
+fn new_llm_pod_review() -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "e2e-1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ml",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "generateName": "llm-5f7c9d8b6-",
+                    "namespace": "ml",
+                    "labels": {"app": "llm", "tier": "gpu-inference", "pod-template-hash": "5f7c9d8b6"},
+                    "annotations": {"gpu-fraction": "0.5"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "llm-5f7c9d8b6",
+                                         "uid": "u", "controller": true}]
+                },
+                "spec": {"containers": [{"name": "inference", "image": "i"}, {"name": "proxy", "image": "p"}]}
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn serve_standalone_with_real_prometheus_sets_the_recommended_gpu_fraction() {
+    let prom = prometheus_with("examples/metrics.om");
+    let s = serve_standalone("examples/manifests", &["--prometheus", &prom.url()]).await;
+    let review_body = new_llm_pod_review();
+    let resp = review(
+        &client(&s.pki.ca_pem(), s.webhook, false),
+        s.webhook,
+        &review_body,
+    )
+    .await;
+    assert_eq!(resp["response"]["uid"], "e2e-1");
+    let pod = apply(&review_body["request"]["object"], &resp);
+    assert_eq!(pod["metadata"]["annotations"]["gpu-fraction"], "0.84");
+    assert_eq!(pod["spec"]["schedulerName"], "kai-scheduler");
+    assert_eq!(
+        pod["metadata"]["labels"]["kai.scheduler/queue"],
+        "kerf-gpu-queue"
+    );
+    assert!(
+        pod["metadata"]["annotations"]["rightsizing.kubex.ai/mutated"]
+            .as_str()
+            .unwrap()
+            .contains("gpu-reactive")
+    );
+    // Reinvocation on the patched pod changes nothing.
+    let again = review(
+        &client(&s.pki.ca_pem(), s.webhook, false),
+        s.webhook,
+        &with_object(&review_body, pod.clone(), "e2e-2"),
+    )
+    .await;
+    assert_eq!(apply(&pod, &again), pod);
+}
+
+#[tokio::test]
+async fn serve_standalone_sets_the_coordinated_hpa_target_at_admission() {
+    let s = serve_standalone(
+        "examples/hpa/manifests",
+        &["--metrics", "examples/hpa/metrics.om"],
+    )
+    .await;
+    let body = fixture("hpa-cpu.json");
+    let resp = review(&client(&s.pki.ca_pem(), s.webhook, false), s.webhook, &body).await;
+    let hpa = apply(&body["request"]["object"], &resp);
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        71
+    );
+    // A new pod of the Deployment gets the auto-patch CPU request.
+    let pod_review = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "p1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
+            "userInfo": {"username": "x"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "web-6d4b8c7f9-", "namespace": "shop",
+                    "labels": {"app": "web", "pod-template-hash": "6d4b8c7f9"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b8c7f9", "uid": "u", "controller": true}]},
+                "spec": {"containers": [{"name": "app", "image": "w", "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}}}
+    });
+    let resp = review(
+        &client(&s.pki.ca_pem(), s.webhook, false),
+        s.webhook,
+        &pod_review,
+    )
+    .await;
+    let pod = apply(&pod_review["request"]["object"], &resp);
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "700m"
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["requests"]["memory"], "512Mi",
+        "memory is audit-only"
+    );
+    let (code, debug) = get_text(s.health, "/debug/recommendations").await;
+    assert_eq!(code, 200);
+    assert!(debug.contains("web"), "{debug}");
+}
