@@ -1,0 +1,147 @@
+//! The reconciler's pure write planning on real inputs (the shipped examples evaluated from the
+//! OpenMetrics file), and store refresh when Prometheus is unavailable.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use kerf::core::model::{GpuRecommendation, WorkloadKey};
+use kerf::kube::writer::WriteOp;
+use kerf::metrics::file::FileSource;
+use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
+use kerf::pipeline::{CycleOutput, run_cycle};
+use kerf::reconciler::{plan_writes, refresh_store};
+use kerf::standalone::load_dir;
+
+fn at() -> DateTime<Utc> {
+    "2026-01-01T12:00:00Z".parse().unwrap()
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Down;
+impl MetricSource for Down {
+    async fn range_query(&self, _q: &RangeQuery) -> Result<SeriesSet, MetricError> {
+        Err(MetricError::Unavailable("connection refused".into()))
+    }
+}
+
+async fn cycle(dir: &str, metrics: &str) -> (kerf::standalone::Manifests, CycleOutput) {
+    let m = load_dir(&root().join(dir)).unwrap();
+    let src = FileSource::from_path(&root().join(metrics)).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    (m, c)
+}
+
+fn workload_op<'a>(ops: &'a [WriteOp], name: &str) -> Option<&'a kerf::kube::writer::WorkloadWrite> {
+    ops.iter().find_map(|op| match op {
+        WriteOp::Workload(w) if w.observed.key.name == name => Some(&**w),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn gpu_upsize_persists_baseline_and_recommendation_annotations() {
+    let (m, c) = cycle("examples/manifests", "examples/metrics.om").await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let llm = workload_op(&ops, "llm").expect("a write for llm");
+    let gpu = llm.gpu.as_ref().unwrap();
+    assert_eq!(gpu.baseline.as_ref().unwrap()["inference"], 0.5);
+    let rec: &GpuRecommendation = gpu.recommendation.as_ref().unwrap();
+    assert!((rec.containers["inference"] - 0.84).abs() < 1e-9);
+    assert_eq!(rec.driving_metric.map(|d| d.as_str()), Some("compute"));
+    assert!(llm.requests.is_none(), "GPU changes go through admission, not the template");
+    let status = ops.iter().find_map(|op| match op {
+        WriteOp::PolicyStatus(p) if p.policy.name == "gpu-reactive" => Some(p),
+        _ => None,
+    });
+    let status = status.expect("policy status");
+    let avail = status.conditions.iter().find(|c| c.type_ == "PrometheusAvailable").unwrap();
+    assert!(avail.status);
+    assert_eq!(status.matched_workloads, Some(2));
+}
+
+#[tokio::test]
+async fn prometheus_down_writes_no_workload_and_sets_the_condition() {
+    let m = load_dir(&root().join("examples/manifests")).unwrap();
+    let c = run_cycle(&m.snapshot, &Down, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    assert!(workload_op(&ops, "llm").is_none() && workload_op(&ops, "embedder").is_none(), "baselines untouched");
+    let status = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::PolicyStatus(p) => Some(p),
+            _ => None,
+        })
+        .unwrap();
+    let avail = status.conditions.iter().find(|c| c.type_ == "PrometheusAvailable").unwrap();
+    assert!(!avail.status);
+    assert!(avail.message.contains("connection refused"), "{}", avail.message);
+}
+
+#[tokio::test]
+async fn store_keeps_the_last_state_while_prometheus_is_down() {
+    let (m, good) = cycle("examples/manifests", "examples/metrics.om").await;
+    let store = kerf::state::Store::new();
+    refresh_store(&store, &m.snapshot, &good);
+    let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
+    let before = store.get(&key).expect("llm served");
+    assert!((before.gpu.as_ref().unwrap().containers["inference"] - 0.84).abs() < 1e-9);
+    let down = run_cycle(&m.snapshot, &Down, at(), 15).await;
+    refresh_store(&store, &m.snapshot, &down);
+    assert_eq!(*store.get(&key).unwrap(), *before, "no flapping while metrics are unavailable");
+}
+
+#[tokio::test]
+async fn coordinated_change_and_applied_event_for_the_hpa_example() {
+    let (m, c) = cycle("examples/hpa/manifests", "examples/hpa/metrics.om").await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let coordinated = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::Coordinated(c) => Some(c),
+            _ => None,
+        })
+        .expect("one coordinated change");
+    assert_eq!(coordinated.hpa.name, "web");
+    assert_eq!(coordinated.hpa.average_utilization, 71);
+    let req = &coordinated.workload.requests.as_ref().unwrap()["app"];
+    assert_eq!(req.cpu_millis, Some(700));
+    let event = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::Event(e) if e.reason == "Applied" => Some(e),
+            _ => None,
+        })
+        .expect("Applied event");
+    assert_eq!(event.details["hpaTargetFrom"], "50");
+    assert_eq!(event.details["hpaTargetTo"], "71");
+    let rec = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::Recommendation(r) => Some(r),
+            _ => None,
+        })
+        .expect("RightsizingRecommendation");
+    assert_eq!(rec.name, "deployment-web");
+    assert_eq!(rec.status.as_ref().unwrap().previous_hpa_target, Some(50));
+}
+
+#[tokio::test]
+async fn read_only_plans_no_template_or_hpa_change() {
+    let (mut m, _) = cycle("examples/hpa/manifests", "examples/hpa/metrics.om").await;
+    m.snapshot.global.read_only = true;
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    assert!(!ops.iter().any(|op| matches!(op, WriteOp::Coordinated(_) | WriteOp::Workload(_))));
+    let rec = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::Recommendation(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(rec.status.as_ref().unwrap().reason.as_deref(), Some("ReadOnly"));
+}
