@@ -34,7 +34,10 @@ async fn cycle(dir: &str, metrics: &str) -> (kerf::standalone::Manifests, CycleO
     (m, c)
 }
 
-fn workload_op<'a>(ops: &'a [WriteOp], name: &str) -> Option<&'a kerf::kube::writer::WorkloadWrite> {
+fn workload_op<'a>(
+    ops: &'a [WriteOp],
+    name: &str,
+) -> Option<&'a kerf::kube::writer::WorkloadWrite> {
     ops.iter().find_map(|op| match op {
         WriteOp::Workload(w) if w.observed.key.name == name => Some(&**w),
         _ => None,
@@ -51,13 +54,20 @@ async fn gpu_upsize_persists_baseline_and_recommendation_annotations() {
     let rec: &GpuRecommendation = gpu.recommendation.as_ref().unwrap();
     assert!((rec.containers["inference"] - 0.84).abs() < 1e-9);
     assert_eq!(rec.driving_metric.map(|d| d.as_str()), Some("compute"));
-    assert!(llm.requests.is_none(), "GPU changes go through admission, not the template");
+    assert!(
+        llm.requests.is_none(),
+        "GPU changes go through admission, not the template"
+    );
     let status = ops.iter().find_map(|op| match op {
         WriteOp::PolicyStatus(p) if p.policy.name == "gpu-reactive" => Some(p),
         _ => None,
     });
     let status = status.expect("policy status");
-    let avail = status.conditions.iter().find(|c| c.type_ == "PrometheusAvailable").unwrap();
+    let avail = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PrometheusAvailable")
+        .unwrap();
     assert!(avail.status);
     assert_eq!(status.matched_workloads, Some(2));
 }
@@ -67,7 +77,10 @@ async fn prometheus_down_writes_no_workload_and_sets_the_condition() {
     let m = load_dir(&root().join("examples/manifests")).unwrap();
     let c = run_cycle(&m.snapshot, &Down, at(), 15).await;
     let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
-    assert!(workload_op(&ops, "llm").is_none() && workload_op(&ops, "embedder").is_none(), "baselines untouched");
+    assert!(
+        workload_op(&ops, "llm").is_none() && workload_op(&ops, "embedder").is_none(),
+        "baselines untouched"
+    );
     let status = ops
         .iter()
         .find_map(|op| match op {
@@ -75,9 +88,17 @@ async fn prometheus_down_writes_no_workload_and_sets_the_condition() {
             _ => None,
         })
         .unwrap();
-    let avail = status.conditions.iter().find(|c| c.type_ == "PrometheusAvailable").unwrap();
+    let avail = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PrometheusAvailable")
+        .unwrap();
     assert!(!avail.status);
-    assert!(avail.message.contains("connection refused"), "{}", avail.message);
+    assert!(
+        avail.message.contains("connection refused"),
+        "{}",
+        avail.message
+    );
 }
 
 #[tokio::test]
@@ -90,7 +111,11 @@ async fn store_keeps_the_last_state_while_prometheus_is_down() {
     assert!((before.gpu.as_ref().unwrap().containers["inference"] - 0.84).abs() < 1e-9);
     let down = run_cycle(&m.snapshot, &Down, at(), 15).await;
     refresh_store(&store, &m.snapshot, &down);
-    assert_eq!(*store.get(&key).unwrap(), *before, "no flapping while metrics are unavailable");
+    assert_eq!(
+        *store.get(&key).unwrap(),
+        *before,
+        "no flapping while metrics are unavailable"
+    );
 }
 
 #[tokio::test]
@@ -135,7 +160,10 @@ async fn read_only_plans_no_template_or_hpa_change() {
     let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
     let c = run_cycle(&m.snapshot, &src, at(), 15).await;
     let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
-    assert!(!ops.iter().any(|op| matches!(op, WriteOp::Coordinated(_) | WriteOp::Workload(_))));
+    assert!(
+        !ops.iter()
+            .any(|op| matches!(op, WriteOp::Coordinated(_) | WriteOp::Workload(_)))
+    );
     let rec = ops
         .iter()
         .find_map(|op| match op {
@@ -143,5 +171,8 @@ async fn read_only_plans_no_template_or_hpa_change() {
             _ => None,
         })
         .unwrap();
-    assert_eq!(rec.status.as_ref().unwrap().reason.as_deref(), Some("ReadOnly"));
+    assert_eq!(
+        rec.status.as_ref().unwrap().reason.as_deref(),
+        Some("ReadOnly")
+    );
 }

@@ -102,24 +102,33 @@ async fn bad_new_pair_keeps_old_cert_serving() {
     .await;
     let ca = pki.ca_pem();
 
-    // A certificate with someone else's key, then garbage.
+    // A certificate with someone else's key, then garbage: each refused (counted), old kept.
     let other = pki.leaf("other");
     std::fs::write(&cert, &other.cert_pem).unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    wait_for_reload_errors(server.health, 1).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
     std::fs::write(&cert, "not a certificate").unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    wait_for_reload_errors(server.health, 2).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
-    let (_, metrics) = get_text(server.health, "/metrics").await;
-    assert!(
-        metrics.contains(r#"kerf_tls_reloads_total{kind="error"} 2"#),
-        "{metrics}"
-    );
 
     // Fixing the files later still rotates.
     let new = pki.leaf("new");
     write_pair(dir.path(), &new);
     wait_for_cert(&ca, server.webhook, &new.der).await;
+}
+
+/// Waits (polling /metrics, up to 20 s) until `n` refused reloads were counted.
+async fn wait_for_reload_errors(health: std::net::SocketAddr, n: u32) {
+    let want = format!(r#"kerf_tls_reloads_total{{kind="error"}} {n}"#);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, metrics) = get_text(health, "/metrics").await;
+        if metrics.contains(&want) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "never saw {want}: {metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]

@@ -77,6 +77,37 @@ pub fn resolve_strategy<'a>(
     })
 }
 
+/// Indexes of `snapshot.pods` by the workload that owns them.
+pub fn pods_by_owner(snapshot: &Snapshot) -> BTreeMap<WorkloadKey, Vec<usize>> {
+    let mut out: BTreeMap<WorkloadKey, Vec<usize>> = BTreeMap::new();
+    for (i, pod) in snapshot.pods.iter().enumerate() {
+        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
+            out.entry(k).or_default().push(i);
+        }
+    }
+    out
+}
+
+/// The policies (index, selection view) whose scope covers the workload.
+pub fn covering<'a, P>(
+    policies: &'a [P],
+    w: &Workload,
+    view: impl Fn(&'a P) -> Candidate<'a>,
+) -> Vec<(usize, Candidate<'a>)> {
+    let template_labels = w
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i, view(p)))
+        .filter(|(_, c)| selection::covers(c, &w.key, &w.labels, &template_labels))
+        .collect()
+}
+
 /// One policy's share of one workload.
 #[derive(Clone, Debug)]
 pub struct Assignment {
@@ -128,42 +159,20 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
             );
         }
     }
-    let mut pods_by_owner: BTreeMap<WorkloadKey, Vec<usize>> = BTreeMap::new();
-    for (i, pod) in snapshot.pods.iter().enumerate() {
-        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
-            pods_by_owner.entry(k).or_default().push(i);
-        }
-    }
+    let pods_by_owner = pods_by_owner(snapshot);
     let protected = &snapshot.global.protected_namespaces;
     let mut pods_per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if protected.contains(&w.key.namespace) {
             continue;
         }
-        let template_labels = w
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        let covering: Vec<(usize, Candidate<'_>)> = snapshot
-            .gpu_policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                (
-                    i,
-                    Candidate {
-                        id: &p.id,
-                        policy_type: p.policy_type,
-                        scope: &p.spec.scope,
-                        weight: p.spec.weight,
-                        creation: p.creation,
-                    },
-                )
-            })
-            .filter(|(_, c)| selection::covers(c, &w.key, &w.labels, &template_labels))
-            .collect();
+        let covering = covering(&snapshot.gpu_policies, w, |p| Candidate {
+            id: &p.id,
+            policy_type: p.policy_type,
+            scope: &p.spec.scope,
+            weight: p.spec.weight,
+            creation: p.creation,
+        });
         if covering.is_empty() {
             continue;
         }

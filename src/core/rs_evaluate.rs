@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::core::evaluate::pod_owner;
+use crate::core::evaluate::{covering, pods_by_owner};
 use crate::core::gpu_engine::ContainerOutcome as GpuContainer;
 use crate::core::hpa;
 use crate::core::model::{PolicyId, WorkloadKey};
@@ -75,12 +75,7 @@ pub fn step_for(window_seconds: i64, step: i64) -> i64 {
 
 pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
-    let mut pods_by_owner: BTreeMap<WorkloadKey, Vec<usize>> = BTreeMap::new();
-    for (i, pod) in snapshot.pods.iter().enumerate() {
-        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
-            pods_by_owner.entry(k).or_default().push(i);
-        }
-    }
+    let pods_by_owner = pods_by_owner(snapshot);
     let mut per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if snapshot
@@ -90,30 +85,13 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
         {
             continue;
         }
-        let template_labels = w
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.labels.clone())
-            .unwrap_or_default();
-        let covering: Vec<(usize, Candidate<'_>)> = snapshot
-            .rightsizing_policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                (
-                    i,
-                    Candidate {
-                        id: &p.id,
-                        policy_type: p.policy_type,
-                        scope: &p.spec.scope,
-                        weight: p.spec.weight,
-                        creation: p.creation,
-                    },
-                )
-            })
-            .filter(|(_, c)| selection::covers(c, &w.key, &w.labels, &template_labels))
-            .collect();
+        let covering = covering(&snapshot.rightsizing_policies, w, |p| Candidate {
+            id: &p.id,
+            policy_type: p.policy_type,
+            scope: &p.spec.scope,
+            weight: p.spec.weight,
+            creation: p.creation,
+        });
         let candidates: Vec<Candidate<'_>> = covering.iter().map(|(_, c)| c.clone()).collect();
         let Some(winner) = selection::single_winner(&candidates, &snapshot.precedence) else {
             continue;

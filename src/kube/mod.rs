@@ -11,8 +11,6 @@ pub mod reader;
 pub mod recovery;
 pub mod writer;
 
-mod quantity;
-
 pub use lease::{Lease, LeaseConfig};
 pub use reader::{InvalidPolicy, Reader};
 pub use writer::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};

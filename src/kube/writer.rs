@@ -44,8 +44,9 @@ use crate::core::model::{
     CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
     render_baseline, to_k8s_time,
 };
+use crate::core::quantity;
 use crate::core::snapshot::Workload;
-use crate::kube::{FIELD_MANAGER, quantity};
+use crate::kube::FIELD_MANAGER;
 use crate::telemetry::{WriteLabels, metrics};
 
 /// The GPU annotations kerf wants on a workload (`None` = the annotation is absent).
@@ -432,10 +433,10 @@ fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<Reso
     Some(ResourceRequests {
         cpu_millis: req
             .and_then(|r| r.get("cpu"))
-            .and_then(quantity::cpu_millis),
+            .and_then(|q| quantity::cpu_millis(q).ok()),
         memory_bytes: req
             .and_then(|r| r.get("memory"))
-            .and_then(quantity::memory_bytes),
+            .and_then(|q| quantity::memory_bytes(q).ok()),
     })
 }
 
@@ -542,10 +543,10 @@ fn workload_body(
     for (name, r) in requests {
         let mut req = serde_json::Map::new();
         if let Some(m) = r.cpu_millis {
-            req.insert("cpu".into(), json!(quantity::render_cpu(m).0));
+            req.insert("cpu".into(), json!(quantity::format_cpu_millis(m)));
         }
         if let Some(b) = r.memory_bytes {
-            req.insert("memory".into(), json!(quantity::render_memory(b).0));
+            req.insert("memory".into(), json!(quantity::format_memory_bytes(b)));
         }
         if req.is_empty() {
             continue;
