@@ -373,9 +373,8 @@ pub fn plan_writes(
         // Rolled back (or asked to be, under readOnly): recommendation only.
         let held = rolled_back(previous_status.as_ref()) || rollback_requested(w);
         if held {
-            status.previous_hpa_target = previous_status
-                .as_ref()
-                .and_then(|p| p.previous_hpa_target);
+            status.previous_hpa_target =
+                previous_status.as_ref().and_then(|p| p.previous_hpa_target);
             status.original_requests = previous_status
                 .as_ref()
                 .map(|p| p.original_requests.clone())

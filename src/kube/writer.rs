@@ -41,9 +41,8 @@ use crate::api::{
 };
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK,
-    CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
-    render_baseline, to_k8s_time,
+    ANNOTATION_ROLLBACK, CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests,
+    WorkloadKey, render_baseline, to_k8s_time,
 };
 use crate::core::snapshot::Workload;
 use crate::kube::{FIELD_MANAGER, quantity};
@@ -229,10 +228,7 @@ impl EventWrite {
             if let Some(from) = hpa_from {
                 details.insert("hpaTargetFrom".to_string(), from.to_string());
             }
-            details.insert(
-                "hpaTargetTo".to_string(),
-                h.average_utilization.to_string(),
-            );
+            details.insert("hpaTargetTo".to_string(), h.average_utilization.to_string());
             parts.push(match hpa_from {
                 Some(from) => format!(
                     "HPA {} {} target {from}% -> {}%",
