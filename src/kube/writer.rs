@@ -14,6 +14,11 @@
 //!   restart annotation is a plain merge patch (as `kubectl rollout restart` does), so later
 //!   applies never remove it and trigger another rollout.
 //! - Nothing is written when the observed object already matches.
+//! - Rollback and release ([`WriteOp::Restore`]) write the recorded original requests and HPA
+//!   target back before the RightsizingRecommendation and the Event, so a failure leaves the
+//!   record for the next cycle. A release writes the values as [`RELEASE_FIELD_MANAGER`] (an
+//!   Update moves the changed fields to it) and then applies as `kerf` without them, so kerf gives
+//!   up ownership without server-side apply deleting the values (see docs/hpa-coordination.md).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
