@@ -217,10 +217,16 @@ impl EventWrite {
                 .map(|(c, r)| {
                     let mut v = Vec::new();
                     if let Some(m) = r.cpu_millis {
-                        v.push(format!("cpu {}", quantity::render_cpu(m).0));
+                        v.push(format!(
+                            "cpu {}",
+                            crate::core::quantity::format_cpu_millis(m)
+                        ));
                     }
                     if let Some(b) = r.memory_bytes {
-                        v.push(format!("memory {}", quantity::render_memory(b).0));
+                        v.push(format!(
+                            "memory {}",
+                            crate::core::quantity::format_memory_bytes(b)
+                        ));
                     }
                     format!("{c} {}", v.join(", "))
                 })
