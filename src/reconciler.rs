@@ -3,7 +3,7 @@
 //! store the webhook reads, and queue the writes (the writer performs them only while this
 //! replica holds the Lease; every replica computes and serves).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,16 +12,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
-    RecommendationPhase, RightsizingRecommendation,
+    RecommendationPhase, RecommendationStatus, RightsizingRecommendation, WorkloadKind,
 };
-use crate::core::model::{PolicyId, ResourceRequests, WorkloadKey};
+use crate::core::model::{ANNOTATION_ROLLBACK, PolicyId, ResourceRequests, WorkloadKey};
 use crate::core::resources::{counted_containers, effective_requests};
-use crate::core::rightsizing::{recommendation_spec, recommendation_status};
+use crate::core::rightsizing::{plan_restore, recommendation_spec, recommendation_status};
 use crate::core::snapshot::{Snapshot, StrategyKey, Workload};
 use crate::kube::reader::{InvalidPolicy, Reader};
 use crate::kube::writer::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
-    RecommendationWrite, WorkloadWrite, WriteOp, WriterHandle,
+    RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp, WriterHandle,
+    hpa_utilization_target,
 };
 use crate::metrics::prometheus::PrometheusSource;
 use crate::pipeline::{CycleOutput, run_cycle};
@@ -118,6 +119,209 @@ fn condition_writes(
     }))
 }
 
+/// A rollback was asked for: the workload carries `rightsizing.kubex.ai/rollback` with a
+/// non-empty value.
+pub fn rollback_requested(w: &Workload) -> bool {
+    w.annotations
+        .get(ANNOTATION_ROLLBACK)
+        .is_some_and(|v| !v.trim().is_empty())
+}
+
+/// The recommendation says kerf was rolled back there and must not apply (until it is deleted).
+pub fn rolled_back(status: Option<&RecommendationStatus>) -> bool {
+    status.is_some_and(|s| {
+        s.phase == RecommendationPhase::AuditOnly
+            && s.reason.as_deref() == Some(RestoreKind::Rollback.reason())
+    })
+}
+
+/// kerf applied something there that a release must give back.
+fn kerf_applied(status: Option<&RecommendationStatus>) -> bool {
+    status.is_some_and(|s| s.previous_hpa_target.is_some() || !s.original_requests.is_empty())
+}
+
+/// The workload a RightsizingRecommendation is about.
+fn recommendation_key(rec: &RightsizingRecommendation) -> Option<WorkloadKey> {
+    Some(WorkloadKey::new(
+        rec.metadata.namespace.clone()?,
+        WorkloadKind::parse(&rec.spec.workload.kind)?,
+        rec.spec.workload.name.clone(),
+    ))
+}
+
+fn find_recommendation<'a>(
+    recommendations: &'a [Arc<RightsizingRecommendation>],
+    key: &WorkloadKey,
+) -> Option<&'a RightsizingRecommendation> {
+    let name = recommendation_name(key);
+    recommendations
+        .iter()
+        .find(|rec| {
+            rec.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                && rec.metadata.name.as_deref() == Some(name.as_str())
+        })
+        .map(|rec| &**rec)
+}
+
+/// Workloads whose CPU/memory kerf must not set, at admission or by the agent: a rollback is
+/// asked for or was done (see [`rolled_back`]).
+pub fn held_back(
+    snapshot: &Snapshot,
+    recommendations: &[Arc<RightsizingRecommendation>],
+) -> BTreeSet<WorkloadKey> {
+    let mut out: BTreeSet<WorkloadKey> = snapshot
+        .workloads
+        .iter()
+        .filter(|w| rollback_requested(w))
+        .map(|w| w.key.clone())
+        .collect();
+    out.extend(
+        recommendations
+            .iter()
+            .filter(|r| rolled_back(r.status.as_ref()))
+            .filter_map(|r| recommendation_key(r)),
+    );
+    out
+}
+
+/// The status a restore leaves: audit-only with the restore's reason; nothing kerf applied is
+/// left to give back.
+fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> RecommendationStatus {
+    status.phase = RecommendationPhase::AuditOnly;
+    status.reason = Some(kind.reason().into());
+    status.previous_hpa_target = None;
+    status.original_requests.clear();
+    status
+}
+
+/// Rollbacks (annotation) and releases (a recommendation kerf applied from, whose workload no
+/// longer has an auto-patch outcome): one [`RestoreWrite`] each. Nothing under `readOnly`.
+fn restore_writes(
+    snapshot: &Snapshot,
+    cycle: &CycleOutput,
+    recommendations: &[Arc<RightsizingRecommendation>],
+    workloads: &HashMap<&WorkloadKey, &Workload>,
+    now: DateTime<Utc>,
+) -> BTreeMap<WorkloadKey, WriteOp> {
+    let mut out = BTreeMap::new();
+    if snapshot.global.read_only {
+        return out;
+    }
+    let results: HashMap<&WorkloadKey, &crate::core::rs_evaluate::RsResult> =
+        cycle.rightsizing.iter().map(|r| (&r.key, r)).collect();
+    let mut due: BTreeMap<WorkloadKey, RestoreKind> = snapshot
+        .workloads
+        .iter()
+        .filter(|w| rollback_requested(w))
+        .map(|w| (w.key.clone(), RestoreKind::Rollback))
+        .collect();
+    for rec in recommendations {
+        let Some(key) = recommendation_key(rec) else {
+            continue;
+        };
+        if due.contains_key(&key)
+            || !workloads.contains_key(&key)
+            || !kerf_applied(rec.status.as_ref())
+        {
+            continue;
+        }
+        // Still auto-patch (applied, blocked for now, pending) or unknown this cycle (metrics
+        // unavailable, unusable policy): nothing is released.
+        let leaves = match results.get(&key) {
+            None => true,
+            Some(r) => {
+                !r.metrics_unavailable
+                    && r.outcome
+                        .as_ref()
+                        .is_ok_and(|o| o.phase == RecommendationPhase::AuditOnly)
+            }
+        };
+        if leaves {
+            due.insert(key, RestoreKind::Release);
+        }
+    }
+    for (key, kind) in due {
+        let Some(w) = workloads.get(&key) else {
+            continue;
+        };
+        let observed = find_recommendation(recommendations, &key).cloned();
+        let outcome = results
+            .get(&key)
+            .and_then(|r| r.outcome.as_ref().ok().map(|o| (o, &r.policy)));
+        let (plan, problem) = match &observed {
+            Some(rec) => match rec.status.as_ref() {
+                Some(status) => match plan_restore(&rec.spec, status) {
+                    Ok(p) => (p, None),
+                    Err(e) => (Default::default(), Some(format!("nothing restored: {e}"))),
+                },
+                None => (Default::default(), None),
+            },
+            None => (Default::default(), None),
+        };
+        let hpa = plan.hpa.as_ref().and_then(|h| {
+            let live = snapshot.hpas.iter().find(|x| {
+                x.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                    && x.metadata.name.as_deref() == Some(h.name.as_str())
+            })?;
+            Some(HpaTarget {
+                namespace: key.namespace.clone(),
+                name: h.name.clone(),
+                resource: h.resource.clone(),
+                average_utilization: h.target,
+                observed: Some(live.clone()),
+            })
+        });
+        let hpa_from = hpa
+            .as_ref()
+            .and_then(|h| h.observed.as_ref())
+            .and_then(hpa_utilization_target)
+            .map(|(_, t)| t);
+        let recommendation = match (&observed, outcome) {
+            (_, Some((o, policy))) => {
+                let prev = observed.as_ref().and_then(|r| r.status.as_ref());
+                Some((
+                    recommendation_spec(o, &key, Some(policy)),
+                    recommendation_status(o, prev),
+                ))
+            }
+            (Some(rec), None) => Some((rec.spec.clone(), rec.status.clone().unwrap_or_default())),
+            (None, None) => None,
+        }
+        .map(|(spec, status)| {
+            let mut status = restored_status(status, kind);
+            status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            RecommendationWrite {
+                namespace: key.namespace.clone(),
+                name: recommendation_name(&key),
+                spec,
+                status: Some(status),
+                owner: owner_of(w),
+                observed: observed.clone(),
+            }
+        });
+        let event = EventWrite::restored(
+            w,
+            kind,
+            &plan.requests,
+            hpa.as_ref(),
+            hpa_from,
+            problem.as_deref(),
+        );
+        out.insert(
+            key,
+            WriteOp::Restore(Box::new(RestoreWrite {
+                kind,
+                observed: (*w).clone(),
+                requests: plan.requests,
+                hpa,
+                recommendation,
+                event,
+            })),
+        );
+    }
+    out
+}
+
 /// Pure: every write one cycle calls for. The writer skips what the cluster already has.
 pub fn plan_writes(
     snapshot: &Snapshot,
@@ -148,26 +352,42 @@ pub fn plan_writes(
         })));
     }
 
+    // Rollbacks and releases carry their own RightsizingRecommendation write (made once the
+    // restore went through), so those workloads are skipped below.
+    let mut restores = restore_writes(snapshot, cycle, recommendations, &workloads, now);
+
     // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is).
     for r in &cycle.rightsizing {
+        if let Some(op) = restores.remove(&r.key) {
+            ops.push(op);
+            continue;
+        }
         let Ok(outcome) = &r.outcome else { continue };
         let Some(w) = workloads.get(&r.key) else {
             continue;
         };
         let name = recommendation_name(&r.key);
-        let observed = recommendations
-            .iter()
-            .find(|rec| {
-                rec.metadata.namespace.as_deref() == Some(r.key.namespace.as_str())
-                    && rec.metadata.name.as_deref() == Some(name.as_str())
-            })
-            .map(|rec| (**rec).clone());
+        let observed = find_recommendation(recommendations, &r.key).cloned();
         let previous_status = observed.as_ref().and_then(|o| o.status.clone());
         let mut status = recommendation_status(outcome, previous_status.as_ref());
+        // Rolled back (or asked to be, under readOnly): recommendation only.
+        let held = rolled_back(previous_status.as_ref()) || rollback_requested(w);
+        if held {
+            status.previous_hpa_target =
+                previous_status.as_ref().and_then(|p| p.previous_hpa_target);
+            status.original_requests = previous_status
+                .as_ref()
+                .map(|p| p.original_requests.clone())
+                .unwrap_or_default();
+            if rolled_back(previous_status.as_ref()) {
+                status.phase = RecommendationPhase::AuditOnly;
+                status.reason = Some(RestoreKind::Rollback.reason().into());
+            }
+        }
         let plan = outcome
             .apply
             .as_ref()
-            .filter(|_| !r.metrics_unavailable && !snapshot.global.read_only);
+            .filter(|_| !r.metrics_unavailable && !snapshot.global.read_only && !held);
         let changing = plan.is_some_and(|p| requests_differ(w, &p.requests));
         if changing {
             status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
@@ -187,7 +407,7 @@ pub fn plan_writes(
         let was_blocked = previous_status
             .as_ref()
             .is_some_and(|s| s.phase == RecommendationPhase::Blocked);
-        if outcome.phase == RecommendationPhase::Blocked && !was_blocked {
+        if outcome.phase == RecommendationPhase::Blocked && !was_blocked && !held {
             let reason = outcome
                 .reason
                 .clone()
@@ -227,6 +447,9 @@ pub fn plan_writes(
             None => ops.push(WriteOp::Workload(Box::new(workload))),
         }
     }
+
+    // Restores of workloads the cycle has no result for (policy deleted, no longer selected).
+    ops.extend(restores.into_values());
 
     // Policy status conditions.
     let mut matched: HashMap<PolicyId, i64> = HashMap::new();
@@ -301,6 +524,18 @@ pub fn plan_writes(
 
 /// Refreshes the store from a cycle. Workloads whose metrics were unavailable keep what they had.
 pub fn refresh_store(store: &Store, snapshot: &Snapshot, cycle: &CycleOutput) {
+    refresh_store_except(store, snapshot, cycle, &BTreeSet::new());
+}
+
+/// [`refresh_store`] without CPU/memory requests or HPA target for the `held` workloads (see
+/// [`held_back`]): admission must not put kerf's values back on a rolled-back workload's pods,
+/// nor its coordinated target back on the HPA the rollback restores.
+pub fn refresh_store_except(
+    store: &Store,
+    snapshot: &Snapshot,
+    cycle: &CycleOutput,
+    held: &BTreeSet<WorkloadKey>,
+) {
     store.set_global(snapshot.global.clone());
     let mut states = cycle.states();
     for r in &cycle.results {
@@ -308,6 +543,12 @@ pub fn refresh_store(store: &Store, snapshot: &Snapshot, cycle: &CycleOutput) {
             && let Some(old) = store.get(&r.key)
         {
             states.insert(r.key.clone(), (*old).clone());
+        }
+    }
+    for key in held {
+        if let Some(s) = states.get_mut(key) {
+            s.resources.clear();
+            s.hpa = None;
         }
     }
     store.replace_all(states);
@@ -365,7 +606,9 @@ pub async fn run(
         if let Some((_, _, prom)) = &source {
             let now = Utc::now();
             let cycle = run_cycle(&snapshot, prom, now, cfg.step_seconds).await;
-            refresh_store(&store, &snapshot, &cycle);
+            let recommendations = reader.recommendations();
+            let held = held_back(&snapshot, &recommendations);
+            refresh_store_except(&store, &snapshot, &cycle, &held);
             let failed = cycle
                 .prometheus
                 .values()
@@ -374,7 +617,7 @@ pub async fn run(
             if failed {
                 crate::telemetry::metrics().reconcile_errors.inc();
             }
-            for op in plan_writes(&snapshot, &cycle, &invalid, &reader.recommendations(), now) {
+            for op in plan_writes(&snapshot, &cycle, &invalid, &recommendations, now) {
                 if writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");
                 }

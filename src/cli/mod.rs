@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod bench;
 pub mod recommend;
+pub mod rollback;
 pub mod serve;
 
 #[derive(Parser, Debug)]
@@ -25,6 +26,8 @@ pub enum Command {
     Recommend(RecommendArgs),
     /// Run the admission webhook (and, in-cluster, the reconciler).
     Serve(serve::ServeArgs),
+    /// Roll a workload back: restore its original requests and HPA target, stop applying.
+    Rollback(rollback::RollbackArgs),
     /// Benchmarks (reported in docs/performance.md).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -94,5 +97,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Recommend(args) => recommend::run(args).await,
         Command::Serve(args) => serve::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
+        Command::Rollback(args) => rollback::run(args).await,
     }
 }

@@ -14,6 +14,11 @@
 //!   restart annotation is a plain merge patch (as `kubectl rollout restart` does), so later
 //!   applies never remove it and trigger another rollout.
 //! - Nothing is written when the observed object already matches.
+//! - Rollback and release ([`WriteOp::Restore`]) write the recorded original requests and HPA
+//!   target back before the RightsizingRecommendation and the Event, so a failure leaves the
+//!   record for the next cycle. A release writes the values as [`RELEASE_FIELD_MANAGER`] (an
+//!   Update moves the changed fields to it) and then applies as `kerf` without them, so kerf gives
+//!   up ownership without server-side apply deleting the values (see docs/hpa-coordination.md).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -29,7 +34,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ObjectReference, PodSpec, PodTemplateSpec};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, MicroTime, ObjectMeta, OwnerReference,
+    Condition, ManagedFieldsEntry, MicroTime, ObjectMeta, OwnerReference,
 };
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -41,8 +46,8 @@ use crate::api::{
 };
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
-    render_baseline, to_k8s_time,
+    ANNOTATION_ROLLBACK, CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests,
+    WorkloadKey, render_baseline, to_k8s_time,
 };
 use crate::core::quantity;
 use crate::core::snapshot::Workload;
@@ -194,6 +199,127 @@ impl EventWrite {
             details: BTreeMap::from([("reason".to_string(), reason_code.to_string())]),
         }
     }
+
+    /// `RolledBack` / `Released`: what a restore wrote back. `hpa_from` is the HPA's target
+    /// before the restore, when known.
+    pub fn restored(
+        workload: &Workload,
+        kind: RestoreKind,
+        requests: &BTreeMap<String, ResourceRequests>,
+        hpa: Option<&HpaTarget>,
+        hpa_from: Option<i32>,
+        problem: Option<&str>,
+    ) -> Self {
+        let mut details = BTreeMap::new();
+        let mut parts = Vec::new();
+        if !requests.is_empty() {
+            let list: Vec<String> = requests
+                .iter()
+                .map(|(c, r)| {
+                    let mut v = Vec::new();
+                    if let Some(m) = r.cpu_millis {
+                        v.push(format!(
+                            "cpu {}",
+                            crate::core::quantity::format_cpu_millis(m)
+                        ));
+                    }
+                    if let Some(b) = r.memory_bytes {
+                        v.push(format!(
+                            "memory {}",
+                            crate::core::quantity::format_memory_bytes(b)
+                        ));
+                    }
+                    format!("{c} {}", v.join(", "))
+                })
+                .collect();
+            parts.push(format!("requests {}", list.join("; ")));
+        }
+        if let Some(h) = hpa {
+            details.insert("hpa".to_string(), h.name.clone());
+            details.insert("hpaResource".to_string(), h.resource.clone());
+            if let Some(from) = hpa_from {
+                details.insert("hpaTargetFrom".to_string(), from.to_string());
+            }
+            details.insert("hpaTargetTo".to_string(), h.average_utilization.to_string());
+            parts.push(match hpa_from {
+                Some(from) => format!(
+                    "HPA {} {} target {from}% -> {}%",
+                    h.name, h.resource, h.average_utilization
+                ),
+                None => format!(
+                    "HPA {} {} target {}%",
+                    h.name, h.resource, h.average_utilization
+                ),
+            });
+        }
+        let what = if parts.is_empty() {
+            "nothing kerf recorded to restore".to_string()
+        } else {
+            format!("restored {}", parts.join(" and "))
+        };
+        let then = match kind {
+            RestoreKind::Rollback => {
+                "; kerf stops applying until the RightsizingRecommendation is deleted"
+            }
+            RestoreKind::Release => "; kerf no longer owns these fields",
+        };
+        let problem = problem.map(|p| format!(" ({p})")).unwrap_or_default();
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: !problem.is_empty(),
+            reason: kind.reason().into(),
+            action: match kind {
+                RestoreKind::Rollback => "Rollback",
+                RestoreKind::Release => "Release",
+            }
+            .into(),
+            note: format!("{what}{then}{problem}"),
+            details,
+        }
+    }
+}
+
+/// Field manager of a release's restore writes (an Update, not an Apply): the restored values
+/// change hands to it, so kerf's following apply can leave them out without server-side apply
+/// deleting them.
+pub const RELEASE_FIELD_MANAGER: &str = "kerf-release";
+
+/// Why kerf writes a workload's recorded original requests and HPA target back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreKind {
+    /// `rightsizing.kubex.ai/rollback` on the workload: restored by server-side apply as `kerf`
+    /// in one coordinated step, the annotation removed, kerf stops applying.
+    Rollback,
+    /// The workload left auto-patch: restored by [`RELEASE_FIELD_MANAGER`], then kerf gives up
+    /// its ownership of those fields.
+    Release,
+}
+
+impl RestoreKind {
+    /// The Event reason (and the RightsizingRecommendation `status.reason`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            RestoreKind::Rollback => "RolledBack",
+            RestoreKind::Release => "Released",
+        }
+    }
+}
+
+/// A rollback or a release: requests and HPA target restored together, then the
+/// RightsizingRecommendation and the Event, in that order (a failed restore writes neither, so the
+/// next cycle tries again).
+#[derive(Clone, Debug)]
+pub struct RestoreWrite {
+    pub kind: RestoreKind,
+    /// The workload as last seen.
+    pub observed: Workload,
+    /// Original requests per container (`None` resource = left as it is).
+    pub requests: BTreeMap<String, ResourceRequests>,
+    /// The HPA target to restore (`observed` is the HPA as last seen).
+    pub hpa: Option<HpaTarget>,
+    pub recommendation: Option<RecommendationWrite>,
+    pub event: EventWrite,
 }
 
 #[derive(Clone, Debug)]
@@ -205,6 +331,8 @@ pub enum WriteOp {
     Recommendation(Box<RecommendationWrite>),
     Coordinated(Box<CoordinatedChange>),
     Event(Box<EventWrite>),
+    /// Rollback or release of a workload's CPU/memory requests and HPA target.
+    Restore(Box<RestoreWrite>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -387,7 +515,8 @@ fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
     }
 }
 
-fn workload_resource(kind: WorkloadKind) -> ApiResource {
+/// The API resource of a workload kind.
+pub fn workload_resource(kind: WorkloadKind) -> ApiResource {
     match kind {
         WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
         WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
@@ -464,12 +593,24 @@ struct Owned {
 }
 
 fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+    owned_where(obj, kind, |mf| {
+        mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
+    })
+}
+
+/// What every manager but `kerf` owns (a field kerf leaves out of its apply survives only then).
+fn others_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+    owned_where(obj, kind, |mf| mf.manager.as_deref() != Some(FIELD_MANAGER))
+}
+
+fn owned_where(
+    obj: &DynamicObject,
+    kind: WorkloadKind,
+    manager: impl Fn(&ManagedFieldsEntry) -> bool,
+) -> Owned {
     let mut owned = Owned::default();
     for mf in obj.metadata.managed_fields.iter().flatten() {
-        if mf.manager.as_deref() != Some(FIELD_MANAGER)
-            || mf.operation.as_deref() != Some("Apply")
-            || mf.subresource.as_deref().is_some_and(|s| !s.is_empty())
-        {
+        if !manager(mf) || mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
             continue;
         }
         let Some(fields) = mf.fields_v1.as_ref().map(|f| &f.0) else {
@@ -597,6 +738,39 @@ pub fn hpa_utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(String, 
     }
 }
 
+/// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).
+fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
+    let mut kerf = false;
+    let mut others = false;
+    for mf in hpa.metadata.managed_fields.iter().flatten() {
+        if mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
+            continue;
+        }
+        let owns = mf
+            .fields_v1
+            .as_ref()
+            .and_then(|f| f.0.get("f:spec"))
+            .is_some_and(|s| s.get("f:metrics").is_some());
+        if !owns {
+            continue;
+        }
+        if mf.manager.as_deref() == Some(FIELD_MANAGER) {
+            kerf |= mf.operation.as_deref() == Some("Apply");
+        } else {
+            others = true;
+        }
+    }
+    (kerf, others)
+}
+
+/// The single utilization metric kerf writes on an HPA.
+fn hpa_metrics(resource: &str, target: i32) -> Value {
+    json!([{
+        "type": "Resource",
+        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
+    }])
+}
+
 /// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a
 /// condition's status does; conditions not mentioned are kept.
 pub fn merge_conditions(
@@ -683,7 +857,7 @@ impl Task {
                 tracing::debug!(workload = %w.observed.key, "readOnly: workload not written");
                 return WriteOutcome::ReadOnly;
             }
-            WriteOp::Restart(_) | WriteOp::Coordinated(_) if read_only => {
+            WriteOp::Restart(_) | WriteOp::Coordinated(_) | WriteOp::Restore(_) if read_only => {
                 return WriteOutcome::ReadOnly;
             }
             WriteOp::Workload(w) => self.write_workload(&w).await,
@@ -692,6 +866,7 @@ impl Task {
             WriteOp::PolicyStatus(s) => self.policy_status(&s).await,
             WriteOp::Recommendation(r) => self.recommendation(&r).await,
             WriteOp::Event(e) => self.event(&e).await.map(|()| 1),
+            WriteOp::Restore(r) => self.restore(&r).await,
         };
         match result {
             Ok(0) => WriteOutcome::Unchanged,
@@ -835,10 +1010,7 @@ impl Task {
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": h.name, "namespace": h.namespace},
-            "spec": {"metrics": [{
-                "type": "Resource",
-                "resource": {"name": h.resource, "target": {"type": "Utilization", "averageUtilization": h.average_utilization}},
-            }]},
+            "spec": {"metrics": hpa_metrics(&h.resource, h.average_utilization)},
         });
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
         let params = apply_params();
@@ -870,6 +1042,228 @@ impl Task {
             let template = self.write_workload(&c.workload).await?;
             Ok(template + self.hpa(&c.hpa).await?)
         }
+    }
+
+    /// A rollback or a release (see [`RestoreWrite`]). The order keeps the transient state
+    /// over-provisioned, as for a coordinated change: a falling target (requests grow back) goes
+    /// before the template.
+    async fn restore(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
+        let current = r
+            .hpa
+            .as_ref()
+            .and_then(|h| h.observed.as_ref())
+            .and_then(hpa_utilization_target)
+            .map(|(_, t)| t);
+        let hpa_first = r
+            .hpa
+            .as_ref()
+            .is_some_and(|h| current.is_some_and(|t| h.average_utilization < t));
+        let mut made = 0;
+        let release = r.kind == RestoreKind::Release;
+        if hpa_first && let Some(h) = &r.hpa {
+            made += if release {
+                self.release_hpa(h).await?
+            } else {
+                self.hpa(h).await?
+            };
+        }
+        made += if release {
+            self.release_workload(r).await?
+        } else {
+            self.rollback_workload(r).await?
+        };
+        if !hpa_first && let Some(h) = &r.hpa {
+            made += if release {
+                self.release_hpa(h).await?
+            } else {
+                self.hpa(h).await?
+            };
+        }
+        if r.kind == RestoreKind::Rollback
+            && r.observed.annotations.contains_key(ANNOTATION_ROLLBACK)
+        {
+            self.remove_rollback_annotation(&r.observed.key).await?;
+            made += 1;
+        }
+        if let Some(rec) = &r.recommendation {
+            made += self.recommendation(rec).await?;
+        }
+        self.event(&r.event).await?;
+        tracing::info!(workload = %r.observed.key, "{}", r.event.note);
+        Ok(made + 1)
+    }
+
+    /// Rollback: the original requests by server-side apply as `kerf` (kerf keeps owning them,
+    /// with the user's values), carrying forward everything else kerf owns on the workload.
+    async fn rollback_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
+        let key = &r.observed.key;
+        if requests_match(&r.observed.template, &r.requests) {
+            return Ok(0);
+        }
+        let api = self.workload_api(key);
+        let live = self
+            .call(None, &format!("read {key}"), || api.get_opt(&key.name))
+            .await?;
+        let Some(live) = live else {
+            return Err(CallError::Failed(format!("{key} no longer exists")));
+        };
+        let owned = kerf_owned(&live, key.kind);
+        let template = live_template(&live, key.kind);
+        let live_ann = live.metadata.annotations.clone().unwrap_or_default();
+        let annotations: BTreeMap<String, String> = owned
+            .annotations
+            .iter()
+            .filter_map(|k| live_ann.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        let mut requests = BTreeMap::new();
+        for (c, (cpu, mem)) in &owned.requests {
+            if let Some(have) = template_requests(&template, c) {
+                requests.insert(
+                    c.clone(),
+                    ResourceRequests {
+                        cpu_millis: have.cpu_millis.filter(|_| *cpu),
+                        memory_bytes: have.memory_bytes.filter(|_| *mem),
+                    },
+                );
+            }
+        }
+        for (c, want) in &r.requests {
+            let e = requests.entry(c.clone()).or_default();
+            if want.cpu_millis.is_some() {
+                e.cpu_millis = want.cpu_millis;
+            }
+            if want.memory_bytes.is_some() {
+                e.memory_bytes = want.memory_bytes;
+            }
+        }
+        let body = workload_body(key, &annotations, &requests, &template);
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(Some("template"), &format!("rollback {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
+        self.last_applied.insert(key.clone(), body);
+        Ok(2)
+    }
+
+    /// Release: the original requests as a strategic merge patch by `kerf-release` (the changed
+    /// fields move to it), then kerf's apply without them. A restored field that only kerf owns
+    /// (its value did not change, so the patch did not move it) stays in kerf's apply: leaving it
+    /// out would make server-side apply delete the user's value.
+    async fn release_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
+        let key = &r.observed.key;
+        if r.requests.is_empty() {
+            return Ok(0);
+        }
+        let full = workload_body(key, &BTreeMap::new(), &r.requests, &r.observed.template);
+        let body = json!({"spec": full.get("spec").cloned().unwrap_or_else(|| json!({}))});
+        let api = self.workload_api(key);
+        let params = PatchParams {
+            field_manager: Some(RELEASE_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let patch = Patch::Strategic(&body);
+        let live = self
+            .call(Some("template"), &format!("restore {key}"), || {
+                api.patch(&key.name, &params, &patch)
+            })
+            .await?;
+        let owned = kerf_owned(&live, key.kind);
+        let others = others_owned(&live, key.kind);
+        let template = live_template(&live, key.kind);
+        let live_ann = live.metadata.annotations.clone().unwrap_or_default();
+        let annotations: BTreeMap<String, String> = owned
+            .annotations
+            .iter()
+            .filter_map(|k| live_ann.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        let mut requests = BTreeMap::new();
+        for (c, (cpu, mem)) in &owned.requests {
+            let restored = r.requests.get(c).cloned().unwrap_or_default();
+            let (o_cpu, o_mem) = others.requests.get(c).copied().unwrap_or_default();
+            let keep_cpu = *cpu && !(restored.cpu_millis.is_some() && o_cpu);
+            let keep_mem = *mem && !(restored.memory_bytes.is_some() && o_mem);
+            if (keep_cpu && restored.cpu_millis.is_some())
+                || (keep_mem && restored.memory_bytes.is_some())
+            {
+                tracing::warn!(workload = %key, container = %c, "only kerf owns a restored request: kerf keeps owning it");
+            }
+            if let Some(have) = template_requests(&template, c) {
+                requests.insert(
+                    c.clone(),
+                    ResourceRequests {
+                        cpu_millis: have.cpu_millis.filter(|_| keep_cpu),
+                        memory_bytes: have.memory_bytes.filter(|_| keep_mem),
+                    },
+                );
+            }
+        }
+        let body = workload_body(key, &annotations, &requests, &template);
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(Some("template"), &format!("release {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
+        self.last_applied.insert(key.clone(), body);
+        Ok(2)
+    }
+
+    /// Release of the HPA target: a merge patch by `kerf-release` (the metric list is atomic,
+    /// so it is written whole), then kerf's apply without `spec.metrics` — unless kerf is still
+    /// its only owner, in which case the apply keeps it (leaving it out would delete the
+    /// metrics and the HPA would fall back to its default).
+    async fn release_hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
+        let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
+        let what = format!("HPA {}/{}", h.namespace, h.name);
+        let body = json!({"spec": {"metrics": hpa_metrics(&h.resource, h.average_utilization)}});
+        let params = PatchParams {
+            field_manager: Some(RELEASE_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let patch = Patch::Merge(&body);
+        let live = self
+            .call(Some("hpa"), &format!("restore {what}"), || {
+                api.patch(&h.name, &params, &patch)
+            })
+            .await?;
+        let (kerf, others) = hpa_metrics_owners(&live);
+        let mut body = json!({
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": h.name, "namespace": h.namespace},
+        });
+        if kerf && !others {
+            tracing::warn!(hpa = %what, "only kerf owns spec.metrics: kerf keeps owning it");
+            body["spec"] = json!({"metrics": hpa_metrics(&h.resource, h.average_utilization)});
+        }
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(Some("hpa"), &format!("release {what}"), || {
+            api.patch(&h.name, &params, &patch)
+        })
+        .await?;
+        Ok(2)
+    }
+
+    /// The user set the rollback annotation; kerf does not own it, so it is removed with a merge
+    /// patch.
+    async fn remove_rollback_annotation(&self, key: &WorkloadKey) -> Result<(), CallError> {
+        let body = json!({"metadata": {"annotations": {ANNOTATION_ROLLBACK: null}}});
+        let api = self.workload_api(key);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let patch = Patch::Merge(&body);
+        self.call(
+            Some("annotations"),
+            &format!("remove the rollback annotation of {key}"),
+            || api.patch(&key.name, &params, &patch),
+        )
+        .await?;
+        Ok(())
     }
 
     async fn policy_status(&self, s: &PolicyStatusWrite) -> Result<usize, CallError> {
