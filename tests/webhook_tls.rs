@@ -126,7 +126,10 @@ async fn wait_for_reload_errors(health: std::net::SocketAddr, n: u32) {
         if metrics.contains(&want) {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "never saw {want}: {metrics}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never saw {want}: {metrics}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
