@@ -72,7 +72,12 @@ fn pod_names(spec: &ScaleSpec) -> Vec<(usize, String, String)> {
 /// The synthetic cluster: every workload a KAI 0.5-GPU Deployment with an inference container and
 /// a sidecar; pods spread round-robin so 33,000 pods cover 25,000 workloads.
 pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
-    let mut s = Snapshot::default();
+    // Exact capacities: the reader's snapshot is built from sized stores, without growth slack.
+    let mut s = Snapshot {
+        workloads: Vec::with_capacity(spec.workloads),
+        pods: Vec::with_capacity(spec.pods),
+        ..Default::default()
+    };
     for n in 0..spec.namespaces {
         let ns = namespace(n);
         s.gpu_policies.push(GpuPolicy {
