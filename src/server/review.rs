@@ -176,18 +176,29 @@ pub fn handle_review(body: &[u8], store: &Store) -> Reply {
         status: 200,
         content_type: "application/json",
         body: serde_json::to_vec(&out).unwrap_or_default(),
-        kind: if req.kind.kind.is_empty() {
-            "unknown".into()
-        } else {
-            req.kind.kind.clone()
-        },
-        operation: if req.operation.is_empty() {
-            "unknown".into()
-        } else {
-            req.operation.clone()
-        },
+        kind: label_kind(&req.kind.kind).into(),
+        operation: label_operation(&req.operation).into(),
         outcome: decision.outcome,
         detail: decision.detail,
+    }
+}
+
+/// Metric label values come from a fixed set so a client cannot blow up label cardinality.
+fn label_kind(kind: &str) -> &'static str {
+    match kind {
+        "Pod" => "Pod",
+        "HorizontalPodAutoscaler" => "HorizontalPodAutoscaler",
+        _ => "unknown",
+    }
+}
+
+fn label_operation(op: &str) -> &'static str {
+    match op {
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        _ => "unknown",
     }
 }
 
