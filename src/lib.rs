@@ -8,9 +8,9 @@
 
 pub mod api;
 pub mod cli;
-pub mod core;
+pub mod standalone;
 pub mod metrics;
 pub mod server;
-pub mod standalone;
+pub mod core;
 pub mod state;
 pub mod telemetry;

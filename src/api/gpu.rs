@@ -233,8 +233,7 @@ gpu_policy_spec!(
     "GpuReactivePolicy",
     "grp",
     namespaced,
-    validation = Rule::new("!has(self.spec.scope) || !has(self.spec.scope.namespaceSelector)")
-        .message("spec.scope.namespaceSelector is only valid on ClusterGpuReactivePolicy"),
+    validation = Rule::new("!has(self.spec.scope) || !has(self.spec.scope.namespaceSelector)").message("spec.scope.namespaceSelector is only valid on ClusterGpuReactivePolicy"),
 );
 gpu_policy_spec!(
     ClusterGpuReactivePolicySpec,
@@ -278,14 +277,8 @@ impl GpuPolicySpecRef<'_> {
         for signal in Signal::BOTH {
             let s = self.metrics.signal(signal);
             let base = format!("spec.metrics.{}", signal.as_str());
-            v.positive(
-                s.upsize.threshold_percent,
-                &format!("{base}.upsize.thresholdPercent"),
-            );
-            v.at_least_1m(
-                &s.upsize.metrics_window,
-                &format!("{base}.upsize.metricsWindow"),
-            );
+            v.positive(s.upsize.threshold_percent, &format!("{base}.upsize.thresholdPercent"));
+            v.at_least_1m(&s.upsize.metrics_window, &format!("{base}.upsize.metricsWindow"));
             v.check(
                 s.upsize.headroom_percent >= 0.0,
                 format!("{base}.upsize.headroomPercent"),
@@ -296,14 +289,8 @@ impl GpuPolicySpecRef<'_> {
                 format!("{base}.upsize.maxPercent"),
                 format!("must be >= 100 (got {})", s.upsize.max_percent),
             );
-            v.positive(
-                s.scale_back.threshold_percent,
-                &format!("{base}.scaleBack.thresholdPercent"),
-            );
-            v.at_least_1m(
-                &s.scale_back.metrics_window,
-                &format!("{base}.scaleBack.metricsWindow"),
-            );
+            v.positive(s.scale_back.threshold_percent, &format!("{base}.scaleBack.thresholdPercent"));
+            v.at_least_1m(&s.scale_back.metrics_window, &format!("{base}.scaleBack.metricsWindow"));
             v.check(
                 s.scale_back.headroom_percent >= 0.0,
                 format!("{base}.scaleBack.headroomPercent"),
@@ -312,10 +299,7 @@ impl GpuPolicySpecRef<'_> {
             v.check(
                 is_metric_name(&s.prometheus.metric),
                 format!("{base}.prometheus.metric"),
-                format!(
-                    "must be a Prometheus metric name (got {:?})",
-                    s.prometheus.metric
-                ),
+                format!("must be a Prometheus metric name (got {:?})", s.prometheus.metric),
             );
         }
         v.finish()

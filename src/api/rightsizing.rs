@@ -8,9 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::*;
 
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ResourceMode {
     AutoPatch,
@@ -176,14 +174,9 @@ rightsizing_spec!(
     "RightsizingPolicy",
     "rsp",
     namespaced,
-    validation = Rule::new("!has(self.spec.scope) || !has(self.spec.scope.namespaceSelector)")
-        .message("spec.scope.namespaceSelector is only valid on ClusterRightsizingPolicy"),
+    validation = Rule::new("!has(self.spec.scope) || !has(self.spec.scope.namespaceSelector)").message("spec.scope.namespaceSelector is only valid on ClusterRightsizingPolicy"),
 );
-rightsizing_spec!(
-    ClusterRightsizingPolicySpec,
-    "ClusterRightsizingPolicy",
-    "crsp",
-);
+rightsizing_spec!(ClusterRightsizingPolicySpec, "ClusterRightsizingPolicy", "crsp",);
 
 impl From<ClusterRightsizingPolicySpec> for RightsizingPolicySpec {
     fn from(s: ClusterRightsizingPolicySpec) -> Self {
@@ -206,11 +199,7 @@ fn validate_rightsizing(
     kind: &str,
 ) -> Result<(), ValidationError> {
     let mut v = Validator::default();
-    v.check(
-        !strategy.name.is_empty(),
-        "spec.automationStrategyRef.name",
-        "must not be empty",
-    );
+    v.check(!strategy.name.is_empty(), "spec.automationStrategyRef.name", "must not be empty");
     if kind == "RightsizingPolicy" {
         v.check(
             scope.namespace_selector.is_none(),
@@ -224,19 +213,11 @@ fn validate_rightsizing(
             "spec.resources.cpu.percentile",
             format!("must be in (0, 100] (got {})", cpu.percentile),
         );
-        v.check(
-            cpu.headroom_percent >= 0.0,
-            "spec.resources.cpu.headroomPercent",
-            "must be >= 0",
-        );
+        v.check(cpu.headroom_percent >= 0.0, "spec.resources.cpu.headroomPercent", "must be >= 0");
         v.at_least_1m(&cpu.window, "spec.resources.cpu.window");
     }
     if let Some(mem) = &resources.memory {
-        v.check(
-            mem.headroom_percent >= 0.0,
-            "spec.resources.memory.headroomPercent",
-            "must be >= 0",
-        );
+        v.check(mem.headroom_percent >= 0.0, "spec.resources.memory.headroomPercent", "must be >= 0");
         v.at_least_1m(&mem.window, "spec.resources.memory.window");
     }
     if let Some(b) = &hpa.target_bounds {
