@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     {
         ["certs", dir] => certs(Path::new(dir)),
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
+        ["profile", fixture] => profile(fixture),
         ["kerf", addr, cert, key, fixture] => {
             rt.block_on(kerf_server(addr.parse()?, cert.into(), key.into(), fixture))
         }
@@ -102,13 +103,57 @@ async fn floor(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<
     Ok(())
 }
 
-async fn kerf_server(
-    addr: SocketAddr,
-    cert: PathBuf,
-    key: PathBuf,
-    fixture: &str,
-) -> anyhow::Result<()> {
+/// CPU per review without the network: kerf's handler vs the floor's typed parse.
+fn profile(fixture: &str) -> anyhow::Result<()> {
     let review: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture)?)?;
+    let body = serde_json::to_vec(&review)?;
+    let store = bench_store(&review);
+    let n = 5000;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        let r = kerf::server::handle_review(&body, &store);
+        assert_eq!(r.status, 200);
+    }
+    let kerf_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        let r: AdmissionReview<Pod> = serde_json::from_slice(&body)?;
+        std::hint::black_box(r);
+    }
+    let floor_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+    println!(
+        "kerf handle_review {kerf_us:.1} us/review; floor typed parse {floor_us:.1} us/review"
+    );
+    let obj = review["request"]["object"].clone();
+    let time = |name: &str, f: &dyn Fn()| {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        println!(
+            "  {name}: {:.1} us",
+            t.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+        );
+    };
+    time("parse Value", &|| {
+        std::hint::black_box(serde_json::from_slice::<serde_json::Value>(&body).unwrap());
+    });
+    time("Pod from &Value", &|| {
+        std::hint::black_box(<Pod as serde::Deserialize>::deserialize(&obj).unwrap());
+    });
+    time("clone", &|| {
+        std::hint::black_box(obj.clone());
+    });
+    time("eq", &|| {
+        std::hint::black_box(obj == std::hint::black_box(&obj).clone());
+    });
+    time("diff", &|| {
+        std::hint::black_box(kerf::core::admission::diff(&obj, &obj));
+    });
+    Ok(())
+}
+
+fn bench_store(review: &serde_json::Value) -> std::sync::Arc<kerf::state::Store> {
     let pod = &review["request"]["object"];
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
     let store = kerf::state::Store::new();
@@ -136,6 +181,17 @@ async fn kerf_server(
         state,
     );
     store.set_ready(true);
+    store
+}
+
+async fn kerf_server(
+    addr: SocketAddr,
+    cert: PathBuf,
+    key: PathBuf,
+    fixture: &str,
+) -> anyhow::Result<()> {
+    let review: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture)?)?;
+    let store = bench_store(&review);
     let cfg = kerf::server::ServeConfig::new(addr, "127.0.0.1:0".parse()?, cert, key);
     eprintln!("kerf serving on {addr}");
     kerf::server::serve(cfg, store, kerf::server::shutdown_signal()).await

@@ -3,7 +3,8 @@
 # fixed one-op patch), same ~13 KB pod AdmissionReview, same load generator (wrk, HTTP/1.1 over
 # TLS keep-alive), one server at a time. Prints throughput, p99 and the kerf/floor ratios.
 #
-# Usage: scripts/bench-admission.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WRK_THREADS=1]
+# Usage: scripts/bench-admission.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WRK_THREADS=1] [ROUNDS=3]
+# Reports the median over ROUNDS alternating runs of each server.
 # Needs: wrk (Debian package `wrk`), curl, python3. Builds the bench binary with the bench
 # (release) profile.
 set -euo pipefail
@@ -11,6 +12,7 @@ set -euo pipefail
 DURATION="${1:-20}"
 CONNS="${2:-16}"
 THREADS="${3:-1}"
+ROUNDS="${4:-3}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FIXTURE="$ROOT/tests/fixtures/admission/pod-large.json"
 
@@ -28,12 +30,6 @@ for l in sys.stdin:
 [ -x "$BIN" ] || { echo "error: could not build the admission bench binary" >&2; exit 1; }
 
 WORK="$(mktemp -d)"
-SERVER_PID=""
-cleanup() {
-    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 "$BIN" certs "$WORK"
 python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' "$FIXTURE" > "$WORK/body.json"
@@ -53,10 +49,17 @@ v,u=re.match(r"([0-9.]+)(us|ms|s|m)$",sys.argv[1]).groups(); v=float(v)
 print("%.3f" % (v/1000 if u=="us" else v if u=="ms" else v*1000 if u=="s" else v*60000))' "$1"
 }
 
-run_one() { # name port args...
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+start_server() { # name port args...
     local name="$1" port="$2"; shift 2
     "$BIN" "$@" 2>"$WORK/$name.log" &
-    SERVER_PID=$!
+    PIDS+=($!)
     local url="https://localhost:$port/mutate" ok=""
     for _ in $(seq 1 100); do
         if curl -sk --fail -o "$WORK/$name.resp" -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$url" 2>/dev/null; then ok=1; break; fi
@@ -65,23 +68,38 @@ run_one() { # name port args...
     [ -n "$ok" ] || { echo "error: $name did not answer; log:" >&2; cat "$WORK/$name.log" >&2; exit 1; }
     grep -q '"patch"' "$WORK/$name.resp" || { echo "error: $name answered without a patch: $(cat "$WORK/$name.resp")" >&2; exit 1; }
     wrk -t"$THREADS" -c"$CONNS" -d3s -s "$WORK/post.lua" "$url" >/dev/null   # warm-up
-    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "$url" > "$WORK/$name.wrk"
-    kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
-    if grep -q "Non-2xx" "$WORK/$name.wrk"; then echo "error: $name returned non-2xx responses" >&2; cat "$WORK/$name.wrk" >&2; exit 1; fi
-    local rps p99
-    rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/$name.wrk")
-    p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$WORK/$name.wrk")")
-    echo "$rps $p99"
 }
 
-read -r FLOOR_RPS FLOOR_P99 < <(run_one floor 18443 floor 127.0.0.1:18443 "$WORK/tls.crt" "$WORK/tls.key")
-read -r KERF_RPS KERF_P99 < <(run_one kerf 18444 kerf 127.0.0.1:18444 "$WORK/tls.crt" "$WORK/tls.key" "$FIXTURE")
+measure() { # name port round → appends "rps p99ms" to $WORK/name.results
+    local name="$1" port="$2" round="$3"
+    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "https://localhost:$port/mutate" > "$WORK/$name.$round.wrk"
+    if grep -q "Non-2xx" "$WORK/$name.$round.wrk"; then echo "error: $name returned non-2xx responses" >&2; cat "$WORK/$name.$round.wrk" >&2; exit 1; fi
+    local rps p99
+    rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/$name.$round.wrk")
+    p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$WORK/$name.$round.wrk")")
+    echo "$rps $p99" >> "$WORK/$name.results"
+    echo "round $round $name: $rps req/s, p99 $p99 ms" >&2
+}
 
-python3 - "$FLOOR_RPS" "$FLOOR_P99" "$KERF_RPS" "$KERF_P99" "$BODY_BYTES" "$DURATION" "$CONNS" "$THREADS" <<'PY'
-import sys
-fr, fp, kr, kp = map(float, sys.argv[1:5])
-body, dur, conns, threads = sys.argv[5:9]
-print(f"body {body} bytes, wrk -t{threads} -c{conns} -d{dur}s, HTTP/1.1 keep-alive over TLS")
+# Both servers up; rounds alternate which goes first so background load drifts hit both alike.
+start_server floor 18443 floor 127.0.0.1:18443 "$WORK/tls.crt" "$WORK/tls.key"
+start_server kerf 18444 kerf 127.0.0.1:18444 "$WORK/tls.crt" "$WORK/tls.key" "$FIXTURE"
+for round in $(seq 1 "$ROUNDS"); do
+    if [ $((round % 2)) -eq 1 ]; then
+        measure floor 18443 "$round"; measure kerf 18444 "$round"
+    else
+        measure kerf 18444 "$round"; measure floor 18443 "$round"
+    fi
+done
+
+python3 - "$WORK/floor.results" "$WORK/kerf.results" "$BODY_BYTES" "$DURATION" "$CONNS" "$THREADS" "$ROUNDS" <<'PY'
+import statistics, sys
+def load(p):
+    rows = [tuple(map(float, l.split())) for l in open(p) if l.strip()]
+    return statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+(fr, fp), (kr, kp) = load(sys.argv[1]), load(sys.argv[2])
+body, dur, conns, threads, rounds = sys.argv[3:8]
+print(f"body {body} bytes, wrk -t{threads} -c{conns} -d{dur}s, HTTP/1.1 keep-alive over TLS, median of {rounds} alternating rounds")
 print("| server | requests/s | p99 (ms) |")
 print("|---|---:|---:|")
 print(f"| floor (axum + rustls, typed Pod, fixed patch) | {fr:.0f} | {fp:.2f} |")

@@ -377,22 +377,27 @@ async fn undecodable_object_is_allowed_with_warning_and_metric() {
     assert_eq!(resp["response"]["allowed"], true);
     assert!(resp["response"].get("patch").is_none());
     let warnings = resp["response"]["warnings"].as_array().expect("warnings");
+    let w = warnings[0].as_str().unwrap();
     assert!(
-        warnings[0]
-            .as_str()
-            .unwrap()
-            .contains("could not be decoded"),
+        w.contains("could not be decoded") && w.contains("not-a-list"),
         "{warnings:?}"
     );
+    // Metadata that does not decode is reported the same way.
+    let mut bad_meta = fixture("pod-kai-fraction.json");
+    bad_meta["request"]["object"]["metadata"]["ownerReferences"] = json!("nope");
+    let resp2 = review(&e.client, e.server.webhook, &bad_meta).await;
+    assert!(resp2["response"].get("patch").is_none());
+    let w2 = resp2["response"]["warnings"][0].as_str().unwrap();
+    assert!(w2.contains("could not be decoded"), "{resp2}");
     let (status, metrics) = get_text(e.server.health, "/metrics").await;
     assert_eq!(status, 200);
     assert!(
-        metrics.contains("kerf_admission_internal_errors_total 1"),
+        metrics.contains("kerf_admission_internal_errors_total 2"),
         "{metrics}"
     );
     assert!(
         metrics.contains(
-            r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="error"} 1"#
+            r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="error"} 2"#
         ),
         "{metrics}"
     );

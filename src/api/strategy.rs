@@ -32,9 +32,7 @@ pub struct GpuEnablement {
     pub requests: UpDown,
 }
 
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OverrideScheduler {
     #[default]
@@ -112,17 +110,8 @@ macro_rules! strategy_spec {
     };
 }
 
-strategy_spec!(
-    AutomationStrategySpec,
-    "AutomationStrategy",
-    "kerfstrategy",
-    namespaced
-);
-strategy_spec!(
-    ClusterAutomationStrategySpec,
-    "ClusterAutomationStrategy",
-    "ckerfstrategy",
-);
+strategy_spec!(AutomationStrategySpec, "AutomationStrategy", "kerfstrategy", namespaced);
+strategy_spec!(ClusterAutomationStrategySpec, "ClusterAutomationStrategy", "ckerfstrategy",);
 
 /// What either strategy kind allows, resolved with defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -145,16 +134,10 @@ impl StrategyView {
     }
 
     pub fn gpu_upsize(&self) -> bool {
-        self.enablement
-            .gpu
-            .as_ref()
-            .is_none_or(|g| g.requests.upsize)
+        self.enablement.gpu.as_ref().is_none_or(|g| g.requests.upsize)
     }
     pub fn gpu_downsize(&self) -> bool {
-        self.enablement
-            .gpu
-            .as_ref()
-            .is_none_or(|g| g.requests.downsize)
+        self.enablement.gpu.as_ref().is_none_or(|g| g.requests.downsize)
     }
     pub fn override_kai(&self) -> bool {
         self.enablement.override_scheduler == Some(OverrideScheduler::Kai)

@@ -49,6 +49,8 @@ fn shape(msg: impl Into<String>) -> ShapeError {
 /// Result of building a mutation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mutation {
+    /// The desired state of what kerf manages: for a pod its [`pod_skeleton`], for an HPA the
+    /// whole object. The patch turns the original into it.
     pub desired: Value,
     /// RFC 6902 operations (JSON array); empty when nothing changes.
     pub patch: Vec<Value>,
@@ -399,10 +401,166 @@ fn set_str(
     true
 }
 
+/// The parts of a pod the builder reads or writes — `metadata.annotations`, `metadata.labels`,
+/// `spec.schedulerName`, and `name`/`resources` of every (init) container — at their original
+/// paths (container indices kept). Diffing skeletons gives the same patch as diffing whole pods
+/// without cloning or comparing the rest (env, volumes, probes…), which dominates large pods.
+pub fn pod_skeleton(pod: &Value) -> Result<Value, ShapeError> {
+    let root = pod
+        .as_object()
+        .ok_or_else(|| shape("the pod is not a JSON object"))?;
+    let pick = |m: &Map<String, Value>, keys: &[&str]| -> Map<String, Value> {
+        keys.iter()
+            .filter_map(|k| m.get(*k).map(|v| ((*k).to_string(), v.clone())))
+            .collect()
+    };
+    let mut out = Map::new();
+    match root.get("metadata") {
+        None => {}
+        Some(Value::Object(m)) => {
+            out.insert(
+                "metadata".into(),
+                Value::Object(pick(m, &["annotations", "labels"])),
+            );
+        }
+        Some(Value::Null) => {
+            out.insert("metadata".into(), Value::Null);
+        }
+        Some(_) => return Err(shape("pod.metadata is not an object")),
+    }
+    if let Some(spec) = root.get("spec") {
+        let s = spec
+            .as_object()
+            .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
+        let mut ss = pick(s, &["schedulerName"]);
+        for list in ["containers", "initContainers"] {
+            match s.get(list) {
+                None => {}
+                Some(Value::Array(a)) => {
+                    let items = a
+                        .iter()
+                        .map(|c| match c {
+                            Value::Object(cm) => Value::Object(pick(cm, &["name", "resources"])),
+                            other => other.clone(),
+                        })
+                        .collect();
+                    ss.insert(list.into(), Value::Array(items));
+                }
+                // Kept as is: the builder reports the shape problem.
+                Some(other) => {
+                    ss.insert(list.into(), other.clone());
+                }
+            }
+        }
+        out.insert("spec".into(), Value::Object(ss));
+    }
+    Ok(Value::Object(out))
+}
+
 /// Builds the mutation of a Pod being created.
 ///
 /// `kai_scheduler_name` is GlobalConfiguration `kai.schedulerName`.
 pub fn mutate_pod(
+    pod: &Value,
+    state: &WorkloadState,
+    kai_scheduler_name: &str,
+) -> Result<Mutation, ShapeError> {
+    mutate_skeleton(&pod_skeleton(pod)?, state, kai_scheduler_name)
+}
+
+/// A pod decoded straight into its skeleton: everything [`pod_skeleton`] keeps, plus the owner
+/// references and namespace owner resolution needs; all other fields are skipped while parsing
+/// (no allocation for env, volumes, probes…). Shape errors here are decode errors.
+#[derive(Debug, serde::Deserialize)]
+pub struct PodSkeleton {
+    #[serde(default)]
+    pub metadata: Option<MetaSkeleton>,
+    #[serde(default)]
+    spec: Option<SpecSkeleton>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetaSkeleton {
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub owner_references:
+        Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecSkeleton {
+    #[serde(default)]
+    scheduler_name: Option<Value>,
+    #[serde(default)]
+    containers: Option<Vec<ContainerSkeleton>>,
+    #[serde(default)]
+    init_containers: Option<Vec<ContainerSkeleton>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ContainerSkeleton {
+    #[serde(default)]
+    name: Option<Value>,
+    #[serde(default)]
+    resources: Option<Value>,
+}
+
+impl PodSkeleton {
+    /// The same JSON [`pod_skeleton`] builds from the whole pod (null maps count as missing).
+    pub fn to_value(&self) -> Value {
+        let mut out = Map::new();
+        if let Some(m) = &self.metadata {
+            let mut mm = Map::new();
+            if let Some(a) = &m.annotations {
+                mm.insert("annotations".into(), Value::Object(a.clone()));
+            }
+            if let Some(l) = &m.labels {
+                mm.insert("labels".into(), json!(l));
+            }
+            out.insert("metadata".into(), Value::Object(mm));
+        }
+        if let Some(sp) = &self.spec {
+            let mut ss = Map::new();
+            if let Some(n) = &sp.scheduler_name {
+                ss.insert("schedulerName".into(), n.clone());
+            }
+            let list = |cs: &Vec<ContainerSkeleton>| {
+                Value::Array(
+                    cs.iter()
+                        .map(|c| {
+                            let mut cm = Map::new();
+                            if let Some(n) = &c.name {
+                                cm.insert("name".into(), n.clone());
+                            }
+                            if let Some(r) = &c.resources {
+                                cm.insert("resources".into(), r.clone());
+                            }
+                            Value::Object(cm)
+                        })
+                        .collect(),
+                )
+            };
+            if let Some(cs) = &sp.containers {
+                ss.insert("containers".into(), list(cs));
+            }
+            if let Some(cs) = &sp.init_containers {
+                ss.insert("initContainers".into(), list(cs));
+            }
+            out.insert("spec".into(), Value::Object(ss));
+        }
+        Value::Object(out)
+    }
+}
+
+/// [`mutate_pod`] on a skeleton (from [`pod_skeleton`] or [`PodSkeleton::to_value`]).
+pub fn mutate_skeleton(
     pod: &Value,
     state: &WorkloadState,
     kai_scheduler_name: &str,
@@ -813,9 +971,7 @@ pub fn diff(a: &Value, b: &Value) -> Vec<Value> {
 }
 
 fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
-    if a == b {
-        return;
-    }
+    // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             for k in x.keys().filter(|k| !y.contains_key(*k)) {
@@ -841,6 +997,7 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
                 path.truncate(len);
             }
         }
+        _ if a == b => {}
         _ => ops.push(json!({"op": "replace", "path": path.clone(), "value": b})),
     }
 }

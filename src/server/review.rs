@@ -9,12 +9,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use base64::Engine as _;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::api::WorkloadKind;
-use crate::core::admission::{mutate_hpa, mutate_pod};
+use crate::core::admission::{PodSkeleton, mutate_hpa, mutate_skeleton};
 use crate::core::model::WorkloadKey;
 use crate::core::owner::{OwnerRef, POD_TEMPLATE_HASH_LABEL, top_owner};
 use crate::state::{ObjectName, Store};
@@ -96,8 +95,29 @@ struct Request {
     namespace: Option<String>,
     #[serde(default)]
     operation: String,
-    #[serde(default)]
-    object: Option<Value>,
+}
+
+/// Second pass over the body for the object only, once the kind is known, so a pod is parsed
+/// straight into its skeleton instead of a full JSON tree.
+#[derive(Deserialize)]
+struct ObjectOnly<T> {
+    request: ObjectRequest<T>,
+}
+
+#[derive(Deserialize)]
+struct ObjectRequest<T> {
+    #[serde(default = "Option::default")]
+    object: Option<T>,
+}
+
+fn object_of<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, String> {
+    match serde_json::from_slice::<ObjectOnly<T>>(body) {
+        Ok(ObjectOnly {
+            request: ObjectRequest { object: Some(o) },
+        }) => Ok(o),
+        Ok(_) => Err("request.object is missing".into()),
+        Err(e) => Err(format!("{what} could not be decoded: {e}")),
+    }
 }
 
 /// Result of the decision for one well-formed review.
@@ -152,7 +172,7 @@ pub fn handle_review(body: &[u8], store: &Store) -> Reply {
         return Reply::bad_request("AdmissionReview request.uid is empty".into());
     }
     // Last line of defence: a bug in the builder must not take the webhook down.
-    let decision = catch_unwind(AssertUnwindSafe(|| decide(&req, store)))
+    let decision = catch_unwind(AssertUnwindSafe(|| decide(&req, body, store)))
         .unwrap_or_else(|_| Decision::error("internal error while building the patch".into()));
 
     let mut response = Map::new();
@@ -176,29 +196,40 @@ pub fn handle_review(body: &[u8], store: &Store) -> Reply {
         status: 200,
         content_type: "application/json",
         body: serde_json::to_vec(&out).unwrap_or_default(),
-        kind: if req.kind.kind.is_empty() {
-            "unknown".into()
-        } else {
-            req.kind.kind.clone()
-        },
-        operation: if req.operation.is_empty() {
-            "unknown".into()
-        } else {
-            req.operation.clone()
-        },
+        kind: label_kind(&req.kind.kind).into(),
+        operation: label_operation(&req.operation).into(),
         outcome: decision.outcome,
         detail: decision.detail,
     }
 }
 
-fn decide(req: &Request, store: &Store) -> Decision {
+/// Metric label values come from a fixed set so a client cannot blow up label cardinality.
+fn label_kind(kind: &str) -> &'static str {
+    match kind {
+        "Pod" => "Pod",
+        "HorizontalPodAutoscaler" => "HorizontalPodAutoscaler",
+        _ => "unknown",
+    }
+}
+
+fn label_operation(op: &str) -> &'static str {
+    match op {
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        _ => "unknown",
+    }
+}
+
+fn decide(req: &Request, body: &[u8], store: &Store) -> Decision {
     match (req.kind.group.as_str(), req.kind.kind.as_str()) {
-        ("", "Pod") if req.operation == "CREATE" => decide_pod(req, store),
+        ("", "Pod") if req.operation == "CREATE" => decide_pod(req, body, store),
         ("autoscaling", "HorizontalPodAutoscaler")
             if req.kind.version == "v2"
                 && matches!(req.operation.as_str(), "CREATE" | "UPDATE") =>
         {
-            decide_hpa(req, store)
+            decide_hpa(req, body, store)
         }
         (g, k) => Decision::skip(format!("{} {g}/{k} is not mutated", req.operation)),
     }
@@ -234,23 +265,36 @@ fn finish(
     }
 }
 
-fn decide_pod(req: &Request, store: &Store) -> Decision {
-    let Some(obj) = req.object.as_ref() else {
-        return Decision::error("request.object is missing".into());
-    };
+fn decide_pod(req: &Request, body: &[u8], store: &Store) -> Decision {
     let global = store.global();
-    let ns = object_namespace(obj, req);
+    let skel = match object_of::<PodSkeleton>(body, "the pod") {
+        Ok(s) => s,
+        Err(_)
+            if req
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| global.protected_namespaces.contains(ns)) =>
+        {
+            return Decision::skip("namespace is protected");
+        }
+        Err(e) => return Decision::error(e),
+    };
+    let Some(meta) = skel.metadata.as_ref() else {
+        return Decision::error("the pod has no metadata".into());
+    };
+    let ns = meta
+        .namespace
+        .clone()
+        .filter(|s| !s.is_empty())
+        .or_else(|| req.namespace.clone())
+        .unwrap_or_default();
     if global.protected_namespaces.contains(&ns) {
         return Decision::skip(format!("namespace {ns:?} is protected"));
     }
     if global.read_only {
         return Decision::skip("GlobalConfiguration readOnly");
     }
-    let pod = match Pod::deserialize(obj) {
-        Ok(p) => p,
-        Err(e) => return Decision::error(format!("the pod could not be decoded: {e}")),
-    };
-    let refs = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    let refs = meta.owner_references.as_deref().unwrap_or_default();
     let owners: Vec<OwnerRef<'_>> = refs
         .iter()
         .map(|o| OwnerRef {
@@ -260,8 +304,7 @@ fn decide_pod(req: &Request, store: &Store) -> Decision {
             controller: o.controller.unwrap_or(false),
         })
         .collect();
-    let hash = pod
-        .metadata
+    let hash = meta
         .labels
         .as_ref()
         .and_then(|l| l.get(POD_TEMPLATE_HASH_LABEL))
@@ -289,15 +332,17 @@ fn decide_pod(req: &Request, store: &Store) -> Decision {
         return Decision::skip(format!("no recommendation for {key}"));
     };
     finish(
-        mutate_pod(obj, &state, &global.kai.scheduler_name),
+        mutate_skeleton(&skel.to_value(), &state, &global.kai.scheduler_name),
         "the pod",
     )
 }
 
-fn decide_hpa(req: &Request, store: &Store) -> Decision {
-    let Some(obj) = req.object.as_ref() else {
-        return Decision::error("request.object is missing".into());
+fn decide_hpa(req: &Request, body: &[u8], store: &Store) -> Decision {
+    let obj = match object_of::<Value>(body, "the HorizontalPodAutoscaler") {
+        Ok(o) => o,
+        Err(e) => return Decision::error(e),
     };
+    let obj = &obj;
     let global = store.global();
     let ns = object_namespace(obj, req);
     if global.protected_namespaces.contains(&ns) {

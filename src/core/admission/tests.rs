@@ -43,7 +43,11 @@ fn run(p: &Value, s: &WorkloadState) -> Value {
         serde_json::from_value(Value::Array(m.patch.clone())).expect("valid RFC 6902");
     let mut doc = p.clone();
     json_patch::patch(&mut doc, &patch).expect("patch applies");
-    assert_eq!(doc, m.desired, "patch result equals the desired object");
+    assert_eq!(
+        pod_skeleton(&doc).unwrap(),
+        m.desired,
+        "patch result equals the desired state"
+    );
     let again = mutate_pod(&doc, s, "kai-scheduler").expect("second mutation builds");
     assert!(
         again.patch.is_empty(),
@@ -527,4 +531,31 @@ fn parse_quantity_handles_suffixes() {
     assert_eq!(parse_quantity("1e3"), Some(1000.0));
     assert_eq!(parse_quantity("Mi"), None);
     assert_eq!(parse_quantity("abc"), None);
+}
+
+#[test]
+fn decoded_skeleton_equals_skeleton_of_whole_pod() {
+    let p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "annotations": {"a/b": "1"}, "labels": {"x": "y"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "u", "controller": true}]},
+        "spec": {"schedulerName": "default-scheduler",
+                 "containers": [{"name": "main", "image": "i", "env": [{"name": "A", "value": "1"}],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}, {"name": "side"}],
+                 "initContainers": [{"name": "init", "resources": {}}],
+                 "volumes": [{"name": "v", "emptyDir": {}}]}
+    });
+    let decoded: PodSkeleton = serde_json::from_value(p.clone()).unwrap();
+    assert_eq!(decoded.to_value(), pod_skeleton(&p).unwrap());
+    let meta = decoded.metadata.as_ref().unwrap();
+    assert_eq!(meta.namespace.as_deref(), Some("ml"));
+    assert_eq!(meta.owner_references.as_ref().unwrap()[0].name, "r");
+    // Same patch either way.
+    let s = state(&[("main", 0.5)]);
+    assert_eq!(
+        mutate_skeleton(&decoded.to_value(), &s, "kai")
+            .unwrap()
+            .patch,
+        mutate_pod(&p, &s, "kai").unwrap().patch
+    );
 }
