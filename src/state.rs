@@ -59,7 +59,8 @@ impl Store {
     /// Replaces every workload entry at once (standalone evaluation).
     pub fn replace_all(&self, entries: impl IntoIterator<Item = (WorkloadKey, WorkloadState)>) {
         let entries: Vec<_> = entries.into_iter().collect();
-        let keep: std::collections::HashSet<WorkloadKey> = entries.iter().map(|(k, _)| k.clone()).collect();
+        let keep: std::collections::HashSet<WorkloadKey> =
+            entries.iter().map(|(k, _)| k.clone()).collect();
         for (k, v) in entries {
             self.workloads.insert(k, Arc::new(v));
         }
@@ -102,6 +103,8 @@ impl Store {
     }
 
     fn update_gauge(&self) {
-        crate::telemetry::metrics().store_workloads.set(self.workloads.len() as i64);
+        crate::telemetry::metrics()
+            .store_workloads
+            .set(self.workloads.len() as i64);
     }
 }

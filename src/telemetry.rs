@@ -104,7 +104,11 @@ impl Metrics {
             "Workloads with a recommendation in the in-memory store",
             self.store_workloads.clone(),
         );
-        r.register("kerf_reconcile_cycles", "Reconcile cycles run", self.reconcile_cycles.clone());
+        r.register(
+            "kerf_reconcile_cycles",
+            "Reconcile cycles run",
+            self.reconcile_cycles.clone(),
+        );
         r.register(
             "kerf_reconcile_errors",
             "Reconcile cycles that hit an error",
@@ -130,7 +134,11 @@ impl Metrics {
             "Writes to the API server by target and outcome",
             self.cluster_writes.clone(),
         );
-        r.register("kerf_is_leader", "1 when this replica holds the writer Lease", self.is_leader.clone());
+        r.register(
+            "kerf_is_leader",
+            "1 when this replica holds the writer Lease",
+            self.is_leader.clone(),
+        );
         r.register(
             "kerf_tls_reloads",
             "Serving certificate reload attempts by outcome (kind label = ok|error)",

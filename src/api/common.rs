@@ -30,7 +30,9 @@ pub const DURATION_MAX_LENGTH: usize = 15;
 impl DurationStr {
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
-            format!("invalid duration {text:?}: expected e.g. 30s, 10m, 1h30m or 7d (units d, h, m, s in that order)")
+            format!(
+                "invalid duration {text:?}: expected e.g. 30s, 10m, 1h30m or 7d (units d, h, m, s in that order)"
+            )
         };
         if text.is_empty() {
             return Err(bad());
@@ -157,7 +159,9 @@ pub const CEL_ZERO_OR_AT_LEAST_1M: &str =
 pub const CEL_NOT_ZERO: &str = "!self.matches('^(0+h)?(0+m)?(0+s)?$')";
 
 /// Kinds of workloads kerf can own (the pod's top owner).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum WorkloadKind {
     Deployment,
     StatefulSet,
@@ -301,11 +305,19 @@ impl Validator {
     }
 
     pub fn positive(&mut self, value: f64, field: &str) {
-        self.check(value.is_finite() && value > 0.0, field, format!("must be > 0 (got {value})"));
+        self.check(
+            value.is_finite() && value > 0.0,
+            field,
+            format!("must be > 0 (got {value})"),
+        );
     }
 
     pub fn at_least_1m(&mut self, d: &DurationStr, field: &str) {
-        self.check(d.seconds() >= 60, field, format!("must be at least 1m (got {d})"));
+        self.check(
+            d.seconds() >= 60,
+            field,
+            format!("must be at least 1m (got {d})"),
+        );
     }
 
     pub fn contract(&mut self, experimental: Option<&Experimental>, field: &str) {
@@ -313,7 +325,10 @@ impl Validator {
             Some(e) => self.check(
                 e.gpu_kai_contract == GPU_KAI_CONTRACT,
                 format!("{field}.gpuKaiContract"),
-                format!("must be {GPU_KAI_CONTRACT:?} (got {:?})", e.gpu_kai_contract),
+                format!(
+                    "must be {GPU_KAI_CONTRACT:?} (got {:?})",
+                    e.gpu_kai_contract
+                ),
             ),
             None => self.check(
                 false,

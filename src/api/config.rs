@@ -111,9 +111,13 @@ impl Default for GlobalConfigurationSpec {
 impl GlobalConfigurationSpec {
     pub fn validate(&self) -> Result<(), ValidationError> {
         let mut v = Validator::default();
-        v.at_least_1m(&self.gpu_reactive_check_interval, "spec.gpuReactiveCheckInterval");
+        v.at_least_1m(
+            &self.gpu_reactive_check_interval,
+            "spec.gpuReactiveCheckInterval",
+        );
         v.check(
-            self.prometheus.url.starts_with("http://") || self.prometheus.url.starts_with("https://"),
+            self.prometheus.url.starts_with("http://")
+                || self.prometheus.url.starts_with("https://"),
             "spec.prometheus.url",
             format!("must be an http(s) URL (got {:?})", self.prometheus.url),
         );
@@ -171,7 +175,19 @@ fn singleton_name(v: &mut Validator, name: Option<&str>, want: &str) {
 }
 
 /// Policy kinds ranked by PolicyEvaluation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum PolicyType {
     GpuReactivePolicy,
     ClusterGpuReactivePolicy,
@@ -196,7 +212,10 @@ impl PolicyType {
         }
     }
     pub fn is_cluster(self) -> bool {
-        matches!(self, PolicyType::ClusterGpuReactivePolicy | PolicyType::ClusterRightsizingPolicy)
+        matches!(
+            self,
+            PolicyType::ClusterGpuReactivePolicy | PolicyType::ClusterRightsizingPolicy
+        )
     }
 }
 
@@ -260,7 +279,9 @@ impl PolicyEvaluationSpec {
     pub fn validate(&self) -> Result<(), ValidationError> {
         let mut v = Validator::default();
         for (i, p) in self.precedence.iter().enumerate() {
-            let dup = self.precedence[..i].iter().any(|q| q.policy_type == p.policy_type);
+            let dup = self.precedence[..i]
+                .iter()
+                .any(|q| q.policy_type == p.policy_type);
             v.check(
                 !dup,
                 format!("spec.precedence[{i}].type"),

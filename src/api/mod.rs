@@ -18,21 +18,33 @@ pub use recommendation::*;
 pub use rightsizing::*;
 pub use strategy::*;
 
-use kube::CustomResourceExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
 
 /// Every CRD kerf owns, in a stable order (file name, definition).
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("gpureactivepolicies", GpuReactivePolicy::crd()),
-        ("clustergpureactivepolicies", ClusterGpuReactivePolicy::crd()),
+        (
+            "clustergpureactivepolicies",
+            ClusterGpuReactivePolicy::crd(),
+        ),
         ("globalconfigurations", GlobalConfiguration::crd()),
         ("automationstrategies", AutomationStrategy::crd()),
-        ("clusterautomationstrategies", ClusterAutomationStrategy::crd()),
+        (
+            "clusterautomationstrategies",
+            ClusterAutomationStrategy::crd(),
+        ),
         ("policyevaluations", PolicyEvaluation::crd()),
         ("rightsizingpolicies", RightsizingPolicy::crd()),
-        ("clusterrightsizingpolicies", ClusterRightsizingPolicy::crd()),
-        ("rightsizingrecommendations", RightsizingRecommendation::crd()),
+        (
+            "clusterrightsizingpolicies",
+            ClusterRightsizingPolicy::crd(),
+        ),
+        (
+            "rightsizingrecommendations",
+            RightsizingRecommendation::crd(),
+        ),
     ]
 }
 

@@ -71,7 +71,9 @@ pub struct Savings {
     pub total_gpu_units: Option<f64>,
 }
 
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[kube(
     group = "rightsizing.kubex.ai",
     derive = "PartialEq",
@@ -109,7 +111,9 @@ pub struct RightsizingRecommendationSpec {
     pub savings: Savings,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum RecommendationPhase {
     Applied,
@@ -127,7 +131,11 @@ pub struct RecommendationStatus {
     /// e.g. `HPACoupled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(default, rename = "previousHPATarget", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "previousHPATarget",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub previous_hpa_target: Option<i32>,
     /// Original requests per container before kerf applied anything (for release/rollback).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -32,7 +32,9 @@ pub struct GpuEnablement {
     pub requests: UpDown,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OverrideScheduler {
     #[default]
@@ -110,8 +112,17 @@ macro_rules! strategy_spec {
     };
 }
 
-strategy_spec!(AutomationStrategySpec, "AutomationStrategy", "kerfstrategy", namespaced);
-strategy_spec!(ClusterAutomationStrategySpec, "ClusterAutomationStrategy", "ckerfstrategy",);
+strategy_spec!(
+    AutomationStrategySpec,
+    "AutomationStrategy",
+    "kerfstrategy",
+    namespaced
+);
+strategy_spec!(
+    ClusterAutomationStrategySpec,
+    "ClusterAutomationStrategy",
+    "ckerfstrategy",
+);
 
 /// What either strategy kind allows, resolved with defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -134,10 +145,16 @@ impl StrategyView {
     }
 
     pub fn gpu_upsize(&self) -> bool {
-        self.enablement.gpu.as_ref().is_none_or(|g| g.requests.upsize)
+        self.enablement
+            .gpu
+            .as_ref()
+            .is_none_or(|g| g.requests.upsize)
     }
     pub fn gpu_downsize(&self) -> bool {
-        self.enablement.gpu.as_ref().is_none_or(|g| g.requests.downsize)
+        self.enablement
+            .gpu
+            .as_ref()
+            .is_none_or(|g| g.requests.downsize)
     }
     pub fn override_kai(&self) -> bool {
         self.enablement.override_scheduler == Some(OverrideScheduler::Kai)

@@ -4,7 +4,11 @@
 use std::path::PathBuf;
 
 fn main() -> std::io::Result<()> {
-    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "manifests/crds".into()));
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "manifests/crds".into()),
+    );
     std::fs::create_dir_all(&dir)?;
     for (file, crd) in kerf::api::crds() {
         let path = dir.join(format!("{file}.yaml"));

@@ -10,7 +10,11 @@ pub mod rollback;
 pub mod serve;
 
 #[derive(Parser, Debug)]
-#[command(name = "kerf", version, about = "Kubernetes rightsizer: fractional GPUs (KAI), CPU/memory, HPA-aware")]
+#[command(
+    name = "kerf",
+    version,
+    about = "Kubernetes rightsizer: fractional GPUs (KAI), CPU/memory, HPA-aware"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -89,18 +89,29 @@ pub fn parse_baseline(text: &str) -> Result<GpuMap, String> {
     let raw: BTreeMap<String, serde_json::Value> =
         serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
     raw.into_iter()
-        .map(|(c, v)| Ok((c.clone(), gpu_value(&v).map_err(|e| format!("container {c:?}: {e}"))?)))
+        .map(|(c, v)| {
+            Ok((
+                c.clone(),
+                gpu_value(&v).map_err(|e| format!("container {c:?}: {e}"))?,
+            ))
+        })
         .collect()
 }
 
 pub fn render_baseline(b: &GpuMap) -> String {
-    let m: BTreeMap<&str, String> = b.iter().map(|(k, v)| (k.as_str(), format_gpu(*v))).collect();
+    let m: BTreeMap<&str, String> = b
+        .iter()
+        .map(|(k, v)| (k.as_str(), format_gpu(*v)))
+        .collect();
     serde_json::to_string(&m).expect("map serializes")
 }
 
 fn gpu_value(v: &serde_json::Value) -> Result<f64, String> {
     let x = match v {
-        serde_json::Value::String(s) => s.trim().parse::<f64>().map_err(|_| format!("{s:?} is not a number"))?,
+        serde_json::Value::String(s) => s
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| format!("{s:?} is not a number"))?,
         serde_json::Value::Number(n) => n.as_f64().ok_or("not a number")?,
         other => return Err(format!("{other} is not a number")),
     };
@@ -115,7 +126,11 @@ fn gpu_value(v: &serde_json::Value) -> Result<f64, String> {
 pub fn format_gpu(v: f64) -> String {
     let s = format!("{:.6}", v);
     let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s.is_empty() || s == "-0" { "0".into() } else { s.into() }
+    if s.is_empty() || s == "-0" {
+        "0".into()
+    } else {
+        s.into()
+    }
 }
 
 /// `rightsizing.kubex.ai/gpu-recommendation`.
@@ -149,15 +164,26 @@ impl GpuRecommendation {
         let containers = raw
             .containers
             .into_iter()
-            .map(|(c, v)| Ok((c.clone(), gpu_value(&v).map_err(|e| format!("containers.{c}: {e}"))?)))
+            .map(|(c, v)| {
+                Ok((
+                    c.clone(),
+                    gpu_value(&v).map_err(|e| format!("containers.{c}: {e}"))?,
+                ))
+            })
             .collect::<Result<GpuMap, String>>()?;
         let driving_metric = match raw.driving_metric.as_deref() {
             None | Some("") => None,
-            Some(s) => Some(Signal::parse(s).ok_or_else(|| format!("drivingMetric {s:?} is not compute|memory"))?),
+            Some(s) => Some(
+                Signal::parse(s)
+                    .ok_or_else(|| format!("drivingMetric {s:?} is not compute|memory"))?,
+            ),
         };
         let policy = match raw.policy.as_deref() {
             None | Some("") => None,
-            Some(p) => Some(PolicyId::parse(p).ok_or_else(|| format!("policy {p:?} is not <kind>/<namespace>/<name>"))?),
+            Some(p) => Some(
+                PolicyId::parse(p)
+                    .ok_or_else(|| format!("policy {p:?} is not <kind>/<namespace>/<name>"))?,
+            ),
         };
         let updated_at = match raw.updated_at.as_deref() {
             None | Some("") => None,
