@@ -53,6 +53,8 @@ pub struct Reply {
     pub outcome: Outcome,
     /// Why a review was skipped or failed (for the log line).
     pub detail: Option<String>,
+    /// The patch builder panicked and the safety net answered (a bug; fuzzing looks for it).
+    pub caught_panic: bool,
 }
 
 impl Reply {
@@ -65,6 +67,7 @@ impl Reply {
             operation: "unknown".into(),
             outcome: Outcome::BadRequest,
             detail: Some(msg),
+            caught_panic: false,
         }
     }
 }
@@ -172,8 +175,14 @@ pub fn handle_review(body: &[u8], store: &Store) -> Reply {
         return Reply::bad_request("AdmissionReview request.uid is empty".into());
     }
     // Last line of defence: a bug in the builder must not take the webhook down.
-    let decision = catch_unwind(AssertUnwindSafe(|| decide(&req, body, store)))
-        .unwrap_or_else(|_| Decision::error("internal error while building the patch".into()));
+    let (decision, caught_panic) =
+        match catch_unwind(AssertUnwindSafe(|| decide(&req, body, store))) {
+            Ok(d) => (d, false),
+            Err(_) => (
+                Decision::error("internal error while building the patch".into()),
+                true,
+            ),
+        };
 
     let mut response = Map::new();
     response.insert("uid".into(), Value::String(req.uid.clone()));
@@ -200,6 +209,7 @@ pub fn handle_review(body: &[u8], store: &Store) -> Reply {
         operation: label_operation(&req.operation).into(),
         outcome: decision.outcome,
         detail: decision.detail,
+        caught_panic,
     }
 }
 
