@@ -294,3 +294,31 @@ fn hpa_with_coordination_off_is_blocked_with_hpa_coupled_but_still_reported() {
     );
     assert_eq!(web["phase"], "blocked");
 }
+
+#[test]
+fn table_output_shows_the_hpa_column() {
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        "examples/hpa/manifests",
+        "--metrics",
+        "examples/hpa/metrics.om",
+        "--at",
+        AT,
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header = text
+        .lines()
+        .find(|l| l.contains("PHASE"))
+        .expect("CPU/memory table");
+    assert!(header.contains("HPA"), "{header}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("shop/Deployment/web"))
+        .expect("web row");
+    assert!(
+        row.contains("700m") && row.contains("web cpu 50%→71%") && row.contains("hpa-coupled"),
+        "{row}"
+    );
+}

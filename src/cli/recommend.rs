@@ -212,10 +212,9 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
         if r.containers.is_empty() {
             let _ = writeln!(
                 s,
-                "{name:<28} {:<12} {:<10} {driver:<8} {:<14} {:>8} {:>8} {:>11}  {policy}",
+                "{name:<28} {:<12} {:<10} {driver:<8} {:>8} {:>8} {:>11}  {policy}",
                 "-",
                 r.action.as_str(),
-                "",
                 "-",
                 "-",
                 "-"
@@ -237,6 +236,57 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
     }
     if cycle.results.is_empty() {
         let _ = writeln!(s, "(no workload is matched by a GPU reactive policy)");
+    }
+    if !cycle.rightsizing.is_empty() {
+        let _ = writeln!(s, "\nCPU/memory recommendations");
+        let _ = writeln!(
+            s,
+            "{:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {:<11} {:<24} RISK",
+            "WORKLOAD", "CONTAINER", "CPU", "→ CPU", "MEMORY", "→ MEMORY", "PHASE", "HPA"
+        );
+    }
+    for r in &cycle.rightsizing {
+        let name = format!("{}/{}/{}", r.key.namespace, r.key.kind, r.key.name);
+        let o = match &r.outcome {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = writeln!(s, "{name:<28} unusable policy {}: {e}", r.policy);
+                continue;
+            }
+        };
+        let phase = serde_json::to_value(o.phase)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let hpa = o.hpa.as_ref().map_or_else(
+            || "-".to_string(),
+            |h| {
+                let res = h.resource.map_or("-", |r| r.as_str());
+                let before = h.target_before.map_or("-".into(), |t| format!("{t}%"));
+                match (h.target_after, h.skip_reason, h.blocked) {
+                    (Some(after), None, false) => format!("{} {res} {before}→{after}%", h.name),
+                    (_, Some(skip), _) => format!("{} {res} {before} {}", h.name, skip.as_str()),
+                    (_, None, true) => format!("{} {res} {before} blocked", h.name),
+                    _ => format!("{} {res} {before}", h.name),
+                }
+            },
+        );
+        let q = |v: Option<i64>, f: fn(i64) -> String| v.map_or_else(|| "-".to_string(), f);
+        for c in &o.containers {
+            let _ = writeln!(
+                s,
+                "{name:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {phase:<11} {hpa:<24} {}",
+                c.name,
+                q(c.current.cpu_millis, format_cpu_millis),
+                q(c.recommended.cpu_millis, format_cpu_millis),
+                q(c.current.memory_bytes, format_memory_bytes),
+                q(c.recommended.memory_bytes, format_memory_bytes),
+                o.risk_flags.join(","),
+            );
+        }
+        if !o.message.is_empty() {
+            let _ = writeln!(s, "    - {}", o.message);
+        }
     }
     s
 }
