@@ -410,13 +410,9 @@ pub fn oom_killed_containers(
 
 /// The containers an HPA counts (and kerf rightsizes by default): regular containers plus
 /// restartable init containers (sidecars, `restartPolicy: Always`), in that order.
+/// The same set as an empty GPU `scope.containers` covers.
 pub fn counted_containers(spec: &PodSpec) -> Vec<&Container> {
-    let sidecars = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    spec.containers.iter().chain(sidecars).collect()
+    crate::core::allocation::default_scope_containers(spec)
 }
 
 /// A container's effective requests: `requests`, else `limits` (the API server defaults a missing
