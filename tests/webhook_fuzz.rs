@@ -220,3 +220,23 @@ fn fuzz_regressions_pass_the_check() {
     }
     assert!(n > 0, "no regression inputs found in {}", dir.display());
 }
+
+/// Found by `mutated_fixtures_never_panic`: serde accepts an array for a struct, so `"spec": []`
+/// once produced a patch for `/spec/schedulerName` that does not apply. Now a decode error.
+#[test]
+fn array_in_place_of_an_object_is_not_patched() {
+    let store = store();
+    for f in FIXTURES {
+        for pointer in [
+            "/request/object/spec",
+            "/request/object/metadata",
+            "/request/object/spec/containers/0",
+        ] {
+            let mut review = support::fixture(f);
+            if let Some(slot) = review.pointer_mut(pointer) {
+                *slot = serde_json::json!([]);
+                check(&serde_json::to_vec(&review).unwrap(), &store);
+            }
+        }
+    }
+}

@@ -473,10 +473,50 @@ pub fn mutate_pod(
 /// (no allocation for env, volumes, probes…). Shape errors here are decode errors.
 #[derive(Debug, serde::Deserialize)]
 pub struct PodSkeleton {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_only")]
     pub metadata: Option<MetaSkeleton>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_only")]
     spec: Option<SpecSkeleton>,
+}
+
+/// Accepts only a JSON object (or null) for a struct. serde's derived structs also accept an
+/// array of field values; a patch built from such a skeleton would name paths the object does
+/// not have (`/spec/schedulerName` under `"spec": []`), so that shape is a decode error here.
+struct MapOnly<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for MapOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Objects<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Objects<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Objects(std::marker::PhantomData))
+            .map(MapOnly)
+    }
+}
+
+fn object_only<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    use serde::Deserialize;
+    Ok(Option::<MapOnly<T>>::deserialize(d)?.map(|m| m.0))
+}
+
+fn objects_only<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    use serde::Deserialize;
+    Ok(Option::<Vec<MapOnly<T>>>::deserialize(d)?.map(|v| v.into_iter().map(|m| m.0).collect()))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -498,9 +538,9 @@ pub struct MetaSkeleton {
 struct SpecSkeleton {
     #[serde(default)]
     scheduler_name: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects_only")]
     containers: Option<Vec<ContainerSkeleton>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects_only")]
     init_containers: Option<Vec<ContainerSkeleton>>,
 }
 
