@@ -592,6 +592,37 @@ struct Owned {
     requests: BTreeMap<String, (bool, bool)>,
 }
 
+impl Owned {
+    /// The live values of the annotations kerf owns.
+    fn annotation_values(&self, live: &DynamicObject) -> BTreeMap<String, String> {
+        let live_ann = live.metadata.annotations.as_ref();
+        self.annotations
+            .iter()
+            .filter_map(|k| {
+                live_ann
+                    .and_then(|a| a.get(k))
+                    .map(|v| (k.clone(), v.clone()))
+            })
+            .collect()
+    }
+
+    /// The live template values of the requests kerf owns.
+    fn request_values(&self, template: &PodTemplateSpec) -> BTreeMap<String, ResourceRequests> {
+        self.requests
+            .iter()
+            .filter_map(|(c, (cpu, mem))| {
+                template_requests(template, c).map(|have| {
+                    let owned = ResourceRequests {
+                        cpu_millis: have.cpu_millis.filter(|_| *cpu),
+                        memory_bytes: have.memory_bytes.filter(|_| *mem),
+                    };
+                    (c.clone(), owned)
+                })
+            })
+            .collect()
+    }
+}
+
 fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
     owned_where(obj, kind, |mf| {
         mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
@@ -926,25 +957,10 @@ impl Task {
             let owned = kerf_owned(&live, key.kind);
             template = live_template(&live, key.kind);
             if desired_ann.is_none() {
-                let live_ann = live.metadata.annotations.clone().unwrap_or_default();
-                for k in &owned.annotations {
-                    if let Some(v) = live_ann.get(k) {
-                        annotations.insert(k.clone(), v.clone());
-                    }
-                }
+                annotations.extend(owned.annotation_values(&live));
             }
             if w.requests.is_none() {
-                for (c, (cpu, mem)) in &owned.requests {
-                    if let Some(have) = template_requests(&template, c) {
-                        requests.insert(
-                            c.clone(),
-                            ResourceRequests {
-                                cpu_millis: have.cpu_millis.filter(|_| *cpu),
-                                memory_bytes: have.memory_bytes.filter(|_| *mem),
-                            },
-                        );
-                    }
-                }
+                requests.extend(owned.request_values(&template));
             }
         }
         let body = workload_body(key, &annotations, &requests, &template);
@@ -1109,24 +1125,8 @@ impl Task {
         };
         let owned = kerf_owned(&live, key.kind);
         let template = live_template(&live, key.kind);
-        let live_ann = live.metadata.annotations.clone().unwrap_or_default();
-        let annotations: BTreeMap<String, String> = owned
-            .annotations
-            .iter()
-            .filter_map(|k| live_ann.get(k).map(|v| (k.clone(), v.clone())))
-            .collect();
-        let mut requests = BTreeMap::new();
-        for (c, (cpu, mem)) in &owned.requests {
-            if let Some(have) = template_requests(&template, c) {
-                requests.insert(
-                    c.clone(),
-                    ResourceRequests {
-                        cpu_millis: have.cpu_millis.filter(|_| *cpu),
-                        memory_bytes: have.memory_bytes.filter(|_| *mem),
-                    },
-                );
-            }
-        }
+        let annotations = owned.annotation_values(&live);
+        let mut requests = owned.request_values(&template);
         for (c, want) in &r.requests {
             let e = requests.entry(c.clone()).or_default();
             if want.cpu_millis.is_some() {
@@ -1172,12 +1172,7 @@ impl Task {
         let owned = kerf_owned(&live, key.kind);
         let others = others_owned(&live, key.kind);
         let template = live_template(&live, key.kind);
-        let live_ann = live.metadata.annotations.clone().unwrap_or_default();
-        let annotations: BTreeMap<String, String> = owned
-            .annotations
-            .iter()
-            .filter_map(|k| live_ann.get(k).map(|v| (k.clone(), v.clone())))
-            .collect();
+        let annotations = owned.annotation_values(&live);
         let mut requests = BTreeMap::new();
         for (c, (cpu, mem)) in &owned.requests {
             let restored = r.requests.get(c).cloned().unwrap_or_default();
