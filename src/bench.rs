@@ -8,11 +8,11 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
 use crate::core::model::{PolicyId, WorkloadKey, to_k8s_time};
+use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
 

@@ -7,6 +7,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use std::pin::Pin;
 
+use crate::api::Signal;
 use crate::core::evaluate::{self, WorkloadResult};
 use crate::core::model::{WorkloadKey, WorkloadState};
 use crate::core::rs_evaluate::{self, RsResult};
@@ -55,6 +56,26 @@ async fn run_queries<S: MetricSource, K: Copy + Send + Sync>(
     out
 }
 
+/// Records one answer's availability and warnings for its policy.
+fn record_answer<K: Copy>(
+    pi: usize,
+    k: K,
+    answer: &Result<SeriesSet, MetricError>,
+    name: &impl Fn(usize, K) -> String,
+    status: &mut BTreeMap<usize, Result<(), String>>,
+    warnings: &mut Vec<String>,
+) {
+    match answer {
+        Ok(set) => {
+            warnings.extend(set.warnings.iter().map(|w| format!("{}: {w}", name(pi, k))));
+            status.entry(pi).or_insert(Ok(()));
+        }
+        Err(e) => {
+            status.insert(pi, Err(format!("{} query failed: {e}", name(pi, k))));
+        }
+    }
+}
+
 /// Splits answers into results, failed policies and per-policy availability.
 #[allow(clippy::type_complexity)]
 fn sort_answers<K: Ord + Copy>(
@@ -70,15 +91,13 @@ fn sort_answers<K: Ord + Copy>(
     let mut failed = BTreeSet::new();
     let mut status = BTreeMap::new();
     for (pi, k, answer) in answers {
+        record_answer(pi, k, &answer, &name, &mut status, warnings);
         match answer {
             Ok(set) => {
-                warnings.extend(set.warnings.iter().map(|w| format!("{}: {w}", name(pi, k))));
-                status.entry(pi).or_insert(Ok(()));
                 results.insert((pi, k), set);
             }
-            Err(e) => {
+            Err(_) => {
                 failed.insert(pi);
-                status.insert(pi, Err(format!("{} query failed: {e}", name(pi, k))));
             }
         }
     }
@@ -93,20 +112,31 @@ pub async fn run_cycle<S: MetricSource>(
 ) -> CycleOutput {
     let plan = evaluate::plan(snapshot, now, step_seconds);
     let rs_plan = rs_evaluate::plan(snapshot, now, step_seconds);
-    let answers = run_queries(source, &plan.queries).await;
-    let rs_answers = run_queries(source, &rs_plan.queries).await;
     let mut out = CycleOutput {
-        queries: answers.len() + rs_answers.len(),
+        queries: plan.queries.len() + rs_plan.queries.len(),
         unresolved_strategies: plan.unresolved.clone(),
         ..Default::default()
     };
-    let (results, failed, status) = sort_answers(
-        answers,
-        |pi, s| format!("{} {}", snapshot.gpu_policies[pi].id, s.as_str()),
-        &mut out.warnings,
-    );
-    out.prometheus = status;
-    out.results = evaluate::evaluate(snapshot, &plan, results, &failed, now);
+    // GPU: a few queries at a time, each workload evaluated once its policies are answered, so
+    // only the samples of the policies in flight are held (see docs/performance.md).
+    let gpu_name =
+        |pi: usize, s: Signal| format!("{} {}", snapshot.gpu_policies[pi].id, s.as_str());
+    let mut streaming = evaluate::StreamingEvaluation::new(snapshot, &plan, now);
+    for chunk in plan.queries.chunks(QUERY_CONCURRENCY) {
+        for (pi, signal, answer) in run_queries(source, chunk).await {
+            record_answer(
+                pi,
+                signal,
+                &answer,
+                &gpu_name,
+                &mut out.prometheus,
+                &mut out.warnings,
+            );
+            streaming.answer(pi, signal, answer.ok());
+        }
+    }
+    out.results = streaming.finish();
+    let rs_answers = run_queries(source, &rs_plan.queries).await;
     let (rs_results, rs_failed, rs_status) = sort_answers(
         rs_answers,
         |pi, s| format!("{} {}", snapshot.rightsizing_policies[pi].id, s.metric()),

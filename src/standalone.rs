@@ -92,7 +92,7 @@ fn workload(
         uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
         annotations: meta.annotations.clone().unwrap_or_default(),
-        template,
+        template: template.into(),
         replicas,
     }
 }
@@ -360,7 +360,7 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
             (false, "Pod") => {
                 let mut p: Pod = decode(doc, &what)?;
                 p.metadata.namespace.get_or_insert_with(|| "default".into());
-                s.pods.push(p);
+                s.pods.push(p.into());
             }
             (false, "HorizontalPodAutoscaler") => {
                 if !api_version.starts_with("autoscaling/v2") {

@@ -77,7 +77,7 @@ fn workload(namespace: &str, annotations: BTreeMap<String, String>, app_gpus: &s
         uid: None,
         labels: BTreeMap::from([("app".into(), "web".into())]),
         annotations,
-        template: template(app_gpus),
+        template: template(app_gpus).into(),
         replicas: Some(1),
     }
 }

@@ -47,7 +47,7 @@ fn workload(annotations: BTreeMap<String, String>) -> Workload {
         uid: Some("uid-web".into()),
         labels: BTreeMap::from([("app".into(), "web".into())]),
         annotations,
-        template: template(),
+        template: template().into(),
         replicas: Some(2),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use crate::core::pod::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::core::model::{

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::core::pod::Pod;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::{Signal, StrategyView, WorkloadKind};
 use crate::core::allocation::{container_allocations, default_scope_containers};
@@ -341,24 +341,37 @@ pub fn template_gpu(w: &Workload) -> GpuMap {
         .collect()
 }
 
-/// Per (policy, signal): the query result split by namespace into the engine's
-/// per-(pod, container) samples. Built once per cycle so each workload is a lookup.
-type SampleIndex = BTreeMap<(usize, Signal), HashMap<String, SignalSamples>>;
+/// The answered queries' samples, split per (policy, signal) by namespace into the engine's
+/// per-(pod, container) samples, so each workload is a lookup.
+#[derive(Debug, Default)]
+pub struct SampleIndex {
+    by_query: BTreeMap<(usize, Signal), HashMap<String, SignalSamples>>,
+}
 
-fn index_samples(results: BTreeMap<(usize, Signal), SeriesSet>) -> SampleIndex {
-    results
-        .into_iter()
-        .map(|(k, set)| {
-            let mut by_ns: HashMap<String, SignalSamples> = HashMap::new();
-            for (key, samples) in set.series {
-                by_ns
-                    .entry(key.namespace)
-                    .or_default()
-                    .insert((key.pod, key.container), samples);
-            }
-            (k, by_ns)
-        })
-        .collect()
+impl SampleIndex {
+    pub fn insert(&mut self, policy: usize, signal: Signal, set: SeriesSet) {
+        let by_ns = self.by_query.entry((policy, signal)).or_default();
+        for (key, samples) in set.series {
+            by_ns
+                .entry(key.namespace)
+                .or_default()
+                .insert((key.pod, key.container), samples);
+        }
+    }
+
+    /// Drops a policy's samples (its workloads are evaluated).
+    pub fn remove_policy(&mut self, policy: usize) {
+        self.by_query.retain(|(p, _), _| *p != policy);
+    }
+
+    /// Policies whose samples are held.
+    pub fn policies(&self) -> BTreeSet<usize> {
+        self.by_query.keys().map(|(p, _)| *p).collect()
+    }
+
+    fn lookup(&self, policy: usize, signal: Signal, namespace: &str) -> Option<&SignalSamples> {
+        self.by_query.get(&(policy, signal))?.get(namespace)
+    }
 }
 
 /// Runs the engine for every planned workload. `results[(policy, signal)]` holds the query
@@ -370,92 +383,235 @@ pub fn evaluate(
     failed: &BTreeSet<usize>,
     now: DateTime<Utc>,
 ) -> Vec<WorkloadResult> {
-    let index = index_samples(results);
+    let mut index = SampleIndex::default();
+    for ((policy, signal), set) in results {
+        index.insert(policy, signal, set);
+    }
+    plan.workloads
+        .iter()
+        .map(|wp| evaluate_workload(snapshot, wp, &index, failed, now))
+        .collect()
+}
+
+/// Evaluates workloads as the answers of their policies arrive and drops each policy's samples
+/// once every workload it covers is evaluated: a cycle holds the samples of the policies in
+/// flight, not of the whole cluster. Same results, in plan order, as [`evaluate`].
+pub struct StreamingEvaluation<'a> {
+    snapshot: &'a Snapshot,
+    plan: &'a Plan,
+    now: DateTime<Utc>,
+    index: SampleIndex,
+    failed: BTreeSet<usize>,
+    /// Per policy: queries not answered yet.
+    unanswered: BTreeMap<usize, usize>,
+    /// Per plan workload: its policies with unanswered queries.
+    waiting_on: Vec<BTreeSet<usize>>,
+    /// Per policy: plan workloads not evaluated yet.
+    pending: BTreeMap<usize, BTreeSet<usize>>,
+    results: Vec<Option<WorkloadResult>>,
+}
+
+impl<'a> StreamingEvaluation<'a> {
+    pub fn new(snapshot: &'a Snapshot, plan: &'a Plan, now: DateTime<Utc>) -> Self {
+        let mut unanswered: BTreeMap<usize, usize> = BTreeMap::new();
+        for (policy, _, _) in &plan.queries {
+            *unanswered.entry(*policy).or_default() += 1;
+        }
+        let mut pending: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+        let waiting_on = plan
+            .workloads
+            .iter()
+            .enumerate()
+            .map(|(wi, wp)| {
+                let policies: BTreeSet<usize> = wp.assignments.iter().map(|a| a.policy).collect();
+                for p in &policies {
+                    pending.entry(*p).or_default().insert(wi);
+                }
+                policies
+                    .into_iter()
+                    .filter(|p| unanswered.contains_key(p))
+                    .collect()
+            })
+            .collect();
+        let mut out = Self {
+            snapshot,
+            plan,
+            now,
+            index: SampleIndex::default(),
+            failed: BTreeSet::new(),
+            unanswered,
+            waiting_on,
+            pending,
+            results: plan.workloads.iter().map(|_| None).collect(),
+        };
+        // Workloads whose policies query nothing (no eligible pod) need no answer.
+        let ready: Vec<usize> = (0..out.waiting_on.len())
+            .filter(|&wi| out.waiting_on[wi].is_empty())
+            .collect();
+        for wi in ready {
+            out.evaluate_now(wi);
+        }
+        out
+    }
+
+    /// Takes one query's answer (`None`: the query failed).
+    pub fn answer(&mut self, policy: usize, signal: Signal, set: Option<SeriesSet>) {
+        match set {
+            Some(set) => self.index.insert(policy, signal, set),
+            None => {
+                self.failed.insert(policy);
+            }
+        }
+        let Some(left) = self.unanswered.get_mut(&policy) else {
+            return;
+        };
+        *left = left.saturating_sub(1);
+        if *left > 0 {
+            return;
+        }
+        self.unanswered.remove(&policy);
+        let waiting: Vec<usize> = self
+            .pending
+            .get(&policy)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        for wi in waiting {
+            self.waiting_on[wi].remove(&policy);
+            if self.waiting_on[wi].is_empty() && self.results[wi].is_none() {
+                self.evaluate_now(wi);
+            }
+        }
+    }
+
+    /// Policies whose samples are still held.
+    pub fn held_policies(&self) -> BTreeSet<usize> {
+        self.index.policies()
+    }
+
+    /// The results in plan order; a workload still waiting (an answer never came) is evaluated
+    /// with what is there, as if that query had failed.
+    pub fn finish(mut self) -> Vec<WorkloadResult> {
+        for p in std::mem::take(&mut self.unanswered).into_keys() {
+            self.failed.insert(p);
+        }
+        for wi in 0..self.results.len() {
+            if self.results[wi].is_none() {
+                self.evaluate_now(wi);
+            }
+        }
+        self.results.into_iter().flatten().collect()
+    }
+
+    fn evaluate_now(&mut self, wi: usize) {
+        let wp = &self.plan.workloads[wi];
+        self.results[wi] = Some(evaluate_workload(
+            self.snapshot,
+            wp,
+            &self.index,
+            &self.failed,
+            self.now,
+        ));
+        for a in &wp.assignments {
+            let Some(left) = self.pending.get_mut(&a.policy) else {
+                continue;
+            };
+            left.remove(&wi);
+            if left.is_empty() {
+                self.pending.remove(&a.policy);
+                self.index.remove_policy(a.policy);
+            }
+        }
+    }
+}
+
+/// Runs the engine for one planned workload on the samples in `index`.
+pub fn evaluate_workload(
+    snapshot: &Snapshot,
+    wp: &WorkloadPlan,
+    index: &SampleIndex,
+    failed: &BTreeSet<usize>,
+    now: DateTime<Utc>,
+) -> WorkloadResult {
     let empty = SignalSamples::new();
     let lookup = |policy: usize, signal: Signal, ns: &str| {
-        index
-            .get(&(policy, signal))
-            .and_then(|m| m.get(ns))
-            .unwrap_or(&empty)
+        index.lookup(policy, signal, ns).unwrap_or(&empty)
     };
-    let mut out = Vec::new();
-    for wp in &plan.workloads {
-        let w = &snapshot.workloads[wp.workload];
-        let mut reasons = wp.reasons.clone();
-        let (baseline, previous) = read_state(w, &mut reasons);
-        let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &snapshot.pods[i]).collect();
-        let tgpu = template_gpu(w);
-        let mut result = WorkloadResult {
-            key: w.key.clone(),
-            policies: Vec::new(),
-            action: Action::None,
-            driving_metric: None,
-            containers: BTreeMap::new(),
-            recommendation: None,
-            baseline: baseline.clone(),
-            template_gpu: tgpu,
-            strategy: StrategyView::default(),
-            reasons: Vec::new(),
-            metrics_unavailable: false,
+    let w = &snapshot.workloads[wp.workload];
+    let mut reasons = wp.reasons.clone();
+    let (baseline, previous) = read_state(w, &mut reasons);
+    let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &snapshot.pods[i]).collect();
+    let tgpu = template_gpu(w);
+    let mut result = WorkloadResult {
+        key: w.key.clone(),
+        policies: Vec::new(),
+        action: Action::None,
+        driving_metric: None,
+        containers: BTreeMap::new(),
+        recommendation: None,
+        baseline: baseline.clone(),
+        template_gpu: tgpu,
+        strategy: StrategyView::default(),
+        reasons: Vec::new(),
+        metrics_unavailable: false,
+    };
+    let mut outputs: Vec<(usize, EngineOutput)> = Vec::new();
+    for a in &wp.assignments {
+        let policy = &snapshot.gpu_policies[a.policy];
+        result.policies.push(policy.id.clone());
+        if failed.contains(&a.policy) {
+            result.metrics_unavailable = true;
+            reasons.push(format!(
+                "{}: metrics unavailable: keeping the last recommendation and baseline",
+                policy.id
+            ));
+        }
+        let ns = &w.key.namespace;
+        // Without data the engine still reads the current allocations (for the report);
+        // its decision is discarded below.
+        let compute = lookup(a.policy, Signal::Compute, ns);
+        let memory = lookup(a.policy, Signal::Memory, ns);
+        let input = EngineInput {
+            policy_id: &policy.id,
+            policy: &policy.spec,
+            containers_override: a.containers.as_ref(),
+            template: &w.template,
+            pods: &pods,
+            compute,
+            memory,
+            baseline: baseline.as_ref(),
+            previous: previous.as_ref(),
+            now,
         };
-        let mut outputs: Vec<(usize, EngineOutput)> = Vec::new();
-        for a in &wp.assignments {
-            let policy = &snapshot.gpu_policies[a.policy];
-            result.policies.push(policy.id.clone());
-            if failed.contains(&a.policy) {
-                result.metrics_unavailable = true;
-                reasons.push(format!(
-                    "{}: metrics unavailable: keeping the last recommendation and baseline",
-                    policy.id
-                ));
-            }
-            let ns = &w.key.namespace;
-            // Without data the engine still reads the current allocations (for the report);
-            // its decision is discarded below.
-            let compute = lookup(a.policy, Signal::Compute, ns);
-            let memory = lookup(a.policy, Signal::Memory, ns);
-            let input = EngineInput {
-                policy_id: &policy.id,
-                policy: &policy.spec,
-                containers_override: a.containers.as_ref(),
-                template: &w.template,
-                pods: &pods,
-                compute,
-                memory,
-                baseline: baseline.as_ref(),
-                previous: previous.as_ref(),
-                now,
-            };
-            outputs.push((a.policy, gpu_engine::evaluate(&input)));
-        }
-        if let Some(first) = wp.assignments.first() {
-            result.strategy = resolve_strategy(snapshot, &snapshot.gpu_policies[first.policy])
-                .cloned()
-                .unwrap_or_default();
-        }
-        if result.metrics_unavailable {
-            // Nothing flaps: the persisted state stays in force untouched.
-            result.action = if previous.is_some() {
-                Action::Reuse
-            } else {
-                Action::None
-            };
-            result.recommendation = previous.clone();
-            result.driving_metric = previous.as_ref().and_then(|r| r.driving_metric);
-            for (_, o) in outputs {
-                result.containers.extend(o.containers);
-            }
-            for (c, o) in result.containers.iter_mut() {
-                o.baseline = baseline.as_ref().and_then(|b| b.get(c).copied());
-                o.recommended = previous.as_ref().and_then(|r| r.containers.get(c).copied());
-            }
-        } else {
-            merge_outputs(&mut result, outputs, &mut reasons);
-        }
-        result.reasons = reasons;
-        out.push(result);
+        outputs.push((a.policy, gpu_engine::evaluate(&input)));
     }
-    out
+    if let Some(first) = wp.assignments.first() {
+        result.strategy = resolve_strategy(snapshot, &snapshot.gpu_policies[first.policy])
+            .cloned()
+            .unwrap_or_default();
+    }
+    if result.metrics_unavailable {
+        // Nothing flaps: the persisted state stays in force untouched.
+        result.action = if previous.is_some() {
+            Action::Reuse
+        } else {
+            Action::None
+        };
+        result.recommendation = previous.clone();
+        result.driving_metric = previous.as_ref().and_then(|r| r.driving_metric);
+        for (_, o) in outputs {
+            result.containers.extend(o.containers);
+        }
+        for (c, o) in result.containers.iter_mut() {
+            o.baseline = baseline.as_ref().and_then(|b| b.get(c).copied());
+            o.recommended = previous.as_ref().and_then(|r| r.containers.get(c).copied());
+        }
+    } else {
+        merge_outputs(&mut result, outputs, &mut reasons);
+    }
+    result.reasons = reasons;
+    result
 }
 
 /// Combines the engine outputs of the policies sharing a workload (one in the default mode).
@@ -508,5 +664,124 @@ impl WorkloadResult {
             policy: self.policies.first().cloned(),
             strategy: self.strategy.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{ScaleSpec, SynthSource, synth_snapshot};
+    use crate::metrics::MetricSource;
+    use chrono::TimeZone;
+
+    fn cluster() -> (Snapshot, DateTime<Utc>, ScaleSpec) {
+        let spec = ScaleSpec {
+            workloads: 60,
+            pods: 80,
+            namespaces: 4,
+            step_seconds: 15,
+        };
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        (synth_snapshot(&spec, now), now, spec)
+    }
+
+    fn answers(plan: &Plan, spec: ScaleSpec) -> Vec<(usize, Signal, SeriesSet)> {
+        let source = SynthSource {
+            spec,
+            queries: Default::default(),
+        };
+        plan.queries
+            .iter()
+            .map(|(p, s, q)| {
+                let set = futures::executor::block_on(source.range_query(q)).unwrap();
+                (*p, *s, set)
+            })
+            .collect()
+    }
+
+    fn batch(
+        s: &Snapshot,
+        plan: &Plan,
+        answers: &[(usize, Signal, SeriesSet)],
+        now: DateTime<Utc>,
+    ) -> String {
+        let results = answers
+            .iter()
+            .map(|(p, sig, set)| ((*p, *sig), set.clone()))
+            .collect();
+        format!("{:?}", evaluate(s, plan, results, &BTreeSet::new(), now))
+    }
+
+    #[test]
+    fn streaming_evaluation_equals_batch_evaluation_in_any_answer_order() {
+        let (s, now, spec) = cluster();
+        let plan = plan(&s, now, 15);
+        let answers = answers(&plan, spec);
+        let expected = batch(&s, &plan, &answers, now);
+        assert!(expected.contains("Upsize"), "the scenario has upsizes");
+        let mut orders = vec![answers.clone()];
+        orders.push(answers.iter().rev().cloned().collect());
+        // Compute answers of every policy first, then memory ones.
+        let mut by_signal = answers.clone();
+        by_signal.sort_by_key(|(p, sig, _)| (*sig == Signal::Memory, *p));
+        orders.push(by_signal);
+        for order in orders {
+            let mut streaming = StreamingEvaluation::new(&s, &plan, now);
+            for (p, sig, set) in order {
+                streaming.answer(p, sig, Some(set));
+            }
+            assert!(streaming.held_policies().is_empty());
+            assert_eq!(format!("{:?}", streaming.finish()), expected);
+        }
+    }
+
+    #[test]
+    fn streaming_evaluation_releases_a_policys_samples_once_its_workloads_are_evaluated() {
+        let (s, now, spec) = cluster();
+        let plan = plan(&s, now, 15);
+        let answers = answers(&plan, spec);
+        let mut streaming = StreamingEvaluation::new(&s, &plan, now);
+        let mut held_at_most = 0;
+        for (p, sig, set) in answers {
+            streaming.answer(p, sig, Some(set));
+            let held = streaming.held_policies();
+            held_at_most = held_at_most.max(held.len());
+            // After a policy's second signal, its workloads are evaluated and its samples gone.
+            if sig == Signal::Memory {
+                assert!(!held.contains(&p), "policy {p} still held: {held:?}");
+            }
+        }
+        assert_eq!(held_at_most, 1, "one policy's samples at a time");
+    }
+
+    #[test]
+    fn streaming_evaluation_of_a_failed_query_keeps_state_like_batch_evaluation() {
+        let (s, now, spec) = cluster();
+        let plan = plan(&s, now, 15);
+        let answers = answers(&plan, spec);
+        let mut streaming = StreamingEvaluation::new(&s, &plan, now);
+        let mut results = BTreeMap::new();
+        for (p, sig, set) in answers {
+            if p == 1 && sig == Signal::Compute {
+                streaming.answer(p, sig, None);
+            } else {
+                results.insert((p, sig), set.clone());
+                streaming.answer(p, sig, Some(set));
+            }
+        }
+        let got = streaming.finish();
+        let unavailable = got.iter().filter(|r| r.metrics_unavailable).count();
+        assert_eq!(unavailable, 15, "policy 1 covers a quarter of 60 workloads");
+        let expected = evaluate(&s, &plan, results, &BTreeSet::from([1]), now);
+        assert_eq!(format!("{got:?}"), format!("{expected:?}"));
+    }
+
+    #[test]
+    fn streaming_evaluation_finishes_workloads_whose_answers_never_came_as_unavailable() {
+        let (s, now, _) = cluster();
+        let plan = plan(&s, now, 15);
+        let got = StreamingEvaluation::new(&s, &plan, now).finish();
+        assert_eq!(got.len(), 60);
+        assert!(got.iter().all(|r| r.metrics_unavailable));
     }
 }

@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::core::pod::{Pod, PodSpec, PodTemplateSpec};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
 use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
 use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
@@ -174,7 +174,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         Some(set) => set.iter().cloned().collect(),
         None => policy.scope.containers.clone(),
     };
-    let in_scope = |spec: &k8s_openapi::api::core::v1::PodSpec| -> BTreeSet<String> {
+    let in_scope = |spec: &PodSpec| -> BTreeSet<String> {
         scoped_container_names(spec, &scope).into_iter().collect()
     };
     let template_scope = in_scope(template_spec);

@@ -4,9 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, TimeZone, Utc};
-use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSpec, PodStatus, PodTemplateSpec, ResourceRequirements,
-};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
@@ -15,6 +13,7 @@ use super::*;
 use crate::api::{GpuReactivePolicySpec, Signal};
 use crate::core::allocation::{Allocation, container_allocations};
 use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, to_k8s_time};
+use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 
 const POLICY_YAML: &str = r#"
 experimental: {gpuKaiContract: v1alpha1-2026-07}

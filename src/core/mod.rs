@@ -8,6 +8,7 @@ pub mod gpu_engine;
 pub mod hpa;
 pub mod model;
 pub mod owner;
+pub mod pod;
 pub mod quantity;
 pub mod recovery;
 pub mod resources;

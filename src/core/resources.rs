@@ -20,8 +20,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
 
 use super::model::ResourceRequests;
 use super::quantity::{self, MIB, QuantityError};
@@ -388,7 +388,7 @@ pub fn oom_killed_in_window(
 
 /// Names of the containers (regular and init) OOM-killed in `[start, end]` in any of `pods`.
 pub fn oom_killed_containers(
-    pods: &[Pod],
+    pods: &[&Pod],
     start: DateTime<Utc>,
     end: DateTime<Utc>,
 ) -> BTreeSet<String> {
@@ -769,7 +769,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            oom_killed_containers(&[pod], start, end),
+            oom_killed_containers(&[&pod], start, end),
             BTreeSet::from(["proxy".to_string()])
         );
     }

@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::core::pod::Pod;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::core::evaluate::{covering, pods_by_owner};
 use crate::core::gpu_engine::ContainerOutcome as GpuContainer;
@@ -226,8 +226,7 @@ pub fn evaluate(
             .unwrap_or_default()
             .window
             .chrono();
-        let owned: Vec<Pod> = pods.iter().map(|p| (*p).clone()).collect();
-        let oom = resources::oom_killed_containers(&owned, now - mem_window, now);
+        let oom = resources::oom_killed_containers(&pods, now - mem_window, now);
         let gather = |signal: RsSignal, container: &str| -> Vec<Sample> {
             let Some(m) = idx.get(&(wp.policy, signal)) else {
                 return Vec::new();

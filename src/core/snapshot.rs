@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::core::pod::{Pod, PodTemplateSpec};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
 use crate::api::{
     GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,

@@ -12,14 +12,13 @@ use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 
 use ::kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
-use ::kube::runtime::reflector::{self, Store as ReflectorStore};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use ::kube::{Client, Resource, ResourceExt};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Container, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -252,16 +251,24 @@ struct Indexes {
 
 struct Inner {
     kerf: Arc<Indexes>,
-    deployments: ReflectorStore<Deployment>,
-    statefulsets: ReflectorStore<StatefulSet>,
-    daemonsets: ReflectorStore<DaemonSet>,
-    jobs: ReflectorStore<Job>,
-    cronjobs: ReflectorStore<CronJob>,
-    replicasets: ReflectorStore<PartialObjectMeta<ReplicaSet>>,
-    pods: ReflectorStore<Pod>,
-    hpas: ReflectorStore<HorizontalPodAutoscaler>,
+    deployments: Arc<Projected<Workload>>,
+    statefulsets: Arc<Projected<Workload>>,
+    daemonsets: Arc<Projected<Workload>>,
+    jobs: Arc<Projected<ListedJob>>,
+    cronjobs: Arc<Projected<Workload>>,
+    /// ReplicaSet → the Deployment that controls it.
+    replicasets: Arc<Projected<Option<String>>>,
+    pods: Arc<Projected<crate::core::pod::Pod>>,
+    hpas: Arc<Projected<HorizontalPodAutoscaler>>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// A Job run by a CronJob is part of that CronJob, not a workload of its own.
+#[derive(Clone, Debug)]
+enum ListedJob {
+    OfCronJob(String),
+    Workload(Workload),
 }
 
 impl Drop for Inner {
@@ -301,47 +308,6 @@ fn strip_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// What evaluation never reads of a container.
-fn strip_container(c: &mut Container) {
-    c.env = None;
-    c.env_from = None;
-    c.volume_mounts = None;
-    c.volume_devices = None;
-    c.liveness_probe = None;
-    c.readiness_probe = None;
-    c.startup_probe = None;
-    c.lifecycle = None;
-    c.command = None;
-    c.args = None;
-    c.ports = None;
-    c.security_context = None;
-}
-
-/// Pods are the bulk of the cache: keep identity, owners, labels, annotations, containers'
-/// names and resources, scheduling fields the webhook compares, and the status timing fields.
-pub fn strip_pod(pod: &mut Pod) {
-    strip_meta(&mut pod.metadata);
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.volumes = None;
-        spec.affinity = None;
-        spec.tolerations = None;
-        spec.ephemeral_containers = None;
-        spec.security_context = None;
-        spec.topology_spread_constraints = None;
-        spec.image_pull_secrets = None;
-        spec.containers.iter_mut().for_each(strip_container);
-        spec.init_containers
-            .iter_mut()
-            .flatten()
-            .for_each(strip_container);
-    }
-    if let Some(status) = pod.status.as_mut() {
-        status.pod_ips = None;
-        status.host_ips = None;
-        status.ephemeral_container_statuses = None;
-    }
-}
-
 fn spawn_kerf<K: KerfKind>(
     client: Client,
     index: &'static str,
@@ -369,30 +335,94 @@ fn spawn_kerf<K: KerfKind>(
     })
 }
 
-type Hook<K> = Box<dyn FnMut(&watcher::Event<K>, &ReflectorStore<K>) + Send>;
+/// One Kubernetes kind as kerf keeps it: each object is projected to what evaluation reads as it
+/// arrives, so the cache never holds whole objects (a full `Pod` or `Deployment` is kilobytes of
+/// fields kerf never reads, and pods are the bulk of a cluster).
+struct Projected<T> {
+    state: RwLock<ProjectedState<T>>,
+}
 
-fn spawn_builtin<K>(
+struct ProjectedState<T> {
+    live: BTreeMap<ObjKey, T>,
+    buffer: BTreeMap<ObjKey, T>,
+}
+
+impl<T: Clone> Projected<T> {
+    fn new() -> Self {
+        Self {
+            state: RwLock::new(ProjectedState {
+                live: BTreeMap::new(),
+                buffer: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// Applies one event; a relist replaces the contents only once it completed.
+    fn apply<K: Resource>(&self, event: watcher::Event<K>, project: impl Fn(K) -> T) {
+        let key = |o: &K| (o.meta().namespace.clone(), o.name_any());
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Apply(o) => {
+                let k = key(&o);
+                st.live.insert(k, project(o));
+            }
+            watcher::Event::Delete(o) => {
+                st.live.remove(&key(&o));
+            }
+            watcher::Event::Init => st.buffer.clear(),
+            watcher::Event::InitApply(o) => {
+                let k = key(&o);
+                st.buffer.insert(k, project(o));
+            }
+            watcher::Event::InitDone => {
+                let buffer = std::mem::take(&mut st.buffer);
+                st.live = buffer;
+            }
+        }
+    }
+
+    /// Every object, ordered by (namespace, name).
+    fn entries(&self) -> Vec<(ObjKey, T)> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        st.live
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    fn values(&self) -> Vec<T> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        st.live.values().cloned().collect()
+    }
+}
+
+type Hook<K> = Box<dyn FnMut(&watcher::Event<K>) + Send>;
+
+fn spawn_builtin<K, T>(
     kind: &'static str,
     stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
-    strip: fn(&mut K),
+    project: fn(K) -> T,
     sync: SyncTracker,
     mut hook: Option<Hook<K>>,
-) -> (ReflectorStore<K>, JoinHandle<()>)
+) -> (Arc<Projected<T>>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
 {
-    let (store, writer) = reflector::store::<K>();
-    let reader = store.clone();
-    let stream = stream.modify(strip).default_backoff().reflect(writer);
+    let index = Arc::new(Projected::new());
+    let writer = index.clone();
+    let stream = stream.default_backoff();
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(ev) => {
                     if let Some(h) = hook.as_mut() {
-                        h(&ev, &reader);
+                        h(&ev);
                     }
-                    if matches!(ev, watcher::Event::InitDone) {
+                    let done = matches!(ev, watcher::Event::InitDone);
+                    writer.apply(ev, project);
+                    if done {
                         sync.done(kind);
                     }
                 }
@@ -400,7 +430,7 @@ where
             }
         }
     });
-    (store, task)
+    (index, task)
 }
 
 fn controller_owner<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
@@ -427,31 +457,34 @@ fn owner_hook<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    Box::new(
-        move |ev: &watcher::Event<K>, reflected: &ReflectorStore<K>| {
-            let name_of = |o: &K| ObjectName::new(o.namespace().unwrap_or_default(), o.name_any());
-            let upsert = |o: &K| match controller_owner(o.meta(), owner_kind) {
-                Some(owner) => {
-                    map(&store).insert(name_of(o), owner.to_string());
-                }
-                None => {
-                    map(&store).remove(&name_of(o));
-                }
-            };
-            match ev {
-                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => upsert(o),
-                watcher::Event::Delete(o) => {
-                    map(&store).remove(&name_of(o));
-                }
-                watcher::Event::Init => {}
-                watcher::Event::InitDone => {
-                    let present: BTreeSet<ObjectName> =
-                        reflected.state().iter().map(|o| name_of(o)).collect();
-                    map(&store).retain(|k, _| present.contains(k));
-                }
+    // Names seen in the current (re)list: what is not among them at its end is gone.
+    let mut listed: BTreeSet<ObjectName> = BTreeSet::new();
+    Box::new(move |ev: &watcher::Event<K>| {
+        let name_of = |o: &K| ObjectName::new(o.namespace().unwrap_or_default(), o.name_any());
+        let upsert = |o: &K| match controller_owner(o.meta(), owner_kind) {
+            Some(owner) => {
+                map(&store).insert(name_of(o), owner.to_string());
             }
-        },
-    )
+            None => {
+                map(&store).remove(&name_of(o));
+            }
+        };
+        match ev {
+            watcher::Event::Apply(o) => upsert(o),
+            watcher::Event::InitApply(o) => {
+                listed.insert(name_of(o));
+                upsert(o);
+            }
+            watcher::Event::Delete(o) => {
+                map(&store).remove(&name_of(o));
+            }
+            watcher::Event::Init => listed.clear(),
+            watcher::Event::InitDone => {
+                let present = std::mem::take(&mut listed);
+                map(&store).retain(|k, _| present.contains(k));
+            }
+        }
+    })
 }
 
 const KERF_KINDS: [&str; 9] = [
@@ -577,7 +610,17 @@ impl Reader {
         let (deployments, t) = spawn_builtin(
             "Deployment",
             watcher(Api::<Deployment>::all(client.clone()), cfg()),
-            |o| strip_meta(&mut o.metadata),
+            |mut d: Deployment| {
+                strip_meta(&mut d.metadata);
+                let spec = d.spec;
+                let replicas = Some(spec.replicas.unwrap_or(1));
+                workload(
+                    &d.metadata,
+                    WorkloadKind::Deployment,
+                    spec.template,
+                    replicas,
+                )
+            },
             sync.clone(),
             None,
         );
@@ -585,7 +628,17 @@ impl Reader {
         let (statefulsets, t) = spawn_builtin(
             "StatefulSet",
             watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
-            |o| strip_meta(&mut o.metadata),
+            |mut s: StatefulSet| {
+                strip_meta(&mut s.metadata);
+                let spec = s.spec;
+                let replicas = Some(spec.replicas.unwrap_or(1));
+                workload(
+                    &s.metadata,
+                    WorkloadKind::StatefulSet,
+                    spec.template,
+                    replicas,
+                )
+            },
             sync.clone(),
             None,
         );
@@ -593,7 +646,12 @@ impl Reader {
         let (daemonsets, t) = spawn_builtin(
             "DaemonSet",
             watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
-            |o| strip_meta(&mut o.metadata),
+            |mut d: DaemonSet| {
+                strip_meta(&mut d.metadata);
+                let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
+                let template = d.spec.template;
+                workload(&d.metadata, WorkloadKind::DaemonSet, template, desired)
+            },
             sync.clone(),
             None,
         );
@@ -601,7 +659,19 @@ impl Reader {
         let (jobs, t) = spawn_builtin(
             "Job",
             watcher(Api::<Job>::all(client.clone()), cfg()),
-            |o| strip_meta(&mut o.metadata),
+            |mut j: Job| {
+                if let Some(cron) = controller_owner(&j.metadata, "CronJob") {
+                    return ListedJob::OfCronJob(cron.to_string());
+                }
+                strip_meta(&mut j.metadata);
+                let spec = j.spec.unwrap_or_default();
+                ListedJob::Workload(workload(
+                    &j.metadata,
+                    WorkloadKind::Job,
+                    spec.template,
+                    spec.parallelism,
+                ))
+            },
             sync.clone(),
             store
                 .clone()
@@ -611,7 +681,16 @@ impl Reader {
         let (cronjobs, t) = spawn_builtin(
             "CronJob",
             watcher(Api::<CronJob>::all(client.clone()), cfg()),
-            |o| strip_meta(&mut o.metadata),
+            |mut c: CronJob| {
+                strip_meta(&mut c.metadata);
+                let template = c
+                    .spec
+                    .job_template
+                    .spec
+                    .map(|s| s.template)
+                    .unwrap_or_default();
+                workload(&c.metadata, WorkloadKind::CronJob, template, None)
+            },
             sync.clone(),
             None,
         );
@@ -623,7 +702,9 @@ impl Reader {
                 Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
                 cfg(),
             ),
-            |o| strip_meta(&mut o.metadata),
+            |rs: PartialObjectMeta<ReplicaSet>| {
+                controller_owner(&rs.metadata, "Deployment").map(str::to_string)
+            },
             sync.clone(),
             store.clone().map(|s| {
                 owner_hook::<PartialObjectMeta<ReplicaSet>>(
@@ -637,7 +718,10 @@ impl Reader {
         let (pods, t) = spawn_builtin(
             "Pod",
             watcher(Api::<Pod>::all(client.clone()), cfg()),
-            strip_pod,
+            |mut p: Pod| {
+                strip_meta(&mut p.metadata);
+                crate::core::pod::Pod::from(p)
+            },
             sync.clone(),
             None,
         );
@@ -645,7 +729,10 @@ impl Reader {
         let (hpas, t) = spawn_builtin(
             "HorizontalPodAutoscaler",
             watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
-            |o| strip_meta(&mut o.metadata),
+            |mut h: HorizontalPodAutoscaler| {
+                strip_meta(&mut h.metadata);
+                h
+            },
             sync,
             None,
         );
@@ -787,84 +874,30 @@ impl Reader {
             );
         }
 
-        let mut workloads = Vec::new();
-        for d in i.deployments.state() {
-            let spec = d.spec.clone();
-            workloads.push(workload(
-                &d.metadata,
-                WorkloadKind::Deployment,
-                spec.template,
-                Some(spec.replicas.unwrap_or(1)),
-            ));
-        }
-        for s in i.statefulsets.state() {
-            let spec = s.spec.clone();
-            workloads.push(workload(
-                &s.metadata,
-                WorkloadKind::StatefulSet,
-                spec.template,
-                Some(spec.replicas.unwrap_or(1)),
-            ));
-        }
-        for d in i.daemonsets.state() {
-            let spec = d.spec.clone();
-            let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
-            workloads.push(workload(
-                &d.metadata,
-                WorkloadKind::DaemonSet,
-                spec.template,
-                desired,
-            ));
-        }
+        let mut workloads = i.deployments.values();
+        workloads.extend(i.statefulsets.values());
+        workloads.extend(i.daemonsets.values());
+        workloads.extend(i.cronjobs.values());
         let mut job_owners = BTreeMap::new();
-        for j in i.jobs.state() {
-            let ns = j.namespace().unwrap_or_default();
-            // A Job run by a CronJob is part of that CronJob, not a workload of its own.
-            if let Some(cron) = controller_owner(&j.metadata, "CronJob") {
-                job_owners.insert((ns, j.name_any()), cron.to_string());
-                continue;
+        for ((ns, name), job) in i.jobs.entries() {
+            match job {
+                ListedJob::OfCronJob(cron) => {
+                    job_owners.insert((ns.unwrap_or_default(), name), cron);
+                }
+                ListedJob::Workload(w) => workloads.push(w),
             }
-            let spec = j.spec.clone().unwrap_or_default();
-            workloads.push(workload(
-                &j.metadata,
-                WorkloadKind::Job,
-                spec.template,
-                spec.parallelism,
-            ));
-        }
-        for c in i.cronjobs.state() {
-            let template = c
-                .spec
-                .job_template
-                .spec
-                .as_ref()
-                .map(|s| s.template.clone())
-                .unwrap_or_default();
-            workloads.push(workload(&c.metadata, WorkloadKind::CronJob, template, None));
         }
         workloads.sort_by(|a, b| a.key.cmp(&b.key));
 
-        let mut replicaset_owners = BTreeMap::new();
-        for rs in i.replicasets.state() {
-            if let Some(d) = controller_owner(&rs.metadata, "Deployment") {
-                replicaset_owners.insert(
-                    (rs.namespace().unwrap_or_default(), rs.name_any()),
-                    d.to_string(),
-                );
-            }
-        }
-
-        let mut pods: Vec<Pod> = i.pods.state().iter().map(|p| (**p).clone()).collect();
-        pods.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
-        let mut hpas: Vec<HorizontalPodAutoscaler> =
-            i.hpas.state().iter().map(|h| (**h).clone()).collect();
-        hpas.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
+        let replicaset_owners = i
+            .replicasets
+            .entries()
+            .into_iter()
+            .filter_map(|((ns, name), d)| Some(((ns.unwrap_or_default(), name), d?)))
+            .collect();
+        // Both ordered by (namespace, name), as the indexes are.
+        let pods = i.pods.values();
+        let hpas = i.hpas.values();
 
         let snapshot = Snapshot {
             global: self.global(),
@@ -969,7 +1002,7 @@ fn workload(
         uid: meta.uid.clone(),
         labels: meta.labels.clone().unwrap_or_default(),
         annotations: meta.annotations.clone().unwrap_or_default(),
-        template,
+        template: template.into(),
         replicas,
     }
 }

@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ObjectReference, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, ManagedFieldsEntry, MicroTime, ObjectMeta, OwnerReference,
@@ -49,6 +49,7 @@ use crate::core::model::{
     ANNOTATION_ROLLBACK, CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests,
     WorkloadKey, render_baseline, to_k8s_time,
 };
+use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;
 use crate::core::snapshot::Workload;
 use crate::kube::FIELD_MANAGER;

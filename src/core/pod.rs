@@ -1,0 +1,209 @@
+//! Slim mirrors of the k8s-openapi pod types: the same field names and shapes, only the fields
+//! kerf reads. A k8s-openapi `Container` is about 2.3 KB even when nearly every field is empty,
+//! and a snapshot holds two or more per pod and per workload template; at 25,000 workloads and
+//! 33,000 pods that alone was over 400 MB (see `docs/performance.md`).
+//!
+//! They deserialize from the same JSON/YAML as the Kubernetes types (unknown fields are
+//! ignored), and convert from them with `From`.
+
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<k8s::ResourceRequirements>,
+    /// `Always` on an init container makes it a sidecar (restartable init container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default)]
+    pub containers: Vec<Container>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_containers: Option<Vec<Container>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodTemplateSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PodSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<k8s::ContainerStateTerminated>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ContainerState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_state: Option<ContainerState>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PodSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PodStatus>,
+}
+
+impl From<k8s::Container> for Container {
+    fn from(c: k8s::Container) -> Self {
+        Container {
+            name: c.name,
+            resources: c.resources,
+            restart_policy: c.restart_policy,
+        }
+    }
+}
+
+impl From<k8s::PodSpec> for PodSpec {
+    fn from(s: k8s::PodSpec) -> Self {
+        PodSpec {
+            containers: s.containers.into_iter().map(Container::from).collect(),
+            init_containers: s
+                .init_containers
+                .map(|cs| cs.into_iter().map(Container::from).collect()),
+        }
+    }
+}
+
+impl From<k8s::PodTemplateSpec> for PodTemplateSpec {
+    fn from(t: k8s::PodTemplateSpec) -> Self {
+        PodTemplateSpec {
+            metadata: t.metadata,
+            spec: t.spec.map(PodSpec::from),
+        }
+    }
+}
+
+impl From<k8s::ContainerState> for ContainerState {
+    fn from(s: k8s::ContainerState) -> Self {
+        ContainerState {
+            terminated: s.terminated,
+        }
+    }
+}
+
+impl From<k8s::ContainerStatus> for ContainerStatus {
+    fn from(s: k8s::ContainerStatus) -> Self {
+        ContainerStatus {
+            name: s.name,
+            state: s.state.map(ContainerState::from),
+            last_state: s.last_state.map(ContainerState::from),
+        }
+    }
+}
+
+impl From<k8s::PodStatus> for PodStatus {
+    fn from(s: k8s::PodStatus) -> Self {
+        let statuses = |list: Option<Vec<k8s::ContainerStatus>>| {
+            list.map(|l| l.into_iter().map(ContainerStatus::from).collect())
+        };
+        PodStatus {
+            phase: s.phase,
+            start_time: s.start_time,
+            container_statuses: statuses(s.container_statuses),
+            init_container_statuses: statuses(s.init_container_statuses),
+        }
+    }
+}
+
+impl From<k8s::Pod> for Pod {
+    fn from(p: k8s::Pod) -> Self {
+        Pod {
+            metadata: p.metadata,
+            spec: p.spec.map(PodSpec::from),
+            status: p.status.map(PodStatus::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_json() -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "annotations": {"gpu-fraction": "0.5"}},
+            "spec": {
+                "containers": [{
+                    "name": "inference", "image": "x", "env": [{"name": "A", "value": "1"}],
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+                }],
+                "initContainers": [{"name": "proxy", "image": "y", "restartPolicy": "Always"}],
+                "volumes": [{"name": "v", "emptyDir": {}}]
+            },
+            "status": {
+                "phase": "Running", "startTime": "2026-01-01T00:00:00Z", "podIP": "10.0.0.1",
+                "containerStatuses": [{
+                    "name": "inference", "image": "x", "imageID": "", "ready": true, "restartCount": 1,
+                    "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                 "finishedAt": "2026-01-01T00:10:00Z"}}
+                }]
+            }
+        })
+    }
+
+    #[test]
+    fn slim_pod_from_json_equals_slim_pod_from_the_kubernetes_type() {
+        let direct: Pod = serde_json::from_value(pod_json()).unwrap();
+        let full: k8s::Pod = serde_json::from_value(pod_json()).unwrap();
+        assert_eq!(direct, Pod::from(full));
+        let spec = direct.spec.as_ref().unwrap();
+        assert_eq!(spec.containers[0].name, "inference");
+        assert!(spec.containers[0].resources.is_some());
+        assert_eq!(
+            spec.init_containers.as_ref().unwrap()[0]
+                .restart_policy
+                .as_deref(),
+            Some("Always")
+        );
+        let status = direct.status.as_ref().unwrap();
+        let terminated = status.container_statuses.as_ref().unwrap()[0]
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .unwrap();
+        assert_eq!(terminated.reason.as_deref(), Some("OOMKilled"));
+        assert!(status.start_time.is_some());
+    }
+
+    #[test]
+    fn slim_container_is_a_small_fraction_of_the_kubernetes_container() {
+        // The reason these types exist; fails if they grow back towards the full types.
+        assert!(std::mem::size_of::<Container>() * 8 < std::mem::size_of::<k8s::Container>());
+        assert!(std::mem::size_of::<Pod>() * 2 < std::mem::size_of::<k8s::Pod>());
+    }
+}
