@@ -580,35 +580,57 @@ pub async fn run(
         workloads = recovered.entries.len(),
         "store primed from workload annotations; ready"
     );
-    let mut source: Option<(String, u64, PrometheusSource)> = None;
-    loop {
+    every_interval(&mut ReconcileCycle {
+        reader,
+        writer,
+        store,
+        step_seconds: cfg.step_seconds,
+        source: None,
+    })
+    .await
+}
+
+/// One reconcile cycle, run by [`every_interval`].
+pub trait Cycle {
+    /// Runs once; returns the interval to the next run.
+    fn run_once(&mut self) -> impl Future<Output = anyhow::Result<Duration>> + Send;
+}
+
+struct ReconcileCycle {
+    reader: Reader,
+    writer: WriterHandle,
+    store: Arc<Store>,
+    step_seconds: i64,
+    /// The Prometheus source with the URL and timeout it was built for.
+    source: Option<(String, u64, PrometheusSource)>,
+}
+
+impl Cycle for ReconcileCycle {
+    /// Snapshot → queries → engines → store → writer queue; the interval is the snapshot's
+    /// `gpuReactiveCheckInterval`.
+    async fn run_once(&mut self) -> anyhow::Result<Duration> {
         let started = std::time::Instant::now();
-        let (snapshot, invalid) = reader.snapshot();
-        writer.set_read_only(snapshot.global.read_only);
-        let interval = Duration::from_secs(
-            snapshot
-                .global
-                .gpu_reactive_check_interval
-                .seconds()
-                .max(60),
-        );
+        let (snapshot, invalid) = self.reader.snapshot();
+        self.writer.set_read_only(snapshot.global.read_only);
+        let interval = check_interval(&snapshot.global);
         let url = snapshot.global.prometheus.url.clone();
         let timeout = snapshot.global.prometheus.request_timeout.seconds();
-        if source
+        if self
+            .source
             .as_ref()
             .is_none_or(|(u, t, _)| u != &url || *t != timeout)
         {
             match PrometheusSource::new(&url, Duration::from_secs(timeout)) {
-                Ok(s) => source = Some((url.clone(), timeout, s)),
+                Ok(s) => self.source = Some((url.clone(), timeout, s)),
                 Err(e) => tracing::error!("prometheus.url {url:?}: {e}"),
             }
         }
-        if let Some((_, _, prom)) = &source {
+        if let Some((_, _, prom)) = &self.source {
             let now = Utc::now();
-            let cycle = run_cycle(&snapshot, prom, now, cfg.step_seconds).await;
-            let recommendations = reader.recommendations();
+            let cycle = run_cycle(&snapshot, prom, now, self.step_seconds).await;
+            let recommendations = self.reader.recommendations();
             let held = held_back(&snapshot, &recommendations);
-            refresh_store_except(&store, &snapshot, &cycle, &held);
+            refresh_store_except(&self.store, &snapshot, &cycle, &held);
             let failed = cycle
                 .prometheus
                 .values()
@@ -618,7 +640,7 @@ pub async fn run(
                 crate::telemetry::metrics().reconcile_errors.inc();
             }
             for op in plan_writes(&snapshot, &cycle, &invalid, &recommendations, now) {
-                if writer.send(op).await.is_err() {
+                if self.writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");
                 }
             }
@@ -629,7 +651,90 @@ pub async fn run(
         crate::telemetry::metrics()
             .reconcile_duration_seconds
             .observe(started.elapsed().as_secs_f64());
-        // Missed ticks are skipped: the next cycle starts one full interval after this one began.
+        Ok(interval)
+    }
+}
+
+/// `gpuReactiveCheckInterval`, never under the documented minimum of one minute (the CRD rejects
+/// less; this guards a configuration read some other way).
+pub fn check_interval(global: &crate::api::GlobalConfigurationSpec) -> Duration {
+    Duration::from_secs(global.gpu_reactive_check_interval.seconds().max(60))
+}
+
+/// Runs `cycle` until it fails, each run starting one interval after the previous one started.
+/// `cycle` returns the interval from the GlobalConfiguration it just read, so a changed
+/// `gpuReactiveCheckInterval` applies from the next wait. A cycle that overruns its interval is
+/// followed at once by the next: missed ticks are skipped, never caught up in a burst.
+pub async fn every_interval(cycle: &mut impl Cycle) -> anyhow::Result<()> {
+    loop {
+        let started = tokio::time::Instant::now();
+        let interval = cycle.run_once().await?;
         tokio::time::sleep(interval.saturating_sub(started.elapsed())).await;
+    }
+}
+
+#[cfg(test)]
+mod loop_tests {
+    use std::collections::VecDeque;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// Each run takes `work`, then asks for `interval`; the script's end stops the loop.
+    struct Scripted {
+        script: VecDeque<(u64, u64)>,
+        starts: Vec<Instant>,
+    }
+
+    impl Cycle for Scripted {
+        async fn run_once(&mut self) -> anyhow::Result<Duration> {
+            self.starts.push(Instant::now());
+            let Some((work, interval)) = self.script.pop_front() else {
+                anyhow::bail!("script done");
+            };
+            tokio::time::sleep(Duration::from_secs(work)).await;
+            Ok(Duration::from_secs(interval))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interval_changes_apply_from_the_next_wait_and_missed_ticks_are_skipped() {
+        let mut cycle = Scripted {
+            script: VecDeque::from([
+                (1, 60),
+                (1, 60),
+                (1, 120), // interval raised
+                (1, 120),
+                (150, 120), // overruns its interval
+                (1, 60),    // interval lowered
+            ]),
+            starts: Vec::new(),
+        };
+        let err = every_interval(&mut cycle).await.unwrap_err();
+        assert_eq!(err.to_string(), "script done");
+        let gaps: Vec<u64> = cycle
+            .starts
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs())
+            .collect();
+        // After the overrun the next run starts at once (150 s), and only one run: no catch-up.
+        assert_eq!(gaps, [60, 60, 120, 120, 150, 60]);
+    }
+
+    #[test]
+    fn check_interval_is_the_global_configuration_interval_at_least_one_minute() {
+        let global = |interval: &str| -> crate::api::GlobalConfigurationSpec {
+            serde_json::from_value(serde_json::json!({ "gpuReactiveCheckInterval": interval }))
+                .unwrap()
+        };
+        assert_eq!(check_interval(&global("5m")), Duration::from_secs(300));
+        assert_eq!(check_interval(&global("1m")), Duration::from_secs(60));
+        assert_eq!(check_interval(&global("10s")), Duration::from_secs(60));
+        assert_eq!(
+            check_interval(&Default::default()),
+            Duration::from_secs(60),
+            "default 1m"
+        );
     }
 }

@@ -121,7 +121,6 @@ impl PodB {
             spec: Some(PodSpec {
                 containers: self.containers,
                 init_containers: (!self.init.is_empty()).then_some(self.init),
-                ..Default::default()
             }),
             status: Some(PodStatus {
                 start_time: self

@@ -268,7 +268,7 @@ struct Inner {
 #[derive(Clone, Debug)]
 enum ListedJob {
     OfCronJob(String),
-    Workload(Workload),
+    Workload(Box<Workload>),
 }
 
 impl Drop for Inner {
@@ -665,12 +665,12 @@ impl Reader {
                 }
                 strip_meta(&mut j.metadata);
                 let spec = j.spec.unwrap_or_default();
-                ListedJob::Workload(workload(
+                ListedJob::Workload(Box::new(workload(
                     &j.metadata,
                     WorkloadKind::Job,
                     spec.template,
                     spec.parallelism,
-                ))
+                )))
             },
             sync.clone(),
             store
@@ -884,7 +884,7 @@ impl Reader {
                 ListedJob::OfCronJob(cron) => {
                     job_owners.insert((ns.unwrap_or_default(), name), cron);
                 }
-                ListedJob::Workload(w) => workloads.push(w),
+                ListedJob::Workload(w) => workloads.push(*w),
             }
         }
         workloads.sort_by(|a, b| a.key.cmp(&b.key));
