@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use chrono::{DateTime, Utc};
@@ -113,7 +114,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
     let annotations = BTreeMap::from([("gpu-fraction".to_string(), "0.5".to_string())]);
     for w in 0..spec.workloads {
         let ns = namespace(w % spec.namespaces);
-        s.workloads.push(Workload {
+        s.workloads.push(Arc::new(Workload {
             key: WorkloadKey::new(ns.clone(), WorkloadKind::Deployment, format!("gpu-{w:05}")),
             uid: None,
             labels: BTreeMap::new(),
@@ -129,13 +130,13 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
                 }),
             },
             replicas: Some(1),
-        });
+        }));
         s.replicaset_owners
             .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));
     }
     let started = to_k8s_time(now - chrono::Duration::hours(2));
     for (w, ns, name) in pod_names(spec) {
-        s.pods.push(Pod {
+        s.pods.push(Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some(name),
                 namespace: Some(ns),
@@ -159,7 +160,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
                 phase: Some("Running".into()),
                 ..Default::default()
             }),
-        });
+        }));
     }
     s
 }
@@ -252,8 +253,17 @@ pub fn cpu_seconds() -> Option<f64> {
 
 /// Peak resident set size in MiB (VmHWM), from /proc (Linux).
 pub fn peak_rss_mib() -> Option<f64> {
+    proc_status_mib("VmHWM:")
+}
+
+/// Current resident set size in MiB (VmRSS), from /proc (Linux).
+pub fn rss_mib() -> Option<f64> {
+    proc_status_mib("VmRSS:")
+}
+
+fn proc_status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }

@@ -143,10 +143,10 @@ pub async fn run_cycle<S: MetricSource>(
         &mut out.warnings,
     );
     out.rs_prometheus = rs_status;
-    let gpu: HashMap<WorkloadKey, _> = out
+    let gpu: HashMap<&WorkloadKey, _> = out
         .results
         .iter()
-        .map(|r| (r.key.clone(), r.containers.clone()))
+        .map(|r| (&r.key, &r.containers))
         .collect();
     out.rightsizing = rs_evaluate::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
     out

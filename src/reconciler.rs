@@ -200,7 +200,7 @@ fn restore_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
     recommendations: &[Arc<RightsizingRecommendation>],
-    workloads: &HashMap<&WorkloadKey, &Workload>,
+    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
     now: DateTime<Utc>,
 ) -> BTreeMap<WorkloadKey, WriteOp> {
     let mut out = BTreeMap::new();
@@ -311,7 +311,7 @@ fn restore_writes(
             key,
             WriteOp::Restore(Box::new(RestoreWrite {
                 kind,
-                observed: (*w).clone(),
+                observed: Arc::clone(w),
                 requests: plan.requests,
                 hpa,
                 recommendation,
@@ -331,7 +331,7 @@ pub fn plan_writes(
     now: DateTime<Utc>,
 ) -> Vec<WriteOp> {
     let mut ops = Vec::new();
-    let workloads: HashMap<&WorkloadKey, &Workload> =
+    let workloads: HashMap<&WorkloadKey, &Arc<Workload>> =
         snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
 
     // GPU: baseline and recommendation annotations (restart on change is the writer's job).
@@ -343,7 +343,7 @@ pub fn plan_writes(
             continue;
         };
         ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
-            observed: (*w).clone(),
+            observed: Arc::clone(w),
             gpu: Some(GpuAnnotations {
                 baseline: r.baseline.clone(),
                 recommendation: r.recommendation.clone(),
@@ -420,7 +420,7 @@ pub fn plan_writes(
         }
         let Some(plan) = plan else { continue };
         let workload = WorkloadWrite {
-            observed: (*w).clone(),
+            observed: Arc::clone(w),
             gpu: None,
             requests: Some(plan.requests.clone()),
         };

@@ -3,6 +3,7 @@
 //! file, the object and the field — nothing is skipped silently.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -82,8 +83,8 @@ fn workload(
     meta: ObjectMeta,
     template: PodTemplateSpec,
     replicas: Option<i32>,
-) -> Workload {
-    Workload {
+) -> Arc<Workload> {
+    Arc::new(Workload {
         key: WorkloadKey::new(
             meta.namespace.clone().unwrap_or_else(|| "default".into()),
             kind,
@@ -94,7 +95,7 @@ fn workload(
         annotations: meta.annotations.clone().unwrap_or_default(),
         template: template.into(),
         replicas,
-    }
+    })
 }
 
 /// Reads every `*.yaml`/`*.yml` file under `dir` (multi-document files allowed).
@@ -108,9 +109,6 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Manifests> {
         let text = std::fs::read_to_string(&file)
             .with_context(|| format!("reading {}", file.display()))?;
         load_text(&text, &file.display().to_string(), &mut m)?;
-    }
-    for p in &mut m.snapshot.pods {
-        p.metadata.managed_fields = None;
     }
     Ok(m)
 }
@@ -360,7 +358,8 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
             (false, "Pod") => {
                 let mut p: Pod = decode(doc, &what)?;
                 p.metadata.namespace.get_or_insert_with(|| "default".into());
-                s.pods.push(p.into());
+                p.metadata.managed_fields = None;
+                s.pods.push(Arc::new(p.into()));
             }
             (false, "HorizontalPodAutoscaler") => {
                 if !api_version.starts_with("autoscaling/v2") {

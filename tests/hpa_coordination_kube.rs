@@ -57,6 +57,7 @@ async fn cycle(s: &Snapshot) -> CycleOutput {
 fn example_at(cpu: &str, target: i32) -> Snapshot {
     let mut s = example();
     let w = s.workloads.iter_mut().find(|w| w.key == key()).unwrap();
+    let w = std::sync::Arc::make_mut(w);
     let c = &mut w.template.spec.as_mut().unwrap().containers[0];
     c.resources
         .as_mut()
@@ -80,7 +81,8 @@ fn example_at(cpu: &str, target: i32) -> Snapshot {
 
 fn annotate_rollback(s: &mut Snapshot) {
     let w = s.workloads.iter_mut().find(|w| w.key == key()).unwrap();
-    w.annotations
+    std::sync::Arc::make_mut(w)
+        .annotations
         .insert(ANNOTATION_ROLLBACK.into(), "2026-01-01T11:59:00Z".into());
 }
 

@@ -99,7 +99,7 @@ fn snapshot(workloads: Vec<Workload>, scope: &[&str]) -> Snapshot {
             },
             strategy().view(),
         )]),
-        workloads,
+        workloads: workloads.into_iter().map(std::sync::Arc::new).collect(),
         ..Default::default()
     }
 }
@@ -191,7 +191,7 @@ async fn what_the_writer_persists_recovers_to_the_same_state() {
     cfg.read_only = false;
     let writer = Writer::spawn_with(client, lease_rx, cfg);
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
-        observed: workload("shop", BTreeMap::new(), "1"),
+        observed: workload("shop", BTreeMap::new(), "1").into(),
         gpu: Some(GpuAnnotations {
             baseline: Some(BTreeMap::from([
                 ("app".into(), 1.0),

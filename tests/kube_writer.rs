@@ -116,7 +116,7 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
     let (w, _lease) = writer(client, true, false);
     let rec = recommendation(1.5, 0);
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
-        observed: workload(BTreeMap::new()),
+        observed: workload(BTreeMap::new()).into(),
         gpu: Some(gpu(1.0, Some(rec.clone()))),
         requests: None,
     }));
@@ -180,7 +180,7 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
         (ANNOTATION_GPU_RECOMMENDATION.to_string(), rec.render()),
     ]);
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
-        observed: workload(annotations),
+        observed: workload(annotations).into(),
         gpu: Some(gpu(1.0, Some(rec))),
         requests: Some(BTreeMap::from([(
             "app".to_string(),
@@ -208,7 +208,7 @@ async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restar
     let (client, log) = mock(echo_with(live_deployment(json!(annotations.clone()), None)));
     let (w, _lease) = writer(client, true, false);
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
-        observed: workload(annotations),
+        observed: workload(annotations).into(),
         gpu: Some(gpu(1.0, Some(new.clone()))),
         requests: None,
     }));
@@ -251,7 +251,7 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
     let (w, _lease) = writer(client, true, false);
     // The policy went away: both annotations are dropped.
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
-        observed: workload(annotations),
+        observed: workload(annotations).into(),
         gpu: Some(GpuAnnotations::default()),
         requests: None,
     }));
@@ -280,7 +280,7 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
     let (w, _lease) = writer(client, true, false);
     w.set_read_only(true);
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
-        observed: workload(BTreeMap::new()),
+        observed: workload(BTreeMap::new()).into(),
         gpu: Some(gpu(1.0, Some(recommendation(1.5, 0)))),
         requests: None,
     }));
@@ -536,7 +536,7 @@ fn hpa(target: i32) -> HorizontalPodAutoscaler {
 fn coordinated(observed_target: Option<i32>) -> WriteOp {
     WriteOp::Coordinated(Box::new(CoordinatedChange {
         workload: WorkloadWrite {
-            observed: workload(BTreeMap::new()),
+            observed: workload(BTreeMap::new()).into(),
             gpu: Some(GpuAnnotations::default()),
             requests: Some(BTreeMap::from([(
                 "app".to_string(),

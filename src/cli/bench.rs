@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::bench::{
-    ScaleSpec, SynthSource, cpu_seconds, peak_rss_mib, synth_snapshot, write_openmetrics,
+    ScaleSpec, SynthSource, cpu_seconds, peak_rss_mib, rss_mib, synth_snapshot, write_openmetrics,
 };
 
 #[derive(Subcommand, Debug, Clone)]
@@ -51,6 +51,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         return Ok(());
     }
     let snapshot = synth_snapshot(&spec, now);
+    // What the cluster view alone takes, before the cycle runs.
+    let snapshot_rss = rss_mib();
     let cpu0 = cpu_seconds().unwrap_or(0.0);
     let t0 = Instant::now();
     let (cycle, queries, mode) = match &args.prometheus {
@@ -72,6 +74,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             (cycle, q, "prometheus")
         }
     };
+    // The rest of a reconcile cycle: the webhook's store and the writer's queue (planned, not sent).
+    let store = crate::state::Store::new();
+    crate::reconciler::refresh_store(&store, &snapshot, &cycle);
+    let writes = crate::reconciler::plan_writes(&snapshot, &cycle, &[], &[], now);
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
     let failed = cycle.prometheus.values().filter(|r| r.is_err()).count();
@@ -89,8 +95,11 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         "failedPolicies": failed,
         "workloadsEvaluated": cycle.results.len(),
         "workloadsWithRecommendation": with_rec,
+        "storeEntries": store.len(),
+        "writesPlanned": writes.len(),
         "wallSeconds": wall,
         "cpuSeconds": cpu,
+        "rssBeforeCycleMiB": snapshot_rss,
         "peakRssMiB": peak_rss_mib(),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);

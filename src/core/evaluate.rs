@@ -541,7 +541,7 @@ pub fn evaluate_workload(
     let w = &snapshot.workloads[wp.workload];
     let mut reasons = wp.reasons.clone();
     let (baseline, previous) = read_state(w, &mut reasons);
-    let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &snapshot.pods[i]).collect();
+    let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &*snapshot.pods[i]).collect();
     let tgpu = template_gpu(w);
     let mut result = WorkloadResult {
         key: w.key.clone(),

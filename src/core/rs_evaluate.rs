@@ -208,7 +208,7 @@ pub fn evaluate(
     plan: &RsPlan,
     results: BTreeMap<(usize, RsSignal), SeriesSet>,
     failed: &BTreeSet<usize>,
-    gpu: &HashMap<WorkloadKey, BTreeMap<String, GpuContainer>>,
+    gpu: &HashMap<&WorkloadKey, &BTreeMap<String, GpuContainer>>,
     now: DateTime<Utc>,
 ) -> Vec<RsResult> {
     let idx = index(results);
@@ -216,7 +216,7 @@ pub fn evaluate(
     for wp in &plan.workloads {
         let w = &snapshot.workloads[wp.workload];
         let policy = &snapshot.rightsizing_policies[wp.policy];
-        let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &snapshot.pods[i]).collect();
+        let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &*snapshot.pods[i]).collect();
         let spec = w.template.spec.clone().unwrap_or_default();
         let mem_window = policy
             .spec
@@ -248,7 +248,7 @@ pub fn evaluate(
         };
         let mut containers = Vec::new();
         let mut bad_request: Option<String> = None;
-        let gpu_w = gpu.get(&w.key);
+        let gpu_w = gpu.get(&w.key).copied();
         for c in resources::counted_containers(&spec) {
             let current = match resources::effective_requests(c) {
                 Ok(r) => r,

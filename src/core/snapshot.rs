@@ -2,6 +2,7 @@
 //! indexes or from a directory of manifests. Plain data: the pure core reads only this.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::core::pod::{Pod, PodTemplateSpec};
 use chrono::{DateTime, Utc};
@@ -61,8 +62,9 @@ pub struct Snapshot {
     pub gpu_policies: Vec<GpuPolicy>,
     pub rightsizing_policies: Vec<RsPolicy>,
     pub strategies: BTreeMap<StrategyKey, StrategyView>,
-    pub workloads: Vec<Workload>,
-    pub pods: Vec<Pod>,
+    /// Shared with the reader's caches (a snapshot every cycle copies pointers, not objects).
+    pub workloads: Vec<Arc<Workload>>,
+    pub pods: Vec<Arc<Pod>>,
     pub hpas: Vec<HorizontalPodAutoscaler>,
     /// (namespace, ReplicaSet name) → Deployment name.
     pub replicaset_owners: BTreeMap<(String, String), String>,

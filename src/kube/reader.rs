@@ -251,14 +251,14 @@ struct Indexes {
 
 struct Inner {
     kerf: Arc<Indexes>,
-    deployments: Arc<Projected<Workload>>,
-    statefulsets: Arc<Projected<Workload>>,
-    daemonsets: Arc<Projected<Workload>>,
+    deployments: Arc<Projected<Arc<Workload>>>,
+    statefulsets: Arc<Projected<Arc<Workload>>>,
+    daemonsets: Arc<Projected<Arc<Workload>>>,
     jobs: Arc<Projected<ListedJob>>,
-    cronjobs: Arc<Projected<Workload>>,
+    cronjobs: Arc<Projected<Arc<Workload>>>,
     /// ReplicaSet → the Deployment that controls it.
     replicasets: Arc<Projected<Option<String>>>,
-    pods: Arc<Projected<crate::core::pod::Pod>>,
+    pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
     tasks: Vec<JoinHandle<()>>,
@@ -268,7 +268,7 @@ struct Inner {
 #[derive(Clone, Debug)]
 enum ListedJob {
     OfCronJob(String),
-    Workload(Box<Workload>),
+    Workload(Arc<Workload>),
 }
 
 impl Drop for Inner {
@@ -665,12 +665,12 @@ impl Reader {
                 }
                 strip_meta(&mut j.metadata);
                 let spec = j.spec.unwrap_or_default();
-                ListedJob::Workload(Box::new(workload(
+                ListedJob::Workload(workload(
                     &j.metadata,
                     WorkloadKind::Job,
                     spec.template,
                     spec.parallelism,
-                )))
+                ))
             },
             sync.clone(),
             store
@@ -720,7 +720,7 @@ impl Reader {
             watcher(Api::<Pod>::all(client.clone()), cfg()),
             |mut p: Pod| {
                 strip_meta(&mut p.metadata);
-                crate::core::pod::Pod::from(p)
+                Arc::new(crate::core::pod::Pod::from(p))
             },
             sync.clone(),
             None,
@@ -884,7 +884,7 @@ impl Reader {
                 ListedJob::OfCronJob(cron) => {
                     job_owners.insert((ns.unwrap_or_default(), name), cron);
                 }
-                ListedJob::Workload(w) => workloads.push(*w),
+                ListedJob::Workload(w) => workloads.push(w),
             }
         }
         workloads.sort_by(|a, b| a.key.cmp(&b.key));
@@ -992,8 +992,8 @@ fn workload(
     kind: WorkloadKind,
     template: PodTemplateSpec,
     replicas: Option<i32>,
-) -> Workload {
-    Workload {
+) -> Arc<Workload> {
+    Arc::new(Workload {
         key: WorkloadKey::new(
             meta.namespace.clone().unwrap_or_default(),
             kind,
@@ -1004,5 +1004,5 @@ fn workload(
         annotations: meta.annotations.clone().unwrap_or_default(),
         template: template.into(),
         replicas,
-    }
+    })
 }

@@ -84,7 +84,7 @@ impl GpuAnnotations {
 pub struct WorkloadWrite {
     /// The workload as last seen (snapshot): identifies it and is diffed against, so an
     /// unchanged workload costs no request.
-    pub observed: Workload,
+    pub observed: Arc<Workload>,
     /// GPU baseline and recommendation annotations. When the recommendation's per-container
     /// values change, the workload is also restarted (pod template `restartedAt`).
     pub gpu: Option<GpuAnnotations>,
@@ -314,7 +314,7 @@ impl RestoreKind {
 pub struct RestoreWrite {
     pub kind: RestoreKind,
     /// The workload as last seen.
-    pub observed: Workload,
+    pub observed: Arc<Workload>,
     /// Original requests per container (`None` resource = left as it is).
     pub requests: BTreeMap<String, ResourceRequests>,
     /// The HPA target to restore (`observed` is the HPA as last seen).
