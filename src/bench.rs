@@ -1,4 +1,4 @@
-//! `kerf bench scale`: one full GPU reconcile cycle over a synthetic cluster (default 25,000 GPU
+//! `kerf bench scale`: full GPU reconcile cycles over a synthetic cluster (default 25,000 GPU
 //! workloads / 33,000 pods), measuring wall time, CPU seconds, peak RSS and Prometheus queries.
 //! Engine only (synthetic in-memory samples) or against a real Prometheus loaded with the same
 //! data (`--write-openmetrics` writes it for `promtool tsdb create-blocks-from openmetrics`).

@@ -3,7 +3,7 @@
 //! store the webhook reads, and queue the writes (the writer performs them only while this
 //! replica holds the Lease; every replica computes and serves).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -537,21 +537,28 @@ pub fn refresh_store_except(
     held: &BTreeSet<WorkloadKey>,
 ) {
     store.set_global(snapshot.global.clone());
-    let mut states = cycle.states();
-    for r in &cycle.results {
-        if r.metrics_unavailable
-            && let Some(old) = store.get(&r.key)
+    let unavailable: HashSet<&WorkloadKey> = cycle
+        .results
+        .iter()
+        .filter(|r| r.metrics_unavailable)
+        .map(|r| &r.key)
+        .collect();
+    let mut present: HashSet<WorkloadKey> = HashSet::new();
+    // Each state replaces its predecessor in place: the store never holds two cycles' worth.
+    cycle.each_state(|key, mut state| {
+        present.insert(key.clone());
+        if unavailable.contains(key)
+            && let Some(old) = store.get(key)
         {
-            states.insert(r.key.clone(), (*old).clone());
+            state = (*old).clone();
         }
-    }
-    for key in held {
-        if let Some(s) = states.get_mut(key) {
-            s.resources.clear();
-            s.hpa = None;
+        if held.contains(key) {
+            state.resources.clear();
+            state.hpa = None;
         }
-    }
-    store.replace_all(states);
+        store.put(key.clone(), state);
+    });
+    store.retain(|k| present.contains(k));
 }
 
 pub struct ReconcilerConfig {

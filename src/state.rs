@@ -1,6 +1,7 @@
 //! The in-memory store: written by the reconciler (or standalone evaluation), read by the
 //! admission path. Reads never block on IO.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -56,15 +57,19 @@ impl Store {
         self.update_gauge();
     }
 
-    /// Replaces every workload entry at once (standalone evaluation).
-    pub fn replace_all(&self, entries: impl IntoIterator<Item = (WorkloadKey, WorkloadState)>) {
-        let entries: Vec<_> = entries.into_iter().collect();
-        let keep: std::collections::HashSet<WorkloadKey> =
-            entries.iter().map(|(k, _)| k.clone()).collect();
+    /// Replaces every workload entry: each entry is swapped in place (a review never sees a
+    /// workload missing), then the workloads no longer present are dropped.
+    pub fn replace_all(&self, entries: BTreeMap<WorkloadKey, WorkloadState>) {
+        self.workloads.retain(|k, _| entries.contains_key(k));
         for (k, v) in entries {
             self.workloads.insert(k, Arc::new(v));
         }
-        self.workloads.retain(|k, _| keep.contains(k));
+        self.update_gauge();
+    }
+
+    /// Keeps only the workloads `keep` accepts.
+    pub fn retain(&self, keep: impl Fn(&WorkloadKey) -> bool) {
+        self.workloads.retain(|k, _| keep(k));
         self.update_gauge();
     }
 

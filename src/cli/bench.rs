@@ -3,8 +3,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
+
 use clap::{Args, Subcommand};
 use serde_json::json;
+
+use crate::core::snapshot::Snapshot;
+use crate::metrics::MetricSource;
 
 use crate::bench::{
     ScaleSpec, SynthSource, cpu_seconds, peak_rss_mib, rss_mib, synth_snapshot, write_openmetrics,
@@ -30,6 +35,10 @@ pub struct ScaleArgs {
     /// Query a real Prometheus (loaded from `--write-openmetrics` output) instead of in-memory samples.
     #[arg(long)]
     pub prometheus: Option<String>,
+    /// Cycles to run; figures are reported for the last (from the second on, the store holds
+    /// the previous cycle's states, as in a running replica).
+    #[arg(long, default_value_t = 2)]
+    pub cycles: usize,
     /// Write the synthetic samples as OpenMetrics to this file and exit.
     #[arg(long)]
     pub write_openmetrics: Option<std::path::PathBuf>,
@@ -51,57 +60,101 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         return Ok(());
     }
     let snapshot = synth_snapshot(&spec, now);
-    // What the cluster view alone takes, before the cycle runs.
+    // What the cluster view alone takes, before any cycle runs.
     let snapshot_rss = rss_mib();
-    let cpu0 = cpu_seconds().unwrap_or(0.0);
-    let t0 = Instant::now();
-    let (cycle, queries, mode) = match &args.prometheus {
+    let cycles = args.cycles.max(1);
+    let (mode, figures) = match &args.prometheus {
         None => {
             let source = SynthSource {
                 spec,
                 queries: AtomicUsize::new(0),
             };
-            let cycle =
-                crate::pipeline::run_gpu_cycle(&snapshot, &source, now, spec.step_seconds).await;
-            (cycle, source.queries.load(Ordering::Relaxed), "engine-only")
+            let figures = measure(&snapshot, &source, now, spec.step_seconds, cycles).await;
+            // The pipeline's own count must be what the source actually answered.
+            let answered = source.queries.load(Ordering::Relaxed);
+            let counted: usize = figures.iter().map(|f| f.queries).sum();
+            anyhow::ensure!(
+                answered == counted,
+                "source answered {answered} queries, pipeline counted {counted}"
+            );
+            ("engine-only", figures)
         }
         Some(url) => {
             let source =
                 crate::metrics::AnySource::from_args(None, Some(url), &snapshot.global).await?;
-            let cycle =
-                crate::pipeline::run_gpu_cycle(&snapshot, &source, now, spec.step_seconds).await;
-            let q = cycle.queries;
-            (cycle, q, "prometheus")
+            let figures = measure(&snapshot, &source, now, spec.step_seconds, cycles).await;
+            ("prometheus", figures)
         }
     };
-    // The rest of a reconcile cycle: the webhook's store and the writer's queue (planned, not sent).
-    let store = crate::state::Store::new();
-    crate::reconciler::refresh_store(&store, &snapshot, &cycle);
-    let writes = crate::reconciler::plan_writes(&snapshot, &cycle, &[], &[], now);
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
-    let failed = cycle.prometheus.values().filter(|r| r.is_err()).count();
-    let with_rec = cycle
-        .results
-        .iter()
-        .filter(|r| r.recommendation.is_some())
-        .count();
+    let last = figures.last().expect("at least one cycle");
     let report = json!({
         "mode": mode,
         "workloads": spec.workloads,
         "pods": spec.pods,
         "policies": snapshot.gpu_policies.len(),
-        "queries": queries,
-        "failedPolicies": failed,
-        "workloadsEvaluated": cycle.results.len(),
-        "workloadsWithRecommendation": with_rec,
-        "storeEntries": store.len(),
-        "writesPlanned": writes.len(),
-        "wallSeconds": wall,
-        "cpuSeconds": cpu,
+        "cycles": cycles,
+        "queries": last.queries,
+        "failedPolicies": last.failed_policies,
+        "workloadsEvaluated": last.evaluated,
+        "workloadsWithRecommendation": last.with_recommendation,
+        "storeEntries": last.store_entries,
+        "writesPlanned": last.writes,
+        "wallSeconds": last.wall,
+        "cpuSeconds": last.cpu,
+        "wallSecondsPerCycle": figures.iter().map(|f| f.wall).collect::<Vec<_>>(),
+        "cpuSecondsPerCycle": figures.iter().map(|f| f.cpu).collect::<Vec<_>>(),
         "rssBeforeCycleMiB": snapshot_rss,
         "peakRssMiB": peak_rss_mib(),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
+}
+
+/// What one measured cycle did and cost.
+struct CycleFigures {
+    wall: f64,
+    cpu: f64,
+    queries: usize,
+    failed_policies: usize,
+    evaluated: usize,
+    with_recommendation: usize,
+    store_entries: usize,
+    writes: usize,
+}
+
+/// Runs `cycles` reconcile cycles as the reconciler does, minus the cluster writes: plan →
+/// queries → engine → store refresh → write planning. The store persists across cycles, so
+/// from the second cycle on the previous cycle's states are held while the new ones are built
+/// (the steady state of a running replica).
+async fn measure<S: MetricSource>(
+    snapshot: &Snapshot,
+    source: &S,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+    cycles: usize,
+) -> Vec<CycleFigures> {
+    let store = crate::state::Store::new();
+    let mut out = Vec::with_capacity(cycles);
+    for _ in 0..cycles {
+        let cpu0 = cpu_seconds().unwrap_or(0.0);
+        let t0 = Instant::now();
+        let cycle = crate::pipeline::run_cycle(snapshot, source, now, step_seconds).await;
+        crate::reconciler::refresh_store(&store, snapshot, &cycle);
+        let writes = crate::reconciler::plan_writes(snapshot, &cycle, &[], &[], now);
+        out.push(CycleFigures {
+            wall: t0.elapsed().as_secs_f64(),
+            cpu: cpu_seconds().unwrap_or(0.0) - cpu0,
+            queries: cycle.queries,
+            failed_policies: cycle.prometheus.values().filter(|r| r.is_err()).count(),
+            evaluated: cycle.results.len(),
+            with_recommendation: cycle
+                .results
+                .iter()
+                .filter(|r| r.recommendation.is_some())
+                .count(),
+            store_entries: store.len(),
+            writes: writes.len(),
+        });
+    }
+    out
 }

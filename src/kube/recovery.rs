@@ -25,7 +25,7 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> Recovered {
     for w in &recovered.warnings {
         tracing::warn!("restart recovery: {w}");
     }
-    store.replace_all(recovered.entries.iter().cloned());
+    store.replace_all(recovered.entries.iter().cloned().collect());
     tracing::info!(
         workloads = recovered.entries.len(),
         "store recovered from workload annotations"
