@@ -133,56 +133,9 @@ pub fn decode<K: KerfKind>(obj: DynamicObject) -> Decoded<K> {
 type ObjKey = (Option<String>, String);
 
 /// The decoded objects of one kerf kind, maintained from watcher events.
-struct KerfIndex<K> {
-    state: RwLock<IndexState<K>>,
-}
-
-struct IndexState<K> {
-    live: BTreeMap<ObjKey, Decoded<K>>,
-    buffer: BTreeMap<ObjKey, Decoded<K>>,
-}
+type KerfIndex<K> = Projected<Decoded<K>>;
 
 impl<K: KerfKind> KerfIndex<K> {
-    fn new() -> Self {
-        Self {
-            state: RwLock::new(IndexState {
-                live: BTreeMap::new(),
-                buffer: BTreeMap::new(),
-            }),
-        }
-    }
-
-    /// Applies one event; returns true when an initial listing completed.
-    fn apply(&self, event: watcher::Event<DynamicObject>) -> bool {
-        let key = |o: &DynamicObject| {
-            (
-                o.metadata.namespace.clone(),
-                o.metadata.name.clone().unwrap_or_default(),
-            )
-        };
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
-        match event {
-            watcher::Event::Apply(o) => {
-                let k = key(&o);
-                st.live.insert(k, decode(o));
-            }
-            watcher::Event::Delete(o) => {
-                st.live.remove(&key(&o));
-            }
-            watcher::Event::Init => st.buffer.clear(),
-            watcher::Event::InitApply(o) => {
-                let k = key(&o);
-                st.buffer.insert(k, decode(o));
-            }
-            watcher::Event::InitDone => {
-                let buffer = std::mem::take(&mut st.buffer);
-                st.live = buffer;
-                return true;
-            }
-        }
-        false
-    }
-
     fn valid(&self) -> Vec<Arc<K>> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         st.live
@@ -325,7 +278,9 @@ fn spawn_kerf<K: KerfKind>(
         while let Some(event) = stream.next().await {
             match event {
                 Ok(ev) => {
-                    if get(&indexes).apply(ev) {
+                    let done = matches!(ev, watcher::Event::InitDone);
+                    get(&indexes).apply(ev, decode::<K>);
+                    if done {
                         sync.done(index);
                     }
                 }
