@@ -961,3 +961,84 @@ fn workload(
         replicas,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn job(name: &str, cron: Option<&str>) -> Job {
+        Job {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                owner_references: cron.map(|c| {
+                    vec![OwnerReference {
+                        kind: "CronJob".into(),
+                        name: c.into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn names(index: &Projected<String>) -> Vec<String> {
+        index.values()
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_only_once_it_completed() {
+        let index = Projected::<String>::new();
+        let project = |j: Job| j.metadata.name.unwrap_or_default();
+        index.apply(watcher::Event::Apply(job("a", None)), project);
+        index.apply(watcher::Event::Apply(job("b", None)), project);
+        index.apply(watcher::Event::Delete(job("a", None)), project);
+        assert_eq!(names(&index), ["b"]);
+        // During a relist the previous contents stay visible…
+        index.apply(watcher::Event::Init, project);
+        index.apply(watcher::Event::InitApply(job("c", None)), project);
+        assert_eq!(names(&index), ["b"]);
+        // …and are replaced at its end: "b" is gone from the cluster.
+        index.apply(watcher::Event::InitDone, project);
+        assert_eq!(names(&index), ["c"]);
+        assert_eq!(
+            index.entries()[0].0,
+            (Some("ns".to_string()), "c".to_string())
+        );
+    }
+
+    #[test]
+    fn owner_hook_keeps_the_store_map_in_step_and_drops_owners_missing_from_a_relist() {
+        let store = Store::new();
+        let mut hook = owner_hook::<Job>("CronJob", |s| &s.job_owners, store.clone());
+        let owner = |name: &str| {
+            store
+                .job_owners
+                .get(&ObjectName::new("ns", name))
+                .map(|o| o.clone())
+        };
+        hook(&watcher::Event::Apply(job("nightly-1", Some("nightly"))));
+        hook(&watcher::Event::Apply(job("manual", None)));
+        assert_eq!(owner("nightly-1").as_deref(), Some("nightly"));
+        assert_eq!(owner("manual"), None);
+        hook(&watcher::Event::Init);
+        hook(&watcher::Event::InitApply(job(
+            "nightly-2",
+            Some("nightly"),
+        )));
+        hook(&watcher::Event::InitDone);
+        assert_eq!(
+            owner("nightly-1"),
+            None,
+            "not in the relist: deleted meanwhile"
+        );
+        assert_eq!(owner("nightly-2").as_deref(), Some("nightly"));
+        hook(&watcher::Event::Delete(job("nightly-2", Some("nightly"))));
+        assert_eq!(owner("nightly-2"), None);
+    }
+}
