@@ -776,6 +776,70 @@ mod tests {
         assert_eq!(format!("{got:?}"), format!("{expected:?}"));
     }
 
+    /// Streaming and batch evaluation of the same answers, in plan order and reversed.
+    fn assert_streaming_equals_batch(
+        s: &Snapshot,
+        plan: &Plan,
+        spec: ScaleSpec,
+        now: DateTime<Utc>,
+    ) {
+        let answers = answers(plan, spec);
+        let expected = batch(s, plan, &answers, now);
+        for order in [answers.clone(), answers.iter().rev().cloned().collect()] {
+            let mut streaming = StreamingEvaluation::new(s, plan, now);
+            for (p, sig, set) in order {
+                streaming.answer(p, sig, Some(set));
+            }
+            assert!(streaming.held_policies().is_empty());
+            assert_eq!(format!("{:?}", streaming.finish()), expected);
+        }
+    }
+
+    #[test]
+    fn streaming_evaluation_of_workloads_shared_by_two_policies_waits_for_both() {
+        let (mut s, now, spec) = cluster();
+        s.global.multi_policy_container_rightsizing_enabled = true;
+        // A second policy per namespace takes the sidecar.
+        let proxies: Vec<GpuPolicy> = s
+            .gpu_policies
+            .iter()
+            .map(|p| {
+                let mut q = p.clone();
+                q.id.name = "gpu-proxy".into();
+                q.spec.scope.containers = vec!["proxy".into()];
+                q
+            })
+            .collect();
+        s.gpu_policies.extend(proxies);
+        let plan = plan(&s, now, 15);
+        assert!(plan.workloads.iter().all(|w| w.assignments.len() == 2));
+        assert_eq!(plan.queries.len(), 16, "8 policies × 2 signals");
+        assert_streaming_equals_batch(&s, &plan, spec, now);
+
+        // Answering one of a workload's two policies evaluates nothing yet.
+        let answers = answers(&plan, spec);
+        let mut streaming = StreamingEvaluation::new(&s, &plan, now);
+        for (p, sig, set) in answers.iter().filter(|(p, _, _)| *p < 4).cloned() {
+            streaming.answer(p, sig, Some(set));
+        }
+        assert_eq!(streaming.held_policies(), BTreeSet::from([0, 1, 2, 3]));
+        assert!(streaming.results.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn streaming_evaluation_of_a_policy_without_queries_evaluates_its_workloads_at_once() {
+        let (mut s, now, spec) = cluster();
+        // Every pod of namespace 0 is younger than the policy's minimum age: nothing to query.
+        s.gpu_policies[0].spec.min_pod_metrics_age =
+            serde_json::from_value(serde_json::json!("3h")).unwrap();
+        let plan = plan(&s, now, 15);
+        assert_eq!(plan.queries.len(), 6);
+        let streaming = StreamingEvaluation::new(&s, &plan, now);
+        let done = streaming.results.iter().flatten().count();
+        assert_eq!(done, 15, "policy 0's workloads need no answer");
+        assert_streaming_equals_batch(&s, &plan, spec, now);
+    }
+
     #[test]
     fn streaming_evaluation_finishes_workloads_whose_answers_never_came_as_unavailable() {
         let (s, now, _) = cluster();

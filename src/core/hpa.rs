@@ -23,7 +23,7 @@
 //!   trimmed (an OOM-driven memory increase pushing the target under 40 %), coordination is blocked. Containers without a recommendation, or outside the policy's scope, keep their
 //!   request. When no factor can satisfy the bounds, coordination is blocked.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
 
@@ -93,6 +93,30 @@ pub fn find_hpa<'a>(
             h.spec.scale_target_ref.kind == kind.as_str() && h.spec.scale_target_ref.name == name
         })
         .min_by(|a, b| a.metadata.name.cmp(&b.metadata.name))
+}
+
+/// Workload (namespace, kind, name) → its HPA, as [`find_hpa`] picks it, built in one pass so a
+/// cycle over every workload does not scan every HPA for each.
+pub fn hpa_index(
+    hpas: &[HorizontalPodAutoscaler],
+) -> HashMap<(&str, &str, &str), &HorizontalPodAutoscaler> {
+    let mut out: HashMap<(&str, &str, &str), &HorizontalPodAutoscaler> = HashMap::new();
+    for h in hpas {
+        let target = &h.spec.scale_target_ref;
+        let key = (
+            h.metadata.namespace.as_deref().unwrap_or_default(),
+            target.kind.as_str(),
+            target.name.as_str(),
+        );
+        out.entry(key)
+            .and_modify(|e| {
+                if h.metadata.name < e.metadata.name {
+                    *e = h;
+                }
+            })
+            .or_insert(h);
+    }
+    out
 }
 
 /// What an HPA's metrics mean for coordination.
@@ -515,6 +539,33 @@ mod tests {
         assert_eq!(
             find_hpa(&list, "shop", WorkloadKind::StatefulSet, "web"),
             None
+        );
+    }
+
+    #[test]
+    fn hpa_index_picks_what_find_hpa_picks() {
+        let mut b = hpa(json!([]));
+        b.metadata.name = Some("b".into());
+        let mut a = hpa(json!([]));
+        a.metadata.name = Some("a".into());
+        let mut other_ns = hpa(json!([]));
+        other_ns.metadata.namespace = Some("other".into());
+        let list = [b, a.clone(), other_ns];
+        let index = hpa_index(&list);
+        for (ns, kind, name) in [
+            ("shop", WorkloadKind::Deployment, "web"),
+            ("other", WorkloadKind::Deployment, "web"),
+            ("shop", WorkloadKind::StatefulSet, "web"),
+        ] {
+            assert_eq!(
+                index.get(&(ns, kind.as_str(), name)).copied(),
+                find_hpa(&list, ns, kind, name)
+            );
+        }
+        assert_eq!(
+            index[&("shop", "Deployment", "web")],
+            &a,
+            "lowest name wins"
         );
     }
 

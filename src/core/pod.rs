@@ -38,11 +38,22 @@ pub struct PodTemplateSpec {
     pub spec: Option<PodSpec>,
 }
 
+/// Of a termination only what OOM detection reads (the full type carries a message of up to
+/// 4 KiB per container).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStateTerminated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub terminated: Option<k8s::ContainerStateTerminated>,
+    pub terminated: Option<ContainerStateTerminated>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -111,7 +122,10 @@ impl From<k8s::PodTemplateSpec> for PodTemplateSpec {
 impl From<k8s::ContainerState> for ContainerState {
     fn from(s: k8s::ContainerState) -> Self {
         ContainerState {
-            terminated: s.terminated,
+            terminated: s.terminated.map(|t| ContainerStateTerminated {
+                reason: t.reason,
+                finished_at: t.finished_at,
+            }),
         }
     }
 }

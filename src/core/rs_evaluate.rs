@@ -212,6 +212,7 @@ pub fn evaluate(
     now: DateTime<Utc>,
 ) -> Vec<RsResult> {
     let idx = index(results);
+    let hpas = hpa::hpa_index(&snapshot.hpas);
     let mut out = Vec::new();
     for wp in &plan.workloads {
         let w = &snapshot.workloads[wp.workload];
@@ -279,12 +280,15 @@ pub fn evaluate(
                 gpu_recommended: g.and_then(|g| g.recommended),
             });
         }
-        let hpa =
-            hpa::find_hpa(&snapshot.hpas, &w.key.namespace, w.key.kind, &w.key.name).map(|h| {
-                HpaInput {
-                    hpa: h.clone(),
-                    max_replicas_reached: hpa::max_replicas_reached(h, &[]),
-                }
+        let hpa = hpas
+            .get(&(
+                w.key.namespace.as_str(),
+                w.key.kind.as_str(),
+                w.key.name.as_str(),
+            ))
+            .map(|&h| HpaInput {
+                hpa: h.clone(),
+                max_replicas_reached: hpa::max_replicas_reached(h, &[]),
             });
         let metrics_unavailable = failed.contains(&wp.policy);
         let outcome = match bad_request {
