@@ -716,23 +716,8 @@ mod tests {
     fn streaming_evaluation_equals_batch_evaluation_in_any_answer_order() {
         let (s, now, spec) = cluster();
         let plan = plan(&s, now, 15);
-        let answers = answers(&plan, spec);
-        let expected = batch(&s, &plan, &answers, now);
+        let expected = assert_streaming_equals_batch(&s, &plan, spec, now);
         assert!(expected.contains("Upsize"), "the scenario has upsizes");
-        let mut orders = vec![answers.clone()];
-        orders.push(answers.iter().rev().cloned().collect());
-        // Compute answers of every policy first, then memory ones.
-        let mut by_signal = answers.clone();
-        by_signal.sort_by_key(|(p, sig, _)| (*sig == Signal::Memory, *p));
-        orders.push(by_signal);
-        for order in orders {
-            let mut streaming = StreamingEvaluation::new(&s, &plan, now);
-            for (p, sig, set) in order {
-                streaming.answer(p, sig, Some(set));
-            }
-            assert!(streaming.held_policies().is_empty());
-            assert_eq!(format!("{:?}", streaming.finish()), expected);
-        }
     }
 
     #[test]
@@ -776,16 +761,21 @@ mod tests {
         assert_eq!(format!("{got:?}"), format!("{expected:?}"));
     }
 
-    /// Streaming and batch evaluation of the same answers, in plan order and reversed.
+    /// Streaming and batch evaluation of the same answers agree whatever the answers' order: plan
+    /// order, reversed, and every policy's compute answer before any memory one. Returns the
+    /// batch results (Debug).
     fn assert_streaming_equals_batch(
         s: &Snapshot,
         plan: &Plan,
         spec: ScaleSpec,
         now: DateTime<Utc>,
-    ) {
+    ) -> String {
         let answers = answers(plan, spec);
         let expected = batch(s, plan, &answers, now);
-        for order in [answers.clone(), answers.iter().rev().cloned().collect()] {
+        let mut by_signal = answers.clone();
+        by_signal.sort_by_key(|(p, sig, _)| (*sig == Signal::Memory, *p));
+        let reversed = answers.iter().rev().cloned().collect();
+        for order in [answers, reversed, by_signal] {
             let mut streaming = StreamingEvaluation::new(s, plan, now);
             for (p, sig, set) in order {
                 streaming.answer(p, sig, Some(set));
@@ -793,6 +783,7 @@ mod tests {
             assert!(streaming.held_policies().is_empty());
             assert_eq!(format!("{:?}", streaming.finish()), expected);
         }
+        expected
     }
 
     #[test]
