@@ -49,9 +49,9 @@ fn owner_of(w: &Workload) -> Option<OwnerReference> {
 
 /// The template's requests differ from what kerf wants to set (so an `Applied` event is due).
 fn requests_differ(w: &Workload, wanted: &BTreeMap<String, ResourceRequests>) -> bool {
-    let spec = w.template.spec.clone().unwrap_or_default();
+    let spec = w.template.pod_spec();
     wanted.iter().any(|(name, want)| {
-        let have = counted_containers(&spec)
+        let have = counted_containers(spec)
             .into_iter()
             .find(|c| &c.name == name)
             .and_then(|c| effective_requests(c).ok())

@@ -94,17 +94,11 @@ pub fn covering<'a, P>(
     w: &Workload,
     view: impl Fn(&'a P) -> Candidate<'a>,
 ) -> Vec<(usize, Candidate<'a>)> {
-    let template_labels = w
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
     policies
         .iter()
         .enumerate()
         .map(|(i, p)| (i, view(p)))
-        .filter(|(_, c)| selection::covers(c, &w.key, &w.labels, &template_labels))
+        .filter(|(_, c)| selection::covers(c, &w.key, &w.labels, w.template.labels()))
         .collect()
 }
 
@@ -190,8 +184,8 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
         let candidates: Vec<Candidate<'_>> = usable.iter().map(|(_, c)| c.clone()).collect();
         let assignments: Vec<Assignment> =
             if snapshot.global.multi_policy_container_rightsizing_enabled {
-                let spec = w.template.spec.clone().unwrap_or_default();
-                let defaults: Vec<String> = default_scope_containers(&spec)
+                let spec = w.template.pod_spec();
+                let defaults: Vec<String> = default_scope_containers(spec)
                     .into_iter()
                     .map(|c| c.name.clone())
                     .collect();
@@ -328,14 +322,7 @@ fn read_state(
 
 /// GPU allocation the template asks for, per container that has one.
 pub fn template_gpu(w: &Workload) -> GpuMap {
-    let spec = w.template.spec.clone().unwrap_or_default();
-    let annotations = w
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.annotations.clone())
-        .unwrap_or_default();
-    container_allocations(&spec, &annotations)
+    container_allocations(w.template.pod_spec(), w.template.annotations())
         .into_iter()
         .filter_map(|(c, a)| a.gpus().map(|g| (c, g)))
         .collect()

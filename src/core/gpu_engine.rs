@@ -159,15 +159,9 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let mut reasons = Vec::new();
     let now_s = input.now.timestamp();
     let policy = input.policy;
-    let empty_spec = Default::default();
-    let template_spec = input.template.spec.as_ref().unwrap_or(&empty_spec);
+    let template_spec = input.template.pod_spec();
+    let template_annotations = input.template.annotations();
     let empty_annotations = BTreeMap::new();
-    let template_annotations = input
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.annotations.as_ref())
-        .unwrap_or(&empty_annotations);
 
     // Scope: exact names (or the override) else regular + restartable init containers.
     let scope: Vec<String> = match input.containers_override {

@@ -6,6 +6,8 @@
 //! They deserialize from the same JSON/YAML as the Kubernetes types (unknown fields are
 //! ignored), and convert from them with `From`.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
@@ -87,6 +89,33 @@ pub struct Pod {
     pub spec: Option<PodSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
+}
+
+static NO_SPEC: PodSpec = PodSpec {
+    containers: Vec::new(),
+    init_containers: None,
+};
+static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
+
+impl PodTemplateSpec {
+    /// The pod spec, or an empty one (borrowed: evaluation reads it for every workload).
+    pub fn pod_spec(&self) -> &PodSpec {
+        self.spec.as_ref().unwrap_or(&NO_SPEC)
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .unwrap_or(&NO_STRINGS)
+    }
+
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .unwrap_or(&NO_STRINGS)
+    }
 }
 
 impl From<k8s::Container> for Container {

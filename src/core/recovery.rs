@@ -73,7 +73,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             }
             None => None,
         };
-        let spec = w.template.spec.clone().unwrap_or_default();
+        let spec = w.template.pod_spec();
         let policy = match &rec.policy {
             Some(id) => match snapshot.gpu_policies.iter().find(|p| &p.id == id) {
                 Some(p) => Some(p),
@@ -88,12 +88,6 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             None => None,
         };
         let scope: Vec<String> = if let Some(p) = policy {
-            let template_labels = w
-                .template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.labels.clone())
-                .unwrap_or_default();
             let candidate = Candidate {
                 id: &p.id,
                 policy_type: p.policy_type,
@@ -101,12 +95,12 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                 weight: p.spec.weight,
                 creation: p.creation,
             };
-            if !selection::covers(&candidate, &w.key, &w.labels, &template_labels) {
+            if !selection::covers(&candidate, &w.key, &w.labels, w.template.labels()) {
                 out.warnings
                     .push(format!("{}: policy {} no longer covers it", w.key, p.id));
                 continue;
             }
-            scoped_container_names(&spec, &p.spec.scope.containers)
+            scoped_container_names(spec, &p.spec.scope.containers)
         } else {
             spec.containers
                 .iter()

@@ -218,7 +218,7 @@ pub fn evaluate(
         let w = &snapshot.workloads[wp.workload];
         let policy = &snapshot.rightsizing_policies[wp.policy];
         let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &*snapshot.pods[i]).collect();
-        let spec = w.template.spec.clone().unwrap_or_default();
+        let spec = w.template.pod_spec();
         let mem_window = policy
             .spec
             .resources
@@ -250,7 +250,7 @@ pub fn evaluate(
         let mut containers = Vec::new();
         let mut bad_request: Option<String> = None;
         let gpu_w = gpu.get(&w.key).copied();
-        for c in resources::counted_containers(&spec) {
+        for c in resources::counted_containers(spec) {
             let current = match resources::effective_requests(c) {
                 Ok(r) => r,
                 Err(e) => {
