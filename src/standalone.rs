@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
 use crate::api::*;
-use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
+use crate::core::model::{PolicyId, k8s_time};
 use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::MetricSource;
 use crate::state::{ObjectName, Store};
@@ -84,18 +84,7 @@ fn workload(
     template: PodTemplateSpec,
     replicas: Option<i32>,
 ) -> Arc<Workload> {
-    Arc::new(Workload {
-        key: WorkloadKey::new(
-            meta.namespace.clone().unwrap_or_else(|| "default".into()),
-            kind,
-            meta.name.clone().unwrap_or_default(),
-        ),
-        uid: meta.uid.clone(),
-        labels: meta.labels.clone().unwrap_or_default(),
-        annotations: meta.annotations.clone().unwrap_or_default(),
-        template: template.into(),
-        replicas,
-    })
+    Arc::new(Workload::from_object(&meta, kind, template, replicas))
 }
 
 /// Reads every `*.yaml`/`*.yml` file under `dir` (multi-document files allowed).

@@ -4,15 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::core::pod::{Pod, PodTemplateSpec};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{
     GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,
-    RightsizingPolicySpec, StrategyView,
+    RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
 use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::pod::{Pod, PodTemplateSpec};
 
 /// A GPU reactive policy of either kind, normalized to one spec type.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,6 +47,30 @@ pub struct Workload {
     /// For CronJobs: the job template's pod template.
     pub template: PodTemplateSpec,
     pub replicas: Option<i32>,
+}
+
+impl Workload {
+    /// A workload from its object's metadata and pod template. A missing namespace is
+    /// `default`, as kubectl assumes for a manifest without one.
+    pub fn from_object(
+        meta: &ObjectMeta,
+        kind: WorkloadKind,
+        template: k8s_openapi::api::core::v1::PodTemplateSpec,
+        replicas: Option<i32>,
+    ) -> Self {
+        Workload {
+            key: WorkloadKey::new(
+                meta.namespace.clone().unwrap_or_else(|| "default".into()),
+                kind,
+                meta.name.clone().unwrap_or_default(),
+            ),
+            uid: meta.uid.clone(),
+            labels: meta.labels.clone().unwrap_or_default(),
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            template: template.into(),
+            replicas,
+        }
+    }
 }
 
 /// Strategy lookup key: `namespace = None` for ClusterAutomationStrategy.

@@ -32,7 +32,7 @@ use crate::api::{
     PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
     WorkloadKind,
 };
-use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
+use crate::core::model::{PolicyId, k8s_time};
 use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
 use crate::state::{ObjectName, Store};
 
@@ -954,18 +954,7 @@ fn workload(
     template: PodTemplateSpec,
     replicas: Option<i32>,
 ) -> Arc<Workload> {
-    Arc::new(Workload {
-        key: WorkloadKey::new(
-            meta.namespace.clone().unwrap_or_default(),
-            kind,
-            meta.name.clone().unwrap_or_default(),
-        ),
-        uid: meta.uid.clone(),
-        labels: meta.labels.clone().unwrap_or_default(),
-        annotations: meta.annotations.clone().unwrap_or_default(),
-        template: template.into(),
-        replicas,
-    })
+    Arc::new(Workload::from_object(meta, kind, template, replicas))
 }
 
 #[cfg(test)]
