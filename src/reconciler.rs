@@ -17,7 +17,7 @@ use crate::api::{
 use crate::core::model::{ANNOTATION_ROLLBACK, PolicyId, ResourceRequests, WorkloadKey};
 use crate::core::resources::{counted_containers, effective_requests};
 use crate::core::rightsizing::{plan_restore, recommendation_spec, recommendation_status};
-use crate::core::snapshot::{Snapshot, StrategyKey, Workload};
+use crate::core::snapshot::{Snapshot, Workload, unresolved_strategy_message};
 use crate::kube::reader::{InvalidPolicy, Reader};
 use crate::kube::writer::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
@@ -477,24 +477,9 @@ pub fn plan_writes(
     }
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
-        let resolves =
-            p.id.namespace
-                .iter()
-                .map(|ns| StrategyKey {
-                    namespace: Some(ns.clone()),
-                    name: name.clone(),
-                })
-                .chain([StrategyKey {
-                    namespace: None,
-                    name: name.clone(),
-                }])
-                .any(|k| snapshot.strategies.contains_key(&k));
-        let strategy = if resolves {
-            Ok(())
-        } else {
-            Err(format!(
-                "automationStrategyRef {name:?} does not resolve: policy not applied"
-            ))
+        let strategy = match snapshot.strategy(p.id.namespace.as_deref(), name) {
+            Some(_) => Ok(()),
+            None => Err(unresolved_strategy_message(name)),
         };
         ops.push(condition_writes(
             &p.id,

@@ -15,7 +15,7 @@ use crate::core::model::{
     GpuMap, GpuRecommendation, PolicyId, WorkloadKey, WorkloadState, parse_baseline,
 };
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
+use crate::core::snapshot::{GpuPolicy, Snapshot, Workload, unresolved_strategy_message};
 use crate::metrics::{RangeQuery, SeriesSet};
 
 /// The top owner of a pod, from its owner references and the snapshot's owner maps. A pod owned
@@ -56,25 +56,15 @@ pub fn pod_owner(
     }
 }
 
-/// Resolves a policy's `automationStrategyRef`: a namespaced policy looks in its namespace, then
-/// among cluster strategies; a cluster policy among cluster strategies only.
+/// Resolves a GPU policy's `automationStrategyRef` ([`Snapshot::strategy`]).
 pub fn resolve_strategy<'a>(
     snapshot: &'a Snapshot,
     policy: &GpuPolicy,
 ) -> Option<&'a StrategyView> {
-    let name = &policy.spec.automation_strategy_ref.name;
-    let namespaced = policy.id.namespace.as_ref().and_then(|ns| {
-        snapshot.strategies.get(&StrategyKey {
-            namespace: Some(ns.clone()),
-            name: name.clone(),
-        })
-    });
-    namespaced.or_else(|| {
-        snapshot.strategies.get(&StrategyKey {
-            namespace: None,
-            name: name.clone(),
-        })
-    })
+    snapshot.strategy(
+        policy.id.namespace.as_deref(),
+        &policy.spec.automation_strategy_ref.name,
+    )
 }
 
 /// Indexes of `snapshot.pods` by the workload that owns them.
@@ -146,10 +136,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
         if resolve_strategy(snapshot, p).is_none() {
             out.unresolved.insert(
                 i,
-                format!(
-                    "automationStrategyRef {:?} does not resolve: policy not applied",
-                    p.spec.automation_strategy_ref.name
-                ),
+                unresolved_strategy_message(&p.spec.automation_strategy_ref.name),
             );
         }
     }

@@ -73,6 +73,26 @@ impl Workload {
     }
 }
 
+impl Snapshot {
+    /// Resolves an `automationStrategyRef` of a policy in `namespace` (None: a cluster policy):
+    /// a namespaced policy looks in its namespace, then among cluster strategies; a cluster
+    /// policy among cluster strategies only.
+    pub fn strategy(&self, namespace: Option<&str>, name: &str) -> Option<&StrategyView> {
+        let key = |namespace: Option<&str>| StrategyKey {
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        };
+        namespace
+            .and_then(|ns| self.strategies.get(&key(Some(ns))))
+            .or_else(|| self.strategies.get(&key(None)))
+    }
+}
+
+/// The status message of a policy whose `automationStrategyRef` does not resolve.
+pub fn unresolved_strategy_message(name: &str) -> String {
+    format!("automationStrategyRef {name:?} does not resolve: policy not applied")
+}
+
 /// Strategy lookup key: `namespace = None` for ClusterAutomationStrategy.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StrategyKey {
