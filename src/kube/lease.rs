@@ -64,6 +64,22 @@ fn is_conflict(e: &KubeError) -> bool {
     matches!(e, KubeError::Api(s) if s.code == 409)
 }
 
+/// The outcome of a create or replace of the Lease, counted: written = held; a conflict means
+/// another replica got there first (not an error).
+fn held_after_write(written: Result<CoordLease, KubeError>) -> Result<bool, KubeError> {
+    match written {
+        Ok(_) => {
+            count("ok");
+            Ok(true)
+        }
+        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) => {
+            count("error");
+            Err(e)
+        }
+    }
+}
+
 impl Lease {
     pub fn new(
         client: Client,
@@ -147,17 +163,7 @@ impl Lease {
                     ..Default::default()
                 }),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => {
-                    count("ok");
-                    Ok(true)
-                }
-                Err(e) if is_conflict(&e) => Ok(false),
-                Err(e) => {
-                    count("error");
-                    Err(e)
-                }
-            };
+            return held_after_write(self.api.create(&PostParams::default(), &lease).await);
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
@@ -180,20 +186,10 @@ impl Lease {
         spec.renew_time = Some(micro(now));
         spec.lease_duration_seconds = Some(duration_s);
         // `lease.metadata.resourceVersion` is the one read above: a concurrent change → 409.
-        match self
-            .api
-            .replace(&self.cfg.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => {
-                count("ok");
-                Ok(true)
-            }
-            Err(e) if is_conflict(&e) => Ok(false),
-            Err(e) => {
-                count("error");
-                Err(e)
-            }
-        }
+        held_after_write(
+            self.api
+                .replace(&self.cfg.name, &PostParams::default(), &lease)
+                .await,
+        )
     }
 }
