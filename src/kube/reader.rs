@@ -264,14 +264,15 @@ fn strip_meta(meta: &mut ObjectMeta) {
 }
 
 fn spawn_kerf<K: KerfKind>(
-    client: Client,
+    client: &Client,
     index: &'static str,
     get: fn(&Indexes) -> &KerfIndex<K>,
-    indexes: Arc<Indexes>,
-    sync: SyncTracker,
+    indexes: &Arc<Indexes>,
+    sync: &SyncTracker,
 ) -> JoinHandle<()> {
+    let (indexes, sync) = (indexes.clone(), sync.clone());
     let ar = ApiResource::erase::<K>(&());
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     let stream = watcher(api, watcher::Config::default())
         .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata))
         .default_backoff();
@@ -502,69 +503,27 @@ impl Reader {
             recommendations: KerfIndex::new(),
         });
         let mut tasks = vec![
+            spawn_kerf(&client, KERF_KINDS[0], |i| &i.gpu, &kerf, &sync),
+            spawn_kerf(&client, KERF_KINDS[1], |i| &i.cluster_gpu, &kerf, &sync),
+            spawn_kerf(&client, KERF_KINDS[2], |i| &i.global, &kerf, &sync),
+            spawn_kerf(&client, KERF_KINDS[3], |i| &i.evaluation, &kerf, &sync),
+            spawn_kerf(&client, KERF_KINDS[4], |i| &i.strategies, &kerf, &sync),
             spawn_kerf(
-                client.clone(),
-                KERF_KINDS[0],
-                |i| &i.gpu,
-                kerf.clone(),
-                sync.clone(),
-            ),
-            spawn_kerf(
-                client.clone(),
-                KERF_KINDS[1],
-                |i| &i.cluster_gpu,
-                kerf.clone(),
-                sync.clone(),
-            ),
-            spawn_kerf(
-                client.clone(),
-                KERF_KINDS[2],
-                |i| &i.global,
-                kerf.clone(),
-                sync.clone(),
-            ),
-            spawn_kerf(
-                client.clone(),
-                KERF_KINDS[3],
-                |i| &i.evaluation,
-                kerf.clone(),
-                sync.clone(),
-            ),
-            spawn_kerf(
-                client.clone(),
-                KERF_KINDS[4],
-                |i| &i.strategies,
-                kerf.clone(),
-                sync.clone(),
-            ),
-            spawn_kerf(
-                client.clone(),
+                &client,
                 KERF_KINDS[5],
                 |i| &i.cluster_strategies,
-                kerf.clone(),
-                sync.clone(),
+                &kerf,
+                &sync,
             ),
+            spawn_kerf(&client, KERF_KINDS[6], |i| &i.rightsizing, &kerf, &sync),
             spawn_kerf(
-                client.clone(),
-                KERF_KINDS[6],
-                |i| &i.rightsizing,
-                kerf.clone(),
-                sync.clone(),
-            ),
-            spawn_kerf(
-                client.clone(),
+                &client,
                 KERF_KINDS[7],
                 |i| &i.cluster_rightsizing,
-                kerf.clone(),
-                sync.clone(),
+                &kerf,
+                &sync,
             ),
-            spawn_kerf(
-                client.clone(),
-                KERF_KINDS[8],
-                |i| &i.recommendations,
-                kerf.clone(),
-                sync.clone(),
-            ),
+            spawn_kerf(&client, KERF_KINDS[8], |i| &i.recommendations, &kerf, &sync),
         ];
         let cfg = watcher::Config::default;
 
