@@ -145,14 +145,7 @@ impl CrdChecker {
     /// (CEL runs on the defaulted object, as in admission).
     pub fn check(&self, object: &Value) -> Result<(), Vec<CrdViolation>> {
         let mut errors = Vec::new();
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let (api_version, kind) = type_of(object);
         if !self.serves(api_version, kind) {
             errors.push(violation(
                 "",
@@ -200,16 +193,15 @@ impl CrdChecker {
     }
 }
 
+/// An object's `apiVersion` and `kind` (empty when absent).
+fn type_of(object: &Value) -> (&str, &str) {
+    let field = |name: &str| object.get(name).and_then(Value::as_str).unwrap_or_default();
+    (field("apiVersion"), field("kind"))
+}
+
 /// Finds the checker for `object` among `checkers` and runs it.
 pub fn check_against(checkers: &[CrdChecker], object: &Value) -> Result<(), Vec<CrdViolation>> {
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let (api_version, kind) = type_of(object);
     match checkers.iter().find(|c| c.serves(api_version, kind)) {
         Some(c) => c.check(object),
         None => Err(vec![violation(
