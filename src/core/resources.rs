@@ -74,6 +74,17 @@ pub struct MemoryParams {
     pub max_bytes: Option<i64>,
 }
 
+fn check_headroom(headroom_percent: f64, field: &str) -> Result<(), PolicyError> {
+    if headroom_percent.is_finite() && headroom_percent >= 0.0 {
+        Ok(())
+    } else {
+        Err(policy_err(
+            format!("{field}.headroomPercent"),
+            "must be a number >= 0",
+        ))
+    }
+}
+
 fn check_min_max(min: Option<i64>, max: Option<i64>, field: &str) -> Result<(), PolicyError> {
     match (min, max) {
         (Some(lo), Some(hi)) if lo > hi => Err(policy_err(field, "min must not be above max")),
@@ -90,12 +101,7 @@ impl CpuParams {
                 format!("must be in (0, 100] (got {})", r.percentile),
             ));
         }
-        if !(r.headroom_percent.is_finite() && r.headroom_percent >= 0.0) {
-            return Err(policy_err(
-                format!("{f}.headroomPercent"),
-                "must be a number >= 0",
-            ));
-        }
+        check_headroom(r.headroom_percent, f)?;
         let parse = |q: &Option<_>, name: &str| {
             q.as_ref()
                 .map(quantity::cpu_millis)
@@ -118,12 +124,7 @@ impl CpuParams {
 impl MemoryParams {
     pub fn from_recipe(r: &MemoryRecipe) -> Result<Self, PolicyError> {
         let f = "spec.resources.memory";
-        if !(r.headroom_percent.is_finite() && r.headroom_percent >= 0.0) {
-            return Err(policy_err(
-                format!("{f}.headroomPercent"),
-                "must be a number >= 0",
-            ));
-        }
+        check_headroom(r.headroom_percent, f)?;
         let parse = |q: &Option<_>, name: &str| {
             q.as_ref()
                 .map(quantity::memory_bytes)
