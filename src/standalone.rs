@@ -15,8 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
 use crate::api::*;
-use crate::core::model::{PolicyId, k8s_time};
-use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
+use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::metrics::MetricSource;
 use crate::state::{ObjectName, Store};
 
@@ -64,18 +63,6 @@ fn decode<T: DeserializeOwned>(doc: serde_yaml::Value, what: &str) -> anyhow::Re
         let path = e.path().to_string();
         anyhow::anyhow!("{what}: field {path}: {}", e.into_inner())
     })
-}
-
-fn time_of(meta: &ObjectMeta) -> Option<DateTime<Utc>> {
-    meta.creation_timestamp.as_ref().map(k8s_time)
-}
-
-fn policy_id(kind: &str, meta: &ObjectMeta) -> PolicyId {
-    PolicyId {
-        kind: kind.into(),
-        namespace: meta.namespace.clone(),
-        name: meta.name.clone().unwrap_or_default(),
-    }
 }
 
 fn workload(
@@ -139,63 +126,51 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 let mut p: GpuReactivePolicy = decode(doc, &what)?;
                 p.metadata.namespace.get_or_insert_with(|| "default".into());
                 p.spec.validate().map_err(invalid)?;
-                s.gpu_policies.push(GpuPolicy {
-                    id: policy_id(&kind, &p.metadata),
-                    policy_type: PolicyType::GpuReactivePolicy,
-                    creation: time_of(&p.metadata),
-                    generation: p.metadata.generation,
-                    spec: p.spec,
-                    status: p.status,
-                });
+                s.gpu_policies.push(Policy::from_object(
+                    &p.metadata,
+                    PolicyType::GpuReactivePolicy,
+                    p.spec,
+                    p.status,
+                ));
             }
             (true, "ClusterGpuReactivePolicy") => {
                 let p: ClusterGpuReactivePolicy = decode(doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
-                s.gpu_policies.push(GpuPolicy {
-                    id: policy_id(
-                        &kind,
-                        &ObjectMeta {
-                            namespace: None,
-                            ..p.metadata.clone()
-                        },
-                    ),
-                    policy_type: PolicyType::ClusterGpuReactivePolicy,
-                    creation: time_of(&p.metadata),
-                    generation: p.metadata.generation,
-                    spec: p.spec.into(),
-                    status: p.status,
-                });
+                let meta = ObjectMeta {
+                    namespace: None,
+                    ..p.metadata
+                };
+                s.gpu_policies.push(Policy::from_object(
+                    &meta,
+                    PolicyType::ClusterGpuReactivePolicy,
+                    p.spec.into(),
+                    p.status,
+                ));
             }
             (true, "RightsizingPolicy") => {
                 let mut p: RightsizingPolicy = decode(doc, &what)?;
                 p.metadata.namespace.get_or_insert_with(|| "default".into());
                 p.spec.validate().map_err(invalid)?;
-                s.rightsizing_policies.push(RsPolicy {
-                    id: policy_id(&kind, &p.metadata),
-                    policy_type: PolicyType::RightsizingPolicy,
-                    creation: time_of(&p.metadata),
-                    generation: p.metadata.generation,
-                    spec: p.spec,
-                    status: p.status,
-                });
+                s.rightsizing_policies.push(Policy::from_object(
+                    &p.metadata,
+                    PolicyType::RightsizingPolicy,
+                    p.spec,
+                    p.status,
+                ));
             }
             (true, "ClusterRightsizingPolicy") => {
                 let p: ClusterRightsizingPolicy = decode(doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
-                s.rightsizing_policies.push(RsPolicy {
-                    id: policy_id(
-                        &kind,
-                        &ObjectMeta {
-                            namespace: None,
-                            ..p.metadata.clone()
-                        },
-                    ),
-                    policy_type: PolicyType::ClusterRightsizingPolicy,
-                    creation: time_of(&p.metadata),
-                    generation: p.metadata.generation,
-                    spec: p.spec.into(),
-                    status: p.status,
-                });
+                let meta = ObjectMeta {
+                    namespace: None,
+                    ..p.metadata
+                };
+                s.rightsizing_policies.push(Policy::from_object(
+                    &meta,
+                    PolicyType::ClusterRightsizingPolicy,
+                    p.spec.into(),
+                    p.status,
+                ));
             }
             (true, "AutomationStrategy") => {
                 let p: AutomationStrategy = decode(doc, &what)?;

@@ -12,29 +12,46 @@ use crate::api::{
     GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,
     RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
-use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
 use crate::core::pod::{Pod, PodTemplateSpec};
 
-/// A GPU reactive policy of either kind, normalized to one spec type.
+/// A policy of either scope, normalized to its family's spec type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct GpuPolicy {
+pub struct Policy<S> {
     pub id: PolicyId,
     pub policy_type: PolicyType,
     pub creation: Option<DateTime<Utc>>,
     pub generation: Option<i64>,
-    pub spec: GpuReactivePolicySpec,
+    pub spec: S,
     pub status: Option<PolicyStatus>,
 }
 
-/// A CPU/memory rightsizing policy of either kind, normalized to one spec type.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RsPolicy {
-    pub id: PolicyId,
-    pub policy_type: PolicyType,
-    pub creation: Option<DateTime<Utc>>,
-    pub generation: Option<i64>,
-    pub spec: RightsizingPolicySpec,
-    pub status: Option<PolicyStatus>,
+/// A GPU reactive policy of either kind.
+pub type GpuPolicy = Policy<GpuReactivePolicySpec>;
+/// A CPU/memory rightsizing policy of either kind.
+pub type RsPolicy = Policy<RightsizingPolicySpec>;
+
+impl<S> Policy<S> {
+    /// From the policy object's metadata (a cluster policy's carries no namespace).
+    pub fn from_object(
+        meta: &ObjectMeta,
+        policy_type: PolicyType,
+        spec: S,
+        status: Option<PolicyStatus>,
+    ) -> Self {
+        Policy {
+            id: PolicyId {
+                kind: policy_type.as_str().to_string(),
+                namespace: meta.namespace.clone(),
+                name: meta.name.clone().unwrap_or_default(),
+            },
+            policy_type,
+            creation: meta.creation_timestamp.as_ref().map(k8s_time),
+            generation: meta.generation,
+            spec,
+            status,
+        }
+    }
 }
 
 /// A workload (top owner) with just what evaluation and the writer need.

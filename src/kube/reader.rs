@@ -32,8 +32,8 @@ use crate::api::{
     PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
     WorkloadKind,
 };
-use crate::core::model::{PolicyId, k8s_time};
-use crate::core::snapshot::{GpuPolicy, RsPolicy, Snapshot, StrategyKey, Workload};
+use crate::core::model::PolicyId;
+use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::state::{ObjectName, Store};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -736,7 +736,7 @@ impl Reader {
             .valid()
             .iter()
             .map(|p| {
-                gpu_policy(
+                Policy::from_object(
                     &p.metadata,
                     PolicyType::GpuReactivePolicy,
                     p.spec.clone(),
@@ -744,7 +744,7 @@ impl Reader {
                 )
             })
             .chain(k.cluster_gpu.valid().iter().map(|p| {
-                gpu_policy(
+                Policy::from_object(
                     &p.metadata,
                     PolicyType::ClusterGpuReactivePolicy,
                     p.spec.clone().into(),
@@ -757,7 +757,7 @@ impl Reader {
             .valid()
             .iter()
             .map(|p| {
-                rs_policy(
+                Policy::from_object(
                     &p.metadata,
                     PolicyType::RightsizingPolicy,
                     p.spec.clone(),
@@ -765,7 +765,7 @@ impl Reader {
                 )
             })
             .chain(k.cluster_rightsizing.valid().iter().map(|p| {
-                rs_policy(
+                Policy::from_object(
                     &p.metadata,
                     PolicyType::ClusterRightsizingPolicy,
                     p.spec.clone().into(),
@@ -864,46 +864,6 @@ impl Reader {
                 bad.raw.pointer("/spec/readOnly") == Some(&serde_json::Value::Bool(true));
         }
         spec
-    }
-}
-
-fn policy_id(meta: &ObjectMeta, t: PolicyType) -> PolicyId {
-    PolicyId {
-        kind: t.as_str().to_string(),
-        namespace: meta.namespace.clone(),
-        name: meta.name.clone().unwrap_or_default(),
-    }
-}
-
-fn gpu_policy(
-    meta: &ObjectMeta,
-    t: PolicyType,
-    spec: crate::api::GpuReactivePolicySpec,
-    status: Option<PolicyStatus>,
-) -> GpuPolicy {
-    GpuPolicy {
-        id: policy_id(meta, t),
-        policy_type: t,
-        creation: meta.creation_timestamp.as_ref().map(k8s_time),
-        generation: meta.generation,
-        spec,
-        status,
-    }
-}
-
-fn rs_policy(
-    meta: &ObjectMeta,
-    t: PolicyType,
-    spec: crate::api::RightsizingPolicySpec,
-    status: Option<PolicyStatus>,
-) -> RsPolicy {
-    RsPolicy {
-        id: policy_id(meta, t),
-        policy_type: t,
-        creation: meta.creation_timestamp.as_ref().map(k8s_time),
-        generation: meta.generation,
-        spec,
-        status,
     }
 }
 
