@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
@@ -63,15 +63,6 @@ fn decode<T: DeserializeOwned>(doc: serde_yaml::Value, what: &str) -> anyhow::Re
         let path = e.path().to_string();
         anyhow::anyhow!("{what}: field {path}: {}", e.into_inner())
     })
-}
-
-fn workload(
-    kind: WorkloadKind,
-    meta: ObjectMeta,
-    template: PodTemplateSpec,
-    replicas: Option<i32>,
-) -> Arc<Workload> {
-    Arc::new(Workload::from_object(&meta, kind, template, replicas))
 }
 
 /// Reads every `*.yaml`/`*.yml` file under `dir` (multi-document files allowed).
@@ -224,35 +215,16 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 .push(format!("{what}: output kind, ignored as input")),
             (true, other) => anyhow::bail!("{what}: unknown kind {other} in {GROUP}/{VERSION}"),
             (false, "Deployment") => {
-                let d: Deployment = decode(doc, &what)?;
-                let spec = d.spec;
-                s.workloads.push(workload(
-                    WorkloadKind::Deployment,
-                    d.metadata,
-                    spec.template,
-                    spec.replicas.or(Some(1)),
-                ));
+                let o: Deployment = decode(doc, &what)?;
+                s.workloads.push(Arc::new(Workload::from(o)));
             }
             (false, "StatefulSet") => {
-                let d: StatefulSet = decode(doc, &what)?;
-                let spec = d.spec;
-                s.workloads.push(workload(
-                    WorkloadKind::StatefulSet,
-                    d.metadata,
-                    spec.template,
-                    spec.replicas.or(Some(1)),
-                ));
+                let o: StatefulSet = decode(doc, &what)?;
+                s.workloads.push(Arc::new(Workload::from(o)));
             }
             (false, "DaemonSet") => {
-                let d: DaemonSet = decode(doc, &what)?;
-                let spec = d.spec;
-                let ready = d.status.map(|st| st.desired_number_scheduled);
-                s.workloads.push(workload(
-                    WorkloadKind::DaemonSet,
-                    d.metadata,
-                    spec.template,
-                    ready,
-                ));
+                let o: DaemonSet = decode(doc, &what)?;
+                s.workloads.push(Arc::new(Workload::from(o)));
             }
             (false, "Job") => {
                 let j: Job = decode(doc, &what)?;
@@ -273,31 +245,12 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                         s.job_owners
                             .insert((ns, j.metadata.name.clone().unwrap_or_default()), c);
                     }
-                    None => {
-                        let spec = j.spec.unwrap_or_default();
-                        s.workloads.push(workload(
-                            WorkloadKind::Job,
-                            j.metadata,
-                            spec.template,
-                            spec.parallelism,
-                        ));
-                    }
+                    None => s.workloads.push(Arc::new(Workload::from(j))),
                 }
             }
             (false, "CronJob") => {
-                let c: CronJob = decode(doc, &what)?;
-                let template = c
-                    .spec
-                    .job_template
-                    .spec
-                    .map(|js| js.template)
-                    .unwrap_or_default();
-                s.workloads.push(workload(
-                    WorkloadKind::CronJob,
-                    c.metadata,
-                    template,
-                    Some(1),
-                ));
+                let o: CronJob = decode(doc, &what)?;
+                s.workloads.push(Arc::new(Workload::from(o)));
             }
             (false, "ReplicaSet") => {
                 let r: ReplicaSet = decode(doc, &what)?;

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{
@@ -108,6 +110,69 @@ impl Snapshot {
 /// The status message of a policy whose `automationStrategyRef` does not resolve.
 pub fn unresolved_strategy_message(name: &str) -> String {
     format!("automationStrategyRef {name:?} does not resolve: policy not applied")
+}
+
+impl From<Deployment> for Workload {
+    fn from(d: Deployment) -> Self {
+        let replicas = Some(d.spec.replicas.unwrap_or(1));
+        Workload::from_object(
+            &d.metadata,
+            WorkloadKind::Deployment,
+            d.spec.template,
+            replicas,
+        )
+    }
+}
+
+impl From<StatefulSet> for Workload {
+    fn from(s: StatefulSet) -> Self {
+        let replicas = Some(s.spec.replicas.unwrap_or(1));
+        Workload::from_object(
+            &s.metadata,
+            WorkloadKind::StatefulSet,
+            s.spec.template,
+            replicas,
+        )
+    }
+}
+
+impl From<DaemonSet> for Workload {
+    /// Replicas: the pods the DaemonSet should run (`status.desiredNumberScheduled`).
+    fn from(d: DaemonSet) -> Self {
+        let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
+        Workload::from_object(
+            &d.metadata,
+            WorkloadKind::DaemonSet,
+            d.spec.template,
+            desired,
+        )
+    }
+}
+
+impl From<Job> for Workload {
+    /// A Job of its own; a Job run by a CronJob belongs to that CronJob's workload instead.
+    fn from(j: Job) -> Self {
+        let spec = j.spec.unwrap_or_default();
+        Workload::from_object(
+            &j.metadata,
+            WorkloadKind::Job,
+            spec.template,
+            spec.parallelism,
+        )
+    }
+}
+
+impl From<CronJob> for Workload {
+    /// The template is the job template's pod template.
+    fn from(c: CronJob) -> Self {
+        let template = c
+            .spec
+            .job_template
+            .spec
+            .map(|s| s.template)
+            .unwrap_or_default();
+        Workload::from_object(&c.metadata, WorkloadKind::CronJob, template, None)
+    }
 }
 
 /// Strategy lookup key: `namespace = None` for ClusterAutomationStrategy.

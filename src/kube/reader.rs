@@ -20,7 +20,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -30,7 +30,6 @@ use crate::api::{
     ClusterRightsizingPolicy, GLOBAL_CONFIGURATION_NAME, GlobalConfiguration,
     GlobalConfigurationSpec, GpuReactivePolicy, POLICY_EVALUATION_NAME, PolicyEvaluation,
     PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
-    WorkloadKind,
 };
 use crate::core::model::PolicyId;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
@@ -532,14 +531,7 @@ impl Reader {
             watcher(Api::<Deployment>::all(client.clone()), cfg()),
             |mut d: Deployment| {
                 strip_meta(&mut d.metadata);
-                let spec = d.spec;
-                let replicas = Some(spec.replicas.unwrap_or(1));
-                workload(
-                    &d.metadata,
-                    WorkloadKind::Deployment,
-                    spec.template,
-                    replicas,
-                )
+                Arc::new(Workload::from(d))
             },
             sync.clone(),
             None,
@@ -550,14 +542,7 @@ impl Reader {
             watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
             |mut s: StatefulSet| {
                 strip_meta(&mut s.metadata);
-                let spec = s.spec;
-                let replicas = Some(spec.replicas.unwrap_or(1));
-                workload(
-                    &s.metadata,
-                    WorkloadKind::StatefulSet,
-                    spec.template,
-                    replicas,
-                )
+                Arc::new(Workload::from(s))
             },
             sync.clone(),
             None,
@@ -568,9 +553,7 @@ impl Reader {
             watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
             |mut d: DaemonSet| {
                 strip_meta(&mut d.metadata);
-                let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
-                let template = d.spec.template;
-                workload(&d.metadata, WorkloadKind::DaemonSet, template, desired)
+                Arc::new(Workload::from(d))
             },
             sync.clone(),
             None,
@@ -584,13 +567,7 @@ impl Reader {
                     return ListedJob::OfCronJob(cron.to_string());
                 }
                 strip_meta(&mut j.metadata);
-                let spec = j.spec.unwrap_or_default();
-                ListedJob::Workload(workload(
-                    &j.metadata,
-                    WorkloadKind::Job,
-                    spec.template,
-                    spec.parallelism,
-                ))
+                ListedJob::Workload(Arc::new(Workload::from(j)))
             },
             sync.clone(),
             store
@@ -603,13 +580,7 @@ impl Reader {
             watcher(Api::<CronJob>::all(client.clone()), cfg()),
             |mut c: CronJob| {
                 strip_meta(&mut c.metadata);
-                let template = c
-                    .spec
-                    .job_template
-                    .spec
-                    .map(|s| s.template)
-                    .unwrap_or_default();
-                workload(&c.metadata, WorkloadKind::CronJob, template, None)
+                Arc::new(Workload::from(c))
             },
             sync.clone(),
             None,
@@ -865,15 +836,6 @@ impl Reader {
         }
         spec
     }
-}
-
-fn workload(
-    meta: &ObjectMeta,
-    kind: WorkloadKind,
-    template: PodTemplateSpec,
-    replicas: Option<i32>,
-) -> Arc<Workload> {
-    Arc::new(Workload::from_object(meta, kind, template, replicas))
 }
 
 #[cfg(test)]
