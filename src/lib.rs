@@ -19,3 +19,4 @@ pub mod server;
 pub mod standalone;
 pub mod state;
 pub mod telemetry;
+pub mod writers;

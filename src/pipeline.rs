@@ -153,6 +153,24 @@ pub async fn run_cycle<S: MetricSource>(
 }
 
 impl CycleOutput {
+    /// Every policy whose queries failed this cycle, with the reason.
+    pub fn query_failures(
+        &self,
+        snapshot: &Snapshot,
+    ) -> Vec<(crate::core::model::PolicyId, String)> {
+        let gpu = self.prometheus.iter().filter_map(|(pi, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| (snapshot.gpu_policies[*pi].id.clone(), e.clone()))
+        });
+        let rs = self.rs_prometheus.iter().filter_map(|(pi, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| (snapshot.rightsizing_policies[*pi].id.clone(), e.clone()))
+        });
+        gpu.chain(rs).collect()
+    }
+
     /// What the admission path serves, per workload: the GPU recommendation and, for auto-patch
     /// resources that kerf applies, the CPU/memory requests and the coordinated HPA target.
     pub fn states(&self) -> BTreeMap<WorkloadKey, WorkloadState> {

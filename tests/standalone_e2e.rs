@@ -317,3 +317,67 @@ async fn serve_standalone_sets_the_coordinated_hpa_target_at_admission() {
     assert_eq!(code, 200);
     assert!(debug.contains("web"), "{debug}");
 }
+
+/// The value of an unlabelled counter on `/metrics`.
+async fn counter(health: std::net::SocketAddr, name: &str) -> f64 {
+    let (code, text) = get_text(health, "/metrics").await;
+    assert_eq!(code, 200);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} not on /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `name` reaches `at_least` (the standalone loop runs every second here).
+async fn wait_for_counter(health: std::net::SocketAddr, name: &str, at_least: f64) {
+    let start = Instant::now();
+    while counter(health, name).await < at_least {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{name} never reached {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One loop for every mode: standalone serve feeds the last recommendation back to the next
+/// cycle (in-memory writer), so an outage longer than an interval changes no admission answer.
+#[tokio::test]
+async fn standalone_serve_keeps_its_recommendations_through_a_prometheus_outage() {
+    let mut prom = prometheus_with("examples/metrics.om");
+    let s = serve_standalone(
+        "examples/manifests",
+        &["--prometheus", &prom.url(), "--interval-seconds", "1"],
+    )
+    .await;
+    let body = new_llm_pod_review();
+    let fraction = |resp: &Value| {
+        apply(&body["request"]["object"], resp)["metadata"]["annotations"]["gpu-fraction"].clone()
+    };
+    let webhook = client(&s.pki.ca_pem(), s.webhook, false);
+    assert_eq!(fraction(&review(&webhook, s.webhook, &body).await), "0.84");
+
+    prom.stop();
+    let errors = counter(s.health, "kerf_reconcile_errors_total").await;
+    // Three failed cycles: well over one interval without Prometheus.
+    wait_for_counter(s.health, "kerf_reconcile_errors_total", errors + 3.0).await;
+    assert_eq!(
+        fraction(&review(&webhook, s.webhook, &body).await),
+        "0.84",
+        "the last recommendation stays in force while Prometheus is down"
+    );
+    let (_, debug) = get_text(s.health, "/debug/recommendations").await;
+    assert!(debug.contains("0.84"), "{debug}");
+
+    prom.restart();
+    let errors = counter(s.health, "kerf_reconcile_errors_total").await;
+    let cycles = counter(s.health, "kerf_reconcile_cycles_total").await;
+    wait_for_counter(s.health, "kerf_reconcile_cycles_total", cycles + 3.0).await;
+    assert!(
+        counter(s.health, "kerf_reconcile_errors_total").await <= errors + 1.0,
+        "cycles succeed again once Prometheus is back"
+    );
+    assert_eq!(fraction(&review(&webhook, s.webhook, &body).await), "0.84");
+}

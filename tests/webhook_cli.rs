@@ -61,7 +61,7 @@ async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
     let st = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
-        .unwrap();
+        .expect("run `kill` (Debian package procps; `scripts/test --setup-only` installs it)");
     assert!(st.success());
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {

@@ -15,28 +15,29 @@ use crate::pipeline::CycleOutput;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let at = super::parse_at(args.at.as_deref())?;
-    let manifests = crate::standalone::load_dir(&args.manifests)?;
-    for note in &manifests.notes {
+    // The GlobalConfiguration (Prometheus timeout) is read before the cycle reads it again.
+    let global = crate::standalone::load_dir(&args.manifests)?
+        .snapshot
+        .global;
+    let source = super::metric_source(&args.source, &global).await?;
+    // One cycle of the reconcile loop, printed.
+    let evaluated = crate::standalone::DirLoop::new(&args.manifests)
+        .run_once(
+            &source,
+            at,
+            args.step_seconds,
+            &crate::state::Store::default(),
+        )
+        .await?;
+    for note in &evaluated.notes {
         tracing::debug!("{note}");
     }
-    let source = super::metric_source(&args.source, &manifests.snapshot.global).await?;
-    let cycle =
-        crate::pipeline::run_cycle(&manifests.snapshot, &source, at, args.step_seconds).await;
+    let cycle = evaluated.cycle;
     for w in &cycle.warnings {
         eprintln!("warning: {w}");
     }
-    for (pi, r) in &cycle.prometheus {
-        if let Err(e) = r {
-            eprintln!("warning: {}: {e}", manifests.snapshot.gpu_policies[*pi].id);
-        }
-    }
-    for (pi, r) in &cycle.rs_prometheus {
-        if let Err(e) = r {
-            eprintln!(
-                "warning: {}: {e}",
-                manifests.snapshot.rightsizing_policies[*pi].id
-            );
-        }
+    for (policy, e) in cycle.query_failures(&evaluated.snapshot) {
+        eprintln!("warning: {policy}: {e}");
     }
     let out = match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&to_json(&cycle))? + "\n",

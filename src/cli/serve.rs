@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// Evaluation time (RFC 3339) for standalone mode; default now at each refresh.
     #[arg(long, env = "KERF_AT", requires = "standalone")]
     pub at: Option<String>,
+    /// Seconds between cycles in standalone mode, instead of the GlobalConfiguration's
+    /// `gpuReactiveCheckInterval` (which cannot go below 1m): for trying kerf out and for tests.
+    #[arg(long, env = "KERF_INTERVAL_SECONDS", requires = "standalone")]
+    pub interval_seconds: Option<u64>,
     /// Query step in seconds (standalone mode).
     #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
     pub step_seconds: i64,
@@ -85,11 +89,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if args.step_seconds <= 0 {
             anyhow::bail!("--step-seconds must be > 0 (got {})", args.step_seconds);
         }
+        if args.interval_seconds == Some(0) {
+            anyhow::bail!("--interval-seconds must be > 0");
+        }
         tokio::spawn(run_standalone(
             dir,
             source,
             at,
             args.step_seconds,
+            args.interval_seconds,
             store.clone(),
         ))
     } else {
@@ -129,6 +137,7 @@ async fn run_standalone(
     source: MetricSourceArgs,
     at: Option<DateTime<Utc>>,
     step_seconds: i64,
+    interval_seconds: Option<u64>,
     store: Arc<Store>,
 ) -> anyhow::Result<()> {
     let global = crate::standalone::load_dir(&dir)
@@ -141,37 +150,45 @@ async fn run_standalone(
     )
     .await
     .inspect_err(|e| tracing::error!("{e:#}"))?;
-    standalone_loop(&dir, &source, at, step_seconds, &store).await;
+    standalone_loop(&dir, &source, at, step_seconds, interval_seconds, &store).await;
     Ok(())
 }
 
-/// Refreshes `store` from `dir` and `source` now and then every interval the evaluation returns
-/// (GlobalConfiguration `gpuReactiveCheckInterval`). A failed refresh keeps the previous content
-/// and is retried after `RETRY`.
+/// Runs the reconcile loop over `dir` (see [`crate::standalone::DirLoop`]) now and then every
+/// GlobalConfiguration `gpuReactiveCheckInterval` (or `interval_seconds`). A directory that cannot be read keeps the
+/// previous content and is retried after `RETRY`; failed queries keep the last recommendations.
 pub async fn standalone_loop<S: MetricSource>(
     dir: &Path,
     source: &S,
     at: Option<DateTime<Utc>>,
     step_seconds: i64,
+    interval_seconds: Option<u64>,
     store: &Store,
 ) {
     const RETRY: Duration = Duration::from_secs(10);
+    let mut dir_loop = crate::standalone::DirLoop::new(dir);
     loop {
         let now = at.unwrap_or_else(Utc::now);
-        let wait =
-            match crate::standalone::refresh_store(dir, source, now, step_seconds, store).await {
-                Ok(secs) => {
-                    tracing::info!(
-                        workloads = store.len(),
-                        "standalone recommendations refreshed"
-                    );
-                    Duration::from_secs(secs.max(1))
-                }
-                Err(e) => {
-                    tracing::warn!("standalone refresh failed (retrying in {RETRY:?}): {e:#}");
-                    RETRY
-                }
-            };
+        let wait = match dir_loop.run_once(source, now, step_seconds, store).await {
+            Ok(e) => {
+                tracing::info!(
+                    workloads = store.len(),
+                    failed_policies = e.cycle.query_failures(&e.snapshot).len(),
+                    "standalone cycle done"
+                );
+                Duration::from_secs(interval_seconds.unwrap_or_else(|| {
+                    e.snapshot
+                        .global
+                        .gpu_reactive_check_interval
+                        .seconds()
+                        .max(1)
+                }))
+            }
+            Err(e) => {
+                tracing::warn!("standalone cycle failed (retrying in {RETRY:?}): {e:#}");
+                RETRY
+            }
+        };
         tokio::time::sleep(wait).await;
     }
 }

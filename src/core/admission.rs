@@ -5,7 +5,7 @@
 //! is a diff between the original and the desired object, so a second invocation on an
 //! already-patched object yields an empty patch (`reinvocationPolicy: IfNeeded`).
 //!
-//! Decisions beyond DESIGN.md ("Applying GPU recommendations at admission"):
+//! kerf's readings beyond the rules of docs/design/kai-admission.md (written there too):
 //! - GPU sizes go through [`GpuTarget::from_units`]: noise removal (round to 9 decimals) before
 //!   rounding up to 0.01. A fraction that rounds up to 1.00 becomes whole GPUs.
 //! - The KAI contract carries one fractional container per pod. If several containers would need

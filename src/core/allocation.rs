@@ -1,4 +1,4 @@
-//! Engine decision 1: the current GPU allocation of each container (KAI contract
+//! docs/design/gpu-engine.md#g1: the current GPU allocation of each container (KAI contract
 //! `v1alpha1-2026-07`), and which containers a policy's scope includes.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The GPU reactive engine (DESIGN "GPU reactive engine — decisions" 2–10): a pure function of
+//! The GPU reactive engine (docs/design/gpu-engine.md#g2 to #g10): a pure function of
 //! (policy, pods with their allocations, metric samples, baseline, previous recommendation, now).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -106,7 +106,8 @@ fn pod_is_terminating(p: &Pod) -> bool {
         )
 }
 
-/// Decision 2/3: the pod total at each sample timestamp within (now − window, now].
+/// The pod total at each sample timestamp within (now − window, now]
+/// (docs/design/gpu-engine.md#g2, docs/design/gpu-engine.md#g3).
 fn pod_totals(
     pod: &PodView<'_>,
     samples: &SignalSamples,
@@ -174,7 +175,8 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let template_scope = in_scope(template_spec);
     let template_alloc = container_allocations(template_spec, template_annotations);
 
-    // Decision 7: narrowing the scope drops excluded entries; a changed template resets state.
+    // docs/design/gpu-engine.md#g7: narrowing the scope drops excluded entries; a changed
+    // template resets state.
     let mut baseline: Option<GpuMap> = input.baseline.map(|b| {
         b.iter()
             .filter(|(c, _)| template_scope.contains(*c))
@@ -229,7 +231,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let baseline = baseline.filter(|b| !b.is_empty());
     let previous = previous.filter(|r| !r.containers.is_empty());
 
-    // Decision 4: eligible pods.
+    // Eligible pods: docs/design/gpu-engine.md#g4.
     let min_age = policy.min_pod_metrics_age.chrono();
     let mut live_pods: Vec<&Pod> = input
         .pods
@@ -294,7 +296,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         reasons.push("no eligible pod with a GPU allocation".into());
     }
 
-    // Decisions 5 and 6, per signal.
+    // Upsize (docs/design/gpu-engine.md#g5) and scale-back (#g6), per signal.
     let mut candidates: Vec<Candidate> = Vec::new();
     for signal in Signal::BOTH {
         let cfg = policy.metrics.signal(signal);
@@ -401,7 +403,8 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         });
     }
 
-    // Decision 8: choose between metrics and against the existing recommendation.
+    // docs/design/gpu-engine.md#g8: choose between metrics and against the existing
+    // recommendation.
     let driver = previous.as_ref().and_then(|r| r.driving_metric);
     let winner: Option<&Candidate> = candidates.iter().fold(None, |best, c| match best {
         None => Some(c),
@@ -464,7 +467,8 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
 
     let mut out_baseline = baseline.clone();
     let (action, driving, recommendation) = if let Some((cand, drive)) = accepted {
-        // Decision 9: redistribute over the selected pod's containers ∝ current allocation.
+        // docs/design/gpu-engine.md#g9: redistribute over the selected pod's containers
+        // ∝ current allocation.
         let pod = &views[cand.pod];
         let sum = pod.total_alloc();
         let rec: GpuMap = pod

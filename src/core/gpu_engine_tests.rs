@@ -1,5 +1,5 @@
-//! One test per seed bullet and per DESIGN engine decision, named after the rule, plus
-//! property tests for the engine's invariants.
+//! One test per Behavior bullet and per engine rule of docs/design/gpu-engine.md, named after
+//! the rule, plus property tests for the engine's invariants.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -232,7 +232,7 @@ fn half_gpu_pod(name: &str) -> Pod {
         .build()
 }
 
-// ---- Decision 1: current allocation -------------------------------------------------------
+// ---- docs/design/gpu-engine.md#g1: current allocation --------------------------------------
 
 #[test]
 fn kai_fraction_is_the_first_containers_allocation() {
@@ -301,7 +301,7 @@ fn kai_gpu_memory_pod_has_no_allocation() {
     assert!(matches!(&a["a"], Allocation::Missing(why) if why.contains("gpu-memory")));
 }
 
-// ---- Seed bullets and decisions 2–10 -------------------------------------------------------
+// ---- docs/design/gpu-engine.md#seed-behavior and #g2 to #g10 -------------------------------
 
 #[test]
 fn full_gpu_interpretation_is_percent_of_one_whole_gpu() {

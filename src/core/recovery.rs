@@ -5,7 +5,7 @@
 //! The same rules as evaluation decide what still stands: workloads in protected namespaces and
 //! workloads their recommending policy no longer covers get nothing; entries outside the policy's
 //! container scope are dropped; a template whose own GPU allocation no longer matches the
-//! recorded baseline resets the recommendation (decision 7).
+//! recorded baseline resets the recommendation (docs/design/gpu-engine.md#g7).
 
 use crate::core::allocation::scoped_container_names;
 use crate::core::evaluate::{resolve_strategy, template_gpu};

@@ -1,4 +1,4 @@
-//! Engine decision 11: which policy wins a workload (or each container of it).
+//! docs/design/gpu-engine.md#g11: which policy wins a workload (or each container of it).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};

@@ -63,7 +63,8 @@ pub struct GpuAnnotations {
 }
 
 impl GpuAnnotations {
-    fn rendered(&self) -> BTreeMap<String, String> {
+    /// The annotations as kerf writes them (an absent value is no entry).
+    pub fn rendered(&self) -> BTreeMap<String, String> {
         let mut m = BTreeMap::new();
         if let Some(b) = self.baseline.as_ref().filter(|b| !b.is_empty()) {
             m.insert(ANNOTATION_GPU_BASELINE.to_string(), render_baseline(b));
@@ -542,6 +543,23 @@ fn nest(path: &[&str], leaf: Value) -> Value {
     path.iter().rev().fold(leaf, |acc, k| json!({ *k: acc }))
 }
 
+/// Writing `gpu` over a workload whose annotations are `observed` changes the per-container GPU
+/// values its pods get: a rolling restart is due (Jobs and CronJobs are never restarted). Shared
+/// by the cluster writer and the in-memory writer.
+pub fn gpu_restart_due(
+    kind: WorkloadKind,
+    observed: &BTreeMap<String, String>,
+    gpu: &GpuAnnotations,
+) -> bool {
+    let before = observed
+        .get(ANNOTATION_GPU_RECOMMENDATION)
+        .and_then(|t| GpuRecommendation::parse(t).ok())
+        .map(|r| r.containers);
+    let after = gpu.recommendation.as_ref().map(|r| r.containers.clone());
+    !same_gpu(before.as_ref(), after.as_ref())
+        && !matches!(kind, WorkloadKind::Job | WorkloadKind::CronJob)
+}
+
 fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {
     let a = a.cloned().unwrap_or_default();
     let b = b.cloned().unwrap_or_default();
@@ -796,7 +814,7 @@ fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
 }
 
 /// The single utilization metric kerf writes on an HPA.
-fn hpa_metrics(resource: &str, target: i32) -> Value {
+pub fn hpa_metrics(resource: &str, target: i32) -> Value {
     json!([{
         "type": "Resource",
         "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
@@ -982,17 +1000,12 @@ impl Task {
         made += 1;
         self.last_applied.insert(key.clone(), body);
 
-        if let Some(g) = &w.gpu {
-            let before = observed_ann
-                .get(ANNOTATION_GPU_RECOMMENDATION)
-                .and_then(|t| GpuRecommendation::parse(t).ok())
-                .map(|r| r.containers);
-            let after = g.recommendation.as_ref().map(|r| r.containers.clone());
-            let changed = !same_gpu(before.as_ref(), after.as_ref());
-            if changed && !matches!(key.kind, WorkloadKind::Job | WorkloadKind::CronJob) {
-                self.restart(key).await?;
-                made += 1;
-            }
+        if w.gpu
+            .as_ref()
+            .is_some_and(|g| gpu_restart_due(key.kind, observed_ann, g))
+        {
+            self.restart(key).await?;
+            made += 1;
         }
         Ok(made)
     }

@@ -27,9 +27,16 @@ fn binary(env: &str, name: &str) -> PathBuf {
         return PathBuf::from(p);
     }
     std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join(name)).find(|p| p.is_file()))
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
         .unwrap_or_else(|| {
-            panic!("`{name}` not found on PATH and {env} is not set; install with: apt-get install -y prometheus")
+            panic!(
+                "`{name}` not found on PATH and {env} is not set; install it with \
+                 `scripts/test --setup-only` (or `apt-get install -y prometheus`)"
+            )
         })
 }
 
@@ -48,7 +55,7 @@ pub fn promtool_load(file: &Path, data_dir: &Path) -> Result<(), String> {
         .arg(file)
         .arg(data_dir)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run promtool: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run promtool ({}): {e}", promtool_bin().display()));
     if out.status.success() {
         Ok(())
     } else {
@@ -142,7 +149,12 @@ impl TestPrometheus {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start prometheus: {e}"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start prometheus ({}): {e}",
+                    prometheus_bin().display()
+                )
+            });
         self.child = Some(child);
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {

@@ -1,4 +1,4 @@
-//! One test per DESIGN rule of "Applying GPU recommendations at admission".
+//! One test per rule of docs/design/kai-admission.md.
 
 use serde_json::{Value, json};
 

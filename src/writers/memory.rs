@@ -1,0 +1,315 @@
+//! The in-memory writer: kerf's own writes (GPU annotations, template requests, rolling
+//! restarts, HPA targets, RightsizingRecommendations, policy conditions) applied to objects held
+//! in memory, for the modes without an API server (`kerf serve --standalone`, `kerf recommend`).
+//!
+//! The object source re-reads its manifests every cycle; [`MemoryWriter::overlay`] puts kerf's
+//! writes back on top, as the fields kerf owns would stay on the objects in a cluster. So the next
+//! cycle sees what the previous one wrote — baseline, last recommendation, applied requests —
+//! exactly as the in-cluster loop does, and a cycle whose queries fail keeps them.
+//! Like the cluster writer, it writes nothing to workloads or HPAs under `readOnly`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::api::{PolicyStatus, RightsizingRecommendation};
+use crate::core::model::{
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
+    ANNOTATION_ROLLBACK, PolicyId, ResourceRequests, WorkloadKey,
+};
+use crate::core::pod::PodTemplateSpec;
+use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
+use crate::core::snapshot::{Snapshot, Workload};
+use crate::kube::writer::{
+    EventWrite, GpuAnnotations, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite,
+    WriteOp, gpu_restart_due, hpa_metrics, merge_conditions,
+};
+
+/// Events kept for inspection (oldest dropped first).
+const EVENTS_KEPT: usize = 1000;
+
+/// What kerf wrote to one workload.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct WorkloadFields {
+    /// The GPU annotations as kerf last applied them (`None`: kerf never wrote them).
+    gpu: Option<GpuAnnotations>,
+    /// Template requests kerf set, by container (a `None` resource is left as it is).
+    requests: BTreeMap<String, ResourceRequests>,
+    /// Pod template `restartedAt` of kerf's last rolling restart.
+    restarted_at: Option<String>,
+    /// A rollback removed the `rollback` annotation.
+    rollback_cleared: bool,
+}
+
+/// kerf's writes, kept in memory and laid over every fresh read of the objects.
+#[derive(Debug, Default)]
+pub struct MemoryWriter {
+    workloads: BTreeMap<WorkloadKey, WorkloadFields>,
+    /// (namespace, HPA name) → (resource, averageUtilization).
+    hpa_targets: BTreeMap<(String, String), (String, i32)>,
+    /// (namespace, name) → the RightsizingRecommendation as written.
+    recommendations: BTreeMap<(String, String), Arc<RightsizingRecommendation>>,
+    policy_status: BTreeMap<PolicyId, PolicyStatus>,
+    restarts: BTreeMap<WorkloadKey, u32>,
+    events: Vec<EventWrite>,
+}
+
+impl MemoryWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lays kerf's writes over `snapshot` (freshly read objects).
+    pub fn overlay(&self, snapshot: &mut Snapshot) {
+        for w in &mut snapshot.workloads {
+            if let Some(fields) = self.workloads.get(&w.key) {
+                fields.lay_over(Arc::make_mut(w));
+            }
+        }
+        for h in &mut snapshot.hpas {
+            let key = (
+                h.metadata.namespace.clone().unwrap_or_default(),
+                h.metadata.name.clone().unwrap_or_default(),
+            );
+            if let Some((resource, target)) = self.hpa_targets.get(&key) {
+                set_hpa_target(h, resource, *target);
+            }
+        }
+        for p in &mut snapshot.gpu_policies {
+            if let Some(s) = self.policy_status.get(&p.id) {
+                p.status = Some(s.clone());
+            }
+        }
+        for p in &mut snapshot.rightsizing_policies {
+            if let Some(s) = self.policy_status.get(&p.id) {
+                p.status = Some(s.clone());
+            }
+        }
+    }
+
+    /// The RightsizingRecommendations written so far, in name order.
+    pub fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+        self.recommendations.values().cloned().collect()
+    }
+
+    /// Rolling restarts kerf made, per workload.
+    pub fn restarts(&self) -> &BTreeMap<WorkloadKey, u32> {
+        &self.restarts
+    }
+
+    /// The latest events (at most [`EVENTS_KEPT`]).
+    pub fn events(&self) -> &[EventWrite] {
+        &self.events
+    }
+
+    pub fn policy_status(&self, id: &PolicyId) -> Option<&PolicyStatus> {
+        self.policy_status.get(id)
+    }
+
+    /// Applies one cycle's writes, in order, as the cluster writer would: under `read_only`
+    /// nothing is written to workloads or HPAs.
+    pub fn apply_all(&mut self, ops: Vec<WriteOp>, read_only: bool, now: DateTime<Utc>) {
+        for op in ops {
+            self.apply(op, read_only, now);
+        }
+    }
+
+    fn apply(&mut self, op: WriteOp, read_only: bool, now: DateTime<Utc>) {
+        match op {
+            WriteOp::Workload(_)
+            | WriteOp::Restart(_)
+            | WriteOp::Coordinated(_)
+            | WriteOp::Restore(_)
+                if read_only => {}
+            WriteOp::Workload(w) => self.workload(&w, now),
+            WriteOp::Restart(key) => self.restart(&key, now),
+            WriteOp::Coordinated(c) => {
+                self.workload(&c.workload, now);
+                self.hpa(&c.hpa);
+            }
+            WriteOp::PolicyStatus(s) => {
+                let observed = self
+                    .policy_status
+                    .get(&s.policy)
+                    .cloned()
+                    .or(s.observed.clone())
+                    .unwrap_or_default();
+                let status = PolicyStatus {
+                    conditions: merge_conditions(
+                        &observed.conditions,
+                        &s.conditions,
+                        s.generation,
+                        now,
+                    ),
+                    observed_generation: s.generation,
+                    matched_workloads: s.matched_workloads,
+                };
+                self.policy_status.insert(s.policy.clone(), status);
+            }
+            WriteOp::Recommendation(r) => self.recommendation(&r),
+            WriteOp::Event(e) => self.event(*e),
+            WriteOp::Restore(r) => {
+                let fields = self.workloads.entry(r.observed.key.clone()).or_default();
+                match r.kind {
+                    // kerf keeps owning the fields, with the values from before kerf.
+                    RestoreKind::Rollback => {
+                        merge_requests(&mut fields.requests, &r.requests);
+                        fields.rollback_cleared = true;
+                        if let Some(h) = &r.hpa {
+                            self.hpa(h);
+                        }
+                    }
+                    // kerf gives the fields back: the manifests' own values (those from before
+                    // kerf) stand again.
+                    RestoreKind::Release => {
+                        for c in r.requests.keys() {
+                            fields.requests.remove(c);
+                        }
+                        if let Some(h) = &r.hpa {
+                            self.hpa_targets
+                                .remove(&(h.namespace.clone(), h.name.clone()));
+                        }
+                    }
+                }
+                if let Some(rec) = &r.recommendation {
+                    self.recommendation(rec);
+                }
+                self.event(r.event);
+            }
+        }
+    }
+
+    fn workload(&mut self, w: &WorkloadWrite, now: DateTime<Utc>) {
+        let key = &w.observed.key;
+        let restart = w
+            .gpu
+            .as_ref()
+            .is_some_and(|g| gpu_restart_due(key.kind, &w.observed.annotations, g));
+        let fields = self.workloads.entry(key.clone()).or_default();
+        if let Some(g) = &w.gpu {
+            fields.gpu = Some(g.clone());
+        }
+        if let Some(r) = &w.requests {
+            merge_requests(&mut fields.requests, r);
+        }
+        if restart {
+            self.restart(key, now);
+        }
+    }
+
+    fn restart(&mut self, key: &WorkloadKey, now: DateTime<Utc>) {
+        let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        self.workloads.entry(key.clone()).or_default().restarted_at = Some(at);
+        *self.restarts.entry(key.clone()).or_default() += 1;
+    }
+
+    fn hpa(&mut self, h: &HpaTarget) {
+        self.hpa_targets.insert(
+            (h.namespace.clone(), h.name.clone()),
+            (h.resource.clone(), h.average_utilization),
+        );
+    }
+
+    fn recommendation(&mut self, r: &RecommendationWrite) {
+        let mut rec = RightsizingRecommendation::new(&r.name, r.spec.clone());
+        rec.metadata = ObjectMeta {
+            name: Some(r.name.clone()),
+            namespace: Some(r.namespace.clone()),
+            owner_references: r.owner.clone().map(|o| vec![o]),
+            ..Default::default()
+        };
+        rec.status = r
+            .status
+            .clone()
+            .or_else(|| r.observed.as_ref().and_then(|o| o.status.clone()));
+        self.recommendations
+            .insert((r.namespace.clone(), r.name.clone()), Arc::new(rec));
+    }
+
+    fn event(&mut self, e: EventWrite) {
+        if self.events.len() == EVENTS_KEPT {
+            self.events.remove(0);
+        }
+        self.events.push(e);
+    }
+}
+
+impl WorkloadFields {
+    fn lay_over(&self, w: &mut Workload) {
+        if let Some(g) = &self.gpu {
+            let rendered = g.rendered();
+            for k in [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION] {
+                match rendered.get(k) {
+                    Some(v) => w.annotations.insert(k.to_string(), v.clone()),
+                    None => w.annotations.remove(k),
+                };
+            }
+        }
+        if self.rollback_cleared {
+            w.annotations.remove(ANNOTATION_ROLLBACK);
+        }
+        set_template_requests(&mut w.template, &self.requests);
+        if let Some(at) = &self.restarted_at {
+            w.template
+                .metadata
+                .get_or_insert_with(Default::default)
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(ANNOTATION_RESTARTED_AT.to_string(), at.clone());
+        }
+    }
+}
+
+/// `want`'s values over `have` (a `None` resource leaves `have`'s value).
+fn merge_requests(
+    have: &mut BTreeMap<String, ResourceRequests>,
+    want: &BTreeMap<String, ResourceRequests>,
+) {
+    for (c, w) in want {
+        let e = have.entry(c.clone()).or_default();
+        e.cpu_millis = w.cpu_millis.or(e.cpu_millis);
+        e.memory_bytes = w.memory_bytes.or(e.memory_bytes);
+    }
+}
+
+/// Sets the requests kerf owns on the template's containers (regular and init) of that name.
+fn set_template_requests(
+    template: &mut PodTemplateSpec,
+    requests: &BTreeMap<String, ResourceRequests>,
+) {
+    let Some(spec) = template.spec.as_mut() else {
+        return;
+    };
+    let containers = spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten());
+    for c in containers {
+        let Some(want) = requests.get(&c.name) else {
+            continue;
+        };
+        let map = c
+            .resources
+            .get_or_insert_with(Default::default)
+            .requests
+            .get_or_insert_with(Default::default);
+        if let Some(m) = want.cpu_millis {
+            map.insert("cpu".into(), Quantity(format_cpu_millis(m)));
+        }
+        if let Some(b) = want.memory_bytes {
+            map.insert("memory".into(), Quantity(format_memory_bytes(b)));
+        }
+    }
+}
+
+/// The HPA's metrics become the single utilization metric kerf writes.
+fn set_hpa_target(h: &mut HorizontalPodAutoscaler, resource: &str, target: i32) {
+    let spec = h.spec.clone();
+    h.spec.metrics = serde_json::from_value(hpa_metrics(resource, target))
+        .ok()
+        .or(spec.metrics);
+}
