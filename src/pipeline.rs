@@ -9,7 +9,7 @@ use std::pin::Pin;
 
 use crate::api::Signal;
 use crate::core::evaluate::{self, WorkloadResult};
-use crate::core::model::{WorkloadKey, WorkloadState};
+use crate::core::model::WorkloadKey;
 use crate::core::rs_evaluate::{self, RsResult};
 use crate::core::snapshot::Snapshot;
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
@@ -169,54 +169,5 @@ impl CycleOutput {
                 .map(|e| (snapshot.rightsizing_policies[*pi].id.clone(), e.clone()))
         });
         gpu.chain(rs).collect()
-    }
-
-    /// What the admission path serves, per workload: the GPU recommendation and, for auto-patch
-    /// resources that kerf applies, the CPU/memory requests and the coordinated HPA target.
-    pub fn states(&self) -> BTreeMap<WorkloadKey, WorkloadState> {
-        let mut out = BTreeMap::new();
-        self.each_state(|key, state| {
-            out.insert(key.clone(), state);
-        });
-        out
-    }
-
-    /// [`CycleOutput::states`] one workload at a time (GPU results first, then workloads only a
-    /// rightsizing policy covers), so a caller can move each into place without holding them all.
-    pub fn each_state(&self, mut f: impl FnMut(&WorkloadKey, WorkloadState)) {
-        let mut applied: HashMap<&WorkloadKey, &RsResult> = HashMap::new();
-        for r in &self.rightsizing {
-            let applies = r
-                .outcome
-                .as_ref()
-                .is_ok_and(|o| o.apply.is_some() && !r.metrics_unavailable);
-            if applies {
-                applied.insert(&r.key, r);
-            }
-        }
-        let with_resources = |mut state: WorkloadState, r: &RsResult| {
-            if let Some(plan) = r.outcome.as_ref().ok().and_then(|o| o.apply.as_ref()) {
-                state.resources = plan.requests.clone();
-                state.hpa = plan.hpa.clone();
-            }
-            state
-        };
-        for r in &self.results {
-            let state = r.to_state();
-            match applied.remove(&r.key) {
-                Some(rs) => f(&r.key, with_resources(state, rs)),
-                None => f(&r.key, state),
-            }
-        }
-        // The rest in rightsizing order (a map's order would depend on hashing).
-        for r in &self.rightsizing {
-            if let Some(rs) = applied.remove(&r.key) {
-                let state = WorkloadState {
-                    policy: Some(rs.policy.clone()),
-                    ..Default::default()
-                };
-                f(&r.key, with_resources(state, rs));
-            }
-        }
     }
 }

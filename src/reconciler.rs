@@ -3,7 +3,7 @@
 //! store the webhook reads, and queue the writes (the writer performs them only while this
 //! replica holds the Lease; every replica computes and serves).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +12,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
-    RecommendationPhase, RecommendationStatus, RightsizingRecommendation, WorkloadKind,
+    RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
 };
 use crate::core::model::{ANNOTATION_ROLLBACK, PolicyId, ResourceRequests, WorkloadKey};
+use crate::core::recovery::{recommendation_key, serving_state};
 use crate::core::resources::{counted_containers, effective_requests};
-use crate::core::rightsizing::{plan_restore, recommendation_spec, recommendation_status};
+use crate::core::rightsizing::{
+    applied_change, plan_restore, recommendation_spec, recommendation_status,
+};
 use crate::core::snapshot::{Snapshot, Workload, unresolved_strategy_message};
 use crate::kube::reader::{InvalidPolicy, Reader};
 use crate::kube::writer::{
@@ -141,15 +144,6 @@ fn kerf_applied(status: Option<&RecommendationStatus>) -> bool {
     status.is_some_and(|s| s.previous_hpa_target.is_some() || !s.original_requests.is_empty())
 }
 
-/// The workload a RightsizingRecommendation is about.
-fn recommendation_key(rec: &RightsizingRecommendation) -> Option<WorkloadKey> {
-    Some(WorkloadKey::new(
-        rec.metadata.namespace.clone()?,
-        WorkloadKind::parse(&rec.spec.workload.kind)?,
-        rec.spec.workload.name.clone(),
-    ))
-}
-
 fn find_recommendation<'a>(
     recommendations: &'a [Arc<RightsizingRecommendation>],
     key: &WorkloadKey,
@@ -192,6 +186,7 @@ fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> Recom
     status.reason = Some(kind.reason().into());
     status.previous_hpa_target = None;
     status.original_requests.clear();
+    status.applied = None;
     status
 }
 
@@ -389,6 +384,13 @@ pub fn plan_writes(
             .apply
             .as_ref()
             .filter(|_| !r.metrics_unavailable && !snapshot.global.read_only && !held);
+        // What every replica serves at admission: this cycle's plan; the last one while the
+        // metrics are unavailable (carried over by `recommendation_status`); else nothing.
+        if let Some(p) = plan {
+            status.applied = Some(applied_change(&p.requests, p.hpa.as_ref()));
+        } else if !r.metrics_unavailable || held {
+            status.applied = None;
+        }
         let changing = plan.is_some_and(|p| requests_differ(w, &p.requests));
         if changing {
             status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
@@ -508,50 +510,12 @@ pub fn plan_writes(
     ops
 }
 
-/// Refreshes the store from a cycle. Workloads whose metrics were unavailable keep what they had.
-pub fn refresh_store(store: &Store, snapshot: &Snapshot, cycle: &CycleOutput) {
-    refresh_store_except(store, snapshot, cycle, &BTreeSet::new());
-}
-
-/// [`refresh_store`] without CPU/memory requests or HPA target for the `held` workloads (see
-/// [`held_back`]): admission must not put kerf's values back on a rolled-back workload's pods,
-/// nor its coordinated target back on the HPA the rollback restores.
-pub fn refresh_store_except(
-    store: &Store,
-    snapshot: &Snapshot,
-    cycle: &CycleOutput,
-    held: &BTreeSet<WorkloadKey>,
-) {
-    store.set_global(snapshot.global.clone());
-    let unavailable: HashSet<&WorkloadKey> = cycle
-        .results
-        .iter()
-        .filter(|r| r.metrics_unavailable)
-        .map(|r| &r.key)
-        .collect();
-    let mut present: HashSet<WorkloadKey> = HashSet::new();
-    // Each state replaces its predecessor in place: the store never holds two cycles' worth.
-    cycle.each_state(|key, mut state| {
-        present.insert(key.clone());
-        if unavailable.contains(key)
-            && let Some(old) = store.get(key)
-        {
-            state = (*old).clone();
-        }
-        if held.contains(key) {
-            state.resources.clear();
-            state.hpa = None;
-        }
-        store.put(key.clone(), state);
-    });
-    store.retain(|k| present.contains(k));
-}
-
 /// One reconcile cycle, the same in every mode (in-cluster, standalone, `kerf recommend`):
-/// batched queries and engines over `snapshot`, the admission store refreshed (workloads whose
-/// metrics were unavailable keep their last state), the failure reported, and the writes the
-/// cycle calls for — for the caller's writer (the Lease-gated cluster writer or the in-memory
-/// one). `recommendations` are the RightsizingRecommendations as the writer last left them.
+/// batched queries and engines over `snapshot`, the failure reported, and the writes the cycle
+/// calls for — for the caller's writer (the Lease-gated cluster writer or the in-memory one).
+/// `recommendations` are the RightsizingRecommendations as the writer last left them. The store
+/// the webhook reads is not touched here: every replica fills it from what the writes persist
+/// ([`serve_persisted`]).
 pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     snapshot: &Snapshot,
     invalid: &[InvalidPolicy],
@@ -559,11 +523,8 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     source: &S,
     now: DateTime<Utc>,
     step_seconds: i64,
-    store: &Store,
 ) -> (CycleOutput, Vec<WriteOp>) {
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;
-    let held = held_back(snapshot, recommendations);
-    refresh_store_except(store, snapshot, &cycle, &held);
     let failures = cycle.query_failures(snapshot);
     if !failures.is_empty() {
         crate::telemetry::metrics().reconcile_errors.inc();
@@ -576,14 +537,34 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     (cycle, ops)
 }
 
+/// Fills the admission store from the persisted state — workload annotations and
+/// RightsizingRecommendations (see [`serving_state`]) — and the GlobalConfiguration. Every
+/// replica does this, the leader included, so every replica answers a review identically.
+pub fn serve_persisted(
+    store: &Store,
+    snapshot: &Snapshot,
+    recommendations: &[Arc<RightsizingRecommendation>],
+) -> Vec<String> {
+    store.set_global(snapshot.global.clone());
+    let held = held_back(snapshot, recommendations);
+    let served = serving_state(snapshot, recommendations, &held);
+    store.replace_all(served.entries.into_iter().collect());
+    served.warnings
+}
+
 pub struct ReconcilerConfig {
     /// kerf's own namespace (Lease, events' reporting instance).
     pub namespace: String,
     pub step_seconds: i64,
 }
 
-/// Runs forever: readiness after restart recovery, then a cycle every interval (missed ticks are
-/// skipped; a changed interval or Prometheus URL is picked up at the next cycle).
+/// How often every replica refreshes the store it serves from the persisted state.
+pub const SERVE_REFRESH: Duration = Duration::from_secs(10);
+
+/// Runs forever: readiness after restart recovery, then every [`SERVE_REFRESH`] the store is
+/// refilled from the persisted state, and — on the Lease holder only — a cycle every interval
+/// (missed ticks are skipped; a changed interval or Prometheus URL is picked up at the next
+/// cycle). Followers never query Prometheus: Prometheus sees one client per cluster.
 pub async fn run(
     client: ::kube::Client,
     store: Arc<Store>,
@@ -596,19 +577,15 @@ pub async fn run(
         crate::kube::default_identity(),
     );
     let writer: WriterHandle =
-        crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease);
-    let recovered = crate::kube::recovery::prime_store(&reader, &store).await;
-    tracing::info!(
-        workloads = recovered.entries.len(),
-        "store primed from workload annotations; ready"
-    );
-    every_interval(&mut ReconcileCycle {
+        crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease.clone());
+    crate::kube::recovery::prime_store(&reader, &store).await;
+    every_interval(&mut ReconcileCycle::new(
         reader,
         writer,
+        lease,
         store,
-        step_seconds: cfg.step_seconds,
-        source: None,
-    })
+        cfg.step_seconds,
+    ))
     .await
 }
 
@@ -618,23 +595,47 @@ pub trait Cycle {
     fn run_once(&mut self) -> impl Future<Output = anyhow::Result<Duration>> + Send;
 }
 
-struct ReconcileCycle {
+/// The in-cluster cycle: compute (Lease holder only, every interval), then serve the persisted
+/// state (every replica, every [`SERVE_REFRESH`]).
+pub struct ReconcileCycle {
     reader: Reader,
     writer: WriterHandle,
+    lease: tokio::sync::watch::Receiver<bool>,
     store: Arc<Store>,
     step_seconds: i64,
     /// The Prometheus source with the URL and timeout it was built for.
     source: Option<(String, u64, PrometheusSource)>,
+    /// When the Lease holder computes next (`None`: at once, e.g. just after taking the Lease).
+    next_compute: Option<tokio::time::Instant>,
 }
 
-impl Cycle for ReconcileCycle {
-    /// Snapshot → queries → engines → store → writer queue; the interval is the snapshot's
-    /// `gpuReactiveCheckInterval`.
-    async fn run_once(&mut self) -> anyhow::Result<Duration> {
+impl ReconcileCycle {
+    pub fn new(
+        reader: Reader,
+        writer: WriterHandle,
+        lease: tokio::sync::watch::Receiver<bool>,
+        store: Arc<Store>,
+        step_seconds: i64,
+    ) -> Self {
+        Self {
+            reader,
+            writer,
+            lease,
+            store,
+            step_seconds,
+            source: None,
+            next_compute: None,
+        }
+    }
+
+    /// Queries, engines and writes: the Lease holder's part.
+    async fn compute(
+        &mut self,
+        snapshot: &Snapshot,
+        invalid: &[InvalidPolicy],
+    ) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
-        let (snapshot, invalid) = self.reader.snapshot();
         self.writer.set_read_only(snapshot.global.read_only);
-        let interval = check_interval(&snapshot.global);
         let url = snapshot.global.prometheus.url.clone();
         let timeout = snapshot.global.prometheus.request_timeout.seconds();
         if self
@@ -648,16 +649,14 @@ impl Cycle for ReconcileCycle {
             }
         }
         if let Some((_, _, prom)) = &self.source {
-            let now = Utc::now();
             let recommendations = self.reader.recommendations();
             let (_, ops) = reconcile_once(
-                &snapshot,
-                &invalid,
+                snapshot,
+                invalid,
                 &recommendations,
                 prom,
-                now,
+                Utc::now(),
                 self.step_seconds,
-                &self.store,
             )
             .await;
             for op in ops {
@@ -672,7 +671,30 @@ impl Cycle for ReconcileCycle {
         crate::telemetry::metrics()
             .reconcile_duration_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(interval)
+        Ok(())
+    }
+}
+
+impl Cycle for ReconcileCycle {
+    /// Snapshot → (Lease holder, when due: queries → engines → writer queue) → store from the
+    /// persisted state. Returns the time to the next refresh or computation, whichever is first.
+    async fn run_once(&mut self) -> anyhow::Result<Duration> {
+        let now = tokio::time::Instant::now();
+        let (snapshot, invalid) = self.reader.snapshot();
+        let leader = *self.lease.borrow();
+        if !leader {
+            self.next_compute = None;
+        } else if self.next_compute.is_none_or(|t| t <= now) {
+            self.compute(&snapshot, &invalid).await?;
+            self.next_compute = Some(now + check_interval(&snapshot.global));
+        }
+        for w in serve_persisted(&self.store, &snapshot, &self.reader.recommendations()) {
+            tracing::debug!("serving persisted state: {w}");
+        }
+        let until_compute = self
+            .next_compute
+            .map_or(SERVE_REFRESH, |t| t.saturating_duration_since(now));
+        Ok(until_compute.min(SERVE_REFRESH))
     }
 }
 

@@ -297,10 +297,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
     Ok(())
 }
 
-/// The owner links and the GlobalConfiguration the webhook reads, from the manifests (in-cluster
-/// the reader's watches keep them).
+/// The owner links the webhook reads, from the manifests (in-cluster the reader's watches keep
+/// them).
 fn fill_owners(store: &Store, snapshot: &Snapshot) {
-    store.set_global(snapshot.global.clone());
     store.replicaset_owners.clear();
     for ((ns, rs), d) in &snapshot.replicaset_owners {
         store
@@ -355,24 +354,10 @@ impl DirLoop {
         step_seconds: i64,
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
-        let Manifests {
-            mut snapshot,
-            notes,
-        } = load_dir(&self.dir)?;
-        self.writer.overlay(&mut snapshot);
+        let Manifests { snapshot, notes } = load_dir(&self.dir)?;
         fill_owners(store, &snapshot);
-        let recommendations = self.writer.recommendations();
-        let (cycle, ops) = crate::reconciler::reconcile_once(
-            &snapshot,
-            &[],
-            &recommendations,
-            source,
-            now,
-            step_seconds,
-            store,
-        )
-        .await;
-        self.writer.apply_all(ops, snapshot.global.read_only, now);
+        let (snapshot, cycle, _) =
+            in_memory_cycle(&mut self.writer, snapshot, source, now, step_seconds, store).await;
         store.set_ready(true);
         Ok(Evaluated {
             snapshot,
@@ -380,4 +365,38 @@ impl DirLoop {
             notes,
         })
     }
+}
+
+/// One reconcile cycle over freshly read objects with the in-memory writer: kerf's earlier
+/// writes laid over `snapshot`, [`crate::reconciler::reconcile_once`], the writes applied, and
+/// `store` served from what they persisted — as in a cluster. Returns the objects the cycle read,
+/// its output and the number of writes it planned.
+pub async fn in_memory_cycle<S: MetricSource>(
+    writer: &mut MemoryWriter,
+    mut snapshot: Snapshot,
+    source: &S,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+    store: &Store,
+) -> (Snapshot, CycleOutput, usize) {
+    writer.overlay(&mut snapshot);
+    let recommendations = writer.recommendations();
+    let (cycle, ops) = crate::reconciler::reconcile_once(
+        &snapshot,
+        &[],
+        &recommendations,
+        source,
+        now,
+        step_seconds,
+    )
+    .await;
+    drop(recommendations);
+    let planned = ops.len();
+    writer.apply_all(ops, snapshot.global.read_only, now);
+    let mut persisted = snapshot.clone();
+    writer.overlay(&mut persisted);
+    for w in crate::reconciler::serve_persisted(store, &persisted, &writer.recommendations()) {
+        tracing::debug!("serving persisted state: {w}");
+    }
+    (snapshot, cycle, planned)
 }

@@ -20,7 +20,7 @@ use kerf::core::snapshot::Snapshot;
 use kerf::kube::writer::{RecommendationWrite, RestoreKind, RestoreWrite};
 use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kerf::pipeline::{CycleOutput, run_cycle};
-use kerf::reconciler::{held_back, plan_writes, refresh_store_except};
+use kerf::reconciler::{held_back, plan_writes, serve_persisted};
 use kube_support::{Recorded, Reply, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -200,6 +200,17 @@ fn recommendation_write(ops: &[WriteOp]) -> &RecommendationWrite {
 }
 
 /// The RightsizingRecommendation as the API server holds it after `w` was written.
+/// Admission sets none of kerf's CPU/memory values or HPA target on the example workload.
+fn serves_no_cpu_memory_or_hpa_target(store: &kerf::state::Store) {
+    let state = store.get(&key());
+    assert!(
+        state
+            .as_ref()
+            .is_none_or(|st| st.resources.is_empty() && st.hpa.is_none()),
+        "{state:?}"
+    );
+}
+
 fn as_written(w: &RecommendationWrite) -> Arc<RightsizingRecommendation> {
     let mut rec = RightsizingRecommendation::new(&w.name, w.spec.clone());
     rec.metadata.namespace = Some(w.namespace.clone());
@@ -426,8 +437,12 @@ async fn plan_rollback_restores_both_and_then_holds_until_the_recommendation_is_
     assert_eq!(r.event.reason, "RolledBack");
     assert_eq!(r.event.details["hpaTargetFrom"], "71");
     assert_eq!(r.event.details["hpaTargetTo"], "50");
-    // Admission stops setting kerf's values at once.
+    // Admission stops setting kerf's values at once, though the recommendation still records
+    // the applied change.
     assert!(held_back(&s, std::slice::from_ref(&rec)).contains(&key()));
+    let store = kerf::state::Store::default();
+    serve_persisted(&store, &s, std::slice::from_ref(&rec));
+    serves_no_cpu_memory_or_hpa_target(&store);
 
     // The next cycles: annotation gone, values restored, the recommendation says RolledBack.
     let rolled_back = as_written(r.recommendation.as_ref().unwrap());
@@ -448,16 +463,10 @@ async fn plan_rollback_restores_both_and_then_holds_until_the_recommendation_is_
     let held = held_back(&s, std::slice::from_ref(&rolled_back));
     assert_eq!(held.len(), 1);
     let store = kerf::state::Store::default();
-    refresh_store_except(&store, &s, &c, &held);
-    let state = store.get(&key());
-    assert!(
-        state
-            .as_ref()
-            .is_none_or(|st| st.resources.is_empty() && st.hpa.is_none()),
-        "{state:?}"
-    );
+    serve_persisted(&store, &s, std::slice::from_ref(&rolled_back));
+    serves_no_cpu_memory_or_hpa_target(&store);
     let store = kerf::state::Store::default();
-    refresh_store_except(&store, &s, &c, &Default::default());
+    serve_persisted(&store, &s, std::slice::from_ref(&rec));
     assert_eq!(
         store
             .get(&key())

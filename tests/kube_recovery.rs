@@ -252,7 +252,7 @@ async fn prime_store_fills_the_store_from_the_cluster_before_readiness() {
         .await
         .expect("prime_store finishes once the watches synced");
     assert!(store.is_ready());
-    assert_eq!(recovered.entries.len(), 1);
+    assert_eq!(recovered, 1);
     let key = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
     assert_eq!(*store.get(&key).unwrap(), expected(rec()));
     assert_eq!(

@@ -9,7 +9,7 @@ use kerf::kube::writer::WriteOp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::pipeline::{CycleOutput, run_cycle};
-use kerf::reconciler::{plan_writes, refresh_store};
+use kerf::reconciler::plan_writes;
 use kerf::standalone::load_dir;
 
 fn at() -> DateTime<Utc> {
@@ -103,14 +103,14 @@ async fn prometheus_down_writes_no_workload_and_sets_the_condition() {
 
 #[tokio::test]
 async fn store_keeps_the_last_state_while_prometheus_is_down() {
-    let (m, good) = cycle("examples/manifests", "examples/metrics.om").await;
+    let file = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
     let store = kerf::state::Store::new();
-    refresh_store(&store, &m.snapshot, &good);
+    let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/manifests"));
+    dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
     let before = store.get(&key).expect("llm served");
     assert!((before.gpu.as_ref().unwrap().containers["inference"] - 0.84).abs() < 1e-9);
-    let down = run_cycle(&m.snapshot, &Down, at(), 15).await;
-    refresh_store(&store, &m.snapshot, &down);
+    dir_loop.run_once(&Down, at(), 15, &store).await.unwrap();
     assert_eq!(
         *store.get(&key).unwrap(),
         *before,
@@ -151,6 +151,15 @@ async fn coordinated_change_and_applied_event_for_the_hpa_example() {
         .expect("RightsizingRecommendation");
     assert_eq!(rec.name, "deployment-web");
     assert_eq!(rec.status.as_ref().unwrap().previous_hpa_target, Some(50));
+    // What every replica's webhook serves from now on.
+    let applied = rec.status.as_ref().unwrap().applied.as_ref().unwrap();
+    assert_eq!(
+        applied.requests["app"].cpu.as_ref().map(|q| q.0.as_str()),
+        Some("700m")
+    );
+    assert_eq!(applied.requests["app"].memory, None, "memory is audit-only");
+    let hpa = applied.hpa.as_ref().unwrap();
+    assert_eq!((hpa.target_before, hpa.target_after), (Some(50), Some(71)));
 }
 
 #[tokio::test]
@@ -238,4 +247,21 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
         Some(&1),
         "the same recommendation again is no new rollout"
     );
+}
+
+/// CPU/memory too: a cycle whose queries fail keeps serving the applied requests and the
+/// coordinated HPA target (carried over in the recommendation's `status.applied`).
+#[tokio::test]
+async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
+    let file = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/hpa/manifests"));
+    let key = WorkloadKey::new("shop", kerf::api::WorkloadKind::Deployment, "web");
+    dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    let before = store.get(&key).expect("web served");
+    assert_eq!(before.resources["app"].cpu_millis, Some(700));
+    assert_eq!(before.hpa.as_ref().unwrap().target_after, 71);
+    let down = dir_loop.run_once(&Down, at(), 15, &store).await.unwrap();
+    assert!(down.cycle.rightsizing.iter().all(|r| r.metrics_unavailable));
+    assert_eq!(*store.get(&key).unwrap(), *before);
 }

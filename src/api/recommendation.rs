@@ -142,6 +142,21 @@ pub struct RecommendationStatus {
     pub original_requests: BTreeMap<String, ResourceValues>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_time: Option<String>,
+    /// What kerf applies to this workload now: every replica's webhook serves it from here (the
+    /// leader computes and writes it; see docs/design/runtime.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The CPU/memory change kerf applies: the requests it sets on new pods (auto-patch resources
+/// only) and the coordinated HPA target it enforces when the HPA is admitted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedChange {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, ResourceValues>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpa: Option<HpaRecommendation>,
 }

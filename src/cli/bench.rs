@@ -122,10 +122,11 @@ struct CycleFigures {
     writes: usize,
 }
 
-/// Runs `cycles` reconcile cycles as the reconciler does, minus the cluster writes: plan →
-/// queries → engine → store refresh → write planning. The store persists across cycles, so
-/// from the second cycle on the previous cycle's states are held while the new ones are built
-/// (the steady state of a running replica).
+/// Runs `cycles` reconcile cycles as the Lease holder does, with the in-memory writer standing
+/// in for the API server and its watch: plan → queries → engine → write planning → writes
+/// applied → store served from the persisted state. The store and the writes persist across
+/// cycles, so from the second cycle on the previous cycle's state is held while the new one is
+/// built (the steady state of a running replica).
 async fn measure<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
@@ -134,13 +135,20 @@ async fn measure<S: MetricSource>(
     cycles: usize,
 ) -> Vec<CycleFigures> {
     let store = crate::state::Store::new();
+    let mut writer = crate::writers::memory::MemoryWriter::new();
     let mut out = Vec::with_capacity(cycles);
     for _ in 0..cycles {
         let cpu0 = cpu_seconds().unwrap_or(0.0);
         let t0 = Instant::now();
-        let cycle = crate::pipeline::run_cycle(snapshot, source, now, step_seconds).await;
-        crate::reconciler::refresh_store(&store, snapshot, &cycle);
-        let writes = crate::reconciler::plan_writes(snapshot, &cycle, &[], &[], now);
+        let (_, cycle, writes_planned) = crate::standalone::in_memory_cycle(
+            &mut writer,
+            snapshot.clone(),
+            source,
+            now,
+            step_seconds,
+            &store,
+        )
+        .await;
         out.push(CycleFigures {
             wall: t0.elapsed().as_secs_f64(),
             cpu: cpu_seconds().unwrap_or(0.0) - cpu0,
@@ -153,7 +161,7 @@ async fn measure<S: MetricSource>(
                 .filter(|r| r.recommendation.is_some())
                 .count(),
             store_entries: store.len(),
-            writes: writes.len(),
+            writes: writes_planned,
         });
     }
     out

@@ -7,12 +7,17 @@
 //! container scope are dropped; a template whose own GPU allocation no longer matches the
 //! recorded baseline resets the recommendation (docs/design/gpu-engine.md#g7).
 
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::api::{RightsizingRecommendation, WorkloadKind};
 use crate::core::allocation::scoped_container_names;
 use crate::core::evaluate::{resolve_strategy, template_gpu};
 use crate::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, WorkloadKey,
-    WorkloadState, parse_baseline,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
+    WorkloadKey, WorkloadState, parse_baseline,
 };
+use crate::core::rightsizing::served_change;
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::Snapshot;
 
@@ -32,6 +37,64 @@ pub fn store_entries_from_annotations(snapshot: &Snapshot) -> Vec<(WorkloadKey, 
 
 fn same(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
+}
+
+/// What every replica's webhook serves, derived from the persisted state alone (so two replicas
+/// watching the same objects answer the same review identically): the GPU recommendation from
+/// the workload annotations ([`recover`]), the CPU/memory requests and the coordinated HPA
+/// target from the workload's RightsizingRecommendation `status.applied` — except for the
+/// `held` workloads (rollback asked for or done), which get no CPU/memory or HPA target.
+pub fn serving_state(
+    snapshot: &Snapshot,
+    recommendations: &[Arc<RightsizingRecommendation>],
+    held: &BTreeSet<WorkloadKey>,
+) -> Recovered {
+    let mut out = recover(snapshot);
+    let workloads: HashSet<&WorkloadKey> = snapshot.workloads.iter().map(|w| &w.key).collect();
+    let mut at: HashMap<WorkloadKey, usize> = out
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.clone(), i))
+        .collect();
+    for rec in recommendations {
+        let Some(applied) = rec.status.as_ref().and_then(|s| s.applied.as_ref()) else {
+            continue;
+        };
+        let Some(key) = recommendation_key(rec) else {
+            continue;
+        };
+        let protected = snapshot
+            .global
+            .protected_namespaces
+            .contains(&key.namespace);
+        if protected || held.contains(&key) || !workloads.contains(&key) {
+            continue;
+        }
+        let (resources, hpa) = served_change(applied);
+        let i = *at.entry(key.clone()).or_insert_with(|| {
+            let policy = rec.spec.policies.first().and_then(|p| PolicyId::parse(p));
+            let state = WorkloadState {
+                policy,
+                ..Default::default()
+            };
+            out.entries.push((key, state));
+            out.entries.len() - 1
+        });
+        let state = &mut out.entries[i].1;
+        state.resources = resources;
+        state.hpa = hpa;
+    }
+    out
+}
+
+/// The workload a RightsizingRecommendation is about.
+pub fn recommendation_key(rec: &RightsizingRecommendation) -> Option<WorkloadKey> {
+    Some(WorkloadKey::new(
+        rec.metadata.namespace.clone()?,
+        WorkloadKind::parse(&rec.spec.workload.kind)?,
+        rec.spec.workload.name.clone(),
+    ))
 }
 
 pub fn recover(snapshot: &Snapshot) -> Recovered {

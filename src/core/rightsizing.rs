@@ -47,9 +47,9 @@ use super::resources::{
     ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
 };
 use crate::api::{
-    ContainerRecommendation, HpaRecommendation, RecommendationPhase, RecommendationStatus,
-    ResourceMode, ResourceValues, RightsizingPolicySpec, RightsizingRecommendationSpec, Savings,
-    WorkloadRef,
+    AppliedChange, ContainerRecommendation, HpaRecommendation, RecommendationPhase,
+    RecommendationStatus, ResourceMode, ResourceValues, RightsizingPolicySpec,
+    RightsizingRecommendationSpec, Savings, WorkloadRef,
 };
 
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
@@ -593,6 +593,7 @@ pub fn recommendation_status(
             .map(|p| p.original_requests.clone())
             .unwrap_or_default(),
         last_applied_time: previous.and_then(|p| p.last_applied_time.clone()),
+        applied: previous.and_then(|p| p.applied.clone()),
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
     };
     if let Some(plan) = &outcome.apply {
@@ -616,6 +617,63 @@ pub fn recommendation_status(
             .retain(|_, v| v.cpu.is_some() || v.memory.is_some());
     }
     status
+}
+
+/// The change kerf applies, as the RightsizingRecommendation records it (`status.applied`).
+pub fn applied_change(
+    requests: &BTreeMap<String, ResourceRequests>,
+    hpa: Option<&CoordinatedHpa>,
+) -> AppliedChange {
+    AppliedChange {
+        requests: requests
+            .iter()
+            .map(|(c, r)| {
+                let values = ResourceValues {
+                    cpu: r.cpu_millis.map(quantity::cpu_quantity),
+                    memory: r.memory_bytes.map(quantity::memory_quantity),
+                    gpu: None,
+                };
+                (c.clone(), values)
+            })
+            .collect(),
+        hpa: hpa.map(|h| HpaRecommendation {
+            name: h.hpa_name.clone(),
+            resource: Some(h.resource.clone()),
+            target_before: Some(h.target_before),
+            target_after: Some(h.target_after),
+            skip_reason: None,
+        }),
+    }
+}
+
+/// [`applied_change`] read back: the requests and the HPA target the webhook serves. A value
+/// that does not parse is left out (the webhook then leaves that field of the pod alone).
+pub fn served_change(
+    applied: &AppliedChange,
+) -> (BTreeMap<String, ResourceRequests>, Option<CoordinatedHpa>) {
+    let requests = applied
+        .requests
+        .iter()
+        .map(|(c, v)| {
+            let r = ResourceRequests {
+                cpu_millis: v.cpu.as_ref().and_then(|q| quantity::cpu_millis(q).ok()),
+                memory_bytes: v
+                    .memory
+                    .as_ref()
+                    .and_then(|q| quantity::memory_bytes(q).ok()),
+            };
+            (c.clone(), r)
+        })
+        .collect();
+    let hpa = applied.hpa.as_ref().and_then(|h| {
+        Some(CoordinatedHpa {
+            hpa_name: h.name.clone(),
+            resource: h.resource.clone()?,
+            target_before: h.target_before?,
+            target_after: h.target_after?,
+        })
+    });
+    (requests, hpa)
 }
 
 /// The HPA target to restore.

@@ -1,13 +1,14 @@
 //! Filling the admission store before readiness (see [`crate::core::recovery`] for the rules).
 
-use crate::core::recovery::{Recovered, recover};
 use crate::kube::reader::Reader;
+use crate::reconciler::serve_persisted;
 use crate::state::{ObjectName, Store};
 
-/// Waits for the reader's initial listings, then loads the store from the persisted
-/// annotations: workload states, owner links and the GlobalConfiguration. Marks the store ready:
-/// from here on this replica answers admission like the leader. Returns what was loaded.
-pub async fn prime_store(reader: &Reader, store: &Store) -> Recovered {
+/// Waits for the reader's initial listings, then loads the store from the persisted state
+/// (workload annotations, RightsizingRecommendations), owner links and the GlobalConfiguration.
+/// Marks the store ready: from here on this replica answers admission like every other.
+/// Returns the number of workloads served.
+pub async fn prime_store(reader: &Reader, store: &Store) -> usize {
     reader.wait_synced().await;
     let (snapshot, _invalid) = reader.snapshot();
     for ((ns, rs), deployment) in &snapshot.replicaset_owners {
@@ -20,16 +21,13 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> Recovered {
             .job_owners
             .insert(ObjectName::new(ns, job), cron.clone());
     }
-    store.set_global(snapshot.global.clone());
-    let recovered = recover(&snapshot);
-    for w in &recovered.warnings {
+    for w in serve_persisted(store, &snapshot, &reader.recommendations()) {
         tracing::warn!("restart recovery: {w}");
     }
-    store.replace_all(recovered.entries.iter().cloned().collect());
     tracing::info!(
-        workloads = recovered.entries.len(),
-        "store recovered from workload annotations"
+        workloads = store.len(),
+        "store recovered from the persisted state"
     );
     store.set_ready(true);
-    recovered
+    store.len()
 }
