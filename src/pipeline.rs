@@ -8,30 +8,15 @@ use chrono::{DateTime, Utc};
 use std::pin::Pin;
 
 use crate::api::Signal;
-use crate::core::evaluate::{self, WorkloadResult};
+pub use crate::core::cycle::CycleOutput;
+use crate::core::evaluate::{self};
 use crate::core::model::WorkloadKey;
-use crate::core::rs_evaluate::{self, RsResult};
+use crate::core::rs_evaluate::{self};
 use crate::core::snapshot::Snapshot;
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 
 /// Queries in flight at once (Prometheus handles a few concurrent range queries well).
 const QUERY_CONCURRENCY: usize = 4;
-
-#[derive(Debug, Default)]
-pub struct CycleOutput {
-    pub results: Vec<WorkloadResult>,
-    pub rightsizing: Vec<RsResult>,
-    /// Per GPU policy index: Err(reason) when one of its queries failed.
-    pub prometheus: BTreeMap<usize, Result<(), String>>,
-    /// Per rightsizing policy index: Err(reason) when one of its queries failed.
-    pub rs_prometheus: BTreeMap<usize, Result<(), String>>,
-    /// Per GPU policy index whose automationStrategyRef does not resolve.
-    pub unresolved_strategies: BTreeMap<usize, String>,
-    /// Range queries issued.
-    pub queries: usize,
-    /// Non-fatal problems reported by the metric source.
-    pub warnings: Vec<String>,
-}
 
 type Answer<K> = (usize, K, Result<SeriesSet, MetricError>);
 
@@ -150,24 +135,4 @@ pub async fn run_cycle<S: MetricSource>(
         .collect();
     out.rightsizing = rs_evaluate::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
     out
-}
-
-impl CycleOutput {
-    /// Every policy whose queries failed this cycle, with the reason.
-    pub fn query_failures(
-        &self,
-        snapshot: &Snapshot,
-    ) -> Vec<(crate::core::model::PolicyId, String)> {
-        let gpu = self.prometheus.iter().filter_map(|(pi, r)| {
-            r.as_ref()
-                .err()
-                .map(|e| (snapshot.gpu_policies[*pi].id.clone(), e.clone()))
-        });
-        let rs = self.rs_prometheus.iter().filter_map(|(pi, r)| {
-            r.as_ref()
-                .err()
-                .map(|e| (snapshot.rightsizing_policies[*pi].id.clone(), e.clone()))
-        });
-        gpu.chain(rs).collect()
-    }
 }

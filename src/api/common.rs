@@ -194,6 +194,14 @@ impl WorkloadKind {
             .into_iter()
             .find(|k| k.as_str().eq_ignore_ascii_case(s))
     }
+
+    /// The kind's `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            WorkloadKind::Job | WorkloadKind::CronJob => "batch/v1",
+            _ => "apps/v1",
+        }
+    }
 }
 
 impl fmt::Display for WorkloadKind {

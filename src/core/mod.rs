@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod allocation;
+pub mod cycle;
 pub mod evaluate;
 pub mod gpu_engine;
 pub mod hpa;
@@ -16,3 +17,4 @@ pub mod rightsizing;
 pub mod rs_evaluate;
 pub mod selection;
 pub mod snapshot;
+pub mod writes;

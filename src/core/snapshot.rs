@@ -198,3 +198,14 @@ pub struct Snapshot {
     /// (namespace, Job name) → CronJob name.
     pub job_owners: BTreeMap<(String, String), String>,
 }
+
+/// A policy left out of the snapshot, with the message for its `Ready=False` condition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InvalidPolicy {
+    pub id: PolicyId,
+    pub policy_type: PolicyType,
+    pub generation: Option<i64>,
+    pub error: String,
+    /// The policy's current status when it could be read (so conditions keep their times).
+    pub status: Option<PolicyStatus>,
+}

@@ -16,7 +16,7 @@ pub use reader::{InvalidPolicy, Reader};
 pub use writer::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
 
 /// Field manager of every write kerf makes (server-side apply and patches).
-pub const FIELD_MANAGER: &str = "kerf";
+pub use crate::core::writes::FIELD_MANAGER;
 
 /// Name of the writer Lease in kerf's namespace.
 pub const LEASE_NAME: &str = "kerf-writer";

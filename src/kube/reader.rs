@@ -160,16 +160,7 @@ impl<K: KerfKind> KerfIndex<K> {
     }
 }
 
-/// A policy left out of the snapshot, with the message for its `Ready=False` condition.
-#[derive(Clone, Debug, PartialEq)]
-pub struct InvalidPolicy {
-    pub id: PolicyId,
-    pub policy_type: PolicyType,
-    pub generation: Option<i64>,
-    pub error: String,
-    /// The policy's current status when it could be read (so conditions keep their times).
-    pub status: Option<PolicyStatus>,
-}
+pub use crate::core::snapshot::InvalidPolicy;
 
 impl InvalidPolicy {
     fn from_rejected(r: Rejected, policy_type: PolicyType) -> Self {

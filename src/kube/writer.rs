@@ -20,322 +20,34 @@
 //!   Update moves the changed fields to it) and then applies as `kerf` without them, so kerf gives
 //!   up ownership without server-side apply deleting the values (see docs/hpa-coordination.md).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use ::kube::{Client, Error as KubeError};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, ManagedFieldsEntry, MicroTime, ObjectMeta, OwnerReference,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::api::{
     ClusterGpuReactivePolicy, ClusterRightsizingPolicy, GpuReactivePolicy, PolicyStatus,
-    RecommendationStatus, RightsizingPolicy, RightsizingRecommendation,
-    RightsizingRecommendationSpec, WorkloadKind,
+    RightsizingPolicy, RightsizingRecommendation, WorkloadKind,
 };
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests,
-    WorkloadKey, render_baseline, to_k8s_time,
+    ANNOTATION_ROLLBACK, ResourceRequests, WorkloadKey, to_k8s_time,
 };
-use crate::core::pod::{PodSpec, PodTemplateSpec};
-use crate::core::quantity;
-use crate::core::snapshot::Workload;
-use crate::kube::FIELD_MANAGER;
 use crate::telemetry::{WriteLabels, metrics};
 
-/// The GPU annotations kerf wants on a workload (`None` = the annotation is absent).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GpuAnnotations {
-    pub baseline: Option<GpuMap>,
-    pub recommendation: Option<GpuRecommendation>,
-}
-
-impl GpuAnnotations {
-    /// The annotations as kerf writes them (an absent value is no entry).
-    pub fn rendered(&self) -> BTreeMap<String, String> {
-        let mut m = BTreeMap::new();
-        if let Some(b) = self.baseline.as_ref().filter(|b| !b.is_empty()) {
-            m.insert(ANNOTATION_GPU_BASELINE.to_string(), render_baseline(b));
-        }
-        if let Some(r) = self
-            .recommendation
-            .as_ref()
-            .filter(|r| !r.containers.is_empty())
-        {
-            m.insert(ANNOTATION_GPU_RECOMMENDATION.to_string(), r.render());
-        }
-        m
-    }
-}
-
-/// kerf's fields on one workload. `None` leaves that group as kerf last applied it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WorkloadWrite {
-    /// The workload as last seen (snapshot): identifies it and is diffed against, so an
-    /// unchanged workload costs no request.
-    pub observed: Arc<Workload>,
-    /// GPU baseline and recommendation annotations. When the recommendation's per-container
-    /// values change, the workload is also restarted (pod template `restartedAt`).
-    pub gpu: Option<GpuAnnotations>,
-    /// Template container requests kerf sets (auto-patch / coordinated change), by container.
-    pub requests: Option<BTreeMap<String, ResourceRequests>>,
-}
-
-/// One `metav1.Condition` kerf wants on a policy.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ConditionUpdate {
-    pub type_: String,
-    pub status: bool,
-    pub reason: String,
-    pub message: String,
-}
-
-impl ConditionUpdate {
-    pub fn new(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> Self {
-        Self {
-            type_: type_.into(),
-            status,
-            reason: reason.into(),
-            message: message.into(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct PolicyStatusWrite {
-    pub policy: PolicyId,
-    /// `metadata.generation` of the policy evaluated (→ `status.observedGeneration`).
-    pub generation: Option<i64>,
-    /// The policy's status as last seen (keeps `lastTransitionTime` and skips no-op writes).
-    pub observed: Option<PolicyStatus>,
-    pub conditions: Vec<ConditionUpdate>,
-    pub matched_workloads: Option<i64>,
-}
-
-#[derive(Clone, Debug)]
-pub struct RecommendationWrite {
-    pub namespace: String,
-    pub name: String,
-    pub spec: RightsizingRecommendationSpec,
-    pub status: Option<RecommendationStatus>,
-    /// Usually the workload, so the recommendation goes away with it.
-    pub owner: Option<OwnerReference>,
-    pub observed: Option<RightsizingRecommendation>,
-}
-
-/// The utilization target kerf sets on an HPA (single `Resource` metric).
-#[derive(Clone, Debug, PartialEq)]
-pub struct HpaTarget {
-    pub namespace: String,
-    pub name: String,
-    /// `cpu` or `memory`.
-    pub resource: String,
-    pub average_utilization: i32,
-    pub observed: Option<HorizontalPodAutoscaler>,
-}
-
-/// HPA coordination's "one change": the template requests and the HPA target, applied together.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CoordinatedChange {
-    pub workload: WorkloadWrite,
-    pub hpa: HpaTarget,
-}
-
-/// An `events.k8s.io/v1` Event on a workload.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EventWrite {
-    pub regarding: WorkloadKey,
-    pub uid: Option<String>,
-    pub warning: bool,
-    pub reason: String,
-    pub action: String,
-    pub note: String,
-    /// Carried as the Event's annotations (e.g. `hpa`, `hpaResource`, `hpaTargetFrom`, `hpaTargetTo`).
-    pub details: BTreeMap<String, String>,
-}
-
-impl EventWrite {
-    /// `Applied`: a coordinated change went through.
-    pub fn applied(workload: &Workload, hpa: &CoordinatedHpa) -> Self {
-        let details = BTreeMap::from([
-            ("hpa".to_string(), hpa.hpa_name.clone()),
-            ("hpaResource".to_string(), hpa.resource.clone()),
-            ("hpaTargetFrom".to_string(), hpa.target_before.to_string()),
-            ("hpaTargetTo".to_string(), hpa.target_after.to_string()),
-        ]);
-        Self {
-            regarding: workload.key.clone(),
-            uid: workload.uid.clone(),
-            warning: false,
-            reason: "Applied".into(),
-            action: "Rightsize".into(),
-            note: format!(
-                "applied new requests with HPA {} {} target {}% -> {}%",
-                hpa.hpa_name, hpa.resource, hpa.target_before, hpa.target_after
-            ),
-            details,
-        }
-    }
-
-    /// `Blocked` with a reason code such as `HPACoupled`.
-    pub fn blocked(workload: &Workload, reason_code: &str, message: &str) -> Self {
-        Self {
-            regarding: workload.key.clone(),
-            uid: workload.uid.clone(),
-            warning: true,
-            reason: "Blocked".into(),
-            action: "Rightsize".into(),
-            note: format!("{reason_code}: {message}"),
-            details: BTreeMap::from([("reason".to_string(), reason_code.to_string())]),
-        }
-    }
-
-    /// `RolledBack` / `Released`: what a restore wrote back. `hpa_from` is the HPA's target
-    /// before the restore, when known.
-    pub fn restored(
-        workload: &Workload,
-        kind: RestoreKind,
-        requests: &BTreeMap<String, ResourceRequests>,
-        hpa: Option<&HpaTarget>,
-        hpa_from: Option<i32>,
-        problem: Option<&str>,
-    ) -> Self {
-        let mut details = BTreeMap::new();
-        let mut parts = Vec::new();
-        if !requests.is_empty() {
-            let list: Vec<String> = requests
-                .iter()
-                .map(|(c, r)| {
-                    let mut v = Vec::new();
-                    if let Some(m) = r.cpu_millis {
-                        v.push(format!(
-                            "cpu {}",
-                            crate::core::quantity::format_cpu_millis(m)
-                        ));
-                    }
-                    if let Some(b) = r.memory_bytes {
-                        v.push(format!(
-                            "memory {}",
-                            crate::core::quantity::format_memory_bytes(b)
-                        ));
-                    }
-                    format!("{c} {}", v.join(", "))
-                })
-                .collect();
-            parts.push(format!("requests {}", list.join("; ")));
-        }
-        if let Some(h) = hpa {
-            details.insert("hpa".to_string(), h.name.clone());
-            details.insert("hpaResource".to_string(), h.resource.clone());
-            if let Some(from) = hpa_from {
-                details.insert("hpaTargetFrom".to_string(), from.to_string());
-            }
-            details.insert("hpaTargetTo".to_string(), h.average_utilization.to_string());
-            parts.push(match hpa_from {
-                Some(from) => format!(
-                    "HPA {} {} target {from}% -> {}%",
-                    h.name, h.resource, h.average_utilization
-                ),
-                None => format!(
-                    "HPA {} {} target {}%",
-                    h.name, h.resource, h.average_utilization
-                ),
-            });
-        }
-        let what = if parts.is_empty() {
-            "nothing kerf recorded to restore".to_string()
-        } else {
-            format!("restored {}", parts.join(" and "))
-        };
-        let then = match kind {
-            RestoreKind::Rollback => {
-                "; kerf stops applying until the RightsizingRecommendation is deleted"
-            }
-            RestoreKind::Release => "; kerf no longer owns these fields",
-        };
-        let problem = problem.map(|p| format!(" ({p})")).unwrap_or_default();
-        Self {
-            regarding: workload.key.clone(),
-            uid: workload.uid.clone(),
-            warning: !problem.is_empty(),
-            reason: kind.reason().into(),
-            action: match kind {
-                RestoreKind::Rollback => "Rollback",
-                RestoreKind::Release => "Release",
-            }
-            .into(),
-            note: format!("{what}{then}{problem}"),
-            details,
-        }
-    }
-}
-
-/// Field manager of a release's restore writes (an Update, not an Apply): the restored values
-/// change hands to it, so kerf's following apply can leave them out without server-side apply
-/// deleting them.
-pub const RELEASE_FIELD_MANAGER: &str = "kerf-release";
-
-/// Why kerf writes a workload's recorded original requests and HPA target back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestoreKind {
-    /// `rightsizing.kubex.ai/rollback` on the workload: restored by server-side apply as `kerf`
-    /// in one coordinated step, the annotation removed, kerf stops applying.
-    Rollback,
-    /// The workload left auto-patch: restored by [`RELEASE_FIELD_MANAGER`], then kerf gives up
-    /// its ownership of those fields.
-    Release,
-}
-
-impl RestoreKind {
-    /// The Event reason (and the RightsizingRecommendation `status.reason`).
-    pub fn reason(self) -> &'static str {
-        match self {
-            RestoreKind::Rollback => "RolledBack",
-            RestoreKind::Release => "Released",
-        }
-    }
-}
-
-/// A rollback or a release: requests and HPA target restored together, then the
-/// RightsizingRecommendation and the Event, in that order (a failed restore writes neither, so the
-/// next cycle tries again).
-#[derive(Clone, Debug)]
-pub struct RestoreWrite {
-    pub kind: RestoreKind,
-    /// The workload as last seen.
-    pub observed: Arc<Workload>,
-    /// Original requests per container (`None` resource = left as it is).
-    pub requests: BTreeMap<String, ResourceRequests>,
-    /// The HPA target to restore (`observed` is the HPA as last seen).
-    pub hpa: Option<HpaTarget>,
-    pub recommendation: Option<RecommendationWrite>,
-    pub event: EventWrite,
-}
-
-#[derive(Clone, Debug)]
-pub enum WriteOp {
-    Workload(Box<WorkloadWrite>),
-    /// A rolling restart (pod template `rightsizing.kubex.ai/restartedAt`).
-    Restart(WorkloadKey),
-    PolicyStatus(Box<PolicyStatusWrite>),
-    Recommendation(Box<RecommendationWrite>),
-    Coordinated(Box<CoordinatedChange>),
-    Event(Box<EventWrite>),
-    /// Rollback or release of a workload's CPU/memory requests and HPA target.
-    Restore(Box<RestoreWrite>),
-}
+pub use crate::core::writes::*;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum WriteOutcome {
@@ -463,16 +175,44 @@ impl Writer {
     }
 }
 
+/// Why a write did not go through. Matched by variant, never by message text.
+#[derive(Debug, thiserror::Error)]
 enum CallError {
+    #[error("this replica does not hold the writer Lease")]
     NotLeader,
-    Failed(String),
+    /// The API server refused the request (not retried).
+    #[error("{what}: {source}")]
+    Rejected {
+        what: String,
+        #[source]
+        source: KubeError,
+    },
+    /// Server errors, timeouts or transport errors on every attempt.
+    #[error("{what}: {last} (after {tries} attempts)")]
+    GaveUp {
+        what: String,
+        last: String,
+        tries: u32,
+    },
+    #[error("{0} no longer exists")]
+    Gone(WorkloadKey),
+    /// An op kerf itself got wrong (a bug, reported rather than sent).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl CallError {
+    /// The object to create is there already (an Event's name is unique per nanosecond).
+    fn already_exists(&self) -> bool {
+        matches!(self, CallError::Rejected { source: KubeError::Api(s), .. } if s.is_already_exists())
+    }
 }
 
 impl From<CallError> for WriteOutcome {
     fn from(e: CallError) -> Self {
         match e {
             CallError::NotLeader => WriteOutcome::NotLeader,
-            CallError::Failed(m) => WriteOutcome::Failed(m),
+            e => WriteOutcome::Failed(e.to_string()),
         }
     }
 }
@@ -509,14 +249,6 @@ struct Task {
     last_applied: HashMap<WorkloadKey, Value>,
 }
 
-/// Where the pod template lives in each workload kind.
-fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
-    match kind {
-        WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
-        _ => &["spec", "template"],
-    }
-}
-
 /// The API resource of a workload kind.
 pub fn workload_resource(kind: WorkloadKind) -> ApiResource {
     match kind {
@@ -536,323 +268,6 @@ fn policy_resource(kind: &str) -> Option<(ApiResource, bool)> {
         "ClusterRightsizingPolicy" => (ApiResource::erase::<ClusterRightsizingPolicy>(&()), false),
         _ => return None,
     })
-}
-
-/// Nests `leaf` under `path` (`["spec","template"]` → `{"spec":{"template":leaf}}`).
-fn nest(path: &[&str], leaf: Value) -> Value {
-    path.iter().rev().fold(leaf, |acc, k| json!({ *k: acc }))
-}
-
-/// Writing `gpu` over a workload whose annotations are `observed` changes the per-container GPU
-/// values its pods get: a rolling restart is due (Jobs and CronJobs are never restarted). Shared
-/// by the cluster writer and the in-memory writer.
-pub fn gpu_restart_due(
-    kind: WorkloadKind,
-    observed: &BTreeMap<String, String>,
-    gpu: &GpuAnnotations,
-) -> bool {
-    let before = observed
-        .get(ANNOTATION_GPU_RECOMMENDATION)
-        .and_then(|t| GpuRecommendation::parse(t).ok())
-        .map(|r| r.containers);
-    let after = gpu.recommendation.as_ref().map(|r| r.containers.clone());
-    !same_gpu(before.as_ref(), after.as_ref())
-        && !matches!(kind, WorkloadKind::Job | WorkloadKind::CronJob)
-}
-
-fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {
-    let a = a.cloned().unwrap_or_default();
-    let b = b.cloned().unwrap_or_default();
-    a.len() == b.len()
-        && a.iter()
-            .zip(b.iter())
-            .all(|((ka, va), (kb, vb))| ka == kb && (va - vb).abs() < 1e-9)
-}
-
-/// The requests a container of `template` has, as kerf compares them.
-fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
-    let spec = template.spec.as_ref()?;
-    let c = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .find(|c| c.name == container)?;
-    let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-    Some(ResourceRequests {
-        cpu_millis: req
-            .and_then(|r| r.get("cpu"))
-            .and_then(|q| quantity::cpu_millis(q).ok()),
-        memory_bytes: req
-            .and_then(|r| r.get("memory"))
-            .and_then(|q| quantity::memory_bytes(q).ok()),
-    })
-}
-
-fn requests_match(template: &PodTemplateSpec, wanted: &BTreeMap<String, ResourceRequests>) -> bool {
-    wanted
-        .iter()
-        .all(|(c, want)| match template_requests(template, c) {
-            // A container the template does not have cannot be written; nothing to do for it.
-            None => true,
-            Some(have) => {
-                want.cpu_millis.is_none_or(|m| have.cpu_millis == Some(m))
-                    && want
-                        .memory_bytes
-                        .is_none_or(|b| have.memory_bytes == Some(b))
-            }
-        })
-}
-
-/// What kerf's own apply configuration owns on a live workload.
-#[derive(Debug, Default)]
-struct Owned {
-    annotations: BTreeSet<String>,
-    /// container → (cpu, memory) owned.
-    requests: BTreeMap<String, (bool, bool)>,
-}
-
-impl Owned {
-    /// The live values of the annotations kerf owns.
-    fn annotation_values(&self, live: &DynamicObject) -> BTreeMap<String, String> {
-        let live_ann = live.metadata.annotations.as_ref();
-        self.annotations
-            .iter()
-            .filter_map(|k| {
-                live_ann
-                    .and_then(|a| a.get(k))
-                    .map(|v| (k.clone(), v.clone()))
-            })
-            .collect()
-    }
-
-    /// The live template values of the requests kerf owns.
-    fn request_values(&self, template: &PodTemplateSpec) -> BTreeMap<String, ResourceRequests> {
-        self.requests
-            .iter()
-            .filter_map(|(c, (cpu, mem))| {
-                template_requests(template, c).map(|have| {
-                    let owned = ResourceRequests {
-                        cpu_millis: have.cpu_millis.filter(|_| *cpu),
-                        memory_bytes: have.memory_bytes.filter(|_| *mem),
-                    };
-                    (c.clone(), owned)
-                })
-            })
-            .collect()
-    }
-}
-
-fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
-    owned_where(obj, kind, |mf| {
-        mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
-    })
-}
-
-/// What every manager but `kerf` owns (a field kerf leaves out of its apply survives only then).
-fn others_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
-    owned_where(obj, kind, |mf| mf.manager.as_deref() != Some(FIELD_MANAGER))
-}
-
-fn owned_where(
-    obj: &DynamicObject,
-    kind: WorkloadKind,
-    manager: impl Fn(&ManagedFieldsEntry) -> bool,
-) -> Owned {
-    let mut owned = Owned::default();
-    for mf in obj.metadata.managed_fields.iter().flatten() {
-        if !manager(mf) || mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
-            continue;
-        }
-        let Some(fields) = mf.fields_v1.as_ref().map(|f| &f.0) else {
-            continue;
-        };
-        if let Some(a) = fields
-            .get("f:metadata")
-            .and_then(|m| m.get("f:annotations"))
-            .and_then(Value::as_object)
-        {
-            owned.annotations.extend(
-                a.keys()
-                    .filter_map(|k| k.strip_prefix("f:"))
-                    .map(str::to_string),
-            );
-        }
-        let mut spec = Some(fields);
-        for step in template_path(kind).iter().chain(["spec"].iter()) {
-            spec = spec.and_then(|v| v.get(format!("f:{step}")));
-        }
-        for list in ["f:containers", "f:initContainers"] {
-            let Some(items) = spec.and_then(|s| s.get(list)).and_then(Value::as_object) else {
-                continue;
-            };
-            for (key, item) in items {
-                let name = key
-                    .strip_prefix("k:")
-                    .and_then(|k| serde_json::from_str::<Value>(k).ok())
-                    .and_then(|k| k.get("name").and_then(Value::as_str).map(str::to_string));
-                let Some(name) = name else { continue };
-                let req = item.get("f:resources").and_then(|r| r.get("f:requests"));
-                let cpu = req.is_some_and(|r| r.get("f:cpu").is_some());
-                let mem = req.is_some_and(|r| r.get("f:memory").is_some());
-                if cpu || mem {
-                    let e = owned.requests.entry(name).or_default();
-                    e.0 |= cpu;
-                    e.1 |= mem;
-                }
-            }
-        }
-    }
-    owned
-}
-
-fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec {
-    let mut v = Some(&obj.data);
-    for step in template_path(kind) {
-        v = v.and_then(|x| x.get(*step));
-    }
-    v.and_then(|t| serde_json::from_value(t.clone()).ok())
-        .unwrap_or_default()
-}
-
-/// The server-side apply body for kerf's fields on a workload.
-fn workload_body(
-    key: &WorkloadKey,
-    annotations: &BTreeMap<String, String>,
-    requests: &BTreeMap<String, ResourceRequests>,
-    template: &PodTemplateSpec,
-) -> Value {
-    let ar = workload_resource(key.kind);
-    let mut metadata = json!({"name": key.name, "namespace": key.namespace});
-    if !annotations.is_empty() {
-        metadata["annotations"] = json!(annotations);
-    }
-    let mut body = json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": metadata});
-    let empty = PodSpec::default();
-    let spec = template.spec.as_ref().unwrap_or(&empty);
-    let mut containers = Vec::new();
-    let mut init_containers = Vec::new();
-    for (name, r) in requests {
-        let mut req = serde_json::Map::new();
-        if let Some(m) = r.cpu_millis {
-            req.insert("cpu".into(), json!(quantity::format_cpu_millis(m)));
-        }
-        if let Some(b) = r.memory_bytes {
-            req.insert("memory".into(), json!(quantity::format_memory_bytes(b)));
-        }
-        if req.is_empty() {
-            continue;
-        }
-        let entry = json!({"name": name, "resources": {"requests": req}});
-        if spec.containers.iter().any(|c| &c.name == name) {
-            containers.push(entry);
-        } else if spec
-            .init_containers
-            .iter()
-            .flatten()
-            .any(|c| &c.name == name)
-        {
-            init_containers.push(entry);
-        } else {
-            tracing::warn!(workload = %key, container = %name, "template has no such container: requests not written");
-        }
-    }
-    if !containers.is_empty() || !init_containers.is_empty() {
-        let mut pod_spec = serde_json::Map::new();
-        if !containers.is_empty() {
-            pod_spec.insert("containers".into(), Value::Array(containers));
-        }
-        if !init_containers.is_empty() {
-            pod_spec.insert("initContainers".into(), Value::Array(init_containers));
-        }
-        let mut path: Vec<&str> = template_path(key.kind).to_vec();
-        path.push("spec");
-        let spec_part = nest(&path, Value::Object(pod_spec));
-        if let (Some(b), Some(s)) = (body.as_object_mut(), spec_part.as_object()) {
-            b.extend(s.clone());
-        }
-    }
-    body
-}
-
-/// The single `Resource`/`Utilization` metric target of an HPA, if that is what it has.
-pub fn hpa_utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(String, i32)> {
-    let metrics = hpa.spec.metrics.as_ref()?;
-    match metrics.as_slice() {
-        [m] if m.type_ == "Resource" => {
-            let r = m.resource.as_ref()?;
-            (r.target.type_ == "Utilization")
-                .then(|| r.target.average_utilization.map(|u| (r.name.clone(), u)))
-                .flatten()
-        }
-        _ => None,
-    }
-}
-
-/// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).
-fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
-    let mut kerf = false;
-    let mut others = false;
-    for mf in hpa.metadata.managed_fields.iter().flatten() {
-        if mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
-            continue;
-        }
-        let owns = mf
-            .fields_v1
-            .as_ref()
-            .and_then(|f| f.0.get("f:spec"))
-            .is_some_and(|s| s.get("f:metrics").is_some());
-        if !owns {
-            continue;
-        }
-        if mf.manager.as_deref() == Some(FIELD_MANAGER) {
-            kerf |= mf.operation.as_deref() == Some("Apply");
-        } else {
-            others = true;
-        }
-    }
-    (kerf, others)
-}
-
-/// The single utilization metric kerf writes on an HPA.
-pub fn hpa_metrics(resource: &str, target: i32) -> Value {
-    json!([{
-        "type": "Resource",
-        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
-    }])
-}
-
-/// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a
-/// condition's status does; conditions not mentioned are kept.
-pub fn merge_conditions(
-    observed: &[Condition],
-    updates: &[ConditionUpdate],
-    generation: Option<i64>,
-    now: DateTime<Utc>,
-) -> Vec<Condition> {
-    let mut out: Vec<Condition> = observed.to_vec();
-    for u in updates {
-        let status = if u.status { "True" } else { "False" }.to_string();
-        let fresh = Condition {
-            type_: u.type_.clone(),
-            status: status.clone(),
-            reason: u.reason.clone(),
-            message: u.message.clone(),
-            observed_generation: generation,
-            last_transition_time: to_k8s_time(now),
-        };
-        match out.iter_mut().find(|c| c.type_ == u.type_) {
-            Some(c) => {
-                let keep_time = c.status == status;
-                let time = c.last_transition_time.clone();
-                *c = fresh;
-                if keep_time {
-                    c.last_transition_time = time;
-                }
-            }
-            None => out.push(fresh),
-        }
-    }
-    out
 }
 
 impl Task {
@@ -882,16 +297,21 @@ impl Task {
                 }
                 Ok(Err(e)) if !retryable(&e) => {
                     target.inspect(|t| count(t, "error"));
-                    return Err(CallError::Failed(format!("{what}: {e}")));
+                    return Err(CallError::Rejected {
+                        what: what.to_string(),
+                        source: e,
+                    });
                 }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("timed out after {:?}", self.cfg.timeout),
             };
             if attempt == tries {
                 target.inspect(|t| count(t, "error"));
-                return Err(CallError::Failed(format!(
-                    "{what}: {error} (after {tries} attempts)"
-                )));
+                return Err(CallError::GaveUp {
+                    what: what.to_string(),
+                    last: error,
+                    tries,
+                });
             }
             tracing::info!(namespace = %self.cfg.namespace, attempt, error = %error, "{what}: retrying");
             tokio::time::sleep(delay).await;
@@ -971,7 +391,7 @@ impl Task {
                 .await?;
             made += 1;
             let Some(live) = live else {
-                return Err(CallError::Failed(format!("{key} no longer exists")));
+                return Err(CallError::Gone(key.clone()));
             };
             let owned = kerf_owned(&live, key.kind);
             template = live_template(&live, key.kind);
@@ -1135,7 +555,7 @@ impl Task {
             .call(None, &format!("read {key}"), || api.get_opt(&key.name))
             .await?;
         let Some(live) = live else {
-            return Err(CallError::Failed(format!("{key} no longer exists")));
+            return Err(CallError::Gone(key.clone()));
         };
         let owned = kerf_owned(&live, key.kind);
         let template = live_template(&live, key.kind);
@@ -1277,7 +697,7 @@ impl Task {
 
     async fn policy_status(&self, s: &PolicyStatusWrite) -> Result<usize, CallError> {
         let Some((ar, namespaced)) = policy_resource(&s.policy.kind) else {
-            return Err(CallError::Failed(format!(
+            return Err(CallError::Invalid(format!(
                 "{} is not a policy kind",
                 s.policy.kind
             )));
@@ -1301,7 +721,7 @@ impl Task {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
             (None, false) => Api::all_with(self.client.clone(), &ar),
             _ => {
-                return Err(CallError::Failed(format!(
+                return Err(CallError::Invalid(format!(
                     "{}: namespace does not match the kind's scope",
                     s.policy
                 )));
@@ -1424,7 +844,7 @@ impl Task {
             .await
         {
             Ok(_) => Ok(()),
-            Err(CallError::Failed(m)) if m.contains("AlreadyExists") => Ok(()),
+            Err(e) if e.already_exists() => Ok(()),
             Err(err) => Err(err),
         }
     }

@@ -1,0 +1,348 @@
+//! What kerf's applies carry, pure: the server-side apply bodies, the fields kerf (or another
+//! manager) owns on a live object according to its `managedFields`, and the comparisons that
+//! decide whether a write or a rolling restart is due. The cluster writer executes them; the
+//! in-memory writer and write planning read the same functions.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry};
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
+use crate::api::WorkloadKind;
+use crate::core::model::{
+    ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, ResourceRequests, WorkloadKey,
+    to_k8s_time,
+};
+use crate::core::pod::{PodSpec, PodTemplateSpec};
+use crate::core::quantity;
+
+/// Where the pod template lives in each workload kind.
+pub fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
+    match kind {
+        WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
+        _ => &["spec", "template"],
+    }
+}
+
+/// Nests `leaf` under `path` (`["spec","template"]` → `{"spec":{"template":leaf}}`).
+pub fn nest(path: &[&str], leaf: Value) -> Value {
+    path.iter().rev().fold(leaf, |acc, k| json!({ *k: acc }))
+}
+
+/// Writing `gpu` over a workload whose annotations are `observed` changes the per-container GPU
+/// values its pods get: a rolling restart is due (Jobs and CronJobs are never restarted). Shared
+/// by the cluster writer and the in-memory writer.
+pub fn gpu_restart_due(
+    kind: WorkloadKind,
+    observed: &BTreeMap<String, String>,
+    gpu: &GpuAnnotations,
+) -> bool {
+    let before = observed
+        .get(ANNOTATION_GPU_RECOMMENDATION)
+        .and_then(|t| GpuRecommendation::parse(t).ok())
+        .map(|r| r.containers);
+    let after = gpu.recommendation.as_ref().map(|r| r.containers.clone());
+    !same_gpu(before.as_ref(), after.as_ref())
+        && !matches!(kind, WorkloadKind::Job | WorkloadKind::CronJob)
+}
+
+pub fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {
+    let a = a.cloned().unwrap_or_default();
+    let b = b.cloned().unwrap_or_default();
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, va), (kb, vb))| ka == kb && (va - vb).abs() < 1e-9)
+}
+
+/// The requests a container of `template` has, as kerf compares them.
+pub fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
+    let spec = template.spec.as_ref()?;
+    let c = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == container)?;
+    let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    Some(ResourceRequests {
+        cpu_millis: req
+            .and_then(|r| r.get("cpu"))
+            .and_then(|q| quantity::cpu_millis(q).ok()),
+        memory_bytes: req
+            .and_then(|r| r.get("memory"))
+            .and_then(|q| quantity::memory_bytes(q).ok()),
+    })
+}
+
+pub fn requests_match(
+    template: &PodTemplateSpec,
+    wanted: &BTreeMap<String, ResourceRequests>,
+) -> bool {
+    wanted
+        .iter()
+        .all(|(c, want)| match template_requests(template, c) {
+            // A container the template does not have cannot be written; nothing to do for it.
+            None => true,
+            Some(have) => {
+                want.cpu_millis.is_none_or(|m| have.cpu_millis == Some(m))
+                    && want
+                        .memory_bytes
+                        .is_none_or(|b| have.memory_bytes == Some(b))
+            }
+        })
+}
+
+/// What kerf's own apply configuration owns on a live workload.
+#[derive(Debug, Default)]
+pub struct Owned {
+    pub annotations: BTreeSet<String>,
+    /// container → (cpu, memory) owned.
+    pub requests: BTreeMap<String, (bool, bool)>,
+}
+
+impl Owned {
+    /// The live values of the annotations kerf owns.
+    pub fn annotation_values(&self, live: &DynamicObject) -> BTreeMap<String, String> {
+        let live_ann = live.metadata.annotations.as_ref();
+        self.annotations
+            .iter()
+            .filter_map(|k| {
+                live_ann
+                    .and_then(|a| a.get(k))
+                    .map(|v| (k.clone(), v.clone()))
+            })
+            .collect()
+    }
+
+    /// The live template values of the requests kerf owns.
+    pub fn request_values(&self, template: &PodTemplateSpec) -> BTreeMap<String, ResourceRequests> {
+        self.requests
+            .iter()
+            .filter_map(|(c, (cpu, mem))| {
+                template_requests(template, c).map(|have| {
+                    let owned = ResourceRequests {
+                        cpu_millis: have.cpu_millis.filter(|_| *cpu),
+                        memory_bytes: have.memory_bytes.filter(|_| *mem),
+                    };
+                    (c.clone(), owned)
+                })
+            })
+            .collect()
+    }
+}
+
+pub fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+    owned_where(obj, kind, |mf| {
+        mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
+    })
+}
+
+/// What every manager but `kerf` owns (a field kerf leaves out of its apply survives only then).
+pub fn others_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+    owned_where(obj, kind, |mf| mf.manager.as_deref() != Some(FIELD_MANAGER))
+}
+
+pub fn owned_where(
+    obj: &DynamicObject,
+    kind: WorkloadKind,
+    manager: impl Fn(&ManagedFieldsEntry) -> bool,
+) -> Owned {
+    let mut owned = Owned::default();
+    for mf in obj.metadata.managed_fields.iter().flatten() {
+        if !manager(mf) || mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
+            continue;
+        }
+        let Some(fields) = mf.fields_v1.as_ref().map(|f| &f.0) else {
+            continue;
+        };
+        if let Some(a) = fields
+            .get("f:metadata")
+            .and_then(|m| m.get("f:annotations"))
+            .and_then(Value::as_object)
+        {
+            owned.annotations.extend(
+                a.keys()
+                    .filter_map(|k| k.strip_prefix("f:"))
+                    .map(str::to_string),
+            );
+        }
+        let mut spec = Some(fields);
+        for step in template_path(kind).iter().chain(["spec"].iter()) {
+            spec = spec.and_then(|v| v.get(format!("f:{step}")));
+        }
+        for list in ["f:containers", "f:initContainers"] {
+            let Some(items) = spec.and_then(|s| s.get(list)).and_then(Value::as_object) else {
+                continue;
+            };
+            for (key, item) in items {
+                let name = key
+                    .strip_prefix("k:")
+                    .and_then(|k| serde_json::from_str::<Value>(k).ok())
+                    .and_then(|k| k.get("name").and_then(Value::as_str).map(str::to_string));
+                let Some(name) = name else { continue };
+                let req = item.get("f:resources").and_then(|r| r.get("f:requests"));
+                let cpu = req.is_some_and(|r| r.get("f:cpu").is_some());
+                let mem = req.is_some_and(|r| r.get("f:memory").is_some());
+                if cpu || mem {
+                    let e = owned.requests.entry(name).or_default();
+                    e.0 |= cpu;
+                    e.1 |= mem;
+                }
+            }
+        }
+    }
+    owned
+}
+
+pub fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec {
+    let mut v = Some(&obj.data);
+    for step in template_path(kind) {
+        v = v.and_then(|x| x.get(*step));
+    }
+    v.and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The server-side apply body for kerf's fields on a workload.
+pub fn workload_body(
+    key: &WorkloadKey,
+    annotations: &BTreeMap<String, String>,
+    requests: &BTreeMap<String, ResourceRequests>,
+    template: &PodTemplateSpec,
+) -> Value {
+    let mut metadata = json!({"name": key.name, "namespace": key.namespace});
+    if !annotations.is_empty() {
+        metadata["annotations"] = json!(annotations);
+    }
+    let mut body = json!({"apiVersion": key.kind.api_version(), "kind": key.kind.as_str(), "metadata": metadata});
+    let empty = PodSpec::default();
+    let spec = template.spec.as_ref().unwrap_or(&empty);
+    let mut containers = Vec::new();
+    let mut init_containers = Vec::new();
+    for (name, r) in requests {
+        let mut req = serde_json::Map::new();
+        if let Some(m) = r.cpu_millis {
+            req.insert("cpu".into(), json!(quantity::format_cpu_millis(m)));
+        }
+        if let Some(b) = r.memory_bytes {
+            req.insert("memory".into(), json!(quantity::format_memory_bytes(b)));
+        }
+        if req.is_empty() {
+            continue;
+        }
+        let entry = json!({"name": name, "resources": {"requests": req}});
+        if spec.containers.iter().any(|c| &c.name == name) {
+            containers.push(entry);
+        } else if spec
+            .init_containers
+            .iter()
+            .flatten()
+            .any(|c| &c.name == name)
+        {
+            init_containers.push(entry);
+        } else {
+            tracing::warn!(workload = %key, container = %name, "template has no such container: requests not written");
+        }
+    }
+    if !containers.is_empty() || !init_containers.is_empty() {
+        let mut pod_spec = serde_json::Map::new();
+        if !containers.is_empty() {
+            pod_spec.insert("containers".into(), Value::Array(containers));
+        }
+        if !init_containers.is_empty() {
+            pod_spec.insert("initContainers".into(), Value::Array(init_containers));
+        }
+        let mut path: Vec<&str> = template_path(key.kind).to_vec();
+        path.push("spec");
+        let spec_part = nest(&path, Value::Object(pod_spec));
+        if let (Some(b), Some(s)) = (body.as_object_mut(), spec_part.as_object()) {
+            b.extend(s.clone());
+        }
+    }
+    body
+}
+
+/// The single `Resource`/`Utilization` metric target of an HPA, if that is what it has.
+pub fn hpa_utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(String, i32)> {
+    let metrics = hpa.spec.metrics.as_ref()?;
+    match metrics.as_slice() {
+        [m] if m.type_ == "Resource" => {
+            let r = m.resource.as_ref()?;
+            (r.target.type_ == "Utilization")
+                .then(|| r.target.average_utilization.map(|u| (r.name.clone(), u)))
+                .flatten()
+        }
+        _ => None,
+    }
+}
+
+/// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).
+pub fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
+    let mut kerf = false;
+    let mut others = false;
+    for mf in hpa.metadata.managed_fields.iter().flatten() {
+        if mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
+            continue;
+        }
+        let owns = mf
+            .fields_v1
+            .as_ref()
+            .and_then(|f| f.0.get("f:spec"))
+            .is_some_and(|s| s.get("f:metrics").is_some());
+        if !owns {
+            continue;
+        }
+        if mf.manager.as_deref() == Some(FIELD_MANAGER) {
+            kerf |= mf.operation.as_deref() == Some("Apply");
+        } else {
+            others = true;
+        }
+    }
+    (kerf, others)
+}
+
+/// The single utilization metric kerf writes on an HPA.
+pub fn hpa_metrics(resource: &str, target: i32) -> Value {
+    json!([{
+        "type": "Resource",
+        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
+    }])
+}
+
+/// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a
+/// condition's status does; conditions not mentioned are kept.
+pub fn merge_conditions(
+    observed: &[Condition],
+    updates: &[ConditionUpdate],
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
+    let mut out: Vec<Condition> = observed.to_vec();
+    for u in updates {
+        let status = if u.status { "True" } else { "False" }.to_string();
+        let fresh = Condition {
+            type_: u.type_.clone(),
+            status: status.clone(),
+            reason: u.reason.clone(),
+            message: u.message.clone(),
+            observed_generation: generation,
+            last_transition_time: to_k8s_time(now),
+        };
+        match out.iter_mut().find(|c| c.type_ == u.type_) {
+            Some(c) => {
+                let keep_time = c.status == status;
+                let time = c.last_transition_time.clone();
+                *c = fresh;
+                if keep_time {
+                    c.last_transition_time = time;
+                }
+            }
+            None => out.push(fresh),
+        }
+    }
+    out
+}

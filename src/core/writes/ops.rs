@@ -1,0 +1,299 @@
+//! The writes one cycle calls for, as plain data: what the cluster writer executes and the
+//! in-memory writer applies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::api::{
+    PolicyStatus, RecommendationStatus, RightsizingRecommendation, RightsizingRecommendationSpec,
+};
+use crate::core::model::{
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, CoordinatedHpa, GpuMap,
+    GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
+};
+use crate::core::snapshot::Workload;
+
+/// The GPU annotations kerf wants on a workload (`None` = the annotation is absent).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuAnnotations {
+    pub baseline: Option<GpuMap>,
+    pub recommendation: Option<GpuRecommendation>,
+}
+
+impl GpuAnnotations {
+    /// The annotations as kerf writes them (an absent value is no entry).
+    pub fn rendered(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        if let Some(b) = self.baseline.as_ref().filter(|b| !b.is_empty()) {
+            m.insert(ANNOTATION_GPU_BASELINE.to_string(), render_baseline(b));
+        }
+        if let Some(r) = self
+            .recommendation
+            .as_ref()
+            .filter(|r| !r.containers.is_empty())
+        {
+            m.insert(ANNOTATION_GPU_RECOMMENDATION.to_string(), r.render());
+        }
+        m
+    }
+}
+
+/// kerf's fields on one workload. `None` leaves that group as kerf last applied it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadWrite {
+    /// The workload as last seen (snapshot): identifies it and is diffed against, so an
+    /// unchanged workload costs no request.
+    pub observed: Arc<Workload>,
+    /// GPU baseline and recommendation annotations. When the recommendation's per-container
+    /// values change, the workload is also restarted (pod template `restartedAt`).
+    pub gpu: Option<GpuAnnotations>,
+    /// Template container requests kerf sets (auto-patch / coordinated change), by container.
+    pub requests: Option<BTreeMap<String, ResourceRequests>>,
+}
+
+/// One `metav1.Condition` kerf wants on a policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConditionUpdate {
+    pub type_: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl ConditionUpdate {
+    pub fn new(type_: &str, status: bool, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyStatusWrite {
+    pub policy: PolicyId,
+    /// `metadata.generation` of the policy evaluated (→ `status.observedGeneration`).
+    pub generation: Option<i64>,
+    /// The policy's status as last seen (keeps `lastTransitionTime` and skips no-op writes).
+    pub observed: Option<PolicyStatus>,
+    pub conditions: Vec<ConditionUpdate>,
+    pub matched_workloads: Option<i64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecommendationWrite {
+    pub namespace: String,
+    pub name: String,
+    pub spec: RightsizingRecommendationSpec,
+    pub status: Option<RecommendationStatus>,
+    /// Usually the workload, so the recommendation goes away with it.
+    pub owner: Option<OwnerReference>,
+    pub observed: Option<RightsizingRecommendation>,
+}
+
+/// The utilization target kerf sets on an HPA (single `Resource` metric).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HpaTarget {
+    pub namespace: String,
+    pub name: String,
+    /// `cpu` or `memory`.
+    pub resource: String,
+    pub average_utilization: i32,
+    pub observed: Option<HorizontalPodAutoscaler>,
+}
+
+/// HPA coordination's "one change": the template requests and the HPA target, applied together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoordinatedChange {
+    pub workload: WorkloadWrite,
+    pub hpa: HpaTarget,
+}
+
+/// An `events.k8s.io/v1` Event on a workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventWrite {
+    pub regarding: WorkloadKey,
+    pub uid: Option<String>,
+    pub warning: bool,
+    pub reason: String,
+    pub action: String,
+    pub note: String,
+    /// Carried as the Event's annotations (e.g. `hpa`, `hpaResource`, `hpaTargetFrom`, `hpaTargetTo`).
+    pub details: BTreeMap<String, String>,
+}
+
+impl EventWrite {
+    /// `Applied`: a coordinated change went through.
+    pub fn applied(workload: &Workload, hpa: &CoordinatedHpa) -> Self {
+        let details = BTreeMap::from([
+            ("hpa".to_string(), hpa.hpa_name.clone()),
+            ("hpaResource".to_string(), hpa.resource.clone()),
+            ("hpaTargetFrom".to_string(), hpa.target_before.to_string()),
+            ("hpaTargetTo".to_string(), hpa.target_after.to_string()),
+        ]);
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: false,
+            reason: "Applied".into(),
+            action: "Rightsize".into(),
+            note: format!(
+                "applied new requests with HPA {} {} target {}% -> {}%",
+                hpa.hpa_name, hpa.resource, hpa.target_before, hpa.target_after
+            ),
+            details,
+        }
+    }
+
+    /// `Blocked` with a reason code such as `HPACoupled`.
+    pub fn blocked(workload: &Workload, reason_code: &str, message: &str) -> Self {
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: true,
+            reason: "Blocked".into(),
+            action: "Rightsize".into(),
+            note: format!("{reason_code}: {message}"),
+            details: BTreeMap::from([("reason".to_string(), reason_code.to_string())]),
+        }
+    }
+
+    /// `RolledBack` / `Released`: what a restore wrote back. `hpa_from` is the HPA's target
+    /// before the restore, when known.
+    pub fn restored(
+        workload: &Workload,
+        kind: RestoreKind,
+        requests: &BTreeMap<String, ResourceRequests>,
+        hpa: Option<&HpaTarget>,
+        hpa_from: Option<i32>,
+        problem: Option<&str>,
+    ) -> Self {
+        let mut details = BTreeMap::new();
+        let mut parts = Vec::new();
+        if !requests.is_empty() {
+            let list: Vec<String> = requests
+                .iter()
+                .map(|(c, r)| {
+                    let mut v = Vec::new();
+                    if let Some(m) = r.cpu_millis {
+                        v.push(format!(
+                            "cpu {}",
+                            crate::core::quantity::format_cpu_millis(m)
+                        ));
+                    }
+                    if let Some(b) = r.memory_bytes {
+                        v.push(format!(
+                            "memory {}",
+                            crate::core::quantity::format_memory_bytes(b)
+                        ));
+                    }
+                    format!("{c} {}", v.join(", "))
+                })
+                .collect();
+            parts.push(format!("requests {}", list.join("; ")));
+        }
+        if let Some(h) = hpa {
+            details.insert("hpa".to_string(), h.name.clone());
+            details.insert("hpaResource".to_string(), h.resource.clone());
+            if let Some(from) = hpa_from {
+                details.insert("hpaTargetFrom".to_string(), from.to_string());
+            }
+            details.insert("hpaTargetTo".to_string(), h.average_utilization.to_string());
+            parts.push(match hpa_from {
+                Some(from) => format!(
+                    "HPA {} {} target {from}% -> {}%",
+                    h.name, h.resource, h.average_utilization
+                ),
+                None => format!(
+                    "HPA {} {} target {}%",
+                    h.name, h.resource, h.average_utilization
+                ),
+            });
+        }
+        let what = if parts.is_empty() {
+            "nothing kerf recorded to restore".to_string()
+        } else {
+            format!("restored {}", parts.join(" and "))
+        };
+        let then = match kind {
+            RestoreKind::Rollback => {
+                "; kerf stops applying until the RightsizingRecommendation is deleted"
+            }
+            RestoreKind::Release => "; kerf no longer owns these fields",
+        };
+        let problem = problem.map(|p| format!(" ({p})")).unwrap_or_default();
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: !problem.is_empty(),
+            reason: kind.reason().into(),
+            action: match kind {
+                RestoreKind::Rollback => "Rollback",
+                RestoreKind::Release => "Release",
+            }
+            .into(),
+            note: format!("{what}{then}{problem}"),
+            details,
+        }
+    }
+}
+
+/// Field manager of a release's restore writes (an Update, not an Apply): the restored values
+/// change hands to it, so kerf's following apply can leave them out without server-side apply
+/// deleting them.
+pub const RELEASE_FIELD_MANAGER: &str = "kerf-release";
+
+/// Why kerf writes a workload's recorded original requests and HPA target back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreKind {
+    /// `rightsizing.kubex.ai/rollback` on the workload: restored by server-side apply as `kerf`
+    /// in one coordinated step, the annotation removed, kerf stops applying.
+    Rollback,
+    /// The workload left auto-patch: restored by [`RELEASE_FIELD_MANAGER`], then kerf gives up
+    /// its ownership of those fields.
+    Release,
+}
+
+impl RestoreKind {
+    /// The Event reason (and the RightsizingRecommendation `status.reason`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            RestoreKind::Rollback => "RolledBack",
+            RestoreKind::Release => "Released",
+        }
+    }
+}
+
+/// A rollback or a release: requests and HPA target restored together, then the
+/// RightsizingRecommendation and the Event, in that order (a failed restore writes neither, so the
+/// next cycle tries again).
+#[derive(Clone, Debug)]
+pub struct RestoreWrite {
+    pub kind: RestoreKind,
+    /// The workload as last seen.
+    pub observed: Arc<Workload>,
+    /// Original requests per container (`None` resource = left as it is).
+    pub requests: BTreeMap<String, ResourceRequests>,
+    /// The HPA target to restore (`observed` is the HPA as last seen).
+    pub hpa: Option<HpaTarget>,
+    pub recommendation: Option<RecommendationWrite>,
+    pub event: EventWrite,
+}
+
+#[derive(Clone, Debug)]
+pub enum WriteOp {
+    Workload(Box<WorkloadWrite>),
+    /// A rolling restart (pod template `rightsizing.kubex.ai/restartedAt`).
+    Restart(WorkloadKey),
+    PolicyStatus(Box<PolicyStatusWrite>),
+    Recommendation(Box<RecommendationWrite>),
+    Coordinated(Box<CoordinatedChange>),
+    Event(Box<EventWrite>),
+    /// Rollback or release of a workload's CPU/memory requests and HPA target.
+    Restore(Box<RestoreWrite>),
+}
