@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use std::pin::Pin;
 
 use crate::api::Signal;
-pub use crate::core::cycle::CycleOutput;
+pub use crate::core::cycle::{CycleOutput, PolicyRun};
 use crate::core::evaluate::{self};
 use crate::core::model::WorkloadKey;
 use crate::core::rs_evaluate::{self};
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{Snapshot, unresolved_strategy_message};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 
 /// Queries in flight at once (Prometheus handles a few concurrent range queries well).
@@ -99,13 +99,13 @@ pub async fn run_cycle<S: MetricSource>(
     let rs_plan = rs_evaluate::plan(snapshot, now, step_seconds);
     let mut out = CycleOutput {
         queries: plan.queries.len() + rs_plan.queries.len(),
-        unresolved_strategies: plan.unresolved.clone(),
         ..Default::default()
     };
     // GPU: a few queries at a time, each workload evaluated once its policies are answered, so
     // only the samples of the policies in flight are held (see docs/performance.md).
     let gpu_name =
         |pi: usize, s: Signal| format!("{} {}", snapshot.gpu_policies[pi].id, s.as_str());
+    let mut gpu_status = BTreeMap::new();
     let mut streaming = evaluate::StreamingEvaluation::new(snapshot, &plan, now);
     for chunk in plan.queries.chunks(QUERY_CONCURRENCY) {
         for (pi, signal, answer) in run_queries(source, chunk).await {
@@ -114,25 +114,43 @@ pub async fn run_cycle<S: MetricSource>(
                 signal,
                 &answer,
                 &gpu_name,
-                &mut out.prometheus,
+                &mut gpu_status,
                 &mut out.warnings,
             );
             streaming.answer(pi, signal, answer.ok());
         }
     }
-    out.results = streaming.finish();
+    let gpu_results = streaming.finish();
     let rs_answers = run_queries(source, &rs_plan.queries).await;
     let (rs_results, rs_failed, rs_status) = sort_answers(
         rs_answers,
         |pi, s| format!("{} {}", snapshot.rightsizing_policies[pi].id, s.metric()),
         &mut out.warnings,
     );
-    out.rs_prometheus = rs_status;
-    let gpu: HashMap<&WorkloadKey, _> = out
-        .results
+    let gpu: HashMap<&WorkloadKey, _> = gpu_results
         .iter()
         .map(|r| (&r.key, &r.containers))
         .collect();
-    out.rightsizing = rs_evaluate::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
+    let rs = rs_evaluate::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
+    drop(gpu);
+    for (i, p) in snapshot.gpu_policies.iter().enumerate() {
+        let run = PolicyRun {
+            queries: gpu_status.remove(&i),
+            unresolved_strategy: plan.unresolved.get(&i).cloned(),
+        };
+        out.policies.insert(p.id.clone(), run);
+    }
+    for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
+        let name = &p.spec.automation_strategy_ref.name;
+        let run = PolicyRun {
+            queries: rs_status.get(&i).cloned(),
+            unresolved_strategy: snapshot
+                .strategy(p.id.namespace.as_deref(), name)
+                .is_none()
+                .then(|| unresolved_strategy_message(name)),
+        };
+        out.policies.insert(p.id.clone(), run);
+    }
+    out.workloads = CycleOutput::join(gpu_results, rs);
     out
 }

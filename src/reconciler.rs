@@ -37,7 +37,7 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     step_seconds: i64,
 ) -> (CycleOutput, Vec<WriteOp>) {
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;
-    let failures = cycle.query_failures(snapshot);
+    let failures = cycle.query_failures();
     if !failures.is_empty() {
         crate::telemetry::metrics().reconcile_errors.inc();
         for (policy, e) in &failures {

@@ -638,7 +638,7 @@ async fn plan_release_when_the_policy_goes_away_or_cpu_leaves_auto_patch() {
     assert!(!ops.iter().any(|op| matches!(op, WriteOp::Restore(_))));
     let s = example_at("700m", 71);
     let mut c = cycle(&s).await;
-    for r in &mut c.rightsizing {
+    for r in c.resource_results_mut() {
         r.metrics_unavailable = true;
     }
     let ops = plan_writes(&s, &c, &[], std::slice::from_ref(&rec), now());

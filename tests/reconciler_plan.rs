@@ -197,8 +197,7 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
     let llm = |e: &kerf::standalone::Evaluated| {
         e.cycle
-            .results
-            .iter()
+            .gpu_results()
             .find(|r| r.key == key)
             .cloned()
             .unwrap()
@@ -262,6 +261,6 @@ async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
     assert_eq!(before.resources["app"].cpu_millis, Some(700));
     assert_eq!(before.hpa.as_ref().unwrap().target_after, 71);
     let down = dir_loop.run_once(&Down, at(), 15, &store).await.unwrap();
-    assert!(down.cycle.rightsizing.iter().all(|r| r.metrics_unavailable));
+    assert!(down.cycle.resource_results().all(|r| r.metrics_unavailable));
     assert_eq!(*store.get(&key).unwrap(), *before);
 }

@@ -153,11 +153,10 @@ async fn measure<S: MetricSource>(
             wall: t0.elapsed().as_secs_f64(),
             cpu: cpu_seconds().unwrap_or(0.0) - cpu0,
             queries: cycle.queries,
-            failed_policies: cycle.prometheus.values().filter(|r| r.is_err()).count(),
-            evaluated: cycle.results.len(),
+            failed_policies: cycle.query_failures().len(),
+            evaluated: cycle.gpu_results().count(),
             with_recommendation: cycle
-                .results
-                .iter()
+                .gpu_results()
                 .filter(|r| r.recommendation.is_some())
                 .count(),
             store_entries: store.len(),

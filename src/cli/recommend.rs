@@ -36,7 +36,7 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     for w in &cycle.warnings {
         eprintln!("warning: {w}");
     }
-    for (policy, e) in cycle.query_failures(&evaluated.snapshot) {
+    for (policy, e) in cycle.query_failures() {
         eprintln!("warning: {policy}: {e}");
     }
     let out = match args.output {
@@ -161,27 +161,13 @@ pub fn workload_json(
     })
 }
 
-/// Workloads in output order: every GPU-policy workload, then the CPU/memory-only ones.
-fn workload_keys(cycle: &CycleOutput) -> Vec<WorkloadKey> {
-    let mut keys: Vec<WorkloadKey> = cycle.results.iter().map(|r| r.key.clone()).collect();
-    for r in &cycle.rightsizing {
-        if !keys.contains(&r.key) {
-            keys.push(r.key.clone());
-        }
-    }
-    keys
-}
-
+/// One entry per workload, in the cycle's order: every GPU-policy workload, then the
+/// CPU/memory-only ones.
 pub fn to_json(cycle: &CycleOutput) -> Value {
-    let entries: Vec<Value> = workload_keys(cycle)
+    let entries: Vec<Value> = cycle
+        .workloads
         .iter()
-        .map(|k| {
-            workload_json(
-                k,
-                cycle.results.iter().find(|r| &r.key == k),
-                cycle.rightsizing.iter().find(|r| &r.key == k),
-            )
-        })
+        .map(|w| workload_json(&w.key, w.gpu.as_ref(), w.resources.as_ref()))
         .collect();
     json!({"recommendations": entries})
 }
@@ -202,7 +188,7 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
         "{:<28} {:<12} {:<10} {:<8} {:>8} {:>8} {:>11}  POLICY",
         "WORKLOAD", "CONTAINER", "ACTION", "DRIVER", "CURRENT", "BASELINE", "RECOMMENDED"
     );
-    for r in &cycle.results {
+    for r in cycle.gpu_results() {
         let name = format!("{}/{}/{}", r.key.namespace, r.key.kind, r.key.name);
         let policy = r
             .policies
@@ -235,10 +221,10 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
             let _ = writeln!(s, "    - {reason}");
         }
     }
-    if cycle.results.is_empty() {
+    if cycle.gpu_results().next().is_none() {
         let _ = writeln!(s, "(no workload is matched by a GPU reactive policy)");
     }
-    if !cycle.rightsizing.is_empty() {
+    if cycle.resource_results().next().is_some() {
         let _ = writeln!(s, "\nCPU/memory recommendations");
         let _ = writeln!(
             s,
@@ -246,7 +232,7 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
             "WORKLOAD", "CONTAINER", "CPU", "→ CPU", "MEMORY", "→ MEMORY", "PHASE", "HPA"
         );
     }
-    for r in &cycle.rightsizing {
+    for r in cycle.resource_results() {
         let name = format!("{}/{}/{}", r.key.namespace, r.key.kind, r.key.name);
         let o = match &r.outcome {
             Ok(o) => o,

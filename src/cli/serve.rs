@@ -173,7 +173,7 @@ pub async fn standalone_loop<S: MetricSource>(
             Ok(e) => {
                 tracing::info!(
                     workloads = store.len(),
-                    failed_policies = e.cycle.query_failures(&e.snapshot).len(),
+                    failed_policies = e.cycle.query_failures().len(),
                     "standalone cycle done"
                 );
                 Duration::from_secs(interval_seconds.unwrap_or_else(|| {

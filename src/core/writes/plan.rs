@@ -23,7 +23,7 @@ use crate::core::recovery::recommendation_key;
 use crate::core::rightsizing::{
     applied_change, plan_restore, recommendation_spec, recommendation_status,
 };
-use crate::core::snapshot::{InvalidPolicy, Snapshot, Workload, unresolved_strategy_message};
+use crate::core::snapshot::{InvalidPolicy, Snapshot, Workload};
 use crate::pipeline::CycleOutput;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
@@ -180,7 +180,7 @@ fn restore_writes(
         return out;
     }
     let results: HashMap<&WorkloadKey, &crate::core::rs_evaluate::RsResult> =
-        cycle.rightsizing.iter().map(|r| (&r.key, r)).collect();
+        cycle.resource_results().map(|r| (&r.key, r)).collect();
     let mut due: BTreeMap<WorkloadKey, RestoreKind> = snapshot
         .workloads
         .iter()
@@ -307,7 +307,7 @@ pub fn plan_writes(
         snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
 
     // GPU: baseline and recommendation annotations (restart on change is the writer's job).
-    for r in &cycle.results {
+    for r in cycle.gpu_results() {
         if r.metrics_unavailable {
             continue; // nothing flaps: persisted state stays as it is
         }
@@ -329,7 +329,7 @@ pub fn plan_writes(
     let mut restores = restore_writes(snapshot, cycle, recommendations, &workloads, now);
 
     // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is).
-    for r in &cycle.rightsizing {
+    for r in cycle.resource_results() {
         if let Some(op) = restores.remove(&r.key) {
             ops.push(op);
             continue;
@@ -432,41 +432,37 @@ pub fn plan_writes(
 
     // Policy status conditions.
     let mut matched: HashMap<PolicyId, i64> = HashMap::new();
-    for r in &cycle.results {
+    for r in cycle.gpu_results() {
         if let Some(p) = r.policies.first() {
             *matched.entry(p.clone()).or_default() += 1;
         }
     }
-    for r in &cycle.rightsizing {
+    for r in cycle.resource_results() {
         *matched.entry(r.policy.clone()).or_default() += 1;
     }
-    for (i, p) in snapshot.gpu_policies.iter().enumerate() {
-        let strategy = match cycle.unresolved_strategies.get(&i) {
-            Some(e) => Err(e.clone()),
+    let policies = snapshot
+        .gpu_policies
+        .iter()
+        .map(|p| (&p.id, p.generation, &p.status))
+        .chain(
+            snapshot
+                .rightsizing_policies
+                .iter()
+                .map(|p| (&p.id, p.generation, &p.status)),
+        );
+    for (id, generation, status) in policies {
+        let run = cycle.policies.get(id).cloned().unwrap_or_default();
+        let strategy = match run.unresolved_strategy {
+            Some(e) => Err(e),
             None => Ok(()),
         };
         ops.push(condition_writes(
-            &p.id,
-            p.generation,
-            p.status.clone(),
+            id,
+            generation,
+            status.clone(),
             strategy,
-            cycle.prometheus.get(&i),
-            matched.get(&p.id).copied().unwrap_or(0),
-        ));
-    }
-    for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
-        let name = &p.spec.automation_strategy_ref.name;
-        let strategy = match snapshot.strategy(p.id.namespace.as_deref(), name) {
-            Some(_) => Ok(()),
-            None => Err(unresolved_strategy_message(name)),
-        };
-        ops.push(condition_writes(
-            &p.id,
-            p.generation,
-            p.status.clone(),
-            strategy,
-            cycle.rs_prometheus.get(&i),
-            matched.get(&p.id).copied().unwrap_or(0),
+            run.queries.as_ref(),
+            matched.get(id).copied().unwrap_or(0),
         ));
     }
     for bad in invalid {
