@@ -26,6 +26,9 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> Recovered {
         tracing::warn!("restart recovery: {w}");
     }
     store.replace_all(recovered.entries.iter().cloned().collect());
+    store
+        .health()
+        .annotations_read_back(recovered.entries.len());
     tracing::info!(
         workloads = recovered.entries.len(),
         "store recovered from workload annotations"
