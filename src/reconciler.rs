@@ -565,6 +565,18 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     let held = held_back(snapshot, recommendations);
     refresh_store_except(store, snapshot, &cycle, &held);
     let failures = cycle.query_failures(snapshot);
+    match failures.first() {
+        None => store.health().clear_error(PROMETHEUS),
+        Some((policy, e)) => {
+            let more = match failures.len() {
+                1 => String::new(),
+                n => format!(" (and {} more policies)", n - 1),
+            };
+            store
+                .health()
+                .record_error(PROMETHEUS, &format!("{policy}: {e}{more}"));
+        }
+    }
     if !failures.is_empty() {
         crate::telemetry::metrics().reconcile_errors.inc();
         for (policy, e) in &failures {
@@ -576,14 +588,23 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     (cycle, ops)
 }
 
+/// The dependency name of Prometheus on `/readyz`.
+const PROMETHEUS: &str = "prometheus";
+
 pub struct ReconcilerConfig {
     /// kerf's own namespace (Lease, events' reporting instance).
     pub namespace: String,
     pub step_seconds: i64,
+    /// How long the caches may stay unsynced while a list or watch keeps failing (403, a
+    /// missing CRD, the API server unreachable) before the reconciler gives up.
+    pub cache_sync_timeout: Duration,
 }
 
-/// Runs forever: readiness after restart recovery, then a cycle every interval (missed ticks are
-/// skipped; a changed interval or Prometheus URL is picked up at the next cycle).
+/// Runs until something it needs stops: readiness after restart recovery, then a cycle every
+/// interval (missed ticks are skipped; a changed interval or Prometheus URL is picked up at the
+/// next cycle). Returns an error — it never returns `Ok` — when the caches cannot sync (see
+/// [`ReconcilerConfig::cache_sync_timeout`]), a watch, the Lease or the writer task stopped, or
+/// a cycle failed (`docs/design/runtime.md#r14`).
 pub async fn run(
     client: ::kube::Client,
     store: Arc<Store>,
@@ -595,21 +616,64 @@ pub async fn run(
         &cfg.namespace,
         crate::kube::default_identity(),
     );
+    let mut lease_alive = lease.clone();
     let writer: WriterHandle =
         crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease);
-    let recovered = crate::kube::recovery::prime_store(&reader, &store).await;
-    tracing::info!(
-        workloads = recovered.entries.len(),
-        "store primed from workload annotations; ready"
-    );
-    every_interval(&mut ReconcileCycle {
-        reader,
-        writer,
-        store,
-        step_seconds: cfg.step_seconds,
-        source: None,
-    })
-    .await
+    let writer_alive = writer.clone();
+    let work = async {
+        wait_for_caches(&reader, cfg.cache_sync_timeout).await?;
+        let recovered = crate::kube::recovery::prime_store(&reader, &store).await;
+        tracing::info!(
+            workloads = recovered.entries.len(),
+            "store primed from workload annotations; ready"
+        );
+        every_interval(&mut ReconcileCycle {
+            reader: reader.clone(),
+            writer,
+            store: store.clone(),
+            step_seconds: cfg.step_seconds,
+            source: None,
+        })
+        .await
+    };
+    tokio::select! {
+        r = work => r,
+        why = reader.stopped() => Err(anyhow::anyhow!(why)),
+        () = async { while lease_alive.changed().await.is_ok() {} } => {
+            anyhow::bail!("the writer Lease task stopped")
+        }
+        () = writer_alive.stopped() => anyhow::bail!("the writer task stopped"),
+    }
+}
+
+/// Waits for every cache's initial list. Past `timeout`, gives up as soon as a kind not synced
+/// yet is failing (its last list or watch failed), naming each with its error; kinds that are
+/// merely slow to list are waited for.
+async fn wait_for_caches(reader: &Reader, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    if tokio::time::timeout_at(deadline, reader.wait_synced())
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
+    loop {
+        let failing = reader.failing_unsynced();
+        if !failing.is_empty() {
+            let each: Vec<String> = failing.iter().map(|(k, e)| format!("{k}: {e}")).collect();
+            anyhow::bail!(
+                "the caches did not sync within {}s; still failing: {}",
+                timeout.as_secs(),
+                each.join("; ")
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(1), reader.wait_synced())
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+    }
 }
 
 /// One reconcile cycle, run by [`every_interval`].
@@ -644,7 +708,11 @@ impl Cycle for ReconcileCycle {
         {
             match PrometheusSource::new(&url, Duration::from_secs(timeout)) {
                 Ok(s) => self.source = Some((url.clone(), timeout, s)),
-                Err(e) => tracing::error!("prometheus.url {url:?}: {e}"),
+                Err(e) => {
+                    let message = crate::health::redact(&format!("prometheus.url {url:?}: {e}"));
+                    tracing::error!("{message}");
+                    self.store.health().record_error(PROMETHEUS, &message);
+                }
             }
         }
         if let Some((_, _, prom)) = &self.source {
