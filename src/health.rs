@@ -167,8 +167,24 @@ impl Health {
         }
         if !st.errors.is_empty() {
             out.push_str("last errors:\n");
+            // Dependencies failing the same way (the API server unreachable) share one line.
+            let mut same: Vec<(Vec<&str>, &str, Instant)> = Vec::new();
             for (dependency, (message, at)) in &st.errors {
-                let _ = writeln!(out, "  {dependency} ({} ago): {message}", age(at.elapsed()));
+                match same.iter_mut().find(|(_, m, _)| m == message) {
+                    Some((deps, _, last)) => {
+                        deps.push(dependency);
+                        *last = (*last).max(*at);
+                    }
+                    None => same.push((vec![dependency], message, *at)),
+                }
+            }
+            for (dependencies, message, at) in same {
+                let _ = writeln!(
+                    out,
+                    "  {} ({} ago): {message}",
+                    dependencies.join(", "),
+                    age(at.elapsed())
+                );
             }
         }
         (ready, out)
@@ -313,7 +329,17 @@ mod tests {
         );
         h.annotations_read_back(3);
         assert_eq!(h.readiness(true), (true, "ready\n".into()));
+        h.record_error("Pod", "cannot reach the API server");
+        h.record_error("Deployment", "cannot reach the API server");
         h.record_error("prometheus", "connection refused");
+        assert_eq!(
+            h.readiness(false).1.split_once("last errors:\n").unwrap().1,
+            "  Deployment, Pod (0s ago): cannot reach the API server\n  \
+             prometheus (0s ago): connection refused\n",
+            "the same error is one line"
+        );
+        h.clear_error("Pod");
+        h.clear_error("Deployment");
         assert_eq!(
             h.readiness(true),
             (

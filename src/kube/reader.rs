@@ -406,12 +406,14 @@ struct WatchErrors {
 }
 
 impl WatchErrors {
-    fn ok(&mut self) {
-        if self.failing {
+    /// An event arrived. `Init` only announces a (re)list, which may fail again: anything else
+    /// means the list or the watch works.
+    fn ok<K>(&mut self, ev: &watcher::Event<K>) {
+        if self.failing && !matches!(ev, watcher::Event::Init) {
             self.failing = false;
             self.limit.reset();
             self.health.clear_error(self.kind);
-            tracing::info!(resource = self.kind, "list/watch works again");
+            tracing::info!(resource = %self.kind, "{}: list/watch works again", self.kind);
         }
     }
 
@@ -425,7 +427,7 @@ impl WatchErrors {
             })
             .inc();
         if p.reason == "expired" {
-            tracing::debug!(resource = self.kind, "{} (relisting)", p.message);
+            tracing::debug!(resource = %self.kind, "{} (relisting)", p.message);
             return;
         }
         self.failing = true;
@@ -434,16 +436,16 @@ impl WatchErrors {
             let message = redact(&p.message);
             if left_out == 0 {
                 tracing::warn!(
-                    resource = self.kind,
-                    reason = p.reason,
+                    resource = %self.kind,
+                    reason = %p.reason,
                     "{}: {message}; retrying",
                     self.kind
                 );
             } else {
                 tracing::warn!(
-                    resource = self.kind,
-                    reason = p.reason,
-                    repeated = left_out,
+                    resource = %self.kind,
+                    reason = %p.reason,
+                    suppressed = left_out,
                     "{}: {message}; retrying",
                     self.kind
                 );
@@ -478,7 +480,7 @@ fn spawn_kerf<K: KerfKind>(
         while let Some(event) = stream.next().await {
             match event {
                 Ok(ev) => {
-                    errors.ok();
+                    errors.ok(&ev);
                     let done = matches!(ev, watcher::Event::InitDone);
                     get(&indexes).apply(ev, decode::<K>);
                     if done {
@@ -583,7 +585,7 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(ev) => {
-                    errors.ok();
+                    errors.ok(&ev);
                     if let Some(h) = hook.as_mut() {
                         h(&ev);
                     }
