@@ -567,14 +567,14 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     let failures = cycle.query_failures(snapshot);
     match failures.first() {
         None => store.health().clear_error(PROMETHEUS),
-        Some((policy, e)) => {
+        Some((_, e)) => {
             let more = match failures.len() {
                 1 => String::new(),
                 n => format!(" (and {} more policies)", n - 1),
             };
             store
                 .health()
-                .record_error(PROMETHEUS, &format!("{policy}: {e}{more}"));
+                .record_error(PROMETHEUS, &format!("{e}{more}"));
         }
     }
     if !failures.is_empty() {

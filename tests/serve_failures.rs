@@ -411,6 +411,31 @@ async fn standalone_readyz_names_the_manifest_error_and_sigterm_still_exits_0() 
 }
 
 #[tokio::test]
+async fn ready_standalone_still_names_a_failing_prometheus() {
+    let port = free_port(); // nothing listens there
+    let kerf = Kerf::serve(|cmd, _| {
+        cmd.args(["--standalone", "--manifests", "examples/manifests"])
+            .args(["--at", "2026-01-01T12:00:00Z"])
+            .arg("--prometheus")
+            .arg(format!("http://kerf:s3cret@127.0.0.1:{port}"));
+    });
+    // The first cycle ran (failed queries keep the last recommendations): ready, and the
+    // failure is there for whoever looks.
+    let (status, body) = kerf.poll("/readyz", 20, |s, _| s == 200).await;
+    let error = body
+        .strip_prefix("ready\nlast errors:\n  prometheus (")
+        .expect(&body);
+    assert!(
+        error.contains("s ago): GpuReactivePolicy/ml/gpu-reactive ")
+            && error.contains(" query failed: metric source unavailable: ")
+            && error.contains(&format!("http://127.0.0.1:{port}/api/v1/")),
+        "{body}"
+    );
+    assert_eq!(status, 200);
+    assert!(!body.contains("s3cret"), "{body}");
+}
+
+#[tokio::test]
 async fn standalone_exits_1_when_its_loop_stops() {
     let mut kerf = Kerf::serve(|cmd, dir| {
         cmd.args(["--standalone", "--manifests", "examples/manifests"])
