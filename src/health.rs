@@ -75,10 +75,7 @@ impl Health {
 
     /// `dependency` works again.
     pub fn clear_error(&self, dependency: &str) {
-        let mut st = self.state();
-        if !st.errors.is_empty() {
-            st.errors.remove(dependency);
-        }
+        self.state().errors.remove(dependency);
     }
 
     /// The last error recorded for `dependency`, if it has not worked since.

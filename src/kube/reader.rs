@@ -1115,6 +1115,110 @@ mod tests {
         index.values()
     }
 
+    #[tokio::test]
+    async fn a_watch_task_that_panics_or_ends_is_reported_once() {
+        let (tx, _unsynced) = watch::channel(BTreeSet::from(["Pod"]));
+        let (stop_tx, mut stopped) = watch::channel(None);
+        let sync = SyncTracker {
+            tx: Arc::new(tx),
+            stopped: Arc::new(stop_tx),
+            health: Health::new(),
+            total: 1,
+        };
+        let panicked = sync.spawn("Pod", async { panic!("projection bug") });
+        assert!(panicked.await.is_ok(), "the panic is caught and reported");
+        let ended = sync.spawn("Job", async {});
+        ended.await.unwrap();
+        let why = stopped.wait_for(Option::is_some).await.unwrap().clone();
+        assert_eq!(
+            why.as_deref(),
+            Some("the Pod watch stopped: panicked: projection bug"),
+            "the first one counts"
+        );
+    }
+
+    #[test]
+    fn describe_watch_error_gives_the_api_servers_message_and_the_fix() {
+        let list = |code: u16, reason: &str, message: &str| {
+            watcher::Error::InitialListFailed(::kube::Error::Api(
+                ::kube::core::Status::failure(message, reason)
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        let said = |resource: &str, crd: bool, e: watcher::Error| {
+            let p = describe_watch_error(resource, crd, &e);
+            (p.reason, p.message)
+        };
+        assert_eq!(
+            said("pods", false, list(401, "Unauthorized", "Unauthorized")),
+            (
+                "unauthorized",
+                "list failed: 401 Unauthorized: Unauthorized (the API server rejected kerf's \
+                 credentials: check the service account token or the kubeconfig)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            said(
+                "deployments.apps",
+                false,
+                list(403, "Forbidden", "deployments.apps is forbidden")
+            ),
+            (
+                "forbidden",
+                "list failed: 403 Forbidden: deployments.apps is forbidden (kerf's ClusterRole \
+                 must allow get, list and watch on deployments.apps: manifests/install/rbac.yaml)"
+                    .into()
+            )
+        );
+        // A path no API serves answers plain text: kube puts a sentence in `reason`.
+        let not_served = || list(404, "Failed to parse error data", "404 page not found");
+        assert_eq!(
+            said(
+                "gpureactivepolicies.rightsizing.kubex.ai",
+                true,
+                not_served()
+            ),
+            (
+                "crd_missing",
+                "list failed: HTTP 404: 404 page not found (the CustomResourceDefinition \
+                 gpureactivepolicies.rightsizing.kubex.ai is not installed: kubectl apply -f \
+                 manifests/crds/)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            said("pods", false, not_served()),
+            (
+                "not_found",
+                "list failed: HTTP 404: 404 page not found".into()
+            )
+        );
+        let expired = watcher::Error::WatchError(Box::new(
+            ::kube::core::Status::failure("too old resource version: 1 (5)", "Expired")
+                .with_code(410),
+        ));
+        assert_eq!(
+            said("pods", false, expired),
+            (
+                "expired",
+                "watch failed: 410 Expired: too old resource version: 1 (5)".into()
+            )
+        );
+        assert_eq!(
+            said(
+                "pods",
+                false,
+                list(500, "InternalError", "etcdserver: request timed out")
+            ),
+            (
+                "api_error",
+                "list failed: 500 InternalError: etcdserver: request timed out".into()
+            )
+        );
+    }
+
     #[test]
     fn a_relist_drops_what_it_did_not_list_once_it_completed() {
         let index = Projected::<String>::new();
