@@ -650,7 +650,10 @@ pub async fn run(
 /// yet is failing (its last list or watch failed), naming each with its error; kinds that are
 /// merely slow to list are waited for.
 async fn wait_for_caches(reader: &Reader, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {
+        reader.wait_synced().await; // a timeout beyond any clock: no timeout
+        return Ok(());
+    };
     if tokio::time::timeout_at(deadline, reader.wait_synced())
         .await
         .is_ok()
