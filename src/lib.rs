@@ -11,6 +11,7 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod core;
+pub mod health;
 pub mod kube;
 pub mod metrics;
 pub mod pipeline;

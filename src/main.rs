@@ -1,16 +1,33 @@
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     // One rustls provider for the whole process (ring), installed before any TLS use.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Colours only on a terminal: `kubectl logs` and log collectors get plain lines.
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // kube logs every failed request (its client's trace layer, at error) and every failed
+    // watch retry (its watcher, at warn). kerf reports each failure where it happens — the
+    // reader rate-limited and with the fix (`src/kube/reader.rs`), the writer, the Lease — so
+    // those lines are left out, unless RUST_LOG names a kube crate itself.
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube")) {
+        for directive in [
+            "kube_client::client::builder=off",
+            "kube_runtime::watcher=error",
+        ] {
+            filter = filter.add_directive(directive.parse().expect("a valid directive"));
+        }
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_ansi(ansi)
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     match kerf::cli::run(kerf::cli::Cli::parse()).await {

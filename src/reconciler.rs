@@ -64,19 +64,45 @@ pub fn serve_persisted(
     served.warnings
 }
 
+/// The dependency name of Prometheus on `/readyz`.
+const PROMETHEUS: &str = "prometheus";
+
+/// Shows the cycle's query failures (or their end) on `/readyz`.
+pub fn record_query_health(store: &Store, cycle: &CycleOutput) {
+    let failures = cycle.query_failures();
+    match failures.first() {
+        None => store.health().clear_error(PROMETHEUS),
+        Some((_, e)) => {
+            let more = match failures.len() {
+                1 => String::new(),
+                n => format!(" (and {} more policies)", n - 1),
+            };
+            store
+                .health()
+                .record_error(PROMETHEUS, &format!("{e}{more}"));
+        }
+    }
+}
+
 pub struct ReconcilerConfig {
     /// kerf's own namespace (Lease, events' reporting instance).
     pub namespace: String,
     pub step_seconds: i64,
+    /// How long the caches may stay unsynced while a list or watch keeps failing (403, a
+    /// missing CRD, the API server unreachable) before the reconciler gives up.
+    pub cache_sync_timeout: Duration,
 }
 
 /// How often every replica refreshes the store it serves from the persisted state.
 pub const SERVE_REFRESH: Duration = Duration::from_secs(10);
 
-/// Runs forever: readiness after restart recovery, then every [`SERVE_REFRESH`] the store is
-/// refilled from the persisted state, and — on the Lease holder only — a cycle every interval
-/// (missed ticks are skipped; a changed interval or Prometheus URL is picked up at the next
-/// cycle). Followers never query Prometheus: Prometheus sees one client per cluster.
+/// Runs until something it needs stops: readiness after restart recovery, then every
+/// [`SERVE_REFRESH`] the store is refilled from the persisted state, and — on the Lease holder
+/// only — a cycle every interval (missed ticks are skipped; a changed interval or Prometheus URL
+/// is picked up at the next cycle). Followers never query Prometheus: Prometheus sees one client
+/// per cluster. Returns an error — it never returns `Ok` — when the caches cannot sync (see
+/// [`ReconcilerConfig::cache_sync_timeout`]), a watch, the Lease or the writer task stopped, or
+/// a cycle failed (`docs/design/runtime.md#r14`).
 pub async fn run(
     client: ::kube::Client,
     store: Arc<Store>,
@@ -88,17 +114,63 @@ pub async fn run(
         &cfg.namespace,
         crate::kube::default_identity(),
     );
+    let mut lease_alive = lease.clone();
     let writer: WriterHandle =
         crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease.clone());
-    crate::kube::recovery::prime_store(&reader, &store).await;
-    every_interval(&mut ReconcileCycle::new(
-        reader,
-        writer,
-        lease,
-        store,
-        cfg.step_seconds,
-    ))
-    .await
+    let writer_alive = writer.clone();
+    let work = async {
+        wait_for_caches(&reader, cfg.cache_sync_timeout).await?;
+        crate::kube::recovery::prime_store(&reader, &store).await;
+        every_interval(&mut ReconcileCycle::new(
+            reader.clone(),
+            writer,
+            lease,
+            store.clone(),
+            cfg.step_seconds,
+        ))
+        .await
+    };
+    tokio::select! {
+        r = work => r,
+        why = reader.stopped() => Err(anyhow::anyhow!(why)),
+        () = async { while lease_alive.changed().await.is_ok() {} } => {
+            anyhow::bail!("the writer Lease task stopped")
+        }
+        () = writer_alive.stopped() => anyhow::bail!("the writer task stopped"),
+    }
+}
+
+/// Waits for every cache's initial list. Past `timeout`, gives up as soon as a kind not synced
+/// yet is failing (its last list or watch failed), naming each with its error; kinds that are
+/// merely slow to list are waited for.
+async fn wait_for_caches(reader: &Reader, timeout: Duration) -> anyhow::Result<()> {
+    let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {
+        reader.wait_synced().await; // a timeout beyond any clock: no timeout
+        return Ok(());
+    };
+    if tokio::time::timeout_at(deadline, reader.wait_synced())
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
+    loop {
+        let failing = reader.failing_unsynced();
+        if !failing.is_empty() {
+            let each: Vec<String> = failing.iter().map(|(k, e)| format!("{k}: {e}")).collect();
+            anyhow::bail!(
+                "the caches did not sync within {}s; still failing: {}",
+                timeout.as_secs(),
+                each.join("; ")
+            );
+        }
+        if tokio::time::timeout(Duration::from_secs(1), reader.wait_synced())
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+    }
 }
 
 /// One reconcile cycle, run by [`every_interval`].
@@ -157,12 +229,16 @@ impl ReconcileCycle {
         {
             match PrometheusSource::new(&url, Duration::from_secs(timeout)) {
                 Ok(s) => self.source = Some((url.clone(), timeout, s)),
-                Err(e) => tracing::error!("prometheus.url {url:?}: {e}"),
+                Err(e) => {
+                    let message = crate::health::redact(&format!("prometheus.url {url:?}: {e}"));
+                    tracing::error!("{message}");
+                    self.store.health().record_error(PROMETHEUS, &message);
+                }
             }
         }
         if let Some((_, _, prom)) = &self.source {
             let recommendations = self.reader.recommendations();
-            let (_, ops) = reconcile_once(
+            let (cycle, ops) = reconcile_once(
                 snapshot,
                 invalid,
                 &recommendations,
@@ -171,6 +247,8 @@ impl ReconcileCycle {
                 self.step_seconds,
             )
             .await;
+            record_query_health(&self.store, &cycle);
+            drop(cycle);
             for op in ops {
                 if self.writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");

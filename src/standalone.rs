@@ -391,6 +391,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
     )
     .await;
     drop(recommendations);
+    crate::reconciler::record_query_health(store, &cycle);
     let planned = ops.len();
     writer.apply_all(ops, snapshot.global.read_only, now);
     let mut persisted = snapshot.clone();

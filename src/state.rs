@@ -10,6 +10,7 @@ use dashmap::DashMap;
 
 use crate::api::GlobalConfigurationSpec;
 use crate::core::model::{WorkloadKey, WorkloadState};
+use crate::health::Health;
 
 /// Owner links the webhook needs to find a pod's top owner without calling the API server.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,6 +37,7 @@ pub struct Store {
     pub job_owners: DashMap<ObjectName, String>,
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
+    health: Arc<Health>,
 }
 
 impl Store {
@@ -105,6 +107,11 @@ impl Store {
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+    }
+
+    /// What `/readyz` and `/healthz` report (filled by the background tasks).
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     fn update_gauge(&self) {

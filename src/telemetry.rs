@@ -39,6 +39,15 @@ pub struct WriteLabels {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchErrorLabels {
+    /// The watched kind: `Pod`, `GpuReactivePolicy`, …
+    pub resource: String,
+    /// `forbidden`, `unauthorized`, `crd_missing`, `not_found`, `expired`, `connection`,
+    /// `api_error`, `other`.
+    pub reason: String,
+}
+
 pub struct Metrics {
     pub admission_requests: Family<AdmissionLabels, Counter>,
     pub admission_duration_seconds: Histogram,
@@ -53,6 +62,7 @@ pub struct Metrics {
     pub cluster_writes: Family<WriteLabels, Counter>,
     pub is_leader: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
+    pub watch_errors: Family<WatchErrorLabels, Counter>,
 }
 
 fn query_histogram() -> Histogram {
@@ -75,6 +85,7 @@ impl Metrics {
             cluster_writes: Family::default(),
             is_leader: Gauge::default(),
             tls_reloads: Family::default(),
+            watch_errors: Family::default(),
         }
     }
 
@@ -143,6 +154,11 @@ impl Metrics {
             "kerf_tls_reloads",
             "Serving certificate reload attempts by outcome (kind label = ok|error)",
             self.tls_reloads.clone(),
+        );
+        r.register(
+            "kerf_watch_errors",
+            "List and watch errors from the API server, by watched resource and reason",
+            self.watch_errors.clone(),
         );
     }
 }

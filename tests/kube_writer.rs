@@ -655,3 +655,19 @@ async fn events_carry_the_hpa_details() {
     assert!(b.body["note"].as_str().unwrap().starts_with("HPACoupled: "));
     assert_eq!(b.body["metadata"]["annotations"]["reason"], "HPACoupled");
 }
+
+#[tokio::test]
+async fn a_stopped_lease_task_is_not_trusted_to_hold_the_lease() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, lease) = writer(client, true, false);
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
+    assert_eq!(
+        w.apply(op.clone()).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    // The Lease task is gone (its sender dropped) while its last word was "leader": nobody
+    // renews the Lease any more, another replica may hold it.
+    drop(lease);
+    assert_eq!(w.apply(op).await, WriteOutcome::NotLeader);
+    assert_eq!(requests(&log).len(), 1);
+}

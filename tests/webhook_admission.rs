@@ -551,3 +551,41 @@ async fn health_endpoints() {
     );
     assert_eq!(get_text(h, "/debug").await.0, 200);
 }
+
+#[tokio::test]
+async fn readyz_says_what_it_waits_for_and_healthz_fails_once_a_required_task_stopped() {
+    let store = Store::new();
+    let e = env(store.clone()).await;
+    let h = e.server.health;
+    let unsynced = std::collections::BTreeSet::from(["Pod"]);
+    store.health().caches_pending(&unsynced, 17);
+    store
+        .health()
+        .record_error("Pod", "list failed: 403 Forbidden: pods is forbidden");
+    let (status, body) = get_text(h, "/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        body,
+        "not ready: waiting for the caches to sync\n\
+         caches not synced (1 of 17): Pod\n\
+         annotations read back: not yet (they are read once every cache has synced)\n\
+         last errors:\n  \
+         Pod (0s ago): list failed: 403 Forbidden: pods is forbidden\n"
+    );
+    assert_eq!(get_text(h, "/healthz").await, (200, "ok\n".to_string()));
+
+    store.set_ready(true);
+    store
+        .health()
+        .task_stopped("reconciler", "the writer task stopped");
+    let why = "reconciler stopped: the writer task stopped";
+    assert_eq!(
+        get_text(h, "/healthz").await,
+        (503, format!("unhealthy: {why}\n")),
+        "the liveness probe fails: the kubelet restarts the pod"
+    );
+    assert_eq!(
+        get_text(h, "/readyz").await,
+        (503, format!("not ready: {why}\n"))
+    );
+}

@@ -1,6 +1,8 @@
 //! The real `kerf serve` binary: flags from `KERF_*` environment variables, both listeners up,
-//! `/readyz` 503 without a reconciler, and exit 0 on SIGTERM.
+//! `/readyz` 503 while the API server cannot be reached (and saying so), and exit 0 on SIGTERM.
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 #[path = "webhook_support/mod.rs"]
 mod support;
 
@@ -25,8 +27,17 @@ async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
     let pki = Pki::new();
     let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
     let (tls_port, health_port) = (free_port(), free_port());
+    // An API server that refuses connections: kerf retries, stays alive and not ready.
+    let kubeconfig = apiserver::kubeconfig(
+        dir.path(),
+        &format!("http://127.0.0.1:{}", free_port()),
+        "t",
+    );
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .arg("serve")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", dir.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
         .env("KERF_LISTEN", format!("127.0.0.1:{tls_port}"))
         .env("KERF_HEALTH_LISTEN", format!("127.0.0.1:{health_port}"))
         .env("KERF_TLS_CERT", &cert)
@@ -48,7 +59,26 @@ async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(get_text(health, "/readyz").await.0, 503);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let (status, body) = get_text(health, "/readyz").await;
+        assert_eq!(status, 503, "{body}");
+        if body.contains("cannot reach the API server") {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        body.starts_with(
+            "not ready: waiting for the caches to sync\ncaches not synced (17 of 17): "
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("): list failed: cannot reach the API server: "),
+        "{body}"
+    );
     let webhook: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
     let resp = review(
         &client(&pki.ca_pem(), webhook, false),

@@ -1,11 +1,17 @@
 //! `kerf serve`: the admission webhook (TLS) and the health listener, fed either by the
 //! in-cluster reconciler or, with `--standalone`, by periodic evaluation of a manifest directory.
+//!
+//! The feeder is a required task: when it ends (no client configuration, caches that cannot
+//! sync, a stopped watch, Lease or writer, a panic) kerf logs why, fails `/healthz`, shuts the
+//! listeners down gracefully and exits non-zero, writing the reason to the container's
+//! termination message (`docs/design/runtime.md#r14`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
@@ -55,9 +61,30 @@ pub struct ServeArgs {
     /// Query step in seconds (standalone mode).
     #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
     pub step_seconds: i64,
+    /// In-cluster: seconds the caches may stay unsynced while a list or watch keeps failing
+    /// (RBAC denied, a CRD not installed, the API server unreachable) before kerf exits.
+    #[arg(long, env = "KERF_CACHE_SYNC_TIMEOUT_SECONDS", default_value_t = 120)]
+    pub cache_sync_timeout_seconds: u64,
+    /// Where the reason of a failed exit is written for `kubectl describe pod` (only when the
+    /// file exists: the kubelet creates it).
+    #[arg(
+        long,
+        env = "KERF_TERMINATION_LOG",
+        default_value = "/dev/termination-log"
+    )]
+    pub termination_log: PathBuf,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let termination_log = args.termination_log.clone();
+    let result = serve(args).await;
+    if let Err(e) = &result {
+        write_termination_message(&termination_log, &format!("{e:#}"));
+    }
+    result
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let store = Store::new();
     let config = ServeConfig::new(
         args.listen,
@@ -66,7 +93,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.tls_key.clone(),
     );
     let server = BoundServer::bind(config).await?;
-    let feeder = if args.standalone {
+    if args.standalone {
         let dir = args
             .manifests
             .clone()
@@ -92,42 +119,139 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         if args.interval_seconds == Some(0) {
             anyhow::bail!("--interval-seconds must be > 0");
         }
-        tokio::spawn(run_standalone(
+        let feeder = run_standalone(
             dir,
             source,
             at,
             args.step_seconds,
             args.interval_seconds,
             store.clone(),
-        ))
+        );
+        serve_supervised(
+            server,
+            store,
+            "standalone loop",
+            feeder,
+            crate::server::shutdown_signal(),
+        )
+        .await
     } else {
-        tokio::spawn(run_in_cluster(store.clone(), args.step_seconds))
+        let feeder = run_in_cluster(
+            store.clone(),
+            args.step_seconds,
+            Duration::from_secs(args.cache_sync_timeout_seconds),
+        );
+        serve_supervised(
+            server,
+            store,
+            "reconciler",
+            feeder,
+            crate::server::shutdown_signal(),
+        )
+        .await
+    }
+}
+
+/// Serves until `shutdown` resolves (then `Ok`) or the required task `feeder` ends — with an
+/// error, without one, or by panicking. Then the failure is logged with its cause chain and
+/// recorded (`/healthz` and `/readyz` answer 503 with it), the listeners shut down gracefully
+/// and the error `<task> stopped: <why>` is returned.
+pub async fn serve_supervised(
+    server: BoundServer,
+    store: Arc<Store>,
+    task: &'static str,
+    feeder: impl Future<Output = anyhow::Result<()>> + Send + 'static,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let health = store.health().clone();
+    let handle = tokio::spawn(feeder);
+    let feeder_abort = handle.abort_handle();
+    let supervisor = tokio::spawn({
+        let health = health.clone();
+        async move {
+            let why = match handle.await {
+                Ok(Ok(())) => "it ended, and it must run until kerf shuts down".to_string(),
+                Ok(Err(e)) => crate::health::error_chain(e.as_ref()),
+                Err(e) if e.is_panic() => format!(
+                    "panicked: {}",
+                    crate::health::panic_message(&*e.into_panic())
+                ),
+                Err(_) => return, // aborted at shutdown
+            };
+            health.task_stopped(task, &why);
+        }
+    });
+    let (why_tx, why_rx) = tokio::sync::oneshot::channel();
+    let stop = {
+        let health = health.clone();
+        async move {
+            let failed = tokio::select! {
+                () = shutdown => None,
+                why = health.wait_stopped() => Some(why),
+            };
+            if let Some(why) = &failed {
+                tracing::error!("{why}; shutting down the webhook listener and exiting");
+            }
+            let _ = why_tx.send(failed);
+        }
     };
-    let result = server.run(store, crate::server::shutdown_signal()).await;
-    feeder.abort();
-    result
+    let served = server.run(store, stop).await;
+    feeder_abort.abort();
+    supervisor.abort();
+    served?;
+    match why_rx.await {
+        Ok(Some(why)) => Err(anyhow::anyhow!(why)),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `message` where the kubelet reads the container's termination message
+/// (`terminationMessagePath`), so `kubectl describe pod` shows why kerf exited. Only when the
+/// file exists: outside a pod there is nothing to write to.
+fn write_termination_message(path: &Path, message: &str) {
+    if !path.is_file() {
+        return;
+    }
+    // The kubelet keeps at most 4096 bytes.
+    let mut end = message.len().min(4096);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    if let Err(e) = std::fs::write(path, &message[..end]) {
+        tracing::warn!(
+            "cannot write the termination message to {}: {e}",
+            path.display()
+        );
+    }
 }
 
 /// In-cluster mode: the reconciler keeps `store` filled from the API server and Prometheus and
-/// marks it ready once the caches synced and the annotations were read back.
-pub async fn run_in_cluster(store: Arc<Store>, step_seconds: i64) -> anyhow::Result<()> {
-    let client = ::kube::Client::try_default()
-        .await
-        .map_err(|e| anyhow::anyhow!("no Kubernetes client configuration: {e}"))?;
+/// marks it ready once the caches synced and the annotations were read back. Returns only with
+/// an error (see [`crate::reconciler::run`]).
+pub async fn run_in_cluster(
+    store: Arc<Store>,
+    step_seconds: i64,
+    cache_sync_timeout: Duration,
+) -> anyhow::Result<()> {
+    store
+        .health()
+        .waiting_for("the Kubernetes client configuration");
+    let client = ::kube::Client::try_default().await.context(
+        "no Kubernetes client configuration: in-cluster mode needs the pod's service account \
+         (KUBERNETES_SERVICE_HOST and /var/run/secrets/kubernetes.io/serviceaccount/) or a \
+         kubeconfig (KUBECONFIG, or ~/.kube/config); without a cluster use --standalone",
+    )?;
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kerf-system".into());
-    let result = crate::reconciler::run(
+    crate::reconciler::run(
         client,
         store,
         crate::reconciler::ReconcilerConfig {
             namespace,
             step_seconds,
+            cache_sync_timeout,
         },
     )
-    .await;
-    if let Err(e) = &result {
-        tracing::error!("reconciler stopped: {e:#}");
-    }
-    result
+    .await
 }
 
 /// Builds the metric source (Prometheus timeout from the directory's GlobalConfiguration) and
@@ -140,6 +264,10 @@ async fn run_standalone(
     interval_seconds: Option<u64>,
     store: Arc<Store>,
 ) -> anyhow::Result<()> {
+    store.health().waiting_for(format!(
+        "the first cycle over the manifests in {}",
+        dir.display()
+    ));
     let global = crate::standalone::load_dir(&dir)
         .map(|m| m.snapshot.global)
         .unwrap_or_default();
@@ -149,10 +277,13 @@ async fn run_standalone(
         &global,
     )
     .await
-    .inspect_err(|e| tracing::error!("{e:#}"))?;
+    .context("the metric source")?;
     standalone_loop(&dir, &source, at, step_seconds, interval_seconds, &store).await;
-    Ok(())
+    anyhow::bail!("the standalone loop ended")
 }
+
+/// The dependency name of the manifest directory on `/readyz`.
+const MANIFESTS: &str = "manifests";
 
 /// Runs the reconcile loop over `dir` (see [`crate::standalone::DirLoop`]) now and then every
 /// GlobalConfiguration `gpuReactiveCheckInterval` (or `interval_seconds`). A directory that cannot be read keeps the
@@ -171,6 +302,7 @@ pub async fn standalone_loop<S: MetricSource>(
         let now = at.unwrap_or_else(Utc::now);
         let wait = match dir_loop.run_once(source, now, step_seconds, store).await {
             Ok(e) => {
+                store.health().clear_error(MANIFESTS);
                 tracing::info!(
                     workloads = store.len(),
                     failed_policies = e.cycle.query_failures().len(),
@@ -186,6 +318,7 @@ pub async fn standalone_loop<S: MetricSource>(
             }
             Err(e) => {
                 tracing::warn!("standalone cycle failed (retrying in {RETRY:?}): {e:#}");
+                store.health().record_error(MANIFESTS, &format!("{e:#}"));
                 RETRY
             }
         };

@@ -8,15 +8,23 @@
 //! Kubernetes kinds are watched typed and projected as they arrive to what evaluation reads
 //! (`core::pod` for pods and workload templates; owner names for ReplicaSets and CronJob Jobs), so
 //! the caches never hold whole objects.
+//!
+//! A list or watch that fails is retried with backoff; each failure is counted
+//! (`kerf_watch_errors_total`), logged at `warn` with the resource and the API server's message
+//! (once a minute per resource while it repeats), and kept as the resource's last error for
+//! `/readyz` until the resource works again (`docs/design/runtime.md#r14`). A watch task that
+//! ends or panics is reported by [`Reader::stopped`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use ::kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
 use ::kube::runtime::{WatchStreamExt, watcher};
 use ::kube::{Client, Resource, ResourceExt};
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -33,7 +41,9 @@ use crate::api::{
 };
 use crate::core::model::PolicyId;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
+use crate::health::{Health, LogLimit, error_chain, panic_message, redact};
 use crate::state::{ObjectName, Store};
+use crate::telemetry::{WatchErrorLabels, metrics};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -206,6 +216,9 @@ struct Inner {
     pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
+    /// Set when a watch task ended or panicked.
+    stopped: watch::Receiver<Option<String>>,
+    health: Arc<Health>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -230,19 +243,205 @@ pub struct Reader {
     inner: Arc<Inner>,
 }
 
-/// Tracks which kinds have completed their initial listing.
+/// Shared by the watch tasks: which kinds have completed their initial listing (mirrored in
+/// [`Health`] for `/readyz`), and which task stopped first.
 #[derive(Clone)]
 struct SyncTracker {
     tx: Arc<watch::Sender<BTreeSet<&'static str>>>,
+    stopped: Arc<watch::Sender<Option<String>>>,
+    health: Arc<Health>,
+    total: usize,
 }
 
 impl SyncTracker {
     fn done(&self, kind: &'static str) {
-        self.tx.send_modify(|s| {
-            if s.remove(kind) {
-                tracing::debug!(kind, "initial list complete");
+        self.tx.send_if_modified(|s| {
+            if !s.remove(kind) {
+                return false;
             }
+            tracing::debug!(kind, "initial list complete");
+            self.health.caches_pending(s, self.total);
+            true
         });
+    }
+
+    fn stop(&self, kind: &'static str, why: String) {
+        self.stopped.send_if_modified(|s| {
+            if s.is_some() {
+                return false;
+            }
+            *s = Some(format!("the {kind} watch stopped: {why}"));
+            true
+        });
+    }
+
+    /// Spawns one watch task; its end (the stream ended, or it panicked) is reported.
+    fn spawn(
+        &self,
+        kind: &'static str,
+        run: impl Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let sync = self.clone();
+        tokio::spawn(async move {
+            let why = match AssertUnwindSafe(run).catch_unwind().await {
+                Ok(()) => "its stream ended".to_string(),
+                Err(p) => format!("panicked: {}", panic_message(&*p)),
+            };
+            tracing::error!(kind, "watch task stopped: {why}");
+            sync.stop(kind, why);
+        })
+    }
+
+    fn errors(&self, kind: &'static str, resource: String, crd: bool) -> WatchErrors {
+        WatchErrors {
+            kind,
+            resource,
+            crd,
+            health: self.health.clone(),
+            limit: LogLimit::new(WATCH_ERROR_LOG_EVERY),
+            failing: false,
+        }
+    }
+}
+
+/// A repeated list/watch error of one resource is logged at most this often.
+const WATCH_ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Why a list or watch failed, said for an operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchProblem {
+    /// The `reason` label of `kerf_watch_errors_total`: `forbidden`, `unauthorized`,
+    /// `crd_missing`, `not_found`, `expired` (a routine relist), `connection`, `api_error`,
+    /// `other`.
+    pub reason: &'static str,
+    /// What failed, the API server's message, and the fix when kerf knows it.
+    pub message: String,
+}
+
+/// Describes a list or watch error on `resource` (`pods`, `gpureactivepolicies.rightsizing.kubex.ai`;
+/// `crd`: one of kerf's own kinds, whose absence means the CRDs are not installed).
+pub fn describe_watch_error(resource: &str, crd: bool, e: &watcher::Error) -> WatchProblem {
+    let (what, err) = match e {
+        watcher::Error::InitialListFailed(e) => ("list failed", e),
+        watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => ("watch failed", e),
+        watcher::Error::WatchError(status) => {
+            return from_status("watch failed", status, resource, crd);
+        }
+        watcher::Error::NoResourceVersion => {
+            return WatchProblem {
+                reason: "other",
+                message: "list failed: the list had no metadata.resourceVersion (does the resource support watch?)".into(),
+            };
+        }
+    };
+    match err {
+        ::kube::Error::Api(status) => from_status(what, status, resource, crd),
+        ::kube::Error::HyperError(_) | ::kube::Error::Service(_) => WatchProblem {
+            reason: "connection",
+            message: format!("{what}: cannot reach the API server: {}", error_chain(err)),
+        },
+        other => WatchProblem {
+            reason: "other",
+            message: format!("{what}: {}", error_chain(other)),
+        },
+    }
+}
+
+fn from_status(what: &str, s: &::kube::core::Status, resource: &str, crd: bool) -> WatchProblem {
+    // A reason is one CamelCase word (`Forbidden`); kube puts a sentence there when the body was
+    // not a Status (`404 page not found` from a path no API serves).
+    let head = if s.reason.is_empty() || s.reason.contains(' ') {
+        format!("HTTP {}", s.code)
+    } else {
+        format!("{} {}", s.code, s.reason)
+    };
+    let base = match s.message.trim() {
+        "" => format!("{what}: {head}"),
+        m => format!("{what}: {head}: {m}"),
+    };
+    let (reason, message) = match s.code {
+        401 => (
+            "unauthorized",
+            format!(
+                "{base} (the API server rejected kerf's credentials: check the service account token or the kubeconfig)"
+            ),
+        ),
+        403 => (
+            "forbidden",
+            format!(
+                "{base} (kerf's ClusterRole must allow get, list and watch on {resource}: manifests/install/rbac.yaml)"
+            ),
+        ),
+        404 if crd => (
+            "crd_missing",
+            format!(
+                "{base} (the CustomResourceDefinition {resource} is not installed: kubectl apply -f manifests/crds/)"
+            ),
+        ),
+        404 => ("not_found", base),
+        410 => ("expired", base),
+        _ => ("api_error", base),
+    };
+    WatchProblem { reason, message }
+}
+
+/// What one watch task does with its stream's errors: count every one, log it at `warn`
+/// (rate-limited), keep it as the resource's last error until an event arrives again.
+struct WatchErrors {
+    kind: &'static str,
+    resource: String,
+    crd: bool,
+    health: Arc<Health>,
+    limit: LogLimit,
+    failing: bool,
+}
+
+impl WatchErrors {
+    /// An event arrived. `Init` only announces a (re)list, which may fail again: anything else
+    /// means the list or the watch works.
+    fn ok<K>(&mut self, ev: &watcher::Event<K>) {
+        if self.failing && !matches!(ev, watcher::Event::Init) {
+            self.failing = false;
+            self.limit.reset();
+            self.health.clear_error(self.kind);
+            tracing::info!(resource = %self.kind, "{}: list/watch works again", self.kind);
+        }
+    }
+
+    fn error(&mut self, e: &watcher::Error) {
+        let p = describe_watch_error(&self.resource, self.crd, e);
+        metrics()
+            .watch_errors
+            .get_or_create(&WatchErrorLabels {
+                resource: self.kind.into(),
+                reason: p.reason.into(),
+            })
+            .inc();
+        if p.reason == "expired" {
+            tracing::debug!(resource = %self.kind, "{} (relisting)", p.message);
+            return;
+        }
+        self.failing = true;
+        self.health.record_error(self.kind, &p.message);
+        if let Some(left_out) = self.limit.admit(&p.message, Instant::now()) {
+            let message = redact(&p.message);
+            if left_out == 0 {
+                tracing::warn!(
+                    resource = %self.kind,
+                    reason = %p.reason,
+                    "{}: {message}; retrying",
+                    self.kind
+                );
+            } else {
+                tracing::warn!(
+                    resource = %self.kind,
+                    reason = %p.reason,
+                    suppressed = left_out,
+                    "{}: {message}; retrying",
+                    self.kind
+                );
+            }
+        }
     }
 }
 
@@ -260,24 +459,26 @@ fn spawn_kerf<K: KerfKind>(
     indexes: &Arc<Indexes>,
     sync: &SyncTracker,
 ) -> JoinHandle<()> {
-    let (indexes, sync) = (indexes.clone(), sync.clone());
+    let (indexes, tracker) = (indexes.clone(), sync.clone());
     let ar = ApiResource::erase::<K>(&());
+    let mut errors = sync.errors(index, format!("{}.{}", ar.plural, ar.group), true);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     let stream = watcher(api, watcher::Config::default())
         .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata))
         .default_backoff();
-    tokio::spawn(async move {
+    sync.spawn(index, async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(ev) => {
+                    errors.ok(&ev);
                     let done = matches!(ev, watcher::Event::InitDone);
                     get(&indexes).apply(ev, decode::<K>);
                     if done {
-                        sync.done(index);
+                        tracker.done(index);
                     }
                 }
-                Err(e) => tracing::warn!(kind = index, error = %e, "watch error (retrying)"),
+                Err(e) => errors.error(&e),
             }
         }
     })
@@ -364,21 +565,28 @@ where
     let index = Arc::new(Projected::new());
     let writer = index.clone();
     let stream = stream.default_backoff();
-    let task = tokio::spawn(async move {
+    let resource = match K::group(&()).as_ref() {
+        "" => K::plural(&()).to_string(),
+        group => format!("{}.{group}", K::plural(&())),
+    };
+    let mut errors = sync.errors(kind, resource, false);
+    let tracker = sync.clone();
+    let task = sync.spawn(kind, async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(ev) => {
+                    errors.ok(&ev);
                     if let Some(h) = hook.as_mut() {
                         h(&ev);
                     }
                     let done = matches!(ev, watcher::Event::InitDone);
                     writer.apply(ev, project);
                     if done {
-                        sync.done(kind);
+                        tracker.done(kind);
                     }
                 }
-                Err(e) => tracing::warn!(kind, error = %e, "watch error (retrying)"),
+                Err(e) => errors.error(&e),
             }
         }
     });
@@ -479,8 +687,20 @@ impl Reader {
             .chain(BUILTIN_KINDS.iter())
             .copied()
             .collect();
+        let health = store
+            .as_ref()
+            .map(|s| s.health().clone())
+            .unwrap_or_default();
+        health.caches_pending(&all, all.len());
+        let total = all.len();
         let (tx, unsynced) = watch::channel(all);
-        let sync = SyncTracker { tx: Arc::new(tx) };
+        let (stop_tx, stopped) = watch::channel(None);
+        let sync = SyncTracker {
+            tx: Arc::new(tx),
+            stopped: Arc::new(stop_tx),
+            health: health.clone(),
+            total,
+        };
         let kerf = Arc::new(Indexes {
             gpu: KerfIndex::new(),
             cluster_gpu: KerfIndex::new(),
@@ -632,6 +852,8 @@ impl Reader {
                 pods,
                 hpas,
                 unsynced,
+                stopped,
+                health,
                 tasks,
             }),
         }
@@ -651,6 +873,32 @@ impl Reader {
     /// Kinds whose initial listing has not completed yet (for `/readyz` messages).
     pub fn unsynced_kinds(&self) -> Vec<&'static str> {
         self.inner.unsynced.borrow().iter().copied().collect()
+    }
+
+    /// The kinds not synced yet whose last list or watch failed, with the error.
+    pub fn failing_unsynced(&self) -> Vec<(&'static str, String)> {
+        self.unsynced_kinds()
+            .into_iter()
+            .filter_map(|k| Some((k, self.inner.health.last_error(k)?)))
+            .collect()
+    }
+
+    /// Where the reader reports its caches and errors: the store's (with
+    /// [`Reader::start_with_store`]) or its own.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.inner.health
+    }
+
+    /// Resolves when a watch task ended or panicked (it should run as long as the reader),
+    /// saying which and why. The reader is then incomplete for good.
+    pub async fn stopped(&self) -> String {
+        let mut rx = self.inner.stopped.clone();
+        let why = rx.wait_for(Option::is_some).await.map(|s| s.clone());
+        match why {
+            Ok(s) => s.unwrap_or_default(),
+            // Every task is gone without a word: only at runtime shutdown.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Every RightsizingRecommendation kerf wrote (previous HPA targets, original requests).
@@ -856,6 +1104,110 @@ mod tests {
 
     fn names(index: &Projected<String>) -> Vec<String> {
         index.values()
+    }
+
+    #[tokio::test]
+    async fn a_watch_task_that_panics_or_ends_is_reported_once() {
+        let (tx, _unsynced) = watch::channel(BTreeSet::from(["Pod"]));
+        let (stop_tx, mut stopped) = watch::channel(None);
+        let sync = SyncTracker {
+            tx: Arc::new(tx),
+            stopped: Arc::new(stop_tx),
+            health: Health::new(),
+            total: 1,
+        };
+        let panicked = sync.spawn("Pod", async { panic!("projection bug") });
+        assert!(panicked.await.is_ok(), "the panic is caught and reported");
+        let ended = sync.spawn("Job", async {});
+        ended.await.unwrap();
+        let why = stopped.wait_for(Option::is_some).await.unwrap().clone();
+        assert_eq!(
+            why.as_deref(),
+            Some("the Pod watch stopped: panicked: projection bug"),
+            "the first one counts"
+        );
+    }
+
+    #[test]
+    fn describe_watch_error_gives_the_api_servers_message_and_the_fix() {
+        let list = |code: u16, reason: &str, message: &str| {
+            watcher::Error::InitialListFailed(::kube::Error::Api(
+                ::kube::core::Status::failure(message, reason)
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        let said = |resource: &str, crd: bool, e: watcher::Error| {
+            let p = describe_watch_error(resource, crd, &e);
+            (p.reason, p.message)
+        };
+        assert_eq!(
+            said("pods", false, list(401, "Unauthorized", "Unauthorized")),
+            (
+                "unauthorized",
+                "list failed: 401 Unauthorized: Unauthorized (the API server rejected kerf's \
+                 credentials: check the service account token or the kubeconfig)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            said(
+                "deployments.apps",
+                false,
+                list(403, "Forbidden", "deployments.apps is forbidden")
+            ),
+            (
+                "forbidden",
+                "list failed: 403 Forbidden: deployments.apps is forbidden (kerf's ClusterRole \
+                 must allow get, list and watch on deployments.apps: manifests/install/rbac.yaml)"
+                    .into()
+            )
+        );
+        // A path no API serves answers plain text: kube puts a sentence in `reason`.
+        let not_served = || list(404, "Failed to parse error data", "404 page not found");
+        assert_eq!(
+            said(
+                "gpureactivepolicies.rightsizing.kubex.ai",
+                true,
+                not_served()
+            ),
+            (
+                "crd_missing",
+                "list failed: HTTP 404: 404 page not found (the CustomResourceDefinition \
+                 gpureactivepolicies.rightsizing.kubex.ai is not installed: kubectl apply -f \
+                 manifests/crds/)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            said("pods", false, not_served()),
+            (
+                "not_found",
+                "list failed: HTTP 404: 404 page not found".into()
+            )
+        );
+        let expired = watcher::Error::WatchError(Box::new(
+            ::kube::core::Status::failure("too old resource version: 1 (5)", "Expired")
+                .with_code(410),
+        ));
+        assert_eq!(
+            said("pods", false, expired),
+            (
+                "expired",
+                "watch failed: 410 Expired: too old resource version: 1 (5)".into()
+            )
+        );
+        assert_eq!(
+            said(
+                "pods",
+                false,
+                list(500, "InternalError", "etcdserver: request timed out")
+            ),
+            (
+                "api_error",
+                "list failed: 500 InternalError: etcdserver: request timed out".into()
+            )
+        );
     }
 
     #[test]

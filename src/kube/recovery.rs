@@ -24,6 +24,7 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> usize {
     for w in serve_persisted(store, &snapshot, &reader.recommendations()) {
         tracing::warn!("restart recovery: {w}");
     }
+    store.health().annotations_read_back(store.len());
     tracing::info!(
         workloads = store.len(),
         "store recovered from the persisted state"

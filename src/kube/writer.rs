@@ -123,6 +123,11 @@ impl WriterHandle {
             .unwrap_or_else(|_| WriteOutcome::Failed(WriterStopped.to_string()))
     }
 
+    /// Resolves when the writer task has ended (it panicked, or the runtime is shutting down).
+    pub async fn stopped(&self) {
+        self.tx.closed().await
+    }
+
     /// GlobalConfiguration `readOnly`; set it from every snapshot.
     pub fn set_read_only(&self, read_only: bool) {
         self.read_only
@@ -131,6 +136,12 @@ impl WriterHandle {
 }
 
 pub struct Writer;
+
+/// This replica holds the Lease: the Lease task says so and is still running (a stopped Lease
+/// task renews nothing, so its last word cannot be trusted).
+fn holds_lease(lease: &watch::Receiver<bool>) -> bool {
+    lease.has_changed().is_ok() && *lease.borrow()
+}
 
 impl Writer {
     /// Spawns the writer task with default settings (10 s timeout, 3 tries).
@@ -154,7 +165,7 @@ impl Writer {
         };
         tokio::spawn(async move {
             while let Some((op, reply)) = rx.recv().await {
-                let outcome = if *task.lease.borrow() {
+                let outcome = if holds_lease(&task.lease) {
                     task.execute(op).await
                 } else {
                     WriteOutcome::NotLeader
@@ -287,7 +298,7 @@ impl Task {
         let mut delay = self.cfg.backoff;
         let tries = self.cfg.tries.max(1);
         for attempt in 1..=tries {
-            if !*self.lease.borrow() {
+            if !holds_lease(&self.lease) {
                 return Err(CallError::NotLeader);
             }
             let error = match tokio::time::timeout(self.cfg.timeout, f()).await {

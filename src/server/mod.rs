@@ -95,7 +95,7 @@ fn router_with_delay(store: Arc<Store>, review_delay: Duration) -> Router {
 /// The health/metrics/debug router.
 pub fn health_router(store: Arc<Store>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/debug/recommendations", get(debug_recommendations))
@@ -155,15 +155,24 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
         .into_response()
 }
 
+/// Liveness: fails once a required background task stopped (`docs/design/runtime.md#r14`).
+async fn healthz(State(app): State<AppState>) -> Response {
+    let (alive, body) = app.store.health().liveness();
+    (health_status(alive), body).into_response()
+}
+
+/// Readiness: ready once the store was loaded; otherwise says what it waits for and the last
+/// error of each dependency (`docs/design/runtime.md#r14`).
 async fn readyz(State(app): State<AppState>) -> Response {
-    if app.store.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
+    let (ready, body) = app.store.health().readiness(app.store.is_ready());
+    (health_status(ready), body).into_response()
+}
+
+fn health_status(ok: bool) -> StatusCode {
+    if ok {
+        StatusCode::OK
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: recommendations not loaded yet\n",
-        )
-            .into_response()
+        StatusCode::SERVICE_UNAVAILABLE
     }
 }
 

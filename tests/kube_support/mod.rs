@@ -27,6 +27,9 @@ impl Recorded {
 
 pub enum Reply {
     Json(u16, Value),
+    /// A plain-text answer, as the API server gives for a path nothing serves (a CRD that is
+    /// not installed: `404 page not found`).
+    Text(u16, String),
     /// A watch response: one JSON event per line, then the stream ends.
     Events(Vec<Value>),
     /// Never answered (an open watch).
@@ -86,6 +89,14 @@ where
                         .status(code)
                         .header("content-type", "application/json")
                         .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                        .unwrap();
+                    send.send_response(resp);
+                }
+                Reply::Text(code, text) => {
+                    let resp = Response::builder()
+                        .status(code)
+                        .header("content-type", "text/plain; charset=utf-8")
+                        .body(Body::from(text.into_bytes()))
                         .unwrap();
                     send.send_response(resp);
                 }
