@@ -22,7 +22,6 @@ use crate::kube::reader::{InvalidPolicy, Reader};
 use crate::kube::writer::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
     RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp, WriterHandle,
-    hpa_utilization_target,
 };
 use crate::metrics::prometheus::PrometheusSource;
 use crate::pipeline::{CycleOutput, run_cycle};
@@ -272,11 +271,7 @@ fn restore_writes(
                 observed: Some(live.clone()),
             })
         });
-        let hpa_from = hpa
-            .as_ref()
-            .and_then(|h| h.observed.as_ref())
-            .and_then(hpa_utilization_target)
-            .map(|(_, t)| t);
+        let hpa_from = hpa.as_ref().and_then(HpaTarget::current).map(|(_, t)| t);
         let recommendation = match (&observed, outcome) {
             (_, Some((o, policy))) => {
                 let prev = observed.as_ref().and_then(|r| r.status.as_ref());

@@ -26,7 +26,10 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::{Map, Value, json};
+
+use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
 
 use crate::core::model::{
     ANNOTATION_MUTATED, CoordinatedHpa, KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER,
@@ -945,51 +948,68 @@ fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState) -> bool 
 // ---------------------------------------------------------------------------------------------
 // HPAs
 
-/// Builds the mutation of an `autoscaling/v2` HorizontalPodAutoscaler: the single `Resource`
-/// Utilization metric on the coordinated resource gets `target_after`. Any other metric shape,
-/// or an HPA other than the coordinated one, is left alone (empty patch, with a note).
+/// Builds the mutation of an `autoscaling/v2` HorizontalPodAutoscaler
+/// (docs/design/hpa-coordination.md#h12). Its metrics are read as the engine and the writer read
+/// them ([`analyze_metric_specs`], docs/design/hpa-coordination.md#h1): when they are the single
+/// supported metric on the coordinated resource, its target becomes `target_after` — for an HPA
+/// without metrics (the default, CPU 80 %) that metric is written out. Any other shape, or an HPA
+/// other than the coordinated one, is left alone (empty patch, with a note).
 pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation, ShapeError> {
     let meta = get_obj(hpa, "metadata", "hpa")?;
     let name = meta
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or("");
+    let unchanged = |note: String| Ok(Mutation::from(hpa, hpa.clone(), vec![note]));
     if name != coordinated.hpa_name {
-        return Ok(Mutation::from(
-            hpa,
-            hpa.clone(),
-            vec![format!(
-                "HPA {name:?} is not the coordinated HPA {:?}",
-                coordinated.hpa_name
-            )],
+        return unchanged(format!(
+            "HPA {name:?} is not the coordinated HPA {:?}",
+            coordinated.hpa_name
         ));
     }
-    let metrics = match hpa.get("spec").and_then(|s| s.get("metrics")) {
-        Some(Value::Array(m)) => m,
-        None | Some(Value::Null) => return Err(shape("hpa.spec.metrics is missing")),
-        Some(_) => return Err(shape("hpa.spec.metrics is not an array")),
+    let spec = hpa
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
+    let metrics: Option<Vec<MetricSpec>> = match spec.get("metrics") {
+        None | Some(Value::Null) => None,
+        Some(m) => Some(
+            serde_json::from_value(m.clone())
+                .map_err(|e| shape(format!("hpa.spec.metrics: {e}")))?,
+        ),
     };
-    let supported = metrics.len() == 1
-        && metrics[0].get("type").and_then(Value::as_str) == Some("Resource")
-        && metrics[0].pointer("/resource/name").and_then(Value::as_str)
-            == Some(coordinated.resource.as_str())
-        && metrics[0]
-            .pointer("/resource/target/type")
-            .and_then(Value::as_str)
-            == Some("Utilization");
-    if !supported {
-        return Ok(Mutation::from(
-            hpa,
-            hpa.clone(),
-            vec!["unsupported-metrics: not a single Resource Utilization metric on the coordinated resource".into()],
+    let listed = metrics.as_ref().is_some_and(|m| !m.is_empty());
+    let (resource, target) = match analyze_metric_specs(metrics.as_deref()).coordinable() {
+        Ok(t) => t,
+        Err(why) => return unchanged(format!("unsupported-metrics: {why}")),
+    };
+    if resource.as_str() != coordinated.resource {
+        return unchanged(format!(
+            "the HPA scales on {} utilization, not on the coordinated resource {}",
+            resource.as_str(),
+            coordinated.resource
         ));
+    }
+    if target == coordinated.target_after {
+        return Ok(Mutation::from(hpa, hpa.clone(), Vec::new()));
     }
     let mut desired = hpa.clone();
-    let target = desired
-        .pointer_mut("/spec/metrics/0/resource/target")
-        .and_then(Value::as_object_mut)
-        .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
-    target.insert("averageUtilization".into(), json!(coordinated.target_after));
+    if listed {
+        let target = desired
+            .pointer_mut("/spec/metrics/0/resource/target")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
+        target.insert("averageUtilization".into(), json!(coordinated.target_after));
+    } else {
+        let spec = desired
+            .get_mut("spec")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
+        spec.insert(
+            "metrics".into(),
+            utilization_metrics(resource.as_str(), coordinated.target_after),
+        );
+    }
     Ok(Mutation::from(hpa, desired, Vec::new()))
 }
 

@@ -44,6 +44,7 @@ use crate::api::{
     RecommendationStatus, RightsizingPolicy, RightsizingRecommendation,
     RightsizingRecommendationSpec, WorkloadKind,
 };
+use crate::core::hpa::{self, HpaResource, utilization_metrics};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests,
@@ -144,6 +145,27 @@ pub struct HpaTarget {
     pub resource: String,
     pub average_utilization: i32,
     pub observed: Option<HorizontalPodAutoscaler>,
+}
+
+impl HpaTarget {
+    /// The HPA's current target, read as the engine and admission read it
+    /// (docs/design/hpa-coordination.md#h1): an HPA without metrics is at CPU 80 %.
+    pub fn current(&self) -> Option<(HpaResource, i32)> {
+        self.observed.as_ref().and_then(hpa::utilization_target)
+    }
+
+    /// The HPA already has this target: nothing to write.
+    pub fn in_place(&self) -> bool {
+        self.current()
+            .is_some_and(|(r, t)| r.as_str() == self.resource && t == self.average_utilization)
+    }
+
+    /// The target falls (requests grow): the HPA is written before the template, so the
+    /// transient state stays over-provisioned.
+    pub fn goes_first(&self) -> bool {
+        self.current()
+            .is_some_and(|(_, t)| self.average_utilization < t)
+    }
 }
 
 /// HPA coordination's "one change": the template requests and the HPA target, applied together.
@@ -774,20 +796,6 @@ fn workload_body(
     body
 }
 
-/// The single `Resource`/`Utilization` metric target of an HPA, if that is what it has.
-pub fn hpa_utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(String, i32)> {
-    let metrics = hpa.spec.metrics.as_ref()?;
-    match metrics.as_slice() {
-        [m] if m.type_ == "Resource" => {
-            let r = m.resource.as_ref()?;
-            (r.target.type_ == "Utilization")
-                .then(|| r.target.average_utilization.map(|u| (r.name.clone(), u)))
-                .flatten()
-        }
-        _ => None,
-    }
-}
-
 /// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).
 fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
     let mut kerf = false;
@@ -811,14 +819,6 @@ fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
         }
     }
     (kerf, others)
-}
-
-/// The single utilization metric kerf writes on an HPA.
-pub fn hpa_metrics(resource: &str, target: i32) -> Value {
-    json!([{
-        "type": "Resource",
-        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
-    }])
 }
 
 /// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a
@@ -1031,16 +1031,14 @@ impl Task {
     }
 
     async fn hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
-        if h.observed.as_ref().and_then(hpa_utilization_target)
-            == Some((h.resource.clone(), h.average_utilization))
-        {
+        if h.in_place() {
             return Ok(0);
         }
         let body = json!({
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": h.name, "namespace": h.namespace},
-            "spec": {"metrics": hpa_metrics(&h.resource, h.average_utilization)},
+            "spec": {"metrics": utilization_metrics(&h.resource, h.average_utilization)},
         });
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
         let params = apply_params();
@@ -1058,14 +1056,7 @@ impl Task {
     /// over-provisioned: a rising target (requests shrink) waits for the template; a falling
     /// target (requests grow) goes first.
     async fn coordinated(&mut self, c: &CoordinatedChange) -> Result<usize, CallError> {
-        let old = c
-            .hpa
-            .observed
-            .as_ref()
-            .and_then(hpa_utilization_target)
-            .map(|(_, t)| t);
-        let hpa_first = old.is_some_and(|t| c.hpa.average_utilization < t);
-        if hpa_first {
+        if c.hpa.goes_first() {
             let hpa = self.hpa(&c.hpa).await?;
             Ok(hpa + self.write_workload(&c.workload).await?)
         } else {
@@ -1078,16 +1069,7 @@ impl Task {
     /// over-provisioned, as for a coordinated change: a falling target (requests grow back) goes
     /// before the template.
     async fn restore(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
-        let current = r
-            .hpa
-            .as_ref()
-            .and_then(|h| h.observed.as_ref())
-            .and_then(hpa_utilization_target)
-            .map(|(_, t)| t);
-        let hpa_first = r
-            .hpa
-            .as_ref()
-            .is_some_and(|h| current.is_some_and(|t| h.average_utilization < t));
+        let hpa_first = r.hpa.as_ref().is_some_and(HpaTarget::goes_first);
         let mut made = 0;
         let release = r.kind == RestoreKind::Release;
         if hpa_first && let Some(h) = &r.hpa {
@@ -1226,7 +1208,8 @@ impl Task {
     async fn release_hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
         let what = format!("HPA {}/{}", h.namespace, h.name);
-        let body = json!({"spec": {"metrics": hpa_metrics(&h.resource, h.average_utilization)}});
+        let body =
+            json!({"spec": {"metrics": utilization_metrics(&h.resource, h.average_utilization)}});
         let params = PatchParams {
             field_manager: Some(RELEASE_FIELD_MANAGER.into()),
             ..Default::default()
@@ -1245,7 +1228,8 @@ impl Task {
         });
         if kerf && !others {
             tracing::warn!(hpa = %what, "only kerf owns spec.metrics: kerf keeps owning it");
-            body["spec"] = json!({"metrics": hpa_metrics(&h.resource, h.average_utilization)});
+            body["spec"] =
+                json!({"metrics": utilization_metrics(&h.resource, h.average_utilization)});
         }
         let params = apply_params();
         let patch = Patch::Apply(&body);

@@ -523,6 +523,55 @@ fn hpa_target_set_to_coordinated_value() {
     assert!(mutate_hpa(&hpa, &mem).unwrap().patch.is_empty());
 }
 
+/// docs/design/hpa-coordination.md#h1: admission reads an HPA without metrics as the engine and
+/// the writer do, at CPU utilization 80 %, and writes the coordinated target out.
+#[test]
+fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
+    let c = CoordinatedHpa {
+        hpa_name: "web".into(),
+        resource: "cpu".into(),
+        target_before: 80,
+        target_after: 89,
+    };
+    let metric = json!([{"type": "Resource", "resource": {"name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": 89}}}]);
+    for metrics in [None, Some(json!([]))] {
+        let mut hpa = json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "maxReplicas": 10}
+        });
+        let op = match metrics {
+            None => "add",
+            Some(m) => {
+                hpa["spec"]["metrics"] = m;
+                "replace"
+            }
+        };
+        let m = mutate_hpa(&hpa, &c).unwrap();
+        assert_eq!(
+            m.patch,
+            vec![json!({"op": op, "path": "/spec/metrics", "value": metric})]
+        );
+        assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
+        // Already at the coordinated target: nothing to write.
+        let at_80 = CoordinatedHpa {
+            target_after: 80,
+            ..c.clone()
+        };
+        assert!(mutate_hpa(&hpa, &at_80).unwrap().patch.is_empty());
+        // The default is CPU: a memory coordination leaves it alone.
+        let mem = CoordinatedHpa {
+            resource: "memory".into(),
+            ..c.clone()
+        };
+        let m = mutate_hpa(&hpa, &mem).unwrap();
+        assert!(m.patch.is_empty());
+        assert!(m.notes[0].contains("scales on cpu"), "{:?}", m.notes);
+    }
+}
+
 #[test]
 fn parse_quantity_handles_suffixes() {
     assert_eq!(parse_quantity("700m"), Some(0.7));
