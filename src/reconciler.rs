@@ -34,12 +34,8 @@ pub fn recommendation_name(key: &WorkloadKey) -> String {
 }
 
 fn owner_of(w: &Workload) -> Option<OwnerReference> {
-    let api_version = match w.key.kind {
-        crate::api::WorkloadKind::Job | crate::api::WorkloadKind::CronJob => "batch/v1",
-        _ => "apps/v1",
-    };
     w.uid.as_ref().map(|uid| OwnerReference {
-        api_version: api_version.into(),
+        api_version: w.key.kind.api_version().into(),
         kind: w.key.kind.as_str().into(),
         name: w.key.name.clone(),
         uid: uid.clone(),
