@@ -24,12 +24,14 @@
 //!   GPU values are `0.84` (fraction of one device), `2x0.84` (fraction on each of 2 devices)
 //!   or `2` (whole GPUs).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::{Map, Value, json};
 
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
+use crate::core::quantity;
 
 use crate::core::model::{
     ANNOTATION_MUTATED, CoordinatedHpa, KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER,
@@ -171,46 +173,26 @@ pub fn fmt_hundredths(h: u32) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// Parses a Kubernetes quantity (`700m`, `1.5`, `512Mi`, `1e3`, `2G`) into base units.
-pub fn parse_quantity(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let (num, mult) = [
-        ("Ki", 1024f64),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("Pi", 1024f64.powi(5)),
-        ("Ei", 1024f64.powi(6)),
-        // Negative powers are divisors below so `700m` is exactly 0.7.
-        ("n", -1e9),
-        ("u", -1e6),
-        ("m", -1e3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ]
-    .iter()
-    .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
-    .unwrap_or((s, 1.0));
-    if num.is_empty()
-        || !num.starts_with(|c: char| c.is_ascii_digit() || c == '.' || c == '+' || c == '-')
-    {
-        return None;
-    }
-    let v: f64 = num.parse().ok()?;
-    let v = if mult < 0.0 { v / -mult } else { v * mult };
-    v.is_finite().then_some(v)
-}
-
-fn quantity_of(v: &Value) -> Option<f64> {
+/// The text of a quantity in a JSON object: a string, or a bare number as Kubernetes also
+/// accepts. Parsed by [`quantity`], never through a float.
+fn quantity_text(v: &Value) -> Option<Cow<'_, str>> {
     match v {
-        Value::String(s) => parse_quantity(s),
-        Value::Number(n) => n.as_f64(),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
         _ => None,
     }
+}
+
+fn cpu_millis_of(v: &Value) -> Option<i64> {
+    quantity::parse_cpu_millis(&quantity_text(v)?).ok()
+}
+
+fn memory_bytes_of(v: &Value) -> Option<i64> {
+    quantity::parse_memory_bytes(&quantity_text(v)?).ok()
+}
+
+fn gpus_of(v: &Value) -> Option<f64> {
+    quantity::parse_gpus(&quantity_text(v)?).ok()
 }
 
 /// CPU request text for `millis` millicores.
@@ -372,7 +354,7 @@ fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<
     }
     resource_value(c, "limits", NVIDIA_GPU)
         .or_else(|| resource_value(c, "requests", NVIDIA_GPU))
-        .and_then(quantity_of)
+        .and_then(gpus_of)
 }
 
 #[derive(Default)]
@@ -743,7 +725,7 @@ pub fn mutate_skeleton(
                         ));
                     }
                     GpuTarget::Whole(n) => {
-                        let same = |v: &Value| quantity_of(v) == Some(f64::from(n));
+                        let same = |v: &Value| gpus_of(v) == Some(f64::from(n));
                         for which in ["requests", "limits"] {
                             changed |=
                                 set_str(resources_mut(c, which)?, NVIDIA_GPU, n.to_string(), same);
@@ -793,10 +775,7 @@ pub fn mutate_skeleton(
             .cloned()
             .unwrap_or_default();
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
-            let limit = limits
-                .get("cpu")
-                .and_then(quantity_of)
-                .map(|l| (l * 1000.0).round() as i64);
+            let limit = limits.get("cpu").and_then(cpu_millis_of);
             let m = match limit {
                 Some(l) if l < m => {
                     notes.push(format!(
@@ -807,16 +786,13 @@ pub fn mutate_skeleton(
                 }
                 _ => m,
             };
-            let same = |v: &Value| quantity_of(v).is_some_and(|q| (q * 1000.0).round() as i64 == m);
+            let same = |v: &Value| cpu_millis_of(v) == Some(m);
             if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
                 changes.note(name, "cpu", fmt_cpu(m));
             }
         }
         if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
-            let limit = limits
-                .get("memory")
-                .and_then(quantity_of)
-                .map(|l| l.round() as i64);
+            let limit = limits.get("memory").and_then(memory_bytes_of);
             let b = match limit {
                 Some(l) if l < b => {
                     notes.push(format!(
@@ -827,7 +803,7 @@ pub fn mutate_skeleton(
                 }
                 _ => b,
             };
-            let same = |v: &Value| quantity_of(v).is_some_and(|q| q.round() as i64 == b);
+            let same = |v: &Value| memory_bytes_of(v) == Some(b);
             if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
                 changes.note(name, "memory", fmt_memory(b));
             }

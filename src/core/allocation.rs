@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::core::pod::{Container, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use crate::core::quantity::{self, QuantityError};
 
 use crate::core::model::{
     KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER, KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY,
@@ -56,21 +56,13 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn quantity_number(q: &Quantity) -> Option<f64> {
-    let v: f64 = q.0.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0).then_some(v)
-}
-
-fn whole_gpus(c: &Container) -> Option<f64> {
+/// A container's `nvidia.com/gpu`: its limit, else its request, in GPU units
+/// ([`quantity::gpus`]); `None` when it states neither.
+fn whole_gpus(c: &Container) -> Option<Result<f64, QuantityError>> {
     let res = c.resources.as_ref()?;
-    let from = |m: &Option<BTreeMap<String, Quantity>>| {
-        m.as_ref()
-            .and_then(|m| m.get(NVIDIA_GPU))
-            .and_then(quantity_number)
-    };
-    from(&res.limits)
-        .or_else(|| from(&res.requests))
-        .filter(|g| *g > 0.0)
+    let limit = res.limits.as_ref().and_then(|m| m.get(NVIDIA_GPU));
+    let request = res.requests.as_ref().and_then(|m| m.get(NVIDIA_GPU));
+    limit.or(request).map(quantity::gpus)
 }
 
 /// Allocation of every container of a pod (or pod template) keyed by name, following the KAI
@@ -118,14 +110,15 @@ pub fn container_allocations(
                         .unwrap_or_default()
                 )),
             }
-        } else if let Some(g) = whole_gpus(c) {
-            Allocation::Gpus(g)
-        } else if annotations.contains_key(KAI_GPU_MEMORY) {
-            Allocation::Missing(format!(
-                "KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"
-            ))
         } else {
-            Allocation::Missing("neither gpu-fraction nor nvidia.com/gpu".into())
+            match whole_gpus(c) {
+                Some(Ok(g)) if g > 0.0 => Allocation::Gpus(g),
+                Some(Err(e)) => Allocation::Missing(format!("{NVIDIA_GPU}: {e}")),
+                _ if annotations.contains_key(KAI_GPU_MEMORY) => Allocation::Missing(format!(
+                    "KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"
+                )),
+                _ => Allocation::Missing("neither gpu-fraction nor nvidia.com/gpu".into()),
+            }
         };
         out.insert(c.name.clone(), alloc);
     }

@@ -574,12 +574,34 @@ fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
 
 #[test]
 fn parse_quantity_handles_suffixes() {
-    assert_eq!(parse_quantity("700m"), Some(0.7));
-    assert_eq!(parse_quantity("1Gi"), Some(1073741824.0));
-    assert_eq!(parse_quantity("2"), Some(2.0));
-    assert_eq!(parse_quantity("1e3"), Some(1000.0));
-    assert_eq!(parse_quantity("Mi"), None);
-    assert_eq!(parse_quantity("abc"), None);
+    // Read through core/quantity.rs, exactly, in the unit of each resource.
+    assert_eq!(cpu_millis_of(&json!("700m")), Some(700));
+    assert_eq!(memory_bytes_of(&json!("1Gi")), Some(1073741824));
+    assert_eq!(gpus_of(&json!("2")), Some(2.0));
+    assert_eq!(memory_bytes_of(&json!("1e3")), Some(1000));
+    assert_eq!(memory_bytes_of(&json!("Mi")), None);
+    assert_eq!(cpu_millis_of(&json!("abc")), None);
+}
+
+/// Admission reads quantities with core/quantity.rs, as the engine does: a bare JSON number is a
+/// quantity too, suffixes are exact, and GPUs are GPU units.
+#[test]
+fn quantities_are_read_by_the_one_quantity_parser() {
+    assert_eq!(cpu_millis_of(&json!(2)), Some(2000));
+    assert_eq!(cpu_millis_of(&json!(0.25)), Some(250));
+    assert_eq!(
+        cpu_millis_of(&json!("0.1m")),
+        Some(1),
+        "rounded up, as Kubernetes does"
+    );
+    assert_eq!(memory_bytes_of(&json!(1024)), Some(1024));
+    assert_eq!(gpus_of(&json!("2000m")), Some(2.0));
+    assert_eq!(gpus_of(&json!(3)), Some(3.0));
+    assert_eq!(gpus_of(&json!("500m")), Some(0.5));
+    for invalid in [json!("-1"), json!("1 GPU"), json!(true)] {
+        assert_eq!(gpus_of(&invalid), None, "{invalid}");
+    }
+    assert_eq!(cpu_millis_of(&json!(null)), None);
 }
 
 #[test]
