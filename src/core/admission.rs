@@ -30,13 +30,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::{Map, Value, json};
 
+use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
 use crate::core::quantity;
 
-use crate::core::model::{
-    ANNOTATION_MUTATED, CoordinatedHpa, KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER,
-    KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY, KAI_QUEUE_LABEL, NVIDIA_GPU, WorkloadState,
-};
+use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, WorkloadState};
 
 /// Largest GPU count kerf will write; anything above is treated as a broken recommendation.
 const MAX_GPUS: f64 = 4096.0;
@@ -328,15 +326,19 @@ fn current_fraction(
     annotations: &BTreeMap<String, String>,
     first: Option<&str>,
 ) -> Option<KaiFraction> {
-    let f: f64 = annotations.get(KAI_GPU_FRACTION)?.trim().parse().ok()?;
+    let f: f64 = annotations
+        .get(NVIDIA_KAI.fraction_annotation)?
+        .trim()
+        .parse()
+        .ok()?;
     if !(f > 0.0 && f < 1.0) {
         return None;
     }
-    let devices = match annotations.get(KAI_GPU_FRACTION_NUM_DEVICES) {
+    let devices = match annotations.get(NVIDIA_KAI.fraction_devices_annotation) {
         Some(n) => n.trim().parse::<u32>().ok().filter(|n| *n >= 1)?,
         None => 1,
     };
-    let container = match annotations.get(KAI_GPU_FRACTION_CONTAINER) {
+    let container = match annotations.get(NVIDIA_KAI.fraction_container_annotation) {
         Some(c) => c.clone(),
         None => first?.to_string(),
     };
@@ -352,8 +354,8 @@ fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<
     if let Some(f) = frac.filter(|f| f.container == c_name) {
         return Some(f.hundredths as f64 / 100.0 * f64::from(f.devices));
     }
-    resource_value(c, "limits", NVIDIA_GPU)
-        .or_else(|| resource_value(c, "requests", NVIDIA_GPU))
+    resource_value(c, "limits", NVIDIA_KAI.resource_name)
+        .or_else(|| resource_value(c, "requests", NVIDIA_KAI.resource_name))
         .and_then(gpus_of)
 }
 
@@ -604,14 +606,10 @@ pub fn mutate_skeleton(
     let init = containers(spec, "initContainers")?;
     let first = regular.first().map(|(n, _)| n.as_str());
 
-    let uses_kai = [
-        KAI_GPU_FRACTION,
-        KAI_GPU_MEMORY,
-        KAI_GPU_FRACTION_NUM_DEVICES,
-        KAI_GPU_FRACTION_CONTAINER,
-    ]
-    .iter()
-    .any(|k| annotations.contains_key(*k));
+    let uses_kai = NVIDIA_KAI
+        .sharing_annotations()
+        .iter()
+        .any(|k| annotations.contains_key(*k));
     let frac = current_fraction(&annotations, first);
 
     let mut desired = pod.clone();
@@ -622,8 +620,11 @@ pub fn mutate_skeleton(
 
     // --- GPU ---
     if let Some(rec) = &state.gpu {
-        if annotations.contains_key(KAI_GPU_MEMORY) {
-            notes.push("pod uses KAI gpu-memory: GPU size left as is".to_string());
+        if annotations.contains_key(NVIDIA_KAI.memory_annotation) {
+            notes.push(format!(
+                "pod uses KAI {}: GPU size left as is",
+                NVIDIA_KAI.memory_annotation
+            ));
         } else {
             let mut plan: Vec<(usize, &str, GpuTarget, Option<f64>)> = Vec::new();
             for (idx, (name, c)) in regular.iter().enumerate() {
@@ -705,7 +706,7 @@ pub fn mutate_skeleton(
                                 .and_then(|r| r.get_mut(which))
                                 .and_then(Value::as_object_mut)
                             {
-                                changed |= m.remove(NVIDIA_GPU).is_some();
+                                changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
                             }
                         }
                         let same_fraction = frac.as_ref().is_some_and(|f| {
@@ -714,21 +715,28 @@ pub fn mutate_skeleton(
                                 && f.devices == devices
                         });
                         changed |= !same_fraction;
-                        annotation_sets.push((KAI_GPU_FRACTION, Some(fmt_hundredths(hundredths))));
                         annotation_sets.push((
-                            KAI_GPU_FRACTION_NUM_DEVICES,
+                            NVIDIA_KAI.fraction_annotation,
+                            Some(fmt_hundredths(hundredths)),
+                        ));
+                        annotation_sets.push((
+                            NVIDIA_KAI.fraction_devices_annotation,
                             (devices > 1).then(|| devices.to_string()),
                         ));
                         annotation_sets.push((
-                            KAI_GPU_FRACTION_CONTAINER,
+                            NVIDIA_KAI.fraction_container_annotation,
                             (*idx != 0).then(|| name.to_string()),
                         ));
                     }
                     GpuTarget::Whole(n) => {
                         let same = |v: &Value| gpus_of(v) == Some(f64::from(n));
                         for which in ["requests", "limits"] {
-                            changed |=
-                                set_str(resources_mut(c, which)?, NVIDIA_GPU, n.to_string(), same);
+                            changed |= set_str(
+                                resources_mut(c, which)?,
+                                NVIDIA_KAI.resource_name,
+                                n.to_string(),
+                                same,
+                            );
                         }
                         if frac.as_ref().is_some_and(|f| f.container == *name) {
                             changed = true;
@@ -741,11 +749,7 @@ pub fn mutate_skeleton(
             }
             if slot.is_none() && frac.is_some() {
                 // The fractional container became whole: the fraction annotations go.
-                for k in [
-                    KAI_GPU_FRACTION,
-                    KAI_GPU_FRACTION_NUM_DEVICES,
-                    KAI_GPU_FRACTION_CONTAINER,
-                ] {
+                for k in NVIDIA_KAI.fraction_annotations() {
                     annotation_sets.push((k, None));
                 }
             }
@@ -827,11 +831,11 @@ pub fn mutate_skeleton(
                 .insert("schedulerName", kai_scheduler_name.to_string());
         }
         let kai = state.strategy.kai();
-        let has_queue = labels.contains_key(KAI_QUEUE_LABEL);
+        let has_queue = labels.contains_key(NVIDIA_KAI.queue_label);
         if (!has_queue || kai.set_queue_when_specified)
-            && labels.get(KAI_QUEUE_LABEL) != Some(&kai.queue)
+            && labels.get(NVIDIA_KAI.queue_label) != Some(&kai.queue)
         {
-            label_sets.push((KAI_QUEUE_LABEL, kai.queue.clone()));
+            label_sets.push((NVIDIA_KAI.queue_label, kai.queue.clone()));
             changes.top.insert("queue", kai.queue.clone());
         }
     }
@@ -902,7 +906,7 @@ pub fn mutate_skeleton(
 /// reinvocation does not rewrite them.
 fn same_fraction_text(key: &str, old: Option<&str>, new: Option<&str>) -> bool {
     match (old, new) {
-        (Some(o), Some(n)) if key == KAI_GPU_FRACTION => {
+        (Some(o), Some(n)) if key == NVIDIA_KAI.fraction_annotation => {
             matches!((o.trim().parse::<f64>(), n.parse::<f64>()), (Ok(a), Ok(b)) if ceil_hundredths(a) == ceil_hundredths(b))
         }
         (o, n) => o == n,

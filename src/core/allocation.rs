@@ -6,10 +6,7 @@ use std::collections::BTreeMap;
 use crate::core::pod::{Container, PodSpec};
 use crate::core::quantity::{self, QuantityError};
 
-use crate::core::model::{
-    KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER, KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY,
-    NVIDIA_GPU,
-};
+use crate::core::accelerator::NVIDIA_KAI;
 
 /// A container's allocation, or why it has none.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,8 +57,14 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
 /// ([`quantity::gpus`]); `None` when it states neither.
 fn whole_gpus(c: &Container) -> Option<Result<f64, QuantityError>> {
     let res = c.resources.as_ref()?;
-    let limit = res.limits.as_ref().and_then(|m| m.get(NVIDIA_GPU));
-    let request = res.requests.as_ref().and_then(|m| m.get(NVIDIA_GPU));
+    let limit = res
+        .limits
+        .as_ref()
+        .and_then(|m| m.get(NVIDIA_KAI.resource_name));
+    let request = res
+        .requests
+        .as_ref()
+        .and_then(|m| m.get(NVIDIA_KAI.resource_name));
     limit.or(request).map(quantity::gpus)
 }
 
@@ -74,13 +77,13 @@ pub fn container_allocations(
 ) -> BTreeMap<String, Allocation> {
     let mut out = BTreeMap::new();
     let fraction = annotations
-        .get(KAI_GPU_FRACTION)
+        .get(NVIDIA_KAI.fraction_annotation)
         .map(|f| f.trim().parse::<f64>());
     let fraction_container = annotations
-        .get(KAI_GPU_FRACTION_CONTAINER)
+        .get(NVIDIA_KAI.fraction_container_annotation)
         .cloned()
         .or_else(|| spec.containers.first().map(|c| c.name.clone()));
-    let devices = match annotations.get(KAI_GPU_FRACTION_NUM_DEVICES) {
+    let devices = match annotations.get(NVIDIA_KAI.fraction_devices_annotation) {
         None => Ok(1.0),
         Some(n) => n
             .trim()
@@ -89,7 +92,10 @@ pub fn container_allocations(
             .filter(|n| *n >= 1)
             .map(f64::from)
             .ok_or_else(|| {
-                format!("{KAI_GPU_FRACTION_NUM_DEVICES}={n:?} is not a positive integer")
+                format!(
+                    "{}={n:?} is not a positive integer",
+                    NVIDIA_KAI.fraction_devices_annotation
+                )
             }),
     };
     let all = spec
@@ -103,9 +109,10 @@ pub fn container_allocations(
                 (Some(Ok(f)), Ok(n)) if *f > 0.0 && *f < 1.0 => Allocation::Gpus(f * n),
                 (Some(_), Err(e)) => Allocation::Missing(e.clone()),
                 _ => Allocation::Missing(format!(
-                    "{KAI_GPU_FRACTION}={:?} is not a fraction in (0, 1)",
+                    "{}={:?} is not a fraction in (0, 1)",
+                    NVIDIA_KAI.fraction_annotation,
                     annotations
-                        .get(KAI_GPU_FRACTION)
+                        .get(NVIDIA_KAI.fraction_annotation)
                         .map(String::as_str)
                         .unwrap_or_default()
                 )),
@@ -113,11 +120,17 @@ pub fn container_allocations(
         } else {
             match whole_gpus(c) {
                 Some(Ok(g)) if g > 0.0 => Allocation::Gpus(g),
-                Some(Err(e)) => Allocation::Missing(format!("{NVIDIA_GPU}: {e}")),
-                _ if annotations.contains_key(KAI_GPU_MEMORY) => Allocation::Missing(format!(
-                    "KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"
+                Some(Err(e)) => Allocation::Missing(format!("{}: {e}", NVIDIA_KAI.resource_name)),
+                _ if annotations.contains_key(NVIDIA_KAI.memory_annotation) => {
+                    Allocation::Missing(format!(
+                        "KAI {} allocations are not sized by kerf",
+                        NVIDIA_KAI.memory_annotation
+                    ))
+                }
+                _ => Allocation::Missing(format!(
+                    "neither {} nor {}",
+                    NVIDIA_KAI.fraction_annotation, NVIDIA_KAI.resource_name
                 )),
-                _ => Allocation::Missing("neither gpu-fraction nor nvidia.com/gpu".into()),
             }
         };
         out.insert(c.name.clone(), alloc);
