@@ -4,6 +4,8 @@
 //! names live here once; the allocation reader (docs/design/gpu-engine.md#g1) and the admission
 //! patch builder take them from [`NVIDIA_KAI`].
 
+use std::collections::BTreeMap;
+
 use crate::api::GPU_KAI_CONTRACT;
 
 /// How pods ask for an accelerator: a resource for whole devices, annotations for fractions.
@@ -36,7 +38,55 @@ pub const NVIDIA_KAI: Accelerator = Accelerator {
     queue_label: "kai.scheduler/queue",
 };
 
+/// A pod's fractional allocation as its annotations state it (docs/design/gpu-engine.md#g1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatedFraction {
+    /// The container holding it: the container annotation, else the pod's first container.
+    pub container: String,
+    /// The fraction f of one device (0 < f < 1) and the device count n, or why the annotations
+    /// are not a usable fraction.
+    pub size: Result<(f64, u32), String>,
+}
+
 impl Accelerator {
+    /// The fraction a pod's `annotations` state; `first_container` is the pod's first (regular)
+    /// container. `None` without the fraction annotation, or with no container to hold it. The
+    /// one reading of these annotations: the allocation reader and admission both use it.
+    pub fn stated_fraction(
+        &self,
+        annotations: &BTreeMap<String, String>,
+        first_container: Option<&str>,
+    ) -> Option<StatedFraction> {
+        let text = annotations.get(self.fraction_annotation)?;
+        let container = annotations
+            .get(self.fraction_container_annotation)
+            .map(String::as_str)
+            .or(first_container)?
+            .to_string();
+        let devices = match annotations.get(self.fraction_devices_annotation) {
+            None => Ok(1),
+            Some(n) => n
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    format!(
+                        "{}={n:?} is not a positive integer",
+                        self.fraction_devices_annotation
+                    )
+                }),
+        };
+        let size = devices.and_then(|n| match text.trim().parse::<f64>() {
+            Ok(f) if f > 0.0 && f < 1.0 => Ok((f, n)),
+            _ => Err(format!(
+                "{}={text:?} is not a fraction in (0, 1)",
+                self.fraction_annotation
+            )),
+        });
+        Some(StatedFraction { container, size })
+    }
+
     /// The annotations of a fractional allocation: written, and removed, together.
     pub fn fraction_annotations(&self) -> [&'static str; 3] {
         [
@@ -85,5 +135,55 @@ mod tests {
             ]
         );
         assert_eq!(NVIDIA_KAI.queue_label, "kai.scheduler/queue");
+    }
+
+    fn stated(pairs: &[(&str, &str)]) -> Option<StatedFraction> {
+        let annotations = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        NVIDIA_KAI.stated_fraction(&annotations, Some("first"))
+    }
+
+    /// docs/design/gpu-engine.md#g1: f on n devices, held by the named container or the first.
+    #[test]
+    fn a_kai_fraction_is_read_from_the_pod_annotations() {
+        assert_eq!(stated(&[]), None);
+        assert_eq!(
+            stated(&[("gpu-fraction", " 0.5 ")]),
+            Some(StatedFraction {
+                container: "first".into(),
+                size: Ok((0.5, 1))
+            })
+        );
+        assert_eq!(
+            stated(&[
+                ("gpu-fraction", "0.25"),
+                ("gpu-fraction-num-devices", "4"),
+                ("gpu-fraction-container-name", "b")
+            ]),
+            Some(StatedFraction {
+                container: "b".into(),
+                size: Ok((0.25, 4))
+            })
+        );
+        for (f, n, why) in [
+            ("1", "1", "gpu-fraction=\"1\" is not a fraction in (0, 1)"),
+            ("x", "1", "gpu-fraction=\"x\" is not a fraction in (0, 1)"),
+            (
+                "x",
+                "0",
+                "gpu-fraction-num-devices=\"0\" is not a positive integer",
+            ),
+        ] {
+            let s = stated(&[("gpu-fraction", f), ("gpu-fraction-num-devices", n)]).unwrap();
+            assert_eq!(s.size, Err(why.to_string()));
+        }
+        let annotations = BTreeMap::from([("gpu-fraction".to_string(), "0.5".to_string())]);
+        assert_eq!(
+            NVIDIA_KAI.stated_fraction(&annotations, None),
+            None,
+            "no container holds it"
+        );
     }
 }

@@ -326,24 +326,10 @@ fn current_fraction(
     annotations: &BTreeMap<String, String>,
     first: Option<&str>,
 ) -> Option<KaiFraction> {
-    let f: f64 = annotations
-        .get(NVIDIA_KAI.fraction_annotation)?
-        .trim()
-        .parse()
-        .ok()?;
-    if !(f > 0.0 && f < 1.0) {
-        return None;
-    }
-    let devices = match annotations.get(NVIDIA_KAI.fraction_devices_annotation) {
-        Some(n) => n.trim().parse::<u32>().ok().filter(|n| *n >= 1)?,
-        None => 1,
-    };
-    let container = match annotations.get(NVIDIA_KAI.fraction_container_annotation) {
-        Some(c) => c.clone(),
-        None => first?.to_string(),
-    };
+    let stated = NVIDIA_KAI.stated_fraction(annotations, first)?;
+    let (f, devices) = stated.size.ok()?;
     Some(KaiFraction {
-        container,
+        container: stated.container,
         hundredths: ceil_hundredths(f),
         devices,
     })

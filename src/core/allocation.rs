@@ -76,46 +76,19 @@ pub fn container_allocations(
     annotations: &BTreeMap<String, String>,
 ) -> BTreeMap<String, Allocation> {
     let mut out = BTreeMap::new();
-    let fraction = annotations
-        .get(NVIDIA_KAI.fraction_annotation)
-        .map(|f| f.trim().parse::<f64>());
-    let fraction_container = annotations
-        .get(NVIDIA_KAI.fraction_container_annotation)
-        .cloned()
-        .or_else(|| spec.containers.first().map(|c| c.name.clone()));
-    let devices = match annotations.get(NVIDIA_KAI.fraction_devices_annotation) {
-        None => Ok(1.0),
-        Some(n) => n
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| *n >= 1)
-            .map(f64::from)
-            .ok_or_else(|| {
-                format!(
-                    "{}={n:?} is not a positive integer",
-                    NVIDIA_KAI.fraction_devices_annotation
-                )
-            }),
-    };
+    let fraction = NVIDIA_KAI.stated_fraction(
+        annotations,
+        spec.containers.first().map(|c| c.name.as_str()),
+    );
     let all = spec
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten());
     for c in all {
-        let alloc = if fraction.is_some() && fraction_container.as_deref() == Some(c.name.as_str())
-        {
-            match (&fraction, &devices) {
-                (Some(Ok(f)), Ok(n)) if *f > 0.0 && *f < 1.0 => Allocation::Gpus(f * n),
-                (Some(_), Err(e)) => Allocation::Missing(e.clone()),
-                _ => Allocation::Missing(format!(
-                    "{}={:?} is not a fraction in (0, 1)",
-                    NVIDIA_KAI.fraction_annotation,
-                    annotations
-                        .get(NVIDIA_KAI.fraction_annotation)
-                        .map(String::as_str)
-                        .unwrap_or_default()
-                )),
+        let alloc = if let Some(f) = fraction.as_ref().filter(|f| f.container == c.name) {
+            match &f.size {
+                Ok((f, n)) => Allocation::Gpus(f * f64::from(*n)),
+                Err(why) => Allocation::Missing(why.clone()),
             }
         } else {
             match whole_gpus(c) {
