@@ -301,25 +301,15 @@ mod tests {
 
     #[test]
     fn deployment_and_cronjob_controllers_own_their_pods_directly() {
-        assert_eq!(
-            top_owner(
-                "ns",
-                &[oref("apps/v1", "Deployment", "web", true)],
-                None,
-                none,
-                none
-            ),
-            Some(WorkloadKey::new("ns", WorkloadKind::Deployment, "web"))
-        );
-        assert_eq!(
-            top_owner(
-                "ns",
-                &[oref("batch/v1", "CronJob", "nightly", true)],
-                None,
-                none,
-                none
-            ),
-            Some(WorkloadKey::new("ns", WorkloadKind::CronJob, "nightly"))
-        );
+        for (api_version, kind, workload) in [
+            ("apps/v1", "Deployment", WorkloadKind::Deployment),
+            ("batch/v1", "CronJob", WorkloadKind::CronJob),
+        ] {
+            let r = oref(api_version, kind, "w", true);
+            assert_eq!(
+                top_owner("ns", &[r], None, none, none),
+                Some(WorkloadKey::new("ns", workload, "w"))
+            );
+        }
     }
 }
