@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
+use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::model::{PolicyId, WorkloadKey, to_k8s_time};
 use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
@@ -111,7 +112,10 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
             ..Default::default()
         },
     ];
-    let annotations = BTreeMap::from([("gpu-fraction".to_string(), "0.5".to_string())]);
+    let annotations = BTreeMap::from([(
+        NVIDIA_KAI.fraction_annotation.to_string(),
+        "0.5".to_string(),
+    )]);
     for w in 0..spec.workloads {
         let ns = namespace(w % spec.namespaces);
         s.workloads.push(Arc::new(Workload {

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
 use crate::api::*;
+use crate::core::owner;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::metrics::MetricSource;
 use crate::pipeline::CycleOutput;
@@ -235,17 +236,12 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                     .namespace
                     .clone()
                     .unwrap_or_else(|| "default".into());
-                let cron = j
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|o| o.kind == "CronJob")
-                    .map(|o| o.name.clone());
-                match cron {
+                match owner::cronjob_of(&j.metadata) {
                     Some(c) => {
-                        s.job_owners
-                            .insert((ns, j.metadata.name.clone().unwrap_or_default()), c);
+                        s.job_owners.insert(
+                            (ns, j.metadata.name.clone().unwrap_or_default()),
+                            c.to_string(),
+                        );
                     }
                     None => s.workloads.push(Arc::new(Workload::from(j))),
                 }
@@ -261,16 +257,10 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                     .namespace
                     .clone()
                     .unwrap_or_else(|| "default".into());
-                if let Some(d) = r
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|o| o.kind == "Deployment")
-                {
+                if let Some(d) = owner::deployment_of(&r.metadata) {
                     s.replicaset_owners.insert(
                         (ns, r.metadata.name.clone().unwrap_or_default()),
-                        d.name.clone(),
+                        d.to_string(),
                     );
                 }
             }
@@ -400,4 +390,85 @@ pub async fn in_memory_cycle<S: MetricSource>(
         tracing::debug!("serving persisted state: {w}");
     }
     (snapshot, cycle, planned)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The loader links a ReplicaSet to its Deployment and a Job to its CronJob only through the
+    /// controller reference of the right API group ([`owner`]); anything else leaves a Job a
+    /// workload of its own.
+    #[test]
+    fn a_non_controller_owner_reference_is_not_the_owner() {
+        let mut m = Manifests::default();
+        load_text(
+            r#"
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: web-abc
+  namespace: shop
+  ownerReferences:
+    - {apiVersion: apps/v1, kind: Deployment, name: web, uid: u1, controller: true}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: adopted-abc
+  namespace: shop
+  ownerReferences:
+    - {apiVersion: apps/v1, kind: Deployment, name: adopted, uid: u2}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: foreign-abc
+  namespace: shop
+  ownerReferences:
+    - {apiVersion: example.com/v1, kind: Deployment, name: foreign, uid: u3, controller: true}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: nightly-1
+  namespace: shop
+  ownerReferences:
+    - {apiVersion: batch/v1, kind: CronJob, name: nightly, uid: u4, controller: true}
+spec:
+  template: {spec: {restartPolicy: Never, containers: [{name: train}]}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: manual
+  namespace: shop
+  ownerReferences:
+    - {apiVersion: batch/v1, kind: CronJob, name: nightly, uid: u4}
+spec:
+  template: {spec: {restartPolicy: Never, containers: [{name: train}]}}
+"#,
+            "test",
+            &mut m,
+        )
+        .unwrap();
+        let name = |n: &str| ("shop".to_string(), n.to_string());
+        assert_eq!(
+            m.snapshot.replicaset_owners,
+            BTreeMap::from([(name("web-abc"), "web".to_string())])
+        );
+        assert_eq!(
+            m.snapshot.job_owners,
+            BTreeMap::from([(name("nightly-1"), "nightly".to_string())])
+        );
+        let workloads: Vec<String> = m
+            .snapshot
+            .workloads
+            .iter()
+            .map(|w| w.key.to_string())
+            .collect();
+        assert_eq!(workloads, ["shop/Job/manual"]);
+    }
 }

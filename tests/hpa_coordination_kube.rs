@@ -827,7 +827,7 @@ fn hpa_example_is_the_documented_one() {
     let s = example();
     let hpa: &HorizontalPodAutoscaler = &s.hpas[0];
     assert_eq!(
-        kerf::kube::writer::hpa_utilization_target(hpa),
-        Some(("cpu".into(), 50))
+        kerf::core::hpa::utilization_target(hpa).map(|(r, t)| (r.as_str(), t)),
+        Some(("cpu", 50))
     );
 }

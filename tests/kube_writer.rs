@@ -607,6 +607,50 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
     assert_eq!(requests(&log)[0].path, DEPLOYMENT_PATH);
 }
 
+/// docs/design/hpa-coordination.md#h1: the writer reads an HPA without metrics as the engine and
+/// admission do, at CPU utilization 80 %.
+#[tokio::test]
+async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
+    let without_metrics = |target: i32| {
+        let WriteOp::Coordinated(mut c) = coordinated(Some(0)) else {
+            unreachable!()
+        };
+        c.hpa.observed.as_mut().unwrap().spec.metrics = None;
+        c.hpa.average_utilization = target;
+        WriteOp::Coordinated(c)
+    };
+    // 80 → 88 rises: the template goes first, then the metric is written out.
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    assert_eq!(
+        w.apply(without_metrics(88)).await,
+        WriteOutcome::Written { requests: 2 }
+    );
+    let seen = requests(&log);
+    assert_eq!(seen[0].path, DEPLOYMENT_PATH);
+    assert_eq!(
+        seen[1].body["spec"]["metrics"],
+        json!([{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 88}}}])
+    );
+    // 80 → 70 falls: the HPA goes first.
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    assert_eq!(
+        w.apply(without_metrics(70)).await,
+        WriteOutcome::Written { requests: 2 }
+    );
+    assert!(requests(&log)[0].path.contains("horizontalpodautoscalers"));
+    // 80 is already the target: only the template is written.
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    assert_eq!(
+        w.apply(without_metrics(80)).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    assert_eq!(requests(&log)[0].path, DEPLOYMENT_PATH);
+}
+
 #[tokio::test]
 async fn events_carry_the_hpa_details() {
     let (client, log) = mock(|r: &Recorded| Reply::Json(201, r.body.clone()));

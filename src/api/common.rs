@@ -195,11 +195,14 @@ impl WorkloadKind {
             .find(|k| k.as_str().eq_ignore_ascii_case(s))
     }
 
-    /// The kind's `apiVersion`.
+    /// The kind's `apiVersion`: `apps/v1` (Deployment, StatefulSet, DaemonSet) or `batch/v1`
+    /// (Job, CronJob).
     pub fn api_version(self) -> &'static str {
         match self {
+            WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet => {
+                "apps/v1"
+            }
             WorkloadKind::Job | WorkloadKind::CronJob => "batch/v1",
-            _ => "apps/v1",
         }
     }
 }

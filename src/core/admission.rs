@@ -24,14 +24,17 @@
 //!   GPU values are `0.84` (fraction of one device), `2x0.84` (fraction on each of 2 devices)
 //!   or `2` (whole GPUs).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::{Map, Value, json};
 
-use crate::core::model::{
-    ANNOTATION_MUTATED, CoordinatedHpa, KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER,
-    KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY, KAI_QUEUE_LABEL, NVIDIA_GPU, WorkloadState,
-};
+use crate::core::accelerator::NVIDIA_KAI;
+use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
+use crate::core::quantity;
+
+use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, WorkloadState};
 
 /// Largest GPU count kerf will write; anything above is treated as a broken recommendation.
 const MAX_GPUS: f64 = 4096.0;
@@ -168,46 +171,26 @@ pub fn fmt_hundredths(h: u32) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// Parses a Kubernetes quantity (`700m`, `1.5`, `512Mi`, `1e3`, `2G`) into base units.
-pub fn parse_quantity(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let (num, mult) = [
-        ("Ki", 1024f64),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("Pi", 1024f64.powi(5)),
-        ("Ei", 1024f64.powi(6)),
-        // Negative powers are divisors below so `700m` is exactly 0.7.
-        ("n", -1e9),
-        ("u", -1e6),
-        ("m", -1e3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ]
-    .iter()
-    .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
-    .unwrap_or((s, 1.0));
-    if num.is_empty()
-        || !num.starts_with(|c: char| c.is_ascii_digit() || c == '.' || c == '+' || c == '-')
-    {
-        return None;
-    }
-    let v: f64 = num.parse().ok()?;
-    let v = if mult < 0.0 { v / -mult } else { v * mult };
-    v.is_finite().then_some(v)
-}
-
-fn quantity_of(v: &Value) -> Option<f64> {
+/// The text of a quantity in a JSON object: a string, or a bare number as Kubernetes also
+/// accepts. Parsed by [`quantity`], never through a float.
+fn quantity_text(v: &Value) -> Option<Cow<'_, str>> {
     match v {
-        Value::String(s) => parse_quantity(s),
-        Value::Number(n) => n.as_f64(),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
         _ => None,
     }
+}
+
+fn cpu_millis_of(v: &Value) -> Option<i64> {
+    quantity::parse_cpu_millis(&quantity_text(v)?).ok()
+}
+
+fn memory_bytes_of(v: &Value) -> Option<i64> {
+    quantity::parse_memory_bytes(&quantity_text(v)?).ok()
+}
+
+fn gpus_of(v: &Value) -> Option<f64> {
+    quantity::parse_gpus(&quantity_text(v)?).ok()
 }
 
 /// CPU request text for `millis` millicores.
@@ -343,20 +326,10 @@ fn current_fraction(
     annotations: &BTreeMap<String, String>,
     first: Option<&str>,
 ) -> Option<KaiFraction> {
-    let f: f64 = annotations.get(KAI_GPU_FRACTION)?.trim().parse().ok()?;
-    if !(f > 0.0 && f < 1.0) {
-        return None;
-    }
-    let devices = match annotations.get(KAI_GPU_FRACTION_NUM_DEVICES) {
-        Some(n) => n.trim().parse::<u32>().ok().filter(|n| *n >= 1)?,
-        None => 1,
-    };
-    let container = match annotations.get(KAI_GPU_FRACTION_CONTAINER) {
-        Some(c) => c.clone(),
-        None => first?.to_string(),
-    };
+    let stated = NVIDIA_KAI.stated_fraction(annotations, first)?;
+    let (f, devices) = stated.size.ok()?;
     Some(KaiFraction {
-        container,
+        container: stated.container,
         hundredths: ceil_hundredths(f),
         devices,
     })
@@ -367,9 +340,9 @@ fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<
     if let Some(f) = frac.filter(|f| f.container == c_name) {
         return Some(f.hundredths as f64 / 100.0 * f64::from(f.devices));
     }
-    resource_value(c, "limits", NVIDIA_GPU)
-        .or_else(|| resource_value(c, "requests", NVIDIA_GPU))
-        .and_then(quantity_of)
+    resource_value(c, "limits", NVIDIA_KAI.resource_name)
+        .or_else(|| resource_value(c, "requests", NVIDIA_KAI.resource_name))
+        .and_then(gpus_of)
 }
 
 #[derive(Default)]
@@ -619,14 +592,10 @@ pub fn mutate_skeleton(
     let init = containers(spec, "initContainers")?;
     let first = regular.first().map(|(n, _)| n.as_str());
 
-    let uses_kai = [
-        KAI_GPU_FRACTION,
-        KAI_GPU_MEMORY,
-        KAI_GPU_FRACTION_NUM_DEVICES,
-        KAI_GPU_FRACTION_CONTAINER,
-    ]
-    .iter()
-    .any(|k| annotations.contains_key(*k));
+    let uses_kai = NVIDIA_KAI
+        .sharing_annotations()
+        .iter()
+        .any(|k| annotations.contains_key(*k));
     let frac = current_fraction(&annotations, first);
 
     let mut desired = pod.clone();
@@ -637,8 +606,11 @@ pub fn mutate_skeleton(
 
     // --- GPU ---
     if let Some(rec) = &state.gpu {
-        if annotations.contains_key(KAI_GPU_MEMORY) {
-            notes.push("pod uses KAI gpu-memory: GPU size left as is".to_string());
+        if annotations.contains_key(NVIDIA_KAI.memory_annotation) {
+            notes.push(format!(
+                "pod uses KAI {}: GPU size left as is",
+                NVIDIA_KAI.memory_annotation
+            ));
         } else {
             let mut plan: Vec<(usize, &str, GpuTarget, Option<f64>)> = Vec::new();
             for (idx, (name, c)) in regular.iter().enumerate() {
@@ -720,7 +692,7 @@ pub fn mutate_skeleton(
                                 .and_then(|r| r.get_mut(which))
                                 .and_then(Value::as_object_mut)
                             {
-                                changed |= m.remove(NVIDIA_GPU).is_some();
+                                changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
                             }
                         }
                         let same_fraction = frac.as_ref().is_some_and(|f| {
@@ -729,21 +701,28 @@ pub fn mutate_skeleton(
                                 && f.devices == devices
                         });
                         changed |= !same_fraction;
-                        annotation_sets.push((KAI_GPU_FRACTION, Some(fmt_hundredths(hundredths))));
                         annotation_sets.push((
-                            KAI_GPU_FRACTION_NUM_DEVICES,
+                            NVIDIA_KAI.fraction_annotation,
+                            Some(fmt_hundredths(hundredths)),
+                        ));
+                        annotation_sets.push((
+                            NVIDIA_KAI.fraction_devices_annotation,
                             (devices > 1).then(|| devices.to_string()),
                         ));
                         annotation_sets.push((
-                            KAI_GPU_FRACTION_CONTAINER,
+                            NVIDIA_KAI.fraction_container_annotation,
                             (*idx != 0).then(|| name.to_string()),
                         ));
                     }
                     GpuTarget::Whole(n) => {
-                        let same = |v: &Value| quantity_of(v) == Some(f64::from(n));
+                        let same = |v: &Value| gpus_of(v) == Some(f64::from(n));
                         for which in ["requests", "limits"] {
-                            changed |=
-                                set_str(resources_mut(c, which)?, NVIDIA_GPU, n.to_string(), same);
+                            changed |= set_str(
+                                resources_mut(c, which)?,
+                                NVIDIA_KAI.resource_name,
+                                n.to_string(),
+                                same,
+                            );
                         }
                         if frac.as_ref().is_some_and(|f| f.container == *name) {
                             changed = true;
@@ -756,11 +735,7 @@ pub fn mutate_skeleton(
             }
             if slot.is_none() && frac.is_some() {
                 // The fractional container became whole: the fraction annotations go.
-                for k in [
-                    KAI_GPU_FRACTION,
-                    KAI_GPU_FRACTION_NUM_DEVICES,
-                    KAI_GPU_FRACTION_CONTAINER,
-                ] {
+                for k in NVIDIA_KAI.fraction_annotations() {
                     annotation_sets.push((k, None));
                 }
             }
@@ -790,10 +765,7 @@ pub fn mutate_skeleton(
             .cloned()
             .unwrap_or_default();
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
-            let limit = limits
-                .get("cpu")
-                .and_then(quantity_of)
-                .map(|l| (l * 1000.0).round() as i64);
+            let limit = limits.get("cpu").and_then(cpu_millis_of);
             let m = match limit {
                 Some(l) if l < m => {
                     notes.push(format!(
@@ -804,16 +776,13 @@ pub fn mutate_skeleton(
                 }
                 _ => m,
             };
-            let same = |v: &Value| quantity_of(v).is_some_and(|q| (q * 1000.0).round() as i64 == m);
+            let same = |v: &Value| cpu_millis_of(v) == Some(m);
             if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
                 changes.note(name, "cpu", fmt_cpu(m));
             }
         }
         if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
-            let limit = limits
-                .get("memory")
-                .and_then(quantity_of)
-                .map(|l| l.round() as i64);
+            let limit = limits.get("memory").and_then(memory_bytes_of);
             let b = match limit {
                 Some(l) if l < b => {
                     notes.push(format!(
@@ -824,7 +793,7 @@ pub fn mutate_skeleton(
                 }
                 _ => b,
             };
-            let same = |v: &Value| quantity_of(v).is_some_and(|q| q.round() as i64 == b);
+            let same = |v: &Value| memory_bytes_of(v) == Some(b);
             if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
                 changes.note(name, "memory", fmt_memory(b));
             }
@@ -848,11 +817,11 @@ pub fn mutate_skeleton(
                 .insert("schedulerName", kai_scheduler_name.to_string());
         }
         let kai = state.strategy.kai();
-        let has_queue = labels.contains_key(KAI_QUEUE_LABEL);
+        let has_queue = labels.contains_key(NVIDIA_KAI.queue_label);
         if (!has_queue || kai.set_queue_when_specified)
-            && labels.get(KAI_QUEUE_LABEL) != Some(&kai.queue)
+            && labels.get(NVIDIA_KAI.queue_label) != Some(&kai.queue)
         {
-            label_sets.push((KAI_QUEUE_LABEL, kai.queue.clone()));
+            label_sets.push((NVIDIA_KAI.queue_label, kai.queue.clone()));
             changes.top.insert("queue", kai.queue.clone());
         }
     }
@@ -923,7 +892,7 @@ pub fn mutate_skeleton(
 /// reinvocation does not rewrite them.
 fn same_fraction_text(key: &str, old: Option<&str>, new: Option<&str>) -> bool {
     match (old, new) {
-        (Some(o), Some(n)) if key == KAI_GPU_FRACTION => {
+        (Some(o), Some(n)) if key == NVIDIA_KAI.fraction_annotation => {
             matches!((o.trim().parse::<f64>(), n.parse::<f64>()), (Ok(a), Ok(b)) if ceil_hundredths(a) == ceil_hundredths(b))
         }
         (o, n) => o == n,
@@ -945,51 +914,68 @@ fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState) -> bool 
 // ---------------------------------------------------------------------------------------------
 // HPAs
 
-/// Builds the mutation of an `autoscaling/v2` HorizontalPodAutoscaler: the single `Resource`
-/// Utilization metric on the coordinated resource gets `target_after`. Any other metric shape,
-/// or an HPA other than the coordinated one, is left alone (empty patch, with a note).
+/// Builds the mutation of an `autoscaling/v2` HorizontalPodAutoscaler
+/// (docs/design/hpa-coordination.md#h12). Its metrics are read as the engine and the writer read
+/// them ([`analyze_metric_specs`], docs/design/hpa-coordination.md#h1): when they are the single
+/// supported metric on the coordinated resource, its target becomes `target_after` — for an HPA
+/// without metrics (the default, CPU 80 %) that metric is written out. Any other shape, or an HPA
+/// other than the coordinated one, is left alone (empty patch, with a note).
 pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation, ShapeError> {
     let meta = get_obj(hpa, "metadata", "hpa")?;
     let name = meta
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or("");
+    let unchanged = |note: String| Ok(Mutation::from(hpa, hpa.clone(), vec![note]));
     if name != coordinated.hpa_name {
-        return Ok(Mutation::from(
-            hpa,
-            hpa.clone(),
-            vec![format!(
-                "HPA {name:?} is not the coordinated HPA {:?}",
-                coordinated.hpa_name
-            )],
+        return unchanged(format!(
+            "HPA {name:?} is not the coordinated HPA {:?}",
+            coordinated.hpa_name
         ));
     }
-    let metrics = match hpa.get("spec").and_then(|s| s.get("metrics")) {
-        Some(Value::Array(m)) => m,
-        None | Some(Value::Null) => return Err(shape("hpa.spec.metrics is missing")),
-        Some(_) => return Err(shape("hpa.spec.metrics is not an array")),
+    let spec = hpa
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
+    let metrics: Option<Vec<MetricSpec>> = match spec.get("metrics") {
+        None | Some(Value::Null) => None,
+        Some(m) => Some(
+            serde_json::from_value(m.clone())
+                .map_err(|e| shape(format!("hpa.spec.metrics: {e}")))?,
+        ),
     };
-    let supported = metrics.len() == 1
-        && metrics[0].get("type").and_then(Value::as_str) == Some("Resource")
-        && metrics[0].pointer("/resource/name").and_then(Value::as_str)
-            == Some(coordinated.resource.as_str())
-        && metrics[0]
-            .pointer("/resource/target/type")
-            .and_then(Value::as_str)
-            == Some("Utilization");
-    if !supported {
-        return Ok(Mutation::from(
-            hpa,
-            hpa.clone(),
-            vec!["unsupported-metrics: not a single Resource Utilization metric on the coordinated resource".into()],
+    let listed = metrics.as_ref().is_some_and(|m| !m.is_empty());
+    let (resource, target) = match analyze_metric_specs(metrics.as_deref()).coordinable() {
+        Ok(t) => t,
+        Err(why) => return unchanged(format!("unsupported-metrics: {why}")),
+    };
+    if resource.as_str() != coordinated.resource {
+        return unchanged(format!(
+            "the HPA scales on {} utilization, not on the coordinated resource {}",
+            resource.as_str(),
+            coordinated.resource
         ));
+    }
+    if target == coordinated.target_after {
+        return Ok(Mutation::from(hpa, hpa.clone(), Vec::new()));
     }
     let mut desired = hpa.clone();
-    let target = desired
-        .pointer_mut("/spec/metrics/0/resource/target")
-        .and_then(Value::as_object_mut)
-        .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
-    target.insert("averageUtilization".into(), json!(coordinated.target_after));
+    if listed {
+        let target = desired
+            .pointer_mut("/spec/metrics/0/resource/target")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
+        target.insert("averageUtilization".into(), json!(coordinated.target_after));
+    } else {
+        let spec = desired
+            .get_mut("spec")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
+        spec.insert(
+            "metrics".into(),
+            utilization_metrics(resource.as_str(), coordinated.target_after),
+        );
+    }
     Ok(Mutation::from(hpa, desired, Vec::new()))
 }
 

@@ -4,12 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::core::pod::{Container, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use crate::core::quantity::{self, QuantityError};
 
-use crate::core::model::{
-    KAI_GPU_FRACTION, KAI_GPU_FRACTION_CONTAINER, KAI_GPU_FRACTION_NUM_DEVICES, KAI_GPU_MEMORY,
-    NVIDIA_GPU,
-};
+use crate::core::accelerator::NVIDIA_KAI;
 
 /// A container's allocation, or why it has none.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,21 +53,19 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn quantity_number(q: &Quantity) -> Option<f64> {
-    let v: f64 = q.0.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0).then_some(v)
-}
-
-fn whole_gpus(c: &Container) -> Option<f64> {
+/// A container's `nvidia.com/gpu`: its limit, else its request, in GPU units
+/// ([`quantity::gpus`]); `None` when it states neither.
+fn whole_gpus(c: &Container) -> Option<Result<f64, QuantityError>> {
     let res = c.resources.as_ref()?;
-    let from = |m: &Option<BTreeMap<String, Quantity>>| {
-        m.as_ref()
-            .and_then(|m| m.get(NVIDIA_GPU))
-            .and_then(quantity_number)
-    };
-    from(&res.limits)
-        .or_else(|| from(&res.requests))
-        .filter(|g| *g > 0.0)
+    let limit = res
+        .limits
+        .as_ref()
+        .and_then(|m| m.get(NVIDIA_KAI.resource_name));
+    let request = res
+        .requests
+        .as_ref()
+        .and_then(|m| m.get(NVIDIA_KAI.resource_name));
+    limit.or(request).map(quantity::gpus)
 }
 
 /// Allocation of every container of a pod (or pod template) keyed by name, following the KAI
@@ -81,51 +76,35 @@ pub fn container_allocations(
     annotations: &BTreeMap<String, String>,
 ) -> BTreeMap<String, Allocation> {
     let mut out = BTreeMap::new();
-    let fraction = annotations
-        .get(KAI_GPU_FRACTION)
-        .map(|f| f.trim().parse::<f64>());
-    let fraction_container = annotations
-        .get(KAI_GPU_FRACTION_CONTAINER)
-        .cloned()
-        .or_else(|| spec.containers.first().map(|c| c.name.clone()));
-    let devices = match annotations.get(KAI_GPU_FRACTION_NUM_DEVICES) {
-        None => Ok(1.0),
-        Some(n) => n
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| *n >= 1)
-            .map(f64::from)
-            .ok_or_else(|| {
-                format!("{KAI_GPU_FRACTION_NUM_DEVICES}={n:?} is not a positive integer")
-            }),
-    };
+    let fraction = NVIDIA_KAI.stated_fraction(
+        annotations,
+        spec.containers.first().map(|c| c.name.as_str()),
+    );
     let all = spec
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten());
     for c in all {
-        let alloc = if fraction.is_some() && fraction_container.as_deref() == Some(c.name.as_str())
-        {
-            match (&fraction, &devices) {
-                (Some(Ok(f)), Ok(n)) if *f > 0.0 && *f < 1.0 => Allocation::Gpus(f * n),
-                (Some(_), Err(e)) => Allocation::Missing(e.clone()),
+        let alloc = if let Some(f) = fraction.as_ref().filter(|f| f.container == c.name) {
+            match &f.size {
+                Ok((f, n)) => Allocation::Gpus(f * f64::from(*n)),
+                Err(why) => Allocation::Missing(why.clone()),
+            }
+        } else {
+            match whole_gpus(c) {
+                Some(Ok(g)) if g > 0.0 => Allocation::Gpus(g),
+                Some(Err(e)) => Allocation::Missing(format!("{}: {e}", NVIDIA_KAI.resource_name)),
+                _ if annotations.contains_key(NVIDIA_KAI.memory_annotation) => {
+                    Allocation::Missing(format!(
+                        "KAI {} allocations are not sized by kerf",
+                        NVIDIA_KAI.memory_annotation
+                    ))
+                }
                 _ => Allocation::Missing(format!(
-                    "{KAI_GPU_FRACTION}={:?} is not a fraction in (0, 1)",
-                    annotations
-                        .get(KAI_GPU_FRACTION)
-                        .map(String::as_str)
-                        .unwrap_or_default()
+                    "neither {} nor {}",
+                    NVIDIA_KAI.fraction_annotation, NVIDIA_KAI.resource_name
                 )),
             }
-        } else if let Some(g) = whole_gpus(c) {
-            Allocation::Gpus(g)
-        } else if annotations.contains_key(KAI_GPU_MEMORY) {
-            Allocation::Missing(format!(
-                "KAI {KAI_GPU_MEMORY} allocations are not sized by kerf"
-            ))
-        } else {
-            Allocation::Missing("neither gpu-fraction nor nvidia.com/gpu".into())
         };
         out.insert(c.name.clone(), alloc);
     }

@@ -7,53 +7,36 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::core::pod::Pod;
 use chrono::{DateTime, Utc};
 
-use crate::api::{Signal, StrategyView, WorkloadKind};
+use crate::api::{Signal, StrategyView};
 use crate::core::allocation::{container_allocations, default_scope_containers};
 use crate::core::gpu_engine::{self, Action, EngineInput, EngineOutput, SignalSamples};
 use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
 use crate::core::model::{
     GpuMap, GpuRecommendation, PolicyId, WorkloadKey, WorkloadState, parse_baseline,
 };
+use crate::core::owner;
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload, unresolved_strategy_message};
 use crate::metrics::{RangeQuery, SeriesSet};
 
-/// The top owner of a pod, from its owner references and the snapshot's owner maps. A pod owned
-/// by an unknown ReplicaSet belongs to the Deployment named by the ReplicaSet name minus its
-/// `-<pod-template-hash>` suffix.
+/// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
+/// ReplicaSet → Deployment and Job → CronJob links.
 pub fn pod_owner(
     pod: &Pod,
     snapshot_rs: &BTreeMap<(String, String), String>,
     snapshot_jobs: &BTreeMap<(String, String), String>,
 ) -> Option<WorkloadKey> {
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let owner = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .or_else(|| pod.metadata.owner_references.iter().flatten().next())?;
-    match owner.kind.as_str() {
-        "ReplicaSet" => {
-            let deployment = snapshot_rs
-                .get(&(ns.clone(), owner.name.clone()))
-                .cloned()
-                .or_else(|| {
-                    let hash = pod.metadata.labels.as_ref()?.get("pod-template-hash")?;
-                    owner
-                        .name
-                        .strip_suffix(&format!("-{hash}"))
-                        .map(str::to_string)
-                })?;
-            Some(WorkloadKey::new(ns, WorkloadKind::Deployment, deployment))
-        }
-        "Job" => Some(match snapshot_jobs.get(&(ns.clone(), owner.name.clone())) {
-            Some(cron) => WorkloadKey::new(ns, WorkloadKind::CronJob, cron.clone()),
-            None => WorkloadKey::new(ns, WorkloadKind::Job, owner.name.clone()),
-        }),
-        other => WorkloadKind::parse(other).map(|k| WorkloadKey::new(ns, k, owner.name.clone())),
-    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let link = |map: &BTreeMap<(String, String), String>, name: &str| {
+        map.get(&(ns.to_string(), name.to_string())).cloned()
+    };
+    owner::top_owner(
+        ns,
+        pod.metadata.owner_references.as_deref().unwrap_or_default(),
+        owner::pod_template_hash(pod.metadata.labels.as_ref()),
+        |rs| link(snapshot_rs, rs),
+        |job| link(snapshot_jobs, job),
+    )
 }
 
 /// Resolves a GPU policy's `automationStrategyRef` ([`Snapshot::strategy`]).
@@ -684,6 +667,44 @@ mod tests {
             .map(|(p, sig, set)| ((*p, *sig), set.clone()))
             .collect();
         format!("{:?}", evaluate(s, plan, results, &BTreeSet::new(), now))
+    }
+
+    /// Evaluation finds a workload's pods through the one resolver ([`owner::top_owner`]).
+    #[test]
+    fn a_non_controller_owner_reference_is_not_the_owner() {
+        let pod = |name: &str, owner: serde_json::Value| -> std::sync::Arc<Pod> {
+            std::sync::Arc::new(
+                serde_json::from_value(serde_json::json!({"metadata": {
+                    "name": name, "namespace": "ml",
+                    "labels": {"pod-template-hash": "abc"},
+                    "ownerReferences": [owner]}}))
+                .unwrap(),
+            )
+        };
+        let mut s = Snapshot::default();
+        s.replicaset_owners
+            .insert(("ml".into(), "llm-abc".into()), "llm".into());
+        s.pods = vec![
+            pod(
+                "controlled",
+                serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "llm-abc", "uid": "u", "controller": true}),
+            ),
+            pod(
+                "referenced",
+                serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "llm-abc", "uid": "u"}),
+            ),
+            pod(
+                "foreign",
+                serde_json::json!({"apiVersion": "example.com/v1", "kind": "ReplicaSet", "name": "llm-abc", "uid": "u", "controller": true}),
+            ),
+        ];
+        assert_eq!(
+            pods_by_owner(&s),
+            BTreeMap::from([(
+                WorkloadKey::new("ml", crate::api::WorkloadKind::Deployment, "llm"),
+                vec![0]
+            )])
+        );
     }
 
     #[test]

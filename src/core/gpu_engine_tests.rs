@@ -288,6 +288,28 @@ fn whole_gpus_from_limits_else_requests() {
     assert_eq!(a["r"], Allocation::Gpus(3.0));
 }
 
+/// docs/design/gpu-engine.md#g1: `nvidia.com/gpu` is read by core/quantity.rs (the reader
+/// admission uses too) in GPU units, suffixes included; a value that is not a quantity is no
+/// allocation, and the reason says why.
+#[test]
+fn whole_gpus_are_read_as_exact_quantities() {
+    let p = PodB::new("p")
+        .c(container("milli", Some("2000m")))
+        .c(container("half", Some("500m")))
+        .c(container("negative", Some("-1")))
+        .c(container("zero", Some("0")))
+        .build();
+    let a = container_allocations(p.spec.as_ref().unwrap(), &BTreeMap::new());
+    assert_eq!(a["milli"], Allocation::Gpus(2.0));
+    assert_eq!(a["half"], Allocation::Gpus(0.5));
+    assert!(
+        matches!(&a["negative"], Allocation::Missing(why) if why.contains("nvidia.com/gpu") && why.contains("negative")),
+        "{:?}",
+        a["negative"]
+    );
+    assert!(matches!(&a["zero"], Allocation::Missing(why) if why.contains("neither")));
+}
+
 #[test]
 fn kai_gpu_memory_pod_has_no_allocation() {
     let p = PodB::new("p")

@@ -7,7 +7,14 @@
 //! Decisions:
 //! - The HPA of a workload is the one in its namespace whose `scaleTargetRef` has the workload's
 //!   kind and name (several: the first by name, so the choice is stable).
-//! - An HPA with no `metrics` is the Kubernetes default: CPU utilization 80 %.
+//! - An HPA with no `metrics` (absent or an empty list) is the Kubernetes autoscaling/v2 default:
+//!   CPU utilization 80 %. The API server fills that in on create and on read in most versions, but
+//!   an object can lack it (a manifest read by standalone mode, an object read back from some
+//!   versions); kerf reads it the way the HPA controller acts on it. docs/design/hpa-coordination.md#h1
+//! - [`analyze_metrics`] (over [`analyze_metric_specs`]) is the one reading of an HPA's metrics:
+//!   the engine (`evaluate_hpa`), the cluster writer (ordering and no-op checks, via
+//!   [`utilization_target`]) and admission (`mutate_hpa`) all take it from here, so they agree on
+//!   what an HPA scales on. [`utilization_metrics`] is the one shape kerf writes back.
 //! - The HPA *couples* to the resources it measures as utilization (`Resource` or
 //!   `ContainerResource` with `target.type: Utilization` on cpu or memory): those workloads carry
 //!   the risk flag `hpa-coupled`. Coordination is supported only for exactly one metric, a
@@ -26,6 +33,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
+use serde_json::{Value, json};
 
 use super::resources::Sample;
 use crate::api::WorkloadKind;
@@ -136,6 +144,11 @@ impl MetricsAnalysis {
     pub fn coupled(&self) -> bool {
         !self.utilization_resources.is_empty()
     }
+
+    /// The single metric kerf can coordinate, or why not (`skipReason: unsupported-metrics`).
+    pub fn coordinable(&self) -> Result<(HpaResource, i32), &str> {
+        self.supported.ok_or(self.detail.as_str())
+    }
 }
 
 fn utilization(name: &str, type_: &str, avg: Option<i32>) -> Option<(HpaResource, Option<i32>)> {
@@ -145,7 +158,18 @@ fn utilization(name: &str, type_: &str, avg: Option<i32>) -> Option<(HpaResource
 
 /// Analyse the metrics of `hpa` (see module docs).
 pub fn analyze_metrics(hpa: &HorizontalPodAutoscaler) -> MetricsAnalysis {
-    let metrics: &[MetricSpec] = hpa.spec.metrics.as_deref().unwrap_or(&[]);
+    analyze_metric_specs(hpa.spec.metrics.as_deref())
+}
+
+/// The single supported utilization target of `hpa` ([`MetricsAnalysis::supported`]): what the
+/// writer compares with the target it is about to set.
+pub fn utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(HpaResource, i32)> {
+    analyze_metrics(hpa).supported
+}
+
+/// Analyse an HPA's `spec.metrics` (`None` when the field is absent); see module docs.
+pub fn analyze_metric_specs(metrics: Option<&[MetricSpec]>) -> MetricsAnalysis {
+    let metrics: &[MetricSpec] = metrics.unwrap_or(&[]);
     if metrics.is_empty() {
         let cpu = (HpaResource::Cpu, DEFAULT_HPA_CPU_TARGET);
         return MetricsAnalysis {
@@ -214,6 +238,14 @@ pub fn analyze_metrics(hpa: &HorizontalPodAutoscaler) -> MetricsAnalysis {
         first_target,
         detail: problems.join("; "),
     }
+}
+
+/// `spec.metrics` holding the single utilization metric kerf writes (the one supported shape).
+pub fn utilization_metrics(resource: &str, target: i32) -> Value {
+    json!([{
+        "type": "Resource",
+        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
+    }])
 }
 
 /// Whether the HPA was at `maxReplicas` at any time in the window: any sample of its replica count
@@ -464,6 +496,27 @@ mod tests {
             a.supported,
             Some((HpaResource::Cpu, 80)),
             "no metrics = Kubernetes default CPU 80 %"
+        );
+    }
+
+    /// docs/design/hpa-coordination.md#h1: the one reading every user shares.
+    #[test]
+    fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
+        let mut absent = hpa(json!([]));
+        absent.spec.metrics = None;
+        for h in [absent, hpa(json!([]))] {
+            let a = analyze_metrics(&h);
+            assert_eq!(
+                a.coordinable(),
+                Ok((HpaResource::Cpu, DEFAULT_HPA_CPU_TARGET))
+            );
+            assert_eq!(a.utilization_resources, BTreeSet::from([HpaResource::Cpu]));
+            assert_eq!(utilization_target(&h), Some((HpaResource::Cpu, 80)));
+        }
+        let a = analyze_metrics(&hpa(json!([cpu_util(50), mem_util(70)])));
+        assert_eq!(
+            a.coordinable(),
+            Err("2 metrics (coordination needs exactly one)")
         );
     }
 

@@ -1,6 +1,7 @@
 //! The pure core: plain functions over plain data. No tokio, no kube client, no clock reads —
 //! `now` is always a parameter.
 
+pub mod accelerator;
 pub mod admission;
 pub mod allocation;
 pub mod cycle;

@@ -14,14 +14,6 @@ pub const ANNOTATION_RESTARTED_AT: &str = "rightsizing.kubex.ai/restartedAt";
 pub const ANNOTATION_MUTATED: &str = "rightsizing.kubex.ai/mutated";
 pub const ANNOTATION_ROLLBACK: &str = "rightsizing.kubex.ai/rollback";
 
-/// KAI contract `v1alpha1-2026-07` pod annotations and labels.
-pub const KAI_GPU_FRACTION: &str = "gpu-fraction";
-pub const KAI_GPU_FRACTION_NUM_DEVICES: &str = "gpu-fraction-num-devices";
-pub const KAI_GPU_FRACTION_CONTAINER: &str = "gpu-fraction-container-name";
-pub const KAI_GPU_MEMORY: &str = "gpu-memory";
-pub const KAI_QUEUE_LABEL: &str = "kai.scheduler/queue";
-pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
-
 /// A workload: the pod's top owner.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct WorkloadKey {

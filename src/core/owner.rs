@@ -1,10 +1,24 @@
-//! A pod's top owner (its workload), resolved without calling the API server.
+//! A pod's top owner (its workload), resolved without calling the API server. This is the one
+//! resolver: evaluation (`pods_by_owner`), the webhook (`decide_pod`), the standalone loader and
+//! the reader (the ReplicaSet → Deployment and Job → CronJob links) all use it.
 //!
-//! Pod → ReplicaSet → Deployment, Pod → Job → CronJob, Pod → StatefulSet/DaemonSet/Job. The
-//! ReplicaSet → Deployment and Job → CronJob links come from the store (filled by the reader);
-//! when the ReplicaSet link is unknown (a pod created before the cache saw its ReplicaSet) the
-//! Deployment name is derived from the ReplicaSet name minus `-<pod-template-hash>`, which is how
-//! the Deployment controller names ReplicaSets.
+//! Rules (docs/design/gpu-engine.md#g4 "owned by the workload"):
+//! - Only the controller reference (`controller: true`) names an owner. Other owner references
+//!   (a garbage-collection owner, one set by hand) never do.
+//! - The API group is checked: `apps` for ReplicaSet, Deployment, StatefulSet and DaemonSet,
+//!   `batch` for Job and CronJob. A kind of that name in another group is not followed.
+//! - Pod → ReplicaSet → Deployment; Pod → Job → CronJob (the Job itself when no CronJob controls
+//!   it); Pod → StatefulSet / DaemonSet directly (and a pod a Deployment or CronJob controls
+//!   directly belongs to it).
+//! - The ReplicaSet → Deployment and Job → CronJob links come from the caller (the store or the
+//!   snapshot, filled by [`deployment_of`] / [`cronjob_of`]). When the ReplicaSet link is unknown
+//!   (a pod created before the cache saw its ReplicaSet) the Deployment name is derived from the
+//!   ReplicaSet name minus `-<pod-template-hash>`, which is how the Deployment controller names
+//!   ReplicaSets.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::WorkloadKind;
 use crate::core::model::WorkloadKey;
@@ -12,55 +26,87 @@ use crate::core::model::WorkloadKey;
 /// The label the Deployment controller puts on every pod and ReplicaSet it creates.
 pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 
-/// One `metadata.ownerReferences` entry, reduced to what owner resolution needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnerRef<'a> {
-    pub api_version: &'a str,
-    pub kind: &'a str,
-    pub name: &'a str,
-    pub controller: bool,
+/// ReplicaSets are in the `apps` group, like Deployments.
+const REPLICASET_API_VERSION: &str = "apps/v1";
+
+fn group(api_version: &str) -> &str {
+    api_version.split_once('/').map_or("", |(g, _)| g)
+}
+
+/// The controller reference among `refs`: the only one that names an owner.
+pub fn controller(refs: &[OwnerReference]) -> Option<&OwnerReference> {
+    refs.iter().find(|o| o.controller == Some(true))
+}
+
+/// What a controller reference names, its API group checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Controller<'a> {
+    ReplicaSet(&'a str),
+    Workload(WorkloadKind, &'a str),
+}
+
+fn controller_of(refs: &[OwnerReference]) -> Option<Controller<'_>> {
+    let o = controller(refs).filter(|o| !o.name.is_empty())?;
+    let in_group_of = |api_version: &str| group(&o.api_version) == group(api_version);
+    if o.kind == "ReplicaSet" {
+        return in_group_of(REPLICASET_API_VERSION).then_some(Controller::ReplicaSet(&o.name));
+    }
+    let kind = WorkloadKind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == o.kind)?;
+    in_group_of(kind.api_version()).then_some(Controller::Workload(kind, &o.name))
+}
+
+fn controlling(meta: &ObjectMeta, kind: WorkloadKind) -> Option<&str> {
+    match controller_of(meta.owner_references.as_deref()?)? {
+        Controller::Workload(k, name) if k == kind => Some(name),
+        _ => None,
+    }
+}
+
+/// The Deployment that controls a ReplicaSet (from the ReplicaSet's metadata).
+pub fn deployment_of(replicaset: &ObjectMeta) -> Option<&str> {
+    controlling(replicaset, WorkloadKind::Deployment)
+}
+
+/// The CronJob that controls a Job (from the Job's metadata).
+pub fn cronjob_of(job: &ObjectMeta) -> Option<&str> {
+    controlling(job, WorkloadKind::CronJob)
+}
+
+/// A pod's `pod-template-hash` label.
+pub fn pod_template_hash(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
+    labels?.get(POD_TEMPLATE_HASH_LABEL).map(String::as_str)
 }
 
 /// Resolves the top owner of a pod in `namespace`.
 ///
-/// `owners` are the pod's owner references; the controller reference wins, else the first one.
-/// `pod_template_hash` is the pod's `pod-template-hash` label. `replicaset_owner(rs)` and
-/// `job_owner(job)` look the links up (names in the pod's namespace).
-/// Returns `None` for pods without an owner or owned by something that is not a workload kind.
+/// `owners` are the pod's owner references. `pod_template_hash` is the pod's
+/// `pod-template-hash` label. `replicaset_owner(rs)` and `job_owner(job)` look the links up
+/// (names in the pod's namespace). Returns `None` for a pod without a controller reference or
+/// controlled by something that is not a workload (see the module rules).
 pub fn top_owner(
     namespace: &str,
-    owners: &[OwnerRef<'_>],
+    owners: &[OwnerReference],
     pod_template_hash: Option<&str>,
     replicaset_owner: impl Fn(&str) -> Option<String>,
     job_owner: impl Fn(&str) -> Option<String>,
 ) -> Option<WorkloadKey> {
-    let owner = owners
-        .iter()
-        .find(|o| o.controller)
-        .or_else(|| owners.first())?;
-    if owner.name.is_empty() {
-        return None;
-    }
-    let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
     let key = |kind, name: &str| Some(WorkloadKey::new(namespace, kind, name));
-    match (group, owner.kind) {
-        ("apps", "ReplicaSet") => {
-            if let Some(dep) = replicaset_owner(owner.name) {
+    match controller_of(owners)? {
+        Controller::ReplicaSet(rs) => {
+            if let Some(dep) = replicaset_owner(rs) {
                 return key(WorkloadKind::Deployment, &dep);
             }
             let hash = pod_template_hash.filter(|h| !h.is_empty())?;
-            let dep = owner.name.strip_suffix(hash)?.strip_suffix('-')?;
+            let dep = rs.strip_suffix(hash)?.strip_suffix('-')?;
             (!dep.is_empty()).then(|| WorkloadKey::new(namespace, WorkloadKind::Deployment, dep))
         }
-        ("apps", "StatefulSet") => key(WorkloadKind::StatefulSet, owner.name),
-        ("apps", "DaemonSet") => key(WorkloadKind::DaemonSet, owner.name),
-        ("apps", "Deployment") => key(WorkloadKind::Deployment, owner.name),
-        ("batch", "Job") => match job_owner(owner.name) {
+        Controller::Workload(WorkloadKind::Job, job) => match job_owner(job) {
             Some(cron) => key(WorkloadKind::CronJob, &cron),
-            None => key(WorkloadKind::Job, owner.name),
+            None => key(WorkloadKind::Job, job),
         },
-        ("batch", "CronJob") => key(WorkloadKind::CronJob, owner.name),
-        _ => None,
+        Controller::Workload(kind, name) => key(kind, name),
     }
 }
 
@@ -68,13 +114,18 @@ pub fn top_owner(
 mod tests {
     use super::*;
 
-    fn rs(name: &str) -> OwnerRef<'_> {
-        OwnerRef {
-            api_version: "apps/v1",
-            kind: "ReplicaSet",
-            name,
-            controller: true,
+    fn oref(api_version: &str, kind: &str, name: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            controller: Some(controller),
+            ..Default::default()
         }
+    }
+
+    fn rs(name: &str) -> OwnerReference {
+        oref("apps/v1", "ReplicaSet", name, true)
     }
     fn none(_: &str) -> Option<String> {
         None
@@ -125,12 +176,7 @@ mod tests {
 
     #[test]
     fn job_resolves_to_cronjob_when_linked() {
-        let job = OwnerRef {
-            api_version: "batch/v1",
-            kind: "Job",
-            name: "nightly-2903040",
-            controller: true,
-        };
+        let job = oref("batch/v1", "Job", "nightly-2903040", true);
         let k = top_owner("ns", std::slice::from_ref(&job), None, none, |_| {
             Some("nightly".into())
         });
@@ -147,12 +193,7 @@ mod tests {
 
     #[test]
     fn statefulset_daemonset_direct_and_others_ignored() {
-        let mk = |api_version, kind| OwnerRef {
-            api_version,
-            kind,
-            name: "x",
-            controller: true,
-        };
+        let mk = |api_version, kind| oref(api_version, kind, "x", true);
         assert_eq!(
             top_owner("ns", &[mk("apps/v1", "StatefulSet")], None, none, none).map(|k| k.kind),
             Some(WorkloadKind::StatefulSet)
@@ -174,21 +215,101 @@ mod tests {
 
     #[test]
     fn controller_reference_wins_over_first() {
-        let a = OwnerRef {
-            api_version: "apps/v1",
-            kind: "DaemonSet",
-            name: "a",
-            controller: false,
-        };
-        let b = OwnerRef {
-            api_version: "apps/v1",
-            kind: "StatefulSet",
-            name: "b",
-            controller: true,
-        };
+        let a = oref("apps/v1", "DaemonSet", "a", false);
+        let b = oref("apps/v1", "StatefulSet", "b", true);
         assert_eq!(
             top_owner("ns", &[a, b], None, none, none),
             Some(WorkloadKey::new("ns", WorkloadKind::StatefulSet, "b"))
         );
+    }
+
+    fn meta(refs: Vec<OwnerReference>) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: Some(refs),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_non_controller_owner_reference_is_not_the_owner() {
+        // A pod whose only reference is not its controller has no workload…
+        for r in [
+            oref("apps/v1", "StatefulSet", "db", false),
+            oref("apps/v1", "ReplicaSet", "web-abc", false),
+            oref("batch/v1", "Job", "once", false),
+        ] {
+            assert_eq!(
+                top_owner("ns", &[r], Some("abc"), |_| Some("web".into()), none),
+                None
+            );
+        }
+        // …a ReplicaSet or Job the same: no link to a Deployment or CronJob.
+        let rs = meta(vec![oref("apps/v1", "Deployment", "web", false)]);
+        assert_eq!(deployment_of(&rs), None);
+        let job = meta(vec![oref("batch/v1", "CronJob", "nightly", false)]);
+        assert_eq!(cronjob_of(&job), None);
+        // The controller counts wherever it stands in the list.
+        let job = meta(vec![
+            oref("batch/v1", "CronJob", "other", false),
+            oref("batch/v1", "CronJob", "nightly", true),
+        ]);
+        assert_eq!(cronjob_of(&job), Some("nightly"));
+    }
+
+    #[test]
+    fn a_replicaset_of_another_api_group_is_not_followed() {
+        let foreign = oref("example.com/v1", "ReplicaSet", "web-abc", true);
+        assert_eq!(
+            top_owner("ns", &[foreign], Some("abc"), |_| Some("web".into()), none),
+            None
+        );
+    }
+
+    #[test]
+    fn a_workload_kind_of_another_api_group_is_not_an_owner() {
+        for (api_version, kind) in [
+            ("example.com/v1", "StatefulSet"),
+            ("example.com/v1", "DaemonSet"),
+            ("example.com/v1", "Deployment"),
+            ("apps/v1", "Job"),
+            ("apps/v1", "CronJob"),
+            ("batch/v1", "StatefulSet"),
+            ("v1", "Deployment"),
+        ] {
+            let r = oref(api_version, kind, "x", true);
+            assert_eq!(
+                top_owner("ns", &[r], None, none, |_| Some("c".into())),
+                None,
+                "{api_version} {kind}"
+            );
+        }
+        let rs = meta(vec![oref("example.com/v1", "Deployment", "web", true)]);
+        assert_eq!(deployment_of(&rs), None);
+        let job = meta(vec![oref("example.com/v1", "CronJob", "nightly", true)]);
+        assert_eq!(cronjob_of(&job), None);
+    }
+
+    #[test]
+    fn replicaset_and_job_links_name_their_controller() {
+        let rs = meta(vec![oref("apps/v1", "Deployment", "web", true)]);
+        assert_eq!(deployment_of(&rs), Some("web"));
+        assert_eq!(cronjob_of(&rs), None, "a Deployment is not a CronJob");
+        let job = meta(vec![oref("batch/v1", "CronJob", "nightly", true)]);
+        assert_eq!(cronjob_of(&job), Some("nightly"));
+        assert_eq!(deployment_of(&ObjectMeta::default()), None);
+    }
+
+    #[test]
+    fn deployment_and_cronjob_controllers_own_their_pods_directly() {
+        for (api_version, kind, workload) in [
+            ("apps/v1", "Deployment", WorkloadKind::Deployment),
+            ("batch/v1", "CronJob", WorkloadKind::CronJob),
+        ] {
+            let r = oref(api_version, kind, "w", true);
+            assert_eq!(
+                top_owner("ns", &[r], None, none, none),
+                Some(WorkloadKey::new("ns", workload, "w"))
+            );
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Kubernetes resource quantities for CPU and memory.
+//! Kubernetes resource quantities for CPU, memory and GPUs: the one place kerf parses a quantity.
 //!
 //! `k8s-openapi`'s `Quantity` is only a string newtype (no parsing, no arithmetic), so this module
 //! implements the Kubernetes grammar (`<signedNumber><suffix>`, suffix one of the binary SI
@@ -6,7 +6,12 @@
 //! in exact integer arithmetic — never through a float, as Kubernetes itself does.
 //!
 //! CPU is handled in millicores and memory in bytes. A value finer than the unit is rounded UP
-//! (Kubernetes does the same: `0.1m` is `1m`, `0.5` bytes is `1`).
+//! (Kubernetes does the same: `0.1m` is `1m`, `0.5` bytes is `1`). Surrounding white space is
+//! ignored, as Kubernetes ignores it when it decodes an object (`Quantity.UnmarshalJSON`).
+//!
+//! GPUs (`nvidia.com/gpu`) are read in GPU units by [`parse_gpus`]: the same grammar, then the
+//! nearest `f64` to the exact value (GPU math is in `f64` GPU units everywhere). See there why a
+//! fraction is read rather than rejected.
 //!
 //! Canonical output:
 //! - CPU: whole cores as a plain integer (`"2"`), anything else in millicores (`"700m"`, `"1500m"`).
@@ -32,9 +37,31 @@ fn err(text: &str, problem: impl Into<String>) -> QuantityError {
 
 const MAX_DIGITS: usize = 36;
 
+/// A quantity as written: ±`mantissa` × 10^`exp10` × 2^`exp2`, exactly.
+struct Exact<'a> {
+    /// The text without surrounding white space, for error messages.
+    text: &'a str,
+    negative: bool,
+    mantissa: u128,
+    exp10: i32,
+    exp2: u32,
+}
+
 /// Parse `text` and return its value × 10^`scale`, rounded up (toward +∞) to an integer.
 /// `scale` = 3 gives milli-units (CPU millicores), 0 gives units (bytes).
 pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
+    named(text, parse_exact(text.trim()).and_then(|q| q.scaled(scale)))
+}
+
+/// Errors name the text as written (white space included).
+fn named<T>(text: &str, r: Result<T, QuantityError>) -> Result<T, QuantityError> {
+    r.map_err(|e| QuantityError {
+        text: text.to_string(),
+        ..e
+    })
+}
+
+fn parse_exact(text: &str) -> Result<Exact<'_>, QuantityError> {
     if text.is_empty() {
         return Err(err(text, "empty"));
     }
@@ -127,33 +154,57 @@ pub fn parse_scaled(text: &str, scale: i32) -> Result<i64, QuantityError> {
             ));
         }
     };
-    let too_large = || err(text, "too large (must fit in a 64-bit integer of the unit)");
-    let mut value = mantissa
-        .checked_shl(exp2)
-        .filter(|v| v >> exp2 == mantissa)
-        .ok_or_else(too_large)?;
-    let k = exp10 + scale - frac_digits;
-    if k >= 0 {
-        let mul = 10u128.checked_pow(k as u32).ok_or_else(too_large)?;
-        value = value.checked_mul(mul).ok_or_else(too_large)?;
-    } else {
-        // Round the magnitude up for positives, toward zero for negatives: both are toward +∞.
-        let div = 10u128.checked_pow((-k) as u32);
-        value = match div {
-            Some(d) => {
-                let q = value / d;
-                if value % d != 0 && !negative {
-                    q + 1
-                } else {
-                    q
+    Ok(Exact {
+        text,
+        negative,
+        mantissa,
+        exp10: exp10 - frac_digits,
+        exp2,
+    })
+}
+
+impl Exact<'_> {
+    /// The value × 10^`scale`, rounded up (toward +∞) to an integer.
+    fn scaled(&self, scale: i32) -> Result<i64, QuantityError> {
+        let (text, negative, mantissa, exp2) = (self.text, self.negative, self.mantissa, self.exp2);
+        let too_large = || err(text, "too large (must fit in a 64-bit integer of the unit)");
+        let mut value = mantissa
+            .checked_shl(exp2)
+            .filter(|v| v >> exp2 == mantissa)
+            .ok_or_else(too_large)?;
+        let k = self.exp10 + scale;
+        if k >= 0 {
+            let mul = 10u128.checked_pow(k as u32).ok_or_else(too_large)?;
+            value = value.checked_mul(mul).ok_or_else(too_large)?;
+        } else {
+            // Round the magnitude up for positives, toward zero for negatives: both are toward +∞.
+            let div = 10u128.checked_pow((-k) as u32);
+            value = match div {
+                Some(d) => {
+                    let q = value / d;
+                    if value % d != 0 && !negative {
+                        q + 1
+                    } else {
+                        q
+                    }
                 }
-            }
-            // Divisor beyond u128: the value is a positive fraction of one unit (or zero).
-            None => u128::from(value != 0 && !negative),
-        };
+                // Divisor beyond u128: the value is a positive fraction of one unit (or zero).
+                None => u128::from(value != 0 && !negative),
+            };
+        }
+        let magnitude = i64::try_from(value).map_err(|_| too_large())?;
+        Ok(if negative { -magnitude } else { magnitude })
     }
-    let magnitude = i64::try_from(value).map_err(|_| too_large())?;
-    Ok(if negative { -magnitude } else { magnitude })
+
+    /// The nearest `f64` to the exact value (the decimal part is rounded once, correctly, by
+    /// the standard library; the binary suffix is an exact power of two).
+    fn to_f64(&self) -> f64 {
+        let decimal: f64 = format!("{}e{}", self.mantissa, self.exp10)
+            .parse()
+            .unwrap_or(f64::NAN);
+        let v = decimal * 2f64.powi(self.exp2 as i32);
+        if self.negative { -v } else { v }
+    }
 }
 
 fn non_negative(text: &str, v: i64, what: &str) -> Result<i64, QuantityError> {
@@ -172,6 +223,29 @@ pub fn parse_cpu_millis(text: &str) -> Result<i64, QuantityError> {
 /// Memory quantity → bytes (`"512Mi"` → 536870912, `"100M"` → 100000000).
 pub fn parse_memory_bytes(text: &str) -> Result<i64, QuantityError> {
     non_negative(text, parse_scaled(text, 0)?, "memory")
+}
+
+/// GPU quantity → GPU units (`"1"` → 1.0, `"2000m"` → 2.0, `"0.5"` → 0.5); negative is an error.
+///
+/// Why fractions are read rather than rejected: Kubernetes accepts `nvidia.com/gpu` (an extended
+/// resource) only as a whole number, so a pod in a cluster never has `500m`; the API server is
+/// the validator, kerf is a reader. A fractional value can only come from a manifest or a
+/// template kerf did not get from the API server, and there it means GPU units, like every GPU
+/// number kerf handles (docs/design/gpu-engine.md#g1). Reading it whole-or-nothing would make
+/// the engine and admission disagree with what the manifest says.
+pub fn parse_gpus(text: &str) -> Result<f64, QuantityError> {
+    let gpus = named(text, parse_exact(text.trim()).map(|q| q.to_f64()))?;
+    if gpus < 0.0 {
+        return Err(err(text, "a GPU count cannot be negative"));
+    }
+    if !gpus.is_finite() {
+        return Err(err(text, "too large for a GPU count"));
+    }
+    Ok(gpus)
+}
+
+pub fn gpus(q: &Quantity) -> Result<f64, QuantityError> {
+    parse_gpus(&q.0)
 }
 
 pub fn cpu_millis(q: &Quantity) -> Result<i64, QuantityError> {
@@ -280,6 +354,43 @@ mod tests {
             assert_eq!(e.text, text);
             assert!(e.to_string().contains(&format!("{text:?}")), "{e}");
         }
+    }
+
+    #[test]
+    fn gpu_quantities_are_gpu_units() {
+        for (text, want) in [
+            ("1", 1.0),
+            ("2", 2.0),
+            ("2000m", 2.0),
+            ("500m", 0.5),
+            ("0.5", 0.5),
+            ("1e1", 10.0),
+            ("0", 0.0),
+            (" 4 ", 4.0),
+            ("0.9999496268804882", 0.9999496268804882),
+        ] {
+            assert_eq!(parse_gpus(text), Ok(want), "{text}");
+        }
+        for text in ["-1", "1Kb", "abc", "", "1e999"] {
+            let e = parse_gpus(text).expect_err(text);
+            assert_eq!(e.text, text);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn gpu_units_are_the_nearest_float(x in 0.0f64..1e6) {
+            // Exactly what the float reading gave for plain decimals.
+            prop_assert_eq!(parse_gpus(&x.to_string()), Ok(x));
+        }
+    }
+
+    #[test]
+    fn surrounding_white_space_is_ignored_as_kubernetes_does() {
+        assert_eq!(parse_cpu_millis(" 700m\n"), Ok(700));
+        assert_eq!(parse_memory_bytes("\t1Gi "), Ok(1 << 30));
+        let e = parse_cpu_millis(" x ").unwrap_err();
+        assert_eq!(e.text, " x ", "the error names the text as written");
     }
 
     #[test]

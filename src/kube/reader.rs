@@ -40,6 +40,7 @@ use crate::api::{
     PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
 };
 use crate::core::model::PolicyId;
+use crate::core::owner;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::health::{Health, LogLimit, error_chain, panic_message, redact};
 use crate::state::{ObjectName, Store};
@@ -593,24 +594,10 @@ where
     (index, task)
 }
 
-fn controller_owner<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == kind && o.controller == Some(true))
-        .or_else(|| {
-            meta.owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.kind == kind)
-        })
-        .map(|o| o.name.as_str())
-}
-
 /// Keeps one of the webhook store's owner maps in step with a watch, so a pod created right after
 /// its ReplicaSet (or Job) can be traced to its workload without waiting for a reconcile.
 fn owner_hook<K>(
-    owner_kind: &'static str,
+    owner_of: fn(&ObjectMeta) -> Option<&str>,
     map: fn(&Store) -> &dashmap::DashMap<ObjectName, String>,
     store: Arc<Store>,
 ) -> Hook<K>
@@ -621,7 +608,7 @@ where
     let mut listed: BTreeSet<ObjectName> = BTreeSet::new();
     Box::new(move |ev: &watcher::Event<K>| {
         let name_of = |o: &K| ObjectName::new(o.namespace().unwrap_or_default(), o.name_any());
-        let upsert = |o: &K| match controller_owner(o.meta(), owner_kind) {
+        let upsert = |o: &K| match owner_of(o.meta()) {
             Some(owner) => {
                 map(&store).insert(name_of(o), owner.to_string());
             }
@@ -774,7 +761,7 @@ impl Reader {
             "Job",
             watcher(Api::<Job>::all(client.clone()), cfg()),
             |mut j: Job| {
-                if let Some(cron) = controller_owner(&j.metadata, "CronJob") {
+                if let Some(cron) = owner::cronjob_of(&j.metadata) {
                     return ListedJob::OfCronJob(cron.to_string());
                 }
                 strip_meta(&mut j.metadata);
@@ -783,7 +770,7 @@ impl Reader {
             sync.clone(),
             store
                 .clone()
-                .map(|s| owner_hook::<Job>("CronJob", |s| &s.job_owners, s)),
+                .map(|s| owner_hook::<Job>(owner::cronjob_of, |s| &s.job_owners, s)),
         );
         tasks.push(t);
         let (cronjobs, t) = spawn_builtin(
@@ -805,12 +792,12 @@ impl Reader {
                 cfg(),
             ),
             |rs: PartialObjectMeta<ReplicaSet>| {
-                controller_owner(&rs.metadata, "Deployment").map(str::to_string)
+                owner::deployment_of(&rs.metadata).map(str::to_string)
             },
             sync.clone(),
             store.clone().map(|s| {
                 owner_hook::<PartialObjectMeta<ReplicaSet>>(
-                    "Deployment",
+                    owner::deployment_of,
                     |s| &s.replicaset_owners,
                     s,
                 )
@@ -1090,6 +1077,7 @@ mod tests {
                 name: Some(name.into()),
                 owner_references: cron.map(|c| {
                     vec![OwnerReference {
+                        api_version: "batch/v1".into(),
                         kind: "CronJob".into(),
                         name: c.into(),
                         controller: Some(true),
@@ -1234,7 +1222,7 @@ mod tests {
     #[test]
     fn owner_hook_keeps_the_store_map_in_step_and_drops_owners_missing_from_a_relist() {
         let store = Store::new();
-        let mut hook = owner_hook::<Job>("CronJob", |s| &s.job_owners, store.clone());
+        let mut hook = owner_hook::<Job>(owner::cronjob_of, |s| &s.job_owners, store.clone());
         let owner = |name: &str| {
             store
                 .job_owners

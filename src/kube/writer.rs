@@ -41,6 +41,7 @@ use crate::api::{
     ClusterGpuReactivePolicy, ClusterRightsizingPolicy, GpuReactivePolicy, PolicyStatus,
     RightsizingPolicy, RightsizingRecommendation, WorkloadKind,
 };
+use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, ResourceRequests, WorkloadKey, to_k8s_time,
@@ -462,16 +463,14 @@ impl Task {
     }
 
     async fn hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
-        if h.observed.as_ref().and_then(hpa_utilization_target)
-            == Some((h.resource.clone(), h.average_utilization))
-        {
+        if h.in_place() {
             return Ok(0);
         }
         let body = json!({
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": h.name, "namespace": h.namespace},
-            "spec": {"metrics": hpa_metrics(&h.resource, h.average_utilization)},
+            "spec": {"metrics": utilization_metrics(&h.resource, h.average_utilization)},
         });
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
         let params = apply_params();
@@ -489,14 +488,7 @@ impl Task {
     /// over-provisioned: a rising target (requests shrink) waits for the template; a falling
     /// target (requests grow) goes first.
     async fn coordinated(&mut self, c: &CoordinatedChange) -> Result<usize, CallError> {
-        let old = c
-            .hpa
-            .observed
-            .as_ref()
-            .and_then(hpa_utilization_target)
-            .map(|(_, t)| t);
-        let hpa_first = old.is_some_and(|t| c.hpa.average_utilization < t);
-        if hpa_first {
+        if c.hpa.goes_first() {
             let hpa = self.hpa(&c.hpa).await?;
             Ok(hpa + self.write_workload(&c.workload).await?)
         } else {
@@ -509,16 +501,7 @@ impl Task {
     /// over-provisioned, as for a coordinated change: a falling target (requests grow back) goes
     /// before the template.
     async fn restore(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
-        let current = r
-            .hpa
-            .as_ref()
-            .and_then(|h| h.observed.as_ref())
-            .and_then(hpa_utilization_target)
-            .map(|(_, t)| t);
-        let hpa_first = r
-            .hpa
-            .as_ref()
-            .is_some_and(|h| current.is_some_and(|t| h.average_utilization < t));
+        let hpa_first = r.hpa.as_ref().is_some_and(HpaTarget::goes_first);
         let mut made = 0;
         let release = r.kind == RestoreKind::Release;
         if hpa_first && let Some(h) = &r.hpa {
@@ -657,7 +640,8 @@ impl Task {
     async fn release_hpa(&self, h: &HpaTarget) -> Result<usize, CallError> {
         let api: Api<HorizontalPodAutoscaler> = Api::namespaced(self.client.clone(), &h.namespace);
         let what = format!("HPA {}/{}", h.namespace, h.name);
-        let body = json!({"spec": {"metrics": hpa_metrics(&h.resource, h.average_utilization)}});
+        let body =
+            json!({"spec": {"metrics": utilization_metrics(&h.resource, h.average_utilization)}});
         let params = PatchParams {
             field_manager: Some(RELEASE_FIELD_MANAGER.into()),
             ..Default::default()
@@ -676,7 +660,8 @@ impl Task {
         });
         if kerf && !others {
             tracing::warn!(hpa = %what, "only kerf owns spec.metrics: kerf keeps owning it");
-            body["spec"] = json!({"metrics": hpa_metrics(&h.resource, h.average_utilization)});
+            body["spec"] =
+                json!({"metrics": utilization_metrics(&h.resource, h.average_utilization)});
         }
         let params = apply_params();
         let patch = Patch::Apply(&body);

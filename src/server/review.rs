@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::api::WorkloadKind;
 use crate::core::admission::{PodSkeleton, mutate_hpa, mutate_skeleton};
 use crate::core::model::WorkloadKey;
-use crate::core::owner::{OwnerRef, POD_TEMPLATE_HASH_LABEL, top_owner};
+use crate::core::owner::{pod_template_hash, top_owner};
 use crate::state::{ObjectName, Store};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -304,25 +304,10 @@ fn decide_pod(req: &Request, body: &[u8], store: &Store) -> Decision {
     if global.read_only {
         return Decision::skip("GlobalConfiguration readOnly");
     }
-    let refs = meta.owner_references.as_deref().unwrap_or_default();
-    let owners: Vec<OwnerRef<'_>> = refs
-        .iter()
-        .map(|o| OwnerRef {
-            api_version: &o.api_version,
-            kind: &o.kind,
-            name: &o.name,
-            controller: o.controller.unwrap_or(false),
-        })
-        .collect();
-    let hash = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(POD_TEMPLATE_HASH_LABEL))
-        .map(String::as_str);
     let Some(key) = top_owner(
         &ns,
-        &owners,
-        hash,
+        meta.owner_references.as_deref().unwrap_or_default(),
+        pod_template_hash(meta.labels.as_ref()),
         |rs| {
             store
                 .replicaset_owners

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{PolicyStatus, RightsizingRecommendation};
+use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, PolicyId, ResourceRequests, WorkloadKey,
@@ -26,7 +27,7 @@ use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
 use crate::kube::writer::{
     EventWrite, GpuAnnotations, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite,
-    WriteOp, gpu_restart_due, hpa_metrics, merge_conditions,
+    WriteOp, gpu_restart_due, merge_conditions,
 };
 
 /// Events kept for inspection (oldest dropped first).
@@ -309,7 +310,7 @@ fn set_template_requests(
 /// The HPA's metrics become the single utilization metric kerf writes.
 fn set_hpa_target(h: &mut HorizontalPodAutoscaler, resource: &str, target: i32) {
     let spec = h.spec.clone();
-    h.spec.metrics = serde_json::from_value(hpa_metrics(resource, target))
+    h.spec.metrics = serde_json::from_value(utilization_metrics(resource, target))
         .ok()
         .or(spec.metrics);
 }

@@ -523,14 +523,85 @@ fn hpa_target_set_to_coordinated_value() {
     assert!(mutate_hpa(&hpa, &mem).unwrap().patch.is_empty());
 }
 
+/// docs/design/hpa-coordination.md#h1: admission reads an HPA without metrics as the engine and
+/// the writer do, at CPU utilization 80 %, and writes the coordinated target out.
+#[test]
+fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
+    let c = CoordinatedHpa {
+        hpa_name: "web".into(),
+        resource: "cpu".into(),
+        target_before: 80,
+        target_after: 89,
+    };
+    let metric = json!([{"type": "Resource", "resource": {"name": "cpu",
+        "target": {"type": "Utilization", "averageUtilization": 89}}}]);
+    for metrics in [None, Some(json!([]))] {
+        let mut hpa = json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "maxReplicas": 10}
+        });
+        let op = match metrics {
+            None => "add",
+            Some(m) => {
+                hpa["spec"]["metrics"] = m;
+                "replace"
+            }
+        };
+        let m = mutate_hpa(&hpa, &c).unwrap();
+        assert_eq!(
+            m.patch,
+            vec![json!({"op": op, "path": "/spec/metrics", "value": metric})]
+        );
+        assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
+        // Already at the coordinated target: nothing to write.
+        let at_80 = CoordinatedHpa {
+            target_after: 80,
+            ..c.clone()
+        };
+        assert!(mutate_hpa(&hpa, &at_80).unwrap().patch.is_empty());
+        // The default is CPU: a memory coordination leaves it alone.
+        let mem = CoordinatedHpa {
+            resource: "memory".into(),
+            ..c.clone()
+        };
+        let m = mutate_hpa(&hpa, &mem).unwrap();
+        assert!(m.patch.is_empty());
+        assert!(m.notes[0].contains("scales on cpu"), "{:?}", m.notes);
+    }
+}
+
 #[test]
 fn parse_quantity_handles_suffixes() {
-    assert_eq!(parse_quantity("700m"), Some(0.7));
-    assert_eq!(parse_quantity("1Gi"), Some(1073741824.0));
-    assert_eq!(parse_quantity("2"), Some(2.0));
-    assert_eq!(parse_quantity("1e3"), Some(1000.0));
-    assert_eq!(parse_quantity("Mi"), None);
-    assert_eq!(parse_quantity("abc"), None);
+    // Read through core/quantity.rs, exactly, in the unit of each resource.
+    assert_eq!(cpu_millis_of(&json!("700m")), Some(700));
+    assert_eq!(memory_bytes_of(&json!("1Gi")), Some(1073741824));
+    assert_eq!(gpus_of(&json!("2")), Some(2.0));
+    assert_eq!(memory_bytes_of(&json!("1e3")), Some(1000));
+    assert_eq!(memory_bytes_of(&json!("Mi")), None);
+    assert_eq!(cpu_millis_of(&json!("abc")), None);
+}
+
+/// Admission reads quantities with core/quantity.rs, as the engine does: a bare JSON number is a
+/// quantity too, suffixes are exact, and GPUs are GPU units.
+#[test]
+fn quantities_are_read_by_the_one_quantity_parser() {
+    assert_eq!(cpu_millis_of(&json!(2)), Some(2000));
+    assert_eq!(cpu_millis_of(&json!(0.25)), Some(250));
+    assert_eq!(
+        cpu_millis_of(&json!("0.1m")),
+        Some(1),
+        "rounded up, as Kubernetes does"
+    );
+    assert_eq!(memory_bytes_of(&json!(1024)), Some(1024));
+    assert_eq!(gpus_of(&json!("2000m")), Some(2.0));
+    assert_eq!(gpus_of(&json!(3)), Some(3.0));
+    assert_eq!(gpus_of(&json!("500m")), Some(0.5));
+    for invalid in [json!("-1"), json!("1 GPU"), json!(true)] {
+        assert_eq!(gpus_of(&invalid), None, "{invalid}");
+    }
+    assert_eq!(cpu_millis_of(&json!(null)), None);
 }
 
 #[test]

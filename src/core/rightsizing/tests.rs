@@ -193,6 +193,34 @@ fn coordination_off_still_reports_other_skip_reason() {
     assert_blocked(&o, Some(SkipReason::MaxReplicasReached));
 }
 
+/// docs/design/hpa-coordination.md#h1: the engine reads an HPA without metrics (absent or an
+/// empty list) as the writer and admission do, at CPU utilization 80 %, and coordinates it.
+#[test]
+fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
+    for metrics in [serde_json::Value::Null, json!([])] {
+        let o = eval(&input(
+            policy(AUTO, AUDIT, true),
+            vec![container("app", 1000, 512, 900, 256)],
+            Some(hpa_with(metrics)),
+        ));
+        assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+        assert_eq!(o.risk_flags, vec!["hpa-coupled"]);
+        let h = hpa_of(&o);
+        assert_eq!(h.resource, Some(HpaResource::Cpu));
+        // round(80 × 1000 / 900) = 89.
+        assert_eq!((h.target_before, h.target_after), (Some(80), Some(89)));
+        assert_eq!(
+            o.apply.expect("applied").hpa,
+            Some(CoordinatedHpa {
+                hpa_name: "web".into(),
+                resource: "cpu".into(),
+                target_before: 80,
+                target_after: 89
+            })
+        );
+    }
+}
+
 #[test]
 fn two_utilization_metrics_is_unsupported_metrics() {
     let o = eval(&input(

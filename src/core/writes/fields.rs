@@ -266,20 +266,6 @@ pub fn workload_body(
     body
 }
 
-/// The single `Resource`/`Utilization` metric target of an HPA, if that is what it has.
-pub fn hpa_utilization_target(hpa: &HorizontalPodAutoscaler) -> Option<(String, i32)> {
-    let metrics = hpa.spec.metrics.as_ref()?;
-    match metrics.as_slice() {
-        [m] if m.type_ == "Resource" => {
-            let r = m.resource.as_ref()?;
-            (r.target.type_ == "Utilization")
-                .then(|| r.target.average_utilization.map(|u| (r.name.clone(), u)))
-                .flatten()
-        }
-        _ => None,
-    }
-}
-
 /// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).
 pub fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
     let mut kerf = false;
@@ -303,14 +289,6 @@ pub fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
         }
     }
     (kerf, others)
-}
-
-/// The single utilization metric kerf writes on an HPA.
-pub fn hpa_metrics(resource: &str, target: i32) -> Value {
-    json!([{
-        "type": "Resource",
-        "resource": {"name": resource, "target": {"type": "Utilization", "averageUtilization": target}},
-    }])
 }
 
 /// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a

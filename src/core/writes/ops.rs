@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::api::{
     PolicyStatus, RecommendationStatus, RightsizingRecommendation, RightsizingRecommendationSpec,
 };
+use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, CoordinatedHpa, GpuMap,
     GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
@@ -105,6 +106,27 @@ pub struct HpaTarget {
     pub resource: String,
     pub average_utilization: i32,
     pub observed: Option<HorizontalPodAutoscaler>,
+}
+
+impl HpaTarget {
+    /// The HPA's current target, read as the engine and admission read it
+    /// (docs/design/hpa-coordination.md#h1): an HPA without metrics is at CPU 80 %.
+    pub fn current(&self) -> Option<(HpaResource, i32)> {
+        self.observed.as_ref().and_then(hpa::utilization_target)
+    }
+
+    /// The HPA already has this target: nothing to write.
+    pub fn in_place(&self) -> bool {
+        self.current()
+            .is_some_and(|(r, t)| r.as_str() == self.resource && t == self.average_utilization)
+    }
+
+    /// The target falls (requests grow): the HPA is written before the template, so the
+    /// transient state stays over-provisioned.
+    pub fn goes_first(&self) -> bool {
+        self.current()
+            .is_some_and(|(_, t)| self.average_utilization < t)
+    }
 }
 
 /// HPA coordination's "one change": the template requests and the HPA target, applied together.

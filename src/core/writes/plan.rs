@@ -11,8 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
-    RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp, hpa_utilization_target,
-    requests_match,
+    RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp, requests_match,
 };
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
@@ -243,11 +242,7 @@ fn restore_writes(
                 observed: Some(live.clone()),
             })
         });
-        let hpa_from = hpa
-            .as_ref()
-            .and_then(|h| h.observed.as_ref())
-            .and_then(hpa_utilization_target)
-            .map(|(_, t)| t);
+        let hpa_from = hpa.as_ref().and_then(HpaTarget::current).map(|(_, t)| t);
         let recommendation = match (&observed, outcome) {
             (_, Some((o, policy))) => {
                 let prev = observed.as_ref().and_then(|r| r.status.as_ref());
