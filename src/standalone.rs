@@ -15,8 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
 use crate::api::*;
+use crate::core::model::PolicyId;
 use crate::core::owner;
-use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
+use crate::core::snapshot::{InvalidPolicy, Policy, Snapshot, StrategyKey, Workload};
 use crate::metrics::MetricSource;
 use crate::pipeline::CycleOutput;
 use crate::state::{ObjectName, Store};
@@ -37,6 +38,9 @@ const IGNORED_KINDS: &[&str] = &[
 pub struct Manifests {
     pub snapshot: Snapshot,
     pub notes: Vec<String>,
+    /// Policies left out because they are invalid, each with its file, object and field: as in a
+    /// cluster, the others are evaluated and these say why in their status (`Ready=False`).
+    pub invalid: Vec<InvalidPolicy>,
 }
 
 fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -66,6 +70,37 @@ fn decode<T: DeserializeOwned>(doc: serde_yaml::Value, what: &str) -> anyhow::Re
         let path = e.path().to_string();
         anyhow::anyhow!("{what}: field {path}: {}", e.into_inner())
     })
+}
+
+/// An invalid policy document, reported as an invalid policy is in a cluster.
+fn rejected_policy(
+    doc: &serde_yaml::Value,
+    policy_type: PolicyType,
+    name: &str,
+    error: anyhow::Error,
+) -> InvalidPolicy {
+    let namespaced = matches!(
+        policy_type,
+        PolicyType::GpuReactivePolicy | PolicyType::RightsizingPolicy
+    );
+    let namespace = namespaced.then(|| {
+        doc.get("metadata")
+            .and_then(|md| md.get("namespace"))
+            .and_then(|n| n.as_str())
+            .unwrap_or("default")
+            .to_string()
+    });
+    InvalidPolicy {
+        id: PolicyId {
+            kind: policy_type.as_str().to_string(),
+            namespace,
+            name: name.to_string(),
+        },
+        policy_type,
+        generation: None,
+        error: format!("{error:#}"),
+        status: None,
+    }
 }
 
 /// Reads every `*.yaml`/`*.yml` file under `dir` (multi-document files allowed).
@@ -117,54 +152,98 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
         let invalid = |e: ValidationError| anyhow::anyhow!("{what}: invalid: {e}");
         match (ours, kind.as_str()) {
             (true, "GpuReactivePolicy") => {
-                let mut p: GpuReactivePolicy = decode(doc, &what)?;
-                p.metadata.namespace.get_or_insert_with(|| "default".into());
-                p.spec.validate().map_err(invalid)?;
-                s.gpu_policies.push(Policy::from_object(
-                    &p.metadata,
-                    PolicyType::GpuReactivePolicy,
-                    p.spec,
-                    p.status,
-                ));
+                let read = decode::<GpuReactivePolicy>(doc.clone(), &what).and_then(|mut p| {
+                    p.metadata.namespace.get_or_insert_with(|| "default".into());
+                    p.spec.validate().map_err(invalid)?;
+                    Ok(p)
+                });
+                match read {
+                    Ok(p) => s.gpu_policies.push(Policy::from_object(
+                        &p.metadata,
+                        PolicyType::GpuReactivePolicy,
+                        p.spec,
+                        p.status,
+                    )),
+                    Err(e) => m.invalid.push(rejected_policy(
+                        &doc,
+                        PolicyType::GpuReactivePolicy,
+                        &name,
+                        e,
+                    )),
+                }
             }
             (true, "ClusterGpuReactivePolicy") => {
-                let p: ClusterGpuReactivePolicy = decode(doc, &what)?;
-                p.spec.validate().map_err(invalid)?;
-                let meta = ObjectMeta {
-                    namespace: None,
-                    ..p.metadata
-                };
-                s.gpu_policies.push(Policy::from_object(
-                    &meta,
-                    PolicyType::ClusterGpuReactivePolicy,
-                    p.spec.into(),
-                    p.status,
-                ));
+                let read = decode::<ClusterGpuReactivePolicy>(doc.clone(), &what).and_then(|p| {
+                    p.spec.validate().map_err(invalid)?;
+                    Ok(p)
+                });
+                match read {
+                    Ok(p) => {
+                        let meta = ObjectMeta {
+                            namespace: None,
+                            ..p.metadata
+                        };
+                        s.gpu_policies.push(Policy::from_object(
+                            &meta,
+                            PolicyType::ClusterGpuReactivePolicy,
+                            p.spec.into(),
+                            p.status,
+                        ));
+                    }
+                    Err(e) => m.invalid.push(rejected_policy(
+                        &doc,
+                        PolicyType::ClusterGpuReactivePolicy,
+                        &name,
+                        e,
+                    )),
+                }
             }
             (true, "RightsizingPolicy") => {
-                let mut p: RightsizingPolicy = decode(doc, &what)?;
-                p.metadata.namespace.get_or_insert_with(|| "default".into());
-                p.spec.validate().map_err(invalid)?;
-                s.rightsizing_policies.push(Policy::from_object(
-                    &p.metadata,
-                    PolicyType::RightsizingPolicy,
-                    p.spec,
-                    p.status,
-                ));
+                let read = decode::<RightsizingPolicy>(doc.clone(), &what).and_then(|mut p| {
+                    p.metadata.namespace.get_or_insert_with(|| "default".into());
+                    p.spec.validate().map_err(invalid)?;
+                    Ok(p)
+                });
+                match read {
+                    Ok(p) => s.rightsizing_policies.push(Policy::from_object(
+                        &p.metadata,
+                        PolicyType::RightsizingPolicy,
+                        p.spec,
+                        p.status,
+                    )),
+                    Err(e) => m.invalid.push(rejected_policy(
+                        &doc,
+                        PolicyType::RightsizingPolicy,
+                        &name,
+                        e,
+                    )),
+                }
             }
             (true, "ClusterRightsizingPolicy") => {
-                let p: ClusterRightsizingPolicy = decode(doc, &what)?;
-                p.spec.validate().map_err(invalid)?;
-                let meta = ObjectMeta {
-                    namespace: None,
-                    ..p.metadata
-                };
-                s.rightsizing_policies.push(Policy::from_object(
-                    &meta,
-                    PolicyType::ClusterRightsizingPolicy,
-                    p.spec.into(),
-                    p.status,
-                ));
+                let read = decode::<ClusterRightsizingPolicy>(doc.clone(), &what).and_then(|p| {
+                    p.spec.validate().map_err(invalid)?;
+                    Ok(p)
+                });
+                match read {
+                    Ok(p) => {
+                        let meta = ObjectMeta {
+                            namespace: None,
+                            ..p.metadata
+                        };
+                        s.rightsizing_policies.push(Policy::from_object(
+                            &meta,
+                            PolicyType::ClusterRightsizingPolicy,
+                            p.spec.into(),
+                            p.status,
+                        ));
+                    }
+                    Err(e) => m.invalid.push(rejected_policy(
+                        &doc,
+                        PolicyType::ClusterRightsizingPolicy,
+                        &name,
+                        e,
+                    )),
+                }
             }
             (true, "AutomationStrategy") => {
                 let p: AutomationStrategy = decode(doc, &what)?;
@@ -310,6 +389,8 @@ pub struct Evaluated {
     pub cycle: CycleOutput,
     /// Documents of the directory kerf ignored.
     pub notes: Vec<String>,
+    /// Invalid policies, left out of the cycle (see [`Manifests::invalid`]).
+    pub invalid: Vec<InvalidPolicy>,
 }
 
 /// The reconcile loop over a directory of manifests: the same cycle as in-cluster
@@ -344,15 +425,31 @@ impl DirLoop {
         step_seconds: i64,
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
-        let Manifests { snapshot, notes } = load_dir(&self.dir)?;
+        let Manifests {
+            snapshot,
+            notes,
+            invalid,
+        } = load_dir(&self.dir)?;
+        for bad in &invalid {
+            tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
+        }
         fill_owners(store, &snapshot);
-        let (snapshot, cycle, _) =
-            in_memory_cycle(&mut self.writer, snapshot, source, now, step_seconds, store).await;
+        let (snapshot, cycle, _) = in_memory_cycle(
+            &mut self.writer,
+            snapshot,
+            &invalid,
+            source,
+            now,
+            step_seconds,
+            store,
+        )
+        .await;
         store.set_ready(true);
         Ok(Evaluated {
             snapshot,
             cycle,
             notes,
+            invalid,
         })
     }
 }
@@ -364,6 +461,7 @@ impl DirLoop {
 pub async fn in_memory_cycle<S: MetricSource>(
     writer: &mut MemoryWriter,
     mut snapshot: Snapshot,
+    invalid: &[InvalidPolicy],
     source: &S,
     now: DateTime<Utc>,
     step_seconds: i64,
@@ -373,7 +471,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
     let recommendations = writer.recommendations();
     let (cycle, ops) = crate::reconciler::reconcile_once(
         &snapshot,
-        &[],
+        invalid,
         &recommendations,
         source,
         now,

@@ -264,3 +264,60 @@ async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
     assert!(down.cycle.resource_results().all(|r| r.metrics_unavailable));
     assert_eq!(*store.get(&key).unwrap(), *before);
 }
+
+/// One rule for invalid policies in every object source: an invalid policy is left out and says
+/// why in its status, and the other policies are evaluated — from a directory as in a cluster.
+#[tokio::test]
+async fn an_invalid_policy_in_a_directory_is_left_out_and_reported_in_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(root().join("examples/manifests")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: rightsizing.kubex.ai/v1alpha1\nkind: RightsizingPolicy\n\
+         metadata: {name: broken, namespace: ml}\n\
+         spec:\n  automationStrategyRef: {name: s}\n  resources:\n    cpu: {percentile: 150}\n",
+    )
+    .unwrap();
+    let file = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::standalone::DirLoop::new(dir.path());
+    let e = dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    assert_eq!(e.invalid.len(), 1);
+    assert!(
+        e.invalid[0].error.contains("bad.yaml"),
+        "{}",
+        e.invalid[0].error
+    );
+    assert!(
+        e.invalid[0].error.contains("spec.resources.cpu.percentile"),
+        "{}",
+        e.invalid[0].error
+    );
+    assert_eq!(
+        e.cycle.gpu_results().count(),
+        2,
+        "the valid policies are evaluated"
+    );
+    let status = dir_loop
+        .writer()
+        .policy_status(&e.invalid[0].id)
+        .cloned()
+        .expect("the invalid policy has a status");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Invalid")
+    );
+    assert!(
+        ready.message.contains("spec.resources.cpu.percentile"),
+        "{}",
+        ready.message
+    );
+}

@@ -143,6 +143,7 @@ async fn measure<S: MetricSource>(
         let (_, cycle, writes_planned) = crate::standalone::in_memory_cycle(
             &mut writer,
             snapshot.clone(),
+            &[],
             source,
             now,
             step_seconds,

@@ -32,6 +32,11 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     for note in &evaluated.notes {
         tracing::debug!("{note}");
     }
+    // The files are the user's input: an invalid policy there is an error, not a status.
+    if !evaluated.invalid.is_empty() {
+        let errors: Vec<&str> = evaluated.invalid.iter().map(|p| p.error.as_str()).collect();
+        anyhow::bail!("{}", errors.join("\n"));
+    }
     let cycle = evaluated.cycle;
     for w in &cycle.warnings {
         eprintln!("warning: {w}");

@@ -54,6 +54,8 @@ pub trait KerfKind:
 {
     /// Set for the four policy kinds (their problems are reported in their status).
     const POLICY: Option<PolicyType>;
+    /// The kind's name, as listed in [`crate::api::KERF_KINDS`].
+    const KIND: &'static str;
     /// The same checks as the CRD, with field-named messages.
     fn check(&self) -> Result<(), String>;
 }
@@ -62,6 +64,7 @@ macro_rules! kerf_kind {
     ($t:ty, $policy:expr) => {
         impl KerfKind for $t {
             const POLICY: Option<PolicyType> = $policy;
+            const KIND: &'static str = stringify!($t);
             fn check(&self) -> Result<(), String> {
                 self.spec.validate().map_err(|e| e.to_string())
             }
@@ -86,6 +89,7 @@ kerf_kind!(ClusterAutomationStrategy, None);
 
 impl KerfKind for RightsizingRecommendation {
     const POLICY: Option<PolicyType> = None;
+    const KIND: &'static str = "RightsizingRecommendation";
     fn check(&self) -> Result<(), String> {
         Ok(())
     }
@@ -455,11 +459,11 @@ fn strip_meta(meta: &mut ObjectMeta) {
 
 fn spawn_kerf<K: KerfKind>(
     client: &Client,
-    index: &'static str,
     get: fn(&Indexes) -> &KerfIndex<K>,
     indexes: &Arc<Indexes>,
     sync: &SyncTracker,
 ) -> JoinHandle<()> {
+    let index = K::KIND;
     let (indexes, tracker) = (indexes.clone(), sync.clone());
     let ar = ApiResource::erase::<K>(&());
     let mut errors = sync.errors(index, format!("{}.{}", ar.plural, ar.group), true);
@@ -634,17 +638,6 @@ where
     })
 }
 
-const KERF_KINDS: [&str; 9] = [
-    "GpuReactivePolicy",
-    "ClusterGpuReactivePolicy",
-    "GlobalConfiguration",
-    "PolicyEvaluation",
-    "AutomationStrategy",
-    "ClusterAutomationStrategy",
-    "RightsizingPolicy",
-    "ClusterRightsizingPolicy",
-    "RightsizingRecommendation",
-];
 const BUILTIN_KINDS: [&str; 8] = [
     "Deployment",
     "StatefulSet",
@@ -669,7 +662,7 @@ impl Reader {
     }
 
     fn start_inner(client: Client, store: Option<Arc<Store>>) -> Reader {
-        let all: BTreeSet<&'static str> = KERF_KINDS
+        let all: BTreeSet<&'static str> = crate::api::KERF_KINDS
             .iter()
             .chain(BUILTIN_KINDS.iter())
             .copied()
@@ -700,27 +693,15 @@ impl Reader {
             recommendations: KerfIndex::new(),
         });
         let mut tasks = vec![
-            spawn_kerf(&client, KERF_KINDS[0], |i| &i.gpu, &kerf, &sync),
-            spawn_kerf(&client, KERF_KINDS[1], |i| &i.cluster_gpu, &kerf, &sync),
-            spawn_kerf(&client, KERF_KINDS[2], |i| &i.global, &kerf, &sync),
-            spawn_kerf(&client, KERF_KINDS[3], |i| &i.evaluation, &kerf, &sync),
-            spawn_kerf(&client, KERF_KINDS[4], |i| &i.strategies, &kerf, &sync),
-            spawn_kerf(
-                &client,
-                KERF_KINDS[5],
-                |i| &i.cluster_strategies,
-                &kerf,
-                &sync,
-            ),
-            spawn_kerf(&client, KERF_KINDS[6], |i| &i.rightsizing, &kerf, &sync),
-            spawn_kerf(
-                &client,
-                KERF_KINDS[7],
-                |i| &i.cluster_rightsizing,
-                &kerf,
-                &sync,
-            ),
-            spawn_kerf(&client, KERF_KINDS[8], |i| &i.recommendations, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.gpu, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.cluster_gpu, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.global, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.evaluation, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.strategies, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.cluster_strategies, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.rightsizing, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.cluster_rightsizing, &kerf, &sync),
+            spawn_kerf(&client, |i| &i.recommendations, &kerf, &sync),
         ];
         let cfg = watcher::Config::default;
 
@@ -1069,6 +1050,32 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
+
+    /// One list of kerf kinds: the reader watches exactly `api::KERF_KINDS`, each by its name.
+    #[test]
+    fn the_reader_watches_every_kerf_kind_by_name() {
+        let mut watched = [
+            GpuReactivePolicy::KIND,
+            ClusterGpuReactivePolicy::KIND,
+            GlobalConfiguration::KIND,
+            PolicyEvaluation::KIND,
+            AutomationStrategy::KIND,
+            ClusterAutomationStrategy::KIND,
+            RightsizingPolicy::KIND,
+            ClusterRightsizingPolicy::KIND,
+            RightsizingRecommendation::KIND,
+        ];
+        for k in watched {
+            assert_eq!(
+                Some(k),
+                crate::api::KERF_KINDS.iter().copied().find(|x| *x == k)
+            );
+        }
+        let mut listed = crate::api::KERF_KINDS;
+        watched.sort();
+        listed.sort();
+        assert_eq!(watched, listed);
+    }
 
     fn job(name: &str, cron: Option<&str>) -> Job {
         Job {
