@@ -3,6 +3,7 @@
 
 pub mod common;
 pub mod config;
+#[cfg(feature = "crd-check")]
 pub mod crd_check;
 pub mod gpu;
 pub mod object;
