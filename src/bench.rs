@@ -53,7 +53,7 @@ metrics:
 automationStrategyRef: {{name: bench}}
 "#
     );
-    serde_yaml::from_str(&yaml).expect("static bench policy parses")
+    serde_saphyr::from_str(&yaml).expect("static bench policy parses")
 }
 
 fn namespace(i: usize) -> String {

@@ -65,7 +65,7 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn decode<T: DeserializeOwned>(doc: serde_yaml::Value, what: &str) -> anyhow::Result<T> {
+fn decode<T: DeserializeOwned>(doc: serde_json::Value, what: &str) -> anyhow::Result<T> {
     serde_path_to_error::deserialize(doc).map_err(|e| {
         let path = e.path().to_string();
         anyhow::anyhow!("{what}: field {path}: {}", e.into_inner())
@@ -74,7 +74,7 @@ fn decode<T: DeserializeOwned>(doc: serde_yaml::Value, what: &str) -> anyhow::Re
 
 /// An invalid policy document, reported as an invalid policy is in a cluster.
 fn rejected_policy(
-    doc: &serde_yaml::Value,
+    doc: &serde_json::Value,
     policy_type: PolicyType,
     name: &str,
     error: anyhow::Error,
@@ -120,10 +120,9 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Manifests> {
 
 /// Reads one YAML text (`origin` names it in errors) into `m`.
 pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<()> {
-    use serde::Deserialize;
-    for (n, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let doc = serde_yaml::Value::deserialize(de)
-            .map_err(|e| anyhow::anyhow!("{origin}: document {}: invalid YAML: {e}", n + 1))?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| anyhow::anyhow!("{origin}: invalid YAML: {e}"))?;
+    for (n, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
             continue;
         }

@@ -51,17 +51,17 @@ where
     T: DeserializeOwned + Serialize + PartialEq + std::fmt::Debug,
 {
     let text = seed(file);
-    let typed: T =
-        serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file} does not deserialize: {e}"));
-    let yaml = serde_yaml::to_string(&typed).expect("serializes");
-    let again: T = serde_yaml::from_str(&yaml)
+    let typed: T = serde_saphyr::from_str(&text)
+        .unwrap_or_else(|e| panic!("{file} does not deserialize: {e}"));
+    let yaml = serde_saphyr::to_string(&typed).expect("serializes");
+    let again: T = serde_saphyr::from_str(&yaml)
         .unwrap_or_else(|e| panic!("{file} re-serialized YAML does not parse: {e}\n{yaml}"));
     assert_eq!(
         typed, again,
         "{file}: typed → YAML → typed changed the object"
     );
-    let input: Value = serde_yaml::from_str(&text).expect("yaml");
-    let output: Value = serde_yaml::from_str(&yaml).expect("yaml");
+    let input: Value = serde_saphyr::from_str(&text).expect("yaml");
+    let output: Value = serde_saphyr::from_str(&yaml).expect("yaml");
     assert_preserved(&input, &output, "");
 
     let checkers = kerf_checkers().expect("CRDs compile");

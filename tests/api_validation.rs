@@ -27,7 +27,7 @@ fn fixtures(dir: &str) -> Vec<PathBuf> {
 
 fn load(path: &Path) -> (String, Value) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     (text, value)
 }
 

@@ -14,7 +14,6 @@ use std::process::Command;
 use base64::Engine;
 use kerf::api::KerfObject;
 use kerf::api::crd_check::{check_against, kerf_checkers};
-use serde::Deserialize;
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -32,8 +31,9 @@ fn run(cmd: &mut Command, what: &str, install_hint: &str) -> std::process::Outpu
 }
 
 fn yaml_docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| Value::deserialize(doc).expect("valid YAML"))
+    serde_saphyr::from_multiple::<Value>(text)
+        .expect("valid YAML")
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }

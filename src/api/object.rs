@@ -135,7 +135,7 @@ impl KerfObject {
 
     /// Parses one YAML document.
     pub fn parse_yaml(text: &str) -> Result<Self, ValidationError> {
-        let value: Value = serde_yaml::from_str(text).map_err(|e| {
+        let value: Value = serde_saphyr::from_str(text).map_err(|e| {
             ValidationError(vec![FieldError {
                 field: String::new(),
                 message: format!("not valid YAML: {e}"),

@@ -36,7 +36,7 @@ fn now() -> DateTime<Utc> {
 }
 
 fn policy() -> GpuReactivePolicySpec {
-    serde_yaml::from_str(POLICY_YAML).unwrap()
+    serde_saphyr::from_str(POLICY_YAML).unwrap()
 }
 
 fn pid() -> PolicyId {
