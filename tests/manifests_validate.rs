@@ -776,3 +776,53 @@ fn gen_sh_creates_a_serving_certificate_secret_and_ca_bundle() {
         &path("tls.crt"),
     ]);
 }
+
+/// No container engine runs here, so the image itself is not built; what can be checked is that
+/// the Dockerfile and the Deployment agree: the user, the entrypoint (the Deployment passes only
+/// arguments) and the ports.
+#[test]
+fn the_image_runs_as_the_deployment_expects() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
+    let line = |keyword: &str| {
+        last_stage
+            .lines()
+            .find_map(|l| l.strip_prefix(keyword))
+            .unwrap_or_else(|| panic!("the final stage has no {keyword}"))
+            .trim()
+            .to_string()
+    };
+    assert!(
+        last_stage.starts_with("gcr.io/distroless/static"),
+        "a static, distroless final image: {last_stage}"
+    );
+    let user = line("USER ");
+    assert_eq!(line("ENTRYPOINT "), r#"["/kerf"]"#);
+    let exposed: BTreeSet<i64> = line("EXPOSE ")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+
+    let docs = render_and_validate("manifests");
+    let deployment = find(&docs, "Deployment", "kerf");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert!(
+        container.get("command").is_none(),
+        "the image's entrypoint runs kerf"
+    );
+    assert_eq!(container["args"][0], "serve");
+    let security = &pod["securityContext"];
+    assert_eq!(
+        user,
+        format!("{}:{}", security["runAsUser"], security["runAsGroup"])
+    );
+    assert_eq!(security["runAsNonRoot"], true);
+    let ports: BTreeSet<i64> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ports, exposed);
+}
