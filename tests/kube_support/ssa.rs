@@ -288,7 +288,11 @@ impl State {
                     MERGE => {
                         let owner = Owner::new(&manager, "Update");
                         let h = self.hpa.as_mut().unwrap();
-                        update_field(&mut h.metrics, metrics.expect("a merge patch of metrics"), &owner);
+                        update_field(
+                            &mut h.metrics,
+                            metrics.expect("a merge patch of metrics"),
+                            &owner,
+                        );
                     }
                     other => panic!("unexpected patch type {other} on {p}"),
                 }
@@ -334,7 +338,7 @@ impl State {
     }
 
     /// Server-side apply of a Deployment body (annotations and container requests).
-    fn apply_deployment(&mut self, manager: &str, body: &Value) {
+    pub fn apply_deployment(&mut self, manager: &str, body: &Value) {
         let owner = Owner::new(manager, "Apply");
         let mut annotations: BTreeMap<String, Value> = body["metadata"]["annotations"]
             .as_object()
@@ -395,7 +399,7 @@ impl State {
     }
 
     /// A strategic merge patch of container requests (an Update).
-    fn update_requests(&mut self, manager: &str, body: &Value) {
+    pub fn update_requests(&mut self, manager: &str, body: &Value) {
         let owner = Owner::new(manager, "Update");
         assert!(body.get("metadata").is_none(), "{body}");
         for e in body["spec"]["template"]["spec"]["containers"]
