@@ -631,10 +631,28 @@ async fn plan_release_when_the_policy_goes_away_or_cpu_leaves_auto_patch() {
         "{ops:#?}"
     );
 
-    // Still auto-patch but blocked for now, or metrics unavailable: nothing is released.
+    // Coordination switched off (issue 20): the HPA target is released with the cpu request it
+    // was coordinated with.
     let mut s = example_at("700m", 71);
     s.rightsizing_policies[0].spec.hpa.coordinate = false;
     let ops = plan_writes(&s, &cycle(&s).await, &[], std::slice::from_ref(&rec), now());
+    let r = restore_op(&ops);
+    assert_eq!(r.kind, RestoreKind::Release);
+    assert_eq!(r.requests["app"].cpu_millis, Some(1000));
+    assert_eq!(r.hpa.as_ref().unwrap().average_utilization, 50);
+
+    // Still auto-patch but blocked for now, or metrics unavailable: nothing is released.
+    let mut s = example_at("700m", 71);
+    let hpa = s.hpas.iter_mut().next().unwrap();
+    hpa.status
+        .get_or_insert_with(Default::default)
+        .current_replicas = Some(hpa.spec.max_replicas);
+    let ops = plan_writes(&s, &cycle(&s).await, &[], std::slice::from_ref(&rec), now());
+    assert!(
+        ops.iter()
+            .any(|op| matches!(op, WriteOp::Recommendation(r) if r.status.as_ref().unwrap().phase == RecommendationPhase::Blocked)),
+        "{ops:#?}"
+    );
     assert!(!ops.iter().any(|op| matches!(op, WriteOp::Restore(_))));
     let s = example_at("700m", 71);
     let mut c = cycle(&s).await;

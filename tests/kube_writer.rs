@@ -556,16 +556,33 @@ fn coordinated(observed_target: Option<i32>) -> WriteOp {
     }))
 }
 
+/// The live Deployment on GET (kerf reads what it owns before every apply); patches echoed.
+fn live_then_echo(r: &Recorded) -> Reply {
+    if r.method == "GET" {
+        Reply::Json(200, live_deployment(json!({}), None))
+    } else {
+        Reply::Json(200, r.body.clone())
+    }
+}
+
+/// The requests but the GET of the live workload.
+fn patches(log: &kube_support::Log) -> Vec<Recorded> {
+    requests(log)
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect()
+}
+
 #[tokio::test]
 async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_together() {
-    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     // Requests shrink (500m → 400m) so the target rises (70 → 88): template first.
     assert_eq!(
         w.apply(coordinated(Some(70))).await,
-        WriteOutcome::Written { requests: 2 }
+        WriteOutcome::Written { requests: 3 }
     );
-    let seen = requests(&log);
+    let seen = patches(&log);
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].path, DEPLOYMENT_PATH);
     assert_eq!(seen[0].content_type, APPLY);
@@ -589,22 +606,22 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
     );
 
     // A falling target goes first; an HPA already at the target is not written.
-    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     assert_eq!(
         w.apply(coordinated(Some(95))).await,
-        WriteOutcome::Written { requests: 2 }
+        WriteOutcome::Written { requests: 3 }
     );
-    let seen = requests(&log);
+    let seen = patches(&log);
     assert!(seen[0].path.contains("horizontalpodautoscalers"));
     assert_eq!(seen[1].path, DEPLOYMENT_PATH);
-    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     assert_eq!(
         w.apply(coordinated(Some(88))).await,
-        WriteOutcome::Written { requests: 1 }
+        WriteOutcome::Written { requests: 2 }
     );
-    assert_eq!(requests(&log)[0].path, DEPLOYMENT_PATH);
+    assert_eq!(patches(&log)[0].path, DEPLOYMENT_PATH);
 }
 
 /// docs/design/hpa-coordination.md#h1: the writer reads an HPA without metrics as the engine and
@@ -620,13 +637,13 @@ async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
         WriteOp::Coordinated(c)
     };
     // 80 → 88 rises: the template goes first, then the metric is written out.
-    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     assert_eq!(
         w.apply(without_metrics(88)).await,
-        WriteOutcome::Written { requests: 2 }
+        WriteOutcome::Written { requests: 3 }
     );
-    let seen = requests(&log);
+    let seen = patches(&log);
     assert_eq!(seen[0].path, DEPLOYMENT_PATH);
     assert_eq!(
         seen[1].body["spec"]["metrics"],
@@ -634,21 +651,21 @@ async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
             "target": {"type": "Utilization", "averageUtilization": 88}}}])
     );
     // 80 → 70 falls: the HPA goes first.
-    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     assert_eq!(
         w.apply(without_metrics(70)).await,
-        WriteOutcome::Written { requests: 2 }
+        WriteOutcome::Written { requests: 3 }
     );
-    assert!(requests(&log)[0].path.contains("horizontalpodautoscalers"));
+    assert!(patches(&log)[0].path.contains("horizontalpodautoscalers"));
     // 80 is already the target: only the template is written.
-    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     assert_eq!(
         w.apply(without_metrics(80)).await,
-        WriteOutcome::Written { requests: 1 }
+        WriteOutcome::Written { requests: 2 }
     );
-    assert_eq!(requests(&log)[0].path, DEPLOYMENT_PATH);
+    assert_eq!(patches(&log)[0].path, DEPLOYMENT_PATH);
 }
 
 #[tokio::test]

@@ -140,6 +140,10 @@ pub struct RecommendationStatus {
     /// Original requests per container before kerf applied anything (for release/rollback).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub original_requests: BTreeMap<String, ResourceValues>,
+    /// Requests kerf set where the container had none (no request, no limit), per container
+    /// (`cpu`, `memory`): release and rollback remove them instead of restoring a value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub created_requests: BTreeMap<String, Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_time: Option<String>,
     /// What kerf applies to this workload now: every replica's webhook serves it from here (the

@@ -226,6 +226,44 @@ pub struct ResourceRequests {
     pub memory_bytes: Option<i64>,
 }
 
+/// Which of a container's requests: `cpu`, `memory`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestSet {
+    pub cpu: bool,
+    pub memory: bool,
+}
+
+impl RequestSet {
+    /// The requests `r` has a value for.
+    pub fn of(r: &ResourceRequests) -> Self {
+        Self {
+            cpu: r.cpu_millis.is_some(),
+            memory: r.memory_bytes.is_some(),
+        }
+    }
+
+    pub fn any(self) -> bool {
+        self.cpu || self.memory
+    }
+
+    /// The resource names, as `status.createdRequests` lists them.
+    pub fn names(self) -> Vec<String> {
+        [("cpu", self.cpu), ("memory", self.memory)]
+            .into_iter()
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| n.to_string())
+            .collect()
+    }
+
+    /// Read back from [`RequestSet::names`] (other names are ignored).
+    pub fn from_names(names: &[String]) -> Self {
+        Self {
+            cpu: names.iter().any(|n| n == "cpu"),
+            memory: names.iter().any(|n| n == "memory"),
+        }
+    }
+}
+
 /// A coordinated HPA utilization target for the workload's HPA.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CoordinatedHpa {

@@ -29,19 +29,27 @@
 //!   keep it, so release restores the user's own target together with the recorded original
 //!   requests (the two belong together: restoring one without the other would change scaling).
 //! - **Original requests** are recorded per container for the resources kerf applies, the first time
-//!   it applies them. A resource that had no request at all is not recorded, so release leaves
-//!   kerf's value there (kerf cannot express "remove" in `originalRequests`).
+//!   it applies them (`originalRequests`); a resource that had no request at all (nor a limit) is
+//!   recorded as created (`createdRequests`), so a release removes kerf's value there instead of
+//!   restoring one.
+//! - **Release is per field** (docs/design/hpa-coordination.md#h13): a request kerf took that the
+//!   outcome no longer [`Managed`]s — its resource left auto-patch, its container left the scope —
+//!   and the HPA target once coordination is off, are given back ([`plan_release`]); the HPA
+//!   target goes together with the requests of its resource.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::hpa::{
     self, Coordination, CountedRequest, HpaResource, REASON_HPA_COUPLED, RISK_HPA_COUPLED,
     SkipReason, analyze_metrics,
 };
-use super::model::{CoordinatedHpa, PolicyId, ResourceRequests, WorkloadKey, format_gpu};
+use super::model::{
+    CoordinatedHpa, PolicyId, RequestSet, ResourceRequests, WorkloadKey, format_gpu,
+};
 use super::quantity::{self, MIB};
 use super::resources::{
     ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
@@ -123,6 +131,20 @@ pub struct AgentPlan {
     pub hpa: Option<CoordinatedHpa>,
 }
 
+/// What kerf manages on a workload under its policy (docs/design/hpa-coordination.md#h13): what
+/// it took and no longer manages is released.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Managed {
+    /// Per counted container in the policy's scope: the requests whose resource is in
+    /// auto-patch.
+    pub requests: BTreeMap<String, RequestSet>,
+    /// kerf coordinates the HPA's target: `spec.hpa.coordinate` is on and the HPA measures a
+    /// resource in auto-patch.
+    pub hpa_target: bool,
+    /// The resource the workload's HPA measures as utilization, if any.
+    pub hpa_resource: Option<HpaResource>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RightsizingOutcome {
     pub containers: Vec<ContainerOutcome>,
@@ -134,6 +156,8 @@ pub struct RightsizingOutcome {
     pub message: String,
     /// `Some` only when `phase` is `applied`.
     pub apply: Option<AgentPlan>,
+    /// What kerf manages on the workload, whatever the phase.
+    pub managed: Managed,
 }
 
 fn get(r: &ResourceRequests, res: HpaResource) -> Option<i64> {
@@ -305,6 +329,20 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         }
     };
 
+    let auto_set = RequestSet {
+        cpu: ctx.auto(HpaResource::Cpu),
+        memory: ctx.auto(HpaResource::Memory),
+    };
+    let hpa_resource = hpa_out.as_ref().and_then(|h| h.resource);
+    let managed = Managed {
+        requests: containers
+            .iter()
+            .filter(|c| c.in_scope && auto_set.any())
+            .map(|c| (c.name.clone(), auto_set))
+            .collect(),
+        hpa_target: input.policy.hpa.coordinate && hpa_resource.is_some_and(|r| ctx.auto(r)),
+        hpa_resource,
+    };
     Ok(RightsizingOutcome {
         containers,
         hpa: hpa_out,
@@ -314,6 +352,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         reason,
         message,
         apply,
+        managed,
     })
 }
 
@@ -592,6 +631,9 @@ pub fn recommendation_status(
         original_requests: previous
             .map(|p| p.original_requests.clone())
             .unwrap_or_default(),
+        created_requests: previous
+            .map(|p| p.created_requests.clone())
+            .unwrap_or_default(),
         last_applied_time: previous.and_then(|p| p.last_applied_time.clone()),
         applied: previous.and_then(|p| p.applied.clone()),
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
@@ -604,12 +646,24 @@ pub fn recommendation_status(
             let Some(c) = outcome.containers.iter().find(|c| &c.name == name) else {
                 continue;
             };
+            let mut created = status
+                .created_requests
+                .get(name)
+                .map(|n| RequestSet::from_names(n))
+                .unwrap_or_default();
             let entry = status.original_requests.entry(name.clone()).or_default();
-            if applied.cpu_millis.is_some() && entry.cpu.is_none() {
+            if applied.cpu_millis.is_some() && entry.cpu.is_none() && !created.cpu {
                 entry.cpu = c.current.cpu_millis.map(quantity::cpu_quantity);
+                created.cpu = entry.cpu.is_none();
             }
-            if applied.memory_bytes.is_some() && entry.memory.is_none() {
+            if applied.memory_bytes.is_some() && entry.memory.is_none() && !created.memory {
                 entry.memory = c.current.memory_bytes.map(quantity::memory_quantity);
+                created.memory = entry.memory.is_none();
+            }
+            if created.any() {
+                status
+                    .created_requests
+                    .insert(name.clone(), created.names());
             }
         }
         status
@@ -617,6 +671,18 @@ pub fn recommendation_status(
             .retain(|_, v| v.cpu.is_some() || v.memory.is_some());
     }
     status
+}
+
+/// `status` with what kerf took left as `previous` recorded it: nothing is taken in a cycle
+/// that applies nothing (readOnly, a rollback held, metrics unavailable).
+pub fn keep_taken(status: &mut RecommendationStatus, previous: Option<&RecommendationStatus>) {
+    status.previous_hpa_target = previous.and_then(|p| p.previous_hpa_target);
+    status.original_requests = previous
+        .map(|p| p.original_requests.clone())
+        .unwrap_or_default();
+    status.created_requests = previous
+        .map(|p| p.created_requests.clone())
+        .unwrap_or_default();
 }
 
 /// The change kerf applies, as the RightsizingRecommendation records it (`status.applied`).
@@ -687,45 +753,86 @@ pub struct RestoreHpa {
 /// What a rollback or a release writes back (requests per container, HPA target), in one step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RestorePlan {
+    /// The values from before kerf (a `None` resource is not restored).
     pub requests: BTreeMap<String, ResourceRequests>,
+    /// Requests kerf created where the container had none: removed.
+    pub removed: BTreeMap<String, RequestSet>,
     pub hpa: Option<RestoreHpa>,
 }
 
-/// Rollback and release: restore the recorded original requests and, when kerf changed the HPA,
-/// `previousHPATarget` on the HPA named in `spec.hpa`. A resource without a recorded original is
-/// left alone (`None`).
+impl RestorePlan {
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.removed.is_empty() && self.hpa.is_none()
+    }
+
+    /// `status` once this plan went through: what it gave back is no longer recorded as taken.
+    pub fn settle(&self, status: &mut RecommendationStatus) {
+        for (name, r) in &self.requests {
+            if let Some(v) = status.original_requests.get_mut(name) {
+                if r.cpu_millis.is_some() {
+                    v.cpu = None;
+                }
+                if r.memory_bytes.is_some() {
+                    v.memory = None;
+                }
+            }
+        }
+        status
+            .original_requests
+            .retain(|_, v| v.cpu.is_some() || v.memory.is_some());
+        for (name, gone) in &self.removed {
+            if let Some(names) = status.created_requests.get_mut(name) {
+                let left = RequestSet::from_names(names);
+                *names = RequestSet {
+                    cpu: left.cpu && !gone.cpu,
+                    memory: left.memory && !gone.memory,
+                }
+                .names();
+            }
+        }
+        status.created_requests.retain(|_, v| !v.is_empty());
+        if self.hpa.is_some() {
+            status.previous_hpa_target = None;
+        }
+    }
+}
+
+/// Rollback and the release of a whole workload: every recorded original request restored,
+/// every request kerf created removed, and — when kerf changed the HPA — `previousHPATarget` on
+/// the HPA named in `spec.hpa`.
 pub fn plan_restore(
     spec: &RightsizingRecommendationSpec,
     status: &RecommendationStatus,
 ) -> Result<RestorePlan, PolicyError> {
-    let mut requests = BTreeMap::new();
-    for (name, v) in &status.original_requests {
-        let field = |r: &str| format!("status.originalRequests.{name}.{r}");
-        let r = ResourceRequests {
-            cpu_millis: v
-                .cpu
-                .as_ref()
-                .map(quantity::cpu_millis)
-                .transpose()
-                .map_err(|e| PolicyError {
-                    field: field("cpu"),
-                    message: e.to_string(),
-                })?,
-            memory_bytes: v
-                .memory
-                .as_ref()
-                .map(quantity::memory_bytes)
-                .transpose()
-                .map_err(|e| PolicyError {
-                    field: field("memory"),
-                    message: e.to_string(),
-                })?,
-        };
-        if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
-            requests.insert(name.clone(), r);
-        }
-    }
+    plan_release(spec, status, &Managed::default())
+}
+
+fn recorded(name: &str, v: &ResourceValues) -> Result<ResourceRequests, PolicyError> {
+    type Reader = fn(&Quantity) -> Result<i64, quantity::QuantityError>;
+    let read = |resource: &str, q: Option<&Quantity>, reader: Reader| {
+        q.map(reader).transpose().map_err(|e| PolicyError {
+            field: format!("status.originalRequests.{name}.{resource}"),
+            message: e.to_string(),
+        })
+    };
+    Ok(ResourceRequests {
+        cpu_millis: read("cpu", v.cpu.as_ref(), quantity::cpu_millis)?,
+        memory_bytes: read("memory", v.memory.as_ref(), quantity::memory_bytes)?,
+    })
+}
+
+/// docs/design/hpa-coordination.md#h13, per field: what kerf took (recorded in `status`) and no
+/// longer manages. A request is released when `managed` does not have it (its resource left
+/// auto-patch, its container left the scope, the policy is gone: nothing managed); the HPA
+/// target when kerf no longer coordinates it, and with it the requests of the resource the HPA
+/// still measures (the two were changed together; restoring one alone would change scaling).
+pub fn plan_release(
+    spec: &RightsizingRecommendationSpec,
+    status: &RecommendationStatus,
+    managed: &Managed,
+) -> Result<RestorePlan, PolicyError> {
     let hpa = match (status.previous_hpa_target, spec.hpa.as_ref()) {
+        (Some(_), _) if managed.hpa_target => None,
         (Some(target), Some(h)) => Some(RestoreHpa {
             name: h.name.clone(),
             resource: h.resource.clone().ok_or_else(|| PolicyError {
@@ -742,7 +849,95 @@ pub fn plan_restore(
         }
         (None, _) => None,
     };
-    Ok(RestorePlan { requests, hpa })
+    // Released with the HPA target: the requests of the resource it still measures.
+    let with_target = hpa
+        .as_ref()
+        .and_then(|h| HpaResource::parse(&h.resource))
+        .filter(|r| managed.hpa_resource == Some(*r));
+    let kept = |name: &str| {
+        let mut k = managed.requests.get(name).copied().unwrap_or_default();
+        match with_target {
+            Some(HpaResource::Cpu) => k.cpu = false,
+            Some(HpaResource::Memory) => k.memory = false,
+            None => {}
+        }
+        k
+    };
+    let mut requests = BTreeMap::new();
+    for (name, v) in &status.original_requests {
+        let keep = kept(name);
+        let mut r = recorded(name, v)?;
+        r.cpu_millis = r.cpu_millis.filter(|_| !keep.cpu);
+        r.memory_bytes = r.memory_bytes.filter(|_| !keep.memory);
+        if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
+            requests.insert(name.clone(), r);
+        }
+    }
+    let mut removed = BTreeMap::new();
+    for (name, names) in &status.created_requests {
+        let keep = kept(name);
+        let created = RequestSet::from_names(names);
+        let gone = RequestSet {
+            cpu: created.cpu && !keep.cpu,
+            memory: created.memory && !keep.memory,
+        };
+        if gone.any() {
+            removed.insert(name.clone(), gone);
+        }
+    }
+    Ok(RestorePlan {
+        requests,
+        removed,
+        hpa,
+    })
+}
+
+/// The coordinated change once `release` puts requests of the HPA's resource back on containers
+/// kerf no longer manages: the target moves with them, so requests × target stays what it was
+/// (docs/design/hpa-coordination.md#h3). Unchanged when the release touches no such request.
+pub fn coordinated_after_release(
+    outcome: &RightsizingOutcome,
+    plan: &AgentPlan,
+    release: &RestorePlan,
+) -> Option<CoordinatedHpa> {
+    let h = plan.hpa.as_ref()?;
+    let Some(resource) = HpaResource::parse(&h.resource) else {
+        return Some(h.clone());
+    };
+    let mut touched = false;
+    let mut before = 0;
+    let mut after = 0;
+    for c in &outcome.containers {
+        let current = get(&c.current, resource).unwrap_or_default();
+        before += current;
+        let removed = release
+            .removed
+            .get(&c.name)
+            .is_some_and(|g| match resource {
+                HpaResource::Cpu => g.cpu,
+                HpaResource::Memory => g.memory,
+            });
+        let restored = release.requests.get(&c.name).and_then(|r| get(r, resource));
+        let planned = plan.requests.get(&c.name).and_then(|r| get(r, resource));
+        after += match (planned, restored) {
+            (Some(v), _) => v,
+            (None, Some(v)) => {
+                touched = true;
+                v
+            }
+            (None, None) if removed => {
+                touched = true;
+                0
+            }
+            (None, None) => current,
+        };
+    }
+    let mut out = h.clone();
+    if touched {
+        out.target_after =
+            hpa::new_target(h.target_before, before, after).unwrap_or(h.target_after);
+    }
+    Some(out)
 }
 
 #[cfg(test)]

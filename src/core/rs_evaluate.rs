@@ -15,7 +15,7 @@ use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::resources::{self, ContainerSignals, Sample};
 use crate::core::rightsizing::{self, ContainerInput, HpaInput, RightsizingOutcome, WorkloadInput};
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{Snapshot, unresolved_strategy_message};
 use crate::metrics::{RangeQuery, SeriesSet};
 
 /// cAdvisor metric names kerf reads (namespace/pod/container labels).
@@ -66,6 +66,10 @@ pub struct RsWorkloadPlan {
 pub struct RsPlan {
     pub workloads: Vec<RsWorkloadPlan>,
     pub queries: Vec<(usize, RsSignal, RangeQuery)>,
+    /// Policies whose strategy does not resolve, with the message for their status: they are
+    /// not applied, so they win no workload (docs/design/hpa-coordination.md#h13: what kerf
+    /// applied under them is released).
+    pub unresolved: BTreeMap<usize, String>,
 }
 
 /// The step for a window: at least `step`, coarse enough to stay under [`MAX_POINTS`].
@@ -75,6 +79,12 @@ pub fn step_for(window_seconds: i64, step: i64) -> i64 {
 
 pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
+    for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
+        let name = &p.spec.automation_strategy_ref.name;
+        if snapshot.strategy(p.id.namespace.as_deref(), name).is_none() {
+            out.unresolved.insert(i, unresolved_strategy_message(name));
+        }
+    }
     let pods_by_owner = pods_by_owner(snapshot);
     let mut per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
@@ -85,13 +95,17 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
         {
             continue;
         }
-        let covering = covering(&snapshot.rightsizing_policies, w, |p| Candidate {
-            id: &p.id,
-            policy_type: p.policy_type,
-            scope: &p.spec.scope,
-            weight: p.spec.weight,
-            creation: p.creation,
-        });
+        let covering: Vec<(usize, Candidate<'_>)> =
+            covering(&snapshot.rightsizing_policies, w, |p| Candidate {
+                id: &p.id,
+                policy_type: p.policy_type,
+                scope: &p.spec.scope,
+                weight: p.spec.weight,
+                creation: p.creation,
+            })
+            .into_iter()
+            .filter(|(i, _)| !out.unresolved.contains_key(i))
+            .collect();
         let candidates: Vec<Candidate<'_>> = covering.iter().map(|(_, c)| c.clone()).collect();
         let Some(winner) = selection::single_winner(&candidates, &snapshot.precedence) else {
             continue;

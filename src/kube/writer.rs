@@ -10,15 +10,18 @@
 //! - Workloads and HPAs are written with server-side apply, field manager `kerf`, forced (kerf is
 //!   the controller of these fields). Server-side apply removes what the manager no longer sends,
 //!   so each apply to a workload carries every field kerf owns there: the op says what it changes
-//!   and the rest (read from the live object's `managedFields`) is carried forward. The rolling
+//!   and the rest (read from the live object's `managedFields` just before) is carried forward
+//!   ([`kerf_apply`]); a field kerf stops managing leaves only through a release. The rolling
 //!   restart annotation is a plain merge patch (as `kubectl rollout restart` does), so later
 //!   applies never remove it and trigger another rollout.
 //! - Nothing is written when the observed object already matches.
 //! - Rollback and release ([`WriteOp::Restore`]) write the recorded original requests and HPA
 //!   target back before the RightsizingRecommendation and the Event, so a failure leaves the
 //!   record for the next cycle. A release writes the values as [`RELEASE_FIELD_MANAGER`] (an
-//!   Update moves the changed fields to it) and then applies as `kerf` without them, so kerf gives
-//!   up ownership without server-side apply deleting the values (see docs/hpa-coordination.md).
+//!   Update moves the changed fields to it) and then applies as `kerf` without them (and without
+//!   the requests kerf created where there were none), carrying what kerf keeps in the same apply,
+//!   so kerf gives up ownership without server-side apply deleting the values (see
+//!   docs/hpa-coordination.md, docs/design/hpa-coordination.md#h13).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -44,7 +47,7 @@ use crate::api::{
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, ResourceRequests, WorkloadKey, to_k8s_time,
+    ANNOTATION_ROLLBACK, WorkloadKey, to_k8s_time,
 };
 use crate::telemetry::{WriteLabels, metrics};
 
@@ -391,30 +394,18 @@ impl Task {
             return Ok(0);
         }
 
-        // Carry forward whatever kerf owns that this op leaves alone.
-        let mut annotations = desired_ann.clone().unwrap_or_default();
-        let mut requests = w.requests.clone().unwrap_or_default();
-        let mut template = w.observed.template.clone();
-        let mut made = 0;
-        if desired_ann.is_none() || w.requests.is_none() {
-            let api = self.workload_api(key);
-            let live = self
-                .call(None, &format!("read {key}"), || api.get_opt(&key.name))
-                .await?;
-            made += 1;
-            let Some(live) = live else {
-                return Err(CallError::Gone(key.clone()));
-            };
-            let owned = kerf_owned(&live, key.kind);
-            template = live_template(&live, key.kind);
-            if desired_ann.is_none() {
-                annotations.extend(owned.annotation_values(&live));
-            }
-            if w.requests.is_none() {
-                requests.extend(owned.request_values(&template));
-            }
-        }
-        let body = workload_body(key, &annotations, &requests, &template);
+        // Carry forward whatever kerf owns that this op leaves alone: an apply that left out a
+        // field kerf owns would delete it.
+        let api = self.workload_api(key);
+        let live = self
+            .call(None, &format!("read {key}"), || api.get_opt(&key.name))
+            .await?;
+        let mut made = 1;
+        let Some(live) = live else {
+            return Err(CallError::Gone(key.clone()));
+        };
+        let set = w.requests.clone().unwrap_or_default();
+        let body = kerf_apply(key, &live, desired_ann.as_ref(), &set, Released::NONE).body;
         if !annotation_values_differ
             && !requests_differ
             && self.last_applied.get(key) == Some(&body)
@@ -422,7 +413,6 @@ impl Task {
             // Only a removal kerf already applied: another manager keeps the annotation.
             return Ok(0);
         }
-        let api = self.workload_api(key);
         let params = apply_params();
         let patch = Patch::Apply(&body);
         self.call(Some("annotations"), &format!("apply {key}"), || {
@@ -501,27 +491,19 @@ impl Task {
     /// over-provisioned, as for a coordinated change: a falling target (requests grow back) goes
     /// before the template.
     async fn restore(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
-        let hpa_first = r.hpa.as_ref().is_some_and(HpaTarget::goes_first);
+        let kept_hpa = r.keep.as_ref().and_then(|k| k.hpa.as_ref());
+        let hpa_first = r.hpa.as_ref().is_some_and(HpaTarget::goes_first)
+            || kept_hpa.is_some_and(HpaTarget::goes_first);
         let mut made = 0;
-        let release = r.kind == RestoreKind::Release;
-        if hpa_first && let Some(h) = &r.hpa {
-            made += if release {
-                self.release_hpa(h).await?
-            } else {
-                self.hpa(h).await?
-            };
+        if hpa_first {
+            made += self.restore_hpa(r).await?;
         }
-        made += if release {
-            self.release_workload(r).await?
-        } else {
-            self.rollback_workload(r).await?
+        made += match r.kind {
+            RestoreKind::Release => self.release_workload(r).await?,
+            RestoreKind::Rollback => self.rollback_workload(r).await?,
         };
-        if !hpa_first && let Some(h) = &r.hpa {
-            made += if release {
-                self.release_hpa(h).await?
-            } else {
-                self.hpa(h).await?
-            };
+        if !hpa_first {
+            made += self.restore_hpa(r).await?;
         }
         if r.kind == RestoreKind::Rollback
             && r.observed.annotations.contains_key(ANNOTATION_ROLLBACK)
@@ -537,11 +519,26 @@ impl Task {
         Ok(made + 1)
     }
 
+    /// The HPA half of a restore: the target given back (a release by `kerf-release`, a rollback
+    /// as `kerf`), or the coordinated target kerf keeps applying.
+    async fn restore_hpa(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
+        let kept = r.keep.as_ref().and_then(|k| k.hpa.as_ref());
+        Ok(match (&r.hpa, kept) {
+            (Some(h), _) if r.kind == RestoreKind::Release => self.release_hpa(h).await?,
+            (Some(h), _) => self.hpa(h).await?,
+            (None, Some(h)) => self.hpa(h).await?,
+            (None, None) => 0,
+        })
+    }
+
     /// Rollback: the original requests by server-side apply as `kerf` (kerf keeps owning them,
-    /// with the user's values), carrying forward everything else kerf owns on the workload.
+    /// with the user's values; a request kerf created goes), carrying forward everything else
+    /// kerf owns on the workload.
     async fn rollback_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
         let key = &r.observed.key;
-        if requests_match(&r.observed.template, &r.requests) {
+        if requests_match(&r.observed.template, &r.requests)
+            && !has_any(&r.observed.template, &r.removed)
+        {
             return Ok(0);
         }
         let api = self.workload_api(key);
@@ -551,20 +548,11 @@ impl Task {
         let Some(live) = live else {
             return Err(CallError::Gone(key.clone()));
         };
-        let owned = kerf_owned(&live, key.kind);
-        let template = live_template(&live, key.kind);
-        let annotations = owned.annotation_values(&live);
-        let mut requests = owned.request_values(&template);
-        for (c, want) in &r.requests {
-            let e = requests.entry(c.clone()).or_default();
-            if want.cpu_millis.is_some() {
-                e.cpu_millis = want.cpu_millis;
-            }
-            if want.memory_bytes.is_some() {
-                e.memory_bytes = want.memory_bytes;
-            }
-        }
-        let body = workload_body(key, &annotations, &requests, &template);
+        let released = Released {
+            restored: &BTreeMap::new(),
+            removed: &r.removed,
+        };
+        let body = kerf_apply(key, &live, None, &r.requests, released).body;
         let params = apply_params();
         let patch = Patch::Apply(&body);
         self.call(Some("template"), &format!("rollback {key}"), || {
@@ -576,60 +564,52 @@ impl Task {
     }
 
     /// Release: the original requests as a strategic merge patch by `kerf-release` (the changed
-    /// fields move to it), then kerf's apply without them. A restored field that only kerf owns
-    /// (its value did not change, so the patch did not move it) stays in kerf's apply: leaving it
-    /// out would make server-side apply delete the user's value.
+    /// fields move to it), then kerf's apply without them and without the requests kerf created,
+    /// carrying what kerf keeps (`RestoreWrite::keep`). A restored field that only kerf owns (its
+    /// value did not change, so the patch did not move it) stays in kerf's apply: leaving it out
+    /// would make server-side apply delete the user's value.
     async fn release_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
         let key = &r.observed.key;
-        if r.requests.is_empty() {
+        let empty = BTreeMap::new();
+        let set = r.keep.as_ref().map_or(&empty, |k| &k.requests);
+        let template = &r.observed.template;
+        let restore = release_patch(key, &r.requests, template);
+        if restore.is_none() && !has_any(template, &r.removed) && requests_match(template, set) {
             return Ok(0);
         }
-        let full = workload_body(key, &BTreeMap::new(), &r.requests, &r.observed.template);
-        let body = json!({"spec": full.get("spec").cloned().unwrap_or_else(|| json!({}))});
         let api = self.workload_api(key);
-        let params = PatchParams {
-            field_manager: Some(RELEASE_FIELD_MANAGER.into()),
-            ..Default::default()
+        let live = match &restore {
+            Some(body) => {
+                let params = PatchParams {
+                    field_manager: Some(RELEASE_FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                let patch = Patch::Strategic(body);
+                self.call(Some("template"), &format!("restore {key}"), || {
+                    api.patch(&key.name, &params, &patch)
+                })
+                .await?
+            }
+            None => self
+                .call(None, &format!("read {key}"), || api.get_opt(&key.name))
+                .await?
+                .ok_or_else(|| CallError::Gone(key.clone()))?,
         };
-        let patch = Patch::Strategic(&body);
-        let live = self
-            .call(Some("template"), &format!("restore {key}"), || {
-                api.patch(&key.name, &params, &patch)
-            })
-            .await?;
-        let owned = kerf_owned(&live, key.kind);
-        let others = others_owned(&live, key.kind);
-        let template = live_template(&live, key.kind);
-        let annotations = owned.annotation_values(&live);
-        let mut requests = BTreeMap::new();
-        for (c, (cpu, mem)) in &owned.requests {
-            let restored = r.requests.get(c).cloned().unwrap_or_default();
-            let (o_cpu, o_mem) = others.requests.get(c).copied().unwrap_or_default();
-            let keep_cpu = *cpu && !(restored.cpu_millis.is_some() && o_cpu);
-            let keep_mem = *mem && !(restored.memory_bytes.is_some() && o_mem);
-            if (keep_cpu && restored.cpu_millis.is_some())
-                || (keep_mem && restored.memory_bytes.is_some())
-            {
-                tracing::warn!(workload = %key, container = %c, "only kerf owns a restored request: kerf keeps owning it");
-            }
-            if let Some(have) = template_requests(&template, c) {
-                requests.insert(
-                    c.clone(),
-                    ResourceRequests {
-                        cpu_millis: have.cpu_millis.filter(|_| keep_cpu),
-                        memory_bytes: have.memory_bytes.filter(|_| keep_mem),
-                    },
-                );
-            }
+        let released = Released {
+            restored: &r.requests,
+            removed: &r.removed,
+        };
+        let apply = kerf_apply(key, &live, None, set, released);
+        for field in &apply.still_kerfs {
+            tracing::warn!(workload = %key, request = %field, "only kerf owns a restored request: kerf keeps owning it");
         }
-        let body = workload_body(key, &annotations, &requests, &template);
         let params = apply_params();
-        let patch = Patch::Apply(&body);
+        let patch = Patch::Apply(&apply.body);
         self.call(Some("template"), &format!("release {key}"), || {
             api.patch(&key.name, &params, &patch)
         })
         .await?;
-        self.last_applied.insert(key.clone(), body);
+        self.last_applied.insert(key.clone(), apply.body);
         Ok(2)
     }
 

@@ -20,7 +20,7 @@ use crate::api::{PolicyStatus, RightsizingRecommendation};
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, PolicyId, ResourceRequests, WorkloadKey,
+    ANNOTATION_ROLLBACK, PolicyId, RequestSet, ResourceRequests, WorkloadKey,
 };
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
@@ -155,24 +155,32 @@ impl MemoryWriter {
             WriteOp::Event(e) => self.event(*e),
             WriteOp::Restore(r) => {
                 let fields = self.workloads.entry(r.observed.key.clone()).or_default();
+                // A request kerf created goes: the manifest had none.
+                let removed = r.removed.iter().map(|(c, set)| (c, *set));
                 match r.kind {
                     // kerf keeps owning the fields, with the values from before kerf.
                     RestoreKind::Rollback => {
                         merge_requests(&mut fields.requests, &r.requests);
+                        drop_requests(&mut fields.requests, removed);
                         fields.rollback_cleared = true;
                         if let Some(h) = &r.hpa {
                             self.hpa(h);
                         }
                     }
                     // kerf gives the fields back: the manifests' own values (those from before
-                    // kerf) stand again.
+                    // kerf) stand again; what kerf keeps is applied in the same step.
                     RestoreKind::Release => {
-                        for c in r.requests.keys() {
-                            fields.requests.remove(c);
-                        }
+                        let restored = r.requests.iter().map(|(c, v)| (c, RequestSet::of(v)));
+                        drop_requests(&mut fields.requests, restored.chain(removed));
                         if let Some(h) = &r.hpa {
                             self.hpa_targets
                                 .remove(&(h.namespace.clone(), h.name.clone()));
+                        }
+                        if let Some(keep) = &r.keep {
+                            merge_requests(&mut fields.requests, &keep.requests);
+                            if let Some(h) = &keep.hpa {
+                                self.hpa(h);
+                            }
                         }
                     }
                 }
@@ -275,6 +283,24 @@ fn merge_requests(
         e.cpu_millis = w.cpu_millis.or(e.cpu_millis);
         e.memory_bytes = w.memory_bytes.or(e.memory_bytes);
     }
+}
+
+/// Forgets kerf's values of the `which` requests (the manifests' own values stand again).
+fn drop_requests<'a>(
+    have: &mut BTreeMap<String, ResourceRequests>,
+    which: impl Iterator<Item = (&'a String, RequestSet)>,
+) {
+    for (c, set) in which {
+        if let Some(e) = have.get_mut(c) {
+            if set.cpu {
+                e.cpu_millis = None;
+            }
+            if set.memory {
+                e.memory_bytes = None;
+            }
+        }
+    }
+    have.retain(|_, r| r.cpu_millis.is_some() || r.memory_bytes.is_some());
 }
 
 /// Sets the requests kerf owns on the template's containers (regular and init) of that name.

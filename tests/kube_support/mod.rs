@@ -131,3 +131,5 @@ pub async fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+pub mod ssa;

@@ -710,3 +710,184 @@ fn rollback_and_release_restore_requests_and_hpa_target() {
         "status.originalRequests.app.cpu"
     );
 }
+
+// ---- release per field (docs/design/hpa-coordination.md#h13) ----
+
+/// What kerf took on `app` (1000m/512Mi) and `side` (200m, no memory) after applying both
+/// resources with the HPA coordinated: the recommendation as written.
+fn taken() -> (RightsizingRecommendationSpec, RecommendationStatus) {
+    let without_memory = |mut c: ContainerInput| {
+        c.signals.current.memory_bytes = None;
+        c
+    };
+    let containers = vec![
+        container("app", 1000, 512, 700, 256),
+        without_memory(container("side", 200, 0, 100, 64)),
+    ];
+    let o = eval(&input(
+        policy(AUTO, AUTO, true),
+        containers,
+        Some(cpu_hpa(50)),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+    let key = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
+    (
+        recommendation_spec(&o, &key, None),
+        recommendation_status(&o, None),
+    )
+}
+
+/// The outcome of the next cycle on the workload as kerf left it.
+fn next(policy: RightsizingPolicySpec, scope: &[&str]) -> RightsizingOutcome {
+    let mut app = container("app", 700, 256, 700, 256);
+    let mut side = container("side", 100, 64, 100, 64);
+    app.in_scope = scope.is_empty() || scope.contains(&"app");
+    side.in_scope = scope.is_empty() || scope.contains(&"side");
+    eval(&input(policy, vec![app, side], Some(cpu_hpa(67))))
+}
+
+fn req(cpu: Option<i64>, memory_mi: Option<i64>) -> ResourceRequests {
+    ResourceRequests {
+        cpu_millis: cpu,
+        memory_bytes: memory_mi.map(|m| m * MIB),
+    }
+}
+
+const MEMORY: RequestSet = RequestSet {
+    cpu: false,
+    memory: true,
+};
+
+#[test]
+fn a_request_with_nothing_before_kerf_is_recorded_as_created() {
+    let (_, status) = taken();
+    assert_eq!(
+        serde_json::to_value(&status.original_requests).unwrap(),
+        json!({"app": {"cpu": "1", "memory": "512Mi"}, "side": {"cpu": "200m"}})
+    );
+    assert_eq!(
+        serde_json::to_value(&status).unwrap()["createdRequests"],
+        json!({"side": ["memory"]})
+    );
+    // Recorded once: the next apply (now at kerf's value) keeps the record.
+    let again = recommendation_status(&next(policy(AUTO, AUTO, true), &[]), Some(&status));
+    assert_eq!(again.original_requests, status.original_requests);
+    assert_eq!(again.created_requests, status.created_requests);
+}
+
+#[test]
+fn both_resources_to_one_releases_the_other_only() {
+    let (spec, status) = taken();
+    let o = next(policy(AUTO, AUDIT, true), &[]);
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert_eq!(
+        plan.requests,
+        BTreeMap::from([("app".into(), req(None, Some(512)))])
+    );
+    assert_eq!(plan.removed, BTreeMap::from([("side".into(), MEMORY)]));
+    assert_eq!(plan.hpa, None, "cpu stays coordinated");
+    let mut after = recommendation_status(&o, Some(&status));
+    plan.settle(&mut after);
+    assert_eq!(
+        serde_json::to_value(&after.original_requests).unwrap(),
+        json!({"app": {"cpu": "1"}, "side": {"cpu": "200m"}})
+    );
+    assert!(after.created_requests.is_empty());
+    assert_eq!(after.previous_hpa_target, Some(50));
+}
+
+#[test]
+fn one_resource_to_none_releases_the_whole_record() {
+    let (spec, status) = taken();
+    let o = next(policy(AUDIT, AUDIT, true), &[]);
+    assert_eq!(o.phase, RecommendationPhase::AuditOnly);
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert_eq!(plan, plan_restore(&spec, &status).unwrap());
+    assert_eq!(
+        plan.requests,
+        BTreeMap::from([
+            ("app".into(), req(Some(1000), Some(512))),
+            ("side".into(), req(Some(200), None)),
+        ])
+    );
+    assert_eq!(plan.removed, BTreeMap::from([("side".into(), MEMORY)]));
+    assert_eq!(plan.hpa.map(|h| h.target), Some(50));
+}
+
+#[test]
+fn a_container_leaving_the_scope_releases_its_requests_and_moves_the_target() {
+    let (spec, status) = taken();
+    let o = next(policy(AUTO, AUTO, true), &["app"]);
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert_eq!(
+        plan.requests,
+        BTreeMap::from([("side".into(), req(Some(200), None))])
+    );
+    assert_eq!(plan.removed, BTreeMap::from([("side".into(), MEMORY)]));
+    assert_eq!(plan.hpa, None);
+    // side goes back from 100m to 200m: the target moves so requests × target stays.
+    let agent = o.apply.as_ref().unwrap();
+    let h = coordinated_after_release(&o, agent, &plan).unwrap();
+    let before = agent.hpa.as_ref().unwrap();
+    let sum_now = 700 + 100;
+    let sum_after = agent.requests["app"].cpu_millis.unwrap() + 200;
+    assert_eq!(
+        h.target_after,
+        hpa::new_target(before.target_before, sum_now, sum_after).unwrap()
+    );
+    assert!(h.target_after < before.target_after);
+}
+
+#[test]
+fn a_deleted_policy_releases_everything() {
+    let (spec, status) = taken();
+    let plan = plan_release(&spec, &status, &Managed::default()).unwrap();
+    assert_eq!(plan.requests.len(), 2);
+    assert_eq!(plan.removed, BTreeMap::from([("side".into(), MEMORY)]));
+    assert_eq!(plan.hpa.as_ref().map(|h| h.target), Some(50));
+    let mut after = status.clone();
+    plan.settle(&mut after);
+    assert!(
+        after.original_requests.is_empty()
+            && after.created_requests.is_empty()
+            && after.previous_hpa_target.is_none()
+    );
+}
+
+#[test]
+fn coordination_turned_off_releases_the_target_with_the_requests_of_its_resource() {
+    let (spec, status) = taken();
+    let o = next(policy(AUTO, AUTO, false), &[]);
+    assert_eq!(o.phase, RecommendationPhase::Blocked);
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert_eq!(plan.hpa.as_ref().map(|h| h.target), Some(50));
+    assert_eq!(
+        plan.requests,
+        BTreeMap::from([
+            ("app".into(), req(Some(1000), None)),
+            ("side".into(), req(Some(200), None)),
+        ]),
+        "cpu goes back with the target; memory stays kerf's"
+    );
+    assert!(plan.removed.is_empty());
+    // Blocked for another reason, coordination on: nothing is released.
+    let mut blocked = cpu_hpa(67);
+    blocked.max_replicas_reached = true;
+    let mut i = input(
+        policy(AUTO, AUTO, true),
+        vec![container("app", 700, 256, 700, 256)],
+        Some(blocked),
+    );
+    i.containers.push(container("side", 100, 64, 100, 64));
+    let o = eval(&i);
+    assert_eq!(o.phase, RecommendationPhase::Blocked);
+    assert!(plan_release(&spec, &status, &o.managed).unwrap().is_empty());
+}
+
+#[test]
+fn nothing_taken_nothing_released() {
+    let (spec, _) = taken();
+    let o = next(policy(AUDIT, AUDIT, false), &[]);
+    let none = RecommendationStatus::default();
+    assert!(plan_release(&spec, &none, &o.managed).unwrap().is_empty());
+}

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
 use crate::api::WorkloadKind;
 use crate::core::model::{
-    ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, ResourceRequests, WorkloadKey,
-    to_k8s_time,
+    ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, RequestSet, ResourceRequests,
+    WorkloadKey, to_k8s_time,
 };
 use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;
@@ -96,12 +96,21 @@ pub fn requests_match(
         })
 }
 
+/// Whether `template` has any of the requests `which` names.
+pub fn has_any(template: &PodTemplateSpec, which: &BTreeMap<String, RequestSet>) -> bool {
+    which.iter().any(|(c, set)| {
+        template_requests(template, c).is_some_and(|have| {
+            (set.cpu && have.cpu_millis.is_some()) || (set.memory && have.memory_bytes.is_some())
+        })
+    })
+}
+
 /// What kerf's own apply configuration owns on a live workload.
 #[derive(Debug, Default)]
 pub struct Owned {
     pub annotations: BTreeSet<String>,
-    /// container → (cpu, memory) owned.
-    pub requests: BTreeMap<String, (bool, bool)>,
+    /// container → the requests owned.
+    pub requests: BTreeMap<String, RequestSet>,
 }
 
 impl Owned {
@@ -122,11 +131,11 @@ impl Owned {
     pub fn request_values(&self, template: &PodTemplateSpec) -> BTreeMap<String, ResourceRequests> {
         self.requests
             .iter()
-            .filter_map(|(c, (cpu, mem))| {
+            .filter_map(|(c, set)| {
                 template_requests(template, c).map(|have| {
                     let owned = ResourceRequests {
-                        cpu_millis: have.cpu_millis.filter(|_| *cpu),
-                        memory_bytes: have.memory_bytes.filter(|_| *mem),
+                        cpu_millis: have.cpu_millis.filter(|_| set.cpu),
+                        memory_bytes: have.memory_bytes.filter(|_| set.memory),
                     };
                     (c.clone(), owned)
                 })
@@ -189,8 +198,8 @@ pub fn owned_where(
                 let mem = req.is_some_and(|r| r.get("f:memory").is_some());
                 if cpu || mem {
                     let e = owned.requests.entry(name).or_default();
-                    e.0 |= cpu;
-                    e.1 |= mem;
+                    e.cpu |= cpu;
+                    e.memory |= mem;
                 }
             }
         }
@@ -264,6 +273,100 @@ pub fn workload_body(
         }
     }
     body
+}
+
+/// Requests a release gives back (docs/design/hpa-coordination.md#h13).
+#[derive(Clone, Copy, Debug)]
+pub struct Released<'a> {
+    /// Restored to their value from before kerf, by [`release_patch`] first.
+    pub restored: &'a BTreeMap<String, ResourceRequests>,
+    /// Created by kerf where the container had none: they go.
+    pub removed: &'a BTreeMap<String, RequestSet>,
+}
+
+impl Released<'_> {
+    /// Nothing released.
+    pub const NONE: Released<'static> = Released {
+        restored: &BTreeMap::new(),
+        removed: &BTreeMap::new(),
+    };
+}
+
+/// The strategic merge patch by which a release writes the restored values, as
+/// `RELEASE_FIELD_MANAGER` (an Update moves a field whose value it changes to that manager).
+/// `None` when nothing is restored.
+pub fn release_patch(
+    key: &WorkloadKey,
+    restored: &BTreeMap<String, ResourceRequests>,
+    template: &PodTemplateSpec,
+) -> Option<Value> {
+    let full = workload_body(key, &BTreeMap::new(), restored, template);
+    let spec = full.get("spec")?;
+    Some(json!({ "spec": spec }))
+}
+
+/// kerf's server-side apply on a workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KerfApply {
+    pub body: Value,
+    /// Restored requests (`<container> <resource>`) kerf is still the only owner of and keeps.
+    pub still_kerfs: Vec<String>,
+}
+
+/// kerf's server-side apply on the workload `live` (managedFields included), pure. Server-side
+/// apply deletes a field its only manager leaves out, so the body carries every request kerf
+/// owns there at its live value, with `set`'s values over them, except the released ones:
+/// a removed one is left out (it goes); a restored one is left to the manager
+/// [`release_patch`] moved it to — unless kerf is still its only owner (the patch did not change
+/// its value, so could not move it), in which case it stays, at that value, rather than be
+/// deleted. `annotations`: the annotations kerf wants (`None`: those it owns, as they are).
+pub fn kerf_apply(
+    key: &WorkloadKey,
+    live: &DynamicObject,
+    annotations: Option<&BTreeMap<String, String>>,
+    set: &BTreeMap<String, ResourceRequests>,
+    released: Released<'_>,
+) -> KerfApply {
+    let owned = kerf_owned(live, key.kind);
+    let others = others_owned(live, key.kind);
+    let template = live_template(live, key.kind);
+    let annotations = annotations
+        .cloned()
+        .unwrap_or_else(|| owned.annotation_values(live));
+    let mut requests = owned.request_values(&template);
+    let mut still_kerfs = Vec::new();
+    for (c, r) in requests.iter_mut() {
+        let removed = released.removed.get(c).copied().unwrap_or_default();
+        let restored = released
+            .restored
+            .get(c)
+            .map(RequestSet::of)
+            .unwrap_or_default();
+        let other = others.requests.get(c).copied().unwrap_or_default();
+        if removed.cpu || (restored.cpu && other.cpu) {
+            r.cpu_millis = None;
+        } else if restored.cpu && r.cpu_millis.is_some() {
+            still_kerfs.push(format!("{c} cpu"));
+        }
+        if removed.memory || (restored.memory && other.memory) {
+            r.memory_bytes = None;
+        } else if restored.memory && r.memory_bytes.is_some() {
+            still_kerfs.push(format!("{c} memory"));
+        }
+    }
+    for (c, want) in set {
+        let e = requests.entry(c.clone()).or_default();
+        if want.cpu_millis.is_some() {
+            e.cpu_millis = want.cpu_millis;
+        }
+        if want.memory_bytes.is_some() {
+            e.memory_bytes = want.memory_bytes;
+        }
+    }
+    KerfApply {
+        body: workload_body(key, &annotations, &requests, &template),
+        still_kerfs,
+    }
 }
 
 /// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).

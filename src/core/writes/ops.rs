@@ -13,7 +13,7 @@ use crate::api::{
 use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, CoordinatedHpa, GpuMap,
-    GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
+    GpuRecommendation, PolicyId, RequestSet, ResourceRequests, WorkloadKey, render_baseline,
 };
 use crate::core::snapshot::Workload;
 
@@ -185,12 +185,16 @@ impl EventWrite {
         }
     }
 
-    /// `RolledBack` / `Released`: what a restore wrote back. `hpa_from` is the HPA's target
-    /// before the restore, when known.
+    /// `RolledBack` / `Released`: what a restore wrote back (`requests`) and removed
+    /// (`removed`: requests kerf had created). `hpa_from` is the HPA's target before the
+    /// restore, when known.
     pub fn restored(
         workload: &Workload,
         kind: RestoreKind,
-        requests: &BTreeMap<String, ResourceRequests>,
+        (requests, removed): (
+            &BTreeMap<String, ResourceRequests>,
+            &BTreeMap<String, RequestSet>,
+        ),
         hpa: Option<&HpaTarget>,
         hpa_from: Option<i32>,
         problem: Option<&str>,
@@ -219,6 +223,7 @@ impl EventWrite {
                 .collect();
             parts.push(format!("requests {}", list.join("; ")));
         }
+
         if let Some(h) = hpa {
             details.insert("hpa".to_string(), h.name.clone());
             details.insert("hpaResource".to_string(), h.resource.clone());
@@ -237,10 +242,24 @@ impl EventWrite {
                 ),
             });
         }
-        let what = if parts.is_empty() {
+        let mut done = Vec::new();
+        if !parts.is_empty() {
+            done.push(format!("restored {}", parts.join(" and ")));
+        }
+        if !removed.is_empty() {
+            let list: Vec<String> = removed
+                .iter()
+                .map(|(c, set)| format!("{c} {}", set.names().join(", ")))
+                .collect();
+            done.push(format!(
+                "removed the requests kerf had set where there were none: {}",
+                list.join("; ")
+            ));
+        }
+        let what = if done.is_empty() {
             "nothing kerf recorded to restore".to_string()
         } else {
-            format!("restored {}", parts.join(" and "))
+            done.join("; ")
         };
         let then = match kind {
             RestoreKind::Rollback => {
@@ -291,6 +310,16 @@ impl RestoreKind {
     }
 }
 
+/// What kerf keeps applying in the step of a release that gives back only part of what it took
+/// (docs/design/hpa-coordination.md#h13).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Kept {
+    /// This cycle's requests (auto-patch resources), by container.
+    pub requests: BTreeMap<String, ResourceRequests>,
+    /// This cycle's coordinated HPA target.
+    pub hpa: Option<HpaTarget>,
+}
+
 /// A rollback or a release: requests and HPA target restored together, then the
 /// RightsizingRecommendation and the Event, in that order (a failed restore writes neither, so the
 /// next cycle tries again).
@@ -301,8 +330,13 @@ pub struct RestoreWrite {
     pub observed: Arc<Workload>,
     /// Original requests per container (`None` resource = left as it is).
     pub requests: BTreeMap<String, ResourceRequests>,
+    /// Requests kerf created where the container had none: removed.
+    pub removed: BTreeMap<String, RequestSet>,
     /// The HPA target to restore (`observed` is the HPA as last seen).
     pub hpa: Option<HpaTarget>,
+    /// Release only: what kerf goes on applying in the same step (the same apply carries those
+    /// requests); `None` when the whole workload is released or rolled back.
+    pub keep: Option<Kept>,
     pub recommendation: Option<RecommendationWrite>,
     pub event: EventWrite,
 }

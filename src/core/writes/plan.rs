@@ -7,20 +7,26 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::{
-    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
-    RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp, requests_match,
+    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept,
+    PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
+    requests_match,
 };
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
     RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
 };
-use crate::core::model::{ANNOTATION_ROLLBACK, PolicyId, WorkloadKey};
+use crate::core::model::{
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
+    WorkloadKey,
+};
 use crate::core::recovery::recommendation_key;
 use crate::core::rightsizing::{
-    applied_change, plan_restore, recommendation_spec, recommendation_status,
+    RestoreHpa, RestorePlan, applied_change, coordinated_after_release, keep_taken, plan_release,
+    plan_restore, recommendation_spec, recommendation_status,
 };
 use crate::core::snapshot::{InvalidPolicy, Snapshot, Workload};
 use crate::pipeline::CycleOutput;
@@ -116,7 +122,47 @@ pub fn rolled_back(status: Option<&RecommendationStatus>) -> bool {
 
 /// kerf applied something there that a release must give back.
 fn kerf_applied(status: Option<&RecommendationStatus>) -> bool {
-    status.is_some_and(|s| s.previous_hpa_target.is_some() || !s.original_requests.is_empty())
+    status.is_some_and(|s| {
+        s.previous_hpa_target.is_some()
+            || !s.original_requests.is_empty()
+            || !s.created_requests.is_empty()
+    })
+}
+
+/// The HPA `name` in the workload's namespace, as last seen.
+fn hpa_named<'a>(
+    snapshot: &'a Snapshot,
+    key: &WorkloadKey,
+    name: &str,
+) -> Option<&'a HorizontalPodAutoscaler> {
+    snapshot.hpas.iter().find(|x| {
+        x.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+            && x.metadata.name.as_deref() == Some(name)
+    })
+}
+
+/// The target kerf sets on the HPA `name` of the workload `key`.
+fn hpa_target(
+    snapshot: &Snapshot,
+    key: &WorkloadKey,
+    name: &str,
+    resource: &str,
+    target: i32,
+) -> HpaTarget {
+    HpaTarget {
+        namespace: key.namespace.clone(),
+        name: name.to_string(),
+        resource: resource.to_string(),
+        average_utilization: target,
+        observed: hpa_named(snapshot, key, name).cloned(),
+    }
+}
+
+/// The HPA target a restore writes back; none when the HPA no longer exists (it is not
+/// recreated).
+fn restore_target(snapshot: &Snapshot, key: &WorkloadKey, h: &RestoreHpa) -> Option<HpaTarget> {
+    hpa_named(snapshot, key, &h.name)?;
+    Some(hpa_target(snapshot, key, &h.name, &h.resource, h.target))
 }
 
 fn find_recommendation<'a>(
@@ -161,12 +207,15 @@ fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> Recom
     status.reason = Some(kind.reason().into());
     status.previous_hpa_target = None;
     status.original_requests.clear();
+    status.created_requests.clear();
     status.applied = None;
     status
 }
 
-/// Rollbacks (annotation) and releases (a recommendation kerf applied from, whose workload no
-/// longer has an auto-patch outcome): one [`RestoreWrite`] each. Nothing under `readOnly`.
+/// Rollbacks (annotation) and the release of workloads the cycle has no CPU/memory result for
+/// (policy deleted, no longer selected, its strategy does not resolve) that kerf applied to:
+/// one [`RestoreWrite`] each. Nothing under `readOnly`. A workload with a result is released
+/// field by field by [`plan_writes`].
 fn restore_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
@@ -196,18 +245,7 @@ fn restore_writes(
         {
             continue;
         }
-        // Still auto-patch (applied, blocked for now, pending) or unknown this cycle (metrics
-        // unavailable, unusable policy): nothing is released.
-        let leaves = match results.get(&key) {
-            None => true,
-            Some(r) => {
-                !r.metrics_unavailable
-                    && r.outcome
-                        .as_ref()
-                        .is_ok_and(|o| o.phase == RecommendationPhase::AuditOnly)
-            }
-        };
-        if leaves {
+        if !results.contains_key(&key) {
             due.insert(key, RestoreKind::Release);
         }
     }
@@ -229,19 +267,10 @@ fn restore_writes(
             },
             None => (Default::default(), None),
         };
-        let hpa = plan.hpa.as_ref().and_then(|h| {
-            let live = snapshot.hpas.iter().find(|x| {
-                x.metadata.namespace.as_deref() == Some(key.namespace.as_str())
-                    && x.metadata.name.as_deref() == Some(h.name.as_str())
-            })?;
-            Some(HpaTarget {
-                namespace: key.namespace.clone(),
-                name: h.name.clone(),
-                resource: h.resource.clone(),
-                average_utilization: h.target,
-                observed: Some(live.clone()),
-            })
-        });
+        let hpa = plan
+            .hpa
+            .as_ref()
+            .and_then(|h| restore_target(snapshot, &key, h));
         let hpa_from = hpa.as_ref().and_then(HpaTarget::current).map(|(_, t)| t);
         let recommendation = match (&observed, outcome) {
             (_, Some((o, policy))) => {
@@ -269,7 +298,7 @@ fn restore_writes(
         let event = EventWrite::restored(
             w,
             kind,
-            &plan.requests,
+            (&plan.requests, &plan.removed),
             hpa.as_ref(),
             hpa_from,
             problem.as_deref(),
@@ -280,7 +309,9 @@ fn restore_writes(
                 kind,
                 observed: Arc::clone(w),
                 requests: plan.requests,
+                removed: plan.removed,
                 hpa,
+                keep: None,
                 recommendation,
                 event,
             })),
@@ -302,7 +333,9 @@ pub fn plan_writes(
         snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
 
     // GPU: baseline and recommendation annotations (restart on change is the writer's job).
+    let mut gpu_covered: BTreeSet<&WorkloadKey> = BTreeSet::new();
     for r in cycle.gpu_results() {
+        gpu_covered.insert(&r.key);
         if r.metrics_unavailable {
             continue; // nothing flaps: persisted state stays as it is
         }
@@ -318,12 +351,34 @@ pub fn plan_writes(
             requests: None,
         })));
     }
+    // A workload no GPU policy covers any more (deleted, no longer selecting it) is released:
+    // kerf's annotations go (kerf created them) and the pods roll, to be admitted with the
+    // template's own GPU allocation (docs/design/hpa-coordination.md#h13).
+    for w in &snapshot.workloads {
+        let kerfs = [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
+            .iter()
+            .any(|k| w.annotations.contains_key(*k));
+        if kerfs
+            && !gpu_covered.contains(&w.key)
+            && !snapshot
+                .global
+                .protected_namespaces
+                .contains(&w.key.namespace)
+        {
+            ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
+                observed: Arc::clone(w),
+                gpu: Some(GpuAnnotations::default()),
+                requests: None,
+            })));
+        }
+    }
 
     // Rollbacks and releases carry their own RightsizingRecommendation write (made once the
     // restore went through), so those workloads are skipped below.
     let mut restores = restore_writes(snapshot, cycle, recommendations, &workloads, now);
 
-    // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is).
+    // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is),
+    // with the release of what kerf took and no longer manages in the same step.
     for r in cycle.resource_results() {
         if let Some(op) = restores.remove(&r.key) {
             ops.push(op);
@@ -339,22 +394,45 @@ pub fn plan_writes(
         let mut status = recommendation_status(outcome, previous_status.as_ref());
         // Rolled back (or asked to be, under readOnly): recommendation only.
         let held = rolled_back(previous_status.as_ref()) || rollback_requested(w);
-        if held {
-            status.previous_hpa_target =
-                previous_status.as_ref().and_then(|p| p.previous_hpa_target);
-            status.original_requests = previous_status
-                .as_ref()
-                .map(|p| p.original_requests.clone())
-                .unwrap_or_default();
-            if rolled_back(previous_status.as_ref()) {
-                status.phase = RecommendationPhase::AuditOnly;
-                status.reason = Some(RestoreKind::Rollback.reason().into());
-            }
+        // A cycle that writes nothing to the workload takes nothing and gives nothing back.
+        let writes = !r.metrics_unavailable && !snapshot.global.read_only && !held;
+        if !writes {
+            keep_taken(&mut status, previous_status.as_ref());
         }
-        let plan = outcome
+        if rolled_back(previous_status.as_ref()) {
+            status.phase = RecommendationPhase::AuditOnly;
+            status.reason = Some(RestoreKind::Rollback.reason().into());
+        }
+        let release = match (&observed, &previous_status) {
+            (Some(rec), Some(prev)) if writes => {
+                match plan_release(&rec.spec, prev, &outcome.managed) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(workload = %r.key, "nothing released: {e}");
+                        RestorePlan::default()
+                    }
+                }
+            }
+            _ => RestorePlan::default(),
+        };
+        // Requests put back on containers the HPA counts move its target with them.
+        let adjusted = outcome
             .apply
             .as_ref()
-            .filter(|_| !r.metrics_unavailable && !snapshot.global.read_only && !held);
+            .filter(|_| !release.is_empty())
+            .and_then(|p| coordinated_after_release(outcome, p, &release))
+            .map(|h| {
+                let mut o = outcome.clone();
+                if let Some(oh) = o.hpa.as_mut() {
+                    oh.target_after = Some(h.target_after);
+                }
+                if let Some(p) = o.apply.as_mut() {
+                    p.hpa = Some(h);
+                }
+                o
+            });
+        let outcome = adjusted.as_ref().unwrap_or(outcome);
+        let plan = outcome.apply.as_ref().filter(|_| writes);
         // What every replica serves at admission: this cycle's plan; the last one while the
         // metrics are unavailable (carried over by `recommendation_status`); else nothing.
         if let Some(p) = plan {
@@ -362,64 +440,98 @@ pub fn plan_writes(
         } else if !r.metrics_unavailable || held {
             status.applied = None;
         }
-        let changing = plan.is_some_and(|p| !requests_match(&w.template, &p.requests));
-        if changing {
+        let kept_hpa = plan
+            .and_then(|p| p.hpa.as_ref())
+            .map(|h| hpa_target(snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
+        let changing = plan.is_some_and(|p| !requests_match(&w.template, &p.requests))
+            || kept_hpa
+                .as_ref()
+                .is_some_and(|h| !release.is_empty() && !h.in_place());
+        if changing || !release.is_empty() {
             status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
         }
         if snapshot.global.read_only && outcome.phase == RecommendationPhase::Applied {
             status.phase = RecommendationPhase::AuditOnly;
             status.reason = Some("ReadOnly".into());
         }
-        ops.push(WriteOp::Recommendation(Box::new(RecommendationWrite {
+        release.settle(&mut status);
+        if !release.is_empty() && outcome.phase == RecommendationPhase::AuditOnly {
+            status.reason = Some(RestoreKind::Release.reason().into());
+        }
+        let recommendation = RecommendationWrite {
             namespace: r.key.namespace.clone(),
             name,
             spec: recommendation_spec(outcome, &r.key, Some(&r.policy)),
             status: Some(status),
             owner: owner_of(w),
             observed,
-        })));
+        };
         let was_blocked = previous_status
             .as_ref()
             .is_some_and(|s| s.phase == RecommendationPhase::Blocked);
-        if outcome.phase == RecommendationPhase::Blocked && !was_blocked && !held {
-            let reason = outcome
-                .reason
-                .clone()
-                .unwrap_or_else(|| "HPACoupled".into());
-            ops.push(WriteOp::Event(Box::new(EventWrite::blocked(
-                w,
-                &reason,
-                &outcome.message,
-            ))));
-        }
-        let Some(plan) = plan else { continue };
-        let workload = WorkloadWrite {
-            observed: Arc::clone(w),
-            gpu: None,
-            requests: Some(plan.requests.clone()),
-        };
-        match &plan.hpa {
-            Some(h) => {
-                let hpa = snapshot.hpas.iter().find(|x| {
-                    x.metadata.namespace.as_deref() == Some(r.key.namespace.as_str())
-                        && x.metadata.name.as_deref() == Some(h.hpa_name.as_str())
-                });
-                ops.push(WriteOp::Coordinated(Box::new(CoordinatedChange {
+        let blocked = (outcome.phase == RecommendationPhase::Blocked && !was_blocked && !held)
+            .then(|| {
+                let reason = outcome
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "HPACoupled".into());
+                WriteOp::Event(Box::new(EventWrite::blocked(w, &reason, &outcome.message)))
+            });
+        let applied = plan
+            .and_then(|p| p.hpa.as_ref())
+            .filter(|_| changing)
+            .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
+        if release.is_empty() {
+            ops.push(WriteOp::Recommendation(Box::new(recommendation)));
+            ops.extend(blocked);
+            let Some(plan) = plan else { continue };
+            let workload = WorkloadWrite {
+                observed: Arc::clone(w),
+                gpu: None,
+                requests: Some(plan.requests.clone()),
+            };
+            match kept_hpa {
+                Some(hpa) => ops.push(WriteOp::Coordinated(Box::new(CoordinatedChange {
                     workload,
-                    hpa: HpaTarget {
-                        namespace: r.key.namespace.clone(),
-                        name: h.hpa_name.clone(),
-                        resource: h.resource.clone(),
-                        average_utilization: h.target_after,
-                        observed: hpa.cloned(),
-                    },
-                })));
-                if changing {
-                    ops.push(WriteOp::Event(Box::new(EventWrite::applied(w, h))));
-                }
+                    hpa,
+                }))),
+                None => ops.push(WriteOp::Workload(Box::new(workload))),
             }
-            None => ops.push(WriteOp::Workload(Box::new(workload))),
+            ops.extend(applied);
+            continue;
         }
+        // The release, with what kerf keeps applying, in one step.
+        let restored_hpa = release
+            .hpa
+            .as_ref()
+            .and_then(|h| restore_target(snapshot, &r.key, h));
+        let hpa_from = restored_hpa
+            .as_ref()
+            .and_then(HpaTarget::current)
+            .map(|(_, t)| t);
+        let event = EventWrite::restored(
+            w,
+            RestoreKind::Release,
+            (&release.requests, &release.removed),
+            restored_hpa.as_ref(),
+            hpa_from,
+            None,
+        );
+        ops.push(WriteOp::Restore(Box::new(RestoreWrite {
+            kind: RestoreKind::Release,
+            observed: Arc::clone(w),
+            requests: release.requests,
+            removed: release.removed,
+            hpa: restored_hpa,
+            keep: plan.map(|p| Kept {
+                requests: p.requests.clone(),
+                hpa: kept_hpa,
+            }),
+            recommendation: Some(recommendation),
+            event,
+        })));
+        ops.extend(blocked);
+        ops.extend(applied);
     }
 
     // Restores of workloads the cycle has no result for (policy deleted, no longer selected).
