@@ -383,7 +383,7 @@ fn fill_owners(store: &Store, snapshot: &Snapshot) {
 /// One cycle's result in a mode without an API server.
 #[derive(Debug)]
 pub struct Evaluated {
-    /// The objects the cycle read (manifests with kerf's earlier writes laid over them).
+    /// The objects as the cycle's writes left them (the manifests with kerf's writes laid over).
     pub snapshot: Snapshot,
     pub cycle: CycleOutput,
     /// Documents of the directory kerf ignored.
@@ -455,8 +455,8 @@ impl DirLoop {
 
 /// One reconcile cycle over freshly read objects with the in-memory writer: kerf's earlier
 /// writes laid over `snapshot`, [`crate::reconciler::reconcile_once`], the writes applied, and
-/// `store` served from what they persisted — as in a cluster. Returns the objects the cycle read,
-/// its output and the number of writes it planned.
+/// `store` served from what they persisted — as in a cluster. Returns the objects as the cycle's
+/// writes left them, its output and the number of writes it planned.
 pub async fn in_memory_cycle<S: MetricSource>(
     writer: &mut MemoryWriter,
     mut snapshot: Snapshot,
@@ -481,9 +481,9 @@ pub async fn in_memory_cycle<S: MetricSource>(
     crate::reconciler::record_query_health(store, &cycle);
     let planned = ops.len();
     writer.apply_all(ops, snapshot.global.read_only, now);
-    let mut persisted = snapshot.clone();
-    writer.overlay(&mut persisted);
-    for w in crate::reconciler::serve_persisted(store, &persisted, &writer.recommendations()) {
+    // The objects as the writes left them (in place: no second copy of the workloads).
+    writer.overlay(&mut snapshot);
+    for w in crate::reconciler::serve_persisted(store, &snapshot, &writer.recommendations()) {
         tracing::debug!("serving persisted state: {w}");
     }
     (snapshot, cycle, planned)

@@ -63,13 +63,14 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     // What the cluster view alone takes, before any cycle runs.
     let snapshot_rss = rss_mib();
     let cycles = args.cycles.max(1);
+    let policies = snapshot.gpu_policies.len();
     let (mode, figures) = match &args.prometheus {
         None => {
             let source = SynthSource {
                 spec,
                 queries: AtomicUsize::new(0),
             };
-            let figures = measure(&snapshot, &source, now, spec.step_seconds, cycles).await;
+            let figures = measure(snapshot, &source, now, spec.step_seconds, cycles).await;
             // The pipeline's own count must be what the source actually answered.
             let answered = source.queries.load(Ordering::Relaxed);
             let counted: usize = figures.iter().map(|f| f.queries).sum();
@@ -82,7 +83,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         Some(url) => {
             let source =
                 crate::metrics::AnySource::from_args(None, Some(url), &snapshot.global).await?;
-            let figures = measure(&snapshot, &source, now, spec.step_seconds, cycles).await;
+            let figures = measure(snapshot, &source, now, spec.step_seconds, cycles).await;
             ("prometheus", figures)
         }
     };
@@ -91,7 +92,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         "mode": mode,
         "workloads": spec.workloads,
         "pods": spec.pods,
-        "policies": snapshot.gpu_policies.len(),
+        "policies": policies,
         "cycles": cycles,
         "queries": last.queries,
         "failedPolicies": last.failed_policies,
@@ -128,7 +129,7 @@ struct CycleFigures {
 /// cycles, so from the second cycle on the previous cycle's state is held while the new one is
 /// built (the steady state of a running replica).
 async fn measure<S: MetricSource>(
-    snapshot: &Snapshot,
+    snapshot: Snapshot,
     source: &S,
     now: DateTime<Utc>,
     step_seconds: i64,
@@ -137,12 +138,14 @@ async fn measure<S: MetricSource>(
     let store = crate::state::Store::new();
     let mut writer = crate::writers::memory::MemoryWriter::new();
     let mut out = Vec::with_capacity(cycles);
+    // The cluster: each cycle reads it as the previous cycle's writes left it.
+    let mut cluster = snapshot;
     for _ in 0..cycles {
         let cpu0 = cpu_seconds().unwrap_or(0.0);
         let t0 = Instant::now();
-        let (_, cycle, writes_planned) = crate::standalone::in_memory_cycle(
+        let (after, cycle, writes_planned) = crate::standalone::in_memory_cycle(
             &mut writer,
-            snapshot.clone(),
+            cluster,
             &[],
             source,
             now,
@@ -150,6 +153,7 @@ async fn measure<S: MetricSource>(
             &store,
         )
         .await;
+        cluster = after;
         out.push(CycleFigures {
             wall: t0.elapsed().as_secs_f64(),
             cpu: cpu_seconds().unwrap_or(0.0) - cpu0,

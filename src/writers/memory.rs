@@ -26,8 +26,8 @@ use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
 use crate::kube::writer::{
-    EventWrite, GpuAnnotations, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite,
-    WriteOp, gpu_restart_due, merge_conditions,
+    EventWrite, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite, WriteOp,
+    gpu_restart_due, merge_conditions, requests_match,
 };
 
 /// Events kept for inspection (oldest dropped first).
@@ -37,7 +37,7 @@ const EVENTS_KEPT: usize = 1000;
 #[derive(Clone, Debug, Default, PartialEq)]
 struct WorkloadFields {
     /// The GPU annotations as kerf last applied them (`None`: kerf never wrote them).
-    gpu: Option<GpuAnnotations>,
+    gpu: Option<BTreeMap<String, String>>,
     /// Template requests kerf set, by container (a `None` resource is left as it is).
     requests: BTreeMap<String, ResourceRequests>,
     /// Pod template `restartedAt` of kerf's last rolling restart.
@@ -67,7 +67,10 @@ impl MemoryWriter {
     /// Lays kerf's writes over `snapshot` (freshly read objects).
     pub fn overlay(&self, snapshot: &mut Snapshot) {
         for w in &mut snapshot.workloads {
-            if let Some(fields) = self.workloads.get(&w.key) {
+            // Only a workload kerf's writes change is copied (and only if shared).
+            if let Some(fields) = self.workloads.get(&w.key)
+                && fields.changes(w)
+            {
                 fields.lay_over(Arc::make_mut(w));
             }
         }
@@ -200,7 +203,7 @@ impl MemoryWriter {
             .is_some_and(|g| gpu_restart_due(key.kind, &w.observed.annotations, g));
         let fields = self.workloads.entry(key.clone()).or_default();
         if let Some(g) = &w.gpu {
-            fields.gpu = Some(g.clone());
+            fields.gpu = Some(g.rendered());
         }
         if let Some(r) = &w.requests {
             merge_requests(&mut fields.requests, r);
@@ -248,9 +251,28 @@ impl MemoryWriter {
 }
 
 impl WorkloadFields {
+    /// Laying these fields over `w` would change it.
+    fn changes(&self, w: &Workload) -> bool {
+        let gpu = self.gpu.as_ref().is_some_and(|rendered| {
+            [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
+                .iter()
+                .any(|k| rendered.get(*k) != w.annotations.get(*k))
+        });
+        let restart = self.restarted_at.as_ref().is_some_and(|at| {
+            w.template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get(ANNOTATION_RESTARTED_AT))
+                != Some(at)
+        });
+        gpu || restart
+            || (self.rollback_cleared && w.annotations.contains_key(ANNOTATION_ROLLBACK))
+            || !requests_match(&w.template, &self.requests)
+    }
+
     fn lay_over(&self, w: &mut Workload) {
-        if let Some(g) = &self.gpu {
-            let rendered = g.rendered();
+        if let Some(rendered) = &self.gpu {
             for k in [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION] {
                 match rendered.get(k) {
                     Some(v) => w.annotations.insert(k.to_string(), v.clone()),
