@@ -53,7 +53,9 @@ pub struct MetricSourceArgs {
 }
 
 /// How to reach `--prometheus`: credentials (from files), TLS, headers, query parameters, the
-/// cluster label. The same settings as GlobalConfiguration `spec.prometheus` in-cluster.
+/// cluster label. The same settings as GlobalConfiguration `spec.prometheus` in-cluster. Each
+/// flag needs `--prometheus` and is refused with `--metrics` (`requires` alone is waived by
+/// clap when the required flag conflicts with one given).
 #[derive(Args, Debug, Clone, Default)]
 pub struct PrometheusConnectionArgs {
     /// File holding a bearer token sent as `Authorization: Bearer …`; read again at every
@@ -62,7 +64,8 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_BEARER_TOKEN_FILE",
         value_name = "PATH",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_bearer_token_file: Option<PathBuf>,
     /// User for HTTP basic auth (with --prometheus-basic-auth-password-file).
@@ -70,7 +73,8 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_BASIC_AUTH_USER",
         value_name = "USER",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_basic_auth_user: Option<String>,
     /// File holding the basic-auth password; read again at every request.
@@ -78,7 +82,8 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE",
         value_name = "PATH",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_basic_auth_password_file: Option<PathBuf>,
     /// PEM file of the CA(s) the server certificate must chain to, instead of the system's.
@@ -86,7 +91,8 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_CA_FILE",
         value_name = "PATH",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_ca_file: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with --prometheus-client-key).
@@ -94,7 +100,8 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_CLIENT_CERT",
         value_name = "PATH",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_client_cert: Option<PathBuf>,
     /// PEM private key of --prometheus-client-cert.
@@ -102,15 +109,13 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_CLIENT_KEY",
         value_name = "PATH",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_client_key: Option<PathBuf>,
     /// Accept any server certificate (logged as a warning at start). For trials only.
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_INSECURE_SKIP_VERIFY",
-        requires = "prometheus"
-    )]
+    // Checked by `needs_prometheus`: for clap the variable set to `false` would be "present".
+    #[arg(long, env = "KERF_PROMETHEUS_INSECURE_SKIP_VERIFY")]
     pub prometheus_insecure_skip_verify: bool,
     /// A header sent with every request, `'Name: value'` (e.g. `X-Scope-OrgID: team-a`);
     /// repeatable (in the environment variable: one per line).
@@ -119,7 +124,8 @@ pub struct PrometheusConnectionArgs {
         env = "KERF_PROMETHEUS_HEADER",
         value_name = "NAME: VALUE",
         value_delimiter = '\n',
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_header: Vec<String>,
     /// A query parameter added to every request, `key=value` (e.g. `dedup=true` for Thanos);
@@ -129,7 +135,8 @@ pub struct PrometheusConnectionArgs {
         env = "KERF_PROMETHEUS_QUERY_PARAM",
         value_name = "KEY=VALUE",
         value_delimiter = '&',
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_query_param: Vec<String>,
     /// A label matcher `name=value` added to every selector, for a Prometheus that stores many
@@ -138,12 +145,24 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_CLUSTER_LABEL",
         value_name = "NAME=VALUE",
-        requires = "prometheus"
+        requires = "prometheus",
+        conflicts_with = "metrics"
     )]
     pub prometheus_cluster_label: Option<String>,
 }
 
 impl PrometheusConnectionArgs {
+    /// The flags clap cannot hold to `--prometheus` need it all the same.
+    pub fn needs_prometheus(&self, prometheus: Option<&str>) -> anyhow::Result<()> {
+        if prometheus.is_none() && self.prometheus_insecure_skip_verify {
+            anyhow::bail!(
+                "{} needs --prometheus (in-cluster: spec.prometheus.tls.insecureSkipVerify)",
+                crate::api::PrometheusOption::InsecureSkipVerify.flag()
+            );
+        }
+        Ok(())
+    }
+
     /// The connection settings for `url` (the request timeout from `global`), as a
     /// GlobalConfiguration would write them; a malformed or invalid combination of flags is an
     /// error naming the flag. Header values are never quoted.
@@ -269,6 +288,7 @@ pub async fn metric_source(
     connection: &PrometheusConnectionArgs,
     global: &crate::api::GlobalConfigurationSpec,
 ) -> anyhow::Result<crate::metrics::AnySource> {
+    connection.needs_prometheus(args.prometheus.as_deref())?;
     let settings = match &args.prometheus {
         Some(url) => Some(connection.settings(url, global)?),
         None => None,

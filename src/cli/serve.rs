@@ -91,6 +91,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Flags that cannot work fail before anything listens (their files are read once the
     // directory's GlobalConfiguration is known: a failure then stops the standalone loop).
+    args.connection
+        .needs_prometheus(args.prometheus.as_deref())?;
     if let Some(url) = &args.prometheus {
         args.connection
             .settings(url, &crate::api::GlobalConfigurationSpec::default())?;
