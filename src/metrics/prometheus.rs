@@ -38,18 +38,23 @@ enum Auth {
 
 pub struct PrometheusSource {
     http: reqwest::Client,
+    timeout: Duration,
+    /// Where and how to ask (boxed: kept out of [`super::AnySource`]'s size).
+    conn: Box<Connection>,
+    /// Counter-ness per metric name from `/api/v1/metadata` (asked once per name).
+    counters: Mutex<HashMap<String, bool>>,
+}
+
+struct Connection {
     /// `…/api/v1/query_range` and `…/api/v1/metadata`, with the configured query parameters.
     query_range_url: Url,
     metadata_url: Url,
-    timeout: Duration,
     auth: Option<Auth>,
     /// The URL carries `user:password@` (reqwest sends it as basic auth).
     url_credentials: bool,
     cluster: Option<LabelMatcher>,
     /// How messages name the settings: GlobalConfiguration fields or command-line flags.
     names: OptionNames,
-    /// Counter-ness per metric name from `/api/v1/metadata` (asked once per name).
-    counters: Mutex<HashMap<String, bool>>,
 }
 
 impl PrometheusSource {
@@ -179,26 +184,28 @@ impl PrometheusSource {
             .collect();
         Ok(Self {
             http,
-            query_range_url: endpoint(&base, "api/v1/query_range", &params),
-            metadata_url: endpoint(&base, "api/v1/metadata", &params),
             timeout,
-            auth,
-            url_credentials,
-            cluster: settings.cluster_label.as_ref().map(|l| LabelMatcher {
-                name: l.name.clone(),
-                value: l.value.clone(),
+            conn: Box::new(Connection {
+                query_range_url: endpoint(&base, "api/v1/query_range", &params),
+                metadata_url: endpoint(&base, "api/v1/metadata", &params),
+                auth,
+                url_credentials,
+                cluster: settings.cluster_label.as_ref().map(|l| LabelMatcher {
+                    name: l.name.clone(),
+                    value: l.value.clone(),
+                }),
+                names,
             }),
-            names,
             counters: Mutex::new(HashMap::new()),
         })
     }
 
     /// The `Authorization` header for the next request, from the files as they are now.
     async fn authorization(&self) -> Result<Option<HeaderValue>, MetricError> {
-        let value = match &self.auth {
+        let value = match &self.conn.auth {
             None => return Ok(None),
             Some(Auth::Bearer { file }) => {
-                let token = read_secret(file, self.names.of(O::BearerTokenFile)).await?;
+                let token = read_secret(file, self.conn.names.of(O::BearerTokenFile)).await?;
                 format!("Bearer {token}")
             }
             Some(Auth::Basic {
@@ -206,7 +213,8 @@ impl PrometheusSource {
                 password_file,
             }) => {
                 let password =
-                    read_secret(password_file, self.names.of(O::BasicAuthPasswordFile)).await?;
+                    read_secret(password_file, self.conn.names.of(O::BasicAuthPasswordFile))
+                        .await?;
                 let pair =
                     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
                 format!("Basic {pair}")
@@ -223,9 +231,9 @@ impl PrometheusSource {
     }
 
     fn auth_option_name(&self) -> &'static str {
-        match &self.auth {
-            Some(Auth::Basic { .. }) => self.names.of(O::BasicAuthPasswordFile),
-            _ => self.names.of(O::BearerTokenFile),
+        match &self.conn.auth {
+            Some(Auth::Basic { .. }) => self.conn.names.of(O::BasicAuthPasswordFile),
+            _ => self.conn.names.of(O::BearerTokenFile),
         }
     }
 
@@ -253,10 +261,10 @@ impl PrometheusSource {
         if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
             return None;
         }
-        let sent = match &self.auth {
+        let sent = match &self.conn.auth {
             Some(Auth::Bearer { file }) => format!(
                 "the bearer token read from {} {}",
-                self.names.of(O::BearerTokenFile),
+                self.conn.names.of(O::BearerTokenFile),
                 file.display()
             ),
             Some(Auth::Basic {
@@ -264,14 +272,14 @@ impl PrometheusSource {
                 password_file,
             }) => format!(
                 "basic auth as {user:?} with the password read from {} {}",
-                self.names.of(O::BasicAuthPasswordFile),
+                self.conn.names.of(O::BasicAuthPasswordFile),
                 password_file.display()
             ),
-            None if self.url_credentials => "the credentials in the URL".to_string(),
+            None if self.conn.url_credentials => "the credentials in the URL".to_string(),
             None => format!(
                 "no credentials (see {} and {})",
-                self.names.of(O::BearerTokenFile),
-                self.names.of(O::BasicAuthUser)
+                self.conn.names.of(O::BearerTokenFile),
+                self.conn.names.of(O::BasicAuthUser)
             ),
         };
         let verdict = if status == StatusCode::UNAUTHORIZED {
@@ -305,7 +313,7 @@ impl PrometheusSource {
         {
             return Ok(*known);
         }
-        let mut url = self.metadata_url.clone();
+        let mut url = self.conn.metadata_url.clone();
         url.query_pairs_mut().append_pair("metric", &q.metric);
         // Unreachable: the range query would fail the same way.
         let response = self.send(self.http.get(url.clone())).await?;
@@ -352,7 +360,7 @@ impl PrometheusSource {
         }
         let mut warnings = Vec::new();
         let counter = self.is_counter(q, &mut warnings).await?;
-        let text = promql::build_query_matching(q, counter, self.cluster.as_ref());
+        let text = promql::build_query_matching(q, counter, self.conn.cluster.as_ref());
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
@@ -361,7 +369,7 @@ impl PrometheusSource {
             ("step", q.step_seconds.to_string()),
             ("timeout", format!("{timeout_ms}ms")),
         ];
-        let url = &self.query_range_url;
+        let url = &self.conn.query_range_url;
         let response = self.send(self.http.post(url.clone()).form(&form)).await?;
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
