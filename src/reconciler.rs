@@ -98,7 +98,7 @@ pub const SERVE_REFRESH: Duration = Duration::from_secs(10);
 
 /// Runs until something it needs stops: readiness after restart recovery, then every
 /// [`SERVE_REFRESH`] the store is refilled from the persisted state, and — on the Lease holder
-/// only — a cycle every interval (missed ticks are skipped; a changed interval or Prometheus URL
+/// only — a cycle every interval (missed ticks are skipped; a changed interval or `spec.prometheus`
 /// is picked up at the next cycle). Followers never query Prometheus: Prometheus sees one client
 /// per cluster. Returns an error — it never returns `Ok` — when the caches cannot sync (see
 /// [`ReconcilerConfig::cache_sync_timeout`]), a watch, the Lease or the writer task stopped, or
@@ -221,9 +221,10 @@ impl ReconcileCycle {
         let started = std::time::Instant::now();
         self.writer.set_read_only(snapshot.global.read_only);
         let settings = &snapshot.global.prometheus;
+        // A changed setting (URL, timeout, credentials, TLS, headers…) takes effect now. One
+        // that cannot work is logged and kept on /readyz, and the last working source goes on.
+        let mut not_applied = None;
         if self.source.as_ref().is_none_or(|(s, _)| s != settings) {
-            // A changed setting (URL, timeout, credentials, TLS, headers…) takes effect now; a
-            // source that cannot be built is reported, and the last working one is kept.
             match PrometheusSource::connect(settings, OptionNames::Fields) {
                 Ok(s) => self.source = Some((settings.clone(), s)),
                 Err(e) => {
@@ -231,6 +232,7 @@ impl ReconcileCycle {
                         crate::health::redact(&format!("spec.prometheus ({}): {e}", settings.url));
                     tracing::error!("{message}");
                     self.store.health().record_error(PROMETHEUS, &message);
+                    not_applied = Some(message);
                 }
             }
         }
@@ -246,6 +248,9 @@ impl ReconcileCycle {
             )
             .await;
             record_query_health(&self.store, &cycle);
+            if let Some(message) = &not_applied {
+                self.store.health().record_error(PROMETHEUS, message);
+            }
             drop(cycle);
             for op in ops {
                 if self.writer.send(op).await.is_err() {
