@@ -1,8 +1,10 @@
-//! A real Prometheus for tests, loaded from OpenMetrics text with `promtool`.
+//! A real Prometheus for tests, loaded from OpenMetrics text with `promtool`, optionally behind
+//! its own `--web.config.file` (TLS, client certificates, basic auth: [`WebConfig`]).
 //!
 //! Include it with `#[path = "support/prometheus.rs"] mod prometheus_support;`.
-//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH`. Backfilled data is
-//! fixed in time: query at explicit times around [`EPOCH`], never "now".
+//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH` (and `python3`, which
+//! hashes basic-auth passwords). Backfilled data is fixed in time: query at explicit times around
+//! [`EPOCH`], never "now".
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{Read, Write};
@@ -20,6 +22,71 @@ pub struct TestPrometheus {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// Started with a web configuration: TLS and/or authentication.
+    web: Option<WebConfig>,
+}
+
+/// Prometheus's `--web.config.file`: TLS, client certificates and basic auth, all native.
+#[derive(Clone, Debug, Default)]
+pub struct WebConfig {
+    /// Serving certificate and key (PEM): Prometheus answers over HTTPS only.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Requires a client certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+    /// Basic-auth users and their passwords (stored bcrypt-hashed).
+    pub users: Vec<(String, String)>,
+}
+
+impl WebConfig {
+    fn yaml(&self) -> String {
+        let mut out = String::new();
+        if let Some((cert, key)) = &self.tls {
+            out += &format!(
+                "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+                cert.display(),
+                key.display()
+            );
+            if let Some(ca) = &self.client_ca {
+                out += &format!(
+                    "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+                    ca.display()
+                );
+            }
+        }
+        if !self.users.is_empty() {
+            out += "basic_auth_users:\n";
+            for (user, password) in &self.users {
+                out += &format!("  {user}: '{}'\n", bcrypt(password));
+            }
+        }
+        out
+    }
+}
+
+/// A bcrypt hash of `password` (cost 4: quick to check), made by Python's `crypt`.
+pub fn bcrypt(password: &str) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-W",
+            "ignore",
+            "-c",
+            "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))",
+            password,
+        ])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run python3 to hash a basic-auth password ({e}); install it with \
+                 `apt-get install -y python3` (`scripts/test --setup-only` installs it with pip)"
+            )
+        });
+    let hash = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && hash.starts_with("$2"),
+        "python3 crypt made no bcrypt hash: {hash} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hash
 }
 
 fn binary(env: &str, name: &str) -> PathBuf {
@@ -78,6 +145,16 @@ impl TestPrometheus {
     /// Loads `text` (OpenMetrics, ending in `# EOF`) and starts Prometheus on a free loopback
     /// port; returns once `/-/ready` answers 200.
     pub fn start_with_openmetrics(text: &str) -> Self {
+        Self::start(text, None)
+    }
+
+    /// Like [`Self::start_with_openmetrics`], behind `web` (TLS, client certificates, basic
+    /// auth); ready once Prometheus logs that it serves.
+    pub fn start_secured(text: &str, web: &WebConfig) -> Self {
+        Self::start(text, Some(web.clone()))
+    }
+
+    fn start(text: &str, web: Option<WebConfig>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("data.om");
         std::fs::write(&file, text).expect("write OpenMetrics file");
@@ -90,10 +167,14 @@ impl TestPrometheus {
             "global:\n  scrape_interval: 1h\nscrape_configs: []\n",
         )
         .expect("write config");
+        if let Some(web) = &web {
+            std::fs::write(dir.path().join("web.yml"), web.yaml()).expect("write web config");
+        }
         let mut p = Self {
             dir,
             port: 0,
             child: None,
+            web,
         };
         // The port is free when picked but could be taken before Prometheus binds it.
         for attempt in 1..=3 {
@@ -107,9 +188,13 @@ impl TestPrometheus {
         unreachable!()
     }
 
-    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    /// Base URL, e.g. `http://127.0.0.1:40123` (`https://` behind TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = match self.web.as_ref().and_then(|w| w.tls.as_ref()) {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -135,7 +220,14 @@ impl TestPrometheus {
     fn spawn(&mut self) -> Result<(), String> {
         let log_path = self.dir.path().join("prometheus.log");
         let log = std::fs::File::create(&log_path).expect("create log");
-        let child = Command::new(prometheus_bin())
+        let mut command = Command::new(prometheus_bin());
+        if self.web.is_some() {
+            command.arg(format!(
+                "--web.config.file={}",
+                self.dir.path().join("web.yml").display()
+            ));
+        }
+        let child = command
             .arg(format!(
                 "--config.file={}",
                 self.dir.path().join("prometheus.yml").display()
@@ -167,7 +259,13 @@ impl TestPrometheus {
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
                 return Err(format!("prometheus exited ({status}) before ready:\n{log}"));
             }
-            if matches!(self.get("/-/ready"), Ok((200, _))) {
+            let ready = match self.web {
+                // `/-/ready` is behind TLS and authentication too: the log says it instead.
+                Some(_) => std::fs::read_to_string(&log_path)
+                    .is_ok_and(|l| l.contains("Server is ready to receive web requests")),
+                None => matches!(self.get("/-/ready"), Ok((200, _))),
+            };
+            if ready {
                 return Ok(());
             }
             if Instant::now() > deadline {
