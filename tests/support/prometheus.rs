@@ -77,13 +77,14 @@ pub fn bcrypt(password: &str) -> String {
         .unwrap_or_else(|e| {
             panic!(
                 "cannot run python3 to hash a basic-auth password ({e}); install it with \
-                 `apt-get install -y python3` (`scripts/test --setup-only` installs it with pip)"
+                 `scripts/test --setup-only` (or `apt-get install -y python3`)"
             )
         });
     let hash = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(
         out.status.success() && hash.starts_with("$2"),
-        "python3 crypt made no bcrypt hash: {hash} {}",
+        "python3 made no bcrypt hash (its crypt module, Python 3.12 and older, with the C \
+         library's bcrypt as on Debian bookworm): {hash} {}",
         String::from_utf8_lossy(&out.stderr)
     );
     hash
