@@ -54,67 +54,33 @@ pub struct MetricSourceArgs {
 
 /// How to reach `--prometheus`: credentials (from files), TLS, headers, query parameters, the
 /// cluster label. The same settings as GlobalConfiguration `spec.prometheus` in-cluster. Each
-/// flag needs `--prometheus` and is refused with `--metrics` (`requires` alone is waived by
-/// clap when the required flag conflicts with one given).
+/// flag needs `--prometheus` ([`Self::needs_prometheus`]).
 #[derive(Args, Debug, Clone, Default)]
 pub struct PrometheusConnectionArgs {
     /// File holding a bearer token sent as `Authorization: Bearer …`; read again at every
     /// request, so a rotated token (a projected service-account token) is picked up.
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_BEARER_TOKEN_FILE",
-        value_name = "PATH",
-        requires = "prometheus",
-        conflicts_with = "metrics"
-    )]
+    #[arg(long, env = "KERF_PROMETHEUS_BEARER_TOKEN_FILE", value_name = "PATH")]
     pub prometheus_bearer_token_file: Option<PathBuf>,
     /// User for HTTP basic auth (with --prometheus-basic-auth-password-file).
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_BASIC_AUTH_USER",
-        value_name = "USER",
-        requires = "prometheus",
-        conflicts_with = "metrics"
-    )]
+    #[arg(long, env = "KERF_PROMETHEUS_BASIC_AUTH_USER", value_name = "USER")]
     pub prometheus_basic_auth_user: Option<String>,
     /// File holding the basic-auth password; read again at every request.
     #[arg(
         long,
         env = "KERF_PROMETHEUS_BASIC_AUTH_PASSWORD_FILE",
-        value_name = "PATH",
-        requires = "prometheus",
-        conflicts_with = "metrics"
+        value_name = "PATH"
     )]
     pub prometheus_basic_auth_password_file: Option<PathBuf>,
     /// PEM file of the CA(s) the server certificate must chain to, instead of the system's.
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_CA_FILE",
-        value_name = "PATH",
-        requires = "prometheus",
-        conflicts_with = "metrics"
-    )]
+    #[arg(long, env = "KERF_PROMETHEUS_CA_FILE", value_name = "PATH")]
     pub prometheus_ca_file: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with --prometheus-client-key).
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_CLIENT_CERT",
-        value_name = "PATH",
-        requires = "prometheus",
-        conflicts_with = "metrics"
-    )]
+    #[arg(long, env = "KERF_PROMETHEUS_CLIENT_CERT", value_name = "PATH")]
     pub prometheus_client_cert: Option<PathBuf>,
     /// PEM private key of --prometheus-client-cert.
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_CLIENT_KEY",
-        value_name = "PATH",
-        requires = "prometheus",
-        conflicts_with = "metrics"
-    )]
+    #[arg(long, env = "KERF_PROMETHEUS_CLIENT_KEY", value_name = "PATH")]
     pub prometheus_client_key: Option<PathBuf>,
     /// Accept any server certificate (logged as a warning at start). For trials only.
-    // Checked by `needs_prometheus`: for clap the variable set to `false` would be "present".
     #[arg(long, env = "KERF_PROMETHEUS_INSECURE_SKIP_VERIFY")]
     pub prometheus_insecure_skip_verify: bool,
     /// A header sent with every request, `'Name: value'` (e.g. `X-Scope-OrgID: team-a`);
@@ -123,9 +89,7 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_HEADER",
         value_name = "NAME: VALUE",
-        value_delimiter = '\n',
-        requires = "prometheus",
-        conflicts_with = "metrics"
+        value_delimiter = '\n'
     )]
     pub prometheus_header: Vec<String>,
     /// A query parameter added to every request, `key=value` (e.g. `dedup=true` for Thanos);
@@ -134,33 +98,66 @@ pub struct PrometheusConnectionArgs {
         long,
         env = "KERF_PROMETHEUS_QUERY_PARAM",
         value_name = "KEY=VALUE",
-        value_delimiter = '&',
-        requires = "prometheus",
-        conflicts_with = "metrics"
+        value_delimiter = '&'
     )]
     pub prometheus_query_param: Vec<String>,
     /// A label matcher `name=value` added to every selector, for a Prometheus that stores many
     /// clusters (e.g. `cluster=prod-eu`).
-    #[arg(
-        long,
-        env = "KERF_PROMETHEUS_CLUSTER_LABEL",
-        value_name = "NAME=VALUE",
-        requires = "prometheus",
-        conflicts_with = "metrics"
-    )]
+    #[arg(long, env = "KERF_PROMETHEUS_CLUSTER_LABEL", value_name = "NAME=VALUE")]
     pub prometheus_cluster_label: Option<String>,
 }
 
+/// `text` split at the first `sep`, or an error naming `option` and the `expected` form.
+fn split_pair<'a>(
+    text: &'a str,
+    sep: char,
+    option: crate::api::PrometheusOption,
+    expected: &str,
+) -> anyhow::Result<(&'a str, &'a str)> {
+    text.split_once(sep).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: expected {expected}, got a value without {sep:?}",
+            option.flag()
+        )
+    })
+}
+
 impl PrometheusConnectionArgs {
-    /// The flags clap cannot hold to `--prometheus` need it all the same.
+    /// Connection flags are for `--prometheus`: without it (with `--metrics`, or in-cluster,
+    /// where GlobalConfiguration `spec.prometheus` says it) the first one given is an error.
+    /// Checked here, not by clap: clap counts an environment variable set to `false` as given,
+    /// and waives a requirement that conflicts with a flag given.
     pub fn needs_prometheus(&self, prometheus: Option<&str>) -> anyhow::Result<()> {
-        if prometheus.is_none() && self.prometheus_insecure_skip_verify {
-            anyhow::bail!(
-                "{} needs --prometheus (in-cluster: spec.prometheus.tls.insecureSkipVerify)",
-                crate::api::PrometheusOption::InsecureSkipVerify.flag()
-            );
+        use crate::api::PrometheusOption as O;
+        if prometheus.is_some() {
+            return Ok(());
         }
-        Ok(())
+        let given = [
+            (
+                self.prometheus_bearer_token_file.is_some(),
+                O::BearerTokenFile,
+            ),
+            (self.prometheus_basic_auth_user.is_some(), O::BasicAuthUser),
+            (
+                self.prometheus_basic_auth_password_file.is_some(),
+                O::BasicAuthPasswordFile,
+            ),
+            (self.prometheus_ca_file.is_some(), O::CaFile),
+            (self.prometheus_client_cert.is_some(), O::ClientCert),
+            (self.prometheus_client_key.is_some(), O::ClientKey),
+            (self.prometheus_insecure_skip_verify, O::InsecureSkipVerify),
+            (!self.prometheus_header.is_empty(), O::Header),
+            (!self.prometheus_query_param.is_empty(), O::QueryParam),
+            (self.prometheus_cluster_label.is_some(), O::ClusterLabel),
+        ];
+        match given.iter().find(|(given, _)| *given) {
+            None => Ok(()),
+            Some((_, option)) => anyhow::bail!(
+                "{} needs --prometheus (in-cluster: GlobalConfiguration {})",
+                option.flag(),
+                option.field()
+            ),
+        }
     }
 
     /// The connection settings for `url` (the request timeout from `global`), as a
@@ -204,12 +201,8 @@ impl PrometheusConnectionArgs {
         };
         let mut headers = Vec::new();
         for h in &self.prometheus_header {
-            let Some((name, value)) = h.split_once(':') else {
-                anyhow::bail!(
-                    "{}: expected 'Name: value', got a value without a colon",
-                    O::Header.flag()
-                );
-            };
+            // Not quoted: a header may carry something private.
+            let (name, value) = split_pair(h, ':', O::Header, "'Name: value'")?;
             headers.push(PrometheusHeader {
                 name: name.trim().to_string(),
                 value: value.trim().to_string(),
@@ -217,9 +210,7 @@ impl PrometheusConnectionArgs {
         }
         let mut query_params = Vec::new();
         for p in &self.prometheus_query_param {
-            let Some((name, value)) = p.split_once('=') else {
-                anyhow::bail!("{}: expected key=value, got {p:?}", O::QueryParam.flag());
-            };
+            let (name, value) = split_pair(p, '=', O::QueryParam, "key=value")?;
             query_params.push(PrometheusQueryParam {
                 name: name.to_string(),
                 value: value.to_string(),
@@ -228,9 +219,7 @@ impl PrometheusConnectionArgs {
         let cluster_label = match &self.prometheus_cluster_label {
             None => None,
             Some(l) => {
-                let Some((name, value)) = l.split_once('=') else {
-                    anyhow::bail!("{}: expected name=value, got {l:?}", O::ClusterLabel.flag());
-                };
+                let (name, value) = split_pair(l, '=', O::ClusterLabel, "name=value")?;
                 Some(PrometheusClusterLabel {
                     name: name.to_string(),
                     value: value.to_string(),
