@@ -96,6 +96,17 @@ fn cluster(r: &Recorded, globals: &[Value], published: &AtomicUsize, sent: &mut 
     }
 }
 
+/// Every request was accepted and carried this token, tenant header and `dedup` parameter.
+fn all_sent(seen: &[auth_proxy::Seen], authorization: &str, tenant: &str, dedup: &str) {
+    for s in seen {
+        assert!(s.accepted, "{s:?}");
+        assert_eq!(s.headers["authorization"], authorization);
+        assert_eq!(s.headers["x-scope-orgid"], tenant);
+        let dedup = ("dedup".to_string(), dedup.to_string());
+        assert!(s.query_pairs().contains(&dedup), "{s:?}");
+    }
+}
+
 /// A computation now: the Lease is lost and taken again (a new holder computes at once).
 async fn compute_again(cycle: &mut ReconcileCycle, lease: &watch::Sender<bool>) {
     lease.send(false).unwrap();
@@ -148,15 +159,7 @@ async fn the_leader_reaches_prometheus_as_the_global_configuration_says_and_foll
             == 2,
         "one query per signal: {seen:?}"
     );
-    for s in &seen {
-        assert!(s.accepted, "{s:?}");
-        assert_eq!(s.headers["authorization"], "Bearer sa-token-1");
-        assert_eq!(s.headers["x-scope-orgid"], "team-a");
-        assert!(
-            s.query_pairs().contains(&("dedup".into(), "true".into())),
-            "{s:?}"
-        );
-    }
+    all_sent(&seen, "Bearer sa-token-1", "team-a", "true");
     assert_eq!(store.health().last_error("prometheus"), None);
 
     // The projected token rotates: read again at the next request.
@@ -175,15 +178,7 @@ async fn the_leader_reaches_prometheus_as_the_global_configuration_says_and_foll
         seen.iter().any(|s| s.path == "/api/v1/query_range"),
         "{seen:?}"
     );
-    for s in &seen {
-        assert!(s.accepted, "{s:?}");
-        assert_eq!(s.headers["authorization"], "Bearer sa-token-2");
-        assert_eq!(s.headers["x-scope-orgid"], "team-b");
-        assert!(
-            s.query_pairs().contains(&("dedup".into(), "false".into())),
-            "{s:?}"
-        );
-    }
+    all_sent(&seen, "Bearer sa-token-2", "team-b", "false");
 
     // A setting that cannot work is reported on /readyz, naming the field; the last working
     // source keeps serving.

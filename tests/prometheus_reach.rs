@@ -7,13 +7,15 @@
 
 #[path = "support/auth_proxy.rs"]
 mod auth_proxy;
+#[path = "support/kerf_cli.rs"]
+mod kerf_cli;
 #[path = "support/pki.rs"]
 mod pki;
 #[path = "support/prometheus.rs"]
 mod prometheus_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use auth_proxy::AuthProxy;
@@ -27,11 +29,11 @@ use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery};
 use kerf::standalone::{DirLoop, Evaluated};
+use kerf_cli::{AT, kerf_recommend, recommend, root, stderr};
 use pki::TestPki;
 use prometheus_support::{TestPrometheus, WebConfig};
 use serde_json::Value;
 
-const AT: &str = "2026-01-01T12:00:00Z";
 const PASSWORD: &str = "basic-pw-7Hq2";
 const WRONG_PASSWORD: &str = "wrong-pw-Zx81";
 /// The two shipped examples: GPU (examples/manifests) and CPU/memory with an HPA.
@@ -39,10 +41,6 @@ const EXAMPLES: [(&str, &str); 2] = [
     ("examples/manifests", "examples/metrics.om"),
     ("examples/hpa/manifests", "examples/hpa/metrics.om"),
 ];
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn at() -> DateTime<Utc> {
     AT.parse().unwrap()
@@ -60,38 +58,6 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// `kerf recommend --manifests DIR --at AT -o json ARGS…` with `env` added.
-fn kerf_recommend(manifests: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args([
-            "recommend",
-            "--manifests",
-            manifests,
-            "--at",
-            AT,
-            "-o",
-            "json",
-        ])
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root())
-        .output()
-        .unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The JSON answer of a successful run whose queries all succeeded.
-fn recommend(manifests: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
-    let out = kerf_recommend(manifests, args, env);
-    let err = stderr(&out);
-    assert!(out.status.success(), "{args:?}: {err}");
-    assert!(!err.contains("query failed"), "{args:?}: {err}");
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// A run whose queries failed: exit 0 (the last recommendations stay), stderr says why.

@@ -4,23 +4,23 @@
 //! (jitter, missed scrapes, a counter reset), where the engines' rate and staleness rules part.
 //! Needs `prometheus`, `promtool` and `victoria-metrics` (`scripts/test` installs them).
 
+#[path = "support/kerf_cli.rs"]
+mod kerf_cli;
 #[path = "support/prometheus.rs"]
 mod prometheus_support;
 #[path = "support/victoria.rs"]
 mod victoria;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 
 use chrono::{TimeZone, Utc};
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::{MetricSource, RangeQuery, SeriesKey, SeriesSet};
-use prometheus_support::TestPrometheus;
+use kerf_cli::root;
+use prometheus_support::{Lcg, TestPrometheus};
 use serde_json::Value;
 use victoria::TestVictoriaMetrics;
 
-const AT: &str = "2026-01-01T12:00:00Z";
 /// 2026-01-01T12:00:00Z, the end of every example's data.
 const END: i64 = 1_767_268_800;
 
@@ -30,31 +30,8 @@ const CPU_TOLERANCE: f64 = 0.02;
 /// …and within this at every percentile once a rate window spans 240 s or more.
 const LONG_WINDOW_TOLERANCE: f64 = 0.05;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn recommend(manifests: &str, source: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args([
-            "recommend",
-            "--manifests",
-            manifests,
-            "--at",
-            AT,
-            "-o",
-            "json",
-        ])
-        .args(source)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && !err.contains("query failed"),
-        "{err}"
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    kerf_cli::recommend(manifests, source, &[])
 }
 
 /// Recommendations from the file, from Prometheus and from VictoriaMetrics, all loaded with
@@ -92,21 +69,6 @@ fn victoria_metrics_gives_prometheus_recommendations_on_the_shipped_examples() {
     let web = &vm["recommendations"][0];
     assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
     assert_eq!(web["hpa"]["targetAfter"], 71);
-}
-
-/// Deterministic pseudo-random numbers in [0, 1).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn between(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.next()
-    }
 }
 
 const WEB_PODS: [&str; 3] = [

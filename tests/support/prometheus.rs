@@ -7,16 +7,33 @@
 //! [`EPOCH`], never "now".
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "local_server.rs"]
+mod local_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// 2026-01-01T00:00:00Z: the fixed origin of test data.
 pub const EPOCH: i64 = 1_767_225_600;
 
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deterministic pseudo-random numbers for test data.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number in [0, 1).
+    pub fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The next number in [lo, hi).
+    pub fn between(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next()
+    }
+}
 
 pub struct TestPrometheus {
     dir: tempfile::TempDir,
@@ -90,30 +107,12 @@ pub fn bcrypt(password: &str) -> String {
     hash
 }
 
-fn binary(env: &str, name: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return PathBuf::from(p);
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` not found on PATH and {env} is not set; install it with \
-                 `scripts/test --setup-only` (or `apt-get install -y prometheus`)"
-            )
-        })
-}
-
 pub fn promtool_bin() -> PathBuf {
-    binary("KERF_PROMTOOL_BIN", "promtool")
+    local_server::binary("KERF_PROMTOOL_BIN", "promtool", "prometheus")
 }
 
 pub fn prometheus_bin() -> PathBuf {
-    binary("KERF_PROMETHEUS_BIN", "prometheus")
+    local_server::binary("KERF_PROMETHEUS_BIN", "prometheus", "prometheus")
 }
 
 /// Runs `promtool tsdb create-blocks-from openmetrics FILE DIR`; Err(output) when it refuses.
@@ -133,13 +132,6 @@ pub fn promtool_load(file: &Path, data_dir: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
 }
 
 impl TestPrometheus {
@@ -179,7 +171,7 @@ impl TestPrometheus {
         };
         // The port is free when picked but could be taken before Prometheus binds it.
         for attempt in 1..=3 {
-            p.port = free_port();
+            p.port = local_server::free_port();
             match p.spawn() {
                 Ok(()) => return p,
                 Err(e) if attempt == 3 => panic!("{e}"),
@@ -249,59 +241,24 @@ impl TestPrometheus {
                 )
             });
         self.child = Some(child);
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!("prometheus exited ({status}) before ready:\n{log}"));
-            }
-            let ready = match self.web {
+        let (web, port) = (self.web.is_some(), self.port);
+        local_server::wait_ready(&mut self.child, &log_path, "prometheus", || {
+            if web {
                 // `/-/ready` is behind TLS and authentication too: the log says it instead.
-                Some(_) => std::fs::read_to_string(&log_path)
-                    .is_ok_and(|l| l.contains("Server is ready to receive web requests")),
-                None => matches!(self.get("/-/ready"), Ok((200, _))),
-            };
-            if ready {
-                return Ok(());
+                std::fs::read_to_string(&log_path)
+                    .is_ok_and(|l| l.contains("Server is ready to receive web requests"))
+            } else {
+                matches!(
+                    local_server::http(port, "GET", "/-/ready", ""),
+                    Ok((200, _))
+                )
             }
-            if Instant::now() > deadline {
-                self.stop();
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!(
-                    "prometheus not ready after {READY_TIMEOUT:?}:\n{log}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// Plain blocking HTTP GET against this Prometheus: (status, body).
     pub fn get(&self, path_and_query: &str) -> std::io::Result<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        // HTTP/1.0: no chunked encoding, the server closes when done.
-        write!(
-            s,
-            "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad HTTP answer: {text:.200}")))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+        local_server::http(self.port, "GET", path_and_query, "")
     }
 
     /// Requests Prometheus has served on `handler` (e.g. `/api/v1/query_range`), all codes.

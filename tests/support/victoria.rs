@@ -8,30 +8,18 @@
 //! `KERF_VICTORIA_METRICS_BIN` or `PATH`.
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "local_server.rs"]
+mod local_server;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn victoria_metrics_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("KERF_VICTORIA_METRICS_BIN") {
-        return PathBuf::from(p);
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("victoria-metrics"))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "`victoria-metrics` not found on PATH and KERF_VICTORIA_METRICS_BIN is not set; \
-                 install it with `scripts/test --setup-only` (or `apt-get install -y victoria-metrics`)"
-            )
-        })
+    local_server::binary(
+        "KERF_VICTORIA_METRICS_BIN",
+        "victoria-metrics",
+        "victoria-metrics",
+    )
 }
 
 fn escape_label(v: &str) -> String {
@@ -76,13 +64,6 @@ pub struct TestVictoriaMetrics {
     child: Option<Child>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
-}
-
 impl TestVictoriaMetrics {
     /// Starts VictoriaMetrics on a free loopback port and loads `text` (OpenMetrics).
     pub fn start_with_openmetrics(text: &str) -> Self {
@@ -93,7 +74,7 @@ impl TestVictoriaMetrics {
             child: None,
         };
         for attempt in 1..=3 {
-            vm.port = free_port();
+            vm.port = local_server::free_port();
             match vm.spawn() {
                 Ok(()) => break,
                 Err(e) if attempt == 3 => panic!("{e}"),
@@ -137,54 +118,15 @@ impl TestVictoriaMetrics {
                 )
             });
         self.child = Some(child);
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!(
-                    "victoria-metrics exited ({status}) before ready:\n{log}"
-                ));
-            }
-            if matches!(self.request("GET", "/health", ""), Ok((200, _))) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!(
-                    "victoria-metrics not ready after {READY_TIMEOUT:?}:\n{log}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let port = self.port;
+        local_server::wait_ready(&mut self.child, &log_path, "victoria-metrics", || {
+            matches!(local_server::http(port, "GET", "/health", ""), Ok((200, _)))
+        })
     }
 
     /// Plain blocking HTTP/1.0 request: (status, body).
     pub fn request(&self, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        write!(
-            s,
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad HTTP answer: {text:.200}")))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+        local_server::http(self.port, method, path, body)
     }
 }
 
