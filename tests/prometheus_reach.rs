@@ -503,12 +503,17 @@ async fn the_bearer_token_is_sent_and_a_rewritten_token_file_is_picked_up() {
 fn headers_and_query_parameters_reach_the_server_on_every_request() {
     let (manifests, metrics) = EXAMPLES[0];
     let prom = TestPrometheus::start_with_openmetrics(&read(metrics));
-    let proxy = AuthProxy::start(&prom.url(), None);
+    // With a bearer token too: the headers go with the credentials, not instead of them.
+    let proxy = AuthProxy::start(&prom.url(), Some("hdr-token"));
+    let dir = tempfile::tempdir().unwrap();
+    let token = arg(&write(dir.path(), "token", "hdr-token"));
     let from_file = recommend(manifests, &["--metrics", metrics], &[]);
     let url = proxy.url();
     let by_flags = [
         "--prometheus",
         url.as_str(),
+        "--prometheus-bearer-token-file",
+        &token,
         "--prometheus-header",
         "X-Scope-OrgID: team-a",
         "--prometheus-header",
@@ -520,6 +525,7 @@ fn headers_and_query_parameters_reach_the_server_on_every_request() {
     ];
     let by_env = [
         ("KERF_PROMETHEUS", url.as_str()),
+        ("KERF_PROMETHEUS_BEARER_TOKEN_FILE", &token),
         (
             "KERF_PROMETHEUS_HEADER",
             "X-Scope-OrgID: team-a\nX-Kerf-Test: two words",
@@ -539,6 +545,7 @@ fn headers_and_query_parameters_reach_the_server_on_every_request() {
             "{seen:?}"
         );
         for s in &seen {
+            assert!(s.accepted, "{s:?}");
             assert_eq!(s.headers["x-scope-orgid"], "team-a", "{s:?}");
             assert_eq!(s.headers["x-kerf-test"], "two words", "{s:?}");
             let query = s.query_pairs();
