@@ -1,6 +1,7 @@
 //! What the tests' real servers (Prometheus, VictoriaMetrics) share: finding their binary, a free
 //! loopback port, waiting until the started process serves, and a plain blocking HTTP/1.0
-//! request. Included by `prometheus.rs` and `victoria.rs` as their `local_server` module.
+//! request. `prometheus.rs` includes it as `prometheus_support::local_server`; `victoria.rs` uses
+//! it from there.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::io::{Read, Write};

@@ -8,7 +8,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 #[path = "local_server.rs"]
-mod local_server;
+pub mod local_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -4,12 +4,12 @@
 //! `/api/v1/import/prometheus` as Prometheus text lines with millisecond timestamps, then
 //! `/internal/force_flush` makes it queryable.
 //!
-//! Include it with `#[path = "support/victoria.rs"] mod victoria;`. The binary comes from
-//! `KERF_VICTORIA_METRICS_BIN` or `PATH`.
+//! Include it with `#[path = "support/victoria.rs"] mod victoria;` next to
+//! `#[path = "support/prometheus.rs"] mod prometheus_support;` (whose `local_server` it uses). The
+//! binary comes from `KERF_VICTORIA_METRICS_BIN` or `PATH`.
 #![allow(dead_code)] // each test binary uses a different part
 
-#[path = "local_server.rs"]
-mod local_server;
+use super::prometheus_support::local_server;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
