@@ -655,7 +655,7 @@ fn kerf_serve_exit(args: &[&str], env: &[(&str, &str)], pki: &TestPki) -> (Optio
 }
 
 /// (URL, flags, environment, what the message must contain)
-type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
 
 #[test]
 fn invalid_connection_settings_fail_at_start_naming_the_flag() {
@@ -669,102 +669,66 @@ fn invalid_connection_settings_fail_at_start_naming_the_flag() {
     let missing = arg(&dir.join("missing"));
     let https = "https://127.0.0.1:1";
     let http = "http://127.0.0.1:1";
-    let cases: Vec<Case> = vec![
+    // Flags after `--prometheus https://127.0.0.1:1`, and what the message must contain.
+    let pem_error =
+        format!("--prometheus-client-key {not_pem}: not a PEM certificate and private key");
+    let flag_cases: [(&[&str], &str); 18] = [
         (
-            https,
-            vec!["--prometheus-client-cert", &cert],
-            vec![],
-            vec!["--prometheus-client-key: is required with --prometheus-client-cert"],
+            &["--prometheus-client-cert", &cert],
+            "--prometheus-client-key: is required with --prometheus-client-cert",
         ),
         (
-            https,
-            vec!["--prometheus-client-key", &key],
-            vec![],
-            vec!["--prometheus-client-cert: is required with --prometheus-client-key"],
+            &["--prometheus-client-key", &key],
+            "--prometheus-client-cert: is required with --prometheus-client-key",
         ),
         (
-            https,
-            vec![],
-            vec![("KERF_PROMETHEUS_CLIENT_CERT", &cert)],
-            vec!["--prometheus-client-key: is required"],
-        ),
-        (
-            https,
-            vec![
+            &[
                 "--prometheus-client-cert",
                 &ca,
                 "--prometheus-client-key",
                 &not_pem,
             ],
-            vec![],
-            vec![
-                "--prometheus-client-cert",
-                "--prometheus-client-key",
-                "not a PEM certificate and private key",
-            ],
+            &pem_error,
         ),
         (
-            https,
-            vec!["--prometheus-ca-file", &missing],
-            vec![],
-            vec!["--prometheus-ca-file", "cannot read"],
+            &["--prometheus-ca-file", &missing],
+            "--prometheus-ca-file {missing}: cannot read",
         ),
         (
-            https,
-            vec!["--prometheus-ca-file", &not_pem],
-            vec![],
-            vec!["--prometheus-ca-file", "no PEM certificate"],
+            &["--prometheus-ca-file", &not_pem],
+            "--prometheus-ca-file {not_pem}: no PEM certificate",
         ),
         (
-            http,
-            vec!["--prometheus-ca-file", &ca],
-            vec![],
-            vec!["--prometheus-ca-file: needs an https:// URL"],
-        ),
-        (
-            https,
-            vec![
+            &[
                 "--prometheus-ca-file",
                 &ca,
                 "--prometheus-insecure-skip-verify",
             ],
-            vec![],
-            vec!["--prometheus-insecure-skip-verify: ignores --prometheus-ca-file"],
+            "--prometheus-insecure-skip-verify: ignores --prometheus-ca-file",
         ),
         (
-            https,
-            vec!["--prometheus-bearer-token-file", &missing],
-            vec![],
-            vec!["--prometheus-bearer-token-file", "cannot read"],
+            &["--prometheus-bearer-token-file", &missing],
+            "--prometheus-bearer-token-file {missing}: cannot read",
         ),
         (
-            https,
-            vec!["--prometheus-bearer-token-file", &empty],
-            vec![],
-            vec!["--prometheus-bearer-token-file", "the file is empty"],
+            &["--prometheus-bearer-token-file", &empty],
+            "--prometheus-bearer-token-file {empty}: the file is empty",
         ),
         (
-            https,
-            vec!["--prometheus-basic-auth-user", "kerf"],
-            vec![],
-            vec![
-                "--prometheus-basic-auth-password-file is required with --prometheus-basic-auth-user",
-            ],
+            &["--prometheus-basic-auth-user", "kerf"],
+            "--prometheus-basic-auth-password-file is required with --prometheus-basic-auth-user",
         ),
         (
-            https,
-            vec![
+            &[
                 "--prometheus-basic-auth-user",
                 "kerf",
                 "--prometheus-basic-auth-password-file",
                 &missing,
             ],
-            vec![],
-            vec!["--prometheus-basic-auth-password-file", "cannot read"],
+            "--prometheus-basic-auth-password-file {missing}: cannot read",
         ),
         (
-            https,
-            vec![
+            &[
                 "--prometheus-bearer-token-file",
                 &token,
                 "--prometheus-basic-auth-user",
@@ -772,63 +736,69 @@ fn invalid_connection_settings_fail_at_start_naming_the_flag() {
                 "--prometheus-basic-auth-password-file",
                 &password,
             ],
-            vec![],
-            vec!["--prometheus-basic-auth-user: excludes --prometheus-bearer-token-file"],
+            "--prometheus-basic-auth-user: excludes --prometheus-bearer-token-file",
         ),
         (
-            "https://kerf:pw@127.0.0.1:1",
-            vec!["--prometheus-bearer-token-file", &token],
-            vec![],
-            vec![
-                "--prometheus-bearer-token-file: the URL (--prometheus) carries credentials already",
-            ],
+            &["--prometheus-header", "X-Scope-OrgID team-a"],
+            "--prometheus-header: expected 'Name: value'",
         ),
         (
-            https,
-            vec!["--prometheus-header", "X-Scope-OrgID team-a"],
-            vec![],
-            vec!["--prometheus-header: expected 'Name: value'"],
-        ),
-        (
-            https,
-            vec![
+            &[
                 "--prometheus-header",
                 "Authorization: Bearer inline-Secret-9",
             ],
-            vec![],
-            vec!["--prometheus-header: Authorization is set from --prometheus-bearer-token-file"],
+            "--prometheus-header: Authorization is set from --prometheus-bearer-token-file",
         ),
         (
-            https,
-            vec!["--prometheus-header", "X Bad: v"],
-            vec![],
-            vec!["--prometheus-header: \"X Bad\" is not an HTTP header name"],
+            &["--prometheus-header", "X Bad: v"],
+            "--prometheus-header: \"X Bad\" is not an HTTP header name",
         ),
         (
-            https,
-            vec!["--prometheus-query-param", "dedup"],
-            vec![],
-            vec!["--prometheus-query-param: expected key=value"],
+            &["--prometheus-query-param", "dedup"],
+            "--prometheus-query-param: expected key=value",
         ),
         (
-            https,
-            vec!["--prometheus-query-param", "step=60"],
-            vec![],
-            vec!["--prometheus-query-param: \"step\" is set by kerf itself"],
+            &["--prometheus-query-param", "step=60"],
+            "--prometheus-query-param: \"step\" is set by kerf itself",
         ),
         (
-            https,
-            vec!["--prometheus-cluster-label", "k8s-cluster=a"],
-            vec![],
-            vec!["--prometheus-cluster-label: \"k8s-cluster\" is not a Prometheus label name"],
+            &["--prometheus-cluster-label", "k8s-cluster=a"],
+            "--prometheus-cluster-label: \"k8s-cluster\" is not a Prometheus label name",
         ),
         (
-            https,
-            vec!["--prometheus-cluster-label", "cluster"],
-            vec![],
-            vec!["--prometheus-cluster-label: expected name=value"],
+            &["--prometheus-cluster-label", "cluster"],
+            "--prometheus-cluster-label: expected name=value",
         ),
     ];
+    let mut cases: Vec<Case> = flag_cases
+        .iter()
+        .map(|(flags, want)| {
+            let want = want
+                .replace("{missing}", &missing)
+                .replace("{not_pem}", &not_pem)
+                .replace("{empty}", &empty);
+            (https, flags.to_vec(), vec![], want)
+        })
+        .collect();
+    // …with another URL, or through the environment.
+    cases.push((
+        https,
+        vec![],
+        vec![("KERF_PROMETHEUS_CLIENT_CERT", &cert)],
+        "--prometheus-client-key: is required".into(),
+    ));
+    cases.push((
+        http,
+        vec!["--prometheus-ca-file", &ca],
+        vec![],
+        "--prometheus-ca-file: needs an https:// URL".into(),
+    ));
+    cases.push((
+        "https://kerf:pw@127.0.0.1:1",
+        vec!["--prometheus-bearer-token-file", &token],
+        vec![],
+        "--prometheus-bearer-token-file: the URL (--prometheus) carries credentials already".into(),
+    ));
     for (url, flags, env, want) in &cases {
         let mut args = vec!["--prometheus", url];
         args.extend(flags.iter().copied());
@@ -838,9 +808,10 @@ fn invalid_connection_settings_fail_at_start_naming_the_flag() {
         let (code, serve_err) = kerf_serve_exit(&args, env, &pki);
         assert_eq!(code, Some(1), "serve {args:?}: {serve_err}");
         for text in [&err, &serve_err] {
-            for w in want {
-                assert!(text.contains(w), "{args:?} {env:?}: want {w:?} in:\n{text}");
-            }
+            assert!(
+                text.contains(want),
+                "{args:?} {env:?}: want {want:?} in:\n{text}"
+            );
             for secret in [PASSWORD, "a-token-Qv3", "inline-Secret-9", "team-a", "pw@"] {
                 assert!(!text.contains(secret), "{args:?}: {secret} shown:\n{text}");
             }
