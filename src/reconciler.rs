@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::RightsizingRecommendation;
+use crate::api::{OptionNames, PrometheusSettings, RightsizingRecommendation};
 use crate::core::recovery::serving_state;
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::core::writes::WriteOp;
@@ -98,7 +98,7 @@ pub const SERVE_REFRESH: Duration = Duration::from_secs(10);
 
 /// Runs until something it needs stops: readiness after restart recovery, then every
 /// [`SERVE_REFRESH`] the store is refilled from the persisted state, and — on the Lease holder
-/// only — a cycle every interval (missed ticks are skipped; a changed interval or Prometheus URL
+/// only — a cycle every interval (missed ticks are skipped; a changed interval or `spec.prometheus`
 /// is picked up at the next cycle). Followers never query Prometheus: Prometheus sees one client
 /// per cluster. Returns an error — it never returns `Ok` — when the caches cannot sync (see
 /// [`ReconcilerConfig::cache_sync_timeout`]), a watch, the Lease or the writer task stopped, or
@@ -187,8 +187,8 @@ pub struct ReconcileCycle {
     lease: tokio::sync::watch::Receiver<bool>,
     store: Arc<Store>,
     step_seconds: i64,
-    /// The Prometheus source with the URL and timeout it was built for.
-    source: Option<(String, u64, PrometheusSource)>,
+    /// The Prometheus source with the GlobalConfiguration `spec.prometheus` it was built for.
+    source: Option<(PrometheusSettings, PrometheusSource)>,
     /// When the Lease holder computes next (`None`: at once, e.g. just after taking the Lease).
     next_compute: Option<tokio::time::Instant>,
 }
@@ -220,23 +220,23 @@ impl ReconcileCycle {
     ) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         self.writer.set_read_only(snapshot.global.read_only);
-        let url = snapshot.global.prometheus.url.clone();
-        let timeout = snapshot.global.prometheus.request_timeout.seconds();
-        if self
-            .source
-            .as_ref()
-            .is_none_or(|(u, t, _)| u != &url || *t != timeout)
-        {
-            match PrometheusSource::new(&url, Duration::from_secs(timeout)) {
-                Ok(s) => self.source = Some((url.clone(), timeout, s)),
+        let settings = &snapshot.global.prometheus;
+        // A changed setting (URL, timeout, credentials, TLS, headers…) takes effect now. One
+        // that cannot work is logged and kept on /readyz, and the last working source goes on.
+        let mut not_applied = None;
+        if self.source.as_ref().is_none_or(|(s, _)| s != settings) {
+            match PrometheusSource::connect(settings, OptionNames::Fields) {
+                Ok(s) => self.source = Some((settings.clone(), s)),
                 Err(e) => {
-                    let message = crate::health::redact(&format!("prometheus.url {url:?}: {e}"));
+                    let message =
+                        crate::health::redact(&format!("spec.prometheus ({}): {e}", settings.url));
                     tracing::error!("{message}");
                     self.store.health().record_error(PROMETHEUS, &message);
+                    not_applied = Some(message);
                 }
             }
         }
-        if let Some((_, _, prom)) = &self.source {
+        if let Some((_, prom)) = &self.source {
             let recommendations = self.reader.recommendations();
             let (cycle, ops) = reconcile_once(
                 snapshot,
@@ -248,6 +248,9 @@ impl ReconcileCycle {
             )
             .await;
             record_query_health(&self.store, &cycle);
+            if let Some(message) = &not_applied {
+                self.store.health().record_error(PROMETHEUS, message);
+            }
             drop(cycle);
             for op in ops {
                 if self.writer.send(op).await.is_err() {

@@ -243,3 +243,29 @@ proptest! {
         }
     }
 }
+
+/// The GlobalConfigurations docs/install.md shows for each way of reaching Prometheus pass both
+/// checks: what a user copies applies.
+#[test]
+fn install_doc_global_configurations_pass_both_checks() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/install.md"))
+        .expect("docs/install.md");
+    let checkers = checkers();
+    let mut seen = 0;
+    for block in doc.split("```yaml\n").skip(1) {
+        let text = block.split("```").next().unwrap();
+        if !text.contains("kind: GlobalConfiguration") {
+            continue;
+        }
+        seen += 1;
+        let value: Value = serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+        if let Err(errors) = check_against(&checkers, &value) {
+            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            panic!("the CRD rejects:\n{text}\n{}", list.join("; "));
+        }
+        if let Err(err) = KerfObject::parse(&value) {
+            panic!("validate() rejects:\n{text}\n{err}");
+        }
+    }
+    assert!(seen >= 5, "one per setup: found {seen}");
+}

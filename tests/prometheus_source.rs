@@ -19,7 +19,7 @@ use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::promql::rate_window_seconds;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
 use kerf::telemetry::{QueryLabels, metrics};
-use prometheus_support::{EPOCH, TestPrometheus, promtool_load};
+use prometheus_support::{EPOCH, Lcg, TestPrometheus, promtool_load};
 
 const T0: i64 = EPOCH;
 
@@ -363,18 +363,6 @@ async fn nan_and_inf_samples_are_dropped_with_a_warning() {
         "{:?}",
         set.warnings
     );
-}
-
-/// Deterministic pseudo-random numbers in [0, 1).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 fn irregular_data() -> String {

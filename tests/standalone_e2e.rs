@@ -1,24 +1,20 @@
 //! End to end without a cluster: the shipped manifests + a real Prometheus (or the OpenMetrics
 //! file) → the real `kerf` binary (`recommend`, `serve --standalone`) → AdmissionReviews over TLS.
 
+#[path = "support/kerf_cli.rs"]
+mod kerf_cli;
 #[path = "support/prometheus.rs"]
 mod prometheus_support;
 #[path = "webhook_support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kerf_cli::{AT, root};
 use prometheus_support::TestPrometheus;
 use serde_json::{Value, json};
 use support::*;
-
-const AT: &str = "2026-01-01T12:00:00Z";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -29,26 +25,7 @@ fn free_port() -> u16 {
 }
 
 fn recommend(manifests: &str, source: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args([
-            "recommend",
-            "--manifests",
-            manifests,
-            "--at",
-            AT,
-            "-o",
-            "json",
-        ])
-        .args(source)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    kerf_cli::recommend(manifests, source, &[])
 }
 
 fn prometheus_with(file: &str) -> TestPrometheus {

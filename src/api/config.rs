@@ -25,8 +25,13 @@ fn default_prometheus_url() -> String {
     "http://prometheus.monitoring.svc:9090".into()
 }
 
+/// How kerf reaches Prometheus (or Thanos, Mimir, VictoriaMetrics: anything serving the
+/// Prometheus query API). Credentials and keys are never written here: the fields name files
+/// mounted into kerf's pod (a Secret volume, a projected service-account token).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.bearerTokenFile) || !has(self.basicAuth)").message("prometheus.bearerTokenFile and prometheus.basicAuth exclude each other: both set the Authorization header").field_path(".basicAuth"))]
+#[x_kube(validation = Rule::new("!has(self.tls) || self.url.startsWith('https://')").message("prometheus.tls needs an https:// url").field_path(".tls"))]
 pub struct PrometheusSettings {
     #[serde(default = "default_prometheus_url")]
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message("prometheus.url must be an http(s) URL"))]
@@ -34,6 +39,30 @@ pub struct PrometheusSettings {
     #[serde(default = "default_request_timeout")]
     #[x_kube(validation = Rule::new(CEL_NOT_ZERO).message("requestTimeout must be > 0"))]
     pub request_timeout: DurationStr,
+    /// File holding a bearer token, sent as `Authorization: Bearer <token>`. Read again at every
+    /// request, so a rotated token (a projected service-account token) is picked up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub bearer_token_file: Option<String>,
+    /// HTTP basic authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<PrometheusBasicAuth>,
+    /// TLS towards an https:// url: a private CA, a client certificate (mTLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<PrometheusTls>,
+    /// HTTP headers sent with every request (e.g. `X-Scope-OrgID` for a Mimir/Cortex tenant).
+    /// Not for credentials: `Authorization` is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub headers: Vec<PrometheusHeader>,
+    /// URL query parameters added to every request (e.g. `dedup=true` for Thanos).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub query_params: Vec<PrometheusQueryParam>,
+    /// A label matcher added to every selector kerf sends, for a Prometheus that stores many
+    /// clusters (e.g. `cluster="prod-eu"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_label: Option<PrometheusClusterLabel>,
 }
 
 impl Default for PrometheusSettings {
@@ -41,6 +70,342 @@ impl Default for PrometheusSettings {
         Self {
             url: default_prometheus_url(),
             request_timeout: default_request_timeout(),
+            bearer_token_file: None,
+            basic_auth: None,
+            tls: None,
+            headers: Vec::new(),
+            query_params: Vec::new(),
+            cluster_label: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusBasicAuth {
+    #[schemars(length(min = 1))]
+    pub user: String,
+    /// File holding the password (e.g. a mounted Secret key), read again at every request.
+    #[schemars(length(min = 1))]
+    pub password_file: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.certFile) == has(self.keyFile)").message("tls.certFile and tls.keyFile go together (the client certificate and its key)").field_path(".keyFile"))]
+#[x_kube(validation = Rule::new("!has(self.caFile) || !has(self.insecureSkipVerify) || !self.insecureSkipVerify").message("tls.insecureSkipVerify ignores tls.caFile: set one of them").field_path(".insecureSkipVerify"))]
+pub struct PrometheusTls {
+    /// PEM file of the CA(s) the server certificate must chain to, instead of the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub ca_file: Option<String>,
+    /// PEM client certificate for mutual TLS (with `keyFile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub cert_file: Option<String>,
+    /// PEM private key of `certFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub key_file: Option<String>,
+    /// Accept any server certificate (logged as a warning at start). For trials only.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("self.name.matches('^[!#$%&\\'*+.^_`|~0-9A-Za-z-]+$')").message("headers[].name must be an HTTP header name").field_path(".name"))]
+#[x_kube(validation = Rule::new("!self.name.matches('^(?i)authorization$')").message("headers[].name: Authorization is set from bearerTokenFile or basicAuth, never inline").field_path(".name"))]
+#[x_kube(validation = Rule::new("!self.value.contains('\\n') && !self.value.contains('\\r')").message("headers[].value must be one line").field_path(".value"))]
+pub struct PrometheusHeader {
+    #[schemars(length(max = 256))]
+    pub name: String,
+    #[schemars(length(max = 4096))]
+    pub value: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!(self.name in ['query', 'start', 'end', 'step', 'timeout', 'metric'])").message("queryParams[].name: kerf sets query, start, end, step, timeout and metric itself").field_path(".name"))]
+pub struct PrometheusQueryParam {
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    #[schemars(length(max = 4096))]
+    pub value: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+pub struct PrometheusClusterLabel {
+    #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-zA-Z_][a-zA-Z0-9_]*$')").message("clusterLabel.name must be a Prometheus label name"))]
+    pub name: String,
+    #[schemars(length(max = 4096))]
+    pub value: String,
+}
+
+/// Most headers and query parameters (CRD `maxItems`), longest name and value (`maxLength`).
+pub const MAX_CONNECTION_ITEMS: usize = 32;
+pub const MAX_NAME_LENGTH: usize = 256;
+pub const MAX_VALUE_LENGTH: usize = 4096;
+
+/// Query parameters kerf sets itself on `/api/v1/query_range` and `/api/v1/metadata`.
+pub const RESERVED_QUERY_PARAMS: [&str; 6] = ["query", "start", "end", "step", "timeout", "metric"];
+
+/// One connection setting, as named in a GlobalConfiguration (`spec.prometheus.…`) or by a
+/// `kerf recommend` / `kerf serve --standalone` flag: messages name what the user wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrometheusOption {
+    Url,
+    BearerTokenFile,
+    BasicAuthUser,
+    BasicAuthPasswordFile,
+    CaFile,
+    ClientCert,
+    ClientKey,
+    InsecureSkipVerify,
+    Header,
+    QueryParam,
+    ClusterLabel,
+}
+
+impl PrometheusOption {
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Url => "spec.prometheus.url",
+            Self::BearerTokenFile => "spec.prometheus.bearerTokenFile",
+            Self::BasicAuthUser => "spec.prometheus.basicAuth.user",
+            Self::BasicAuthPasswordFile => "spec.prometheus.basicAuth.passwordFile",
+            Self::CaFile => "spec.prometheus.tls.caFile",
+            Self::ClientCert => "spec.prometheus.tls.certFile",
+            Self::ClientKey => "spec.prometheus.tls.keyFile",
+            Self::InsecureSkipVerify => "spec.prometheus.tls.insecureSkipVerify",
+            Self::Header => "spec.prometheus.headers",
+            Self::QueryParam => "spec.prometheus.queryParams",
+            Self::ClusterLabel => "spec.prometheus.clusterLabel",
+        }
+    }
+
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Url => "--prometheus",
+            Self::BearerTokenFile => "--prometheus-bearer-token-file",
+            Self::BasicAuthUser => "--prometheus-basic-auth-user",
+            Self::BasicAuthPasswordFile => "--prometheus-basic-auth-password-file",
+            Self::CaFile => "--prometheus-ca-file",
+            Self::ClientCert => "--prometheus-client-cert",
+            Self::ClientKey => "--prometheus-client-key",
+            Self::InsecureSkipVerify => "--prometheus-insecure-skip-verify",
+            Self::Header => "--prometheus-header",
+            Self::QueryParam => "--prometheus-query-param",
+            Self::ClusterLabel => "--prometheus-cluster-label",
+        }
+    }
+}
+
+/// Which names messages use for [`PrometheusOption`]s: the GlobalConfiguration's fields
+/// (in-cluster) or the command-line flags (`kerf recommend`, `kerf serve --standalone`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OptionNames {
+    #[default]
+    Fields,
+    Flags,
+}
+
+impl OptionNames {
+    pub fn of(self, option: PrometheusOption) -> &'static str {
+        match self {
+            Self::Fields => option.field(),
+            Self::Flags => option.flag(),
+        }
+    }
+
+    /// The name of the `i`th entry of a list option (`headers[1].name`; a flag is just repeated).
+    pub fn item(self, option: PrometheusOption, i: usize, part: &str) -> String {
+        match self {
+            Self::Fields => format!("{}[{i}].{part}", option.field()),
+            Self::Flags => option.flag().to_string(),
+        }
+    }
+}
+
+/// An HTTP header name (RFC 9110 token).
+pub fn is_header_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+}
+
+impl PrometheusSettings {
+    /// The connection settings' own rules (the CRD checks the same with CEL), each error named
+    /// as `names` says. Files are not read here: [`crate::metrics::prometheus::PrometheusSource`]
+    /// reads them when it is built, and names an unreadable one the same way.
+    pub fn check_connection(&self, names: OptionNames) -> Result<(), ValidationError> {
+        use PrometheusOption as O;
+        let mut v = Validator::default();
+        let name = |o| names.of(o);
+        v.check(
+            self.bearer_token_file.is_none() || self.basic_auth.is_none(),
+            name(O::BasicAuthUser),
+            format!(
+                "excludes {}: both set the Authorization header",
+                name(O::BearerTokenFile)
+            ),
+        );
+        v.check(
+            self.bearer_token_file
+                .as_ref()
+                .is_none_or(|f| !f.is_empty()),
+            name(O::BearerTokenFile),
+            "must not be empty",
+        );
+        if let Some(b) = &self.basic_auth {
+            v.check(
+                !b.user.is_empty(),
+                name(O::BasicAuthUser),
+                "must not be empty",
+            );
+            v.check(
+                !b.password_file.is_empty(),
+                name(O::BasicAuthPasswordFile),
+                format!("is required with {}", name(O::BasicAuthUser)),
+            );
+        }
+        if let Some(t) = &self.tls {
+            v.check(
+                self.url.starts_with("https://"),
+                match names {
+                    OptionNames::Fields => "spec.prometheus.tls",
+                    OptionNames::Flags => t.first_flag(),
+                },
+                format!("needs an https:// URL (got {})", name(O::Url)),
+            );
+            for (file, option) in [
+                (&t.ca_file, O::CaFile),
+                (&t.cert_file, O::ClientCert),
+                (&t.key_file, O::ClientKey),
+            ] {
+                v.check(
+                    file.as_ref().is_none_or(|f| !f.is_empty()),
+                    name(option),
+                    "must not be empty",
+                );
+            }
+            match (&t.cert_file, &t.key_file) {
+                (Some(_), None) => v.check(
+                    false,
+                    name(O::ClientKey),
+                    format!("is required with {} (mutual TLS)", name(O::ClientCert)),
+                ),
+                (None, Some(_)) => v.check(
+                    false,
+                    name(O::ClientCert),
+                    format!("is required with {} (mutual TLS)", name(O::ClientKey)),
+                ),
+                _ => {}
+            }
+            v.check(
+                !(t.insecure_skip_verify && t.ca_file.is_some()),
+                name(O::InsecureSkipVerify),
+                format!("ignores {}: set one of them", name(O::CaFile)),
+            );
+        }
+        for (option, n) in [
+            (O::Header, self.headers.len()),
+            (O::QueryParam, self.query_params.len()),
+        ] {
+            v.check(
+                n <= MAX_CONNECTION_ITEMS,
+                name(option),
+                format!("at most {MAX_CONNECTION_ITEMS} (got {n})"),
+            );
+        }
+        let pairs = self
+            .headers
+            .iter()
+            .map(|h| (O::Header, &h.name, &h.value))
+            .chain(
+                self.query_params
+                    .iter()
+                    .map(|p| (O::QueryParam, &p.name, &p.value)),
+            )
+            .chain(
+                self.cluster_label
+                    .iter()
+                    .map(|l| (O::ClusterLabel, &l.name, &l.value)),
+            );
+        for (option, n, value) in pairs {
+            v.check(
+                n.len() <= MAX_NAME_LENGTH && value.len() <= MAX_VALUE_LENGTH,
+                name(option),
+                format!(
+                    "names are at most {MAX_NAME_LENGTH} characters, values at most {MAX_VALUE_LENGTH}"
+                ),
+            );
+        }
+        for (i, h) in self.headers.iter().enumerate() {
+            let field = names.item(O::Header, i, "name");
+            v.check(
+                is_header_name(&h.name),
+                field.clone(),
+                format!("{:?} is not an HTTP header name", h.name),
+            );
+            v.check(
+                !h.name.eq_ignore_ascii_case("authorization"),
+                field,
+                format!(
+                    "Authorization is set from {} or {}, never written inline",
+                    name(O::BearerTokenFile),
+                    name(O::BasicAuthUser)
+                ),
+            );
+            // The value is not quoted: a header may carry something private.
+            v.check(
+                !h.value.contains(['\n', '\r']),
+                names.item(O::Header, i, "value"),
+                format!("the value of {} must be one line", h.name),
+            );
+        }
+        for (i, p) in self.query_params.iter().enumerate() {
+            let field = names.item(O::QueryParam, i, "name");
+            v.check(
+                !p.name.is_empty(),
+                field.clone(),
+                "the name must not be empty",
+            );
+            v.check(
+                !RESERVED_QUERY_PARAMS.contains(&p.name.as_str()),
+                field,
+                format!(
+                    "{:?} is set by kerf itself ({})",
+                    p.name,
+                    RESERVED_QUERY_PARAMS.join(", ")
+                ),
+            );
+        }
+        if let Some(l) = &self.cluster_label {
+            v.check(
+                crate::metrics::openmetrics::is_label_name(&l.name),
+                match names {
+                    OptionNames::Fields => format!("{}.name", O::ClusterLabel.field()),
+                    OptionNames::Flags => O::ClusterLabel.flag().to_string(),
+                },
+                format!("{:?} is not a Prometheus label name", l.name),
+            );
+        }
+        v.finish()
+    }
+}
+
+impl PrometheusTls {
+    /// The first TLS flag given (names a TLS setting that needs https).
+    fn first_flag(&self) -> &'static str {
+        use PrometheusOption as O;
+        if self.ca_file.is_some() {
+            O::CaFile.flag()
+        } else if self.cert_file.is_some() {
+            O::ClientCert.flag()
+        } else if self.key_file.is_some() {
+            O::ClientKey.flag()
+        } else {
+            O::InsecureSkipVerify.flag()
         }
     }
 }
@@ -126,6 +491,7 @@ impl GlobalConfigurationSpec {
             "spec.prometheus.requestTimeout",
             "must be > 0",
         );
+        v.merge(self.prometheus.check_connection(OptionNames::Fields));
         v.check(
             !self.kai.scheduler_name.is_empty(),
             "spec.kai.schedulerName",

@@ -19,7 +19,7 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let global = crate::standalone::load_dir(&args.manifests)?
         .snapshot
         .global;
-    let source = super::metric_source(&args.source, &global).await?;
+    let source = super::metric_source(&args.source, &args.connection, &global).await?;
     // One cycle of the reconcile loop, printed.
     let evaluated = crate::standalone::DirLoop::new(&args.manifests)
         .run_once(

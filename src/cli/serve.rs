@@ -15,7 +15,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
-use super::MetricSourceArgs;
+use super::{MetricSourceArgs, PrometheusConnectionArgs};
 use crate::metrics::MetricSource;
 use crate::server::{BoundServer, ServeConfig};
 use crate::state::Store;
@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Prometheus base URL (standalone mode).
     #[arg(long, env = "KERF_PROMETHEUS", requires = "standalone")]
     pub prometheus: Option<String>,
+    /// How to reach `--prometheus` (standalone mode; in-cluster: GlobalConfiguration
+    /// `spec.prometheus`).
+    #[command(flatten)]
+    pub connection: super::PrometheusConnectionArgs,
     /// Evaluation time (RFC 3339) for standalone mode; default now at each refresh.
     #[arg(long, env = "KERF_AT", requires = "standalone")]
     pub at: Option<String>,
@@ -85,6 +89,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Flags that cannot work fail before anything listens (their files are read once the
+    // directory's GlobalConfiguration is known: a failure then stops the standalone loop).
+    args.connection
+        .needs_prometheus(args.prometheus.as_deref())?;
+    if let Some(url) = &args.prometheus {
+        args.connection
+            .settings(url, &crate::api::GlobalConfigurationSpec::default())?;
+    }
     let store = Store::new();
     let config = ServeConfig::new(
         args.listen,
@@ -122,6 +134,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let feeder = run_standalone(
             dir,
             source,
+            args.connection.clone(),
             at,
             args.step_seconds,
             args.interval_seconds,
@@ -254,11 +267,12 @@ pub async fn run_in_cluster(
     .await
 }
 
-/// Builds the metric source (Prometheus timeout from the directory's GlobalConfiguration) and
-/// runs the standalone refresh loop with it.
+/// Builds the metric source (Prometheus reached as the connection flags say, the timeout from
+/// the directory's GlobalConfiguration) and runs the standalone refresh loop with it.
 async fn run_standalone(
     dir: PathBuf,
     source: MetricSourceArgs,
+    connection: PrometheusConnectionArgs,
     at: Option<DateTime<Utc>>,
     step_seconds: i64,
     interval_seconds: Option<u64>,
@@ -271,13 +285,9 @@ async fn run_standalone(
     let global = crate::standalone::load_dir(&dir)
         .map(|m| m.snapshot.global)
         .unwrap_or_default();
-    let source = crate::metrics::AnySource::from_args(
-        source.metrics.as_deref(),
-        source.prometheus.as_deref(),
-        &global,
-    )
-    .await
-    .context("the metric source")?;
+    let source = super::metric_source(&source, &connection, &global)
+        .await
+        .context("the metric source")?;
     standalone_loop(&dir, &source, at, step_seconds, interval_seconds, &store).await;
     anyhow::bail!("the standalone loop ended")
 }

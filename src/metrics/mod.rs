@@ -53,6 +53,9 @@ pub enum MetricError {
     Timeout(std::time::Duration),
     #[error("bad response from metric source: {0}")]
     BadResponse(String),
+    /// HTTP 401 or 403: the server refused kerf's credentials (or their absence).
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
     #[error("{0}")]
     Other(String),
 }
@@ -79,18 +82,30 @@ impl AnySource {
         prometheus: Option<&str>,
         global: &crate::api::GlobalConfigurationSpec,
     ) -> anyhow::Result<Self> {
+        let settings = prometheus.map(|url| crate::api::PrometheusSettings {
+            url: url.to_string(),
+            request_timeout: global.prometheus.request_timeout.clone(),
+            ..Default::default()
+        });
+        Self::open(file, settings.as_ref(), crate::api::OptionNames::Flags).await
+    }
+
+    /// A file source, or a Prometheus source with every connection setting of `prometheus`
+    /// (see [`prometheus::PrometheusSource::connect`]); errors name the settings as `names` says.
+    pub async fn open(
+        file: Option<&std::path::Path>,
+        prometheus: Option<&crate::api::PrometheusSettings>,
+        names: crate::api::OptionNames,
+    ) -> anyhow::Result<Self> {
         match (file, prometheus) {
             (Some(path), _) => Ok(AnySource::File(
                 file::FileSource::from_path(path).map_err(|e| anyhow::anyhow!("{e}"))?,
             )),
-            (None, Some(url)) => {
-                let timeout =
-                    std::time::Duration::from_secs(global.prometheus.request_timeout.seconds());
-                Ok(AnySource::Prometheus(
-                    prometheus::PrometheusSource::new(url, timeout)
-                        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?,
-                ))
-            }
+            (None, Some(settings)) => Ok(AnySource::Prometheus(
+                prometheus::PrometheusSource::connect(settings, names).map_err(|e| {
+                    anyhow::anyhow!("{}: {e}", crate::health::redact(&settings.url))
+                })?,
+            )),
             (None, None) => anyhow::bail!("give --metrics FILE or --prometheus URL"),
         }
     }

@@ -1,44 +1,297 @@
-//! Metric source backed by the Prometheus HTTP API: one POSTed range query per [`RangeQuery`].
+//! Metric source backed by the Prometheus HTTP API — Prometheus, Thanos, Mimir/Cortex,
+//! VictoriaMetrics: one POSTed range query per [`RangeQuery`], over reqwest with rustls (ring).
+//!
+//! The connection settings (GlobalConfiguration `spec.prometheus` in-cluster, the
+//! `--prometheus-*` flags otherwise) add credentials read from files (a bearer token or basic
+//! auth, read again at every request so rotated secrets are picked up), TLS (a private CA, a
+//! client certificate), headers, query parameters, and the cluster label added to every
+//! selector. Credentials never appear in an error: messages name the setting and its file.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use prometheus_http_query::Client;
+use base64::Engine as _;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
-use super::promql::{self, Group};
+use super::promql::{self, Group, LabelMatcher};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
+use crate::api::{OptionNames, PrometheusOption as O, PrometheusSettings};
 use crate::telemetry::{QueryLabels, metrics};
 
 /// Longest part of an error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 512;
 
+/// How kerf authenticates: the secret stays in its file and is read at every request.
+enum Auth {
+    Bearer {
+        file: PathBuf,
+    },
+    Basic {
+        user: String,
+        password_file: PathBuf,
+    },
+}
+
 pub struct PrometheusSource {
-    client: Client,
+    http: reqwest::Client,
     timeout: Duration,
+    /// Where and how to ask (boxed: kept out of [`super::AnySource`]'s size).
+    conn: Box<Connection>,
     /// Counter-ness per metric name from `/api/v1/metadata` (asked once per name).
     counters: Mutex<HashMap<String, bool>>,
 }
 
+struct Connection {
+    /// `…/api/v1/query_range` and `…/api/v1/metadata`, with the configured query parameters.
+    query_range_url: Url,
+    metadata_url: Url,
+    auth: Option<Auth>,
+    /// The URL carries `user:password@` (reqwest sends it as basic auth).
+    url_credentials: bool,
+    cluster: Option<LabelMatcher>,
+    /// How messages name the settings: GlobalConfiguration fields or command-line flags.
+    names: OptionNames,
+}
+
 impl PrometheusSource {
     /// `url` is GlobalConfiguration `prometheus.url`, `timeout` its `requestTimeout`: the limit
-    /// for each whole HTTP exchange (connect, query, body).
+    /// for each whole HTTP exchange (connect, query, body). No credentials, TLS defaults.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, MetricError> {
+        let settings = PrometheusSettings {
+            url: url.to_string(),
+            ..PrometheusSettings::default()
+        };
+        Self::build(&settings, timeout, OptionNames::Flags)
+    }
+
+    /// A source with every connection setting of `settings` (timeout: its `requestTimeout`).
+    /// Invalid settings and unreadable files fail here, each named as `names` says; the bearer
+    /// token and the password are read again at every request.
+    pub fn connect(settings: &PrometheusSettings, names: OptionNames) -> Result<Self, MetricError> {
+        let timeout = Duration::from_secs(settings.request_timeout.seconds());
+        Self::build(settings, timeout, names)
+    }
+
+    fn build(
+        settings: &PrometheusSettings,
+        timeout: Duration,
+        names: OptionNames,
+    ) -> Result<Self, MetricError> {
+        settings
+            .check_connection(names)
+            .map_err(|e| MetricError::Other(e.to_string()))?;
+        let base = Url::parse(&settings.url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+            .ok_or_else(|| {
+                MetricError::Other(format!(
+                    "{}: invalid Prometheus URL {:?}",
+                    names.of(O::Url),
+                    crate::health::redact(&settings.url)
+                ))
+            })?;
+        let url_credentials = !base.username().is_empty() || base.password().is_some();
+        let auth = match (&settings.bearer_token_file, &settings.basic_auth) {
+            (Some(file), _) => Some((
+                O::BearerTokenFile,
+                Auth::Bearer {
+                    file: PathBuf::from(file),
+                },
+            )),
+            (None, Some(b)) => Some((
+                O::BasicAuthUser,
+                Auth::Basic {
+                    user: b.user.clone(),
+                    password_file: PathBuf::from(&b.password_file),
+                },
+            )),
+            (None, None) => None,
+        };
+        if let Some((option, _)) = &auth
+            && url_credentials
+        {
+            return Err(MetricError::Other(format!(
+                "{}: the URL ({}) carries credentials already; give one or the other",
+                names.of(*option),
+                names.of(O::Url)
+            )));
+        }
+        let auth = auth.map(|(_, a)| a);
+        // Fail at start on a secret file kerf cannot use (it is read again at every request).
+        if let Some(a) = &auth {
+            let (option, file) = match a {
+                Auth::Bearer { file } => (O::BearerTokenFile, file),
+                Auth::Basic { password_file, .. } => (O::BasicAuthPasswordFile, password_file),
+            };
+            read_secret_sync(file, names.of(option))?;
+        }
+
         // reqwest is built without a bundled crypto provider; kerf uses ring everywhere.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
+            .default_headers(default_headers(settings, names)?);
+        if let Some(tls) = &settings.tls {
+            if let Some(ca) = &tls.ca_file {
+                let pem = read_file(ca, names.of(O::CaFile))?;
+                let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                    .ok()
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| {
+                        MetricError::Other(format!(
+                            "{} {ca}: no PEM certificate in the file",
+                            names.of(O::CaFile)
+                        ))
+                    })?;
+                http = http.tls_certs_only(certs);
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+                let mut pem = read_file(cert, names.of(O::ClientCert))?;
+                pem.push(b'\n');
+                pem.extend(read_file(key, names.of(O::ClientKey))?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    MetricError::Other(format!(
+                        "{} {cert} with {} {key}: not a PEM certificate and private key: {}",
+                        names.of(O::ClientCert),
+                        names.of(O::ClientKey),
+                        error_chain(&e)
+                    ))
+                })?;
+                http = http.identity(identity);
+            }
+            if tls.insecure_skip_verify {
+                tracing::warn!(
+                    "{} is set: the certificate of {} is not verified, so anyone on the path can \
+                     read and change kerf's queries and the credentials it sends",
+                    names.of(O::InsecureSkipVerify),
+                    crate::health::redact(&settings.url)
+                );
+                http = http.tls_danger_accept_invalid_certs(true);
+            }
+        }
+        let http = http
             .build()
             .map_err(|e| MetricError::Other(format!("cannot build HTTP client: {e}")))?;
-        let client = Client::from(http, url)
-            .map_err(|e| MetricError::Other(format!("invalid Prometheus URL {url:?}: {e}")))?;
+        let params: Vec<(&str, &str)> = settings
+            .query_params
+            .iter()
+            .map(|p| (p.name.as_str(), p.value.as_str()))
+            .collect();
         Ok(Self {
-            client,
+            http,
             timeout,
+            conn: Box::new(Connection {
+                query_range_url: endpoint(&base, "api/v1/query_range", &params),
+                metadata_url: endpoint(&base, "api/v1/metadata", &params),
+                auth,
+                url_credentials,
+                cluster: settings.cluster_label.as_ref().map(|l| LabelMatcher {
+                    name: l.name.clone(),
+                    value: l.value.clone(),
+                }),
+                names,
+            }),
             counters: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The `Authorization` header for the next request, from the files as they are now.
+    async fn authorization(&self) -> Result<Option<HeaderValue>, MetricError> {
+        let value = match &self.conn.auth {
+            None => return Ok(None),
+            Some(Auth::Bearer { file }) => {
+                let token = read_secret(file, self.conn.names.of(O::BearerTokenFile)).await?;
+                format!("Bearer {token}")
+            }
+            Some(Auth::Basic {
+                user,
+                password_file,
+            }) => {
+                let password =
+                    read_secret(password_file, self.conn.names.of(O::BasicAuthPasswordFile))
+                        .await?;
+                let pair =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                format!("Basic {pair}")
+            }
+        };
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            MetricError::Other(format!(
+                "{}: the credential read from the file is not a valid header value",
+                self.auth_option_name()
+            ))
+        })?;
+        value.set_sensitive(true);
+        Ok(Some(value))
+    }
+
+    fn auth_option_name(&self) -> &'static str {
+        match &self.conn.auth {
+            Some(Auth::Basic { .. }) => self.conn.names.of(O::BasicAuthPasswordFile),
+            _ => self.conn.names.of(O::BearerTokenFile),
+        }
+    }
+
+    /// Sends `request` with the current credentials; a request that got no HTTP answer is
+    /// a timeout or an unavailable source.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, MetricError> {
+        let request = match self.authorization().await? {
+            Some(v) => request.header(AUTHORIZATION, v),
+            None => request,
+        };
+        request.send().await.map_err(|e| {
+            if e.is_timeout() {
+                MetricError::Timeout(self.timeout)
+            } else {
+                MetricError::Unavailable(describe(e))
+            }
+        })
+    }
+
+    /// HTTP 401/403: the server refused kerf's credentials (or their absence).
+    fn refused(&self, url: &Url, status: StatusCode, body: &[u8]) -> Option<MetricError> {
+        if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let sent = match &self.conn.auth {
+            Some(Auth::Bearer { file }) => format!(
+                "the bearer token read from {} {}",
+                self.conn.names.of(O::BearerTokenFile),
+                file.display()
+            ),
+            Some(Auth::Basic {
+                user,
+                password_file,
+            }) => format!(
+                "basic auth as {user:?} with the password read from {} {}",
+                self.conn.names.of(O::BasicAuthPasswordFile),
+                password_file.display()
+            ),
+            None if self.conn.url_credentials => "the credentials in the URL".to_string(),
+            None => format!(
+                "no credentials (see {} and {})",
+                self.conn.names.of(O::BearerTokenFile),
+                self.conn.names.of(O::BasicAuthUser)
+            ),
+        };
+        let verdict = if status == StatusCode::UNAUTHORIZED {
+            "refused"
+        } else {
+            "not allowed to query (forbidden)"
+        };
+        Some(MetricError::Unauthorized(format!(
+            "HTTP {status} from {}: kerf sent {sent}, {verdict}: {}",
+            bare(url),
+            quoted(body)
+        )))
     }
 
     async fn is_counter(
@@ -60,48 +313,31 @@ impl PrometheusSource {
         {
             return Ok(*known);
         }
-        match self.client.metric_metadata().metric(&q.metric).get().await {
-            Ok(meta) => {
-                let counter = meta
-                    .values()
-                    .flatten()
-                    .any(|m| m.metric_type().is_counter());
+        let mut url = self.conn.metadata_url.clone();
+        url.query_pairs_mut().append_pair("metric", &q.metric);
+        // Unreachable: the range query would fail the same way.
+        let response = self.send(self.http.get(url.clone())).await?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
+        if let Some(refused) = self.refused(&url, status, &body) {
+            return Err(refused);
+        }
+        match parse_metadata(status, &body) {
+            Ok(counter) => {
                 self.counters
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(q.metric.clone(), counter);
                 Ok(counter)
             }
-            Err(e) => match self.transport_error(&e) {
-                // Prometheus is unreachable: the range query would fail the same way.
-                Some(fault) => Err(fault),
-                // Metadata unsupported (e.g. some proxies): answer the query, treat as a gauge.
-                None => {
-                    warnings.push(format!(
-                        "{}: metadata lookup failed ({e}); treated as a gauge",
-                        q.metric
-                    ));
-                    Ok(false)
-                }
-            },
-        }
-    }
-
-    /// The request never got an HTTP answer (timeout, refused or dropped connection), if that
-    /// is what `e` is.
-    fn transport_error(&self, e: &prometheus_http_query::Error) -> Option<MetricError> {
-        match e {
-            prometheus_http_query::Error::Client(c) => c
-                .inner()
-                .filter(|r| !r.is_status() && (r.is_timeout() || r.is_connect() || r.is_request()))
-                .map(|r| {
-                    if r.is_timeout() {
-                        MetricError::Timeout(self.timeout)
-                    } else {
-                        MetricError::Unavailable(error_chain(r))
-                    }
-                }),
-            _ => None,
+            // Metadata unsupported (e.g. some proxies): answer the query, treat as a gauge.
+            Err(why) => {
+                warnings.push(format!(
+                    "{}: metadata lookup failed ({why}); treated as a gauge",
+                    q.metric
+                ));
+                Ok(false)
+            }
         }
     }
 
@@ -124,24 +360,22 @@ impl PrometheusSource {
         }
         let mut warnings = Vec::new();
         let counter = self.is_counter(q, &mut warnings).await?;
-        let text = promql::build_query(q, counter);
-        let response = self
-            .client
-            .query_range(
-                text,
-                q.start.timestamp(),
-                q.end.timestamp(),
-                q.step_seconds as f64,
-            )
-            .timeout(i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX))
-            .post_raw()
-            .await
-            .map_err(|e| {
-                self.transport_error(&e)
-                    .unwrap_or_else(|| MetricError::Unavailable(e.to_string()))
-            })?;
+        let text = promql::build_query_matching(q, counter, self.conn.cluster.as_ref());
+        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        let form = [
+            ("query", text),
+            ("start", q.start.timestamp().to_string()),
+            ("end", q.end.timestamp().to_string()),
+            ("step", q.step_seconds.to_string()),
+            ("timeout", format!("{timeout_ms}ms")),
+        ];
+        let url = &self.conn.query_range_url;
+        let response = self.send(self.http.post(url.clone()).form(&form)).await?;
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
+        if let Some(refused) = self.refused(url, status, &body) {
+            return Err(refused);
+        }
         let groups = parse_response(q, status, &body, &mut warnings)?;
         Ok(promql::finish(&q.metric, groups, warnings))
     }
@@ -165,6 +399,95 @@ impl MetricSource for PrometheusSource {
     }
 }
 
+/// `base` + `/path`, keeping a path prefix (`https://mimir/prometheus`) and the base's own query,
+/// with `params` added.
+fn endpoint(base: &Url, path: &str, params: &[(&str, &str)]) -> Url {
+    let mut url = base.clone();
+    url.set_path(&format!("{}/{path}", base.path().trim_end_matches('/')));
+    if !params.is_empty() {
+        url.query_pairs_mut().extend_pairs(params);
+    }
+    url
+}
+
+/// `url` without credentials and query: what an error message may show.
+fn bare(url: &Url) -> Url {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    url
+}
+
+/// A request error with its cause chain and the URL it was for, minus credentials and query.
+fn describe(e: reqwest::Error) -> String {
+    let e = match e.url().map(bare) {
+        Some(url) => e.with_url(url),
+        None => e,
+    };
+    error_chain(&e)
+}
+
+/// The headers of `settings` (sent with every request), each value marked sensitive.
+fn default_headers(
+    settings: &PrometheusSettings,
+    names: OptionNames,
+) -> Result<HeaderMap, MetricError> {
+    let mut headers = HeaderMap::new();
+    for (i, h) in settings.headers.iter().enumerate() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| {
+            MetricError::Other(format!(
+                "{}: {:?} is not an HTTP header name",
+                names.item(O::Header, i, "name"),
+                h.name
+            ))
+        })?;
+        // The value is not quoted: a header may carry something private.
+        let mut value = HeaderValue::from_str(&h.value).map_err(|_| {
+            MetricError::Other(format!(
+                "{}: the value of {} is not a valid header value",
+                names.item(O::Header, i, "value"),
+                h.name
+            ))
+        })?;
+        value.set_sensitive(true);
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+fn read_file(path: &str, option: &str) -> Result<Vec<u8>, MetricError> {
+    std::fs::read(path)
+        .map_err(|e| MetricError::Other(format!("{option} {path}: cannot read: {e}")))
+}
+
+/// A secret file's content, trimmed; an empty one is an error. Never quoted in a message.
+fn secret_from(
+    read: std::io::Result<String>,
+    file: &Path,
+    option: &str,
+) -> Result<String, MetricError> {
+    let text = read.map_err(|e| {
+        MetricError::Other(format!("{option} {}: cannot read: {e}", file.display()))
+    })?;
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(MetricError::Other(format!(
+            "{option} {}: the file is empty",
+            file.display()
+        )));
+    }
+    Ok(secret.to_string())
+}
+
+fn read_secret_sync(file: &Path, option: &str) -> Result<String, MetricError> {
+    secret_from(std::fs::read_to_string(file), file, option)
+}
+
+async fn read_secret(file: &Path, option: &str) -> Result<String, MetricError> {
+    secret_from(tokio::fs::read_to_string(file).await, file, option)
+}
+
 /// `reqwest` hides the useful cause (e.g. "Connection refused") in its source chain.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -175,6 +498,36 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
+}
+
+#[derive(Deserialize)]
+struct MetadataResponse {
+    status: String,
+    #[serde(default)]
+    data: HashMap<String, Vec<MetadataEntry>>,
+}
+
+#[derive(Deserialize)]
+struct MetadataEntry {
+    #[serde(default, rename = "type")]
+    metric_type: String,
+}
+
+/// Whether a `/api/v1/metadata?metric=…` answer types the metric as a counter; `Err(why)` when
+/// the answer is no usable metadata.
+fn parse_metadata(status: StatusCode, body: &[u8]) -> Result<bool, String> {
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {}", quoted(body)));
+    }
+    let r: MetadataResponse = serde_json::from_slice(body)
+        .map_err(|e| format!("malformed JSON ({e}): {}", quoted(body)))?;
+    if r.status != "success" {
+        return Err(format!("status {:?}", r.status));
+    }
+    Ok(r.data
+        .values()
+        .flatten()
+        .any(|m| m.metric_type == "counter"))
 }
 
 #[derive(Deserialize)]
@@ -283,7 +636,6 @@ fn parse_response(
 mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
-    use reqwest::StatusCode;
 
     fn q() -> RangeQuery {
         RangeQuery {

@@ -99,15 +99,32 @@ fn alternation(values: &[String]) -> String {
     quote(&parts.join("|"))
 }
 
+/// A label matcher `name="value"` added to every selector (a Prometheus that stores many
+/// clusters: GlobalConfiguration `spec.prometheus.clusterLabel`, `--prometheus-cluster-label`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelMatcher {
+    pub name: String,
+    pub value: String,
+}
+
 /// `sum by (ns,pod,container) (metric{ns=~"a|b",pod=~"p"})`, the selector wrapped in
 /// `rate(…[Rs])` for counters. Call [`validate`] first.
 pub fn build_query(q: &RangeQuery, counter: bool) -> String {
-    let mut selector = format!(
-        "{}{{{}=~{}",
-        q.metric,
+    build_query_matching(q, counter, None)
+}
+
+/// [`build_query`] with `extra` (the cluster label) added to the selector: the one place kerf's
+/// selectors are written. `extra.name` must be a label name (checked when the source is built).
+pub fn build_query_matching(q: &RangeQuery, counter: bool, extra: Option<&LabelMatcher>) -> String {
+    let mut selector = format!("{}{{", q.metric);
+    if let Some(m) = extra {
+        selector.push_str(&format!("{}={},", m.name, quote(&m.value)));
+    }
+    selector.push_str(&format!(
+        "{}=~{}",
         q.namespace_label,
         alternation(&q.namespaces)
-    );
+    ));
     if !q.pods.is_empty() {
         selector.push_str(&format!(",{}=~{}", q.pod_label, alternation(&q.pods)));
     }
@@ -222,6 +239,14 @@ mod tests {
         assert_eq!(
             build_query(&q, true),
             r#"sum by (namespace,pod,container) (rate(gpu_util{namespace=~"a\\.b|c",pod=~"p\\(1\\)|q\"x"}[240s]))"#
+        );
+        let cluster = LabelMatcher {
+            name: "cluster".into(),
+            value: "eu \"1\"\\".into(),
+        };
+        assert_eq!(
+            build_query_matching(&q, false, Some(&cluster)),
+            r#"sum by (namespace,pod,container) (gpu_util{cluster="eu \"1\"\\",namespace=~"a\\.b|c",pod=~"p\\(1\\)|q\"x"})"#
         );
     }
 

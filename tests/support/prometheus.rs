@@ -1,51 +1,118 @@
-//! A real Prometheus for tests, loaded from OpenMetrics text with `promtool`.
+//! A real Prometheus for tests, loaded from OpenMetrics text with `promtool`, optionally behind
+//! its own `--web.config.file` (TLS, client certificates, basic auth: [`WebConfig`]).
 //!
 //! Include it with `#[path = "support/prometheus.rs"] mod prometheus_support;`.
-//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH`. Backfilled data is
-//! fixed in time: query at explicit times around [`EPOCH`], never "now".
+//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH` (and `python3`, which
+//! hashes basic-auth passwords). Backfilled data is fixed in time: query at explicit times around
+//! [`EPOCH`], never "now".
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "local_server.rs"]
+pub mod local_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// 2026-01-01T00:00:00Z: the fixed origin of test data.
 pub const EPOCH: i64 = 1_767_225_600;
 
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deterministic pseudo-random numbers for test data.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number in [0, 1).
+    pub fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The next number in [lo, hi).
+    pub fn between(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next()
+    }
+}
 
 pub struct TestPrometheus {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// Started with a web configuration: TLS and/or authentication.
+    web: Option<WebConfig>,
 }
 
-fn binary(env: &str, name: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return PathBuf::from(p);
+/// Prometheus's `--web.config.file`: TLS, client certificates and basic auth, all native.
+#[derive(Clone, Debug, Default)]
+pub struct WebConfig {
+    /// Serving certificate and key (PEM): Prometheus answers over HTTPS only.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Requires a client certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+    /// Basic-auth users and their passwords (stored bcrypt-hashed).
+    pub users: Vec<(String, String)>,
+}
+
+impl WebConfig {
+    fn yaml(&self) -> String {
+        let mut out = String::new();
+        if let Some((cert, key)) = &self.tls {
+            out += &format!(
+                "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+                cert.display(),
+                key.display()
+            );
+            if let Some(ca) = &self.client_ca {
+                out += &format!(
+                    "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+                    ca.display()
+                );
+            }
+        }
+        if !self.users.is_empty() {
+            out += "basic_auth_users:\n";
+            for (user, password) in &self.users {
+                out += &format!("  {user}: '{}'\n", bcrypt(password));
+            }
+        }
+        out
     }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| {
+}
+
+/// A bcrypt hash of `password` (cost 4: quick to check), made by Python's `crypt`.
+pub fn bcrypt(password: &str) -> String {
+    let out = Command::new("python3")
+        .args([
+            "-W",
+            "ignore",
+            "-c",
+            "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))",
+            password,
+        ])
+        .output()
+        .unwrap_or_else(|e| {
             panic!(
-                "`{name}` not found on PATH and {env} is not set; install it with \
-                 `scripts/test --setup-only` (or `apt-get install -y prometheus`)"
+                "cannot run python3 to hash a basic-auth password ({e}); install it with \
+                 `scripts/test --setup-only` (or `apt-get install -y python3`)"
             )
-        })
+        });
+    let hash = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && hash.starts_with("$2"),
+        "python3 made no bcrypt hash (its crypt module, Python 3.12 and older, with the C \
+         library's bcrypt as on Debian bookworm): {hash} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hash
 }
 
 pub fn promtool_bin() -> PathBuf {
-    binary("KERF_PROMTOOL_BIN", "promtool")
+    local_server::binary("KERF_PROMTOOL_BIN", "promtool", "prometheus")
 }
 
 pub fn prometheus_bin() -> PathBuf {
-    binary("KERF_PROMETHEUS_BIN", "prometheus")
+    local_server::binary("KERF_PROMETHEUS_BIN", "prometheus", "prometheus")
 }
 
 /// Runs `promtool tsdb create-blocks-from openmetrics FILE DIR`; Err(output) when it refuses.
@@ -67,17 +134,20 @@ pub fn promtool_load(file: &Path, data_dir: &Path) -> Result<(), String> {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
-}
-
 impl TestPrometheus {
     /// Loads `text` (OpenMetrics, ending in `# EOF`) and starts Prometheus on a free loopback
     /// port; returns once `/-/ready` answers 200.
     pub fn start_with_openmetrics(text: &str) -> Self {
+        Self::start(text, None)
+    }
+
+    /// Like [`Self::start_with_openmetrics`], behind `web` (TLS, client certificates, basic
+    /// auth); ready once Prometheus logs that it serves.
+    pub fn start_secured(text: &str, web: &WebConfig) -> Self {
+        Self::start(text, Some(web.clone()))
+    }
+
+    fn start(text: &str, web: Option<WebConfig>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("data.om");
         std::fs::write(&file, text).expect("write OpenMetrics file");
@@ -90,14 +160,18 @@ impl TestPrometheus {
             "global:\n  scrape_interval: 1h\nscrape_configs: []\n",
         )
         .expect("write config");
+        if let Some(web) = &web {
+            std::fs::write(dir.path().join("web.yml"), web.yaml()).expect("write web config");
+        }
         let mut p = Self {
             dir,
             port: 0,
             child: None,
+            web,
         };
         // The port is free when picked but could be taken before Prometheus binds it.
         for attempt in 1..=3 {
-            p.port = free_port();
+            p.port = local_server::free_port();
             match p.spawn() {
                 Ok(()) => return p,
                 Err(e) if attempt == 3 => panic!("{e}"),
@@ -107,9 +181,13 @@ impl TestPrometheus {
         unreachable!()
     }
 
-    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    /// Base URL, e.g. `http://127.0.0.1:40123` (`https://` behind TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = match self.web.as_ref().and_then(|w| w.tls.as_ref()) {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -135,7 +213,14 @@ impl TestPrometheus {
     fn spawn(&mut self) -> Result<(), String> {
         let log_path = self.dir.path().join("prometheus.log");
         let log = std::fs::File::create(&log_path).expect("create log");
-        let child = Command::new(prometheus_bin())
+        let mut command = Command::new(prometheus_bin());
+        if self.web.is_some() {
+            command.arg(format!(
+                "--web.config.file={}",
+                self.dir.path().join("web.yml").display()
+            ));
+        }
+        let child = command
             .arg(format!(
                 "--config.file={}",
                 self.dir.path().join("prometheus.yml").display()
@@ -156,53 +241,24 @@ impl TestPrometheus {
                 )
             });
         self.child = Some(child);
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!("prometheus exited ({status}) before ready:\n{log}"));
+        let (web, port) = (self.web.is_some(), self.port);
+        local_server::wait_ready(&mut self.child, &log_path, "prometheus", || {
+            if web {
+                // `/-/ready` is behind TLS and authentication too: the log says it instead.
+                std::fs::read_to_string(&log_path)
+                    .is_ok_and(|l| l.contains("Server is ready to receive web requests"))
+            } else {
+                matches!(
+                    local_server::http(port, "GET", "/-/ready", ""),
+                    Ok((200, _))
+                )
             }
-            if matches!(self.get("/-/ready"), Ok((200, _))) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                self.stop();
-                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(format!(
-                    "prometheus not ready after {READY_TIMEOUT:?}:\n{log}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// Plain blocking HTTP GET against this Prometheus: (status, body).
     pub fn get(&self, path_and_query: &str) -> std::io::Result<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        // HTTP/1.0: no chunked encoding, the server closes when done.
-        write!(
-            s,
-            "GET {path_and_query} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
-        )?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| std::io::Error::other(format!("bad HTTP answer: {text:.200}")))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+        local_server::http(self.port, "GET", path_and_query, "")
     }
 
     /// Requests Prometheus has served on `handler` (e.g. `/api/v1/query_range`), all codes.
