@@ -338,8 +338,16 @@ fn evaluate_hpa(
         coordinated: false,
     };
     if !a.coupled() {
-        out.message =
-            "the HPA does not scale on CPU or memory utilization: requests do not affect it".into();
+        // Not coupled: requests do not move it (no risk flag, never blocked), but kerf says why
+        // it does not coordinate it (docs/design/hpa-coordination.md#h1, #h9).
+        out.skip_reason = a
+            .coordinable()
+            .err()
+            .map(|_| SkipReason::UnsupportedMetrics);
+        out.message = format!(
+            "the HPA does not scale on CPU or memory utilization ({}): requests do not affect it",
+            a.detail
+        );
         return out;
     }
     risk_flags.push(RISK_HPA_COUPLED.to_string());

@@ -278,6 +278,45 @@ fn hpa_without_utilization_metric_is_not_coupled() {
     assert_eq!(o.apply.unwrap().hpa, None);
 }
 
+/// docs/design/hpa-coordination.md#h1 and #h9: an HPA that scales only on `Pods`, `Object` or
+/// `External` metrics is not coupled — no risk flag, not blocked, requests do not move it — but
+/// the recommendation says why kerf does not coordinate it.
+#[test]
+fn an_hpa_on_pods_object_or_external_metrics_only_is_skipped_as_unsupported_metrics() {
+    for only in [
+        json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
+        json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
+        json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
+    ] {
+        for coordinate in [true, false] {
+            let o = eval(&input(
+                policy(AUTO, AUDIT, coordinate),
+                vec![container("app", 1000, 512, 700, 256)],
+                Some(hpa_with(json!([only.clone()]))),
+            ));
+            assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+            assert!(o.risk_flags.is_empty(), "not coupled: no risk flag");
+            let h = hpa_of(&o);
+            assert!(!h.blocked && !h.coordinated && h.reason.is_none());
+            assert_eq!(
+                h.skip_reason,
+                Some(SkipReason::UnsupportedMetrics),
+                "{only}"
+            );
+            let spec = recommendation_spec(
+                &o,
+                &WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
+                None,
+            );
+            assert_eq!(
+                spec.hpa.and_then(|h| h.skip_reason).as_deref(),
+                Some("unsupported-metrics")
+            );
+            assert_eq!(o.apply.unwrap().hpa, None, "the HPA is left alone");
+        }
+    }
+}
+
 #[test]
 fn max_replicas_in_window_blocks() {
     let mut h = cpu_hpa(50);
