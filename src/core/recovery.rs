@@ -5,14 +5,16 @@
 //! The same rules as evaluation decide what still stands: workloads in protected namespaces and
 //! workloads their recommending policy no longer covers get nothing; entries outside the policy's
 //! container scope are dropped; a template whose own GPU allocation no longer matches the
-//! recorded baseline resets the recommendation (docs/design/gpu-engine.md#g7).
+//! recorded baseline — an entry that differs, or a container the template no longer has —
+//! resets the recommendation (docs/design/gpu-engine.md#g7, the engine's `check_baseline`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::api::{RightsizingRecommendation, WorkloadKind};
-use crate::core::allocation::scoped_container_names;
+use crate::core::allocation::{container_allocations, scoped_container_names};
 use crate::core::evaluate::{resolve_strategy, template_gpu};
+use crate::core::gpu_engine::check_baseline;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
     WorkloadKey, WorkloadState, parse_baseline,
@@ -33,10 +35,6 @@ pub struct Recovered {
 /// evaluation cycle).
 pub fn store_entries_from_annotations(snapshot: &Snapshot) -> Vec<(WorkloadKey, WorkloadState)> {
     recover(snapshot).entries
-}
-
-fn same(a: f64, b: f64) -> bool {
-    (a - b).abs() < 1e-9
 }
 
 /// What every replica's webhook serves, derived from the persisted state alone (so two replicas
@@ -173,11 +171,9 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         };
         rec.containers.retain(|c, _| scope.contains(c));
         if let Some(b) = &baseline {
-            let changed = b
-                .iter()
-                .filter(|(c, _)| scope.contains(*c))
-                .any(|(c, v)| template.get(c).is_none_or(|t| !same(*t, *v)));
-            if changed {
+            let alloc = container_allocations(spec, w.template.annotations());
+            let scope: BTreeSet<String> = scope.iter().cloned().collect();
+            if !check_baseline(b, spec, &alloc, &scope).changed.is_empty() {
                 out.warnings.push(format!(
                     "{}: template GPU allocation changed since the baseline was recorded: recommendation not served",
                     w.key
