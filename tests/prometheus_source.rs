@@ -42,6 +42,7 @@ fn query(
         end: Utc.timestamp_opt(end, 0).unwrap(),
         step_seconds: step,
         counter: None,
+        aggregation: Default::default(),
     }
 }
 
@@ -691,4 +692,48 @@ async fn example_testdata_loads_everywhere_and_agrees() {
         assert_eq!(set.series.len(), 2, "{metric}: {:?}", set.series.keys());
         assert!(set.warnings.is_empty(), "{metric}: {:?}", set.warnings);
     }
+}
+
+/// docs/design/hpa-coordination.md#h7: the kube-state-metrics replica series (labels `namespace`
+/// and `horizontalpodautoscaler`, no container) are read alike from the file and from
+/// Prometheus; duplicates from several kube-state-metrics replicas are one value (`max`), never
+/// a sum.
+#[tokio::test]
+async fn kube_state_metrics_replica_history_is_read_alike_from_the_file_and_prometheus() {
+    let mut text =
+        String::from("# TYPE kube_horizontalpodautoscaler_status_current_replicas gauge\n");
+    for i in 0..=10 {
+        let ts = T0 + 60 * i;
+        for instance in ["ksm-0", "ksm-1"] {
+            for (hpa, n) in [("web", if i == 4 { 10 } else { 6 }), ("api", 2)] {
+                text += &format!(
+                    "kube_horizontalpodautoscaler_status_current_replicas{{namespace=\"shop\",horizontalpodautoscaler=\"{hpa}\",instance=\"{instance}\"}} {n} {ts}\n"
+                );
+            }
+        }
+    }
+    text += "# EOF\n";
+    let (file, prom_src, _prom) = both(&text);
+    let mut q = query(
+        "kube_horizontalpodautoscaler_status_current_replicas",
+        &["shop"],
+        &["web"],
+        T0,
+        T0 + 600,
+        60,
+    );
+    q.pod_label = "horizontalpodautoscaler".into();
+    q.container_label = String::new();
+    q.aggregation = kerf::metrics::Aggregation::Max;
+    q.counter = Some(false);
+    let set = agree(&file, &prom_src, &q).await;
+    assert!(set.warnings.is_empty(), "{:?}", set.warnings);
+    let keys: Vec<_> = set.series.keys().cloned().collect();
+    assert_eq!(keys, vec![key("shop", "web", "")]);
+    let values: Vec<f64> = set.series[&key("shop", "web", "")]
+        .iter()
+        .map(|p| p.1)
+        .collect();
+    assert_eq!(values[4], 10.0, "{values:?}");
+    assert!(values.iter().all(|v| *v == 6.0 || *v == 10.0), "{values:?}");
 }

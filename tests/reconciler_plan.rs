@@ -264,3 +264,92 @@ async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
     assert!(down.cycle.resource_results().all(|r| r.metrics_unavailable));
     assert_eq!(*store.get(&key).unwrap(), *before);
 }
+
+// ---- issue 11: the rules the reconcile loop must follow end to end ----------------------------
+
+/// The HPA example's snapshot with the HPA at `current` replicas now and the OpenMetrics file
+/// extended with kube-state-metrics replica history: `history` = (seconds before `at`, replicas).
+async fn hpa_example_with_history(
+    current: i32,
+    history: &[(i64, i32)],
+) -> (kerf::standalone::Manifests, CycleOutput) {
+    let mut m = load_dir(&root().join("examples/hpa/manifests")).unwrap();
+    let status = m.snapshot.hpas[0]
+        .status
+        .get_or_insert_with(Default::default);
+    status.current_replicas = Some(current);
+    let mut text = std::fs::read_to_string(root().join("examples/hpa/metrics.om")).unwrap();
+    text.truncate(text.rfind("# EOF").unwrap());
+    let end = at().timestamp();
+    let mut history = history.to_vec();
+    history.sort_by_key(|(ago, _)| -ago);
+    if !history.is_empty() {
+        text += "# TYPE kube_horizontalpodautoscaler_status_current_replicas gauge\n";
+        for (ago, n) in &history {
+            text += &format!(
+                "kube_horizontalpodautoscaler_status_current_replicas{{namespace=\"shop\",horizontalpodautoscaler=\"web\",job=\"kube-state-metrics\"}} {n} {}\n",
+                end - ago
+            );
+        }
+        text += "# TYPE kube_horizontalpodautoscaler_spec_max_replicas gauge\n";
+        for (ago, _) in &history {
+            text += &format!(
+                "kube_horizontalpodautoscaler_spec_max_replicas{{namespace=\"shop\",horizontalpodautoscaler=\"web\",job=\"kube-state-metrics\"}} 10 {}\n",
+                end - ago
+            );
+        }
+    }
+    text += "# EOF\n";
+    let src = FileSource::from_str(&text).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    (m, c)
+}
+
+fn web_json(c: &CycleOutput) -> serde_json::Value {
+    let w = c.workloads.iter().find(|w| w.key.name == "web").unwrap();
+    kerf::cli::recommend::workload_json(&w.key, w.gpu.as_ref(), w.resources.as_ref())
+}
+
+/// docs/design/hpa-coordination.md#h7: `max-replicas-reached` means the HPA was at
+/// `maxReplicas` at any time in the recommendation window, read from kube-state-metrics. Check:
+/// maxReplicas 10, at 10 forty minutes ago, 6 now, window 1h → blocked; never at 10 →
+/// coordinated; without the series, `status.currentReplicas`, and the reasons say so.
+#[tokio::test]
+async fn max_replicas_reached_is_read_from_the_kube_state_metrics_history_of_the_window() {
+    // Every minute of the hour: 6 replicas, except 10 forty minutes ago.
+    let at_max: Vec<(i64, i32)> = (0..=60)
+        .map(|m| (m * 60, if m == 40 { 10 } else { 6 }))
+        .collect();
+    let (_, c) = hpa_example_with_history(6, &at_max).await;
+    let web = web_json(&c);
+    assert_eq!(web["hpa"]["skipReason"], "max-replicas-reached", "{web:#}");
+    assert_eq!(web["hpa"]["blocked"], true);
+    assert_eq!(web["phase"], "blocked");
+
+    let never: Vec<(i64, i32)> = (0..=60).map(|m| (m * 60, 6)).collect();
+    let (_, c) = hpa_example_with_history(6, &never).await;
+    let web = web_json(&c);
+    assert_eq!(web["hpa"]["skipReason"], serde_json::Value::Null, "{web:#}");
+    assert_eq!(web["hpa"]["targetAfter"], 71);
+    assert_eq!(web["phase"], "applied");
+
+    // At 10 only before the window (61 minutes ago): not in the window.
+    let before: Vec<(i64, i32)> = (0..=70)
+        .map(|m| (m * 60, if m == 70 { 10 } else { 6 }))
+        .collect();
+    let (_, c) = hpa_example_with_history(6, &before).await;
+    assert_eq!(web_json(&c)["hpa"]["skipReason"], serde_json::Value::Null);
+
+    // Without the series: the HPA's status, and the reasons say so.
+    let (_, c) = hpa_example_with_history(6, &[]).await;
+    let web = web_json(&c);
+    assert_eq!(web["hpa"]["skipReason"], serde_json::Value::Null);
+    let reasons = web["reasons"].to_string();
+    assert!(
+        reasons.contains("kube_horizontalpodautoscaler_status_current_replicas")
+            && reasons.contains("status.currentReplicas"),
+        "{reasons}"
+    );
+    let (_, c) = hpa_example_with_history(10, &[]).await;
+    assert_eq!(web_json(&c)["hpa"]["skipReason"], "max-replicas-reached");
+}

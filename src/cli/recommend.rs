@@ -135,7 +135,12 @@ pub fn workload_json(
     let mut reasons: Vec<String> = gpu.map(|g| g.reasons.clone()).unwrap_or_default();
     let outcome = rs.map(|r| &r.outcome);
     match outcome {
-        Some(Ok(o)) if !o.message.is_empty() => reasons.push(o.message.clone()),
+        Some(Ok(o)) => {
+            if !o.message.is_empty() {
+                reasons.push(o.message.clone());
+            }
+            reasons.extend(o.reasons.iter().cloned());
+        }
         Some(Err(e)) => reasons.push(format!(
             "{}: unusable policy: {e}",
             rs.map(|r| r.policy.to_string()).unwrap_or_default()
@@ -271,8 +276,9 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
                 o.risk_flags.join(","),
             );
         }
-        if !o.message.is_empty() {
-            let _ = writeln!(s, "    - {}", o.message);
+        let message = (!o.message.is_empty()).then_some(&o.message);
+        for reason in message.into_iter().chain(&o.reasons) {
+            let _ = writeln!(s, "    - {reason}");
         }
     }
     s

@@ -17,7 +17,7 @@ use crate::core::model::{
 use crate::core::owner;
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload, unresolved_strategy_message};
-use crate::metrics::{RangeQuery, SeriesSet};
+use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
 
 /// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
 /// ReplicaSet → Deployment and Job → CronJob links.
@@ -233,6 +233,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
                     end: now,
                     step_seconds,
                     counter: None,
+                    aggregation: Aggregation::Sum,
                 },
             ));
         }

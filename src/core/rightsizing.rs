@@ -71,6 +71,9 @@ pub struct HpaInput {
     /// The HPA was at `maxReplicas` at some time in the recommendation window
     /// (see [`hpa::max_replicas_reached`]).
     pub max_replicas_reached: bool,
+    /// `max_replicas_reached` comes from the kube-state-metrics replica history; `false`: from
+    /// `status.currentReplicas` alone (no series), which the reasons then say.
+    pub replica_history: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -134,6 +137,8 @@ pub struct RightsizingOutcome {
     pub message: String,
     /// `Some` only when `phase` is `applied`.
     pub apply: Option<AgentPlan>,
+    /// What else the user should know (e.g. where `max-replicas-reached` was read from).
+    pub reasons: Vec<String>,
 }
 
 fn get(r: &ResourceRequests, res: HpaResource) -> Option<i64> {
@@ -219,10 +224,11 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .collect();
 
     let mut risk_flags = Vec::new();
+    let mut reasons = Vec::new();
     let hpa_out = input
         .hpa
         .as_ref()
-        .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags));
+        .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags, &mut reasons));
 
     let containers: Vec<ContainerOutcome> = input
         .containers
@@ -314,6 +320,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         reason,
         message,
         apply,
+        reasons,
     })
 }
 
@@ -322,6 +329,7 @@ fn evaluate_hpa(
     h: &HpaInput,
     recommended: &mut [ResourceRequests],
     risk_flags: &mut Vec<String>,
+    reasons: &mut Vec<String>,
 ) -> HpaOutcome {
     let input = ctx.input;
     let name = h.hpa.metadata.name.clone().unwrap_or_default();
@@ -373,6 +381,13 @@ fn evaluate_hpa(
             resource.as_str()
         );
         return out;
+    }
+    if !h.replica_history {
+        reasons.push(format!(
+            "no kube-state-metrics replica history for HPA {} ({}): max-replicas-reached is judged from its status.currentReplicas only",
+            out.name,
+            hpa::KSM_CURRENT_REPLICAS
+        ));
     }
     let block = |out: &mut HpaOutcome, skip: Option<SkipReason>, message: String| {
         out.blocked = true;

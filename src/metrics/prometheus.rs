@@ -143,7 +143,7 @@ impl PrometheusSource {
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
         let groups = parse_response(q, status, &body, &mut warnings)?;
-        Ok(promql::finish(&q.metric, groups, warnings))
+        Ok(promql::finish(q, groups, warnings))
     }
 }
 
@@ -297,6 +297,7 @@ mod tests {
             end: Utc.timestamp_opt(60, 0).unwrap(),
             step_seconds: 60,
             counter: Some(false),
+            aggregation: Default::default(),
         }
     }
 
@@ -322,7 +323,7 @@ mod tests {
         assert_eq!(groups[0].points[0], (0, 1.5));
         assert!(groups[0].points[1].1.is_nan());
         assert_eq!(groups[1].container, "");
-        let set = promql::finish("m", groups, warnings);
+        let set = promql::finish(&q(), groups, warnings);
         assert_eq!(set.series.len(), 1);
         assert_eq!(set.warnings.len(), 3, "{:?}", set.warnings);
     }

@@ -38,7 +38,7 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
         ("pod", &q.pod_label),
         ("container", &q.container_label),
     ] {
-        if !is_label_name(l) {
+        if !is_label_name(l) && !(what == "container" && l.is_empty()) {
             return Err(MetricError::Other(format!(
                 "invalid {what} label name {l:?}"
             )));
@@ -99,8 +99,19 @@ fn alternation(values: &[String]) -> String {
     quote(&parts.join("|"))
 }
 
-/// `sum by (ns,pod,container) (metric{ns=~"a|b",pod=~"p"})`, the selector wrapped in
-/// `rate(…[Rs])` for counters. Call [`validate`] first.
+/// The labels a query's results are keyed by: namespace, pod and — when the query has one —
+/// container.
+pub fn key_labels(q: &RangeQuery) -> String {
+    let mut labels = format!("{},{}", q.namespace_label, q.pod_label);
+    if !q.container_label.is_empty() {
+        labels.push(',');
+        labels.push_str(&q.container_label);
+    }
+    labels
+}
+
+/// `sum by (ns,pod,container) (metric{ns=~"a|b",pod=~"p"})` (the query's aggregation and key
+/// labels), the selector wrapped in `rate(…[Rs])` for counters. Call [`validate`] first.
 pub fn build_query(q: &RangeQuery, counter: bool) -> String {
     let mut selector = format!(
         "{}{{{}=~{}",
@@ -118,8 +129,9 @@ pub fn build_query(q: &RangeQuery, counter: bool) -> String {
         selector
     };
     format!(
-        "sum by ({},{},{}) ({inner})",
-        q.namespace_label, q.pod_label, q.container_label
+        "{} by ({}) ({inner})",
+        q.aggregation.as_str(),
+        key_labels(q)
     )
 }
 
@@ -132,19 +144,22 @@ pub struct Group {
     pub points: Vec<(i64, f64)>,
 }
 
-/// Turns grouped results into a [`SeriesSet`]: groups missing a label are skipped, NaN/Inf
-/// points are dropped, each with a warning; groups left without points are omitted.
-pub fn finish(metric: &str, groups: Vec<Group>, mut warnings: Vec<String>) -> SeriesSet {
+/// Turns the grouped results of `q` into a [`SeriesSet`]: groups missing a key label are
+/// skipped, NaN/Inf points are dropped, each with a warning; groups left without points are
+/// omitted.
+pub fn finish(q: &RangeQuery, groups: Vec<Group>, mut warnings: Vec<String>) -> SeriesSet {
+    let metric = &q.metric;
+    let with_container = !q.container_label.is_empty();
     let mut series = BTreeMap::new();
     for g in groups {
         let missing: Vec<&str> = [
-            ("namespace", &g.namespace),
-            ("pod", &g.pod),
-            ("container", &g.container),
+            ("namespace", &g.namespace, true),
+            ("pod", &g.pod, true),
+            ("container", &g.container, with_container),
         ]
         .into_iter()
-        .filter(|(_, v)| v.is_empty())
-        .map(|(n, _)| n)
+        .filter(|(_, v, keyed)| *keyed && v.is_empty())
+        .map(|(n, _, _)| n)
         .collect();
         if !missing.is_empty() {
             warnings.push(format!(
@@ -201,6 +216,7 @@ mod tests {
             end: Utc.timestamp_opt(1_767_229_200, 0).unwrap(),
             step_seconds: 60,
             counter: None,
+            aggregation: Default::default(),
         }
     }
 
@@ -272,7 +288,7 @@ mod tests {
             points,
         };
         let set = finish(
-            "m",
+            &query(),
             vec![
                 g("", vec![(1, 1.0)]),
                 g("c", vec![(1, f64::NAN), (2, 2.0), (3, f64::INFINITY)]),

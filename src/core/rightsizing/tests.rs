@@ -68,6 +68,7 @@ fn hpa_with(metrics: serde_json::Value) -> HpaInput {
         }))
         .unwrap(),
         max_replicas_reached: false,
+        replica_history: true,
     }
 }
 
