@@ -12,7 +12,7 @@ pub use crate::core::cycle::{CycleOutput, PolicyRun};
 use crate::core::evaluate::{self};
 use crate::core::model::WorkloadKey;
 use crate::core::rs_evaluate::{self};
-use crate::core::snapshot::{Snapshot, unresolved_strategy_message};
+use crate::core::snapshot::Snapshot;
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 
 /// Queries in flight at once (Prometheus handles a few concurrent range queries well).
@@ -141,13 +141,9 @@ pub async fn run_cycle<S: MetricSource>(
         out.policies.insert(p.id.clone(), run);
     }
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
-        let name = &p.spec.automation_strategy_ref.name;
         let run = PolicyRun {
             queries: rs_status.get(&i).cloned(),
-            unresolved_strategy: snapshot
-                .strategy(p.id.namespace.as_deref(), name)
-                .is_none()
-                .then(|| unresolved_strategy_message(name)),
+            unresolved_strategy: rs_plan.unresolved.get(&i).cloned(),
         };
         out.policies.insert(p.id.clone(), run);
     }

@@ -267,6 +267,91 @@ async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
 
 // ---- issue 11: the rules the reconcile loop must follow end to end ----------------------------
 
+fn recommendation_op<'a>(
+    ops: &'a [WriteOp],
+    name: &str,
+) -> Option<&'a kerf::kube::writer::RecommendationWrite> {
+    ops.iter().find_map(|op| match op {
+        WriteOp::Recommendation(r) if r.name == name => Some(&**r),
+        _ => None,
+    })
+}
+
+/// An AdmissionReview creating a pod of the HPA example's `web` Deployment (requests 1000m).
+fn web_pod_review() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "p1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
+            "userInfo": {"username": "x"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "web-6d4b8c7f9-", "namespace": "shop",
+                    "labels": {"app": "web", "pod-template-hash": "6d4b8c7f9"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b8c7f9", "uid": "u", "controller": true}]},
+                "spec": {"containers": [{"name": "app", "image": "w", "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}}}
+    })
+}
+
+/// docs/design/runtime.md#r8 and gpu-engine.md#g11: a policy whose `automationStrategyRef` does
+/// not resolve is not applied — for every kind. A CPU auto-patch RightsizingPolicy naming a
+/// missing strategy changes no template, no HPA, and no pod at admission; its recommendation is
+/// still published, and its phase says why.
+#[tokio::test]
+async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
+    let mut m = load_dir(&root().join("examples/hpa/manifests")).unwrap();
+    m.snapshot.rightsizing_policies[0]
+        .spec
+        .automation_strategy_ref
+        .name = "missing".into();
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let (cycle, ops) =
+        kerf::reconciler::reconcile_once(&m.snapshot, &[], &[], &src, at(), 15).await;
+    assert!(
+        !ops.iter().any(|op| matches!(
+            op,
+            WriteOp::Coordinated(_) | WriteOp::Workload(_) | WriteOp::Event(_)
+        )),
+        "no template change, no HPA change: {ops:#?}"
+    );
+    let rec = recommendation_op(&ops, "deployment-web").expect("the recommendation is published");
+    let cpu = &rec.spec.containers[0].recommended.cpu;
+    assert_eq!(cpu.as_ref().map(|q| q.0.as_str()), Some("700m"));
+    let status = rec.status.as_ref().unwrap();
+    assert_eq!(status.phase, kerf::api::RecommendationPhase::AuditOnly);
+    assert_eq!(status.reason.as_deref(), Some("StrategyUnresolved"));
+    assert!(status.applied.is_none(), "nothing for admission to serve");
+    drop(cycle);
+
+    // The same cycle in memory: the webhook serves no CPU request and no HPA target.
+    let store = kerf::state::Store::new();
+    let mut writer = kerf::writers::memory::MemoryWriter::new();
+    kerf::standalone::in_memory_cycle(&mut writer, m.snapshot.clone(), &src, at(), 15, &store)
+        .await;
+    let body = serde_json::to_vec(&web_pod_review()).unwrap();
+    let reply = kerf::server::review::handle_review(&body, &store);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert!(
+        answer["response"].get("patch").is_none(),
+        "no CPU/memory patch at admission: {answer}"
+    );
+
+    // The GPU kind too: the embedder's persisted recommendation (0.9) is not served once its
+    // policy's strategy no longer resolves, not even before the next cycle.
+    let mut m = load_dir(&root().join("examples/manifests")).unwrap();
+    m.snapshot.gpu_policies[0]
+        .spec
+        .automation_strategy_ref
+        .name = "missing".into();
+    let store = kerf::state::Store::new();
+    let warnings = kerf::reconciler::serve_persisted(&store, &m.snapshot, &[]);
+    let embedder = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "embedder");
+    assert!(store.get(&embedder).is_none(), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.contains("does not resolve")),
+        "{warnings:?}"
+    );
+}
+
 /// The HPA example's snapshot with the HPA at `current` replicas now and the OpenMetrics file
 /// extended with kube-state-metrics replica history: `history` = (seconds before `at`, replicas).
 async fn hpa_example_with_history(

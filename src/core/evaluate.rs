@@ -16,7 +16,7 @@ use crate::core::model::{
 };
 use crate::core::owner;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{GpuPolicy, Snapshot, Workload, unresolved_strategy_message};
+use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
 
 /// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
@@ -116,11 +116,9 @@ fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: DateTime<Utc>) -> bool {
 pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan {
     let mut out = Plan::default();
     for (i, p) in snapshot.gpu_policies.iter().enumerate() {
-        if resolve_strategy(snapshot, p).is_none() {
-            out.unresolved.insert(
-                i,
-                unresolved_strategy_message(&p.spec.automation_strategy_ref.name),
-            );
+        let name = &p.spec.automation_strategy_ref.name;
+        if let Some(why) = snapshot.unresolved_strategy(p.id.namespace.as_deref(), name) {
+            out.unresolved.insert(i, why);
         }
     }
     let pods_by_owner = pods_by_owner(snapshot);

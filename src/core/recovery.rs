@@ -21,7 +21,7 @@ use crate::core::model::{
 };
 use crate::core::rightsizing::served_change;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{Snapshot, unresolved_strategy_message};
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -184,10 +184,20 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         if rec.containers.is_empty() {
             continue;
         }
-        let strategy = policy
-            .and_then(|p| resolve_strategy(snapshot, p))
-            .cloned()
-            .unwrap_or_default();
+        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
+        let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
+            Some((p, None)) => {
+                out.warnings.push(format!(
+                    "{}: policy {}: {}",
+                    w.key,
+                    p.id,
+                    unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
+                ));
+                continue;
+            }
+            Some((_, Some(s))) => s.clone(),
+            None => Default::default(),
+        };
         out.entries.push((
             w.key.clone(),
             WorkloadState {

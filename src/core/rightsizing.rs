@@ -46,6 +46,7 @@ use super::quantity::{self, MIB};
 use super::resources::{
     ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
 };
+use super::snapshot::REASON_STRATEGY_UNRESOLVED;
 use crate::api::{
     AppliedChange, ContainerRecommendation, HpaRecommendation, RecommendationPhase,
     RecommendationStatus, ResourceMode, ResourceValues, RightsizingPolicySpec,
@@ -79,6 +80,10 @@ pub struct HpaInput {
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadInput {
     pub policy: RightsizingPolicySpec,
+    /// Why the policy's `automationStrategyRef` does not resolve: the policy is then not applied
+    /// — recommendation only, phase `audit-only`, reason `StrategyUnresolved`
+    /// (docs/design/runtime.md#r8).
+    pub strategy_unresolved: Option<String>,
     pub containers: Vec<ContainerInput>,
     pub hpa: Option<HpaInput>,
     /// Current replicas (for total savings).
@@ -254,7 +259,14 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .into_iter()
         .filter(|r| ctx.auto(*r))
         .collect();
-    let (phase, reason, message, apply) = if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
+    let (phase, reason, message, apply) = if let Some(why) = &input.strategy_unresolved {
+        (
+            RecommendationPhase::AuditOnly,
+            Some(REASON_STRATEGY_UNRESOLVED.to_string()),
+            format!("{why}: recommendation only"),
+            None,
+        )
+    } else if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
         (
             RecommendationPhase::Blocked,
             Some(REASON_HPA_COUPLED.to_string()),

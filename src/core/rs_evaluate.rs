@@ -120,6 +120,9 @@ pub struct RsWorkloadPlan {
 pub struct RsPlan {
     pub workloads: Vec<RsWorkloadPlan>,
     pub queries: Vec<(usize, RsSignal, RangeQuery)>,
+    /// Policies whose strategy does not resolve, with the message for their status: they still
+    /// recommend, and are not applied.
+    pub unresolved: BTreeMap<usize, String>,
 }
 
 /// The step for a window: at least `step`, coarse enough to stay under [`MAX_POINTS`].
@@ -129,6 +132,12 @@ pub fn step_for(window_seconds: i64, step: i64) -> i64 {
 
 pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
+    for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
+        let name = &p.spec.automation_strategy_ref.name;
+        if let Some(why) = snapshot.unresolved_strategy(p.id.namespace.as_deref(), name) {
+            out.unresolved.insert(i, why);
+        }
+    }
     let pods_by_owner = pods_by_owner(snapshot);
     let hpas = hpa::hpa_index(&snapshot.hpas);
     let mut per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
@@ -384,6 +393,7 @@ pub fn evaluate(
         let outcome = match bad_request {
             Some(e) => Err(e),
             None => rightsizing::evaluate_workload(&WorkloadInput {
+                strategy_unresolved: plan.unresolved.get(&wp.policy).cloned(),
                 policy: policy.spec.clone(),
                 containers,
                 hpa,

@@ -87,6 +87,7 @@ fn input(
 ) -> WorkloadInput {
     WorkloadInput {
         policy,
+        strategy_unresolved: None,
         containers,
         hpa,
         replicas: 4,

@@ -22,7 +22,7 @@ use crate::core::recovery::recommendation_key;
 use crate::core::rightsizing::{
     applied_change, plan_restore, recommendation_spec, recommendation_status,
 };
-use crate::core::snapshot::{InvalidPolicy, Snapshot, Workload};
+use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::pipeline::CycleOutput;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
@@ -85,7 +85,7 @@ fn condition_writes(
         ConditionUpdate::new(
             CONDITION_READY,
             false,
-            "StrategyUnresolved",
+            REASON_STRATEGY_UNRESOLVED,
             "the policy is not applied",
         )
     });
