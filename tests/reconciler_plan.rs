@@ -338,10 +338,7 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
     // The GPU kind too: the embedder's persisted recommendation (0.9) is not served once its
     // policy's strategy no longer resolves, not even before the next cycle.
     let mut m = load_dir(&root().join("examples/manifests")).unwrap();
-    m.snapshot.gpu_policies[0]
-        .spec
-        .automation_strategy_ref
-        .name = "missing".into();
+    m.snapshot.gpu_policies[0].spec.automation_strategy_ref.name = "missing".into();
     let store = kerf::state::Store::new();
     let warnings = kerf::reconciler::serve_persisted(&store, &m.snapshot, &[]);
     let embedder = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "embedder");
@@ -437,4 +434,66 @@ async fn max_replicas_reached_is_read_from_the_kube_state_metrics_history_of_the
     );
     let (_, c) = hpa_example_with_history(10, &[]).await;
     assert_eq!(web_json(&c)["hpa"]["skipReason"], "max-replicas-reached");
+}
+
+/// docs/design/gpu-engine.md#g10: the RightsizingRecommendation holds cpu, memory, gpu and the
+/// driving GPU metric for every workload kerf recommends for — one covered only by a GPU policy
+/// too (`kubectl get rightsizingrecommendations` lists it).
+#[tokio::test]
+async fn a_workload_covered_only_by_a_gpu_policy_gets_a_rightsizing_recommendation() {
+    let (m, c) = cycle("examples/manifests", "examples/metrics.om").await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let rec =
+        recommendation_op(&ops, "deployment-llm").expect("a RightsizingRecommendation for llm");
+    assert_eq!(rec.namespace, "ml");
+    assert_eq!(rec.spec.driving_metric.as_deref(), Some("compute"));
+    assert_eq!(rec.spec.policies, ["GpuReactivePolicy/ml/gpu-reactive"]);
+    let inference = rec
+        .spec
+        .containers
+        .iter()
+        .find(|c| c.name == "inference")
+        .expect("inference");
+    assert_eq!(inference.current.gpu.as_deref(), Some("0.5"));
+    assert_eq!(inference.recommended.gpu.as_deref(), Some("0.84"));
+    let status = rec.status.as_ref().unwrap();
+    assert_eq!(status.phase, kerf::api::RecommendationPhase::Applied);
+    assert!(
+        status.applied.is_none(),
+        "GPU sizes are served from the workload annotations"
+    );
+    let embedder = recommendation_op(&ops, "deployment-embedder").expect("embedder");
+    assert_eq!(embedder.spec.driving_metric.as_deref(), Some("compute"));
+}
+
+/// docs/design/gpu-engine.md#g10: a workload covered by a GPU policy and a RightsizingPolicy
+/// records the driving GPU metric (and the GPU policy) in its one recommendation.
+#[tokio::test]
+async fn the_recommendation_records_the_driving_gpu_metric() {
+    let mut m = load_dir(&root().join("examples/manifests")).unwrap();
+    let hpa = load_dir(&root().join("examples/hpa/manifests")).unwrap();
+    let mut rs = hpa.snapshot.rightsizing_policies[0].clone();
+    rs.id.namespace = Some("ml".into());
+    rs.spec.scope = m.snapshot.gpu_policies[0].spec.scope.clone();
+    rs.spec.automation_strategy_ref.name = "gpu-strategy".into();
+    m.snapshot.rightsizing_policies.push(rs);
+    let src = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let rec = recommendation_op(&ops, "deployment-llm").expect("llm");
+    assert_eq!(rec.spec.driving_metric.as_deref(), Some("compute"));
+    assert_eq!(
+        rec.spec.policies,
+        [
+            "RightsizingPolicy/ml/web",
+            "GpuReactivePolicy/ml/gpu-reactive"
+        ]
+    );
+    let inference = rec
+        .spec
+        .containers
+        .iter()
+        .find(|c| c.name == "inference")
+        .unwrap();
+    assert_eq!(inference.recommended.gpu.as_deref(), Some("0.84"));
 }

@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
+use super::evaluate::WorkloadResult;
 use super::hpa::{
     self, Coordination, CountedRequest, HpaResource, REASON_HPA_COUPLED, RISK_HPA_COUPLED,
     SkipReason, analyze_metrics,
@@ -610,6 +611,103 @@ pub fn recommendation_spec(
         }),
         risk_flags: outcome.risk_flags.clone(),
         savings: outcome.savings.clone(),
+    }
+}
+
+/// The GPU side of a workload's `RightsizingRecommendation` (docs/design/gpu-engine.md#g10): the
+/// driving GPU metric of the recommendation in force and the GPU policies, added to `spec`.
+pub fn add_gpu(spec: &mut RightsizingRecommendationSpec, gpu: &WorkloadResult) {
+    spec.driving_metric = gpu
+        .recommendation
+        .as_ref()
+        .and_then(|r| r.driving_metric)
+        .map(|d| d.as_str().to_string());
+    for p in &gpu.policies {
+        let p = p.to_string();
+        if !spec.policies.contains(&p) {
+            spec.policies.push(p);
+        }
+    }
+}
+
+/// The `RightsizingRecommendation` spec of a workload only GPU reactive policies cover: per
+/// container its current and recommended GPUs, the driving GPU metric, the GPU policies and the
+/// GPU savings (docs/design/gpu-engine.md#g10).
+pub fn gpu_recommendation_spec(
+    gpu: &WorkloadResult,
+    workload: &WorkloadKey,
+    replicas: i32,
+) -> RightsizingRecommendationSpec {
+    let containers: Vec<ContainerOutcome> = gpu
+        .containers
+        .iter()
+        .filter(|(_, o)| o.current.is_some() || o.recommended.is_some())
+        .map(|(name, o)| ContainerOutcome {
+            name: name.clone(),
+            in_scope: true,
+            current: ResourceRequests::default(),
+            recommended: ResourceRequests::default(),
+            cpu_source: Source::NoData,
+            memory_source: Source::NoData,
+            throttled: false,
+            oom_killed: false,
+            gpu_current: o.current,
+            gpu_recommended: o.recommended,
+        })
+        .collect();
+    let mut spec = RightsizingRecommendationSpec {
+        workload: WorkloadRef {
+            kind: workload.kind.as_str().to_string(),
+            name: workload.name.clone(),
+        },
+        containers: containers
+            .iter()
+            .map(|c| ContainerRecommendation {
+                name: c.name.clone(),
+                current: values(&c.current, c.gpu_current),
+                recommended: values(&c.recommended, c.gpu_recommended),
+            })
+            .collect(),
+        savings: savings(&containers, replicas),
+        ..Default::default()
+    };
+    add_gpu(&mut spec, gpu);
+    spec
+}
+
+/// Reason of a GPU-only recommendation without a GPU recommendation in force.
+pub const REASON_NO_RECOMMENDATION: &str = "NoRecommendation";
+
+/// The status of a workload only GPU reactive policies cover: `applied` while a GPU
+/// recommendation is in force (admission applies it), `pending` (reason `NoRecommendation`)
+/// while there is none; what must survive is carried over from `previous` (see
+/// [`recommendation_status`]).
+pub fn gpu_recommendation_status(
+    gpu: &WorkloadResult,
+    previous: Option<&RecommendationStatus>,
+) -> RecommendationStatus {
+    let (phase, reason) = match &gpu.recommendation {
+        Some(_) => (RecommendationPhase::Applied, None),
+        None => (
+            RecommendationPhase::Pending,
+            Some(REASON_NO_RECOMMENDATION.to_string()),
+        ),
+    };
+    RecommendationStatus {
+        phase,
+        reason,
+        previous_hpa_target: previous.and_then(|p| p.previous_hpa_target),
+        original_requests: previous
+            .map(|p| p.original_requests.clone())
+            .unwrap_or_default(),
+        last_applied_time: gpu
+            .recommendation
+            .as_ref()
+            .and_then(|r| r.updated_at)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .or_else(|| previous.and_then(|p| p.last_applied_time.clone())),
+        applied: None,
+        conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
     }
 }
 
