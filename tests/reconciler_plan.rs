@@ -497,3 +497,177 @@ async fn the_recommendation_records_the_driving_gpu_metric() {
         .unwrap();
     assert_eq!(inference.recommended.gpu.as_deref(), Some("0.84"));
 }
+
+const MULTI_POLICY_MANIFESTS: &str = r#"
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: GlobalConfiguration
+metadata: {name: global-config}
+spec: {multiPolicyContainerRightsizingEnabled: true}
+---
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: AutomationStrategy
+metadata: {name: s, namespace: ml}
+spec: {}
+---
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: GpuReactivePolicy
+metadata: {name: a, namespace: ml}
+spec:
+  experimental: {gpuKaiContract: v1alpha1-2026-07}
+  scope: {containers: [a], labelSelector: {matchLabels: {app: w}}}
+  metrics:
+    compute:
+      upsize: {maxPercent: 120}
+      prometheus: {metric: sm, interpretation: fullGPU}
+    memory:
+      upsize: {maxPercent: 120}
+      prometheus: {metric: mem, interpretation: currentAllocation}
+  automationStrategyRef: {name: s}
+---
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: GpuReactivePolicy
+metadata: {name: b, namespace: ml}
+spec:
+  experimental: {gpuKaiContract: v1alpha1-2026-07}
+  scope: {containers: [b], labelSelector: {matchLabels: {app: w}}}
+  metrics:
+    compute:
+      prometheus: {metric: sm, interpretation: fullGPU}
+    memory:
+      prometheus: {metric: mem, interpretation: currentAllocation}
+  automationStrategyRef: {name: s}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: w, namespace: ml, labels: {app: w}}
+spec:
+  selector: {matchLabels: {app: w}}
+  template:
+    metadata:
+      labels: {app: w}
+      annotations: {gpu-fraction: "0.5"}
+    spec:
+      containers:
+        - {name: a, image: a}
+        - {name: b, image: b, resources: {limits: {nvidia.com/gpu: "1"}}}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: w-abc
+  namespace: ml
+  ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: w, uid: u1, controller: true}]
+spec:
+  selector: {matchLabels: {app: w}}
+"#;
+
+/// A pod of `w` (ReplicaSet `w-abc`) with `a` at the KAI fraction `a` and `b` at `b` GPUs.
+fn multi_policy_pod(name: &str, a: &str, b: &str, started: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  labels: {{app: w, pod-template-hash: abc}}
+  annotations: {{gpu-fraction: "{a}"}}
+  ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: w-abc, uid: u2, controller: true}}]
+spec:
+  containers:
+    - {{name: a, image: a}}
+    - {{name: b, image: b, resources: {{limits: {{nvidia.com/gpu: "{b}"}}}}}}
+status: {{phase: Running, startTime: "{started}"}}
+"#
+    )
+}
+
+/// Samples every 15 s over [from, to] (unix seconds).
+fn om_series(
+    out: &mut String,
+    metric: &str,
+    pod: &str,
+    container: &str,
+    value: f64,
+    from: i64,
+    to: i64,
+) {
+    for t in (from..=to).step_by(15) {
+        *out += &format!(
+            "{metric}{{namespace=\"ml\",pod=\"{pod}\",container=\"{container}\"}} {value} {t}\n"
+        );
+    }
+}
+
+/// docs/design/gpu-engine.md#g8 with #g11 (multi-policy): each policy's engine compares its
+/// candidate with the driver of the containers *that policy* owns. Check: policy A owns `a`
+/// (memory-driven 0.6), B owns `b` (compute-driven 2.0); A's memory scale-back to 0.5 is
+/// accepted.
+#[tokio::test]
+async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_owns() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("objects.yaml"), MULTI_POLICY_MANIFESTS).unwrap();
+    let t1 = at().timestamp();
+    let t2 = t1 + 3600;
+    let mut om = String::from("# TYPE sm gauge\n");
+    // Cycle 1 (pod w-abc-1, a at 0.5, b at 1): a's memory runs at 140 % (0.7 GPU: upsize,
+    // capped at 120 % of 0.5 = 0.6, memory-driven); b's compute at 1.9 GPUs (upsize, capped at
+    // 200 % of 1 = 2.0, compute-driven).
+    om_series(&mut om, "sm", "w-abc-1", "a", 20.0, t1 - 1200, t1);
+    om_series(&mut om, "sm", "w-abc-1", "b", 190.0, t1 - 1200, t1);
+    // Cycle 2 (pod w-abc-2 at a 0.6, b 2): a's compute has no samples (no compute candidate),
+    // its memory is at 50 % of 0.6 (scale-back, floored at the baseline 0.5); b stays put.
+    om_series(&mut om, "sm", "w-abc-2", "b", 190.0, t2 - 1200, t2);
+    om += "# TYPE mem gauge\n";
+    om_series(&mut om, "mem", "w-abc-1", "a", 140.0, t1 - 1200, t1);
+    om_series(&mut om, "mem", "w-abc-1", "b", 50.0, t1 - 1200, t1);
+    om_series(&mut om, "mem", "w-abc-2", "a", 50.0, t2 - 1200, t2);
+    om_series(&mut om, "mem", "w-abc-2", "b", 90.0, t2 - 1200, t2);
+    om += "# EOF\n";
+    let src = FileSource::from_str(&om).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::standalone::DirLoop::new(dir.path());
+    let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");
+    let w = |e: &kerf::standalone::Evaluated| {
+        e.cycle
+            .gpu_results()
+            .find(|r| r.key == key)
+            .cloned()
+            .unwrap()
+    };
+
+    let pods = dir.path().join("pods.yaml");
+    std::fs::write(
+        &pods,
+        multi_policy_pod("w-abc-1", "0.5", "1", "2026-01-01T10:00:00Z"),
+    )
+    .unwrap();
+    let first = dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let r = w(&first).recommendation.unwrap();
+    assert!(
+        (r.containers["a"] - 0.6).abs() < 1e-9,
+        "{r:?}\n{:#?}",
+        w(&first).reasons
+    );
+    assert!((r.containers["b"] - 2.0).abs() < 1e-9, "{r:?}");
+    // Every replica's webhook serves both policies' containers from the annotation.
+    let served = store.get(&key).expect("w served");
+    let served = &served.gpu.as_ref().unwrap().containers;
+    assert_eq!(served.keys().collect::<Vec<_>>(), ["a", "b"], "{served:?}");
+
+    // The pods were replaced with the recommended sizes.
+    std::fs::write(
+        &pods,
+        multi_policy_pod("w-abc-2", "0.6", "2", "2026-01-01T12:10:00Z"),
+    )
+    .unwrap();
+    let t2 = DateTime::from_timestamp(t2, 0).unwrap();
+    let second = dir_loop.run_once(&src, t2, 15, &store).await.unwrap();
+    let r = w(&second);
+    let rec = r.recommendation.clone().unwrap();
+    assert!(
+        (rec.containers["a"] - 0.5).abs() < 1e-9,
+        "A's memory scale-back is accepted: {rec:?}\n{:#?}",
+        r.reasons
+    );
+    assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
+}

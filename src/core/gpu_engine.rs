@@ -230,7 +230,12 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         .baseline
         .map(|b| check_baseline(b, template_spec, &template_alloc, &template_scope));
     let mut baseline: Option<GpuMap> = check.as_ref().map(|c| c.kept.clone());
-    if let Some(c) = check.as_ref().filter(|c| !c.narrowed.is_empty()) {
+    // With several policies on the workload (an override), the other entries are other
+    // policies' containers, not a narrowed scope.
+    let narrowed = check
+        .as_ref()
+        .filter(|c| !c.narrowed.is_empty() && input.containers_override.is_none());
+    if let Some(c) = narrowed {
         reasons.push(format!(
             "scope excludes {}: their baseline and recommendation entries are removed",
             c.narrowed.join(", ")
@@ -544,6 +549,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                 driving_metric: Some(drive),
                 policy: Some(input.policy_id.clone()),
                 updated_at,
+                by_policy: Default::default(),
             }),
         )
     } else {

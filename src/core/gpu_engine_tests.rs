@@ -207,6 +207,7 @@ fn rec(containers: &[(&str, f64)], driver: Option<Signal>) -> GpuRecommendation 
         driving_metric: driver,
         policy: Some(pid()),
         updated_at: Some(now() - chrono::Duration::hours(1)),
+        by_policy: Default::default(),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::core::model::{
 };
 use crate::core::rightsizing::served_change;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{Snapshot, unresolved_strategy_message};
+use crate::core::snapshot::{GpuPolicy, Snapshot, unresolved_strategy_message};
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -138,6 +138,8 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         let policy = match &rec.policy {
             Some(id) => match snapshot.gpu_policies.iter().find(|p| &p.id == id) {
                 Some(p) => Some(p),
+                // Several policies' parts: each is checked on its own below.
+                None if !rec.by_policy.is_empty() => None,
                 None => {
                     out.warnings.push(format!(
                         "{}: recommending policy {id} no longer exists",
@@ -148,7 +150,8 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             },
             None => None,
         };
-        let scope: Vec<String> = if let Some(p) = policy {
+        // The containers a policy that still covers the workload may size.
+        let covered = |p: &GpuPolicy| -> Option<Vec<String>> {
             let candidate = Candidate {
                 id: &p.id,
                 policy_type: p.policy_type,
@@ -156,12 +159,31 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                 weight: p.spec.weight,
                 creation: p.creation,
             };
-            if !selection::covers(&candidate, &w.key, &w.labels, w.template.labels()) {
+            selection::covers(&candidate, &w.key, &w.labels, w.template.labels())
+                .then(|| scoped_container_names(spec, &p.spec.scope.containers))
+        };
+        let scope: Vec<String> = if !rec.by_policy.is_empty() {
+            // Multi-policy: each policy's part stands or falls with that policy.
+            let mut scope = Vec::new();
+            for (id, part) in &rec.by_policy {
+                match snapshot.gpu_policies.iter().find(|p| &p.id == id).map(covered) {
+                    Some(Some(s)) => {
+                        scope.extend(s.into_iter().filter(|c| part.containers.contains(c)))
+                    }
+                    _ => out.warnings.push(format!(
+                        "{}: policy {id} no longer exists or covers it: its containers are not served",
+                        w.key
+                    )),
+                }
+            }
+            scope
+        } else if let Some(p) = policy {
+            let Some(scope) = covered(p) else {
                 out.warnings
                     .push(format!("{}: policy {} no longer covers it", w.key, p.id));
                 continue;
-            }
-            scoped_container_names(spec, &p.spec.scope.containers)
+            };
+            scope
         } else {
             spec.containers
                 .iter()

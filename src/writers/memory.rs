@@ -351,6 +351,7 @@ mod tests {
             driving_metric: Some(crate::api::Signal::Compute),
             policy: None,
             updated_at: None,
+            by_policy: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@ fn rec(pairs: &[(&str, f64)]) -> GpuRecommendation {
         driving_metric: None,
         policy: None,
         updated_at: None,
+        by_policy: Default::default(),
     }
 }
 
