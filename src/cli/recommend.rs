@@ -21,14 +21,15 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
         .global;
     let source = super::metric_source(&args.source, &global).await?;
     // One cycle of the reconcile loop, printed.
-    let evaluated = crate::standalone::DirLoop::new(&args.manifests)
-        .run_once(
-            &source,
-            at,
-            args.step_seconds,
-            &crate::state::Store::default(),
-        )
-        .await?;
+    let evaluated =
+        crate::standalone::DirLoop::protecting(&args.manifests, args.own_namespace.detect())
+            .run_once(
+                &source,
+                at,
+                args.step_seconds,
+                &crate::state::Store::default(),
+            )
+            .await?;
     for note in &evaluated.notes {
         tracing::debug!("{note}");
     }
