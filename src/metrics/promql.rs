@@ -15,12 +15,12 @@ pub const MIN_RATE_WINDOW_SECONDS: i64 = 60;
 
 /// Window `R` of `rate(m[R])` for a counter queried at `step_seconds`.
 ///
-/// docs/design/gpu-engine.md#g2 converts counters with `rate()` "over the sample step". A window
-/// of exactly one step would often hold a single sample (rate needs ≥ 2, else the point is
-/// missing) and would ignore increments between grid points when scrapes are sparse, so the
-/// window is 4 steps (the Grafana/`$__rate_interval` rule of thumb), and never under 60 s (listed
-/// under that page's Known gaps). Both sources use this one function, so the file source and
-/// Prometheus compute the same rates.
+/// The product design converts counters with `rate()` "over the sample step". A window of
+/// exactly one step holds a single sample when scrapes are as far apart as the step (rate needs
+/// ≥ 2, else the point is missing), so the window is 4 steps (the Grafana `$__rate_interval` rule
+/// of thumb; one missed scrape still leaves a rate), and never under 60 s — kerf's reading in
+/// docs/design/gpu-engine.md#g2, with its limit (scrape interval ≤ window / 2). Both sources use
+/// this one function, so the file source and Prometheus compute the same rates.
 pub fn rate_window_seconds(step_seconds: i64) -> i64 {
     (4 * step_seconds).max(MIN_RATE_WINDOW_SECONDS)
 }
