@@ -38,7 +38,9 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
         ("pod", &q.pod_label),
         ("container", &q.container_label),
     ] {
-        if !is_label_name(l) && !(what == "container" && l.is_empty()) {
+        // An empty container label: the series have none (kube-state-metrics).
+        let none = what == "container" && l.is_empty();
+        if !(none || is_label_name(l)) {
             return Err(MetricError::Other(format!(
                 "invalid {what} label name {l:?}"
             )));
