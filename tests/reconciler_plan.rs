@@ -186,6 +186,18 @@ async fn read_only_plans_no_template_or_hpa_change() {
     );
 }
 
+/// The GPU result of `key` in a cycle over a directory.
+fn gpu_result(
+    e: &kerf::standalone::Evaluated,
+    key: &WorkloadKey,
+) -> kerf::core::evaluate::WorkloadResult {
+    e.cycle
+        .gpu_results()
+        .find(|r| &r.key == key)
+        .cloned()
+        .unwrap()
+}
+
 /// The standalone loop is the cluster's loop with the in-memory writer: what one cycle writes
 /// (baseline, recommendation, policy conditions, restarts) is what the next one reads, so a cycle
 /// whose queries fail keeps the last recommendation and baseline and says why.
@@ -195,13 +207,7 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
     let store = kerf::state::Store::new();
     let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/manifests"));
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
-    let llm = |e: &kerf::standalone::Evaluated| {
-        e.cycle
-            .gpu_results()
-            .find(|r| r.key == key)
-            .cloned()
-            .unwrap()
-    };
+    let llm = |e: &kerf::standalone::Evaluated| gpu_result(e, &key);
     let condition = |dir_loop: &kerf::standalone::DirLoop, e: &kerf::standalone::Evaluated| {
         let id = &e.snapshot.gpu_policies[0].id;
         let status = dir_loop.writer().policy_status(id).cloned().unwrap();
@@ -279,17 +285,8 @@ fn recommendation_op<'a>(
 
 /// An AdmissionReview creating a pod of the HPA example's `web` Deployment (requests 1000m).
 fn web_pod_review() -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "p1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
-            "userInfo": {"username": "x"},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "web-6d4b8c7f9-", "namespace": "shop",
-                    "labels": {"app": "web", "pod-template-hash": "6d4b8c7f9"},
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b8c7f9", "uid": "u", "controller": true}]},
-                "spec": {"containers": [{"name": "app", "image": "w", "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}}}
-    })
+    let p = root().join("tests/fixtures/admission/pod-web.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 /// docs/design/runtime.md#r8 and gpu-engine.md#g11: a policy whose `automationStrategyRef` does
@@ -498,8 +495,28 @@ async fn the_recommendation_records_the_driving_gpu_metric() {
     assert_eq!(inference.recommended.gpu.as_deref(), Some("0.84"));
 }
 
-const MULTI_POLICY_MANIFESTS: &str = r#"
-apiVersion: rightsizing.kubex.ai/v1alpha1
+/// A GPU reactive policy in `ml` sizing container `container` of the pods labelled `app: w`;
+/// `upsize` is the upsize settings of both signals.
+fn gpu_policy(name: &str, container: &str, upsize: &str) -> String {
+    format!(
+        r#"apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: GpuReactivePolicy
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  experimental: {{gpuKaiContract: v1alpha1-2026-07}}
+  scope: {{containers: [{container}], labelSelector: {{matchLabels: {{app: w}}}}}}
+  metrics:
+    compute: {{upsize: {upsize}, prometheus: {{metric: sm, interpretation: fullGPU}}}}
+    memory: {{upsize: {upsize}, prometheus: {{metric: mem, interpretation: currentAllocation}}}}
+  automationStrategyRef: {{name: s}}
+"#
+    )
+}
+
+/// Multi-policy container rightsizing on Deployment `w`: policy `a` sizes container `a` (upsize
+/// capped at 120 %), policy `b` container `b`.
+fn multi_policy_manifests() -> String {
+    let objects = r#"apiVersion: rightsizing.kubex.ai/v1alpha1
 kind: GlobalConfiguration
 metadata: {name: global-config}
 spec: {multiPolicyContainerRightsizingEnabled: true}
@@ -508,34 +525,6 @@ apiVersion: rightsizing.kubex.ai/v1alpha1
 kind: AutomationStrategy
 metadata: {name: s, namespace: ml}
 spec: {}
----
-apiVersion: rightsizing.kubex.ai/v1alpha1
-kind: GpuReactivePolicy
-metadata: {name: a, namespace: ml}
-spec:
-  experimental: {gpuKaiContract: v1alpha1-2026-07}
-  scope: {containers: [a], labelSelector: {matchLabels: {app: w}}}
-  metrics:
-    compute:
-      upsize: {maxPercent: 120}
-      prometheus: {metric: sm, interpretation: fullGPU}
-    memory:
-      upsize: {maxPercent: 120}
-      prometheus: {metric: mem, interpretation: currentAllocation}
-  automationStrategyRef: {name: s}
----
-apiVersion: rightsizing.kubex.ai/v1alpha1
-kind: GpuReactivePolicy
-metadata: {name: b, namespace: ml}
-spec:
-  experimental: {gpuKaiContract: v1alpha1-2026-07}
-  scope: {containers: [b], labelSelector: {matchLabels: {app: w}}}
-  metrics:
-    compute:
-      prometheus: {metric: sm, interpretation: fullGPU}
-    memory:
-      prometheus: {metric: mem, interpretation: currentAllocation}
-  automationStrategyRef: {name: s}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -560,6 +549,13 @@ metadata:
 spec:
   selector: {matchLabels: {app: w}}
 "#;
+    [
+        gpu_policy("a", "a", "{maxPercent: 120}"),
+        gpu_policy("b", "b", "{}"),
+        objects.to_string(),
+    ]
+    .join("---\n")
+}
 
 /// A pod of `w` (ReplicaSet `w-abc`) with `a` at the KAI fraction `a` and `b` at `b` GPUs.
 fn multi_policy_pod(name: &str, a: &str, b: &str, started: &str) -> String {
@@ -605,7 +601,7 @@ fn om_series(
 #[tokio::test]
 async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_owns() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("objects.yaml"), MULTI_POLICY_MANIFESTS).unwrap();
+    std::fs::write(dir.path().join("objects.yaml"), multi_policy_manifests()).unwrap();
     let t1 = at().timestamp();
     let t2 = t1 + 3600;
     let mut om = String::from("# TYPE sm gauge\n");
@@ -627,13 +623,7 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
     let store = kerf::state::Store::new();
     let mut dir_loop = kerf::standalone::DirLoop::new(dir.path());
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");
-    let w = |e: &kerf::standalone::Evaluated| {
-        e.cycle
-            .gpu_results()
-            .find(|r| r.key == key)
-            .cloned()
-            .unwrap()
-    };
+    let w = |e: &kerf::standalone::Evaluated| gpu_result(e, &key);
 
     let pods = dir.path().join("pods.yaml");
     std::fs::write(

@@ -298,17 +298,7 @@ async fn serve_standalone_sets_the_coordinated_hpa_target_at_admission() {
         71
     );
     // A new pod of the Deployment gets the auto-patch CPU request.
-    let pod_review = json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "p1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
-            "userInfo": {"username": "x"},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "web-6d4b8c7f9-", "namespace": "shop",
-                    "labels": {"app": "web", "pod-template-hash": "6d4b8c7f9"},
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b8c7f9", "uid": "u", "controller": true}]},
-                "spec": {"containers": [{"name": "app", "image": "w", "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}}}
-    });
+    let pod_review = fixture("pod-web.json");
     let resp = review(
         &client(&s.pki.ca_pem(), s.webhook, false),
         s.webhook,

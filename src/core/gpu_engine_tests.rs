@@ -703,26 +703,23 @@ fn changing_the_template_gpu_allocation_resets_baseline_and_recommendation() {
     assert!(out.baseline.is_none());
 }
 
+/// A pod (or template) with containers `a` and `b` holding whole GPUs (`None`: no GPU).
+fn ab_pod(name: &str, a: Option<&str>, b: Option<&str>) -> Pod {
+    PodB::new(name)
+        .c(container("a", a))
+        .c(container("b", b))
+        .build()
+}
+
 /// docs/design/gpu-engine.md#g7: the baseline is per container. A container without an entry —
 /// added to the template, or brought in by a wider scope, after the first upsize — gets one from
 /// its allocation before any upsize of it, so its `maxPercent` cap and its scale-back floor do
 /// not follow its own upsizes (1 → 2 → 4).
 #[test]
 fn a_container_without_a_baseline_entry_gets_one_before_any_upsize_of_it() {
-    let template = template_of(
-        &PodB::new("t")
-            .c(container("a", Some("1")))
-            .c(container("b", Some("1")))
-            .build(),
-    );
     // `a` was upsized to 2 before `b` (1 GPU) was added; both run hot.
-    let mut case = Case::new(vec![
-        PodB::new("p1")
-            .c(container("a", Some("2")))
-            .c(container("b", Some("1")))
-            .build(),
-    ]);
-    case.template = template;
+    let mut case = Case::new(vec![ab_pod("p1", Some("2"), Some("1"))]);
+    case.template = template_of(&ab_pod("t", Some("1"), Some("1")));
     case.baseline = Some(gm(&[("a", 1.0)]));
     case.previous = Some(rec(&[("a", 2.0)], Some(Signal::Compute)));
     case.compute = samples(&[("p1", "a", 400.0), ("p1", "b", 400.0)]);
@@ -740,12 +737,11 @@ fn a_container_without_a_baseline_entry_gets_one_before_any_upsize_of_it() {
     let first = out.recommendation.clone().unwrap();
     case.baseline = out.baseline.clone();
     case.previous = Some(first.clone());
-    case.pods = vec![
-        PodB::new("p2")
-            .c(container("a", Some(&format_gpu(first.containers["a"]))))
-            .c(container("b", Some(&format_gpu(first.containers["b"]))))
-            .build(),
-    ];
+    case.pods = vec![ab_pod(
+        "p2",
+        Some(&format_gpu(first.containers["a"])),
+        Some(&format_gpu(first.containers["b"])),
+    )];
     case.compute = samples(&[("p2", "a", 800.0), ("p2", "b", 800.0)]);
     let out = case.run();
     assert!(
@@ -777,18 +773,10 @@ fn a_template_whose_gpu_container_set_changed_resets_baseline_and_recommendation
         // b removed from the template
         PodB::new("t").c(container("a", Some("1"))).build(),
         // b no longer has a GPU
-        PodB::new("t")
-            .c(container("a", Some("1")))
-            .c(container("b", None))
-            .build(),
+        ab_pod("t", Some("1"), None),
     ] {
         // The running pods still have the upsized a and b.
-        let mut case = Case::new(vec![
-            PodB::new("p1")
-                .c(container("a", Some("2")))
-                .c(container("b", Some("2")))
-                .build(),
-        ]);
+        let mut case = Case::new(vec![ab_pod("p1", Some("2"), Some("2"))]);
         case.template = template_of(&template);
         case.baseline = Some(gm(&[("a", 1.0), ("b", 1.0)]));
         case.previous = Some(rec(&[("a", 2.0), ("b", 2.0)], Some(Signal::Compute)));

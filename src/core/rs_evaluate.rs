@@ -417,65 +417,38 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
-    use crate::standalone::{Manifests, load_text};
+    use crate::standalone::{load_dir, load_text};
 
-    const TWO_WEB_APPS: &str = r#"
-apiVersion: rightsizing.kubex.ai/v1alpha1
-kind: RightsizingPolicy
-metadata: {name: web, namespace: shop}
-spec:
-  scope: {labelSelector: {matchLabels: {tier: web}}}
-  automationStrategyRef: {name: s}
-  resources:
-    cpu: {mode: auto-patch, window: 1h}
-    memory: {mode: audit-only, window: 2h}
-  hpa: {coordinate: true}
----
-apiVersion: rightsizing.kubex.ai/v1alpha1
-kind: AutomationStrategy
-metadata: {name: s, namespace: shop}
-spec: {}
----
-apiVersion: apps/v1
+    /// A Deployment the HPA example's policy covers (`app: web`), with an HPA of its own.
+    fn another_web_app(name: &str, hpa: &str) -> String {
+        format!(
+            r#"apiVersion: apps/v1
 kind: Deployment
-metadata: {name: web, namespace: shop, labels: {tier: web}}
+metadata: {{name: {name}, namespace: shop, labels: {{app: web}}}}
 spec:
-  selector: {matchLabels: {app: web}}
+  selector: {{matchLabels: {{app: {name}}}}}
   template:
-    metadata: {labels: {app: web}}
-    spec: {containers: [{name: app, image: w, resources: {requests: {cpu: "1"}}}]}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: api, namespace: shop, labels: {tier: web}}
-spec:
-  selector: {matchLabels: {app: api}}
-  template:
-    metadata: {labels: {app: api}}
-    spec: {containers: [{name: app, image: a, resources: {requests: {cpu: "1"}}}]}
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: app, image: w, resources: {{requests: {{cpu: "1"}}}}}}]}}
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
-metadata: {name: web, namespace: shop}
+metadata: {{name: {hpa}, namespace: shop}}
 spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
-  maxReplicas: 10
----
-apiVersion: autoscaling/v2
-kind: HorizontalPodAutoscaler
-metadata: {name: api-hpa, namespace: shop}
-spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: api}
+  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
   maxReplicas: 4
-"#;
+"#
+        )
+    }
 
     /// docs/design/hpa-coordination.md#h7, batched like every query (gpu-engine.md#g12): the
     /// HPAs' replica history (kube-state-metrics) is read with one range query per policy and
-    /// series, selecting every HPA of the policy's workloads, over the policy's longest window.
+    /// series, selecting every HPA of the policy's workloads, over the policy's longer window.
     #[test]
     fn replica_history_is_queried_once_per_policy_for_all_its_hpas() {
-        let mut m = Manifests::default();
-        load_text(TWO_WEB_APPS, "test", &mut m).unwrap();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/manifests");
+        let mut m = load_dir(&dir).unwrap();
+        load_text(&another_web_app("api", "api-hpa"), "test", &mut m).unwrap();
         let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
         let plan = plan(&m.snapshot, now, 15);
         for metric in [
@@ -494,7 +467,7 @@ spec:
             assert_eq!(q.pod_label, "horizontalpodautoscaler");
             assert_eq!(q.namespaces, ["shop"]);
             assert_eq!(q.pods, ["api-hpa", "web"]);
-            assert_eq!(q.start, now - chrono::Duration::hours(2));
+            assert_eq!(q.start, now - chrono::Duration::hours(1), "the 1h windows");
             assert_eq!(q.counter, Some(false));
         }
     }

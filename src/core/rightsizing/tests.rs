@@ -248,13 +248,18 @@ fn container_resource_metric_is_unsupported_metrics() {
     assert_eq!(o.risk_flags, vec!["hpa-coupled"]);
 }
 
-#[test]
-fn pods_object_external_metrics_are_unsupported() {
-    for extra in [
+/// One `Pods`, one `Object` and one `External` HPA metric.
+fn pods_object_external() -> [serde_json::Value; 3] {
+    [
         json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
         json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
         json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
-    ] {
+    ]
+}
+
+#[test]
+fn pods_object_external_metrics_are_unsupported() {
+    for extra in pods_object_external() {
         let o = eval(&input(
             policy(AUTO, AUDIT, true),
             vec![container("app", 1000, 512, 700, 256)],
@@ -285,11 +290,7 @@ fn hpa_without_utilization_metric_is_not_coupled() {
 /// the recommendation says why kerf does not coordinate it.
 #[test]
 fn an_hpa_on_pods_object_or_external_metrics_only_is_skipped_as_unsupported_metrics() {
-    for only in [
-        json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
-        json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
-        json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
-    ] {
+    for only in pods_object_external() {
         for coordinate in [true, false] {
             let o = eval(&input(
                 policy(AUTO, AUDIT, coordinate),
