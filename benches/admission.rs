@@ -164,6 +164,7 @@ fn bench_store(review: &serde_json::Value) -> std::sync::Arc<kerf::state::Store>
             driving_metric: None,
             policy: policy.clone(),
             updated_at: None,
+            by_policy: Default::default(),
         }),
         policy,
         ..Default::default()

@@ -14,6 +14,7 @@ pub mod core;
 pub mod health;
 pub mod kube;
 pub mod metrics;
+pub mod own_namespace;
 pub mod pipeline;
 pub mod reconciler;
 pub mod server;

@@ -85,7 +85,8 @@ pub fn record_query_health(store: &Store, cycle: &CycleOutput) {
 }
 
 pub struct ReconcilerConfig {
-    /// kerf's own namespace (Lease, events' reporting instance).
+    /// kerf's own namespace (Lease, events' reporting instance), always protected
+    /// (docs/design/runtime.md#r12).
     pub namespace: String,
     pub step_seconds: i64,
     /// How long the caches may stay unsynced while a list or watch keeps failing (403, a
@@ -108,7 +109,7 @@ pub async fn run(
     store: Arc<Store>,
     cfg: ReconcilerConfig,
 ) -> anyhow::Result<()> {
-    let reader = Reader::start_with_store(client.clone(), store.clone());
+    let reader = Reader::start_with_store(client.clone(), store.clone()).protecting(&cfg.namespace);
     let lease = crate::kube::lease::Lease::spawn(
         client.clone(),
         &cfg.namespace,

@@ -399,14 +399,30 @@ pub struct Evaluated {
 pub struct DirLoop {
     dir: PathBuf,
     writer: MemoryWriter,
+    /// kerf's own namespace, protected whatever the manifests' GlobalConfiguration says.
+    own_namespace: Option<String>,
 }
 
 impl DirLoop {
+    /// The loop over `dir`, protecting kerf's own namespace when this process has one
+    /// ([`crate::own_namespace::detect`] with the service-account namespace file).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let file = std::path::Path::new(crate::own_namespace::SERVICE_ACCOUNT_NAMESPACE_FILE);
+        Self::protecting(dir, crate::own_namespace::detect(file))
+    }
+
+    /// The loop over `dir`, protecting `own_namespace` (docs/design/runtime.md#r12).
+    pub fn protecting(dir: impl Into<PathBuf>, own_namespace: Option<String>) -> Self {
         Self {
             dir: dir.into(),
             writer: MemoryWriter::new(),
+            own_namespace,
         }
+    }
+
+    /// The directory read every cycle.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// What kerf has written so far.
@@ -425,10 +441,13 @@ impl DirLoop {
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
         let Manifests {
-            snapshot,
+            mut snapshot,
             notes,
             invalid,
         } = load_dir(&self.dir)?;
+        if let Some(ns) = &self.own_namespace {
+            snapshot.global.protect(ns);
+        }
         for bad in &invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }

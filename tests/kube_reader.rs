@@ -347,3 +347,21 @@ async fn a_malformed_object_on_the_watch_is_skipped_and_the_watch_goes_on() {
         "the deleted invalid policy is no longer reported"
     );
 }
+
+/// docs/design/runtime.md#r12: in-cluster too, kerf's own namespace is protected in every
+/// snapshot the reconciler and the webhook's store are built from, whatever the list says.
+#[tokio::test]
+async fn kerfs_own_namespace_is_protected_in_every_snapshot() {
+    let (client, _log) = mock(cluster);
+    let reader = Reader::start_with_store(client, Store::new()).protecting("platform");
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_synced())
+        .await
+        .expect("synced");
+    for r in [reader.clone(), reader] {
+        let (snap, _) = r.snapshot();
+        assert_eq!(
+            snap.global.protected_namespaces,
+            ["kube-system", "kerf-system", "platform"]
+        );
+    }
+}

@@ -58,6 +58,7 @@ fn rec() -> GpuRecommendation {
         driving_metric: Some(Signal::Memory),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
         updated_at: Some(Utc.with_ymd_and_hms(2026, 7, 1, 12, 0, 0).unwrap()),
+        by_policy: Default::default(),
     }
 }
 

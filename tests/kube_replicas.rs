@@ -46,6 +46,7 @@ fn cluster(prometheus_url: &str, r: &Recorded) -> Reply {
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/ml/gpu"),
         updated_at: Some(Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()),
+        by_policy: Default::default(),
     };
     let template = |labels: Value, containers: Value| {
         json!({"metadata": {"labels": labels, "annotations": {"gpu-fraction": "0.5"}},

@@ -58,6 +58,7 @@ fn recommendation(gpu: f64, minute: u32) -> GpuRecommendation {
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
         updated_at: Some(Utc.with_ymd_and_hms(2026, 7, 1, 12, minute, 0).unwrap()),
+        by_policy: Default::default(),
     }
 }
 

@@ -421,6 +421,7 @@ fn gpu_query() -> RangeQuery {
         end: Utc.timestamp_opt(1_767_268_800, 0).unwrap(),
         step_seconds: 15,
         counter: None,
+        aggregation: Default::default(),
     }
 }
 

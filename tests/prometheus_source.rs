@@ -42,6 +42,7 @@ fn query(
         end: Utc.timestamp_opt(end, 0).unwrap(),
         step_seconds: step,
         counter: None,
+        aggregation: Default::default(),
     }
 }
 
@@ -679,4 +680,151 @@ async fn example_testdata_loads_everywhere_and_agrees() {
         assert_eq!(set.series.len(), 2, "{metric}: {:?}", set.series.keys());
         assert!(set.warnings.is_empty(), "{metric}: {:?}", set.warnings);
     }
+}
+
+/// docs/design/hpa-coordination.md#h7: the kube-state-metrics replica series (labels `namespace`
+/// and `horizontalpodautoscaler`, no container) are read alike from the file and from
+/// Prometheus; duplicates from several kube-state-metrics replicas are one value (`max`), never
+/// a sum.
+#[tokio::test]
+async fn kube_state_metrics_replica_history_is_read_alike_from_the_file_and_prometheus() {
+    let mut text =
+        String::from("# TYPE kube_horizontalpodautoscaler_status_current_replicas gauge\n");
+    for i in 0..=10 {
+        let ts = T0 + 60 * i;
+        for instance in ["ksm-0", "ksm-1"] {
+            for (hpa, n) in [("web", if i == 4 { 10 } else { 6 }), ("api", 2)] {
+                text += &format!(
+                    "kube_horizontalpodautoscaler_status_current_replicas{{namespace=\"shop\",horizontalpodautoscaler=\"{hpa}\",instance=\"{instance}\"}} {n} {ts}\n"
+                );
+            }
+        }
+    }
+    text += "# EOF\n";
+    let (file, prom_src, _prom) = both(&text);
+    let mut q = query(
+        "kube_horizontalpodautoscaler_status_current_replicas",
+        &["shop"],
+        &["web"],
+        T0,
+        T0 + 600,
+        60,
+    );
+    q.pod_label = "horizontalpodautoscaler".into();
+    q.container_label = String::new();
+    q.aggregation = kerf::metrics::Aggregation::Max;
+    q.counter = Some(false);
+    let set = agree(&file, &prom_src, &q).await;
+    assert!(set.warnings.is_empty(), "{:?}", set.warnings);
+    let keys: Vec<_> = set.series.keys().cloned().collect();
+    assert_eq!(keys, vec![key("shop", "web", "")]);
+    let values: Vec<f64> = set.series[&key("shop", "web", "")]
+        .iter()
+        .map(|p| p.1)
+        .collect();
+    assert_eq!(values[4], 10.0, "{values:?}");
+    assert!(values.iter().all(|v| *v == 6.0 || *v == 10.0), "{values:?}");
+}
+
+/// POSTs `promql` as a range query straight to Prometheus; the number of points of each series.
+async fn raw_points(
+    prom: &TestPrometheus,
+    promql: &str,
+    start: i64,
+    end: i64,
+    step: i64,
+) -> Vec<usize> {
+    let form = [
+        ("query", promql.to_string()),
+        ("start", start.to_string()),
+        ("end", end.to_string()),
+        ("step", step.to_string()),
+    ];
+    let v: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/api/v1/query_range", prom.url()))
+        .form(&form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["data"]["result"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|s| s["values"].as_array().unwrap().len())
+        .collect()
+}
+
+/// docs/design/gpu-engine.md#g2 (kerf's reading) and docs/metrics.md: counters are rated over
+/// `max(4 × step, 60 s)`, not over one step. Against a real Prometheus: with short scrapes (every
+/// 5 s) every grid point has the exact rate; with sparse scrapes (every 30 s, twice the 15 s
+/// step) every grid point still has it, where a one-step window holds a single sample and
+/// `rate()` gives nothing at all. Scrapes every 60 s need a 30 s step (window 120 s).
+#[tokio::test]
+async fn the_counter_rate_window_holds_short_and_sparse_scrapes() {
+    let mut text = String::from("# TYPE busy_seconds counter\n");
+    // A steady 0.5 GPU-seconds per second, scraped every 5 s (pod "short"), 30 s ("sparse") and
+    // 60 s ("minute").
+    for (pod, every) in [("short", 5), ("sparse", 30), ("minute", 60)] {
+        for t in (0..=1800).step_by(every) {
+            text += &sample(
+                "busy_seconds_total",
+                "a",
+                pod,
+                Some("c"),
+                &format!("{}", 0.5 * t as f64),
+                (T0 + t) as f64,
+            );
+        }
+    }
+    text += "# EOF\n";
+    let (file, prom_src, prom) = both(&text);
+    let (start, end) = (T0 + 600, T0 + 1800);
+    let grid = ((end - start) / 15 + 1) as usize;
+    let at_15s = agree(
+        &file,
+        &prom_src,
+        &query("busy_seconds_total", &["a"], &[], start, end, 15),
+    )
+    .await;
+    for pod in ["short", "sparse"] {
+        let points = &at_15s.series[&key("a", pod, "c")];
+        assert_eq!(points.len(), grid, "{pod}: a rate at every grid point");
+        for (t, r) in points {
+            assert!((r - 0.5).abs() < 1e-9, "{pod}: rate {r} at {t}");
+        }
+    }
+    // What "over the sample step" would give: one sample per 15 s window, no rate at all.
+    assert_eq!(
+        raw_points(
+            &prom,
+            r#"rate(busy_seconds_total{pod="sparse"}[15s])"#,
+            start,
+            end,
+            15
+        )
+        .await,
+        Vec::<usize>::new()
+    );
+    // Scrapes every 60 s leave holes at a 15 s step (a 60 s window holds one sample, or two
+    // exactly on a scrape), and none at a 30 s step (120 s window).
+    let minute = at_15s
+        .series
+        .get(&key("a", "minute", "c"))
+        .map_or(0, Vec::len);
+    assert!(minute < grid, "{minute} of {grid}");
+    let at_30s = agree(
+        &file,
+        &prom_src,
+        &query("busy_seconds_total", &["a"], &["minute"], start, end, 30),
+    )
+    .await;
+    let points = &at_30s.series[&key("a", "minute", "c")];
+    assert_eq!(points.len(), ((end - start) / 30 + 1) as usize);
+    assert!(
+        points.iter().all(|(_, r)| (r - 0.5).abs() < 1e-9),
+        "{points:?}"
+    );
 }

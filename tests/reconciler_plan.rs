@@ -186,6 +186,18 @@ async fn read_only_plans_no_template_or_hpa_change() {
     );
 }
 
+/// The GPU result of `key` in a cycle over a directory.
+fn gpu_result(
+    e: &kerf::standalone::Evaluated,
+    key: &WorkloadKey,
+) -> kerf::core::evaluate::WorkloadResult {
+    e.cycle
+        .gpu_results()
+        .find(|r| &r.key == key)
+        .cloned()
+        .unwrap()
+}
+
 /// The standalone loop is the cluster's loop with the in-memory writer: what one cycle writes
 /// (baseline, recommendation, policy conditions, restarts) is what the next one reads, so a cycle
 /// whose queries fail keeps the last recommendation and baseline and says why.
@@ -195,13 +207,7 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
     let store = kerf::state::Store::new();
     let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/manifests"));
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
-    let llm = |e: &kerf::standalone::Evaluated| {
-        e.cycle
-            .gpu_results()
-            .find(|r| r.key == key)
-            .cloned()
-            .unwrap()
-    };
+    let llm = |e: &kerf::standalone::Evaluated| gpu_result(e, &key);
     let condition = |dir_loop: &kerf::standalone::DirLoop, e: &kerf::standalone::Evaluated| {
         let id = &e.snapshot.gpu_policies[0].id;
         let status = dir_loop.writer().policy_status(id).cloned().unwrap();
@@ -320,4 +326,395 @@ async fn an_invalid_policy_in_a_directory_is_left_out_and_reported_in_its_status
         "{}",
         ready.message
     );
+}
+
+// ---- issue 11: the rules the reconcile loop must follow end to end ----------------------------
+
+fn recommendation_op<'a>(
+    ops: &'a [WriteOp],
+    name: &str,
+) -> Option<&'a kerf::kube::writer::RecommendationWrite> {
+    ops.iter().find_map(|op| match op {
+        WriteOp::Recommendation(r) if r.name == name => Some(&**r),
+        _ => None,
+    })
+}
+
+/// An AdmissionReview creating a pod of the HPA example's `web` Deployment (requests 1000m).
+fn web_pod_review() -> serde_json::Value {
+    let p = root().join("tests/fixtures/admission/pod-web.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+/// docs/design/runtime.md#r8 and gpu-engine.md#g11: a policy whose `automationStrategyRef` does
+/// not resolve is not applied — for every kind. A CPU auto-patch RightsizingPolicy naming a
+/// missing strategy changes no template, no HPA, and no pod at admission; its recommendation is
+/// still published, and its phase says why.
+#[tokio::test]
+async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
+    let mut m = load_dir(&root().join("examples/hpa/manifests")).unwrap();
+    m.snapshot.rightsizing_policies[0]
+        .spec
+        .automation_strategy_ref
+        .name = "missing".into();
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let (cycle, ops) =
+        kerf::reconciler::reconcile_once(&m.snapshot, &[], &[], &src, at(), 15).await;
+    assert!(
+        !ops.iter().any(|op| matches!(
+            op,
+            WriteOp::Coordinated(_) | WriteOp::Workload(_) | WriteOp::Event(_)
+        )),
+        "no template change, no HPA change: {ops:#?}"
+    );
+    let rec = recommendation_op(&ops, "deployment-web").expect("the recommendation is published");
+    let cpu = &rec.spec.containers[0].recommended.cpu;
+    assert_eq!(cpu.as_ref().map(|q| q.0.as_str()), Some("700m"));
+    let status = rec.status.as_ref().unwrap();
+    assert_eq!(status.phase, kerf::api::RecommendationPhase::AuditOnly);
+    assert_eq!(status.reason.as_deref(), Some("StrategyUnresolved"));
+    assert!(status.applied.is_none(), "nothing for admission to serve");
+    drop(cycle);
+
+    // The same cycle in memory: the webhook serves no CPU request and no HPA target.
+    let store = kerf::state::Store::new();
+    let mut writer = kerf::writers::memory::MemoryWriter::new();
+    kerf::standalone::in_memory_cycle(&mut writer, m.snapshot.clone(), &[], &src, at(), 15, &store)
+        .await;
+    let body = serde_json::to_vec(&web_pod_review()).unwrap();
+    let reply = kerf::server::review::handle_review(&body, &store);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert!(
+        answer["response"].get("patch").is_none(),
+        "no CPU/memory patch at admission: {answer}"
+    );
+
+    // The GPU kind too: the embedder's persisted recommendation (0.9) is not served once its
+    // policy's strategy no longer resolves, not even before the next cycle.
+    let mut m = load_dir(&root().join("examples/manifests")).unwrap();
+    m.snapshot.gpu_policies[0].spec.automation_strategy_ref.name = "missing".into();
+    let store = kerf::state::Store::new();
+    let warnings = kerf::reconciler::serve_persisted(&store, &m.snapshot, &[]);
+    let embedder = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "embedder");
+    assert!(store.get(&embedder).is_none(), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.contains("does not resolve")),
+        "{warnings:?}"
+    );
+}
+
+/// The HPA example's snapshot with the HPA at `current` replicas now and the OpenMetrics file
+/// extended with kube-state-metrics replica history: `history` = (seconds before `at`, replicas).
+async fn hpa_example_with_history(
+    current: i32,
+    history: &[(i64, i32)],
+) -> (kerf::standalone::Manifests, CycleOutput) {
+    let mut m = load_dir(&root().join("examples/hpa/manifests")).unwrap();
+    let status = m.snapshot.hpas[0]
+        .status
+        .get_or_insert_with(Default::default);
+    status.current_replicas = Some(current);
+    let mut text = std::fs::read_to_string(root().join("examples/hpa/metrics.om")).unwrap();
+    text.truncate(text.rfind("# EOF").unwrap());
+    let end = at().timestamp();
+    let mut history = history.to_vec();
+    history.sort_by_key(|(ago, _)| -ago);
+    if !history.is_empty() {
+        text += "# TYPE kube_horizontalpodautoscaler_status_current_replicas gauge\n";
+        for (ago, n) in &history {
+            text += &format!(
+                "kube_horizontalpodautoscaler_status_current_replicas{{namespace=\"shop\",horizontalpodautoscaler=\"web\",job=\"kube-state-metrics\"}} {n} {}\n",
+                end - ago
+            );
+        }
+        text += "# TYPE kube_horizontalpodautoscaler_spec_max_replicas gauge\n";
+        for (ago, _) in &history {
+            text += &format!(
+                "kube_horizontalpodautoscaler_spec_max_replicas{{namespace=\"shop\",horizontalpodautoscaler=\"web\",job=\"kube-state-metrics\"}} 10 {}\n",
+                end - ago
+            );
+        }
+    }
+    text += "# EOF\n";
+    let src = FileSource::from_str(&text).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    (m, c)
+}
+
+fn web_json(c: &CycleOutput) -> serde_json::Value {
+    let w = c.workloads.iter().find(|w| w.key.name == "web").unwrap();
+    kerf::cli::recommend::workload_json(&w.key, w.gpu.as_ref(), w.resources.as_ref())
+}
+
+/// docs/design/hpa-coordination.md#h7: `max-replicas-reached` means the HPA was at
+/// `maxReplicas` at any time in the recommendation window, read from kube-state-metrics. Check:
+/// maxReplicas 10, at 10 forty minutes ago, 6 now, window 1h → blocked; never at 10 →
+/// coordinated; without the series, `status.currentReplicas`, and the reasons say so.
+#[tokio::test]
+async fn max_replicas_reached_is_read_from_the_kube_state_metrics_history_of_the_window() {
+    // Every minute of the hour: 6 replicas, except 10 forty minutes ago.
+    let at_max: Vec<(i64, i32)> = (0..=60)
+        .map(|m| (m * 60, if m == 40 { 10 } else { 6 }))
+        .collect();
+    let (_, c) = hpa_example_with_history(6, &at_max).await;
+    let web = web_json(&c);
+    assert_eq!(web["hpa"]["skipReason"], "max-replicas-reached", "{web:#}");
+    assert_eq!(web["hpa"]["blocked"], true);
+    assert_eq!(web["phase"], "blocked");
+
+    let never: Vec<(i64, i32)> = (0..=60).map(|m| (m * 60, 6)).collect();
+    let (_, c) = hpa_example_with_history(6, &never).await;
+    let web = web_json(&c);
+    assert_eq!(web["hpa"]["skipReason"], serde_json::Value::Null, "{web:#}");
+    assert_eq!(web["hpa"]["targetAfter"], 71);
+    assert_eq!(web["phase"], "applied");
+
+    // At 10 only before the window (61 minutes ago): not in the window.
+    let before: Vec<(i64, i32)> = (0..=70)
+        .map(|m| (m * 60, if m == 70 { 10 } else { 6 }))
+        .collect();
+    let (_, c) = hpa_example_with_history(6, &before).await;
+    assert_eq!(web_json(&c)["hpa"]["skipReason"], serde_json::Value::Null);
+
+    // Without the series: the HPA's status, and the reasons say so.
+    let (_, c) = hpa_example_with_history(6, &[]).await;
+    let web = web_json(&c);
+    assert_eq!(web["hpa"]["skipReason"], serde_json::Value::Null);
+    let reasons = web["reasons"].to_string();
+    assert!(
+        reasons.contains("kube_horizontalpodautoscaler_status_current_replicas")
+            && reasons.contains("status.currentReplicas"),
+        "{reasons}"
+    );
+    let (_, c) = hpa_example_with_history(10, &[]).await;
+    assert_eq!(web_json(&c)["hpa"]["skipReason"], "max-replicas-reached");
+}
+
+/// docs/design/gpu-engine.md#g10: the RightsizingRecommendation holds cpu, memory, gpu and the
+/// driving GPU metric for every workload kerf recommends for — one covered only by a GPU policy
+/// too (`kubectl get rightsizingrecommendations` lists it).
+#[tokio::test]
+async fn a_workload_covered_only_by_a_gpu_policy_gets_a_rightsizing_recommendation() {
+    let (m, c) = cycle("examples/manifests", "examples/metrics.om").await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let rec =
+        recommendation_op(&ops, "deployment-llm").expect("a RightsizingRecommendation for llm");
+    assert_eq!(rec.namespace, "ml");
+    assert_eq!(rec.spec.driving_metric.as_deref(), Some("compute"));
+    assert_eq!(rec.spec.policies, ["GpuReactivePolicy/ml/gpu-reactive"]);
+    let inference = rec
+        .spec
+        .containers
+        .iter()
+        .find(|c| c.name == "inference")
+        .expect("inference");
+    assert_eq!(inference.current.gpu.as_deref(), Some("0.5"));
+    assert_eq!(inference.recommended.gpu.as_deref(), Some("0.84"));
+    let status = rec.status.as_ref().unwrap();
+    assert_eq!(status.phase, kerf::api::RecommendationPhase::Applied);
+    assert!(
+        status.applied.is_none(),
+        "GPU sizes are served from the workload annotations"
+    );
+    let embedder = recommendation_op(&ops, "deployment-embedder").expect("embedder");
+    assert_eq!(embedder.spec.driving_metric.as_deref(), Some("compute"));
+}
+
+/// docs/design/gpu-engine.md#g10: a workload covered by a GPU policy and a RightsizingPolicy
+/// records the driving GPU metric (and the GPU policy) in its one recommendation.
+#[tokio::test]
+async fn the_recommendation_records_the_driving_gpu_metric() {
+    let mut m = load_dir(&root().join("examples/manifests")).unwrap();
+    let hpa = load_dir(&root().join("examples/hpa/manifests")).unwrap();
+    let mut rs = hpa.snapshot.rightsizing_policies[0].clone();
+    rs.id.namespace = Some("ml".into());
+    rs.spec.scope = m.snapshot.gpu_policies[0].spec.scope.clone();
+    rs.spec.automation_strategy_ref.name = "gpu-strategy".into();
+    m.snapshot.rightsizing_policies.push(rs);
+    let src = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let rec = recommendation_op(&ops, "deployment-llm").expect("llm");
+    assert_eq!(rec.spec.driving_metric.as_deref(), Some("compute"));
+    assert_eq!(
+        rec.spec.policies,
+        [
+            "RightsizingPolicy/ml/web",
+            "GpuReactivePolicy/ml/gpu-reactive"
+        ]
+    );
+    let inference = rec
+        .spec
+        .containers
+        .iter()
+        .find(|c| c.name == "inference")
+        .unwrap();
+    assert_eq!(inference.recommended.gpu.as_deref(), Some("0.84"));
+}
+
+/// A GPU reactive policy in `ml` sizing container `container` of the pods labelled `app: w`;
+/// `upsize` is the upsize settings of both signals.
+fn gpu_policy(name: &str, container: &str, upsize: &str) -> String {
+    format!(
+        r#"apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: GpuReactivePolicy
+metadata: {{name: {name}, namespace: ml}}
+spec:
+  experimental: {{gpuKaiContract: v1alpha1-2026-07}}
+  scope: {{containers: [{container}], labelSelector: {{matchLabels: {{app: w}}}}}}
+  metrics:
+    compute: {{upsize: {upsize}, prometheus: {{metric: sm, interpretation: fullGPU}}}}
+    memory: {{upsize: {upsize}, prometheus: {{metric: mem, interpretation: currentAllocation}}}}
+  automationStrategyRef: {{name: s}}
+"#
+    )
+}
+
+/// Multi-policy container rightsizing on Deployment `w`: policy `a` sizes container `a` (upsize
+/// capped at 120 %), policy `b` container `b`.
+fn multi_policy_manifests() -> String {
+    let objects = r#"apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: GlobalConfiguration
+metadata: {name: global-config}
+spec: {multiPolicyContainerRightsizingEnabled: true}
+---
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: AutomationStrategy
+metadata: {name: s, namespace: ml}
+spec: {}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: w, namespace: ml, labels: {app: w}}
+spec:
+  selector: {matchLabels: {app: w}}
+  template:
+    metadata:
+      labels: {app: w}
+      annotations: {gpu-fraction: "0.5"}
+    spec:
+      containers:
+        - {name: a, image: a}
+        - {name: b, image: b, resources: {limits: {nvidia.com/gpu: "1"}}}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: w-abc
+  namespace: ml
+  ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: w, uid: u1, controller: true}]
+spec:
+  selector: {matchLabels: {app: w}}
+"#;
+    [
+        gpu_policy("a", "a", "{maxPercent: 120}"),
+        gpu_policy("b", "b", "{}"),
+        objects.to_string(),
+    ]
+    .join("---\n")
+}
+
+/// A pod of `w` (ReplicaSet `w-abc`) with `a` at the KAI fraction `a` and `b` at `b` GPUs.
+fn multi_policy_pod(name: &str, a: &str, b: &str, started: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: ml
+  labels: {{app: w, pod-template-hash: abc}}
+  annotations: {{gpu-fraction: "{a}"}}
+  ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: w-abc, uid: u2, controller: true}}]
+spec:
+  containers:
+    - {{name: a, image: a}}
+    - {{name: b, image: b, resources: {{limits: {{nvidia.com/gpu: "{b}"}}}}}}
+status: {{phase: Running, startTime: "{started}"}}
+"#
+    )
+}
+
+/// Samples every 15 s over [from, to] (unix seconds).
+fn om_series(
+    out: &mut String,
+    metric: &str,
+    pod: &str,
+    container: &str,
+    value: f64,
+    from: i64,
+    to: i64,
+) {
+    for t in (from..=to).step_by(15) {
+        *out += &format!(
+            "{metric}{{namespace=\"ml\",pod=\"{pod}\",container=\"{container}\"}} {value} {t}\n"
+        );
+    }
+}
+
+/// docs/design/gpu-engine.md#g8 with #g11 (multi-policy): each policy's engine compares its
+/// candidate with the driver of the containers *that policy* owns. Check: policy A owns `a`
+/// (memory-driven 0.6), B owns `b` (compute-driven 2.0); A's memory scale-back to 0.5 is
+/// accepted.
+#[tokio::test]
+async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_owns() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("objects.yaml"), multi_policy_manifests()).unwrap();
+    let t1 = at().timestamp();
+    let t2 = t1 + 3600;
+    let mut om = String::from("# TYPE sm gauge\n");
+    // Cycle 1 (pod w-abc-1, a at 0.5, b at 1): a's memory runs at 140 % (0.7 GPU: upsize,
+    // capped at 120 % of 0.5 = 0.6, memory-driven); b's compute at 1.9 GPUs (upsize, capped at
+    // 200 % of 1 = 2.0, compute-driven).
+    om_series(&mut om, "sm", "w-abc-1", "a", 20.0, t1 - 1200, t1);
+    om_series(&mut om, "sm", "w-abc-1", "b", 190.0, t1 - 1200, t1);
+    // Cycle 2 (pod w-abc-2 at a 0.6, b 2): a's compute has no samples (no compute candidate),
+    // its memory is at 50 % of 0.6 (scale-back, floored at the baseline 0.5); b stays put.
+    om_series(&mut om, "sm", "w-abc-2", "b", 190.0, t2 - 1200, t2);
+    om += "# TYPE mem gauge\n";
+    om_series(&mut om, "mem", "w-abc-1", "a", 140.0, t1 - 1200, t1);
+    om_series(&mut om, "mem", "w-abc-1", "b", 50.0, t1 - 1200, t1);
+    om_series(&mut om, "mem", "w-abc-2", "a", 50.0, t2 - 1200, t2);
+    om_series(&mut om, "mem", "w-abc-2", "b", 90.0, t2 - 1200, t2);
+    om += "# EOF\n";
+    let src = FileSource::from_str(&om).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::standalone::DirLoop::new(dir.path());
+    let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");
+    let w = |e: &kerf::standalone::Evaluated| gpu_result(e, &key);
+
+    let pods = dir.path().join("pods.yaml");
+    std::fs::write(
+        &pods,
+        multi_policy_pod("w-abc-1", "0.5", "1", "2026-01-01T10:00:00Z"),
+    )
+    .unwrap();
+    let first = dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let r = w(&first).recommendation.unwrap();
+    assert!(
+        (r.containers["a"] - 0.6).abs() < 1e-9,
+        "{r:?}\n{:#?}",
+        w(&first).reasons
+    );
+    assert!((r.containers["b"] - 2.0).abs() < 1e-9, "{r:?}");
+    // Every replica's webhook serves both policies' containers from the annotation.
+    let served = store.get(&key).expect("w served");
+    let served = &served.gpu.as_ref().unwrap().containers;
+    assert_eq!(served.keys().collect::<Vec<_>>(), ["a", "b"], "{served:?}");
+
+    // The pods were replaced with the recommended sizes.
+    std::fs::write(
+        &pods,
+        multi_policy_pod("w-abc-2", "0.6", "2", "2026-01-01T12:10:00Z"),
+    )
+    .unwrap();
+    let t2 = DateTime::from_timestamp(t2, 0).unwrap();
+    let second = dir_loop.run_once(&src, t2, 15, &store).await.unwrap();
+    let r = w(&second);
+    let rec = r.recommendation.clone().unwrap();
+    assert!(
+        (rec.containers["a"] - 0.5).abs() < 1e-9,
+        "A's memory scale-back is accepted: {rec:?}\n{:#?}",
+        r.reasons
+    );
+    assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
 }

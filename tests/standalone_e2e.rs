@@ -133,8 +133,16 @@ impl Drop for Serve {
 }
 
 async fn serve_standalone(manifests: &str, source: &[&str]) -> Serve {
+    serve_standalone_with(manifests, source, &[]).await
+}
+
+/// [`serve_standalone`] with extra environment. kerf's own namespace comes from `env` only: the
+/// test's `POD_NAMESPACE` is not passed on, and the service-account namespace file is a path
+/// that does not exist unless `env` names another.
+async fn serve_standalone_with(manifests: &str, source: &[&str], env: &[(&str, &str)]) -> Serve {
     install_provider();
     let dir = tempfile::tempdir().unwrap();
+    let no_namespace_file = dir.path().join("no-namespace-file");
     let pki = Pki::new();
     let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
     let (tls, health) = (free_port(), free_port());
@@ -159,6 +167,9 @@ async fn serve_standalone(manifests: &str, source: &[&str]) -> Serve {
         .arg("--tls-key")
         .arg(&key)
         .current_dir(root())
+        .env_remove("POD_NAMESPACE")
+        .env("KERF_NAMESPACE_FILE", &no_namespace_file)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -264,17 +275,7 @@ async fn serve_standalone_sets_the_coordinated_hpa_target_at_admission() {
         71
     );
     // A new pod of the Deployment gets the auto-patch CPU request.
-    let pod_review = json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "p1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "shop", "operation": "CREATE",
-            "userInfo": {"username": "x"},
-            "object": {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"generateName": "web-6d4b8c7f9-", "namespace": "shop",
-                    "labels": {"app": "web", "pod-template-hash": "6d4b8c7f9"},
-                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4b8c7f9", "uid": "u", "controller": true}]},
-                "spec": {"containers": [{"name": "app", "image": "w", "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}}}
-    });
+    let pod_review = fixture("pod-web.json");
     let resp = review(
         &client(&s.pki.ca_pem(), s.webhook, false),
         s.webhook,
@@ -357,4 +358,47 @@ async fn standalone_serve_keeps_its_recommendations_through_a_prometheus_outage(
         "cycles succeed again once Prometheus is back"
     );
     assert_eq!(fraction(&review(&webhook, s.webhook, &body).await), "0.84");
+}
+
+/// docs/design/runtime.md#r12: kerf's own namespace — `POD_NAMESPACE` (downward API), else the
+/// service-account namespace file — is always protected, whatever `protectedNamespaces` says, in
+/// every mode: `kerf serve --standalone` neither recommends for nor mutates pods there.
+#[tokio::test]
+async fn kerfs_own_namespace_is_protected_in_standalone_mode() {
+    let files = tempfile::tempdir().unwrap();
+    let namespace_file = files.path().join("namespace");
+    std::fs::write(&namespace_file, "ml\n").unwrap();
+    let namespace_file = namespace_file.to_str().unwrap().to_string();
+    for env in [
+        vec![("POD_NAMESPACE", "ml")],
+        vec![("KERF_NAMESPACE_FILE", namespace_file.as_str())],
+    ] {
+        let s = serve_standalone_with(
+            "examples/manifests",
+            &["--metrics", "examples/metrics.om"],
+            &env,
+        )
+        .await;
+        let resp = review(
+            &client(&s.pki.ca_pem(), s.webhook, false),
+            s.webhook,
+            &new_llm_pod_review(),
+        )
+        .await;
+        assert!(
+            resp["response"].get("patch").is_none(),
+            "{env:?}: the pod of kerf's own namespace is admitted unchanged: {resp}"
+        );
+        let (_, debug) = get_text(s.health, "/debug/recommendations").await;
+        assert!(!debug.contains("llm"), "{env:?}: {debug}");
+    }
+    // Elsewhere kerf still works: the same manifests without the namespace.
+    let s = serve_standalone("examples/manifests", &["--metrics", "examples/metrics.om"]).await;
+    let resp = review(
+        &client(&s.pki.ca_pem(), s.webhook, false),
+        s.webhook,
+        &new_llm_pod_review(),
+    )
+    .await;
+    assert!(resp["response"].get("patch").is_some(), "{resp}");
 }

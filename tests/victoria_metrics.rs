@@ -242,6 +242,7 @@ fn query(metric: &str, step: i64, counter: bool) -> RangeQuery {
         end: Utc.timestamp_opt(END, 0).unwrap(),
         step_seconds: step,
         counter: Some(counter),
+        aggregation: Default::default(),
     }
 }
 

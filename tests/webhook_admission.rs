@@ -28,6 +28,7 @@ fn gpu_state(pairs: &[(&str, f64)]) -> WorkloadState {
             driving_metric: None,
             policy: PolicyId::parse("GpuReactivePolicy/ml/gpu"),
             updated_at: None,
+            by_policy: Default::default(),
         }),
         policy: PolicyId::parse("GpuReactivePolicy/ml/gpu"),
         ..Default::default()

@@ -26,6 +26,7 @@ fn store() -> Arc<Store> {
                 driving_metric: None,
                 policy: None,
                 updated_at: None,
+                by_policy: Default::default(),
             }),
             ..Default::default()
         };

@@ -20,6 +20,7 @@ fn store() -> &'static Arc<Store> {
                 driving_metric: None,
                 policy: None,
                 updated_at: None,
+                by_policy: Default::default(),
             }),
             ..Default::default()
         };

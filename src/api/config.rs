@@ -474,6 +474,14 @@ impl Default for GlobalConfigurationSpec {
 }
 
 impl GlobalConfigurationSpec {
+    /// Adds `namespace` to `protectedNamespaces`: kerf's own namespace is protected whatever the
+    /// list says (docs/design/runtime.md#r12).
+    pub fn protect(&mut self, namespace: &str) {
+        if !self.protected_namespaces.iter().any(|n| n == namespace) {
+            self.protected_namespaces.push(namespace.to_string());
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ValidationError> {
         let mut v = Validator::default();
         v.at_least_1m(

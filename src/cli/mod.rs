@@ -241,6 +241,26 @@ impl PrometheusConnectionArgs {
     }
 }
 
+/// How kerf finds its own namespace (always protected, docs/design/runtime.md#r12):
+/// `POD_NAMESPACE`, else this file.
+#[derive(Args, Debug, Clone)]
+pub struct OwnNamespaceArgs {
+    /// The service-account namespace file, read when `POD_NAMESPACE` is not set.
+    #[arg(
+        long,
+        env = "KERF_NAMESPACE_FILE",
+        default_value = crate::own_namespace::SERVICE_ACCOUNT_NAMESPACE_FILE
+    )]
+    pub namespace_file: PathBuf,
+}
+
+impl OwnNamespaceArgs {
+    /// kerf's own namespace, if this process has one.
+    pub fn detect(&self) -> Option<String> {
+        crate::own_namespace::detect(&self.namespace_file)
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RecommendArgs {
     /// Directory of YAML manifests (policies, strategies, configuration, workloads, pods, HPAs).
@@ -258,6 +278,8 @@ pub struct RecommendArgs {
     pub step_seconds: i64,
     #[arg(short = 'o', long, env = "KERF_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    #[command(flatten)]
+    pub own_namespace: OwnNamespaceArgs,
 }
 
 /// `--at` as a timestamp (default: now — the only clock read of a standalone run).

@@ -21,14 +21,15 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
         .global;
     let source = super::metric_source(&args.source, &args.connection, &global).await?;
     // One cycle of the reconcile loop, printed.
-    let evaluated = crate::standalone::DirLoop::new(&args.manifests)
-        .run_once(
-            &source,
-            at,
-            args.step_seconds,
-            &crate::state::Store::default(),
-        )
-        .await?;
+    let evaluated =
+        crate::standalone::DirLoop::protecting(&args.manifests, args.own_namespace.detect())
+            .run_once(
+                &source,
+                at,
+                args.step_seconds,
+                &crate::state::Store::default(),
+            )
+            .await?;
     for note in &evaluated.notes {
         tracing::debug!("{note}");
     }
@@ -140,7 +141,12 @@ pub fn workload_json(
     let mut reasons: Vec<String> = gpu.map(|g| g.reasons.clone()).unwrap_or_default();
     let outcome = rs.map(|r| &r.outcome);
     match outcome {
-        Some(Ok(o)) if !o.message.is_empty() => reasons.push(o.message.clone()),
+        Some(Ok(o)) => {
+            if !o.message.is_empty() {
+                reasons.push(o.message.clone());
+            }
+            reasons.extend(o.reasons.iter().cloned());
+        }
         Some(Err(e)) => reasons.push(format!(
             "{}: unusable policy: {e}",
             rs.map(|r| r.policy.to_string()).unwrap_or_default()
@@ -276,8 +282,9 @@ pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
                 o.risk_flags.join(","),
             );
         }
-        if !o.message.is_empty() {
-            let _ = writeln!(s, "    - {}", o.message);
+        let message = (!o.message.is_empty()).then_some(&o.message);
+        for reason in message.into_iter().chain(&o.reasons) {
+            let _ = writeln!(s, "    - {reason}");
         }
     }
     s

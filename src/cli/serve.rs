@@ -69,6 +69,8 @@ pub struct ServeArgs {
     /// (RBAC denied, a CRD not installed, the API server unreachable) before kerf exits.
     #[arg(long, env = "KERF_CACHE_SYNC_TIMEOUT_SECONDS", default_value_t = 120)]
     pub cache_sync_timeout_seconds: u64,
+    #[command(flatten)]
+    pub own_namespace: super::OwnNamespaceArgs,
     /// Where the reason of a failed exit is written for `kubectl describe pod` (only when the
     /// file exists: the kubelet creates it).
     #[arg(
@@ -132,7 +134,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             anyhow::bail!("--interval-seconds must be > 0");
         }
         let feeder = run_standalone(
-            dir,
+            crate::standalone::DirLoop::protecting(&dir, args.own_namespace.detect()),
             source,
             args.connection.clone(),
             at,
@@ -153,6 +155,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             store.clone(),
             args.step_seconds,
             Duration::from_secs(args.cache_sync_timeout_seconds),
+            args.own_namespace.detect(),
         );
         serve_supervised(
             server,
@@ -239,12 +242,14 @@ fn write_termination_message(path: &Path, message: &str) {
 }
 
 /// In-cluster mode: the reconciler keeps `store` filled from the API server and Prometheus and
-/// marks it ready once the caches synced and the annotations were read back. Returns only with
-/// an error (see [`crate::reconciler::run`]).
+/// marks it ready once the caches synced and the annotations were read back. kerf's own
+/// namespace (`own_namespace`, else `kerf-system`) holds the Lease and is always protected.
+/// Returns only with an error (see [`crate::reconciler::run`]).
 pub async fn run_in_cluster(
     store: Arc<Store>,
     step_seconds: i64,
     cache_sync_timeout: Duration,
+    own_namespace: Option<String>,
 ) -> anyhow::Result<()> {
     store
         .health()
@@ -254,7 +259,7 @@ pub async fn run_in_cluster(
          (KUBERNETES_SERVICE_HOST and /var/run/secrets/kubernetes.io/serviceaccount/) or a \
          kubeconfig (KUBECONFIG, or ~/.kube/config); without a cluster use --standalone",
     )?;
-    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kerf-system".into());
+    let namespace = own_namespace.unwrap_or_else(|| "kerf-system".into());
     crate::reconciler::run(
         client,
         store,
@@ -270,7 +275,7 @@ pub async fn run_in_cluster(
 /// Builds the metric source (Prometheus reached as the connection flags say, the timeout from
 /// the directory's GlobalConfiguration) and runs the standalone refresh loop with it.
 async fn run_standalone(
-    dir: PathBuf,
+    dir_loop: crate::standalone::DirLoop,
     source: MetricSourceArgs,
     connection: PrometheusConnectionArgs,
     at: Option<DateTime<Utc>>,
@@ -280,26 +285,35 @@ async fn run_standalone(
 ) -> anyhow::Result<()> {
     store.health().waiting_for(format!(
         "the first cycle over the manifests in {}",
-        dir.display()
+        dir_loop.dir().display()
     ));
-    let global = crate::standalone::load_dir(&dir)
+    let global = crate::standalone::load_dir(dir_loop.dir())
         .map(|m| m.snapshot.global)
         .unwrap_or_default();
     let source = super::metric_source(&source, &connection, &global)
         .await
         .context("the metric source")?;
-    standalone_loop(&dir, &source, at, step_seconds, interval_seconds, &store).await;
+    standalone_loop(
+        dir_loop,
+        &source,
+        at,
+        step_seconds,
+        interval_seconds,
+        &store,
+    )
+    .await;
     anyhow::bail!("the standalone loop ended")
 }
 
 /// The dependency name of the manifest directory on `/readyz`.
 const MANIFESTS: &str = "manifests";
 
-/// Runs the reconcile loop over `dir` (see [`crate::standalone::DirLoop`]) now and then every
-/// GlobalConfiguration `gpuReactiveCheckInterval` (or `interval_seconds`). A directory that cannot be read keeps the
-/// previous content and is retried after `RETRY`; failed queries keep the last recommendations.
+/// Runs the reconcile loop over its directory (see [`crate::standalone::DirLoop`]) now and then
+/// every GlobalConfiguration `gpuReactiveCheckInterval` (or `interval_seconds`). A directory
+/// that cannot be read keeps the previous content and is retried after `RETRY`; failed queries
+/// keep the last recommendations.
 pub async fn standalone_loop<S: MetricSource>(
-    dir: &Path,
+    mut dir_loop: crate::standalone::DirLoop,
     source: &S,
     at: Option<DateTime<Utc>>,
     step_seconds: i64,
@@ -307,7 +321,6 @@ pub async fn standalone_loop<S: MetricSource>(
     store: &Store,
 ) {
     const RETRY: Duration = Duration::from_secs(10);
-    let mut dir_loop = crate::standalone::DirLoop::new(dir);
     loop {
         let now = at.unwrap_or_else(Utc::now);
         let wait = match dir_loop.run_once(source, now, step_seconds, store).await {

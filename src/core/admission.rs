@@ -318,8 +318,20 @@ fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value
 #[derive(Debug, Clone, PartialEq)]
 struct KaiFraction {
     container: String,
-    hundredths: i128,
+    /// The fraction per device as the pod states it, in nano-units (noise removed, never rounded
+    /// up: a pod with 0.841 has 0.841, not the 0.85 kerf would write).
+    nanos: i128,
     devices: u32,
+}
+
+impl KaiFraction {
+    /// The pod already has exactly this target's fraction on `container`
+    /// (docs/design/kai-admission.md#k8: the value the patch would write, compared as written).
+    fn is(&self, container: &str, hundredths: u32, devices: u32) -> bool {
+        self.container == container
+            && self.nanos == i128::from(hundredths) * (NANOS / 100)
+            && self.devices == devices
+    }
 }
 
 fn current_fraction(
@@ -330,7 +342,7 @@ fn current_fraction(
     let (f, devices) = stated.size.ok()?;
     Some(KaiFraction {
         container: stated.container,
-        hundredths: ceil_hundredths(f),
+        nanos: nanos(f),
         devices,
     })
 }
@@ -338,7 +350,7 @@ fn current_fraction(
 /// GPU units container `c` has on the pod as admitted.
 fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<f64> {
     if let Some(f) = frac.filter(|f| f.container == c_name) {
-        return Some(f.hundredths as f64 / 100.0 * f64::from(f.devices));
+        return Some(f.nanos as f64 / NANOS as f64 * f64::from(f.devices));
     }
     resource_value(c, "limits", NVIDIA_KAI.resource_name)
         .or_else(|| resource_value(c, "requests", NVIDIA_KAI.resource_name))
@@ -428,6 +440,28 @@ pub fn pod_skeleton(pod: &Value) -> Result<Value, ShapeError> {
         out.insert("spec".into(), Value::Object(ss));
     }
     Ok(Value::Object(out))
+}
+
+/// Where a container sits in the pod: `spec.containers[i]` or `spec.initContainers[i]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ContainerAt {
+    Regular(usize),
+    Init(usize),
+}
+
+impl ContainerAt {
+    fn list(self) -> &'static str {
+        match self {
+            ContainerAt::Regular(_) => "containers",
+            ContainerAt::Init(_) => "initContainers",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            ContainerAt::Regular(i) | ContainerAt::Init(i) => i,
+        }
+    }
 }
 
 /// Builds the mutation of a Pod being created.
@@ -612,8 +646,20 @@ pub fn mutate_skeleton(
                 NVIDIA_KAI.memory_annotation
             ));
         } else {
-            let mut plan: Vec<(usize, &str, GpuTarget, Option<f64>)> = Vec::new();
-            for (idx, (name, c)) in regular.iter().enumerate() {
+            // Regular containers, then init containers: the engine sizes restartable init
+            // containers (sidecars) too, and KAI places a fraction on whichever container
+            // `gpu-fraction-container-name` names (docs/design/kai-admission.md#k2).
+            let all = regular
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (ContainerAt::Regular(i), c))
+                .chain(
+                    init.iter()
+                        .enumerate()
+                        .map(|(i, c)| (ContainerAt::Init(i), c)),
+                );
+            let mut plan: Vec<(ContainerAt, &str, GpuTarget, Option<f64>)> = Vec::new();
+            for (idx, (name, c)) in all {
                 let Some(&r) = rec.containers.get(name) else {
                     continue;
                 };
@@ -644,7 +690,7 @@ pub fn mutate_skeleton(
             for c in rec
                 .containers
                 .keys()
-                .filter(|c| !regular.iter().any(|(n, _)| n == *c))
+                .filter(|c| !regular.iter().chain(&init).any(|(n, _)| n == *c))
             {
                 notes.push(format!("container {c}: not in the pod"));
             }
@@ -679,7 +725,7 @@ pub fn mutate_skeleton(
             result_has_fraction = slot.is_some();
 
             for (idx, name, target) in &final_plan {
-                let c = container_mut(&mut desired, "containers", *idx)?;
+                let c = container_mut(&mut desired, idx.list(), idx.index())?;
                 let mut changed = false;
                 match *target {
                     GpuTarget::Fraction {
@@ -695,11 +741,9 @@ pub fn mutate_skeleton(
                                 changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
                             }
                         }
-                        let same_fraction = frac.as_ref().is_some_and(|f| {
-                            f.container == *name
-                                && f.hundredths == i128::from(hundredths)
-                                && f.devices == devices
-                        });
+                        let same_fraction = frac
+                            .as_ref()
+                            .is_some_and(|f| f.is(name, hundredths, devices));
                         changed |= !same_fraction;
                         annotation_sets.push((
                             NVIDIA_KAI.fraction_annotation,
@@ -711,7 +755,7 @@ pub fn mutate_skeleton(
                         ));
                         annotation_sets.push((
                             NVIDIA_KAI.fraction_container_annotation,
-                            (*idx != 0).then(|| name.to_string()),
+                            (*idx != ContainerAt::Regular(0)).then(|| name.to_string()),
                         ));
                     }
                     GpuTarget::Whole(n) => {
@@ -747,17 +791,17 @@ pub fn mutate_skeleton(
         let found = regular
             .iter()
             .position(|(n, _)| n == name)
-            .map(|i| ("containers", i))
+            .map(ContainerAt::Regular)
             .or_else(|| {
                 init.iter()
                     .position(|(n, _)| n == name)
-                    .map(|i| ("initContainers", i))
+                    .map(ContainerAt::Init)
             });
-        let Some((list, idx)) = found else {
+        let Some(slot) = found else {
             notes.push(format!("container {name}: not in the pod"));
             continue;
         };
-        let c = container_mut(&mut desired, list, idx)?;
+        let c = container_mut(&mut desired, slot.list(), slot.index())?;
         let limits: Map<String, Value> = c
             .get("resources")
             .and_then(|r| r.get("limits"))
@@ -888,12 +932,13 @@ pub fn mutate_skeleton(
     Ok(Mutation::from(pod, desired, notes))
 }
 
-/// `gpu-fraction` texts that mean the same hundredths (`0.5` vs `0.50`) count as equal so a
-/// reinvocation does not rewrite them.
+/// `gpu-fraction` texts of the same value (`0.5` vs `0.50`) count as equal so a reinvocation
+/// does not rewrite them; a different value (`0.841` for the `0.85` kerf writes) is rewritten
+/// (docs/design/kai-admission.md#k8).
 fn same_fraction_text(key: &str, old: Option<&str>, new: Option<&str>) -> bool {
     match (old, new) {
         (Some(o), Some(n)) if key == NVIDIA_KAI.fraction_annotation => {
-            matches!((o.trim().parse::<f64>(), n.parse::<f64>()), (Ok(a), Ok(b)) if ceil_hundredths(a) == ceil_hundredths(b))
+            matches!((o.trim().parse::<f64>(), n.parse::<f64>()), (Ok(a), Ok(b)) if nanos(a) == nanos(b))
         }
         (o, n) => o == n,
     }

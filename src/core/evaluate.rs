@@ -12,12 +12,12 @@ use crate::core::allocation::{container_allocations, default_scope_containers};
 use crate::core::gpu_engine::{self, Action, EngineInput, EngineOutput, SignalSamples};
 use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
 use crate::core::model::{
-    GpuMap, GpuRecommendation, PolicyId, WorkloadKey, WorkloadState, parse_baseline,
+    GpuMap, GpuRecommendation, PolicyId, PolicyPart, WorkloadKey, WorkloadState, parse_baseline,
 };
 use crate::core::owner;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{GpuPolicy, Snapshot, Workload, unresolved_strategy_message};
-use crate::metrics::{RangeQuery, SeriesSet};
+use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
+use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
 
 /// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
 /// ReplicaSet → Deployment and Job → CronJob links.
@@ -116,11 +116,9 @@ fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: DateTime<Utc>) -> bool {
 pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan {
     let mut out = Plan::default();
     for (i, p) in snapshot.gpu_policies.iter().enumerate() {
-        if resolve_strategy(snapshot, p).is_none() {
-            out.unresolved.insert(
-                i,
-                unresolved_strategy_message(&p.spec.automation_strategy_ref.name),
-            );
+        let name = &p.spec.automation_strategy_ref.name;
+        if let Some(why) = snapshot.unresolved_strategy(p.id.namespace.as_deref(), name) {
+            out.unresolved.insert(i, why);
         }
     }
     let pods_by_owner = pods_by_owner(snapshot);
@@ -233,6 +231,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
                     end: now,
                     step_seconds,
                     counter: None,
+                    aggregation: Aggregation::Sum,
                 },
             ));
         }
@@ -529,6 +528,9 @@ pub fn evaluate_workload(
         // its decision is discarded below.
         let compute = lookup(a.policy, Signal::Compute, ns);
         let memory = lookup(a.policy, Signal::Memory, ns);
+        // Each policy is compared with its own part of a shared recommendation: the driver of
+        // the containers it owns (docs/design/gpu-engine.md#g8, #g11).
+        let own_previous = previous.as_ref().map(|r| r.part_of(&policy.id));
         let input = EngineInput {
             policy_id: &policy.id,
             policy: &policy.spec,
@@ -538,7 +540,7 @@ pub fn evaluate_workload(
             compute,
             memory,
             baseline: baseline.as_ref(),
-            previous: previous.as_ref(),
+            previous: own_previous.as_ref(),
             now,
         };
         outputs.push((a.policy, gpu_engine::evaluate(&input)));
@@ -580,6 +582,7 @@ fn merge_outputs(
     let mut baseline: Option<GpuMap> = None;
     let mut rec: Option<GpuRecommendation> = None;
     let mut best_total = f64::MIN;
+    let mut parts = BTreeMap::new();
     for (_, o) in outputs {
         reasons.extend(o.reasons);
         result.containers.extend(o.containers);
@@ -588,12 +591,17 @@ fn merge_outputs(
         }
         if let Some(r) = o.recommendation {
             let total = r.total();
-            let merged = rec.get_or_insert_with(|| GpuRecommendation {
-                containers: GpuMap::new(),
-                driving_metric: None,
-                policy: None,
-                updated_at: None,
-            });
+            if let Some(p) = &r.policy {
+                parts.insert(
+                    p.clone(),
+                    PolicyPart {
+                        containers: r.containers.keys().cloned().collect(),
+                        driving_metric: r.driving_metric,
+                        updated_at: r.updated_at,
+                    },
+                );
+            }
+            let merged = rec.get_or_insert_with(GpuRecommendation::default);
             merged.containers.extend(r.containers.clone());
             // The largest contributor names the driver and policy of the merged annotation.
             if total > best_total {
@@ -605,6 +613,11 @@ fn merge_outputs(
                 result.driving_metric = o.driving_metric;
             }
         }
+    }
+    // Several contributors: each one's part is kept, so the next cycle compares each policy
+    // with its own driver.
+    if let Some(r) = rec.as_mut().filter(|_| parts.len() > 1) {
+        r.by_policy = parts;
     }
     result.baseline = baseline;
     result.recommendation = rec;

@@ -156,6 +156,55 @@ fn summed_baseline(pod: &PodView<'_>, baseline: Option<&GpuMap>) -> f64 {
         .sum()
 }
 
+/// What a recorded baseline still means for the workload's template
+/// (docs/design/gpu-engine.md#g7). The one reading of this rule: the engine and restart recovery
+/// (`core/recovery.rs`) both apply it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BaselineCheck {
+    /// The entries of the containers in scope.
+    pub kept: GpuMap,
+    /// Containers of the template the scope no longer includes: their entries are dropped.
+    pub narrowed: Vec<String>,
+    /// Containers in scope whose template allocation differs from their entry, and containers
+    /// the template no longer has: the template's own GPU allocation changed, so the baseline
+    /// and the recommendation reset.
+    pub changed: Vec<String>,
+}
+
+/// Checks `baseline` against the template (`spec` and its per-container `alloc`), `scope` being
+/// the template's containers the policy includes.
+pub fn check_baseline(
+    baseline: &GpuMap,
+    spec: &PodSpec,
+    alloc: &BTreeMap<String, Allocation>,
+    scope: &BTreeSet<String>,
+) -> BaselineCheck {
+    let in_template = |c: &str| {
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .any(|x| x.name == c)
+    };
+    let mut out = BaselineCheck::default();
+    for (c, v) in baseline {
+        if scope.contains(c) {
+            out.kept.insert(c.clone(), *v);
+            if !alloc
+                .get(c)
+                .and_then(Allocation::gpus)
+                .is_some_and(|t| same(t, *v))
+            {
+                out.changed.push(c.clone());
+            }
+        } else if in_template(c) {
+            out.narrowed.push(c.clone());
+        } else {
+            out.changed.push(c.clone());
+        }
+    }
+    out
+}
+
 pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let mut reasons = Vec::new();
     let now_s = input.now.timestamp();
@@ -176,28 +225,21 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let template_alloc = container_allocations(template_spec, template_annotations);
 
     // docs/design/gpu-engine.md#g7: narrowing the scope drops excluded entries; a changed
-    // template resets state.
-    let mut baseline: Option<GpuMap> = input.baseline.map(|b| {
-        b.iter()
-            .filter(|(c, _)| template_scope.contains(*c))
-            .map(|(c, v)| (c.clone(), *v))
-            .collect::<GpuMap>()
-    });
-    if let Some(orig) = input.baseline {
-        let dropped: Vec<&String> = orig
-            .keys()
-            .filter(|c| !template_scope.contains(*c))
-            .collect();
-        if !dropped.is_empty() {
-            reasons.push(format!(
-                "scope excludes {}: their baseline and recommendation entries are removed",
-                dropped
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+    // template resets state; a container without an entry gets one.
+    let check = input
+        .baseline
+        .map(|b| check_baseline(b, template_spec, &template_alloc, &template_scope));
+    let mut baseline: Option<GpuMap> = check.as_ref().map(|c| c.kept.clone());
+    // With several policies on the workload (an override), the other entries are other
+    // policies' containers, not a narrowed scope.
+    let narrowed = check
+        .as_ref()
+        .filter(|c| !c.narrowed.is_empty() && input.containers_override.is_none());
+    if let Some(c) = narrowed {
+        reasons.push(format!(
+            "scope excludes {}: their baseline and recommendation entries are removed",
+            c.narrowed.join(", ")
+        ));
     }
     let mut previous: Option<GpuRecommendation> = input.previous.map(|r| GpuRecommendation {
         containers: r
@@ -208,24 +250,29 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             .collect(),
         ..r.clone()
     });
-    if let Some(b) = &baseline {
-        let changed: Vec<&String> = b
+    if let Some(c) = check.as_ref().filter(|c| !c.changed.is_empty()) {
+        reasons.push(format!(
+            "template GPU allocation of {} changed since the baseline was recorded: baseline and recommendation reset",
+            c.changed.join(", ")
+        ));
+        baseline = None;
+        previous = None;
+    }
+    if let Some(b) = baseline.as_mut().filter(|b| !b.is_empty()) {
+        // Before any upsize of it, a container's allocation is its template's (admission changes
+        // pods, never templates): that is its baseline entry from now on.
+        let added: Vec<(String, f64)> = template_scope
             .iter()
-            .filter(
-                |(c, v)| match template_alloc.get(*c).and_then(Allocation::gpus) {
-                    Some(t) => !same(t, **v),
-                    None => true,
-                },
-            )
-            .map(|(c, _)| c)
+            .filter(|c| !b.contains_key(*c))
+            .filter_map(|c| Some((c.clone(), template_alloc.get(c)?.gpus()?)))
             .collect();
-        if !changed.is_empty() {
+        b.extend(added.iter().cloned());
+        let added: Vec<String> = added.into_iter().map(|(c, _)| c).collect();
+        if !added.is_empty() {
             reasons.push(format!(
-                "template GPU allocation of {} changed since the baseline was recorded: baseline and recommendation reset",
-                changed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                "baseline of {} recorded from the allocation before any upsize of it",
+                added.join(", ")
             ));
-            baseline = None;
-            previous = None;
         }
     }
     let baseline = baseline.filter(|b| !b.is_empty());
@@ -502,6 +549,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                 driving_metric: Some(drive),
                 policy: Some(input.policy_id.clone()),
                 updated_at,
+                by_policy: Default::default(),
             }),
         )
     } else {

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::api::{GpuReactivePolicySpec, Signal};
 use crate::core::allocation::{Allocation, container_allocations};
-use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, to_k8s_time};
+use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, format_gpu, to_k8s_time};
 use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 
 const POLICY_YAML: &str = r#"
@@ -207,6 +207,7 @@ fn rec(containers: &[(&str, f64)], driver: Option<Signal>) -> GpuRecommendation 
         driving_metric: driver,
         policy: Some(pid()),
         updated_at: Some(now() - chrono::Duration::hours(1)),
+        by_policy: Default::default(),
     }
 }
 
@@ -700,6 +701,96 @@ fn changing_the_template_gpu_allocation_resets_baseline_and_recommendation() {
     assert_eq!(out.action, Action::None);
     assert!(out.recommendation.is_none());
     assert!(out.baseline.is_none());
+}
+
+/// A pod (or template) with containers `a` and `b` holding whole GPUs (`None`: no GPU).
+fn ab_pod(name: &str, a: Option<&str>, b: Option<&str>) -> Pod {
+    PodB::new(name)
+        .c(container("a", a))
+        .c(container("b", b))
+        .build()
+}
+
+/// docs/design/gpu-engine.md#g7: the baseline is per container. A container without an entry —
+/// added to the template, or brought in by a wider scope, after the first upsize — gets one from
+/// its allocation before any upsize of it, so its `maxPercent` cap and its scale-back floor do
+/// not follow its own upsizes (1 → 2 → 4).
+#[test]
+fn a_container_without_a_baseline_entry_gets_one_before_any_upsize_of_it() {
+    // `a` was upsized to 2 before `b` (1 GPU) was added; both run hot.
+    let mut case = Case::new(vec![ab_pod("p1", Some("2"), Some("1"))]);
+    case.template = template_of(&ab_pod("t", Some("1"), Some("1")));
+    case.baseline = Some(gm(&[("a", 1.0)]));
+    case.previous = Some(rec(&[("a", 2.0)], Some(Signal::Compute)));
+    case.compute = samples(&[("p1", "a", 400.0), ("p1", "b", 400.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::Upsize);
+    assert_eq!(
+        out.baseline,
+        Some(gm(&[("a", 1.0), ("b", 1.0)])),
+        "b's entry is its allocation before its first upsize"
+    );
+    let total = |o: &EngineOutput| o.recommendation.as_ref().unwrap().total();
+    assert!(approx(total(&out), 4.0), "capped at 200 % of 1 + 1");
+
+    // Next cycle, the pods run the upsized sizes: the cap is still 200 % of the baseline.
+    let first = out.recommendation.clone().unwrap();
+    case.baseline = out.baseline.clone();
+    case.previous = Some(first.clone());
+    case.pods = vec![ab_pod(
+        "p2",
+        Some(&format_gpu(first.containers["a"])),
+        Some(&format_gpu(first.containers["b"])),
+    )];
+    case.compute = samples(&[("p2", "a", 800.0), ("p2", "b", 800.0)]);
+    let out = case.run();
+    assert!(
+        approx(total(&out), 4.0),
+        "no ratchet: {:?}",
+        out.recommendation
+    );
+    assert_eq!(out.baseline, Some(gm(&[("a", 1.0), ("b", 1.0)])));
+
+    // And the scale-back floor is the summed baseline, not b's upsized allocation.
+    case.compute = samples(&[("p2", "a", 1.0), ("p2", "b", 1.0)]);
+    case.memory = samples(&[("p2", "a", 1.0), ("p2", "b", 1.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::ScaleBack);
+    assert!(approx(total(&out), 2.0), "{:?}", out.recommendation);
+
+    // A baseline recorded without b (older kerf) is completed from the template, whatever b runs.
+    case.baseline = Some(gm(&[("a", 1.0)]));
+    assert_eq!(case.run().baseline, Some(gm(&[("a", 1.0), ("b", 1.0)])));
+}
+
+/// docs/design/gpu-engine.md#g7: a container the baseline names that the template no longer
+/// gives a GPU — removed from the template, or its GPU taken away — changes the template's own
+/// GPU allocation: baseline and recommendation are reset. (Narrowing `scope.containers` of a
+/// container still in the template only drops its entries.)
+#[test]
+fn a_template_whose_gpu_container_set_changed_resets_baseline_and_recommendation() {
+    for template in [
+        // b removed from the template
+        PodB::new("t").c(container("a", Some("1"))).build(),
+        // b no longer has a GPU
+        ab_pod("t", Some("1"), None),
+    ] {
+        // The running pods still have the upsized a and b.
+        let mut case = Case::new(vec![ab_pod("p1", Some("2"), Some("2"))]);
+        case.template = template_of(&template);
+        case.baseline = Some(gm(&[("a", 1.0), ("b", 1.0)]));
+        case.previous = Some(rec(&[("a", 2.0), ("b", 2.0)], Some(Signal::Compute)));
+        case.compute = samples(&[("p1", "a", 100.0), ("p1", "b", 100.0)]);
+        case.memory = samples(&[("p1", "a", 50.0), ("p1", "b", 50.0)]);
+        let out = case.run();
+        assert!(
+            out.reasons.iter().any(|r| r.contains("reset")),
+            "{:#?}",
+            out.reasons
+        );
+        assert_eq!(out.baseline, None);
+        assert_eq!(out.recommendation, None);
+    }
 }
 
 #[test]

@@ -248,18 +248,48 @@ pub fn utilization_metrics(resource: &str, target: i32) -> Value {
     }])
 }
 
-/// Whether the HPA was at `maxReplicas` at any time in the window: any sample of its replica count
-/// (e.g. `kube_horizontalpodautoscaler_status_current_replicas`) at or above it, or its current status.
-pub fn max_replicas_reached(hpa: &HorizontalPodAutoscaler, replica_samples: &[Sample]) -> bool {
-    let max = hpa.spec.max_replicas;
+/// kube-state-metrics: an HPA's current replica count (labels `namespace`,
+/// `horizontalpodautoscaler`).
+pub const KSM_CURRENT_REPLICAS: &str = "kube_horizontalpodautoscaler_status_current_replicas";
+/// kube-state-metrics: an HPA's `spec.maxReplicas` (same labels).
+pub const KSM_MAX_REPLICAS: &str = "kube_horizontalpodautoscaler_spec_max_replicas";
+/// kube-state-metrics' label naming the HPA.
+pub const KSM_HPA_LABEL: &str = "horizontalpodautoscaler";
+
+/// An HPA's replica history over the recommendation window, from kube-state-metrics
+/// (docs/design/hpa-coordination.md#h7), on one query grid.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplicaHistory {
+    /// [`KSM_CURRENT_REPLICAS`] samples.
+    pub current: Vec<Sample>,
+    /// [`KSM_MAX_REPLICAS`] samples; where one is missing, the HPA's own `spec.maxReplicas`.
+    pub max: Vec<Sample>,
+}
+
+/// Whether the HPA was at `maxReplicas` at any time in the window: a sample of its replica
+/// history at or above the `maxReplicas` in force then, or its current status. Without a
+/// history (`None`: kube-state-metrics has no series for it), the status alone.
+pub fn max_replicas_reached(
+    hpa: &HorizontalPodAutoscaler,
+    history: Option<&ReplicaHistory>,
+) -> bool {
+    let spec_max = hpa.spec.max_replicas;
     let now = hpa
         .status
         .as_ref()
         .and_then(|s| s.current_replicas)
-        .is_some_and(|c| c >= max);
-    now || replica_samples
+        .is_some_and(|c| c >= spec_max);
+    let Some(h) = history else { return now };
+    let max: HashMap<i64, f64> = h
+        .max
         .iter()
-        .any(|(_, v)| v.is_finite() && *v >= f64::from(max))
+        .filter(|(_, v)| v.is_finite())
+        .copied()
+        .collect();
+    now || h
+        .current
+        .iter()
+        .any(|(t, v)| v.is_finite() && *v >= max.get(t).copied().unwrap_or(f64::from(spec_max)))
 }
 
 /// `round(old × before / after)`, half up, in exact integer arithmetic. `None` when `after` ≤ 0
@@ -624,16 +654,45 @@ mod tests {
 
     #[test]
     fn max_replicas_reached_from_series_or_status() {
+        let history = |current: &[Sample]| ReplicaHistory {
+            current: current.to_vec(),
+            max: Vec::new(),
+        };
         let mut h = hpa(json!([cpu_util(50)]));
-        assert!(!max_replicas_reached(&h, &[(0, 3.0), (60, 9.0)]));
+        assert!(!max_replicas_reached(
+            &h,
+            Some(&history(&[(0, 3.0), (60, 9.0)]))
+        ));
         assert!(max_replicas_reached(
             &h,
-            &[(0, 3.0), (60, 10.0), (120, 4.0)]
+            Some(&history(&[(0, 3.0), (60, 10.0), (120, 4.0)]))
         ));
         h.status = Some(
             serde_json::from_value(json!({"currentReplicas": 10, "desiredReplicas": 10})).unwrap(),
         );
-        assert!(max_replicas_reached(&h, &[]));
+        assert!(max_replicas_reached(&h, Some(&history(&[]))));
+        assert!(max_replicas_reached(&h, None));
+    }
+
+    /// docs/design/hpa-coordination.md#h7: the history is compared with the `maxReplicas` in
+    /// force at each sample (kube-state-metrics' `spec_max_replicas`), the HPA's own where absent.
+    #[test]
+    fn max_replicas_reached_compares_each_sample_with_the_max_in_force_then() {
+        let h = hpa(json!([cpu_util(50)])); // maxReplicas 10, no status
+        let at = |current: &[Sample], max: &[Sample]| {
+            max_replicas_reached(
+                &h,
+                Some(&ReplicaHistory {
+                    current: current.to_vec(),
+                    max: max.to_vec(),
+                }),
+            )
+        };
+        // maxReplicas was 6 an hour ago, when the HPA ran 6 replicas.
+        assert!(at(&[(0, 6.0), (60, 7.0)], &[(0, 6.0), (60, 10.0)]));
+        assert!(!at(&[(0, 5.0), (60, 7.0)], &[(0, 6.0), (60, 10.0)]));
+        assert!(at(&[(0, 5.0), (60, 10.0)], &[(0, 6.0)]), "absent: spec");
+        assert!(!max_replicas_reached(&h, None), "no history, no status");
     }
 
     fn req(name: &str, current: i64, recommended: i64) -> CountedRequest {

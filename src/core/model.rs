@@ -126,13 +126,52 @@ pub fn format_gpu(v: f64) -> String {
 }
 
 /// `rightsizing.kubex.ai/gpu-recommendation`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct GpuRecommendation {
     pub containers: GpuMap,
     /// `None` = legacy recommendation without driver metadata.
     pub driving_metric: Option<Signal>,
     pub policy: Option<PolicyId>,
     pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Multi-policy container rightsizing: each contributing policy's part — its containers,
+    /// driving metric and time — when more than one policy contributed (JSON `byPolicy`; empty
+    /// otherwise, and then not written). `driving_metric`, `policy` and `updated_at` above are
+    /// the largest contributor's.
+    pub by_policy: BTreeMap<PolicyId, PolicyPart>,
+}
+
+/// One policy's part of a recommendation several policies share
+/// (docs/design/gpu-engine.md#g8 with #g11).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyPart {
+    pub containers: std::collections::BTreeSet<String>,
+    pub driving_metric: Option<Signal>,
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// `updatedAt` as written: RFC 3339, seconds.
+fn render_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn parse_time(t: Option<&str>) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
+    match t {
+        None | Some("") => Ok(None),
+        Some(t) => Ok(Some(
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map_err(|e| format!("updatedAt {t:?}: {e}"))?
+                .with_timezone(&chrono::Utc),
+        )),
+    }
+}
+
+fn parse_signal(s: Option<&str>) -> Result<Option<Signal>, String> {
+    match s {
+        None | Some("") => Ok(None),
+        Some(s) => Signal::parse(s)
+            .map(Some)
+            .ok_or_else(|| format!("drivingMetric {s:?} is not compute|memory")),
+    }
 }
 
 impl GpuRecommendation {
@@ -140,7 +179,42 @@ impl GpuRecommendation {
         self.containers.values().sum()
     }
 
+    /// The recommendation as `policy`'s engine last made it: in multi-policy mode its own part
+    /// of the shared one — its containers, its driving metric, its time — so each policy is
+    /// compared with the driver of the containers it owns (docs/design/gpu-engine.md#g8);
+    /// otherwise (one contributor, or a policy without a part) the whole of it.
+    pub fn part_of(&self, policy: &PolicyId) -> GpuRecommendation {
+        match self.by_policy.get(policy) {
+            Some(part) => GpuRecommendation {
+                containers: self
+                    .containers
+                    .iter()
+                    .filter(|(c, _)| part.containers.contains(*c))
+                    .map(|(c, v)| (c.clone(), *v))
+                    .collect(),
+                driving_metric: part.driving_metric,
+                policy: Some(policy.clone()),
+                updated_at: part.updated_at,
+                by_policy: BTreeMap::new(),
+            },
+            None => GpuRecommendation {
+                by_policy: BTreeMap::new(),
+                ..self.clone()
+            },
+        }
+    }
+
     pub fn parse(text: &str) -> Result<Self, String> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct RawPart {
+            #[serde(default)]
+            containers: Vec<String>,
+            #[serde(default)]
+            driving_metric: Option<String>,
+            #[serde(default)]
+            updated_at: Option<String>,
+        }
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Raw {
@@ -151,6 +225,8 @@ impl GpuRecommendation {
             policy: Option<String>,
             #[serde(default)]
             updated_at: Option<String>,
+            #[serde(default)]
+            by_policy: BTreeMap<String, RawPart>,
         }
         let raw: Raw = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
         let containers = raw
@@ -163,33 +239,35 @@ impl GpuRecommendation {
                 ))
             })
             .collect::<Result<GpuMap, String>>()?;
-        let driving_metric = match raw.driving_metric.as_deref() {
-            None | Some("") => None,
-            Some(s) => Some(
-                Signal::parse(s)
-                    .ok_or_else(|| format!("drivingMetric {s:?} is not compute|memory"))?,
-            ),
+        let policy_id = |p: &str| {
+            PolicyId::parse(p)
+                .ok_or_else(|| format!("policy {p:?} is not <kind>/<namespace>/<name>"))
         };
         let policy = match raw.policy.as_deref() {
             None | Some("") => None,
-            Some(p) => Some(
-                PolicyId::parse(p)
-                    .ok_or_else(|| format!("policy {p:?} is not <kind>/<namespace>/<name>"))?,
-            ),
+            Some(p) => Some(policy_id(p)?),
         };
-        let updated_at = match raw.updated_at.as_deref() {
-            None | Some("") => None,
-            Some(t) => Some(
-                chrono::DateTime::parse_from_rfc3339(t)
-                    .map_err(|e| format!("updatedAt {t:?}: {e}"))?
-                    .with_timezone(&chrono::Utc),
-            ),
-        };
+        let by_policy = raw
+            .by_policy
+            .into_iter()
+            .map(|(p, part)| {
+                let at = |e: String| format!("byPolicy.{p}: {e}");
+                Ok((
+                    policy_id(&p).map_err(at)?,
+                    PolicyPart {
+                        containers: part.containers.into_iter().collect(),
+                        driving_metric: parse_signal(part.driving_metric.as_deref()).map_err(at)?,
+                        updated_at: parse_time(part.updated_at.as_deref()).map_err(at)?,
+                    },
+                ))
+            })
+            .collect::<Result<_, String>>()?;
         Ok(Self {
             containers,
-            driving_metric,
+            driving_metric: parse_signal(raw.driving_metric.as_deref())?,
             policy,
-            updated_at,
+            updated_at: parse_time(raw.updated_at.as_deref())?,
+            by_policy,
         })
     }
 
@@ -208,10 +286,25 @@ impl GpuRecommendation {
             m.insert("policy".into(), p.to_string().into());
         }
         if let Some(t) = self.updated_at {
-            m.insert(
-                "updatedAt".into(),
-                t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true).into(),
-            );
+            m.insert("updatedAt".into(), render_time(t).into());
+        }
+        if !self.by_policy.is_empty() {
+            let parts: serde_json::Map<String, serde_json::Value> = self
+                .by_policy
+                .iter()
+                .map(|(p, part)| {
+                    let mut v = serde_json::Map::new();
+                    v.insert("containers".into(), serde_json::json!(part.containers));
+                    if let Some(d) = part.driving_metric {
+                        v.insert("drivingMetric".into(), d.as_str().into());
+                    }
+                    if let Some(t) = part.updated_at {
+                        v.insert("updatedAt".into(), render_time(t).into());
+                    }
+                    (p.to_string(), v.into())
+                })
+                .collect();
+            m.insert("byPolicy".into(), parts.into());
         }
         serde_json::Value::Object(m).to_string()
     }
@@ -308,4 +401,34 @@ pub fn to_k8s_time(
     let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
         .unwrap_or_default();
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/design/gpu-engine.md#g10: the annotation's `byPolicy` (several policies'
+    /// parts) is read back as written, and a single-policy recommendation is written without it.
+    #[test]
+    fn gpu_recommendation_parts_round_trip_and_are_absent_for_one_policy() {
+        let text = r#"{"containers":{"a":"0.6","b":"2"},"drivingMetric":"compute","policy":"GpuReactivePolicy/ml/b","updatedAt":"2026-01-01T12:00:00Z","byPolicy":{"GpuReactivePolicy/ml/a":{"containers":["a"],"drivingMetric":"memory","updatedAt":"2026-01-01T11:00:00Z"},"GpuReactivePolicy/ml/b":{"containers":["b"],"drivingMetric":"compute","updatedAt":"2026-01-01T12:00:00Z"}}}"#;
+        let r = GpuRecommendation::parse(text).unwrap();
+        assert_eq!(r.render(), text);
+        let a = PolicyId::parse("GpuReactivePolicy/ml/a").unwrap();
+        let own = r.part_of(&a);
+        assert_eq!(own.containers, GpuMap::from([("a".to_string(), 0.6)]));
+        assert_eq!(own.driving_metric, Some(Signal::Memory));
+        assert_eq!(own.policy, Some(a));
+        let single = GpuRecommendation {
+            by_policy: BTreeMap::new(),
+            ..r.clone()
+        };
+        assert!(!single.render().contains("byPolicy"));
+        let other = PolicyId::parse("GpuReactivePolicy/ml/c").unwrap();
+        assert_eq!(
+            r.part_of(&other).containers,
+            r.containers,
+            "no part: the whole"
+        );
+    }
 }

@@ -5,21 +5,23 @@
 //! The same rules as evaluation decide what still stands: workloads in protected namespaces and
 //! workloads their recommending policy no longer covers get nothing; entries outside the policy's
 //! container scope are dropped; a template whose own GPU allocation no longer matches the
-//! recorded baseline resets the recommendation (docs/design/gpu-engine.md#g7).
+//! recorded baseline — an entry that differs, or a container the template no longer has —
+//! resets the recommendation (docs/design/gpu-engine.md#g7, the engine's `check_baseline`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::api::{RightsizingRecommendation, WorkloadKind};
-use crate::core::allocation::scoped_container_names;
+use crate::core::allocation::{container_allocations, scoped_container_names};
 use crate::core::evaluate::{resolve_strategy, template_gpu};
+use crate::core::gpu_engine::check_baseline;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
     WorkloadKey, WorkloadState, parse_baseline,
 };
 use crate::core::rightsizing::served_change;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{GpuPolicy, Snapshot, unresolved_strategy_message};
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -33,10 +35,6 @@ pub struct Recovered {
 /// evaluation cycle).
 pub fn store_entries_from_annotations(snapshot: &Snapshot) -> Vec<(WorkloadKey, WorkloadState)> {
     recover(snapshot).entries
-}
-
-fn same(a: f64, b: f64) -> bool {
-    (a - b).abs() < 1e-9
 }
 
 /// What every replica's webhook serves, derived from the persisted state alone (so two replicas
@@ -140,6 +138,8 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         let policy = match &rec.policy {
             Some(id) => match snapshot.gpu_policies.iter().find(|p| &p.id == id) {
                 Some(p) => Some(p),
+                // Several policies' parts: each is checked on its own below.
+                None if !rec.by_policy.is_empty() => None,
                 None => {
                     out.warnings.push(format!(
                         "{}: recommending policy {id} no longer exists",
@@ -150,7 +150,8 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             },
             None => None,
         };
-        let scope: Vec<String> = if let Some(p) = policy {
+        // The containers a policy that still covers the workload may size.
+        let covered = |p: &GpuPolicy| -> Option<Vec<String>> {
             let candidate = Candidate {
                 id: &p.id,
                 policy_type: p.policy_type,
@@ -158,12 +159,31 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                 weight: p.spec.weight,
                 creation: p.creation,
             };
-            if !selection::covers(&candidate, &w.key, &w.labels, w.template.labels()) {
+            selection::covers(&candidate, &w.key, &w.labels, w.template.labels())
+                .then(|| scoped_container_names(spec, &p.spec.scope.containers))
+        };
+        let scope: Vec<String> = if !rec.by_policy.is_empty() {
+            // Multi-policy: each policy's part stands or falls with that policy.
+            let mut scope = Vec::new();
+            for (id, part) in &rec.by_policy {
+                match snapshot.gpu_policies.iter().find(|p| &p.id == id).map(covered) {
+                    Some(Some(s)) => {
+                        scope.extend(s.into_iter().filter(|c| part.containers.contains(c)))
+                    }
+                    _ => out.warnings.push(format!(
+                        "{}: policy {id} no longer exists or covers it: its containers are not served",
+                        w.key
+                    )),
+                }
+            }
+            scope
+        } else if let Some(p) = policy {
+            let Some(scope) = covered(p) else {
                 out.warnings
                     .push(format!("{}: policy {} no longer covers it", w.key, p.id));
                 continue;
-            }
-            scoped_container_names(spec, &p.spec.scope.containers)
+            };
+            scope
         } else {
             spec.containers
                 .iter()
@@ -173,11 +193,9 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         };
         rec.containers.retain(|c, _| scope.contains(c));
         if let Some(b) = &baseline {
-            let changed = b
-                .iter()
-                .filter(|(c, _)| scope.contains(*c))
-                .any(|(c, v)| template.get(c).is_none_or(|t| !same(*t, *v)));
-            if changed {
+            let alloc = container_allocations(spec, w.template.annotations());
+            let scope: BTreeSet<String> = scope.iter().cloned().collect();
+            if !check_baseline(b, spec, &alloc, &scope).changed.is_empty() {
                 out.warnings.push(format!(
                     "{}: template GPU allocation changed since the baseline was recorded: recommendation not served",
                     w.key
@@ -188,10 +206,20 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         if rec.containers.is_empty() {
             continue;
         }
-        let strategy = policy
-            .and_then(|p| resolve_strategy(snapshot, p))
-            .cloned()
-            .unwrap_or_default();
+        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
+        let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
+            Some((p, None)) => {
+                out.warnings.push(format!(
+                    "{}: policy {}: {}",
+                    w.key,
+                    p.id,
+                    unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
+                ));
+                continue;
+            }
+            Some((_, Some(s))) => s.clone(),
+            None => Default::default(),
+        };
         out.entries.push((
             w.key.clone(),
             WorkloadState {

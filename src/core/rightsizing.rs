@@ -43,6 +43,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::evaluate::WorkloadResult;
 use super::hpa::{
     self, Coordination, CountedRequest, HpaResource, REASON_HPA_COUPLED, RISK_HPA_COUPLED,
     SkipReason, analyze_metrics,
@@ -54,6 +55,7 @@ use super::quantity::{self, MIB};
 use super::resources::{
     ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
 };
+use super::snapshot::REASON_STRATEGY_UNRESOLVED;
 use crate::api::{
     AppliedChange, ContainerRecommendation, HpaRecommendation, RecommendationPhase,
     RecommendationStatus, ResourceMode, ResourceValues, RightsizingPolicySpec,
@@ -79,11 +81,18 @@ pub struct HpaInput {
     /// The HPA was at `maxReplicas` at some time in the recommendation window
     /// (see [`hpa::max_replicas_reached`]).
     pub max_replicas_reached: bool,
+    /// `max_replicas_reached` comes from the kube-state-metrics replica history; `false`: from
+    /// `status.currentReplicas` alone (no series), which the reasons then say.
+    pub replica_history: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadInput {
     pub policy: RightsizingPolicySpec,
+    /// Why the policy's `automationStrategyRef` does not resolve: the policy is then not applied
+    /// — recommendation only, phase `audit-only`, reason `StrategyUnresolved`
+    /// (docs/design/runtime.md#r8).
+    pub strategy_unresolved: Option<String>,
     pub containers: Vec<ContainerInput>,
     pub hpa: Option<HpaInput>,
     /// Current replicas (for total savings).
@@ -158,6 +167,8 @@ pub struct RightsizingOutcome {
     pub apply: Option<AgentPlan>,
     /// What kerf manages on the workload, whatever the phase.
     pub managed: Managed,
+    /// What else the user should know (e.g. where `max-replicas-reached` was read from).
+    pub reasons: Vec<String>,
 }
 
 fn get(r: &ResourceRequests, res: HpaResource) -> Option<i64> {
@@ -243,10 +254,11 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .collect();
 
     let mut risk_flags = Vec::new();
+    let mut reasons = Vec::new();
     let hpa_out = input
         .hpa
         .as_ref()
-        .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags));
+        .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags, &mut reasons));
 
     let containers: Vec<ContainerOutcome> = input
         .containers
@@ -272,7 +284,14 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .into_iter()
         .filter(|r| ctx.auto(*r))
         .collect();
-    let (phase, reason, message, apply) = if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
+    let (phase, reason, message, apply) = if let Some(why) = &input.strategy_unresolved {
+        (
+            RecommendationPhase::AuditOnly,
+            Some(REASON_STRATEGY_UNRESOLVED.to_string()),
+            format!("{why}: recommendation only"),
+            None,
+        )
+    } else if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
         (
             RecommendationPhase::Blocked,
             Some(REASON_HPA_COUPLED.to_string()),
@@ -334,13 +353,18 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         memory: ctx.auto(HpaResource::Memory),
     };
     let hpa_resource = hpa_out.as_ref().and_then(|h| h.resource);
+    // A policy that is not applied (its strategy does not resolve) manages nothing: what kerf
+    // took under it is released (docs/design/hpa-coordination.md#h13).
+    let applies = input.strategy_unresolved.is_none();
     let managed = Managed {
         requests: containers
             .iter()
-            .filter(|c| c.in_scope && auto_set.any())
+            .filter(|c| applies && c.in_scope && auto_set.any())
             .map(|c| (c.name.clone(), auto_set))
             .collect(),
-        hpa_target: input.policy.hpa.coordinate && hpa_resource.is_some_and(|r| ctx.auto(r)),
+        hpa_target: applies
+            && input.policy.hpa.coordinate
+            && hpa_resource.is_some_and(|r| ctx.auto(r)),
         hpa_resource,
     };
     Ok(RightsizingOutcome {
@@ -353,6 +377,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         message,
         apply,
         managed,
+        reasons,
     })
 }
 
@@ -361,6 +386,7 @@ fn evaluate_hpa(
     h: &HpaInput,
     recommended: &mut [ResourceRequests],
     risk_flags: &mut Vec<String>,
+    reasons: &mut Vec<String>,
 ) -> HpaOutcome {
     let input = ctx.input;
     let name = h.hpa.metadata.name.clone().unwrap_or_default();
@@ -377,8 +403,16 @@ fn evaluate_hpa(
         coordinated: false,
     };
     if !a.coupled() {
-        out.message =
-            "the HPA does not scale on CPU or memory utilization: requests do not affect it".into();
+        // Not coupled: requests do not move it (no risk flag, never blocked), but kerf says why
+        // it does not coordinate it (docs/design/hpa-coordination.md#h1, #h9).
+        out.skip_reason = a
+            .coordinable()
+            .err()
+            .map(|_| SkipReason::UnsupportedMetrics);
+        out.message = format!(
+            "the HPA does not scale on CPU or memory utilization ({}): requests do not affect it",
+            a.detail
+        );
         return out;
     }
     risk_flags.push(RISK_HPA_COUPLED.to_string());
@@ -404,6 +438,13 @@ fn evaluate_hpa(
             resource.as_str()
         );
         return out;
+    }
+    if !h.replica_history {
+        reasons.push(format!(
+            "no kube-state-metrics replica history for HPA {} ({}): max-replicas-reached is judged from its status.currentReplicas only",
+            out.name,
+            hpa::KSM_CURRENT_REPLICAS
+        ));
     }
     let block = |out: &mut HpaOutcome, skip: Option<SkipReason>, message: String| {
         out.blocked = true;
@@ -614,6 +655,106 @@ pub fn recommendation_spec(
         }),
         risk_flags: outcome.risk_flags.clone(),
         savings: outcome.savings.clone(),
+    }
+}
+
+/// The GPU side of a workload's `RightsizingRecommendation` (docs/design/gpu-engine.md#g10): the
+/// driving GPU metric of the recommendation in force and the GPU policies, added to `spec`.
+pub fn add_gpu(spec: &mut RightsizingRecommendationSpec, gpu: &WorkloadResult) {
+    spec.driving_metric = gpu
+        .recommendation
+        .as_ref()
+        .and_then(|r| r.driving_metric)
+        .map(|d| d.as_str().to_string());
+    for p in &gpu.policies {
+        let p = p.to_string();
+        if !spec.policies.contains(&p) {
+            spec.policies.push(p);
+        }
+    }
+}
+
+/// The `RightsizingRecommendation` spec of a workload only GPU reactive policies cover: per
+/// container its current and recommended GPUs, the driving GPU metric, the GPU policies and the
+/// GPU savings (docs/design/gpu-engine.md#g10).
+pub fn gpu_recommendation_spec(
+    gpu: &WorkloadResult,
+    workload: &WorkloadKey,
+    replicas: i32,
+) -> RightsizingRecommendationSpec {
+    let containers: Vec<ContainerOutcome> = gpu
+        .containers
+        .iter()
+        .filter(|(_, o)| o.current.is_some() || o.recommended.is_some())
+        .map(|(name, o)| ContainerOutcome {
+            name: name.clone(),
+            in_scope: true,
+            current: ResourceRequests::default(),
+            recommended: ResourceRequests::default(),
+            cpu_source: Source::NoData,
+            memory_source: Source::NoData,
+            throttled: false,
+            oom_killed: false,
+            gpu_current: o.current,
+            gpu_recommended: o.recommended,
+        })
+        .collect();
+    let mut spec = RightsizingRecommendationSpec {
+        workload: WorkloadRef {
+            kind: workload.kind.as_str().to_string(),
+            name: workload.name.clone(),
+        },
+        containers: containers
+            .iter()
+            .map(|c| ContainerRecommendation {
+                name: c.name.clone(),
+                current: values(&c.current, c.gpu_current),
+                recommended: values(&c.recommended, c.gpu_recommended),
+            })
+            .collect(),
+        savings: savings(&containers, replicas),
+        ..Default::default()
+    };
+    add_gpu(&mut spec, gpu);
+    spec
+}
+
+/// Reason of a GPU-only recommendation without a GPU recommendation in force.
+pub const REASON_NO_RECOMMENDATION: &str = "NoRecommendation";
+
+/// The status of a workload only GPU reactive policies cover: `applied` while a GPU
+/// recommendation is in force (admission applies it), `pending` (reason `NoRecommendation`)
+/// while there is none; what must survive is carried over from `previous` (see
+/// [`recommendation_status`]).
+pub fn gpu_recommendation_status(
+    gpu: &WorkloadResult,
+    previous: Option<&RecommendationStatus>,
+) -> RecommendationStatus {
+    let (phase, reason) = match &gpu.recommendation {
+        Some(_) => (RecommendationPhase::Applied, None),
+        None => (
+            RecommendationPhase::Pending,
+            Some(REASON_NO_RECOMMENDATION.to_string()),
+        ),
+    };
+    RecommendationStatus {
+        phase,
+        reason,
+        previous_hpa_target: previous.and_then(|p| p.previous_hpa_target),
+        original_requests: previous
+            .map(|p| p.original_requests.clone())
+            .unwrap_or_default(),
+        last_applied_time: gpu
+            .recommendation
+            .as_ref()
+            .and_then(|r| r.updated_at)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .or_else(|| previous.and_then(|p| p.last_applied_time.clone())),
+        created_requests: previous
+            .map(|p| p.created_requests.clone())
+            .unwrap_or_default(),
+        applied: None,
+        conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
     }
 }
 

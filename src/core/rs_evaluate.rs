@@ -10,13 +10,14 @@ use chrono::{DateTime, Utc};
 
 use crate::core::evaluate::{covering, pods_by_owner};
 use crate::core::gpu_engine::ContainerOutcome as GpuContainer;
-use crate::core::hpa;
+use crate::core::hpa::{self, ReplicaHistory};
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::resources::{self, ContainerSignals, Sample};
 use crate::core::rightsizing::{self, ContainerInput, HpaInput, RightsizingOutcome, WorkloadInput};
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{Snapshot, unresolved_strategy_message};
-use crate::metrics::{RangeQuery, SeriesSet};
+use crate::core::snapshot::Snapshot;
+use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
 /// cAdvisor metric names kerf reads (namespace/pod/container labels).
 pub const CPU_USAGE_METRIC: &str = "container_cpu_usage_seconds_total";
@@ -36,22 +37,75 @@ pub enum RsSignal {
     Memory,
     ThrottledPeriods,
     Periods,
+    /// kube-state-metrics: the HPAs' current replicas (docs/design/hpa-coordination.md#h7).
+    HpaCurrentReplicas,
+    /// kube-state-metrics: the HPAs' `spec.maxReplicas`.
+    HpaMaxReplicas,
 }
 
 impl RsSignal {
+    /// The per-container signals, queried for every policy with pods.
     pub const ALL: [RsSignal; 4] = [
         RsSignal::Cpu,
         RsSignal::Memory,
         RsSignal::ThrottledPeriods,
         RsSignal::Periods,
     ];
+    /// The HPA replica history, queried for every policy whose workloads have an HPA.
+    pub const REPLICAS: [RsSignal; 2] = [RsSignal::HpaCurrentReplicas, RsSignal::HpaMaxReplicas];
+
     pub fn metric(self) -> &'static str {
         match self {
             RsSignal::Cpu => CPU_USAGE_METRIC,
             RsSignal::Memory => MEMORY_METRIC,
             RsSignal::ThrottledPeriods => THROTTLED_PERIODS_METRIC,
             RsSignal::Periods => PERIODS_METRIC,
+            RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
+            RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
+    }
+}
+
+/// The windows of a policy's recipes, in seconds: (cpu, memory).
+fn windows(spec: &crate::api::RightsizingPolicySpec) -> (i64, i64) {
+    let cpu = spec.resources.cpu.clone().unwrap_or_default().window;
+    let memory = spec.resources.memory.clone().unwrap_or_default().window;
+    (cpu.seconds() as i64, memory.seconds() as i64)
+}
+
+/// The range query of one signal selecting `series` (namespace, pod — or HPA — name) over the
+/// last `window` seconds.
+fn range_query(
+    signal: RsSignal,
+    series: &BTreeSet<(String, String)>,
+    window: i64,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+) -> RangeQuery {
+    let sorted = |v: Vec<String>| -> Vec<String> {
+        v.into_iter().collect::<BTreeSet<_>>().into_iter().collect()
+    };
+    let replicas = RsSignal::REPLICAS.contains(&signal);
+    RangeQuery {
+        metric: signal.metric().into(),
+        namespace_label: "namespace".into(),
+        pod_label: if replicas { hpa::KSM_HPA_LABEL } else { "pod" }.into(),
+        container_label: if replicas { "" } else { "container" }.into(),
+        namespaces: sorted(series.iter().map(|(ns, _)| ns.clone()).collect()),
+        pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()),
+        start: now - chrono::Duration::seconds(window),
+        end: now,
+        step_seconds: step_for(window, step_seconds),
+        counter: Some(matches!(
+            signal,
+            RsSignal::Cpu | RsSignal::ThrottledPeriods | RsSignal::Periods
+        )),
+        // Several kube-state-metrics replicas export the same value: one value, not a sum.
+        aggregation: if replicas {
+            Aggregation::Max
+        } else {
+            Aggregation::Sum
+        },
     }
 }
 
@@ -66,9 +120,8 @@ pub struct RsWorkloadPlan {
 pub struct RsPlan {
     pub workloads: Vec<RsWorkloadPlan>,
     pub queries: Vec<(usize, RsSignal, RangeQuery)>,
-    /// Policies whose strategy does not resolve, with the message for their status: they are
-    /// not applied, so they win no workload (docs/design/hpa-coordination.md#h13: what kerf
-    /// applied under them is released).
+    /// Policies whose strategy does not resolve, with the message for their status: they still
+    /// recommend, and are not applied.
     pub unresolved: BTreeMap<usize, String>,
 }
 
@@ -81,12 +134,14 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
     let mut out = RsPlan::default();
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
-        if snapshot.strategy(p.id.namespace.as_deref(), name).is_none() {
-            out.unresolved.insert(i, unresolved_strategy_message(name));
+        if let Some(why) = snapshot.unresolved_strategy(p.id.namespace.as_deref(), name) {
+            out.unresolved.insert(i, why);
         }
     }
     let pods_by_owner = pods_by_owner(snapshot);
+    let hpas = hpa::hpa_index(&snapshot.hpas);
     let mut per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
+    let mut hpas_per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if snapshot
             .global
@@ -104,7 +159,6 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
                 creation: p.creation,
             })
             .into_iter()
-            .filter(|(i, _)| !out.unresolved.contains_key(i))
             .collect();
         let candidates: Vec<Candidate<'_>> = covering.iter().map(|(_, c)| c.clone()).collect();
         let Some(winner) = selection::single_winner(&candidates, &snapshot.precedence) else {
@@ -127,6 +181,17 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
                 ));
             }
         }
+        let key = (
+            w.key.namespace.as_str(),
+            w.key.kind.as_str(),
+            w.key.name.as_str(),
+        );
+        if let Some(h) = hpas.get(&key) {
+            hpas_per_policy.entry(policy).or_default().insert((
+                w.key.namespace.clone(),
+                h.metadata.name.clone().unwrap_or_default(),
+            ));
+        }
         out.workloads.push(RsWorkloadPlan {
             workload: wi,
             policy,
@@ -134,33 +199,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
         });
     }
     for (pi, pods) in per_policy {
-        let spec = &snapshot.rightsizing_policies[pi].spec;
-        let cpu_window = spec
-            .resources
-            .cpu
-            .clone()
-            .unwrap_or_default()
-            .window
-            .seconds() as i64;
-        let mem_window = spec
-            .resources
-            .memory
-            .clone()
-            .unwrap_or_default()
-            .window
-            .seconds() as i64;
-        let namespaces: Vec<String> = pods
-            .iter()
-            .map(|(ns, _)| ns.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let pod_names: Vec<String> = pods
-            .iter()
-            .map(|(_, p)| p.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let (cpu_window, mem_window) = windows(&snapshot.rightsizing_policies[pi].spec);
         for signal in RsSignal::ALL {
             let window = if signal == RsSignal::Memory {
                 mem_window
@@ -170,18 +209,19 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPla
             out.queries.push((
                 pi,
                 signal,
-                RangeQuery {
-                    metric: signal.metric().into(),
-                    namespace_label: "namespace".into(),
-                    pod_label: "pod".into(),
-                    container_label: "container".into(),
-                    namespaces: namespaces.clone(),
-                    pods: pod_names.clone(),
-                    start: now - chrono::Duration::seconds(window),
-                    end: now,
-                    step_seconds: step_for(window, step_seconds),
-                    counter: Some(signal != RsSignal::Memory),
-                },
+                range_query(signal, &pods, window, now, step_seconds),
+            ));
+        }
+    }
+    // The HPAs' replica history over the longer window, batched like the rest: one query per
+    // policy and series (docs/design/hpa-coordination.md#h7).
+    for (pi, hpas) in hpas_per_policy {
+        let (cpu_window, mem_window) = windows(&snapshot.rightsizing_policies[pi].spec);
+        for signal in RsSignal::REPLICAS {
+            out.queries.push((
+                pi,
+                signal,
+                range_query(signal, &hpas, cpu_window.max(mem_window), now, step_seconds),
             ));
         }
     }
@@ -213,6 +253,49 @@ fn index(results: BTreeMap<(usize, RsSignal), SeriesSet>) -> Index {
             (k, m)
         })
         .collect()
+}
+
+/// The HPA's kube-state-metrics replica history over the window of the resource it scales on
+/// (docs/design/hpa-coordination.md#h7); `None` when there is no current-replicas series for it.
+fn replica_history(
+    idx: &Index,
+    policy: usize,
+    namespace: &str,
+    h: &HorizontalPodAutoscaler,
+    spec: &crate::api::RightsizingPolicySpec,
+    now: DateTime<Utc>,
+) -> Option<ReplicaHistory> {
+    let a = hpa::analyze_metrics(h);
+    let resource = a
+        .supported
+        .or(a.first_target)
+        .map(|(r, _)| r)
+        .or_else(|| a.utilization_resources.first().copied());
+    let (cpu_window, mem_window) = windows(spec);
+    let window = match resource {
+        Some(hpa::HpaResource::Memory) => mem_window,
+        _ => cpu_window,
+    };
+    let from = now.timestamp() - window;
+    let key = (
+        namespace.to_string(),
+        h.metadata.name.clone().unwrap_or_default(),
+        String::new(),
+    );
+    let in_window = |signal: RsSignal| -> Option<Vec<Sample>> {
+        let samples = idx.get(&(policy, signal))?.get(&key)?;
+        Some(
+            samples
+                .iter()
+                .filter(|(t, _)| *t > from && *t <= now.timestamp())
+                .copied()
+                .collect(),
+        )
+    };
+    Some(ReplicaHistory {
+        current: in_window(RsSignal::HpaCurrentReplicas)?,
+        max: in_window(RsSignal::HpaMaxReplicas).unwrap_or_default(),
+    })
 }
 
 /// Evaluates every planned workload. `gpu` carries the GPU engine's per-container values so the
@@ -300,14 +383,20 @@ pub fn evaluate(
                 w.key.kind.as_str(),
                 w.key.name.as_str(),
             ))
-            .map(|&h| HpaInput {
-                hpa: h.clone(),
-                max_replicas_reached: hpa::max_replicas_reached(h, &[]),
+            .map(|&h| {
+                let history =
+                    replica_history(&idx, wp.policy, &w.key.namespace, h, &policy.spec, now);
+                HpaInput {
+                    hpa: h.clone(),
+                    max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
+                    replica_history: history.is_some(),
+                }
             });
         let metrics_unavailable = failed.contains(&wp.policy);
         let outcome = match bad_request {
             Some(e) => Err(e),
             None => rightsizing::evaluate_workload(&WorkloadInput {
+                strategy_unresolved: plan.unresolved.get(&wp.policy).cloned(),
                 policy: policy.spec.clone(),
                 containers,
                 hpa,
@@ -324,4 +413,65 @@ pub fn evaluate(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::standalone::{load_dir, load_text};
+
+    /// A Deployment the HPA example's policy covers (`app: web`), with an HPA of its own.
+    fn another_web_app(name: &str, hpa: &str) -> String {
+        format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: shop, labels: {{app: web}}}}
+spec:
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: app, image: w, resources: {{requests: {{cpu: "1"}}}}}}]}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {{name: {hpa}, namespace: shop}}
+spec:
+  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {name}}}
+  maxReplicas: 4
+"#
+        )
+    }
+
+    /// docs/design/hpa-coordination.md#h7, batched like every query (gpu-engine.md#g12): the
+    /// HPAs' replica history (kube-state-metrics) is read with one range query per policy and
+    /// series, selecting every HPA of the policy's workloads, over the policy's longer window.
+    #[test]
+    fn replica_history_is_queried_once_per_policy_for_all_its_hpas() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/manifests");
+        let mut m = load_dir(&dir).unwrap();
+        load_text(&another_web_app("api", "api-hpa"), "test", &mut m).unwrap();
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        let plan = plan(&m.snapshot, now, 15);
+        for metric in [
+            "kube_horizontalpodautoscaler_status_current_replicas",
+            "kube_horizontalpodautoscaler_spec_max_replicas",
+        ] {
+            let queries: Vec<&RangeQuery> = plan
+                .queries
+                .iter()
+                .filter(|(_, _, q)| q.metric == metric)
+                .map(|(_, _, q)| q)
+                .collect();
+            assert_eq!(queries.len(), 1, "{metric}: {:#?}", plan.queries);
+            let q = queries[0];
+            assert_eq!(q.namespace_label, "namespace");
+            assert_eq!(q.pod_label, "horizontalpodautoscaler");
+            assert_eq!(q.namespaces, ["shop"]);
+            assert_eq!(q.pods, ["api-hpa", "web"]);
+            assert_eq!(q.start, now - chrono::Duration::hours(1), "the 1h windows");
+            assert_eq!(q.counter, Some(false));
+        }
+    }
 }

@@ -112,6 +112,21 @@ pub fn unresolved_strategy_message(name: &str) -> String {
     format!("automationStrategyRef {name:?} does not resolve: policy not applied")
 }
 
+/// The reason a policy whose `automationStrategyRef` does not resolve gives — its `Ready`
+/// condition and its recommendations' `status.reason` (docs/design/runtime.md#r8).
+pub const REASON_STRATEGY_UNRESOLVED: &str = "StrategyUnresolved";
+
+impl Snapshot {
+    /// Why the `automationStrategyRef` `name` of a policy in `namespace` (cluster policies:
+    /// `None`) does not resolve; `None` when it does. A policy that does not resolve is not
+    /// applied, whatever its kind.
+    pub fn unresolved_strategy(&self, namespace: Option<&str>, name: &str) -> Option<String> {
+        self.strategy(namespace, name)
+            .is_none()
+            .then(|| unresolved_strategy_message(name))
+    }
+}
+
 impl From<Deployment> for Workload {
     fn from(d: Deployment) -> Self {
         let replicas = Some(d.spec.replicas.unwrap_or(1));

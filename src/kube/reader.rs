@@ -246,6 +246,8 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct Reader {
     inner: Arc<Inner>,
+    /// kerf's own namespace, protected in every snapshot (docs/design/runtime.md#r12).
+    own_namespace: Option<Arc<str>>,
 }
 
 /// Shared by the watch tasks: which kinds have completed their initial listing (mirrored in
@@ -661,6 +663,12 @@ impl Reader {
         Self::start_inner(client, Some(store))
     }
 
+    /// Protects kerf's own namespace in every snapshot this reader (or a clone) takes.
+    pub fn protecting(mut self, own_namespace: &str) -> Reader {
+        self.own_namespace = Some(Arc::from(own_namespace));
+        self
+    }
+
     fn start_inner(client: Client, store: Option<Arc<Store>>) -> Reader {
         let all: BTreeSet<&'static str> = crate::api::KERF_KINDS
             .iter()
@@ -809,6 +817,7 @@ impl Reader {
         tasks.push(t);
 
         Reader {
+            own_namespace: None,
             inner: Arc::new(Inner {
                 kerf,
                 deployments,
@@ -997,8 +1006,12 @@ impl Reader {
         let pods = i.pods.values();
         let hpas = i.hpas.values();
 
+        let mut global = self.global();
+        if let Some(ns) = &self.own_namespace {
+            global.protect(ns);
+        }
         let snapshot = Snapshot {
-            global: self.global(),
+            global,
             precedence: k
                 .evaluation
                 .valid()

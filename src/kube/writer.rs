@@ -424,7 +424,7 @@ impl Task {
 
         if w.gpu
             .as_ref()
-            .is_some_and(|g| gpu_restart_due(key.kind, observed_ann, g))
+            .is_some_and(|g| gpu_restart_due(&w.observed, g))
         {
             self.restart(key).await?;
             made += 1;

@@ -1,6 +1,7 @@
 //! Metric source backed by an OpenMetrics file (standalone mode). It evaluates
-//! `sum by (ns,pod,container) (m{…})` / `sum by (…) (rate(m{…}[R]))` with Prometheus's
-//! range-query semantics, so it answers exactly like a Prometheus holding the same file.
+//! `sum by (ns,pod,container) (m{…})` / `sum by (…) (rate(m{…}[R]))` (or `max by`, per the
+//! query's aggregation and key labels) with Prometheus's range-query semantics, so it answers
+//! exactly like a Prometheus holding the same file.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -121,7 +122,9 @@ impl FileSource {
                     instant(&series.samples, t_ms, self.semantics)
                 };
                 if let Some(v) = value {
-                    *sums.entry(t).or_insert(0.0) += v;
+                    sums.entry(t)
+                        .and_modify(|acc| *acc = q.aggregation.combine(*acc, v))
+                        .or_insert(v);
                 }
             }
         }
@@ -135,7 +138,7 @@ impl FileSource {
                 points: points.into_iter().collect(),
             })
             .collect();
-        Ok(promql::finish(&q.metric, groups, Vec::new()))
+        Ok(promql::finish(q, groups, Vec::new()))
     }
 }
 
@@ -247,6 +250,7 @@ mod tests {
             end: Utc.timestamp_opt(end, 0).unwrap(),
             step_seconds: step,
             counter: None,
+            aggregation: Default::default(),
         }
     }
 

@@ -5,14 +5,45 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+/// How the series sharing one key (namespace, pod, container labels) are combined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Aggregation {
+    /// `sum by (…)`: a container's series (cAdvisor, GPU exporters) add up.
+    #[default]
+    Sum,
+    /// `max by (…)`: copies of one value (several kube-state-metrics replicas) are one value.
+    Max,
+}
+
+impl Aggregation {
+    /// The PromQL aggregation operator.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Aggregation::Sum => "sum",
+            Aggregation::Max => "max",
+        }
+    }
+
+    /// Combines a value into the one already there.
+    pub fn combine(self, acc: f64, v: f64) -> f64 {
+        match self {
+            Aggregation::Sum => acc + v,
+            Aggregation::Max => acc.max(v),
+        }
+    }
+}
+
 /// One batched range query: every series of `metric` whose `namespace_label` is one of
 /// `namespaces` and whose `pod_label` is one of `pods`, evaluated on the grid
-/// `start, start+step, …, end` (Prometheus range-query semantics).
+/// `start, start+step, …, end` (Prometheus range-query semantics) and combined per key with
+/// `aggregation`. The "pod" label is any second identity label: kube-state-metrics' HPA series
+/// use `horizontalpodautoscaler` there, with no container label.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RangeQuery {
     pub metric: String,
     pub namespace_label: String,
     pub pod_label: String,
+    /// Empty: the series have no container label (keys then carry an empty container).
     pub container_label: String,
     /// Namespaces selected (exact values).
     pub namespaces: Vec<String>,
@@ -24,6 +55,7 @@ pub struct RangeQuery {
     /// `Some(true)`/`Some(false)` when the caller knows; `None` = let the source decide
     /// (name ends in `_total`, or typed counter in metadata). Counters are turned into rates.
     pub counter: Option<bool>,
+    pub aggregation: Aggregation,
 }
 
 /// Identity of one container series.

@@ -377,7 +377,7 @@ impl PrometheusSource {
             return Err(refused);
         }
         let groups = parse_response(q, status, &body, &mut warnings)?;
-        Ok(promql::finish(&q.metric, groups, warnings))
+        Ok(promql::finish(q, groups, warnings))
     }
 }
 
@@ -649,6 +649,7 @@ mod tests {
             end: Utc.timestamp_opt(60, 0).unwrap(),
             step_seconds: 60,
             counter: Some(false),
+            aggregation: Default::default(),
         }
     }
 
@@ -674,7 +675,7 @@ mod tests {
         assert_eq!(groups[0].points[0], (0, 1.5));
         assert!(groups[0].points[1].1.is_nan());
         assert_eq!(groups[1].container, "");
-        let set = promql::finish("m", groups, warnings);
+        let set = promql::finish(&q(), groups, warnings);
         assert_eq!(set.series.len(), 1);
         assert_eq!(set.warnings.len(), 3, "{:?}", set.warnings);
     }

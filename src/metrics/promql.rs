@@ -15,12 +15,12 @@ pub const MIN_RATE_WINDOW_SECONDS: i64 = 60;
 
 /// Window `R` of `rate(m[R])` for a counter queried at `step_seconds`.
 ///
-/// docs/design/gpu-engine.md#g2 converts counters with `rate()` "over the sample step". A window
-/// of exactly one step would often hold a single sample (rate needs ≥ 2, else the point is
-/// missing) and would ignore increments between grid points when scrapes are sparse, so the
-/// window is 4 steps (the Grafana/`$__rate_interval` rule of thumb), and never under 60 s (listed
-/// under that page's Known gaps). Both sources use this one function, so the file source and
-/// Prometheus compute the same rates.
+/// The product design converts counters with `rate()` "over the sample step". A window of
+/// exactly one step holds a single sample when scrapes are as far apart as the step (rate needs
+/// ≥ 2, else the point is missing), so the window is 4 steps (the Grafana `$__rate_interval` rule
+/// of thumb; one missed scrape still leaves a rate), and never under 60 s — kerf's reading in
+/// docs/design/gpu-engine.md#g2, with its limit (scrape interval ≤ window / 2). Both sources use
+/// this one function, so the file source and Prometheus compute the same rates.
 pub fn rate_window_seconds(step_seconds: i64) -> i64 {
     (4 * step_seconds).max(MIN_RATE_WINDOW_SECONDS)
 }
@@ -38,7 +38,9 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
         ("pod", &q.pod_label),
         ("container", &q.container_label),
     ] {
-        if !is_label_name(l) {
+        // An empty container label: the series have none (kube-state-metrics).
+        let none = what == "container" && l.is_empty();
+        if !(none || is_label_name(l)) {
             return Err(MetricError::Other(format!(
                 "invalid {what} label name {l:?}"
             )));
@@ -99,6 +101,17 @@ fn alternation(values: &[String]) -> String {
     quote(&parts.join("|"))
 }
 
+/// The labels a query's results are keyed by: namespace, pod and — when the query has one —
+/// container.
+pub fn key_labels(q: &RangeQuery) -> String {
+    let mut labels = format!("{},{}", q.namespace_label, q.pod_label);
+    if !q.container_label.is_empty() {
+        labels.push(',');
+        labels.push_str(&q.container_label);
+    }
+    labels
+}
+
 /// A label matcher `name="value"` added to every selector (a Prometheus that stores many
 /// clusters: GlobalConfiguration `spec.prometheus.clusterLabel`, `--prometheus-cluster-label`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,8 +148,9 @@ pub fn build_query_matching(q: &RangeQuery, counter: bool, extra: Option<&LabelM
         selector
     };
     format!(
-        "sum by ({},{},{}) ({inner})",
-        q.namespace_label, q.pod_label, q.container_label
+        "{} by ({}) ({inner})",
+        q.aggregation.as_str(),
+        key_labels(q)
     )
 }
 
@@ -149,19 +163,22 @@ pub struct Group {
     pub points: Vec<(i64, f64)>,
 }
 
-/// Turns grouped results into a [`SeriesSet`]: groups missing a label are skipped, NaN/Inf
-/// points are dropped, each with a warning; groups left without points are omitted.
-pub fn finish(metric: &str, groups: Vec<Group>, mut warnings: Vec<String>) -> SeriesSet {
+/// Turns the grouped results of `q` into a [`SeriesSet`]: groups missing a key label are
+/// skipped, NaN/Inf points are dropped, each with a warning; groups left without points are
+/// omitted.
+pub fn finish(q: &RangeQuery, groups: Vec<Group>, mut warnings: Vec<String>) -> SeriesSet {
+    let metric = &q.metric;
+    let with_container = !q.container_label.is_empty();
     let mut series = BTreeMap::new();
     for g in groups {
         let missing: Vec<&str> = [
-            ("namespace", &g.namespace),
-            ("pod", &g.pod),
-            ("container", &g.container),
+            ("namespace", &g.namespace, true),
+            ("pod", &g.pod, true),
+            ("container", &g.container, with_container),
         ]
         .into_iter()
-        .filter(|(_, v)| v.is_empty())
-        .map(|(n, _)| n)
+        .filter(|(_, v, keyed)| *keyed && v.is_empty())
+        .map(|(n, _, _)| n)
         .collect();
         if !missing.is_empty() {
             warnings.push(format!(
@@ -218,6 +235,7 @@ mod tests {
             end: Utc.timestamp_opt(1_767_229_200, 0).unwrap(),
             step_seconds: 60,
             counter: None,
+            aggregation: Default::default(),
         }
     }
 
@@ -297,7 +315,7 @@ mod tests {
             points,
         };
         let set = finish(
-            "m",
+            &query(),
             vec![
                 g("", vec![(1, 1.0)]),
                 g("c", vec![(1, f64::NAN), (2, 2.0), (3, f64::INFINITY)]),

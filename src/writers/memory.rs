@@ -200,7 +200,7 @@ impl MemoryWriter {
         let restart = w
             .gpu
             .as_ref()
-            .is_some_and(|g| gpu_restart_due(key.kind, &w.observed.annotations, g));
+            .is_some_and(|g| gpu_restart_due(&w.observed, g));
         let fields = self.workloads.entry(key.clone()).or_default();
         if let Some(g) = &w.gpu {
             fields.gpu = Some(g.rendered());
@@ -361,4 +361,79 @@ fn set_hpa_target(h: &mut HorizontalPodAutoscaler, resource: &str, target: i32) 
     h.spec.metrics = serde_json::from_value(utilization_metrics(resource, target))
         .ok()
         .or(spec.metrics);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::WorkloadKind;
+    use crate::core::model::GpuRecommendation;
+    use crate::kube::writer::GpuAnnotations;
+
+    /// The embedder of the examples: a KAI 0.5 template, upsized to 0.9 by kerf.
+    fn embedder(recommended: Option<f64>) -> Arc<Workload> {
+        let template: PodTemplateSpec = serde_json::from_value(serde_json::json!({
+            "metadata": {"annotations": {"gpu-fraction": "0.5"}},
+            "spec": {"containers": [{"name": "encoder", "image": "e"}]}
+        }))
+        .unwrap();
+        let mut annotations = BTreeMap::new();
+        if let Some(r) = recommended {
+            annotations.insert(
+                ANNOTATION_GPU_RECOMMENDATION.to_string(),
+                recommendation(r).render(),
+            );
+        }
+        Arc::new(Workload {
+            key: WorkloadKey::new("ml", WorkloadKind::Deployment, "embedder"),
+            uid: None,
+            labels: BTreeMap::new(),
+            annotations,
+            template,
+            replicas: Some(1),
+        })
+    }
+
+    fn recommendation(encoder: f64) -> GpuRecommendation {
+        GpuRecommendation {
+            containers: BTreeMap::from([("encoder".to_string(), encoder)]),
+            driving_metric: Some(crate::api::Signal::Compute),
+            policy: None,
+            updated_at: None,
+            by_policy: Default::default(),
+        }
+    }
+
+    fn write(observed: Arc<Workload>, recommended: Option<f64>) -> WriteOp {
+        WriteOp::Workload(Box::new(WorkloadWrite {
+            observed,
+            gpu: Some(GpuAnnotations {
+                baseline: Some(BTreeMap::from([("encoder".to_string(), 0.5)])),
+                recommendation: recommended.map(recommendation),
+            }),
+            requests: None,
+        }))
+    }
+
+    /// docs/design/kai-admission.md#k9: a rolling restart is due only when the allocation the
+    /// pods would get changes. A scale-back lands on the baseline (the template's own 0.5); the
+    /// next cycle emits nothing, and removing the annotation changes no pod: no second restart.
+    #[test]
+    fn a_rolling_restart_is_due_only_when_the_pods_allocation_changes() {
+        let now = chrono::DateTime::from_timestamp(1_767_268_800, 0).unwrap();
+        let mut w = MemoryWriter::new();
+        let key = embedder(None).key.clone();
+        // 0.9 → 0.5 (scale-back to the baseline): the pods change.
+        w.apply_all(vec![write(embedder(Some(0.9)), Some(0.5))], false, now);
+        assert_eq!(w.restarts().get(&key), Some(&1));
+        // 0.5 → nothing: the pods get the template's 0.5 either way.
+        w.apply_all(vec![write(embedder(Some(0.5)), None)], false, now);
+        assert_eq!(w.restarts().get(&key), Some(&1), "no pod would change");
+        // nothing → 0.9: the pods change.
+        w.apply_all(vec![write(embedder(None), Some(0.9))], false, now);
+        assert_eq!(w.restarts().get(&key), Some(&2));
+        // 0.9 → 0.9: nothing changes.
+        w.apply_all(vec![write(embedder(Some(0.9)), Some(0.9))], false, now);
+        assert_eq!(w.restarts().get(&key), Some(&2));
+    }
 }

@@ -12,6 +12,7 @@ fn rec(pairs: &[(&str, f64)]) -> GpuRecommendation {
         driving_metric: None,
         policy: None,
         updated_at: None,
+        by_policy: Default::default(),
     }
 }
 
@@ -628,5 +629,73 @@ fn decoded_skeleton_equals_skeleton_of_whole_pod() {
             .unwrap()
             .patch,
         mutate_pod(&p, &s, "kai").unwrap().patch
+    );
+}
+
+/// docs/design/kai-admission.md#k2 and #k3 with gpu-engine.md#g1: the engine sizes restartable
+/// init containers (sidecars) like regular ones, and admission applies what it recommends for
+/// them — KAI places a fraction on the container `gpu-fraction-container-name` names, init
+/// containers included; whole GPUs go into the init container's resources.
+#[test]
+fn a_restartable_init_containers_gpu_recommendation_is_applied() {
+    let sidecar_pod = || {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {
+                "containers": [{"name": "main", "image": "x"}],
+                "initContainers": [{"name": "warmup", "image": "w", "restartPolicy": "Always",
+                    "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]
+            }
+        })
+    };
+    let m = mutate_pod(&sidecar_pod(), &state(&[("warmup", 0.5)]), "kai-scheduler").unwrap();
+    assert!(
+        !m.notes.iter().any(|n| n.contains("not in the pod")),
+        "{:?}",
+        m.notes
+    );
+    let out = run(&sidecar_pod(), &state(&[("warmup", 0.5)]));
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.5"));
+    assert_eq!(ann(&out, "gpu-fraction-container-name"), Some("warmup"));
+    let res = &out["spec"]["initContainers"][0]["resources"];
+    assert!(res["requests"].get("nvidia.com/gpu").is_none());
+    assert!(res["limits"].get("nvidia.com/gpu").is_none());
+
+    let out = run(&sidecar_pod(), &state(&[("warmup", 2.0)]));
+    let res = &out["spec"]["initContainers"][0]["resources"];
+    assert_eq!(res["limits"]["nvidia.com/gpu"], "2");
+    assert_eq!(res["requests"]["nvidia.com/gpu"], "2");
+    assert_eq!(ann(&out, "gpu-fraction"), None);
+    assert!(
+        ann(&out, "rightsizing.kubex.ai/mutated")
+            .unwrap()
+            .contains("warmup")
+    );
+}
+
+/// docs/design/kai-admission.md#k8: the patch compares the value it would write with the value
+/// the pod has — not both after rounding up — so a pod arriving with `gpu-fraction: 0.841` for
+/// a recommendation of 0.85 gets 0.85. Texts of the same value (`0.5`, `0.50`) stay equal.
+#[test]
+fn a_gpu_fraction_is_compared_as_the_patch_would_write_it() {
+    let p = pod(
+        json!({"gpu-fraction": "0.841"}),
+        json!([{"name": "main", "image": "x"}]),
+    );
+    let out = run(&p, &state(&[("main", 0.85)]));
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.85"));
+
+    let p = pod(
+        json!({"gpu-fraction": "0.50"}),
+        json!([{"name": "main", "image": "x"}]),
+    );
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    assert!(
+        !m.patch
+            .iter()
+            .any(|op| op["path"] == "/metadata/annotations/gpu-fraction"),
+        "{:?}",
+        m.patch
     );
 }

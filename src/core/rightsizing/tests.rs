@@ -68,6 +68,7 @@ fn hpa_with(metrics: serde_json::Value) -> HpaInput {
         }))
         .unwrap(),
         max_replicas_reached: false,
+        replica_history: true,
     }
 }
 
@@ -86,6 +87,7 @@ fn input(
 ) -> WorkloadInput {
     WorkloadInput {
         policy,
+        strategy_unresolved: None,
         containers,
         hpa,
         replicas: 4,
@@ -246,13 +248,18 @@ fn container_resource_metric_is_unsupported_metrics() {
     assert_eq!(o.risk_flags, vec!["hpa-coupled"]);
 }
 
-#[test]
-fn pods_object_external_metrics_are_unsupported() {
-    for extra in [
+/// One `Pods`, one `Object` and one `External` HPA metric.
+fn pods_object_external() -> [serde_json::Value; 3] {
+    [
         json!({"type": "Pods", "pods": {"metric": {"name": "rps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}),
         json!({"type": "Object", "object": {"metric": {"name": "rps"}, "describedObject": {"kind": "Ingress", "name": "web"}, "target": {"type": "Value", "value": "10"}}}),
         json!({"type": "External", "external": {"metric": {"name": "queue"}, "target": {"type": "Value", "value": "10"}}}),
-    ] {
+    ]
+}
+
+#[test]
+fn pods_object_external_metrics_are_unsupported() {
+    for extra in pods_object_external() {
         let o = eval(&input(
             policy(AUTO, AUDIT, true),
             vec![container("app", 1000, 512, 700, 256)],
@@ -276,6 +283,41 @@ fn hpa_without_utilization_metric_is_not_coupled() {
     let h = hpa_of(&o);
     assert!(!h.blocked && h.resource.is_none());
     assert_eq!(o.apply.unwrap().hpa, None);
+}
+
+/// docs/design/hpa-coordination.md#h1 and #h9: an HPA that scales only on `Pods`, `Object` or
+/// `External` metrics is not coupled — no risk flag, not blocked, requests do not move it — but
+/// the recommendation says why kerf does not coordinate it.
+#[test]
+fn an_hpa_on_pods_object_or_external_metrics_only_is_skipped_as_unsupported_metrics() {
+    for only in pods_object_external() {
+        for coordinate in [true, false] {
+            let o = eval(&input(
+                policy(AUTO, AUDIT, coordinate),
+                vec![container("app", 1000, 512, 700, 256)],
+                Some(hpa_with(json!([only.clone()]))),
+            ));
+            assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+            assert!(o.risk_flags.is_empty(), "not coupled: no risk flag");
+            let h = hpa_of(&o);
+            assert!(!h.blocked && !h.coordinated && h.reason.is_none());
+            assert_eq!(
+                h.skip_reason,
+                Some(SkipReason::UnsupportedMetrics),
+                "{only}"
+            );
+            let spec = recommendation_spec(
+                &o,
+                &WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
+                None,
+            );
+            assert_eq!(
+                spec.hpa.and_then(|h| h.skip_reason).as_deref(),
+                Some("unsupported-metrics")
+            );
+            assert_eq!(o.apply.unwrap().hpa, None, "the HPA is left alone");
+        }
+    }
 }
 
 #[test]

@@ -13,12 +13,15 @@ use serde_json::{Value, json};
 
 use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
 use crate::api::WorkloadKind;
+use crate::core::admission::GpuTarget;
+use crate::core::evaluate::template_gpu;
 use crate::core::model::{
     ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, RequestSet, ResourceRequests,
     WorkloadKey, to_k8s_time,
 };
 use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;
+use crate::core::snapshot::Workload;
 
 /// Where the pod template lives in each workload kind.
 pub fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
@@ -33,21 +36,35 @@ pub fn nest(path: &[&str], leaf: Value) -> Value {
     path.iter().rev().fold(leaf, |acc, k| json!({ *k: acc }))
 }
 
-/// Writing `gpu` over a workload whose annotations are `observed` changes the per-container GPU
-/// values its pods get: a rolling restart is due (Jobs and CronJobs are never restarted). Shared
-/// by the cluster writer and the in-memory writer.
-pub fn gpu_restart_due(
-    kind: WorkloadKind,
-    observed: &BTreeMap<String, String>,
-    gpu: &GpuAnnotations,
-) -> bool {
+/// Writing `gpu` over the workload `observed` changes the GPU allocation its pods get: a rolling
+/// restart is due (Jobs and CronJobs are never restarted). What a pod gets is, per container, the
+/// recommendation as admission writes it, else the template's own allocation — so removing a
+/// recommendation that equals the template's allocation (a scale-back that landed on the
+/// baseline) changes no pod and restarts nothing (docs/design/kai-admission.md#k9). Shared by
+/// the cluster writer and the in-memory writer.
+pub fn gpu_restart_due(observed: &Workload, gpu: &GpuAnnotations) -> bool {
+    if matches!(observed.key.kind, WorkloadKind::Job | WorkloadKind::CronJob) {
+        return false;
+    }
+    let template = template_gpu(observed);
     let before = observed
+        .annotations
         .get(ANNOTATION_GPU_RECOMMENDATION)
-        .and_then(|t| GpuRecommendation::parse(t).ok())
-        .map(|r| r.containers);
-    let after = gpu.recommendation.as_ref().map(|r| r.containers.clone());
-    !same_gpu(before.as_ref(), after.as_ref())
-        && !matches!(kind, WorkloadKind::Job | WorkloadKind::CronJob)
+        .and_then(|t| GpuRecommendation::parse(t).ok());
+    let pods_get = |rec: Option<&GpuRecommendation>| -> GpuMap {
+        let mut out = template.clone();
+        for (c, r) in rec.map(|r| &r.containers).into_iter().flatten() {
+            // A size admission cannot use leaves the container as the template has it.
+            if let Some(t) = GpuTarget::from_units(*r) {
+                out.insert(c.clone(), t.units());
+            }
+        }
+        out
+    };
+    !same_gpu(
+        Some(&pods_get(before.as_ref())),
+        Some(&pods_get(gpu.recommendation.as_ref())),
+    )
 }
 
 pub fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {

@@ -19,16 +19,18 @@ use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
     RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
 };
+use crate::core::evaluate::WorkloadResult;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
 };
 use crate::core::recovery::recommendation_key;
 use crate::core::rightsizing::{
-    RestoreHpa, RestorePlan, applied_change, coordinated_after_release, keep_taken, plan_release,
-    plan_restore, recommendation_spec, recommendation_status,
+    RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
+    gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
+    recommendation_spec, recommendation_status,
 };
-use crate::core::snapshot::{InvalidPolicy, Snapshot, Workload};
+use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::pipeline::CycleOutput;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
@@ -91,7 +93,7 @@ fn condition_writes(
         ConditionUpdate::new(
             CONDITION_READY,
             false,
-            "StrategyUnresolved",
+            REASON_STRATEGY_UNRESOLVED,
             "the policy is not applied",
         )
     });
@@ -275,10 +277,11 @@ fn restore_writes(
         let recommendation = match (&observed, outcome) {
             (_, Some((o, policy))) => {
                 let prev = observed.as_ref().and_then(|r| r.status.as_ref());
-                Some((
-                    recommendation_spec(o, &key, Some(policy)),
-                    recommendation_status(o, prev),
-                ))
+                let mut spec = recommendation_spec(o, &key, Some(policy));
+                if let Some(g) = cycle.gpu_results().find(|g| g.key == key) {
+                    add_gpu(&mut spec, g);
+                }
+                Some((spec, recommendation_status(o, prev)))
             }
             (Some(rec), None) => Some((rec.spec.clone(), rec.status.clone().unwrap_or_default())),
             (None, None) => None,
@@ -318,6 +321,42 @@ fn restore_writes(
         );
     }
     out
+}
+
+/// The RightsizingRecommendation of a workload only GPU reactive policies cover
+/// (docs/design/gpu-engine.md#g10), so `kubectl get rightsizingrecommendations` lists it. None
+/// while its metrics are unavailable (the last one stays), without a policy that applies, or
+/// when a restore of the workload writes its recommendation this cycle.
+fn gpu_only_recommendation(
+    snapshot: &Snapshot,
+    gpu: &WorkloadResult,
+    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
+    recommendations: &[Arc<RightsizingRecommendation>],
+    restores: &BTreeMap<WorkloadKey, WriteOp>,
+) -> Option<WriteOp> {
+    if gpu.metrics_unavailable || gpu.policies.is_empty() || restores.contains_key(&gpu.key) {
+        return None;
+    }
+    let w = workloads.get(&gpu.key)?;
+    let observed = find_recommendation(recommendations, &gpu.key).cloned();
+    let previous = observed.as_ref().and_then(|o| o.status.as_ref());
+    let mut status = gpu_recommendation_status(gpu, previous);
+    if rolled_back(previous) {
+        // A rollback holds CPU/memory back until the recommendation is deleted: keep saying so.
+        status.phase = RecommendationPhase::AuditOnly;
+        status.reason = Some(RestoreKind::Rollback.reason().into());
+    } else if snapshot.global.read_only && status.phase == RecommendationPhase::Applied {
+        status.phase = RecommendationPhase::AuditOnly;
+        status.reason = Some("ReadOnly".into());
+    }
+    Some(WriteOp::Recommendation(Box::new(RecommendationWrite {
+        namespace: gpu.key.namespace.clone(),
+        name: recommendation_name(&gpu.key),
+        spec: gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1)),
+        status: Some(status),
+        owner: owner_of(w),
+        observed,
+    })))
 }
 
 /// Pure: every write one cycle calls for. The writer skips what the cluster already has.
@@ -377,9 +416,17 @@ pub fn plan_writes(
     // restore went through), so those workloads are skipped below.
     let mut restores = restore_writes(snapshot, cycle, recommendations, &workloads, now);
 
-    // CPU/memory: the RightsizingRecommendation, then the change (coordinated when an HPA is),
-    // with the release of what kerf took and no longer manages in the same step.
-    for r in cycle.resource_results() {
+    // The RightsizingRecommendation of every workload kerf recommends for, then the CPU/memory
+    // change (coordinated when an HPA is).
+    for wo in &cycle.workloads {
+        let Some(r) = &wo.resources else {
+            if let Some(op) = wo.gpu.as_ref().and_then(|g| {
+                gpu_only_recommendation(snapshot, g, &workloads, recommendations, &restores)
+            }) {
+                ops.push(op);
+            }
+            continue;
+        };
         if let Some(op) = restores.remove(&r.key) {
             ops.push(op);
             continue;
@@ -458,10 +505,14 @@ pub fn plan_writes(
         if !release.is_empty() && outcome.phase == RecommendationPhase::AuditOnly {
             status.reason = Some(RestoreKind::Release.reason().into());
         }
+        let mut spec = recommendation_spec(outcome, &r.key, Some(&r.policy));
+        if let Some(g) = &wo.gpu {
+            add_gpu(&mut spec, g);
+        }
         let recommendation = RecommendationWrite {
             namespace: r.key.namespace.clone(),
             name,
-            spec: recommendation_spec(outcome, &r.key, Some(&r.policy)),
+            spec,
             status: Some(status),
             owner: owner_of(w),
             observed,
