@@ -69,14 +69,47 @@ async fn creates_the_lease_when_absent() {
     );
 }
 
-#[tokio::test]
-async fn losing_a_create_race_is_not_leadership() {
-    let (client, _log) = mock(|r: &Recorded| match r.method.as_str() {
-        "GET" => status(404, "NotFound"),
-        _ => status(409, "AlreadyExists"),
+/// One round against a mock whose GETs answer `get()` and whose write (create or replace) answers
+/// `write` (the request body back for a 2xx, else a Status with `reason`): the round's result and
+/// the requests sent.
+async fn one_round(
+    get: impl Fn() -> Reply + Send + 'static,
+    write: u16,
+    reason: &'static str,
+) -> (Result<bool, kube::Error>, Vec<Recorded>) {
+    let (client, log) = mock(move |r: &Recorded| match r.method.as_str() {
+        "GET" => get(),
+        _ if write < 300 => Reply::Json(write, r.body.clone()),
+        _ => status(write, reason),
     });
     let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
-    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+    let held = lease.try_acquire_or_renew(now()).await;
+    (held, requests(&log))
+}
+
+fn calls(seen: &[Recorded]) -> Vec<(&str, &str)> {
+    seen.iter()
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn losing_a_create_race_is_not_leadership() {
+    let absent = || status(404, "NotFound");
+    let (held, seen) = one_round(absent, 409, "AlreadyExists").await;
+    assert!(!held.unwrap(), "another replica created the Lease first");
+    assert_eq!(
+        calls(&seen),
+        [("GET", LEASE_PATH), ("POST", LEASES_PATH)],
+        "the create was sent"
+    );
+    assert_eq!(seen[1].body["spec"]["holderIdentity"], "kerf-0");
+    // The 409 is what lost: the same create answered 201 holds the Lease, and any other
+    // failure is an error, not a lost race.
+    let (held, _) = one_round(absent, 201, "").await;
+    assert!(held.unwrap(), "a created Lease is held");
+    let (held, _) = one_round(absent, 500, "InternalError").await;
+    assert!(held.is_err(), "a 500 is an error: {held:?}");
 }
 
 #[tokio::test]
@@ -124,12 +157,23 @@ async fn refuses_a_fresh_lease_held_by_another_replica() {
 
 #[tokio::test]
 async fn a_conflicting_takeover_loses() {
-    let (client, _log) = mock(|r: &Recorded| match r.method.as_str() {
-        "GET" => Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:00:00.000000Z", 3)),
-        _ => status(409, "Conflict"),
-    });
-    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
-    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+    // Renewed an hour ago: expired, so kerf-0 replaces it with the version it read.
+    let expired = || Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:00:00.000000Z", 3));
+    let (held, seen) = one_round(expired, 409, "Conflict").await;
+    assert!(!held.unwrap(), "another replica changed the Lease first");
+    assert_eq!(
+        calls(&seen),
+        [("GET", LEASE_PATH), ("PUT", LEASE_PATH)],
+        "the takeover was sent"
+    );
+    assert_eq!(seen[1].body["metadata"]["resourceVersion"], "41");
+    assert_eq!(seen[1].body["spec"]["holderIdentity"], "kerf-0");
+    // The 409 is what lost: the same takeover answered 200 holds the Lease, and any other
+    // failure is an error, not a lost race.
+    let (held, _) = one_round(expired, 200, "").await;
+    assert!(held.unwrap(), "a replaced Lease is held");
+    let (held, _) = one_round(expired, 500, "InternalError").await;
+    assert!(held.is_err(), "a 500 is an error: {held:?}");
 }
 
 #[tokio::test]
