@@ -10,7 +10,7 @@ use chrono::{TimeZone, Utc};
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
 use kerf::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
-use kube_support::{Recorded, Reply, eventually, mock, requests, status};
+use kube_support::{Recorded, Reply, calls, eventually, mock, requests, status};
 use serde_json::{Value, json};
 
 const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kerf-system/leases/kerf-writer";
@@ -87,12 +87,6 @@ async fn one_round(
     (held, requests(&log))
 }
 
-fn calls(seen: &[Recorded]) -> Vec<(&str, &str)> {
-    seen.iter()
-        .map(|r| (r.method.as_str(), r.path.as_str()))
-        .collect()
-}
-
 #[tokio::test]
 async fn losing_a_create_race_is_not_leadership() {
     let absent = || status(404, "NotFound");
@@ -149,8 +143,8 @@ async fn refuses_a_fresh_lease_held_by_another_replica() {
     let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
     assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
     assert_eq!(
-        requests(&log).len(),
-        1,
+        calls(&requests(&log)),
+        [("GET", LEASE_PATH)],
         "only the GET: no write to a lease held by another"
     );
 }

@@ -22,12 +22,15 @@ use kerf::kube::writer::{
     WorkloadWrite,
 };
 use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
-use kube_support::{Recorded, Reply, mock, requests, status};
+use kube_support::{Recorded, Reply, calls, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 const APPLY: &str = "application/apply-patch+yaml";
 const DEPLOYMENT_PATH: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+const MERGE: &str = "application/merge-patch+json";
+const GPU_POLICY_STATUS_PATH: &str =
+    "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status";
 
 fn template() -> PodTemplateSpec {
     serde_json::from_value(json!({
@@ -309,7 +312,13 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
         matched_workloads: None,
     }));
     assert_eq!(w.apply(status).await, WriteOutcome::Written { requests: 1 });
-    assert_eq!(requests(&log).len(), 1);
+    let seen = requests(&log);
+    assert_eq!(
+        calls(&seen),
+        [("PATCH", GPU_POLICY_STATUS_PATH)],
+        "only the policy's status subresource"
+    );
+    assert_eq!(seen[0].content_type, APPLY);
 }
 
 #[tokio::test]
@@ -321,7 +330,13 @@ async fn writer_defaults_to_read_only_until_told() {
     assert_eq!(w.apply(op.clone()).await, WriteOutcome::ReadOnly);
     w.set_read_only(false);
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
-    assert_eq!(requests(&log).len(), 1);
+    let seen = requests(&log);
+    assert_eq!(
+        calls(&seen),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "the restart only"
+    );
+    assert_eq!(seen[0].content_type, MERGE);
     drop(lease_tx);
 }
 
@@ -398,10 +413,7 @@ async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
     let seen = requests(&log);
     let r = &seen[0];
     assert_eq!(r.method, "PATCH");
-    assert_eq!(
-        r.path,
-        "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status"
-    );
+    assert_eq!(r.path, GPU_POLICY_STATUS_PATH);
     assert_eq!(r.content_type, APPLY);
     assert!(r.query_has("fieldManager=kerf"));
     assert_eq!(r.body["apiVersion"], "rightsizing.kubex.ai/v1alpha1");
@@ -449,10 +461,10 @@ async fn cluster_policy_status_goes_to_the_cluster_scoped_path() {
 
 #[tokio::test]
 async fn a_server_error_is_retried_then_succeeds() {
-    let mut calls = 0;
+    let mut answered = 0;
     let (client, log) = mock(move |r: &Recorded| {
-        calls += 1;
-        if calls == 1 {
+        answered += 1;
+        if answered == 1 {
             status(500, "InternalError")
         } else {
             Reply::Json(200, r.body.clone())
@@ -462,11 +474,8 @@ async fn a_server_error_is_retried_then_succeeds() {
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::StatefulSet, "db"));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
     let seen = requests(&log);
-    assert_eq!(seen.len(), 2);
-    assert!(
-        seen.iter()
-            .all(|r| r.path == "/apis/apps/v1/namespaces/shop/statefulsets/db")
-    );
+    let db = "/apis/apps/v1/namespaces/shop/statefulsets/db";
+    assert_eq!(calls(&seen), [("PATCH", db), ("PATCH", db)]);
     assert_eq!(seen[0].body, seen[1].body);
     let writes = |outcome: &str| {
         kerf::telemetry::metrics()
@@ -493,13 +502,21 @@ async fn gives_up_after_three_tries_and_does_not_retry_client_errors() {
         WriteOutcome::Failed(m) => assert!(m.contains("after 3 attempts"), "{m}"),
         other => panic!("expected a failure, got {other:?}"),
     }
-    assert_eq!(requests(&log).len(), 3);
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH); 3],
+        "the same restart, tried three times"
+    );
 
     let (client, log) = mock(|_: &Recorded| status(422, "Invalid"));
     let (w, _lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
     assert!(matches!(w.apply(op).await, WriteOutcome::Failed(_)));
-    assert_eq!(requests(&log).len(), 1, "a 422 is not retried");
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "a 422 is not retried"
+    );
 }
 
 #[tokio::test]
@@ -518,7 +535,11 @@ async fn a_follower_sends_nothing_and_losing_the_lease_stops_writes() {
     for _ in 0..5 {
         assert_eq!(w.apply(op.clone()).await, WriteOutcome::NotLeader);
     }
-    assert_eq!(requests(&log).len(), 1);
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "only the restart made while leader"
+    );
 }
 
 fn hpa(target: i32) -> HorizontalPodAutoscaler {
@@ -713,5 +734,9 @@ async fn a_stopped_lease_task_is_not_trusted_to_hold_the_lease() {
     // renews the Lease any more, another replica may hold it.
     drop(lease);
     assert_eq!(w.apply(op).await, WriteOutcome::NotLeader);
-    assert_eq!(requests(&log).len(), 1);
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "only the restart made while the Lease task ran"
+    );
 }
