@@ -20,14 +20,6 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn recommend(manifests: &str, source: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args([
@@ -160,8 +152,7 @@ async fn serve_standalone(manifests: &str, source: &[&str]) -> Serve {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
     let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
-    let (tls, health) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args([
             "serve",
             "--standalone",
@@ -171,25 +162,22 @@ async fn serve_standalone(manifests: &str, source: &[&str]) -> Serve {
             AT,
         ])
         .args(source)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{tls}"),
-            "--health-listen",
-            &format!("127.0.0.1:{health}"),
-        ])
+        // Port 0: kerf binds and logs the ports it got (no port picked here and freed first).
+        .args(["--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"])
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
         .arg(&key)
         .current_dir(root())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let (webhook, health) = serving_addresses(&mut child);
     let s = Serve {
         child,
-        webhook: format!("127.0.0.1:{tls}").parse().unwrap(),
-        health: format!("127.0.0.1:{health}").parse().unwrap(),
+        webhook,
+        health,
         _dir: dir,
         pki,
     };

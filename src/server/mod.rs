@@ -256,6 +256,8 @@ impl BoundServer {
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         let acceptor = TlsAcceptor::from(self.certs.server_config()?);
+        // The bound addresses (a port 0 in the configuration is the one the system picked).
+        let (webhook_addr, health_addr) = (self.webhook_addr(), self.health_addr());
         let reload = tokio::spawn(self.certs.clone().watch(self.config.reload_interval));
         let (stop_tx, stop_rx) = watch::channel(false);
         // Every connection task holds a sender; all dropped = every connection finished.
@@ -274,7 +276,7 @@ impl BoundServer {
             stop_rx,
             open_tx,
         ));
-        tracing::info!(webhook = %self.config.listen, health = %self.config.health_listen, "kerf serving");
+        tracing::info!(webhook = %webhook_addr, health = %health_addr, "kerf serving");
         shutdown.await;
         tracing::info!("shutting down: no new connections, finishing in-flight reviews");
         let _ = stop_tx.send(true);

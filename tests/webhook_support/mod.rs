@@ -243,3 +243,39 @@ pub async fn presented_cert(ca_pem: &str, addr: SocketAddr) -> Vec<u8> {
         .expect("peer certificate")
         .to_vec()
 }
+
+/// Takes a `kerf serve` child's stderr and reads it until the "kerf serving" line, passing every
+/// line on to this process's stderr (also after); returns the bound (webhook, health) addresses
+/// that line names. The child listens on port 0, so no port is picked before it binds. Kills
+/// the child when the line does not come.
+pub fn serving_addresses(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{line}");
+            if line.contains("kerf serving") {
+                let addr = |key: &str| -> Option<SocketAddr> {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key))?
+                        .parse()
+                        .ok()
+                };
+                let _ = tx.send(addr("webhook=").zip(addr("health=")));
+            }
+        }
+    });
+    let failed = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Some((webhook, health))) if webhook.port() != 0 && health.port() != 0 => {
+            return (webhook, health);
+        }
+        Ok(Some(addrs)) => format!("\"kerf serving\" names {addrs:?}, not the bound ports"),
+        Ok(None) => "the \"kerf serving\" line names no webhook= and health= address".to_string(),
+        Err(e) => format!("kerf serve did not log \"kerf serving\" ({e}); its stderr is above"),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{failed}");
+}
