@@ -282,7 +282,14 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
         let l = leader.clone();
         eventually(5, "leadership lost to another holder", move || !*l.borrow()).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A few more rounds of the follower (it retries every 50 ms).
+    {
+        let log = log.clone();
+        eventually(5, "three more Lease rounds", move || {
+            requests(&log).len() >= stolen_at + 4
+        })
+        .await;
+    }
     assert_eq!(writer.apply(restart).await, WriteOutcome::NotLeader);
     assert_eq!(
         workload_writes(),
