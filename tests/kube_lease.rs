@@ -304,5 +304,6 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
             .all(|r| r.method == "GET" && r.path == LEASE_PATH),
         "a follower only reads the Lease: {after:#?}"
     );
+    // A process-wide gauge, but only this test runs a Lease loop in this binary.
     assert_eq!(kerf::telemetry::metrics().is_leader.get(), 0);
 }

@@ -2,6 +2,8 @@
 //! rewrite and Kubernetes' `..data` symlink swap), a bad new pair keeps the old one, TLS 1.2,
 //! and graceful shutdown.
 
+#[path = "support/metrics.rs"]
+mod process_metrics;
 #[path = "webhook_support/mod.rs"]
 mod support;
 
@@ -27,6 +29,8 @@ async fn wait_for_cert(ca: &str, addr: std::net::SocketAddr, want: &[u8]) -> Dur
 
 #[tokio::test]
 async fn rewritten_cert_files_are_served_on_next_connection() {
+    // Certificate reloads are counted process-wide: the rotating tests run one at a time.
+    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -34,6 +38,8 @@ async fn rewritten_cert_files_are_served_on_next_connection() {
     let (cert, key) = write_pair(dir.path(), &old);
     let server = start(Store::new(), &cert, &key, |_| {}).await;
     let ca = pki.ca_pem();
+    let reloaded = || async { reloads(server.health, "ok").await };
+    let before = reloaded().await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
     // An established keep-alive connection keeps working across the rotation: one TLS
     // connection (it cannot reconnect) answers before and after, still under the old certificate.
@@ -49,11 +55,16 @@ async fn rewritten_cert_files_are_served_on_next_connection() {
         "the connection made before the rotation"
     );
     assert_eq!(connection_cert(&kept), old.der);
-    let (_, metrics) = get_text(server.health, "/metrics").await;
-    assert!(
-        metrics.contains(r#"kerf_tls_reloads_total{kind="ok"} 1"#),
-        "{metrics}"
-    );
+    assert_eq!(reloaded().await - before, 1.0, "one reload counted");
+}
+
+/// `kerf_tls_reloads_total{kind}` on `/metrics`.
+async fn reloads(health: std::net::SocketAddr, kind: &str) -> f64 {
+    let (_, text) = get_text(health, "/metrics").await;
+    process_metrics::value(
+        &text,
+        &format!(r#"kerf_tls_reloads_total{{kind="{kind}"}}"#),
+    )
 }
 
 /// Kubernetes mounts Secret keys as `tls.crt -> ..data/tls.crt`, `..data -> ..<timestamp>`, and
@@ -62,6 +73,7 @@ async fn rewritten_cert_files_are_served_on_next_connection() {
 #[tokio::test]
 async fn secret_volume_data_symlink_swap_is_picked_up() {
     use std::os::unix::fs::symlink;
+    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -96,6 +108,7 @@ async fn secret_volume_data_symlink_swap_is_picked_up() {
 
 #[tokio::test]
 async fn bad_new_pair_keeps_old_cert_serving() {
+    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -106,14 +119,15 @@ async fn bad_new_pair_keeps_old_cert_serving() {
     })
     .await;
     let ca = pki.ca_pem();
+    let before = reloads(server.health, "error").await;
 
     // A certificate with someone else's key, then garbage: each refused (counted), old kept.
     let other = pki.leaf("other");
     std::fs::write(&cert, &other.cert_pem).unwrap();
-    wait_for_reload_errors(server.health, 1).await;
+    wait_for_reload_errors(server.health, before + 1.0).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
     std::fs::write(&cert, "not a certificate").unwrap();
-    wait_for_reload_errors(server.health, 2).await;
+    wait_for_reload_errors(server.health, before + 2.0).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
 
     // Fixing the files later still rotates.
@@ -122,18 +136,17 @@ async fn bad_new_pair_keeps_old_cert_serving() {
     wait_for_cert(&ca, server.webhook, &new.der).await;
 }
 
-/// Waits (polling /metrics, up to 20 s) until `n` refused reloads were counted.
-async fn wait_for_reload_errors(health: std::net::SocketAddr, n: u32) {
-    let want = format!(r#"kerf_tls_reloads_total{{kind="error"}} {n}"#);
+/// Waits (polling /metrics, up to 20 s) until the refused reloads counted are exactly `n`.
+async fn wait_for_reload_errors(health: std::net::SocketAddr, n: f64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let (_, metrics) = get_text(health, "/metrics").await;
-        if metrics.contains(&want) {
+        let seen = reloads(health, "error").await;
+        if seen == n {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "never saw {want}: {metrics}"
+            "never saw {n} refused reloads (last: {seen})"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
