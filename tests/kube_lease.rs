@@ -87,23 +87,41 @@ async fn one_round(
     (held, requests(&log))
 }
 
+/// A round against a Lease API whose GETs answer `get()`: the write `sent` (method, path) answered
+/// 409 `reason` loses (not an error); the same write answered `won` (2xx) holds the Lease, and
+/// answered 500 is an error: the 409 is what lost. Returns the write request.
+async fn loses_only_to_a_conflict(
+    get: impl Fn() -> Reply + Clone + Send + 'static,
+    reason: &'static str,
+    sent: (&str, &str),
+    won: u16,
+) -> Recorded {
+    let (held, seen) = one_round(get.clone(), 409, reason).await;
+    assert!(!held.unwrap(), "another replica wrote the Lease first");
+    assert_eq!(
+        calls(&seen),
+        [("GET", LEASE_PATH), sent],
+        "the write was sent"
+    );
+    let (held, _) = one_round(get.clone(), won, "").await;
+    assert!(
+        held.unwrap(),
+        "the same write answered {won} holds the Lease"
+    );
+    let (held, _) = one_round(get, 500, "InternalError").await;
+    assert!(
+        held.is_err(),
+        "a 500 is an error, not a lost race: {held:?}"
+    );
+    seen[1].clone()
+}
+
 #[tokio::test]
 async fn losing_a_create_race_is_not_leadership() {
     let absent = || status(404, "NotFound");
-    let (held, seen) = one_round(absent, 409, "AlreadyExists").await;
-    assert!(!held.unwrap(), "another replica created the Lease first");
-    assert_eq!(
-        calls(&seen),
-        [("GET", LEASE_PATH), ("POST", LEASES_PATH)],
-        "the create was sent"
-    );
-    assert_eq!(seen[1].body["spec"]["holderIdentity"], "kerf-0");
-    // The 409 is what lost: the same create answered 201 holds the Lease, and any other
-    // failure is an error, not a lost race.
-    let (held, _) = one_round(absent, 201, "").await;
-    assert!(held.unwrap(), "a created Lease is held");
-    let (held, _) = one_round(absent, 500, "InternalError").await;
-    assert!(held.is_err(), "a 500 is an error: {held:?}");
+    let create =
+        loses_only_to_a_conflict(absent, "AlreadyExists", ("POST", LEASES_PATH), 201).await;
+    assert_eq!(create.body["spec"]["holderIdentity"], "kerf-0");
 }
 
 #[tokio::test]
@@ -153,21 +171,9 @@ async fn refuses_a_fresh_lease_held_by_another_replica() {
 async fn a_conflicting_takeover_loses() {
     // Renewed an hour ago: expired, so kerf-0 replaces it with the version it read.
     let expired = || Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:00:00.000000Z", 3));
-    let (held, seen) = one_round(expired, 409, "Conflict").await;
-    assert!(!held.unwrap(), "another replica changed the Lease first");
-    assert_eq!(
-        calls(&seen),
-        [("GET", LEASE_PATH), ("PUT", LEASE_PATH)],
-        "the takeover was sent"
-    );
-    assert_eq!(seen[1].body["metadata"]["resourceVersion"], "41");
-    assert_eq!(seen[1].body["spec"]["holderIdentity"], "kerf-0");
-    // The 409 is what lost: the same takeover answered 200 holds the Lease, and any other
-    // failure is an error, not a lost race.
-    let (held, _) = one_round(expired, 200, "").await;
-    assert!(held.unwrap(), "a replaced Lease is held");
-    let (held, _) = one_round(expired, 500, "InternalError").await;
-    assert!(held.is_err(), "a 500 is an error: {held:?}");
+    let replace = loses_only_to_a_conflict(expired, "Conflict", ("PUT", LEASE_PATH), 200).await;
+    assert_eq!(replace.body["metadata"]["resourceVersion"], "41");
+    assert_eq!(replace.body["spec"]["holderIdentity"], "kerf-0");
 }
 
 #[tokio::test]

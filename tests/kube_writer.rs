@@ -322,13 +322,14 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
         matched_workloads: None,
     }));
     assert_eq!(w.apply(status).await, WriteOutcome::Written { requests: 1 });
-    let seen = requests(&log);
-    assert_eq!(
-        calls(&seen),
-        [("PATCH", GPU_POLICY_STATUS_PATH)],
-        "only the policy's status subresource"
-    );
-    assert_eq!(seen[0].content_type, APPLY);
+    assert_one_patch(&log, GPU_POLICY_STATUS_PATH, APPLY);
+}
+
+/// The one request sent was a PATCH of `path` (subresource included) as `content_type`.
+fn assert_one_patch(log: &kube_support::Log, path: &str, content_type: &str) {
+    let seen = requests(log);
+    assert_eq!(calls(&seen), [("PATCH", path)]);
+    assert_eq!(seen[0].content_type, content_type);
 }
 
 #[tokio::test]
@@ -341,13 +342,7 @@ async fn writer_defaults_to_read_only_until_told() {
     assert_eq!(w.apply(op.clone()).await, WriteOutcome::ReadOnly);
     w.set_read_only(false);
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
-    let seen = requests(&log);
-    assert_eq!(
-        calls(&seen),
-        [("PATCH", DEPLOYMENT_PATH)],
-        "the restart only"
-    );
-    assert_eq!(seen[0].content_type, MERGE);
+    assert_one_patch(&log, DEPLOYMENT_PATH, MERGE);
     drop(lease_tx);
 }
 

@@ -1043,22 +1043,46 @@ fn expected_for_case(
     }
 }
 
-#[test]
-fn prop_upsize_never_exceeds_max_percent_of_baseline() {
+/// Runs `build_case` on `cases` inputs of `strategy` (`upsized` overrides the input's flag when
+/// set) and `check(max_percent, total)` on the recommended total of those whose action is
+/// `action`; asserts that at least `min_percent` % of the inputs got there.
+fn check_total_of(
+    action: Action,
+    min_percent: u32,
+    cases: u32,
+    strategy: impl Strategy<Value = (Vec<(f64, f64)>, f64, f64, bool, Option<u8>)>,
+    upsized: Option<bool>,
+    check: impl Fn(f64, f64) -> Result<(), TestCaseError>,
+) {
     let reached = run_counting(
-        256,
-        arb_case(),
-        |(pods, max_percent, headroom, upsized, driver)| {
+        cases,
+        strategy,
+        |(pods, max_percent, headroom, case_upsized, driver)| {
+            let upsized = upsized.unwrap_or(case_upsized);
             let out = build_case(&pods, max_percent, headroom, upsized, driver).run();
-            if out.action != Action::Upsize {
+            if out.action != action {
                 return Ok(false);
             }
-            let total = out.recommendation.unwrap().total();
-            prop_assert!(total <= 0.5 * max_percent / 100.0 + 1e-9, "{total} > cap");
+            check(max_percent, out.recommendation.unwrap().total())?;
             Ok(true)
         },
     );
-    assert_reached(reached, 10, "an upsize");
+    assert_reached(reached, min_percent, action.as_str());
+}
+
+#[test]
+fn prop_upsize_never_exceeds_max_percent_of_baseline() {
+    check_total_of(
+        Action::Upsize,
+        10,
+        256,
+        arb_case(),
+        None,
+        |max_percent, total| {
+            prop_assert!(total <= 0.5 * max_percent / 100.0 + 1e-9, "{total} > cap");
+            Ok(())
+        },
+    );
 }
 
 /// `arb_case` with three usage values in four below the scale-back threshold (60 % of 0.9 GPU):
@@ -1076,19 +1100,18 @@ fn arb_low_usage_case() -> impl Strategy<Value = (Vec<(f64, f64)>, f64, f64, boo
 
 #[test]
 fn prop_scale_back_never_goes_below_baseline() {
-    let reached = run_counting(
+    let strategy = arb_low_usage_case();
+    check_total_of(
+        Action::ScaleBack,
+        2,
         512,
-        arb_low_usage_case(),
-        |(pods, max_percent, headroom, _u, driver)| {
-            let out = build_case(&pods, max_percent, headroom, true, driver).run();
-            if out.action != Action::ScaleBack {
-                return Ok(false);
-            }
-            prop_assert!(out.recommendation.unwrap().total() >= 0.5 - 1e-9);
-            Ok(true)
+        strategy,
+        Some(true),
+        |_, total| {
+            prop_assert!(total >= 0.5 - 1e-9, "{total} below the baseline 0.5");
+            Ok(())
         },
     );
-    assert_reached(reached, 2, "a scale-back");
 }
 
 #[test]
