@@ -1,5 +1,8 @@
 //! A minimal object gets the DESIGN defaults, and the CRD's schema defaults (what the API server
-//! fills in) are the same as the Rust defaults.
+//! fills in) are the same as the Rust defaults: the object defaulted by the committed CRD schema
+//! (`manifests/crds/`, raw JSON) equals the object read with the Rust defaults and written back.
+//! Reading the schema-defaulted object back through serde would fill the Rust defaults itself
+//! and hide a default the schema lacks.
 
 use kerf::api::crd_check::kerf_checkers;
 use kerf::api::*;
@@ -7,20 +10,42 @@ use kube::CustomResourceExt;
 use kube::core::cel::apply_defaults;
 use serde_json::{Value, json};
 
-/// Fills the object in as the API server would (schema defaults), then reads it typed.
-fn server_defaulted<K: CustomResourceExt + serde::de::DeserializeOwned>(object: &Value) -> K {
-    let crd = K::crd();
-    let schema = serde_json::to_value(
-        crd.spec.versions[0]
-            .schema
-            .as_ref()
-            .unwrap()
-            .open_api_v3_schema
-            .as_ref()
-            .unwrap(),
-    )
-    .expect("schema");
-    serde_json::from_value(apply_defaults(&schema, object)).expect("defaulted object deserializes")
+/// The OpenAPI schema of `K` in its committed CRD file (`manifests/crds/<plural>.yaml`).
+fn committed_schema<K: CustomResourceExt>() -> Value {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests/crds")
+        .join(format!("{}.yaml", K::api_resource().plural));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let crd: Value = serde_saphyr::from_str(&text).expect("CRD YAML");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// `object` as the API server fills it in from the CRD schema's defaults, as JSON.
+fn schema_defaulted<K: CustomResourceExt>(object: &Value) -> Value {
+    apply_defaults(&committed_schema::<K>(), object)
+}
+
+/// `object` with the Rust defaults: read typed and written back.
+fn rust_defaulted<K: serde::de::DeserializeOwned + serde::Serialize>(object: &Value) -> Value {
+    let typed: K = serde_json::from_value(object.clone()).expect("object deserializes");
+    serde_json::to_value(typed).expect("object serializes")
+}
+
+/// The schema's defaults fill `object`'s spec exactly as the Rust defaults do.
+fn assert_schema_defaults_are_the_rust_defaults<K>(object: &Value)
+where
+    K: CustomResourceExt + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let schema = schema_defaulted::<K>(object)["spec"].clone();
+    let rust = rust_defaulted::<K>(object)["spec"].clone();
+    assert_eq!(
+        schema,
+        rust,
+        "{}: the CRD schema defaults (left) differ from the Rust defaults (right); from the \
+         schema's to Rust's, spec needs {}",
+        K::crd_name(),
+        serde_json::to_string(&json_patch::diff(&schema, &rust)).unwrap()
+    );
 }
 
 fn minimal_gpu(kind: &str) -> Value {
@@ -64,14 +89,13 @@ fn minimal_gpu_policy_gets_design_defaults() {
             ("namespace", "pod", "container")
         );
     }
-    let server: GpuReactivePolicy = server_defaulted(&object);
+    assert_schema_defaults_are_the_rust_defaults::<GpuReactivePolicy>(&object);
+    let cluster = minimal_gpu("ClusterGpuReactivePolicy");
+    assert_schema_defaults_are_the_rust_defaults::<ClusterGpuReactivePolicy>(&cluster);
     assert_eq!(
-        server.spec, p.spec,
-        "CRD schema defaults differ from the Rust defaults"
+        schema_defaulted::<ClusterGpuReactivePolicy>(&cluster)["spec"]["minPodMetricsAge"],
+        "15m"
     );
-    let cluster: ClusterGpuReactivePolicy =
-        server_defaulted(&minimal_gpu("ClusterGpuReactivePolicy"));
-    assert_eq!(cluster.spec.min_pod_metrics_age.as_str(), "15m");
 }
 
 #[test]
@@ -88,17 +112,14 @@ fn minimal_strategy_gets_design_defaults() {
     assert!(!view.override_kai());
     assert_eq!(view.kai().queue, "kerf-gpu-queue");
     assert!(!view.kai().set_queue_when_specified);
-    let server: AutomationStrategy = server_defaulted(&object);
-    assert_eq!(
-        server.spec, s.spec,
-        "CRD schema defaults differ from the Rust defaults"
-    );
+    assert_schema_defaults_are_the_rust_defaults::<AutomationStrategy>(&object);
     // Nothing GPU-related set at all: everything allowed by default too.
-    let empty: ClusterAutomationStrategy = serde_json::from_value(json!({
+    let empty = json!({
         "apiVersion": "rightsizing.kubex.ai/v1alpha1", "kind": "ClusterAutomationStrategy",
         "metadata": {"name": "c"}, "spec": {}
-    }))
-    .expect("parses");
+    });
+    assert_schema_defaults_are_the_rust_defaults::<ClusterAutomationStrategy>(&empty);
+    let empty: ClusterAutomationStrategy = serde_json::from_value(empty).expect("parses");
     assert!(empty.spec.view().gpu_upsize() && empty.spec.view().gpu_downsize());
     assert_eq!(empty.spec.view().kai().queue, "kerf-gpu-queue");
 }
@@ -118,11 +139,7 @@ fn minimal_global_configuration_gets_design_defaults() {
     assert!(!g.spec.read_only);
     assert!(!g.spec.multi_policy_container_rightsizing_enabled);
     assert_eq!(g.spec, GlobalConfigurationSpec::default());
-    let server: GlobalConfiguration = server_defaulted(&object);
-    assert_eq!(
-        server.spec, g.spec,
-        "CRD schema defaults differ from the Rust defaults"
-    );
+    assert_schema_defaults_are_the_rust_defaults::<GlobalConfiguration>(&object);
 }
 
 #[test]
@@ -151,11 +168,7 @@ fn minimal_policy_evaluation_gets_design_priorities() {
     .expect("parses");
     assert_eq!(partial.spec.priority(PolicyType::RightsizingPolicy), 200);
     assert_eq!(partial.spec.priority(PolicyType::GpuReactivePolicy), 120);
-    let server: PolicyEvaluation = server_defaulted(&object);
-    assert_eq!(
-        server.spec, e.spec,
-        "CRD schema defaults differ from the Rust defaults"
-    );
+    assert_schema_defaults_are_the_rust_defaults::<PolicyEvaluation>(&object);
 }
 
 #[test]
@@ -184,11 +197,7 @@ fn minimal_rightsizing_policy_gets_design_defaults() {
     );
     assert!(!p.spec.hpa.coordinate);
     assert_eq!(p.spec.weight, 0);
-    let server: RightsizingPolicy = server_defaulted(&object);
-    assert_eq!(
-        server.spec, p.spec,
-        "CRD schema defaults differ from the Rust defaults"
-    );
+    assert_schema_defaults_are_the_rust_defaults::<RightsizingPolicy>(&object);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use chrono::{TimeZone, Utc};
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
 use kerf::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
-use kube_support::{Recorded, Reply, eventually, mock, requests, status};
+use kube_support::{Recorded, Reply, calls, eventually, mock, requests, status};
 use serde_json::{Value, json};
 
 const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kerf-system/leases/kerf-writer";
@@ -69,14 +69,59 @@ async fn creates_the_lease_when_absent() {
     );
 }
 
-#[tokio::test]
-async fn losing_a_create_race_is_not_leadership() {
-    let (client, _log) = mock(|r: &Recorded| match r.method.as_str() {
-        "GET" => status(404, "NotFound"),
-        _ => status(409, "AlreadyExists"),
+/// One round against a mock whose GETs answer `get()` and whose write (create or replace) answers
+/// `write` (the request body back for a 2xx, else a Status with `reason`): the round's result and
+/// the requests sent.
+async fn one_round(
+    get: impl Fn() -> Reply + Send + 'static,
+    write: u16,
+    reason: &'static str,
+) -> (Result<bool, kube::Error>, Vec<Recorded>) {
+    let (client, log) = mock(move |r: &Recorded| match r.method.as_str() {
+        "GET" => get(),
+        _ if write < 300 => Reply::Json(write, r.body.clone()),
+        _ => status(write, reason),
     });
     let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
-    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+    let held = lease.try_acquire_or_renew(now()).await;
+    (held, requests(&log))
+}
+
+/// A round against a Lease API whose GETs answer `get()`: the write `sent` (method, path) answered
+/// 409 `reason` loses (not an error); the same write answered `won` (2xx) holds the Lease, and
+/// answered 500 is an error: the 409 is what lost. Returns the write request.
+async fn loses_only_to_a_conflict(
+    get: impl Fn() -> Reply + Clone + Send + 'static,
+    reason: &'static str,
+    sent: (&str, &str),
+    won: u16,
+) -> Recorded {
+    let (held, seen) = one_round(get.clone(), 409, reason).await;
+    assert!(!held.unwrap(), "another replica wrote the Lease first");
+    assert_eq!(
+        calls(&seen),
+        [("GET", LEASE_PATH), sent],
+        "the write was sent"
+    );
+    let (held, _) = one_round(get.clone(), won, "").await;
+    assert!(
+        held.unwrap(),
+        "the same write answered {won} holds the Lease"
+    );
+    let (held, _) = one_round(get, 500, "InternalError").await;
+    assert!(
+        held.is_err(),
+        "a 500 is an error, not a lost race: {held:?}"
+    );
+    seen[1].clone()
+}
+
+#[tokio::test]
+async fn losing_a_create_race_is_not_leadership() {
+    let absent = || status(404, "NotFound");
+    let create =
+        loses_only_to_a_conflict(absent, "AlreadyExists", ("POST", LEASES_PATH), 201).await;
+    assert_eq!(create.body["spec"]["holderIdentity"], "kerf-0");
 }
 
 #[tokio::test]
@@ -116,20 +161,19 @@ async fn refuses_a_fresh_lease_held_by_another_replica() {
     let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
     assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
     assert_eq!(
-        requests(&log).len(),
-        1,
+        calls(&requests(&log)),
+        [("GET", LEASE_PATH)],
         "only the GET: no write to a lease held by another"
     );
 }
 
 #[tokio::test]
 async fn a_conflicting_takeover_loses() {
-    let (client, _log) = mock(|r: &Recorded| match r.method.as_str() {
-        "GET" => Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:00:00.000000Z", 3)),
-        _ => status(409, "Conflict"),
-    });
-    let lease = Lease::new(client, "kerf-system", "kerf-0", cfg());
-    assert!(!lease.try_acquire_or_renew(now()).await.unwrap());
+    // Renewed an hour ago: expired, so kerf-0 replaces it with the version it read.
+    let expired = || Reply::Json(200, lease_json("kerf-1", "2026-07-01T11:00:00.000000Z", 3));
+    let replace = loses_only_to_a_conflict(expired, "Conflict", ("PUT", LEASE_PATH), 200).await;
+    assert_eq!(replace.body["metadata"]["resourceVersion"], "41");
+    assert_eq!(replace.body["spec"]["holderIdentity"], "kerf-0");
 }
 
 #[tokio::test]
@@ -244,7 +288,14 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
         let l = leader.clone();
         eventually(5, "leadership lost to another holder", move || !*l.borrow()).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A few more rounds of the follower (it retries every 50 ms).
+    {
+        let log = log.clone();
+        eventually(5, "three more Lease rounds", move || {
+            requests(&log).len() >= stolen_at + 4
+        })
+        .await;
+    }
     assert_eq!(writer.apply(restart).await, WriteOutcome::NotLeader);
     assert_eq!(
         workload_writes(),
@@ -259,5 +310,6 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
             .all(|r| r.method == "GET" && r.path == LEASE_PATH),
         "a follower only reads the Lease: {after:#?}"
     );
+    // A process-wide gauge, but only this test runs a Lease loop in this binary.
     assert_eq!(kerf::telemetry::metrics().is_leader.get(), 0);
 }

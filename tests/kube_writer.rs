@@ -1,7 +1,12 @@
 //! The writer against a mock API server: exact requests, no-op suppression, readOnly, Lease
 //! gating, retries.
+//!
+//! Every write moves the process-wide write counters, and one test asserts exact changes of
+//! them: each test holds `process_metrics::shared()`, that one `process_metrics::alone()`.
 
 mod kube_support;
+#[path = "support/metrics.rs"]
+mod process_metrics;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,12 +27,15 @@ use kerf::kube::writer::{
     WorkloadWrite,
 };
 use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
-use kube_support::{Recorded, Reply, mock, requests, status};
+use kube_support::{Recorded, Reply, calls, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 const APPLY: &str = "application/apply-patch+yaml";
 const DEPLOYMENT_PATH: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+const MERGE: &str = "application/merge-patch+json";
+const GPU_POLICY_STATUS_PATH: &str =
+    "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status";
 
 fn template() -> PodTemplateSpec {
     serde_json::from_value(json!({
@@ -113,6 +121,7 @@ fn echo_with(live: Value) -> impl FnMut(&Recorded) -> Reply + Send + 'static {
 
 #[tokio::test]
 async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_recommendation() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
     let (w, _lease) = writer(client, true, false);
     let rec = recommendation(1.5, 0);
@@ -170,6 +179,7 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
 
 #[tokio::test]
 async fn nothing_is_sent_when_the_workload_already_matches() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
     let (w, _lease) = writer(client, true, false);
     let rec = recommendation(1.5, 0);
@@ -197,6 +207,7 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
 
 #[tokio::test]
 async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restart() {
+    let _metrics = process_metrics::shared().await;
     let old = recommendation(1.5, 0);
     let new = recommendation(1.5, 5);
     let annotations = BTreeMap::from([
@@ -228,6 +239,7 @@ async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restar
 
 #[tokio::test]
 async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotations() {
+    let _metrics = process_metrics::shared().await;
     // kerf owns app's cpu request (from an earlier coordinated change) and the baseline.
     let managed = json!({
         "f:metadata": {"f:annotations": {format!("f:{ANNOTATION_GPU_BASELINE}"): {},
@@ -277,6 +289,7 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
 
 #[tokio::test]
 async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, false);
     w.set_read_only(true);
@@ -310,11 +323,19 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
         matched_workloads: None,
     }));
     assert_eq!(w.apply(status).await, WriteOutcome::Written { requests: 1 });
-    assert_eq!(requests(&log).len(), 1);
+    assert_one_patch(&log, GPU_POLICY_STATUS_PATH, APPLY);
+}
+
+/// The one request sent was a PATCH of `path` (subresource included) as `content_type`.
+fn assert_one_patch(log: &kube_support::Log, path: &str, content_type: &str) {
+    let seen = requests(log);
+    assert_eq!(calls(&seen), [("PATCH", path)]);
+    assert_eq!(seen[0].content_type, content_type);
 }
 
 #[tokio::test]
 async fn writer_defaults_to_read_only_until_told() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (lease_tx, lease_rx) = watch::channel(true);
     let w = Writer::spawn(client, "kerf-system", lease_rx);
@@ -322,7 +343,7 @@ async fn writer_defaults_to_read_only_until_told() {
     assert_eq!(w.apply(op.clone()).await, WriteOutcome::ReadOnly);
     w.set_read_only(false);
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
-    assert_eq!(requests(&log).len(), 1);
+    assert_one_patch(&log, DEPLOYMENT_PATH, MERGE);
     drop(lease_tx);
 }
 
@@ -332,6 +353,7 @@ fn t(secs: i64) -> Time {
 
 #[tokio::test]
 async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, true);
     let observed = PolicyStatus {
@@ -399,10 +421,7 @@ async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
     let seen = requests(&log);
     let r = &seen[0];
     assert_eq!(r.method, "PATCH");
-    assert_eq!(
-        r.path,
-        "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/gpureactivepolicies/gpu/status"
-    );
+    assert_eq!(r.path, GPU_POLICY_STATUS_PATH);
     assert_eq!(r.content_type, APPLY);
     assert!(r.query_has("fieldManager=kerf"));
     assert_eq!(r.body["apiVersion"], "rightsizing.kubex.ai/v1alpha1");
@@ -432,6 +451,7 @@ async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
 
 #[tokio::test]
 async fn cluster_policy_status_goes_to_the_cluster_scoped_path() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, true);
     let op = WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
@@ -450,25 +470,17 @@ async fn cluster_policy_status_goes_to_the_cluster_scoped_path() {
 
 #[tokio::test]
 async fn a_server_error_is_retried_then_succeeds() {
-    let mut calls = 0;
+    let mut answered = 0;
     let (client, log) = mock(move |r: &Recorded| {
-        calls += 1;
-        if calls == 1 {
+        answered += 1;
+        if answered == 1 {
             status(500, "InternalError")
         } else {
             Reply::Json(200, r.body.clone())
         }
     });
+    let _alone = process_metrics::alone().await;
     let (w, _lease) = writer(client, true, false);
-    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::StatefulSet, "db"));
-    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
-    let seen = requests(&log);
-    assert_eq!(seen.len(), 2);
-    assert!(
-        seen.iter()
-            .all(|r| r.path == "/apis/apps/v1/namespaces/shop/statefulsets/db")
-    );
-    assert_eq!(seen[0].body, seen[1].body);
     let writes = |outcome: &str| {
         kerf::telemetry::metrics()
             .cluster_writes
@@ -478,8 +490,15 @@ async fn a_server_error_is_retried_then_succeeds() {
             })
             .get()
     };
+    let before = (writes("ok"), writes("error"));
+    let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::StatefulSet, "db"));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
+    let seen = requests(&log);
+    let db = "/apis/apps/v1/namespaces/shop/statefulsets/db";
+    assert_eq!(calls(&seen), [("PATCH", db), ("PATCH", db)]);
+    assert_eq!(seen[0].body, seen[1].body);
     assert_eq!(
-        (writes("ok"), writes("error")),
+        (writes("ok") - before.0, writes("error") - before.1),
         (1, 0),
         "one write, counted once after its retry"
     );
@@ -487,6 +506,7 @@ async fn a_server_error_is_retried_then_succeeds() {
 
 #[tokio::test]
 async fn gives_up_after_three_tries_and_does_not_retry_client_errors() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|_: &Recorded| status(503, "ServiceUnavailable"));
     let (w, _lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
@@ -494,17 +514,26 @@ async fn gives_up_after_three_tries_and_does_not_retry_client_errors() {
         WriteOutcome::Failed(m) => assert!(m.contains("after 3 attempts"), "{m}"),
         other => panic!("expected a failure, got {other:?}"),
     }
-    assert_eq!(requests(&log).len(), 3);
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH); 3],
+        "the same restart, tried three times"
+    );
 
     let (client, log) = mock(|_: &Recorded| status(422, "Invalid"));
     let (w, _lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
     assert!(matches!(w.apply(op).await, WriteOutcome::Failed(_)));
-    assert_eq!(requests(&log).len(), 1, "a 422 is not retried");
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "a 422 is not retried"
+    );
 }
 
 #[tokio::test]
 async fn a_follower_sends_nothing_and_losing_the_lease_stops_writes() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, lease) = writer(client, false, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
@@ -519,7 +548,11 @@ async fn a_follower_sends_nothing_and_losing_the_lease_stops_writes() {
     for _ in 0..5 {
         assert_eq!(w.apply(op.clone()).await, WriteOutcome::NotLeader);
     }
-    assert_eq!(requests(&log).len(), 1);
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "only the restart made while leader"
+    );
 }
 
 fn hpa(target: i32) -> HorizontalPodAutoscaler {
@@ -576,6 +609,7 @@ fn patches(log: &kube_support::Log) -> Vec<Recorded> {
 
 #[tokio::test]
 async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_together() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     // Requests shrink (500m → 400m) so the target rises (70 → 88): template first.
@@ -629,6 +663,7 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
 /// admission do, at CPU utilization 80 %.
 #[tokio::test]
 async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
+    let _metrics = process_metrics::shared().await;
     let without_metrics = |target: i32| {
         let WriteOp::Coordinated(mut c) = coordinated(Some(0)) else {
             unreachable!()
@@ -671,6 +706,7 @@ async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
 
 #[tokio::test]
 async fn events_carry_the_hpa_details() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(201, r.body.clone()));
     let (w, _lease) = writer(client, true, true);
     let wl = workload(BTreeMap::new());
@@ -720,6 +756,7 @@ async fn events_carry_the_hpa_details() {
 
 #[tokio::test]
 async fn a_stopped_lease_task_is_not_trusted_to_hold_the_lease() {
+    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
@@ -731,5 +768,9 @@ async fn a_stopped_lease_task_is_not_trusted_to_hold_the_lease() {
     // renews the Lease any more, another replica may hold it.
     drop(lease);
     assert_eq!(w.apply(op).await, WriteOutcome::NotLeader);
-    assert_eq!(requests(&log).len(), 1);
+    assert_eq!(
+        calls(&requests(&log)),
+        [("PATCH", DEPLOYMENT_PATH)],
+        "only the restart made while the Lease task ran"
+    );
 }

@@ -2,6 +2,8 @@
 //! small local HTTP endpoints for faults. Needs `prometheus` and `promtool`
 //! (`scripts/test` installs them: Debian package `prometheus`).
 
+#[path = "support/metrics.rs"]
+mod process_metrics;
 #[path = "support/prometheus.rs"]
 mod prometheus_support;
 
@@ -482,27 +484,37 @@ async fn one_http_query_per_range_query_and_metadata_is_cached() {
 
 #[tokio::test]
 async fn stopped_prometheus_is_unavailable_and_recovers_after_restart() {
+    // The query metrics are process-wide and labelled by metric: a metric no other test here
+    // queries, and changes (before/after), so they hold when tests share a process.
+    let metric = "outage_mem";
+    let failures = || {
+        metrics()
+            .prometheus_query_failures
+            .get_or_create(&QueryLabels {
+                signal: metric.into(),
+            })
+            .get()
+    };
+    let queries = || {
+        process_metrics::value(
+            &kerf::telemetry::encode(),
+            &format!("kerf_prometheus_query_duration_seconds_count{{signal=\"{metric}\"}}"),
+        )
+    };
+    let (failures_before, queries_before) = (failures(), queries());
     let text = format!(
         "{}# EOF\n",
-        sample("mem", "a", "p", Some("c"), "5", T0 as f64)
+        sample(metric, "a", "p", Some("c"), "5", T0 as f64)
     );
     let mut prom = TestPrometheus::start_with_openmetrics(&text);
     let src = prom_source(&prom);
-    let q = query("mem", &["a"], &[], T0, T0 + 60, 60);
+    let q = query(metric, &["a"], &[], T0, T0 + 60, 60);
     let before = src.range_query(&q).await.unwrap();
     assert_eq!(
         before.series[&key("a", "p", "c")],
         vec![(T0, 5.0), (T0 + 60, 5.0)]
     );
 
-    let failures = || {
-        metrics()
-            .prometheus_query_failures
-            .get_or_create(&QueryLabels {
-                signal: "mem".into(),
-            })
-            .get()
-    };
     prom.stop();
     // The first attempt may hit the pooled connection the dying server dropped; the next one
     // finds the port closed.
@@ -514,16 +526,12 @@ async fn stopped_prometheus_is_unavailable_and_recovers_after_restart() {
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
-    assert_eq!(failures(), 2);
+    assert_eq!(failures() - failures_before, 2);
 
     prom.restart();
     assert_eq!(src.range_query(&q).await.unwrap(), before);
-    assert_eq!(failures(), 2);
-    let exposition = kerf::telemetry::encode();
-    assert!(
-        exposition.contains("kerf_prometheus_query_duration_seconds_count{signal=\"mem\"} 4"),
-        "{exposition}"
-    );
+    assert_eq!(failures() - failures_before, 2);
+    assert_eq!(queries() - queries_before, 4.0);
 }
 
 /// Serves `router` on a free loopback port; returns its base URL.

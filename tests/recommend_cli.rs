@@ -127,10 +127,65 @@ fn table_output_lists_every_container() {
     ]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains("ml/Deployment/llm") && text.contains("inference") && text.contains("0.84")
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("WORKLOAD"));
+    assert_eq!(
+        lines
+            .next()
+            .map(|h| h.split_whitespace().collect::<Vec<_>>()),
+        Some(vec![
+            "WORKLOAD",
+            "CONTAINER",
+            "ACTION",
+            "DRIVER",
+            "CURRENT",
+            "BASELINE",
+            "RECOMMENDED",
+            "POLICY"
+        ]),
+        "{text}"
     );
-    assert!(text.contains("scaleBack"));
+    // One row per container of every workload (reasons are indented under their workload).
+    let rows: Vec<Vec<&str>> = lines
+        .filter(|l| !l.is_empty() && !l.starts_with(' '))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let policy = "GpuReactivePolicy/ml/gpu-reactive";
+    assert_eq!(
+        rows,
+        [
+            [
+                "ml/Deployment/llm",
+                "inference",
+                "upsize",
+                "compute",
+                "0.5",
+                "0.5",
+                "0.84",
+                policy
+            ],
+            [
+                "ml/Deployment/llm",
+                "proxy",
+                "upsize",
+                "compute",
+                "-",
+                "-",
+                "-",
+                policy
+            ],
+            [
+                "ml/Deployment/embedder",
+                "encoder",
+                "scaleBack",
+                "compute",
+                "0.9",
+                "0.5",
+                "0.5",
+                policy
+            ],
+        ],
+        "{text}"
+    );
 }
 
 /// Copies the examples into a temp dir, lets `edit` break one file, and returns kerf's stderr.
@@ -223,7 +278,7 @@ fn wrong_field_type_names_the_field_path() {
 }
 
 #[test]
-fn malformed_metrics_line_is_rejected_with_its_line_number() {
+fn malformed_metrics_line_is_rejected_naming_the_file_and_the_line() {
     let err = fails_with(|d| {
         let p = d.join("metrics.om");
         let text = std::fs::read_to_string(&p)
@@ -231,7 +286,10 @@ fn malformed_metrics_line_is_rejected_with_its_line_number() {
             .replacen("} 55 ", "} fifty-five ", 1);
         std::fs::write(p, text).unwrap();
     });
-    assert!(err.contains("metrics.om") || err.contains("line"), "{err}");
+    assert!(
+        err.contains("metrics file") && err.contains("metrics.om"),
+        "{err}"
+    );
     assert!(err.contains("line 3"), "{err}");
 }
 

@@ -1,10 +1,12 @@
 //! The reconciler's pure write planning on real inputs (the shipped examples evaluated from the
 //! OpenMetrics file), and store refresh when Prometheus is unavailable.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use kerf::core::model::{GpuRecommendation, WorkloadKey};
+use kerf::api::WorkloadKind;
+use kerf::core::model::{GpuRecommendation, ResourceRequests, WorkloadKey};
 use kerf::kube::writer::WriteOp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
@@ -160,6 +162,59 @@ async fn coordinated_change_and_applied_event_for_the_hpa_example() {
     assert_eq!(applied.requests["app"].memory, None, "memory is audit-only");
     let hpa = applied.hpa.as_ref().unwrap();
     assert_eq!((hpa.target_before, hpa.target_after), (Some(50), Some(71)));
+}
+
+/// docs/design/hpa-coordination.md#h11: a coordinated change goes through the pod template (a
+/// rollout), never in place. The plan writes the new requests into the workload's template,
+/// together with the HPA target, and nothing else touches the workload or its pods: every op
+/// is that change, the RightsizingRecommendation, its event or a policy status (`WriteOp` has
+/// no write for a pod).
+#[tokio::test]
+async fn a_coordinated_change_is_always_a_rollout_never_in_place() {
+    let (m, c) = cycle("examples/hpa/manifests", "examples/hpa/metrics.om").await;
+    let web = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
+    assert!(
+        m.snapshot
+            .pods
+            .iter()
+            .any(|p| p.metadata.namespace.as_deref() == Some("shop")),
+        "the workload has running pods"
+    );
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let mut coordinated = Vec::new();
+    for op in &ops {
+        match op {
+            WriteOp::Coordinated(change) => coordinated.push(change),
+            WriteOp::Recommendation(_) | WriteOp::Event(_) | WriteOp::PolicyStatus(_) => {}
+            other => panic!("not part of a coordinated change: {other:?}"),
+        }
+    }
+    let [change] = coordinated[..] else {
+        panic!("one coordinated change: {ops:?}");
+    };
+    // The template's requests: the live template asks for cpu 1000m, so writing 700m rolls the
+    // pods through the Deployment's own update strategy.
+    assert_eq!(change.workload.observed.key, web);
+    assert_eq!(
+        change.workload.requests,
+        Some(BTreeMap::from([(
+            "app".to_string(),
+            ResourceRequests {
+                cpu_millis: Some(700),
+                memory_bytes: None
+            }
+        )]))
+    );
+    assert!(change.workload.gpu.is_none());
+    let live = serde_json::to_value(&change.workload.observed.template).unwrap();
+    assert_eq!(
+        live["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "1000m"
+    );
+    assert_eq!(
+        (change.hpa.name.as_str(), change.hpa.average_utilization),
+        ("web", 71)
+    );
 }
 
 #[tokio::test]

@@ -16,14 +16,6 @@ use prometheus_support::TestPrometheus;
 use serde_json::{Value, json};
 use support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn recommend(manifests: &str, source: &[&str]) -> Value {
     kerf_cli::recommend(manifests, source, &[])
 }
@@ -145,8 +137,7 @@ async fn serve_standalone_with(manifests: &str, source: &[&str], env: &[(&str, &
     let no_namespace_file = dir.path().join("no-namespace-file");
     let pki = Pki::new();
     let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
-    let (tls, health) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args([
             "serve",
             "--standalone",
@@ -156,12 +147,8 @@ async fn serve_standalone_with(manifests: &str, source: &[&str], env: &[(&str, &
             AT,
         ])
         .args(source)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{tls}"),
-            "--health-listen",
-            &format!("127.0.0.1:{health}"),
-        ])
+        // Port 0: kerf binds and logs the ports it got (no port picked here and freed first).
+        .args(["--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"])
         .arg("--tls-cert")
         .arg(&cert)
         .arg("--tls-key")
@@ -171,13 +158,14 @@ async fn serve_standalone_with(manifests: &str, source: &[&str], env: &[(&str, &
         .env("KERF_NAMESPACE_FILE", &no_namespace_file)
         .envs(env.iter().copied())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let (webhook, health) = serving_addresses(&mut child);
     let s = Serve {
         child,
-        webhook: format!("127.0.0.1:{tls}").parse().unwrap(),
-        health: format!("127.0.0.1:{health}").parse().unwrap(),
+        webhook,
+        health,
         _dir: dir,
         pki,
     };

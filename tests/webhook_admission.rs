@@ -1,6 +1,8 @@
 //! Real AdmissionReview bodies (tests/fixtures/admission) sent over real TLS by reqwest to the
 //! in-process server; the returned patch is applied with json-patch and checked field by field.
 
+#[path = "support/metrics.rs"]
+mod process_metrics;
 #[path = "webhook_support/mod.rs"]
 mod support;
 
@@ -19,6 +21,8 @@ struct Env {
     pki: Pki,
     server: Running,
     client: reqwest::Client,
+    /// Every review moves the process-wide admission metrics (see `process_metrics`).
+    _metrics: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
 }
 
 fn gpu_state(pairs: &[(&str, f64)]) -> WorkloadState {
@@ -35,7 +39,17 @@ fn gpu_state(pairs: &[(&str, f64)]) -> WorkloadState {
     }
 }
 
+/// The server and a client, holding a share of the metrics lock.
 async fn env(store: Arc<Store>) -> Env {
+    let shared = process_metrics::shared().await;
+    Env {
+        _metrics: Some(shared),
+        ..env_unlocked(store).await
+    }
+}
+
+/// The server and a client, for a test that holds `process_metrics::alone()` itself.
+async fn env_unlocked(store: Arc<Store>) -> Env {
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -47,6 +61,7 @@ async fn env(store: Arc<Store>) -> Env {
         pki,
         server,
         client,
+        _metrics: None,
     }
 }
 
@@ -371,7 +386,13 @@ async fn undecodable_object_is_allowed_with_warning_and_metric() {
         WorkloadKey::new("ml", WorkloadKind::Deployment, "llm-serve"),
         gpu_state(&[("server", 0.4)]),
     );
-    let e = env(store).await;
+    let _alone = process_metrics::alone().await;
+    let e = env_unlocked(store).await;
+    let (internal_errors, errors) = (
+        "kerf_admission_internal_errors_total",
+        r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="error"}"#,
+    );
+    let (_, before) = get_text(e.server.health, "/metrics").await;
     let mut body = fixture("pod-kai-fraction.json");
     body["request"]["object"]["spec"]["containers"] = json!("not-a-list");
     let resp = review(&e.client, e.server.webhook, &body).await;
@@ -390,18 +411,15 @@ async fn undecodable_object_is_allowed_with_warning_and_metric() {
     assert!(resp2["response"].get("patch").is_none());
     let w2 = resp2["response"]["warnings"][0].as_str().unwrap();
     assert!(w2.contains("could not be decoded"), "{resp2}");
-    let (status, metrics) = get_text(e.server.health, "/metrics").await;
+    let (status, after) = get_text(e.server.health, "/metrics").await;
     assert_eq!(status, 200);
-    assert!(
-        metrics.contains("kerf_admission_internal_errors_total 2"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(
-            r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="error"} 2"#
-        ),
-        "{metrics}"
-    );
+    for series in [internal_errors, errors] {
+        assert_eq!(
+            process_metrics::value(&after, series) - process_metrics::value(&before, series),
+            2.0,
+            "{series}: {after}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -505,7 +523,8 @@ async fn health_endpoints() {
         WorkloadKey::new("ml", WorkloadKind::Deployment, "llm-serve"),
         gpu_state(&[("server", 0.4)]),
     );
-    let e = env(store.clone()).await;
+    let _alone = process_metrics::alone().await;
+    let e = env_unlocked(store.clone()).await;
     let h = e.server.health;
     assert_eq!(get_text(h, "/healthz").await.0, 200);
     let (status, text) = get_text(h, "/readyz").await;
@@ -513,28 +532,26 @@ async fn health_endpoints() {
     store.set_ready(true);
     assert_eq!(get_text(h, "/readyz").await.0, 200);
 
+    let (_, before) = get_text(h, "/metrics").await;
     let _ = review(
         &e.client,
         e.server.webhook,
         &fixture("pod-kai-fraction.json"),
     )
     .await;
-    let (status, metrics) = get_text(h, "/metrics").await;
+    let (status, after) = get_text(h, "/metrics").await;
     assert_eq!(status, 200);
-    assert!(
-        metrics.contains(
-            r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="patched"} 1"#
-        ),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(r#"kerf_admission_patches_total{kind="Pod"} 1"#),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("kerf_admission_duration_seconds_count 1"),
-        "{metrics}"
-    );
+    for series in [
+        r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="patched"}"#,
+        r#"kerf_admission_patches_total{kind="Pod"}"#,
+        "kerf_admission_duration_seconds_count",
+    ] {
+        assert_eq!(
+            process_metrics::value(&after, series) - process_metrics::value(&before, series),
+            1.0,
+            "{series}: {after}"
+        );
+    }
 
     let (status, body) = get_text(h, "/debug/recommendations").await;
     assert_eq!(status, 200);

@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// An address that refuses connections for as long as the returned socket lives: bound (so no
+/// one else gets the port) but not listening.
+fn refusing_address() -> (tokio::net::TcpSocket, std::net::SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
 }
 
 #[cfg(unix)]
@@ -26,27 +27,24 @@ async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
     let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
-    let (tls_port, health_port) = (free_port(), free_port());
     // An API server that refuses connections: kerf retries, stays alive and not ready.
-    let kubeconfig = apiserver::kubeconfig(
-        dir.path(),
-        &format!("http://127.0.0.1:{}", free_port()),
-        "t",
-    );
+    let (_refusing, apiserver) = refusing_address();
+    let kubeconfig = apiserver::kubeconfig(dir.path(), &format!("http://{apiserver}"), "t");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .arg("serve")
         .env("KUBECONFIG", &kubeconfig)
         .env("HOME", dir.path())
         .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("KERF_LISTEN", format!("127.0.0.1:{tls_port}"))
-        .env("KERF_HEALTH_LISTEN", format!("127.0.0.1:{health_port}"))
+        // Port 0: kerf binds and logs the ports it got (no port picked here and freed first).
+        .env("KERF_LISTEN", "127.0.0.1:0")
+        .env("KERF_HEALTH_LISTEN", "127.0.0.1:0")
         .env("KERF_TLS_CERT", &cert)
         .env("KERF_TLS_KEY", &key)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("kerf binary starts");
-    let health: std::net::SocketAddr = format!("127.0.0.1:{health_port}").parse().unwrap();
+    let (webhook, health) = serving_addresses(&mut child);
     let start = Instant::now();
     loop {
         if let Ok(r) = reqwest::get(format!("http://{health}/healthz")).await {
@@ -79,7 +77,6 @@ async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
         body.contains("): list failed: cannot reach the API server: "),
         "{body}"
     );
-    let webhook: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
     let resp = review(
         &client(&pki.ca_pem(), webhook, false),
         webhook,

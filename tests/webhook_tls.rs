@@ -2,10 +2,11 @@
 //! rewrite and Kubernetes' `..data` symlink swap), a bad new pair keeps the old one, TLS 1.2,
 //! and graceful shutdown.
 
+#[path = "support/metrics.rs"]
+mod process_metrics;
 #[path = "webhook_support/mod.rs"]
 mod support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kerf::state::Store;
@@ -28,6 +29,8 @@ async fn wait_for_cert(ca: &str, addr: std::net::SocketAddr, want: &[u8]) -> Dur
 
 #[tokio::test]
 async fn rewritten_cert_files_are_served_on_next_connection() {
+    // Certificate reloads are counted process-wide: the rotating tests run one at a time.
+    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -35,20 +38,33 @@ async fn rewritten_cert_files_are_served_on_next_connection() {
     let (cert, key) = write_pair(dir.path(), &old);
     let server = start(Store::new(), &cert, &key, |_| {}).await;
     let ca = pki.ca_pem();
+    let reloaded = || async { reloads(server.health, "ok").await };
+    let before = reloaded().await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
-    // An established keep-alive connection keeps working across the rotation.
-    let kept = client(&ca, server.webhook, false);
-    let _ = kept.get(url(server.webhook, "/x")).send().await.unwrap();
+    // An established keep-alive connection keeps working across the rotation: one TLS
+    // connection (it cannot reconnect) answers before and after, still under the old certificate.
+    let mut kept = tls_connection(&ca, server.webhook).await;
+    assert_eq!(get_on(&mut kept, "/x").await, Ok(404));
 
     let new = pki.leaf("new");
     write_pair(dir.path(), &new);
     wait_for_cert(&ca, server.webhook, &new.der).await;
-    let _ = kept.get(url(server.webhook, "/x")).send().await.unwrap();
-    let (_, metrics) = get_text(server.health, "/metrics").await;
-    assert!(
-        metrics.contains(r#"kerf_tls_reloads_total{kind="ok"} 1"#),
-        "{metrics}"
+    assert_eq!(
+        get_on(&mut kept, "/x").await,
+        Ok(404),
+        "the connection made before the rotation"
     );
+    assert_eq!(connection_cert(&kept), old.der);
+    assert_eq!(reloaded().await - before, 1.0, "one reload counted");
+}
+
+/// `kerf_tls_reloads_total{kind}` on `/metrics`.
+async fn reloads(health: std::net::SocketAddr, kind: &str) -> f64 {
+    let (_, text) = get_text(health, "/metrics").await;
+    process_metrics::value(
+        &text,
+        &format!(r#"kerf_tls_reloads_total{{kind="{kind}"}}"#),
+    )
 }
 
 /// Kubernetes mounts Secret keys as `tls.crt -> ..data/tls.crt`, `..data -> ..<timestamp>`, and
@@ -57,6 +73,7 @@ async fn rewritten_cert_files_are_served_on_next_connection() {
 #[tokio::test]
 async fn secret_volume_data_symlink_swap_is_picked_up() {
     use std::os::unix::fs::symlink;
+    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -91,6 +108,7 @@ async fn secret_volume_data_symlink_swap_is_picked_up() {
 
 #[tokio::test]
 async fn bad_new_pair_keeps_old_cert_serving() {
+    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -101,14 +119,15 @@ async fn bad_new_pair_keeps_old_cert_serving() {
     })
     .await;
     let ca = pki.ca_pem();
+    let before = reloads(server.health, "error").await;
 
     // A certificate with someone else's key, then garbage: each refused (counted), old kept.
     let other = pki.leaf("other");
     std::fs::write(&cert, &other.cert_pem).unwrap();
-    wait_for_reload_errors(server.health, 1).await;
+    wait_for_reload_errors(server.health, before + 1.0).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
     std::fs::write(&cert, "not a certificate").unwrap();
-    wait_for_reload_errors(server.health, 2).await;
+    wait_for_reload_errors(server.health, before + 2.0).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
 
     // Fixing the files later still rotates.
@@ -117,18 +136,17 @@ async fn bad_new_pair_keeps_old_cert_serving() {
     wait_for_cert(&ca, server.webhook, &new.der).await;
 }
 
-/// Waits (polling /metrics, up to 20 s) until `n` refused reloads were counted.
-async fn wait_for_reload_errors(health: std::net::SocketAddr, n: u32) {
-    let want = format!(r#"kerf_tls_reloads_total{{kind="error"}} {n}"#);
+/// Waits (polling /metrics, up to 20 s) until the refused reloads counted are exactly `n`.
+async fn wait_for_reload_errors(health: std::net::SocketAddr, n: f64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let (_, metrics) = get_text(health, "/metrics").await;
-        if metrics.contains(&want) {
+        let seen = reloads(health, "error").await;
+        if seen == n {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "never saw {want}: {metrics}"
+            "never saw {n} refused reloads (last: {seen})"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -171,26 +189,28 @@ async fn tls12_client_is_accepted() {
     assert_eq!(resp.status(), 404, "the TLS listener serves only /mutate");
 }
 
-async fn slow_server(dir: &Path, delay: Duration) -> (Running, reqwest::Client) {
-    install_provider();
-    let pki = Pki::new();
-    let (cert, key) = write_pair(dir, &pki.leaf("kerf"));
-    let server = start(Store::new(), &cert, &key, |c| c.review_delay = delay).await;
-    let client = client(&pki.ca_pem(), server.webhook, false);
-    (server, client)
-}
-
 #[tokio::test]
 async fn graceful_shutdown_finishes_in_flight_review() {
+    install_provider();
     let dir = tempfile::tempdir().unwrap();
-    let (mut server, client) = slow_server(dir.path(), Duration::from_millis(1500)).await;
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let mut server = start(Store::new(), &cert, &key, |c| {
+        c.review_delay = Duration::from_millis(1500);
+        c.review_started = Some(started_tx);
+    })
+    .await;
+    let client = client(&pki.ca_pem(), server.webhook, false);
     let addr = server.webhook;
     let body = fixture("pod-kai-fraction.json");
     let in_flight = tokio::spawn({
         let client = client.clone();
         async move { review(&client, addr, &body).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the review reached the server within 10 s");
     let t = Instant::now();
     server.stop();
     let resp = in_flight.await.expect("in-flight review completed");
@@ -213,17 +233,30 @@ async fn graceful_shutdown_finishes_in_flight_review() {
 
 #[tokio::test]
 async fn graceful_shutdown_closes_idle_keep_alive_connections() {
+    use tokio::io::AsyncReadExt;
+    install_provider();
     let dir = tempfile::tempdir().unwrap();
-    let (mut server, client) = slow_server(dir.path(), Duration::ZERO).await;
-    // Leave an idle HTTP/1.1 keep-alive connection in the client's pool.
-    let _ = review(&client, server.webhook, &fixture("pod-kai-fraction.json")).await;
-    let t = Instant::now();
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
+    // Open connections hold shutdown up for at most this long; idle ones must not hold it up.
+    let mut server = start(Store::new(), &cert, &key, |c| {
+        c.shutdown_timeout = Duration::from_secs(60)
+    })
+    .await;
+    // An idle HTTP/1.1 keep-alive connection: two requests answered on it, then left open.
+    let mut idle = tls_connection(&pki.ca_pem(), server.webhook).await;
+    assert_eq!(get_on(&mut idle, "/x").await, Ok(404));
+    assert_eq!(get_on(&mut idle, "/x").await, Ok(404), "kept alive");
     server.stop();
-    let result = tokio::time::timeout(Duration::from_secs(5), &mut server.handle)
+    let result = tokio::time::timeout(Duration::from_secs(10), &mut server.handle)
         .await
-        .expect("idle keep-alive connection does not hold up shutdown")
+        .expect("the idle keep-alive connection held shutdown up (10 s, the timeout is 60 s)")
         .unwrap();
-    assert!(result.is_ok());
-    assert!(t.elapsed() < Duration::from_secs(5));
-    drop(client);
+    assert!(result.is_ok(), "{result:?}");
+    // The server closed it.
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+        .await
+        .expect("the idle connection is closed");
+    assert!(matches!(read, Ok(0)), "{read:?}");
 }

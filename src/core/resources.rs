@@ -810,6 +810,30 @@ mod tests {
         );
     }
 
+    /// The nearest-rank percentile by its definition, without sorting or ranks: the smallest
+    /// sample with at least `pct` % of the samples at or below it (float noise in `pct` × n
+    /// ignored, as documented).
+    fn nearest_rank_by_counting(values: &[f64], pct: f64) -> f64 {
+        let needed = pct / 100.0 * values.len() as f64;
+        values
+            .iter()
+            .copied()
+            .filter(|&v| {
+                let at_or_below = values.iter().filter(|&&x| x <= v).count() as f64;
+                at_or_below >= needed - 1e-9 * needed.max(1.0)
+            })
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    #[test]
+    fn nearest_rank_by_counting_is_the_documented_percentile() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(nearest_rank_by_counting(&v, 95.0), 19.0);
+        assert_eq!(nearest_rank_by_counting(&v, 100.0), 20.0);
+        assert_eq!(nearest_rank_by_counting(&v, 1.0), 1.0);
+        assert_eq!(nearest_rank_by_counting(&[3.0, 1.0, 2.0, 2.0], 50.0), 2.0);
+    }
+
     proptest! {
         #[test]
         fn cpu_recommendation_covers_percentile_with_headroom(
@@ -819,7 +843,7 @@ mod tests {
         ) {
             let p = cpu(pct, headroom);
             let millis = recommend_cpu_millis(&series(&values), &p, now()).unwrap();
-            let want = percentile_nearest_rank(&values, pct).unwrap() * (1.0 + headroom / 100.0) * 1000.0;
+            let want = nearest_rank_by_counting(&values, pct) * (1.0 + headroom / 100.0) * 1000.0;
             // Rounded up: never below the exact value (beyond float noise), less than one millicore above.
             prop_assert!(millis as f64 >= want - 1e-6 * want.max(1.0));
             prop_assert!((millis as f64) < want + 1.0 || millis == 1);

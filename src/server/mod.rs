@@ -50,6 +50,9 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
     /// Test hook: every `/mutate` waits this long before answering (zero in production).
     pub review_delay: Duration,
+    /// Test hook: told when a `/mutate` request reaches its handler, before `review_delay`
+    /// (none in production), so a test knows a review is in flight.
+    pub review_started: Option<mpsc::UnboundedSender<()>>,
 }
 
 impl ServeConfig {
@@ -67,6 +70,7 @@ impl ServeConfig {
             reload_interval: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(25),
             review_delay: Duration::ZERO,
+            review_started: None,
         }
     }
 }
@@ -75,20 +79,26 @@ impl ServeConfig {
 struct AppState {
     store: Arc<Store>,
     review_delay: Duration,
+    review_started: Option<mpsc::UnboundedSender<()>>,
 }
 
 /// The admission router (`POST /mutate`).
 pub fn router(store: Arc<Store>) -> Router {
-    router_with_delay(store, Duration::ZERO)
+    router_with_hooks(store, Duration::ZERO, None)
 }
 
-fn router_with_delay(store: Arc<Store>, review_delay: Duration) -> Router {
+fn router_with_hooks(
+    store: Arc<Store>,
+    review_delay: Duration,
+    review_started: Option<mpsc::UnboundedSender<()>>,
+) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(AppState {
             store,
             review_delay,
+            review_started,
         })
 }
 
@@ -103,11 +113,15 @@ pub fn health_router(store: Arc<Store>) -> Router {
         .with_state(AppState {
             store,
             review_delay: Duration::ZERO,
+            review_started: None,
         })
 }
 
 async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     let started = Instant::now();
+    if let Some(tx) = &app.review_started {
+        let _ = tx.send(());
+    }
     if !app.review_delay.is_zero() {
         tokio::time::sleep(app.review_delay).await;
     }
@@ -256,13 +270,19 @@ impl BoundServer {
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         let acceptor = TlsAcceptor::from(self.certs.server_config()?);
+        // The bound addresses (a port 0 in the configuration is the one the system picked).
+        let (webhook_addr, health_addr) = (self.webhook_addr(), self.health_addr());
         let reload = tokio::spawn(self.certs.clone().watch(self.config.reload_interval));
         let (stop_tx, stop_rx) = watch::channel(false);
         // Every connection task holds a sender; all dropped = every connection finished.
         let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
         let webhook = tokio::spawn(accept_loop(
             self.tls_listener,
-            router_with_delay(store.clone(), self.config.review_delay),
+            router_with_hooks(
+                store.clone(),
+                self.config.review_delay,
+                self.config.review_started.clone(),
+            ),
             Some(acceptor),
             stop_rx.clone(),
             open_tx.clone(),
@@ -274,7 +294,7 @@ impl BoundServer {
             stop_rx,
             open_tx,
         ));
-        tracing::info!(webhook = %self.config.listen, health = %self.config.health_listen, "kerf serving");
+        tracing::info!(webhook = %webhook_addr, health = %health_addr, "kerf serving");
         shutdown.await;
         tracing::info!("shutting down: no new connections, finishing in-flight reviews");
         let _ = stop_tx.send(true);

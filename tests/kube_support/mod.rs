@@ -50,6 +50,14 @@ pub fn requests(log: &Log) -> Vec<Recorded> {
     log.lock().unwrap().clone()
 }
 
+/// (method, path) of each request, in order: what was sent where (a subresource such as
+/// `/status` is part of the path).
+pub fn calls(seen: &[Recorded]) -> Vec<(&str, &str)> {
+    seen.iter()
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect()
+}
+
 /// A kube client whose requests go to `handler`.
 pub fn mock<F>(mut handler: F) -> (Client, Log)
 where

@@ -243,3 +243,104 @@ pub async fn presented_cert(ca_pem: &str, addr: SocketAddr) -> Vec<u8> {
         .expect("peer certificate")
         .to_vec()
 }
+
+/// One TLS connection (HTTP/1.1 by ALPN) to the webhook listener, trusting the test CA: unlike
+/// a pooled client it never reconnects, so what it sees is what that one connection does.
+pub async fn tls_connection(
+    ca_pem: &str,
+    addr: SocketAddr,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(client_tls(ca_pem, &[b"http/1.1"], false)));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("TCP connect");
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.expect("TLS handshake")
+}
+
+/// The leaf certificate the server presented on `conn`.
+pub fn connection_cert(conn: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> Vec<u8> {
+    conn.get_ref()
+        .1
+        .peer_certificates()
+        .expect("peer certificate")[0]
+        .to_vec()
+}
+
+/// Sends `GET path` on `conn` (HTTP/1.1, keep-alive) and reads the whole response; returns its
+/// status code, or why there was no complete response (e.g. the server closed the connection).
+pub async fn get_on<S>(conn: &mut S, path: &str) -> Result<u16, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+    conn.write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&bytes[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .ok_or_else(|| format!("no content-length: {head}"))?;
+            if bytes.len() >= end + 4 + length {
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("no status: {head}"))?;
+                return Ok(status);
+            }
+        }
+        match conn.read(&mut buf).await {
+            Ok(0) => return Err(format!("connection closed after {} bytes", bytes.len())),
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// Takes a `kerf serve` child's stderr and reads it until the "kerf serving" line, passing every
+/// line on to this process's stderr (also after); returns the bound (webhook, health) addresses
+/// that line names. The child listens on port 0, so no port is picked before it binds. Kills
+/// the child when the line does not come.
+pub fn serving_addresses(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            eprintln!("{line}");
+            if line.contains("kerf serving") {
+                let addr = |key: &str| -> Option<SocketAddr> {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key))?
+                        .parse()
+                        .ok()
+                };
+                let _ = tx.send(addr("webhook=").zip(addr("health=")));
+            }
+        }
+    });
+    let failed = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Some((webhook, health))) if webhook.port() != 0 && health.port() != 0 => {
+            return (webhook, health);
+        }
+        Ok(Some(addrs)) => format!("\"kerf serving\" names {addrs:?}, not the bound ports"),
+        Ok(None) => "the \"kerf serving\" line names no webhook= and health= address".to_string(),
+        Err(e) => format!("kerf serve did not log \"kerf serving\" ({e}); its stderr is above"),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{failed}");
+}

@@ -303,9 +303,23 @@ fn one_fraction_per_pod_second_container_gets_whole_gpus() {
 #[test]
 fn gpu_memory_pods_keep_their_gpu_setup() {
     let p = pod(json!({"gpu-memory": "4096"}), json!([{"name": "main"}]));
-    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
-    assert!(ann(&m.desired, "gpu-fraction").is_none());
+    let s = state(&[("main", 0.5)]);
+    let m = mutate_pod(&p, &s, "kai-scheduler").unwrap();
     assert!(m.notes.iter().any(|n| n.contains("gpu-memory")));
+    // No GPU size (no gpu-fraction, no nvidia.com/gpu, gpu-memory kept): only the KAI
+    // scheduler and queue a pod with KAI annotations gets (K5), and the record of it.
+    assert_eq!(
+        Value::Array(m.patch.clone()),
+        json!([
+            {"op": "add", "path": "/metadata/annotations/rightsizing.kubex.ai~1mutated",
+             "value": "{\"policy\":\"GpuReactivePolicy/ml/train\",\"queue\":\"kerf-gpu-queue\",\"schedulerName\":\"kai-scheduler\"}"},
+            {"op": "add", "path": "/metadata/labels", "value": {"kai.scheduler/queue": "kerf-gpu-queue"}},
+            {"op": "add", "path": "/spec/schedulerName", "value": "kai-scheduler"}
+        ])
+    );
+    let out = run(&p, &s);
+    assert_eq!(ann(&out, "gpu-memory"), Some("4096"));
+    assert_eq!(out["spec"]["containers"], json!([{"name": "main"}]));
 }
 
 #[test]
