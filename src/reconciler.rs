@@ -3,13 +3,14 @@
 //! store the webhook reads, and queue the writes (the writer performs them only while this
 //! replica holds the Lease; every replica computes and serves).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::api::{OptionNames, PrometheusSettings, RightsizingRecommendation};
-use crate::core::recovery::serving_state;
+use crate::core::recovery::serving_state_each;
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::core::writes::WriteOp;
 pub use crate::core::writes::{
@@ -59,9 +60,15 @@ pub fn serve_persisted(
 ) -> Vec<String> {
     store.set_global(snapshot.global.clone());
     let held = held_back(snapshot, recommendations);
-    let served = serving_state(snapshot, recommendations, &held);
-    store.replace_all(served.entries.into_iter().collect());
-    served.warnings
+    // One workload at a time: each new state replaces the old one in place, so the store never
+    // holds two generations.
+    let mut present = HashSet::new();
+    let warnings = serving_state_each(snapshot, recommendations, &held, |key, state| {
+        present.insert(key.clone());
+        store.put(key, state);
+    });
+    store.retain(|k| present.contains(k));
+    warnings
 }
 
 /// The dependency name of Prometheus on `/readyz`.

@@ -8,7 +8,7 @@
 //! recorded baseline — an entry that differs, or a container the template no longer has —
 //! resets the recommendation (docs/design/gpu-engine.md#g7, the engine's `check_baseline`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use crate::api::{RightsizingRecommendation, WorkloadKind};
@@ -47,16 +47,23 @@ pub fn serving_state(
     recommendations: &[Arc<RightsizingRecommendation>],
     held: &BTreeSet<WorkloadKey>,
 ) -> Recovered {
-    let mut out = recover(snapshot);
+    let mut entries = Vec::new();
+    let warnings = serving_state_each(snapshot, recommendations, held, |k, s| entries.push((k, s)));
+    Recovered { entries, warnings }
+}
+
+/// [`serving_state`] one workload at a time (see [`recover_each`]).
+pub fn serving_state_each(
+    snapshot: &Snapshot,
+    recommendations: &[Arc<RightsizingRecommendation>],
+    held: &BTreeSet<WorkloadKey>,
+    mut emit: impl FnMut(WorkloadKey, WorkloadState),
+) -> Vec<String> {
     let workloads: HashSet<&WorkloadKey> = snapshot.workloads.iter().map(|w| &w.key).collect();
-    let mut at: HashMap<WorkloadKey, usize> = out
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, (k, _))| (k.clone(), i))
-        .collect();
+    // The CPU/memory part, by workload, merged into the GPU entries as they come.
+    let mut applied: BTreeMap<WorkloadKey, WorkloadState> = BTreeMap::new();
     for rec in recommendations {
-        let Some(applied) = rec.status.as_ref().and_then(|s| s.applied.as_ref()) else {
+        let Some(change) = rec.status.as_ref().and_then(|s| s.applied.as_ref()) else {
             continue;
         };
         let Some(key) = recommendation_key(rec) else {
@@ -69,21 +76,25 @@ pub fn serving_state(
         if protected || held.contains(&key) || !workloads.contains(&key) {
             continue;
         }
-        let (resources, hpa) = served_change(applied);
-        let i = *at.entry(key.clone()).or_insert_with(|| {
-            let policy = rec.spec.policies.first().and_then(|p| PolicyId::parse(p));
-            let state = WorkloadState {
-                policy,
-                ..Default::default()
-            };
-            out.entries.push((key, state));
-            out.entries.len() - 1
+        let (resources, hpa) = served_change(change);
+        let state = applied.entry(key).or_insert_with(|| WorkloadState {
+            policy: rec.spec.policies.first().and_then(|p| PolicyId::parse(p)),
+            ..Default::default()
         });
-        let state = &mut out.entries[i].1;
         state.resources = resources;
         state.hpa = hpa;
     }
-    out
+    let warnings = recover_each(snapshot, |key, mut state| {
+        if let Some(rs) = applied.remove(&key) {
+            state.resources = rs.resources;
+            state.hpa = rs.hpa;
+        }
+        emit(key, state);
+    });
+    for (key, state) in applied {
+        emit(key, state);
+    }
+    warnings
 }
 
 /// The workload a RightsizingRecommendation is about.
@@ -95,8 +106,21 @@ pub fn recommendation_key(rec: &RightsizingRecommendation) -> Option<WorkloadKey
     ))
 }
 
+/// Store entries for every workload carrying a usable `gpu-recommendation` annotation (see
+/// [`recover_each`]).
 pub fn recover(snapshot: &Snapshot) -> Recovered {
-    let mut out = Recovered::default();
+    let mut entries = Vec::new();
+    let warnings = recover_each(snapshot, |k, s| entries.push((k, s)));
+    Recovered { entries, warnings }
+}
+
+/// Each store entry recovered from the annotations, handed to `emit` one at a time (so a caller
+/// filling the store never holds a second generation of them); returns what was ignored and why.
+pub fn recover_each(
+    snapshot: &Snapshot,
+    mut emit: impl FnMut(WorkloadKey, WorkloadState),
+) -> Vec<String> {
+    let mut warnings = Vec::new();
     for w in &snapshot.workloads {
         let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
             continue;
@@ -111,7 +135,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         let mut rec = match GpuRecommendation::parse(text) {
             Ok(r) => r,
             Err(e) => {
-                out.warnings.push(format!(
+                warnings.push(format!(
                     "{}: ignoring annotation {ANNOTATION_GPU_RECOMMENDATION}: {e}",
                     w.key
                 ));
@@ -126,7 +150,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         {
             Some(Ok(b)) => Some(b),
             Some(Err(e)) => {
-                out.warnings.push(format!(
+                warnings.push(format!(
                     "{}: ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}",
                     w.key
                 ));
@@ -141,7 +165,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                 // Several policies' parts: each is checked on its own below.
                 None if !rec.by_policy.is_empty() => None,
                 None => {
-                    out.warnings.push(format!(
+                    warnings.push(format!(
                         "{}: recommending policy {id} no longer exists",
                         w.key
                     ));
@@ -170,7 +194,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                     Some(Some(s)) => {
                         scope.extend(s.into_iter().filter(|c| part.containers.contains(c)))
                     }
-                    _ => out.warnings.push(format!(
+                    _ => warnings.push(format!(
                         "{}: policy {id} no longer exists or covers it: its containers are not served",
                         w.key
                     )),
@@ -179,8 +203,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             scope
         } else if let Some(p) = policy {
             let Some(scope) = covered(p) else {
-                out.warnings
-                    .push(format!("{}: policy {} no longer covers it", w.key, p.id));
+                warnings.push(format!("{}: policy {} no longer covers it", w.key, p.id));
                 continue;
             };
             scope
@@ -196,7 +219,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             let alloc = container_allocations(spec, w.template.annotations());
             let scope: BTreeSet<String> = scope.iter().cloned().collect();
             if !check_baseline(b, spec, &alloc, &scope).changed.is_empty() {
-                out.warnings.push(format!(
+                warnings.push(format!(
                     "{}: template GPU allocation changed since the baseline was recorded: recommendation not served",
                     w.key
                 ));
@@ -209,7 +232,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
         // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
         let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
             Some((p, None)) => {
-                out.warnings.push(format!(
+                warnings.push(format!(
                     "{}: policy {}: {}",
                     w.key,
                     p.id,
@@ -220,7 +243,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
             Some((_, Some(s))) => s.clone(),
             None => Default::default(),
         };
-        out.entries.push((
+        emit(
             w.key.clone(),
             WorkloadState {
                 policy: rec.policy.clone(),
@@ -229,7 +252,7 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
                 strategy,
                 ..Default::default()
             },
-        ));
+        );
     }
-    out
+    warnings
 }
