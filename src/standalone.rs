@@ -72,6 +72,24 @@ fn decode<T: DeserializeOwned>(doc: serde_json::Value, what: &str) -> anyhow::Re
     })
 }
 
+/// A policy document decoded and validated by `check`; an error names the document and the
+/// field.
+fn read_policy<P: DeserializeOwned, T>(
+    doc: &serde_json::Value,
+    what: &str,
+    check: impl FnOnce(P) -> Result<T, ValidationError>,
+) -> anyhow::Result<T> {
+    check(decode(doc.clone(), what)?).map_err(|e| anyhow::anyhow!("{what}: invalid: {e}"))
+}
+
+/// A cluster-scoped object's metadata carries no namespace, whatever the manifest says.
+fn cluster_scoped(meta: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        namespace: None,
+        ..meta
+    }
+}
+
 /// An invalid policy document, reported as an invalid policy is in a cluster.
 fn rejected_policy(
     doc: &serde_json::Value,
@@ -151,17 +169,17 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
         let invalid = |e: ValidationError| anyhow::anyhow!("{what}: invalid: {e}");
         match (ours, kind.as_str()) {
             (true, "GpuReactivePolicy") => {
-                let read = decode::<GpuReactivePolicy>(doc.clone(), &what).and_then(|mut p| {
+                let read = read_policy(&doc, &what, |mut p: GpuReactivePolicy| {
                     p.metadata.namespace.get_or_insert_with(|| "default".into());
-                    p.spec.validate().map_err(invalid)?;
-                    Ok(p)
+                    p.spec.validate()?;
+                    Ok((p.metadata, p.spec, p.status))
                 });
                 match read {
-                    Ok(p) => s.gpu_policies.push(Policy::from_object(
-                        &p.metadata,
+                    Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
+                        &meta,
                         PolicyType::GpuReactivePolicy,
-                        p.spec,
-                        p.status,
+                        spec,
+                        status,
                     )),
                     Err(e) => m.invalid.push(rejected_policy(
                         &doc,
@@ -172,23 +190,17 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 }
             }
             (true, "ClusterGpuReactivePolicy") => {
-                let read = decode::<ClusterGpuReactivePolicy>(doc.clone(), &what).and_then(|p| {
-                    p.spec.validate().map_err(invalid)?;
-                    Ok(p)
+                let read = read_policy(&doc, &what, |p: ClusterGpuReactivePolicy| {
+                    p.spec.validate()?;
+                    Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
                 });
                 match read {
-                    Ok(p) => {
-                        let meta = ObjectMeta {
-                            namespace: None,
-                            ..p.metadata
-                        };
-                        s.gpu_policies.push(Policy::from_object(
-                            &meta,
-                            PolicyType::ClusterGpuReactivePolicy,
-                            p.spec.into(),
-                            p.status,
-                        ));
-                    }
+                    Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
+                        &meta,
+                        PolicyType::ClusterGpuReactivePolicy,
+                        spec,
+                        status,
+                    )),
                     Err(e) => m.invalid.push(rejected_policy(
                         &doc,
                         PolicyType::ClusterGpuReactivePolicy,
@@ -198,17 +210,17 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 }
             }
             (true, "RightsizingPolicy") => {
-                let read = decode::<RightsizingPolicy>(doc.clone(), &what).and_then(|mut p| {
+                let read = read_policy(&doc, &what, |mut p: RightsizingPolicy| {
                     p.metadata.namespace.get_or_insert_with(|| "default".into());
-                    p.spec.validate().map_err(invalid)?;
-                    Ok(p)
+                    p.spec.validate()?;
+                    Ok((p.metadata, p.spec, p.status))
                 });
                 match read {
-                    Ok(p) => s.rightsizing_policies.push(Policy::from_object(
-                        &p.metadata,
+                    Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
+                        &meta,
                         PolicyType::RightsizingPolicy,
-                        p.spec,
-                        p.status,
+                        spec,
+                        status,
                     )),
                     Err(e) => m.invalid.push(rejected_policy(
                         &doc,
@@ -219,23 +231,17 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 }
             }
             (true, "ClusterRightsizingPolicy") => {
-                let read = decode::<ClusterRightsizingPolicy>(doc.clone(), &what).and_then(|p| {
-                    p.spec.validate().map_err(invalid)?;
-                    Ok(p)
+                let read = read_policy(&doc, &what, |p: ClusterRightsizingPolicy| {
+                    p.spec.validate()?;
+                    Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
                 });
                 match read {
-                    Ok(p) => {
-                        let meta = ObjectMeta {
-                            namespace: None,
-                            ..p.metadata
-                        };
-                        s.rightsizing_policies.push(Policy::from_object(
-                            &meta,
-                            PolicyType::ClusterRightsizingPolicy,
-                            p.spec.into(),
-                            p.status,
-                        ));
-                    }
+                    Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
+                        &meta,
+                        PolicyType::ClusterRightsizingPolicy,
+                        spec,
+                        status,
+                    )),
                     Err(e) => m.invalid.push(rejected_policy(
                         &doc,
                         PolicyType::ClusterRightsizingPolicy,
