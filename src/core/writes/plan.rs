@@ -167,18 +167,33 @@ fn restore_target(snapshot: &Snapshot, key: &WorkloadKey, h: &RestoreHpa) -> Opt
     Some(hpa_target(snapshot, key, &h.name, &h.resource, h.target))
 }
 
-fn find_recommendation<'a>(
-    recommendations: &'a [Arc<RightsizingRecommendation>],
-    key: &WorkloadKey,
-) -> Option<&'a RightsizingRecommendation> {
-    let name = recommendation_name(key);
-    recommendations
-        .iter()
-        .find(|rec| {
-            rec.metadata.namespace.as_deref() == Some(key.namespace.as_str())
-                && rec.metadata.name.as_deref() == Some(name.as_str())
-        })
-        .map(|rec| &**rec)
+/// The RightsizingRecommendations by (namespace, name): looked up once per workload, so a
+/// cycle stays linear in the number of workloads.
+struct RecommendationIndex<'a>(HashMap<(&'a str, &'a str), &'a RightsizingRecommendation>);
+
+impl<'a> RecommendationIndex<'a> {
+    fn new(recommendations: &'a [Arc<RightsizingRecommendation>]) -> Self {
+        Self(
+            recommendations
+                .iter()
+                .filter_map(|rec| {
+                    let key = (
+                        rec.metadata.namespace.as_deref()?,
+                        rec.metadata.name.as_deref()?,
+                    );
+                    Some((key, &**rec))
+                })
+                .collect(),
+        )
+    }
+
+    /// The recommendation of the workload `key`.
+    fn find(&self, key: &WorkloadKey) -> Option<&'a RightsizingRecommendation> {
+        let name = recommendation_name(key);
+        self.0
+            .get(&(key.namespace.as_str(), name.as_str()))
+            .copied()
+    }
 }
 
 /// Workloads whose CPU/memory kerf must not set, at admission or by the agent: a rollback is
@@ -222,6 +237,7 @@ fn restore_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
     recommendations: &[Arc<RightsizingRecommendation>],
+    index: &RecommendationIndex<'_>,
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
     now: DateTime<Utc>,
 ) -> BTreeMap<WorkloadKey, WriteOp> {
@@ -255,7 +271,7 @@ fn restore_writes(
         let Some(w) = workloads.get(&key) else {
             continue;
         };
-        let observed = find_recommendation(recommendations, &key).cloned();
+        let observed = index.find(&key).cloned();
         let outcome = results
             .get(&key)
             .and_then(|r| r.outcome.as_ref().ok().map(|o| (o, &r.policy)));
@@ -331,14 +347,14 @@ fn gpu_only_recommendation(
     snapshot: &Snapshot,
     gpu: &WorkloadResult,
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    index: &RecommendationIndex<'_>,
     restores: &BTreeMap<WorkloadKey, WriteOp>,
 ) -> Option<WriteOp> {
     if gpu.metrics_unavailable || gpu.policies.is_empty() || restores.contains_key(&gpu.key) {
         return None;
     }
     let w = workloads.get(&gpu.key)?;
-    let observed = find_recommendation(recommendations, &gpu.key).cloned();
+    let observed = index.find(&gpu.key).cloned();
     let previous = observed.as_ref().and_then(|o| o.status.as_ref());
     let mut status = gpu_recommendation_status(gpu, previous);
     if rolled_back(previous) {
@@ -414,15 +430,18 @@ pub fn plan_writes(
 
     // Rollbacks and releases carry their own RightsizingRecommendation write (made once the
     // restore went through), so those workloads are skipped below.
-    let mut restores = restore_writes(snapshot, cycle, recommendations, &workloads, now);
+    let index = RecommendationIndex::new(recommendations);
+    let mut restores = restore_writes(snapshot, cycle, recommendations, &index, &workloads, now);
 
     // The RightsizingRecommendation of every workload kerf recommends for, then the CPU/memory
     // change (coordinated when an HPA is).
     for wo in &cycle.workloads {
         let Some(r) = &wo.resources else {
-            if let Some(op) = wo.gpu.as_ref().and_then(|g| {
-                gpu_only_recommendation(snapshot, g, &workloads, recommendations, &restores)
-            }) {
+            if let Some(op) = wo
+                .gpu
+                .as_ref()
+                .and_then(|g| gpu_only_recommendation(snapshot, g, &workloads, &index, &restores))
+            {
                 ops.push(op);
             }
             continue;
@@ -436,7 +455,7 @@ pub fn plan_writes(
             continue;
         };
         let name = recommendation_name(&r.key);
-        let observed = find_recommendation(recommendations, &r.key).cloned();
+        let observed = index.find(&r.key).cloned();
         let previous_status = observed.as_ref().and_then(|o| o.status.clone());
         let mut status = recommendation_status(outcome, previous_status.as_ref());
         // Rolled back (or asked to be, under readOnly): recommendation only.
