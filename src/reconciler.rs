@@ -51,7 +51,7 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
 }
 
 /// Fills the admission store from the persisted state — workload annotations and
-/// RightsizingRecommendations (see [`serving_state`]) — and the GlobalConfiguration. Every
+/// RightsizingRecommendations (see [`serving_state_each`]) — and the GlobalConfiguration. Every
 /// replica does this, the leader included, so every replica answers a review identically.
 pub fn serve_persisted(
     store: &Store,

@@ -1,7 +1,6 @@
 //! The in-memory store: written by the reconciler (or standalone evaluation), read by the
 //! admission path. Reads never block on IO.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -56,16 +55,6 @@ impl Store {
 
     pub fn remove(&self, key: &WorkloadKey) {
         self.workloads.remove(key);
-        self.update_gauge();
-    }
-
-    /// Replaces every workload entry: each entry is swapped in place (a review never sees a
-    /// workload missing), then the workloads no longer present are dropped.
-    pub fn replace_all(&self, entries: BTreeMap<WorkloadKey, WorkloadState>) {
-        self.workloads.retain(|k, _| entries.contains_key(k));
-        for (k, v) in entries {
-            self.workloads.insert(k, Arc::new(v));
-        }
         self.update_gauge();
     }
 

@@ -41,18 +41,8 @@ pub fn store_entries_from_annotations(snapshot: &Snapshot) -> Vec<(WorkloadKey, 
 /// watching the same objects answer the same review identically): the GPU recommendation from
 /// the workload annotations ([`recover`]), the CPU/memory requests and the coordinated HPA
 /// target from the workload's RightsizingRecommendation `status.applied` — except for the
-/// `held` workloads (rollback asked for or done), which get no CPU/memory or HPA target.
-pub fn serving_state(
-    snapshot: &Snapshot,
-    recommendations: &[Arc<RightsizingRecommendation>],
-    held: &BTreeSet<WorkloadKey>,
-) -> Recovered {
-    let mut entries = Vec::new();
-    let warnings = serving_state_each(snapshot, recommendations, held, |k, s| entries.push((k, s)));
-    Recovered { entries, warnings }
-}
-
-/// [`serving_state`] one workload at a time (see [`recover_each`]).
+/// `held` workloads (rollback asked for or done), which get no CPU/memory or HPA target. One
+/// workload at a time (see [`recover_each`]).
 pub fn serving_state_each(
     snapshot: &Snapshot,
     recommendations: &[Arc<RightsizingRecommendation>],
