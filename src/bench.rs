@@ -291,7 +291,7 @@ mod tests {
             (s.workloads.len(), s.pods.len(), s.gpu_policies.len()),
             (100, 132, 5)
         );
-        let plan = crate::core::evaluate::plan(&s, now, 15);
+        let plan = crate::core::recommenders::gpu::plan(&s, now, 15);
         assert_eq!(plan.workloads.len(), 100);
         assert_eq!(plan.queries.len(), 10, "one query per policy and signal");
         assert_eq!(

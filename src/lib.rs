@@ -1,10 +1,10 @@
 //! kerf: a Kubernetes rightsizer for fractional GPUs (NVIDIA KAI), CPU and memory, that keeps
 //! HorizontalPodAutoscalers consistent.
 //!
-//! Layout: [`api`] (CRD types), [`core`] (pure logic: no IO, no clock), and the IO edges —
-//! [`metrics`] (OpenMetrics file, Prometheus), [`kube`] (reader, writer, Lease), [`server`]
-//! (admission webhook, health), [`pipeline`] (one evaluation cycle), [`standalone`]
-//! (manifests directory), [`cli`] (commands).
+//! Layout: [`api`] (CRD types), [`core`] (pure logic: no IO, no clock; the recommenders and
+//! write planning), and the IO edges around the one loop — [`sources`] (API server, manifests
+//! directory) → [`reconcile`] (the cycle of every mode) → [`writers`] (cluster, in memory);
+//! [`metrics`] (OpenMetrics file, Prometheus), [`server`] (admission webhook, health), [`cli`].
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -12,13 +12,11 @@ pub mod bench;
 pub mod cli;
 pub mod core;
 pub mod health;
-pub mod kube;
 pub mod metrics;
 pub mod own_namespace;
-pub mod pipeline;
-pub mod reconciler;
+pub mod reconcile;
 pub mod server;
-pub mod standalone;
+pub mod sources;
 pub mod state;
 pub mod telemetry;
 pub mod writers;

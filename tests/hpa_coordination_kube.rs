@@ -17,10 +17,10 @@ use kerf::api::{
 };
 use kerf::core::model::{ANNOTATION_ROLLBACK, WorkloadKey};
 use kerf::core::snapshot::Snapshot;
-use kerf::kube::writer::{RecommendationWrite, RestoreKind, RestoreWrite};
-use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
-use kerf::pipeline::{CycleOutput, run_cycle};
-use kerf::reconciler::{held_back, plan_writes, serve_persisted};
+use kerf::reconcile::{CycleOutput, run_cycle};
+use kerf::reconcile::{held_back, plan_writes, serve_persisted};
+use kerf::writers::kube::{RecommendationWrite, RestoreKind, RestoreWrite};
+use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::{Recorded, Reply, calls, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -44,7 +44,7 @@ fn key() -> WorkloadKey {
 
 fn example() -> Snapshot {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/manifests");
-    kerf::standalone::load_dir(&dir).unwrap().snapshot
+    kerf::sources::dir::load_dir(&dir).unwrap().snapshot
 }
 
 async fn cycle(s: &Snapshot) -> CycleOutput {

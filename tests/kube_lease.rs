@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
-use kerf::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
+use kerf::writers::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
 use kube_support::{Recorded, Reply, calls, eventually, mock, requests, status};
 use serde_json::{Value, json};
 

@@ -15,10 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use auth_proxy::AuthProxy;
-use kerf::kube::recovery::prime_store;
-use kerf::kube::{Reader, Writer};
-use kerf::reconciler::{Cycle, ReconcileCycle};
+use kerf::reconcile::cluster::{Cycle, ReconcileCycle};
+use kerf::sources::kube::Reader;
+use kerf::sources::kube::recovery::prime_store;
 use kerf::state::Store;
+use kerf::writers::kube::Writer;
 use kube_support::{Recorded, Reply, mock};
 use prometheus_support::TestPrometheus;
 use serde_json::{Value, json};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kerf::api::{PolicyType, WorkloadKind};
 use kerf::core::model::WorkloadKey;
-use kerf::kube::Reader;
+use kerf::sources::kube::Reader;
 use kerf::state::{ObjectName, Store};
 use kube_support::{Recorded, Reply, mock, requests};
 use serde_json::{Value, json};

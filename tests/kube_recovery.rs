@@ -14,10 +14,11 @@ use kerf::core::model::{
 };
 use kerf::core::recovery::{recover, store_entries_from_annotations};
 use kerf::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
-use kerf::kube::recovery::prime_store;
-use kerf::kube::writer::{GpuAnnotations, WorkloadWrite};
-use kerf::kube::{Reader, WriteOp, WriteOutcome, Writer, WriterConfig};
+use kerf::sources::kube::Reader;
+use kerf::sources::kube::recovery::prime_store;
 use kerf::state::Store;
+use kerf::writers::kube::{GpuAnnotations, WorkloadWrite};
+use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig};
 use kube_support::{Recorded, Reply, mock, requests};
 use serde_json::{Value, json};
 use tokio::sync::watch;

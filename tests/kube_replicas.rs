@@ -14,11 +14,12 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use kerf::api::Signal;
 use kerf::core::model::{GpuRecommendation, PolicyId};
-use kerf::kube::recovery::prime_store;
-use kerf::kube::{Reader, Writer};
-use kerf::reconciler::{Cycle, ReconcileCycle};
+use kerf::reconcile::cluster::{Cycle, ReconcileCycle};
 use kerf::server::review::handle_review;
+use kerf::sources::kube::Reader;
+use kerf::sources::kube::recovery::prime_store;
 use kerf::state::Store;
+use kerf::writers::kube::Writer;
 use kube_support::{Recorded, Reply, mock};
 use prometheus_support::TestPrometheus;
 use serde_json::{Value, json};
@@ -160,7 +161,7 @@ async fn two_replicas_answer_identically_and_only_the_leader_queries_prometheus(
 
     let wait = follower.cycle.run_once().await.unwrap();
     assert_eq!(queries(), 0, "a follower never queries Prometheus");
-    assert_eq!(wait, kerf::reconciler::SERVE_REFRESH);
+    assert_eq!(wait, kerf::reconcile::cluster::SERVE_REFRESH);
     leader.cycle.run_once().await.unwrap();
     assert_eq!(
         queries(),

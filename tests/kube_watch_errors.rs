@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kerf::kube::Reader;
-use kerf::reconciler::ReconcilerConfig;
+use kerf::reconcile::cluster::ReconcilerConfig;
+use kerf::sources::kube::Reader;
 use kerf::state::Store;
 use kube_support::{Recorded, Reply, eventually, mock, requests};
 use serde_json::json;
@@ -163,7 +163,7 @@ async fn a_forbidden_list_is_logged_once_counted_and_shown_on_readyz_until_it_wo
     assert_eq!(warned.len(), 1, "rate-limited to one line: {warned:#?}");
     assert!(
         warned[0].ends_with(&format!(
-            "kerf::kube::reader: Pod: {}; retrying resource=Pod reason=forbidden",
+            "kerf::sources::kube: Pod: {}; retrying resource=Pod reason=forbidden",
             pods_forbidden_message()
         )),
         "{}",
@@ -221,7 +221,7 @@ async fn a_missing_crd_names_the_kubectl_apply_fix() {
 async fn the_reconciler_gives_up_when_watches_keep_failing_past_the_sync_timeout() {
     let (client, _log) = mock(cluster(Arc::new(AtomicBool::new(false)), false));
     let store = Store::new();
-    let run = kerf::reconciler::run(
+    let run = kerf::reconcile::cluster::run(
         client,
         store.clone(),
         ReconcilerConfig {

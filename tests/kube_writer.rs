@@ -22,11 +22,11 @@ use kerf::core::model::{
     to_k8s_time,
 };
 use kerf::core::snapshot::Workload;
-use kerf::kube::writer::{
+use kerf::writers::kube::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
     WorkloadWrite,
 };
-use kerf::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
+use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::{Recorded, Reply, calls, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -28,7 +28,7 @@ use kerf::core::model::WorkloadKey;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery};
-use kerf::standalone::{DirLoop, Evaluated};
+use kerf::reconcile::standalone::{DirLoop, Evaluated};
 use kerf_cli::{AT, kerf_recommend, recommend, root, stderr};
 use pki::TestPki;
 use prometheus_support::{TestPrometheus, WebConfig};

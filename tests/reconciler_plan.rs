@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use kerf::api::WorkloadKind;
 use kerf::core::model::{GpuRecommendation, ResourceRequests, WorkloadKey};
-use kerf::kube::writer::WriteOp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
-use kerf::pipeline::{CycleOutput, run_cycle};
-use kerf::reconciler::plan_writes;
-use kerf::standalone::load_dir;
+use kerf::reconcile::plan_writes;
+use kerf::reconcile::{CycleOutput, run_cycle};
+use kerf::sources::dir::load_dir;
+use kerf::writers::kube::WriteOp;
 
 fn at() -> DateTime<Utc> {
     "2026-01-01T12:00:00Z".parse().unwrap()
@@ -29,7 +29,7 @@ impl MetricSource for Down {
     }
 }
 
-async fn cycle(dir: &str, metrics: &str) -> (kerf::standalone::Manifests, CycleOutput) {
+async fn cycle(dir: &str, metrics: &str) -> (kerf::sources::dir::Manifests, CycleOutput) {
     let m = load_dir(&root().join(dir)).unwrap();
     let src = FileSource::from_path(&root().join(metrics)).unwrap();
     let c = run_cycle(&m.snapshot, &src, at(), 15).await;
@@ -39,7 +39,7 @@ async fn cycle(dir: &str, metrics: &str) -> (kerf::standalone::Manifests, CycleO
 fn workload_op<'a>(
     ops: &'a [WriteOp],
     name: &str,
-) -> Option<&'a kerf::kube::writer::WorkloadWrite> {
+) -> Option<&'a kerf::writers::kube::WorkloadWrite> {
     ops.iter().find_map(|op| match op {
         WriteOp::Workload(w) if w.observed.key.name == name => Some(&**w),
         _ => None,
@@ -107,7 +107,7 @@ async fn prometheus_down_writes_no_workload_and_sets_the_condition() {
 async fn store_keeps_the_last_state_while_prometheus_is_down() {
     let file = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
     let store = kerf::state::Store::new();
-    let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/manifests"));
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(root().join("examples/manifests"));
     dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
     let before = store.get(&key).expect("llm served");
@@ -243,9 +243,9 @@ async fn read_only_plans_no_template_or_hpa_change() {
 
 /// The GPU result of `key` in a cycle over a directory.
 fn gpu_result(
-    e: &kerf::standalone::Evaluated,
+    e: &kerf::reconcile::standalone::Evaluated,
     key: &WorkloadKey,
-) -> kerf::core::evaluate::WorkloadResult {
+) -> kerf::core::recommenders::gpu::WorkloadResult {
     e.cycle
         .gpu_results()
         .find(|r| &r.key == key)
@@ -260,10 +260,11 @@ fn gpu_result(
 async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
     let file = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
     let store = kerf::state::Store::new();
-    let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/manifests"));
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(root().join("examples/manifests"));
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "llm");
-    let llm = |e: &kerf::standalone::Evaluated| gpu_result(e, &key);
-    let condition = |dir_loop: &kerf::standalone::DirLoop, e: &kerf::standalone::Evaluated| {
+    let llm = |e: &kerf::reconcile::standalone::Evaluated| gpu_result(e, &key);
+    let condition = |dir_loop: &kerf::reconcile::standalone::DirLoop,
+                     e: &kerf::reconcile::standalone::Evaluated| {
         let id = &e.snapshot.gpu_policies[0].id;
         let status = dir_loop.writer().policy_status(id).cloned().unwrap();
         status
@@ -315,7 +316,8 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
 async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
     let file = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
     let store = kerf::state::Store::new();
-    let mut dir_loop = kerf::standalone::DirLoop::new(root().join("examples/hpa/manifests"));
+    let mut dir_loop =
+        kerf::reconcile::standalone::DirLoop::new(root().join("examples/hpa/manifests"));
     let key = WorkloadKey::new("shop", kerf::api::WorkloadKind::Deployment, "web");
     dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
     let before = store.get(&key).expect("web served");
@@ -344,7 +346,7 @@ async fn an_invalid_policy_in_a_directory_is_left_out_and_reported_in_its_status
     .unwrap();
     let file = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
     let store = kerf::state::Store::new();
-    let mut dir_loop = kerf::standalone::DirLoop::new(dir.path());
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
     let e = dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
     assert_eq!(e.invalid.len(), 1);
     assert!(
@@ -388,7 +390,7 @@ async fn an_invalid_policy_in_a_directory_is_left_out_and_reported_in_its_status
 fn recommendation_op<'a>(
     ops: &'a [WriteOp],
     name: &str,
-) -> Option<&'a kerf::kube::writer::RecommendationWrite> {
+) -> Option<&'a kerf::writers::kube::RecommendationWrite> {
     ops.iter().find_map(|op| match op {
         WriteOp::Recommendation(r) if r.name == name => Some(&**r),
         _ => None,
@@ -413,8 +415,7 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
         .automation_strategy_ref
         .name = "missing".into();
     let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
-    let (cycle, ops) =
-        kerf::reconciler::reconcile_once(&m.snapshot, &[], &[], &src, at(), 15).await;
+    let (cycle, ops) = kerf::reconcile::reconcile_once(&m.snapshot, &[], &[], &src, at(), 15).await;
     assert!(
         !ops.iter().any(|op| matches!(
             op,
@@ -434,8 +435,16 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
     // The same cycle in memory: the webhook serves no CPU request and no HPA target.
     let store = kerf::state::Store::new();
     let mut writer = kerf::writers::memory::MemoryWriter::new();
-    kerf::standalone::in_memory_cycle(&mut writer, m.snapshot.clone(), &[], &src, at(), 15, &store)
-        .await;
+    kerf::reconcile::standalone::in_memory_cycle(
+        &mut writer,
+        m.snapshot.clone(),
+        &[],
+        &src,
+        at(),
+        15,
+        &store,
+    )
+    .await;
     let body = serde_json::to_vec(&web_pod_review()).unwrap();
     let reply = kerf::server::review::handle_review(&body, &store);
     let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
@@ -449,7 +458,7 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
     let mut m = load_dir(&root().join("examples/manifests")).unwrap();
     m.snapshot.gpu_policies[0].spec.automation_strategy_ref.name = "missing".into();
     let store = kerf::state::Store::new();
-    let warnings = kerf::reconciler::serve_persisted(&store, &m.snapshot, &[]);
+    let warnings = kerf::reconcile::serve_persisted(&store, &m.snapshot, &[]);
     let embedder = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "embedder");
     assert!(store.get(&embedder).is_none(), "{warnings:?}");
     assert!(
@@ -463,7 +472,7 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
 async fn hpa_example_with_history(
     current: i32,
     history: &[(i64, i32)],
-) -> (kerf::standalone::Manifests, CycleOutput) {
+) -> (kerf::sources::dir::Manifests, CycleOutput) {
     let mut m = load_dir(&root().join("examples/hpa/manifests")).unwrap();
     let status = m.snapshot.hpas[0]
         .status
@@ -733,9 +742,9 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
     om += "# EOF\n";
     let src = FileSource::from_str(&om).unwrap();
     let store = kerf::state::Store::new();
-    let mut dir_loop = kerf::standalone::DirLoop::new(dir.path());
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");
-    let w = |e: &kerf::standalone::Evaluated| gpu_result(e, &key);
+    let w = |e: &kerf::reconcile::standalone::Evaluated| gpu_result(e, &key);
 
     let pods = dir.path().join("pods.yaml");
     std::fs::write(

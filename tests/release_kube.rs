@@ -18,11 +18,11 @@ use chrono::{DateTime, TimeZone, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use kerf::api::RightsizingRecommendation;
 use kerf::core::snapshot::{Snapshot, Workload};
-use kerf::kube::{WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
-use kerf::pipeline::run_cycle;
-use kerf::reconciler::plan_writes;
-use kerf::standalone::{Manifests, load_text};
+use kerf::reconcile::plan_writes;
+use kerf::reconcile::run_cycle;
+use kerf::sources::dir::{Manifests, load_text};
+use kerf::writers::kube::{WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::ssa::{self, APPLY, MERGE, STRATEGIC, State};
 use kube_support::{Log, Recorded, mock, requests};
 use serde_json::{Value, json};
@@ -637,8 +637,8 @@ mod gpu {
     use std::path::Path;
 
     use kerf::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
-    use kerf::kube::WriteOp;
     use kerf::metrics::file::FileSource;
+    use kerf::writers::kube::WriteOp;
 
     use super::kube_support::ssa::{Field, Owner};
     use super::*;
@@ -647,7 +647,7 @@ mod gpu {
 
     fn examples() -> Snapshot {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/manifests");
-        kerf::standalone::load_dir(&dir).unwrap().snapshot
+        kerf::sources::dir::load_dir(&dir).unwrap().snapshot
     }
 
     async fn plan(s: &Snapshot) -> Vec<WriteOp> {
@@ -822,7 +822,7 @@ async fn the_in_memory_writer_releases_per_resource_as_the_cluster_does() {
         ..BOTH
     };
     for policy in [BOTH, memory_audit] {
-        kerf::standalone::in_memory_cycle(
+        kerf::reconcile::standalone::in_memory_cycle(
             &mut writer,
             read(&policy),
             &[],

@@ -143,7 +143,7 @@ async fn measure<S: MetricSource>(
     for _ in 0..cycles {
         let cpu0 = cpu_seconds().unwrap_or(0.0);
         let t0 = Instant::now();
-        let (after, cycle, writes_planned) = crate::standalone::in_memory_cycle(
+        let (after, cycle, writes_planned) = crate::reconcile::standalone::in_memory_cycle(
             &mut writer,
             cluster,
             &[],

@@ -7,29 +7,31 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
-use crate::core::evaluate::WorkloadResult;
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
-use crate::core::rs_evaluate::RsResult;
-use crate::pipeline::CycleOutput;
+use crate::core::recommenders::gpu::WorkloadResult;
+use crate::core::recommenders::resources::RsResult;
+use crate::reconcile::CycleOutput;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let at = super::parse_at(args.at.as_deref())?;
     // The GlobalConfiguration (Prometheus timeout) is read before the cycle reads it again.
-    let global = crate::standalone::load_dir(&args.manifests)?
+    let global = crate::sources::dir::load_dir(&args.manifests)?
         .snapshot
         .global;
     let source = super::metric_source(&args.source, &args.connection, &global).await?;
     // One cycle of the reconcile loop, printed.
-    let evaluated =
-        crate::standalone::DirLoop::protecting(&args.manifests, args.own_namespace.detect())
-            .run_once(
-                &source,
-                at,
-                args.step_seconds,
-                &crate::state::Store::default(),
-            )
-            .await?;
+    let evaluated = crate::reconcile::standalone::DirLoop::protecting(
+        &args.manifests,
+        args.own_namespace.detect(),
+    )
+    .run_once(
+        &source,
+        at,
+        args.step_seconds,
+        &crate::state::Store::default(),
+    )
+    .await?;
     for note in &evaluated.notes {
         tracing::debug!("{note}");
     }

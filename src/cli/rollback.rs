@@ -10,8 +10,8 @@ use serde_json::json;
 
 use crate::api::WorkloadKind;
 use crate::core::model::{ANNOTATION_ROLLBACK, WorkloadKey};
-use crate::kube::writer::workload_resource;
-use crate::reconciler::recommendation_name;
+use crate::reconcile::recommendation_name;
+use crate::writers::kube::workload_resource;
 
 /// Field manager of the annotation `kerf rollback` sets.
 pub const ROLLBACK_FIELD_MANAGER: &str = "kerf-rollback";

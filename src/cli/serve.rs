@@ -134,7 +134,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             anyhow::bail!("--interval-seconds must be > 0");
         }
         let feeder = run_standalone(
-            crate::standalone::DirLoop::protecting(&dir, args.own_namespace.detect()),
+            crate::reconcile::standalone::DirLoop::protecting(&dir, args.own_namespace.detect()),
             source,
             args.connection.clone(),
             at,
@@ -244,7 +244,7 @@ fn write_termination_message(path: &Path, message: &str) {
 /// In-cluster mode: the reconciler keeps `store` filled from the API server and Prometheus and
 /// marks it ready once the caches synced and the annotations were read back. kerf's own
 /// namespace (`own_namespace`, else `kerf-system`) holds the Lease and is always protected.
-/// Returns only with an error (see [`crate::reconciler::run`]).
+/// Returns only with an error (see [`crate::reconcile::cluster::run`]).
 pub async fn run_in_cluster(
     store: Arc<Store>,
     step_seconds: i64,
@@ -260,10 +260,10 @@ pub async fn run_in_cluster(
          kubeconfig (KUBECONFIG, or ~/.kube/config); without a cluster use --standalone",
     )?;
     let namespace = own_namespace.unwrap_or_else(|| "kerf-system".into());
-    crate::reconciler::run(
+    crate::reconcile::cluster::run(
         client,
         store,
-        crate::reconciler::ReconcilerConfig {
+        crate::reconcile::cluster::ReconcilerConfig {
             namespace,
             step_seconds,
             cache_sync_timeout,
@@ -275,7 +275,7 @@ pub async fn run_in_cluster(
 /// Builds the metric source (Prometheus reached as the connection flags say, the timeout from
 /// the directory's GlobalConfiguration) and runs the standalone refresh loop with it.
 async fn run_standalone(
-    dir_loop: crate::standalone::DirLoop,
+    dir_loop: crate::reconcile::standalone::DirLoop,
     source: MetricSourceArgs,
     connection: PrometheusConnectionArgs,
     at: Option<DateTime<Utc>>,
@@ -287,7 +287,7 @@ async fn run_standalone(
         "the first cycle over the manifests in {}",
         dir_loop.dir().display()
     ));
-    let global = crate::standalone::load_dir(dir_loop.dir())
+    let global = crate::sources::dir::load_dir(dir_loop.dir())
         .map(|m| m.snapshot.global)
         .unwrap_or_default();
     let source = super::metric_source(&source, &connection, &global)
@@ -308,12 +308,12 @@ async fn run_standalone(
 /// The dependency name of the manifest directory on `/readyz`.
 const MANIFESTS: &str = "manifests";
 
-/// Runs the reconcile loop over its directory (see [`crate::standalone::DirLoop`]) now and then
+/// Runs the reconcile loop over its directory (see [`crate::reconcile::standalone::DirLoop`]) now and then
 /// every GlobalConfiguration `gpuReactiveCheckInterval` (or `interval_seconds`). A directory
 /// that cannot be read keeps the previous content and is retried after `RETRY`; failed queries
 /// keep the last recommendations.
 pub async fn standalone_loop<S: MetricSource>(
-    mut dir_loop: crate::standalone::DirLoop,
+    mut dir_loop: crate::reconcile::standalone::DirLoop,
     source: &S,
     at: Option<DateTime<Utc>>,
     step_seconds: i64,

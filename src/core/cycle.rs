@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::core::evaluate::WorkloadResult;
 use crate::core::model::{PolicyId, WorkloadKey};
-use crate::core::rs_evaluate::RsResult;
+use crate::core::recommenders::gpu::WorkloadResult;
+use crate::core::recommenders::resources::RsResult;
 
 /// Everything the recommenders said about one workload this cycle.
 #[derive(Clone, Debug)]

@@ -35,7 +35,7 @@ use std::collections::{BTreeSet, HashMap};
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
 use serde_json::{Value, json};
 
-use super::resources::Sample;
+use super::recommenders::resources::container::Sample;
 use crate::api::WorkloadKind;
 
 pub const RISK_HPA_COUPLED: &str = "hpa-coupled";
@@ -340,7 +340,7 @@ pub enum Coordination {
 fn scaled(a: i64, k: f64, unit: i64, up: bool) -> i64 {
     let x = a as f64 * k / unit as f64;
     let q = if up {
-        super::resources::ceil_clean(x)
+        super::recommenders::resources::container::ceil_clean(x)
     } else {
         // Floor, ignoring float noise just under an integer.
         let r = x.round();

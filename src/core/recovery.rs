@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 use crate::api::{RightsizingRecommendation, WorkloadKind};
 use crate::core::allocation::{container_allocations, scoped_container_names};
-use crate::core::evaluate::{resolve_strategy, template_gpu};
-use crate::core::gpu_engine::check_baseline;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
     WorkloadKey, WorkloadState, parse_baseline,
 };
-use crate::core::rightsizing::served_change;
+use crate::core::recommenders::gpu::engine::check_baseline;
+use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
+use crate::core::recommenders::resources::workload::served_change;
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::{GpuPolicy, Snapshot, unresolved_strategy_message};
 

@@ -25,7 +25,7 @@ use crate::core::model::{
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
-use crate::kube::writer::{
+use crate::writers::kube::{
     EventWrite, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite, WriteOp,
     gpu_restart_due, merge_conditions, requests_match,
 };
@@ -368,7 +368,7 @@ mod tests {
     use super::*;
     use crate::api::WorkloadKind;
     use crate::core::model::GpuRecommendation;
-    use crate::kube::writer::GpuAnnotations;
+    use crate::writers::kube::GpuAnnotations;
 
     /// The embedder of the examples: a KAI 0.5 template, upsized to 0.9 by kerf.
     fn embedder(recommended: Option<f64>) -> Arc<Workload> {

@@ -1,5 +1,6 @@
-//! Writers: where one cycle's planned writes go. The cluster writer
-//! ([`crate::kube::writer`], Lease-gated, server-side apply as `kerf`) and the in-memory writer
-//! ([`memory::MemoryWriter`]) for the modes without an API server.
+//! Writers: where one cycle's planned writes go. [`kube`] is the cluster writer (Lease-gated,
+//! server-side apply as `kerf`); [`memory`] is the in-memory writer of the modes without an API
+//! server, which lays kerf's writes over the objects the next cycle reads.
 
+pub mod kube;
 pub mod memory;

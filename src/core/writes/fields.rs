@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
 use crate::api::WorkloadKind;
 use crate::core::admission::GpuTarget;
-use crate::core::evaluate::template_gpu;
 use crate::core::model::{
     ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, RequestSet, ResourceRequests,
     WorkloadKey, to_k8s_time,
 };
 use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;
+use crate::core::recommenders::gpu::template_gpu;
 use crate::core::snapshot::Workload;
 
 /// Where the pod template lives in each workload kind.

@@ -1,6 +1,6 @@
 //! Pure write planning (see `docs/design/runtime.md`): [`plan_writes`] turns one cycle's outcome
 //! into [`WriteOp`]s; `fields` holds what an apply carries and the comparisons that decide
-//! whether a write or a restart is due. No IO: the cluster writer (`kube/writer.rs`) and the
+//! whether a write or a restart is due. No IO: the cluster writer (`writers/kube`) and the
 //! in-memory writer (`writers/memory.rs`) execute the ops.
 
 mod fields;

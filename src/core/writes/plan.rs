@@ -19,19 +19,19 @@ use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
     RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
 };
-use crate::core::evaluate::WorkloadResult;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
 };
-use crate::core::recovery::recommendation_key;
-use crate::core::rightsizing::{
+use crate::core::recommenders::gpu::WorkloadResult;
+use crate::core::recommenders::resources::workload::{
     RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
     recommendation_spec, recommendation_status,
 };
+use crate::core::recovery::recommendation_key;
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
-use crate::pipeline::CycleOutput;
+use crate::reconcile::CycleOutput;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
 pub fn recommendation_name(key: &WorkloadKey) -> String {
@@ -245,7 +245,7 @@ fn restore_writes(
     if snapshot.global.read_only {
         return out;
     }
-    let results: HashMap<&WorkloadKey, &crate::core::rs_evaluate::RsResult> =
+    let results: HashMap<&WorkloadKey, &crate::core::recommenders::resources::RsResult> =
         cycle.resource_results().map(|r| (&r.key, r)).collect();
     let mut due: BTreeMap<WorkloadKey, RestoreKind> = snapshot
         .workloads

@@ -1,19 +1,22 @@
 //! Whole-snapshot CPU/memory evaluation (RightsizingPolicy / ClusterRightsizingPolicy), in the
 //! same two pure halves as the GPU one: [`plan`] picks the winning policy per workload and the
 //! batched queries (one per policy and signal), [`evaluate`] builds each workload's input for
-//! [`rightsizing::evaluate_workload`].
+//! [`workload::evaluate_workload`].
+
+pub mod container;
+pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::core::pod::Pod;
 use chrono::{DateTime, Utc};
 
-use crate::core::evaluate::{covering, pods_by_owner};
-use crate::core::gpu_engine::ContainerOutcome as GpuContainer;
+use self::container::{ContainerSignals, Sample};
+use self::workload::{ContainerInput, HpaInput, RightsizingOutcome, WorkloadInput};
 use crate::core::hpa::{self, ReplicaHistory};
 use crate::core::model::{PolicyId, WorkloadKey};
-use crate::core::resources::{self, ContainerSignals, Sample};
-use crate::core::rightsizing::{self, ContainerInput, HpaInput, RightsizingOutcome, WorkloadInput};
+use crate::core::recommenders::gpu::engine::ContainerOutcome as GpuContainer;
+use crate::core::recommenders::gpu::{covering, pods_by_owner};
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::Snapshot;
 use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
@@ -324,7 +327,7 @@ pub fn evaluate(
             .unwrap_or_default()
             .window
             .chrono();
-        let oom = resources::oom_killed_containers(&pods, now - mem_window, now);
+        let oom = container::oom_killed_containers(&pods, now - mem_window, now);
         let gather = |signal: RsSignal, container: &str| -> Vec<Sample> {
             let Some(m) = idx.get(&(wp.policy, signal)) else {
                 return Vec::new();
@@ -347,15 +350,15 @@ pub fn evaluate(
         let mut containers = Vec::new();
         let mut bad_request: Option<String> = None;
         let gpu_w = gpu.get(&w.key).copied();
-        for c in resources::counted_containers(spec) {
-            let current = match resources::effective_requests(c) {
+        for c in container::counted_containers(spec) {
+            let current = match container::effective_requests(c) {
                 Ok(r) => r,
                 Err(e) => {
                     bad_request = Some(format!("container {}: {e}", c.name));
                     Default::default()
                 }
             };
-            let throttled = resources::throttled(
+            let throttled = container::throttled(
                 &gather(RsSignal::ThrottledPeriods, &c.name),
                 &gather(RsSignal::Periods, &c.name),
                 THROTTLED_RATIO,
@@ -395,7 +398,7 @@ pub fn evaluate(
         let metrics_unavailable = failed.contains(&wp.policy);
         let outcome = match bad_request {
             Some(e) => Err(e),
-            None => rightsizing::evaluate_workload(&WorkloadInput {
+            None => workload::evaluate_workload(&WorkloadInput {
                 strategy_unresolved: plan.unresolved.get(&wp.policy).cloned(),
                 policy: policy.spec.clone(),
                 containers,
@@ -420,7 +423,7 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
-    use crate::standalone::{load_dir, load_text};
+    use crate::sources::dir::{load_dir, load_text};
 
     /// A Deployment the HPA example's policy covers (`app: web`), with an HPA of its own.
     fn another_web_app(name: &str, hpa: &str) -> String {

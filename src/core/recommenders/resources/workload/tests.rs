@@ -2,7 +2,7 @@ use super::*;
 use crate::api::{
     CpuRecipe, HpaCoordination, MemoryRecipe, ResourceRecipes, TargetBounds, WorkloadKind,
 };
-use crate::core::resources::Sample;
+use crate::core::recommenders::resources::container::Sample;
 use serde_json::json;
 
 fn now() -> DateTime<Utc> {

@@ -23,6 +23,10 @@
 //!   so kerf gives up ownership without server-side apply deleting the values (see
 //!   docs/hpa-coordination.md, docs/design/hpa-coordination.md#h13).
 
+pub mod lease;
+
+pub use lease::{LEASE_NAME, Lease, LeaseConfig, default_identity};
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -88,7 +92,7 @@ impl WriterConfig {
     pub fn new(namespace: &str) -> Self {
         Self {
             namespace: namespace.into(),
-            identity: crate::kube::default_identity(),
+            identity: crate::writers::kube::lease::default_identity(),
             timeout: Duration::from_secs(10),
             tries: 3,
             backoff: Duration::from_millis(500),

@@ -593,5 +593,4 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
 }
 
 #[cfg(test)]
-#[path = "gpu_engine_tests.rs"]
 mod tests;

@@ -43,24 +43,24 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::evaluate::WorkloadResult;
-use super::hpa::{
-    self, Coordination, CountedRequest, HpaResource, REASON_HPA_COUPLED, RISK_HPA_COUPLED,
-    SkipReason, analyze_metrics,
-};
-use super::model::{
-    CoordinatedHpa, PolicyId, RequestSet, ResourceRequests, WorkloadKey, format_gpu,
-};
-use super::quantity::{self, MIB};
-use super::resources::{
-    ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
-};
-use super::snapshot::REASON_STRATEGY_UNRESOLVED;
 use crate::api::{
     AppliedChange, ContainerRecommendation, HpaRecommendation, RecommendationPhase,
     RecommendationStatus, ResourceMode, ResourceValues, RightsizingPolicySpec,
     RightsizingRecommendationSpec, Savings, WorkloadRef,
 };
+use crate::core::hpa::{
+    self, Coordination, CountedRequest, HpaResource, REASON_HPA_COUPLED, RISK_HPA_COUPLED,
+    SkipReason, analyze_metrics,
+};
+use crate::core::model::{
+    CoordinatedHpa, PolicyId, RequestSet, ResourceRequests, WorkloadKey, format_gpu,
+};
+use crate::core::quantity::{self, MIB};
+use crate::core::recommenders::gpu::WorkloadResult;
+use crate::core::recommenders::resources::container::{
+    ContainerRec, ContainerSignals, PolicyError, PolicyParams, Source, recommend_container,
+};
+use crate::core::snapshot::REASON_STRATEGY_UNRESOLVED;
 
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
 

@@ -1,18 +1,31 @@
 //! One evaluation cycle: plan (pure) → batched metric queries (IO) → engines (pure).
 //! Shared by `kerf recommend`, standalone `kerf serve` and the in-cluster reconciler.
 
+pub mod cluster;
+pub mod standalone;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use std::pin::Pin;
 
+use crate::api::RightsizingRecommendation;
 use crate::api::Signal;
 pub use crate::core::cycle::{CycleOutput, PolicyRun};
-use crate::core::evaluate::{self};
 use crate::core::model::WorkloadKey;
-use crate::core::rs_evaluate::{self};
-use crate::core::snapshot::Snapshot;
+use crate::core::recommenders::gpu;
+use crate::core::recommenders::resources;
+use crate::core::recovery::serving_state_each;
+use crate::core::snapshot::{InvalidPolicy, Snapshot};
+use crate::core::writes::WriteOp;
+pub use crate::core::writes::{
+    held_back, plan_writes, recommendation_name, rollback_requested, rolled_back,
+};
+use crate::state::Store;
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 
 /// Queries in flight at once (Prometheus handles a few concurrent range queries well).
@@ -95,8 +108,8 @@ pub async fn run_cycle<S: MetricSource>(
     now: DateTime<Utc>,
     step_seconds: i64,
 ) -> CycleOutput {
-    let plan = evaluate::plan(snapshot, now, step_seconds);
-    let rs_plan = rs_evaluate::plan(snapshot, now, step_seconds);
+    let plan = gpu::plan(snapshot, now, step_seconds);
+    let rs_plan = resources::plan(snapshot, now, step_seconds);
     let mut out = CycleOutput {
         queries: plan.queries.len() + rs_plan.queries.len(),
         ..Default::default()
@@ -106,7 +119,7 @@ pub async fn run_cycle<S: MetricSource>(
     let gpu_name =
         |pi: usize, s: Signal| format!("{} {}", snapshot.gpu_policies[pi].id, s.as_str());
     let mut gpu_status = BTreeMap::new();
-    let mut streaming = evaluate::StreamingEvaluation::new(snapshot, &plan, now);
+    let mut streaming = gpu::StreamingEvaluation::new(snapshot, &plan, now);
     for chunk in plan.queries.chunks(QUERY_CONCURRENCY) {
         for (pi, signal, answer) in run_queries(source, chunk).await {
             record_answer(
@@ -131,7 +144,7 @@ pub async fn run_cycle<S: MetricSource>(
         .iter()
         .map(|r| (&r.key, &r.containers))
         .collect();
-    let rs = rs_evaluate::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
+    let rs = resources::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
     drop(gpu);
     for (i, p) in snapshot.gpu_policies.iter().enumerate() {
         let run = PolicyRun {
@@ -149,4 +162,72 @@ pub async fn run_cycle<S: MetricSource>(
     }
     out.workloads = CycleOutput::join(gpu_results, rs);
     out
+}
+
+/// One reconcile cycle, the same in every mode (in-cluster, standalone, `kerf recommend`):
+/// batched queries and engines over `snapshot`, the failure reported, and the writes the cycle
+/// calls for — for the caller's writer (the Lease-gated cluster writer or the in-memory one).
+/// `recommendations` are the RightsizingRecommendations as the writer last left them. The store
+/// the webhook reads is not touched here: every replica fills it from what the writes persist
+/// ([`serve_persisted`]).
+pub async fn reconcile_once<S: crate::metrics::MetricSource>(
+    snapshot: &Snapshot,
+    invalid: &[InvalidPolicy],
+    recommendations: &[Arc<RightsizingRecommendation>],
+    source: &S,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+) -> (CycleOutput, Vec<WriteOp>) {
+    let cycle = run_cycle(snapshot, source, now, step_seconds).await;
+    let failures = cycle.query_failures();
+    if !failures.is_empty() {
+        crate::telemetry::metrics().reconcile_errors.inc();
+        for (policy, e) in &failures {
+            tracing::warn!(%policy, "{e}; the last recommendations stay in force");
+        }
+    }
+    let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
+    crate::telemetry::metrics().reconcile_cycles.inc();
+    (cycle, ops)
+}
+
+/// Fills the admission store from the persisted state — workload annotations and
+/// RightsizingRecommendations (see [`serving_state_each`]) — and the GlobalConfiguration. Every
+/// replica does this, the leader included, so every replica answers a review identically.
+pub fn serve_persisted(
+    store: &Store,
+    snapshot: &Snapshot,
+    recommendations: &[Arc<RightsizingRecommendation>],
+) -> Vec<String> {
+    store.set_global(snapshot.global.clone());
+    let held = held_back(snapshot, recommendations);
+    // One workload at a time: each new state replaces the old one in place, so the store never
+    // holds two generations.
+    let mut present = HashSet::new();
+    let warnings = serving_state_each(snapshot, recommendations, &held, |key, state| {
+        present.insert(key.clone());
+        store.put(key, state);
+    });
+    store.retain(|k| present.contains(k));
+    warnings
+}
+
+/// The dependency name of Prometheus on `/readyz`.
+pub(crate) const PROMETHEUS: &str = "prometheus";
+
+/// Shows the cycle's query failures (or their end) on `/readyz`.
+pub fn record_query_health(store: &Store, cycle: &CycleOutput) {
+    let failures = cycle.query_failures();
+    match failures.first() {
+        None => store.health().clear_error(PROMETHEUS),
+        Some((_, e)) => {
+            let more = match failures.len() {
+                1 => String::new(),
+                n => format!(" (and {} more policies)", n - 1),
+            };
+            store
+                .health()
+                .record_error(PROMETHEUS, &format!("{e}{more}"));
+        }
+    }
 }

@@ -3,93 +3,19 @@
 //! store the webhook reads, and queue the writes (the writer performs them only while this
 //! replica holds the Lease; every replica computes and serves).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
-use crate::api::{OptionNames, PrometheusSettings, RightsizingRecommendation};
-use crate::core::recovery::serving_state_each;
+use crate::api::{OptionNames, PrometheusSettings};
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
-use crate::core::writes::WriteOp;
-pub use crate::core::writes::{
-    held_back, plan_writes, recommendation_name, rollback_requested, rolled_back,
-};
-use crate::kube::reader::Reader;
-use crate::kube::writer::WriterHandle;
 use crate::metrics::prometheus::PrometheusSource;
-use crate::pipeline::{CycleOutput, run_cycle};
+use crate::reconcile::{PROMETHEUS, reconcile_once, record_query_health, serve_persisted};
+use crate::sources::kube::Reader;
+use crate::writers::kube::WriterHandle;
 
 use crate::state::Store;
-
-/// One reconcile cycle, the same in every mode (in-cluster, standalone, `kerf recommend`):
-/// batched queries and engines over `snapshot`, the failure reported, and the writes the cycle
-/// calls for — for the caller's writer (the Lease-gated cluster writer or the in-memory one).
-/// `recommendations` are the RightsizingRecommendations as the writer last left them. The store
-/// the webhook reads is not touched here: every replica fills it from what the writes persist
-/// ([`serve_persisted`]).
-pub async fn reconcile_once<S: crate::metrics::MetricSource>(
-    snapshot: &Snapshot,
-    invalid: &[InvalidPolicy],
-    recommendations: &[Arc<RightsizingRecommendation>],
-    source: &S,
-    now: DateTime<Utc>,
-    step_seconds: i64,
-) -> (CycleOutput, Vec<WriteOp>) {
-    let cycle = run_cycle(snapshot, source, now, step_seconds).await;
-    let failures = cycle.query_failures();
-    if !failures.is_empty() {
-        crate::telemetry::metrics().reconcile_errors.inc();
-        for (policy, e) in &failures {
-            tracing::warn!(%policy, "{e}; the last recommendations stay in force");
-        }
-    }
-    let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
-    crate::telemetry::metrics().reconcile_cycles.inc();
-    (cycle, ops)
-}
-
-/// Fills the admission store from the persisted state — workload annotations and
-/// RightsizingRecommendations (see [`serving_state_each`]) — and the GlobalConfiguration. Every
-/// replica does this, the leader included, so every replica answers a review identically.
-pub fn serve_persisted(
-    store: &Store,
-    snapshot: &Snapshot,
-    recommendations: &[Arc<RightsizingRecommendation>],
-) -> Vec<String> {
-    store.set_global(snapshot.global.clone());
-    let held = held_back(snapshot, recommendations);
-    // One workload at a time: each new state replaces the old one in place, so the store never
-    // holds two generations.
-    let mut present = HashSet::new();
-    let warnings = serving_state_each(snapshot, recommendations, &held, |key, state| {
-        present.insert(key.clone());
-        store.put(key, state);
-    });
-    store.retain(|k| present.contains(k));
-    warnings
-}
-
-/// The dependency name of Prometheus on `/readyz`.
-const PROMETHEUS: &str = "prometheus";
-
-/// Shows the cycle's query failures (or their end) on `/readyz`.
-pub fn record_query_health(store: &Store, cycle: &CycleOutput) {
-    let failures = cycle.query_failures();
-    match failures.first() {
-        None => store.health().clear_error(PROMETHEUS),
-        Some((_, e)) => {
-            let more = match failures.len() {
-                1 => String::new(),
-                n => format!(" (and {} more policies)", n - 1),
-            };
-            store
-                .health()
-                .record_error(PROMETHEUS, &format!("{e}{more}"));
-        }
-    }
-}
 
 pub struct ReconcilerConfig {
     /// kerf's own namespace (Lease, events' reporting instance), always protected
@@ -117,18 +43,18 @@ pub async fn run(
     cfg: ReconcilerConfig,
 ) -> anyhow::Result<()> {
     let reader = Reader::start_with_store(client.clone(), store.clone()).protecting(&cfg.namespace);
-    let lease = crate::kube::lease::Lease::spawn(
+    let lease = crate::writers::kube::lease::Lease::spawn(
         client.clone(),
         &cfg.namespace,
-        crate::kube::default_identity(),
+        crate::writers::kube::lease::default_identity(),
     );
     let mut lease_alive = lease.clone();
     let writer: WriterHandle =
-        crate::kube::writer::Writer::spawn(client.clone(), &cfg.namespace, lease.clone());
+        crate::writers::kube::Writer::spawn(client.clone(), &cfg.namespace, lease.clone());
     let writer_alive = writer.clone();
     let work = async {
         wait_for_caches(&reader, cfg.cache_sync_timeout).await?;
-        crate::kube::recovery::prime_store(&reader, &store).await;
+        crate::sources::kube::recovery::prime_store(&reader, &store).await;
         every_interval(&mut ReconcileCycle::new(
             reader.clone(),
             writer,

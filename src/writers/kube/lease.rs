@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::sync::watch;
 
 use crate::core::model::to_k8s_time;
-use crate::kube::LEASE_NAME;
 use crate::telemetry::{WriteLabels, metrics};
 
 #[derive(Clone, Debug)]
@@ -192,4 +191,26 @@ impl Lease {
                 .await,
         )
     }
+}
+
+/// Name of the writer Lease in kerf's namespace.
+pub const LEASE_NAME: &str = "kerf-writer";
+
+/// This replica's identity: `POD_NAME` (downward API), else the hostname, else the process id.
+pub fn default_identity() -> String {
+    let from_env = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    from_env("POD_NAME")
+        .or_else(|| from_env("HOSTNAME"))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| format!("kerf-{}", std::process::id()))
 }

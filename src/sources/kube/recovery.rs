@@ -1,7 +1,7 @@
 //! Filling the admission store before readiness (see [`crate::core::recovery`] for the rules).
 
-use crate::kube::reader::Reader;
-use crate::reconciler::serve_persisted;
+use crate::reconcile::serve_persisted;
+use crate::sources::kube::Reader;
 use crate::state::{ObjectName, Store};
 
 /// Waits for the reader's initial listings, then loads the store from the persisted state

@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
 use chrono::{DateTime, Utc};
 
-use super::model::ResourceRequests;
-use super::quantity::{self, MIB, QuantityError};
 use crate::api::{CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
+use crate::core::model::ResourceRequests;
+use crate::core::quantity::{self, MIB, QuantityError};
 
 /// (unix seconds, value), as the metric edge returns them.
 pub type Sample = (i64, f64);

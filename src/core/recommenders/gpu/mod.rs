@@ -2,14 +2,16 @@
 //! [`plan`] decides which policy wins which workload and which series to query (one batched
 //! range query per policy and signal); [`evaluate`] runs the engine on the fetched samples.
 
+pub mod engine;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::core::pod::Pod;
 use chrono::{DateTime, Utc};
 
+use self::engine::{Action, EngineInput, EngineOutput, SignalSamples};
 use crate::api::{Signal, StrategyView};
 use crate::core::allocation::{container_allocations, default_scope_containers};
-use crate::core::gpu_engine::{self, Action, EngineInput, EngineOutput, SignalSamples};
 use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
 use crate::core::model::{
     GpuMap, GpuRecommendation, PolicyId, PolicyPart, WorkloadKey, WorkloadState, parse_baseline,
@@ -247,7 +249,7 @@ pub struct WorkloadResult {
     pub policies: Vec<PolicyId>,
     pub action: Action,
     pub driving_metric: Option<Signal>,
-    pub containers: BTreeMap<String, gpu_engine::ContainerOutcome>,
+    pub containers: BTreeMap<String, engine::ContainerOutcome>,
     pub recommendation: Option<GpuRecommendation>,
     pub baseline: Option<GpuMap>,
     pub template_gpu: GpuMap,
@@ -543,7 +545,7 @@ pub fn evaluate_workload(
             previous: own_previous.as_ref(),
             now,
         };
-        outputs.push((a.policy, gpu_engine::evaluate(&input)));
+        outputs.push((a.policy, engine::evaluate(&input)));
     }
     if let Some(first) = wp.assignments.first() {
         result.strategy = resolve_strategy(snapshot, &snapshot.gpu_policies[first.policy])

@@ -1,0 +1,158 @@
+//! The reconcile loop without an API server: objects from a directory of manifests
+//! ([`crate::sources::dir`]), the one cycle ([`crate::reconcile::reconcile_once`]) and the
+//! in-memory writer ([`crate::writers::memory`]). Used by `kerf serve --standalone`,
+//! `kerf recommend` and `kerf bench scale`.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+
+use crate::core::snapshot::{InvalidPolicy, Snapshot};
+use crate::metrics::MetricSource;
+use crate::reconcile::CycleOutput;
+use crate::sources::dir::{Manifests, load_dir};
+use crate::state::{ObjectName, Store};
+use crate::writers::memory::MemoryWriter;
+
+/// The owner links the webhook reads, from the manifests (in-cluster the reader's watches keep
+/// them).
+fn fill_owners(store: &Store, snapshot: &Snapshot) {
+    store.replicaset_owners.clear();
+    for ((ns, rs), d) in &snapshot.replicaset_owners {
+        store
+            .replicaset_owners
+            .insert(ObjectName::new(ns, rs), d.clone());
+    }
+    store.job_owners.clear();
+    for ((ns, job), c) in &snapshot.job_owners {
+        store.job_owners.insert(ObjectName::new(ns, job), c.clone());
+    }
+}
+
+/// One cycle's result in a mode without an API server.
+#[derive(Debug)]
+pub struct Evaluated {
+    /// The objects as the cycle's writes left them (the manifests with kerf's writes laid over).
+    pub snapshot: Snapshot,
+    pub cycle: CycleOutput,
+    /// Documents of the directory kerf ignored.
+    pub notes: Vec<String>,
+    /// Invalid policies, left out of the cycle (see [`Manifests::invalid`]).
+    pub invalid: Vec<InvalidPolicy>,
+}
+
+/// The reconcile loop over a directory of manifests: the same cycle as in-cluster
+/// ([`crate::reconcile::reconcile_once`]) with the in-memory writer, so kerf's writes of one
+/// cycle (baselines, recommendations, applied requests, HPA targets) are what the next one reads.
+#[derive(Debug)]
+pub struct DirLoop {
+    dir: PathBuf,
+    writer: MemoryWriter,
+    /// kerf's own namespace, protected whatever the manifests' GlobalConfiguration says.
+    own_namespace: Option<String>,
+}
+
+impl DirLoop {
+    /// The loop over `dir`, protecting kerf's own namespace when this process has one
+    /// ([`crate::own_namespace::detect`] with the service-account namespace file).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let file = std::path::Path::new(crate::own_namespace::SERVICE_ACCOUNT_NAMESPACE_FILE);
+        Self::protecting(dir, crate::own_namespace::detect(file))
+    }
+
+    /// The loop over `dir`, protecting `own_namespace` (docs/design/runtime.md#r12).
+    pub fn protecting(dir: impl Into<PathBuf>, own_namespace: Option<String>) -> Self {
+        Self {
+            dir: dir.into(),
+            writer: MemoryWriter::new(),
+            own_namespace,
+        }
+    }
+
+    /// The directory read every cycle.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What kerf has written so far.
+    pub fn writer(&self) -> &MemoryWriter {
+        &self.writer
+    }
+
+    /// Reads the directory, lays kerf's earlier writes over it, runs one cycle at `now` against
+    /// `source`, refreshes `store` (marking it ready) and applies the cycle's writes in memory.
+    /// A directory that cannot be read is an error and changes nothing.
+    pub async fn run_once<S: MetricSource>(
+        &mut self,
+        source: &S,
+        now: DateTime<Utc>,
+        step_seconds: i64,
+        store: &Store,
+    ) -> anyhow::Result<Evaluated> {
+        let Manifests {
+            mut snapshot,
+            notes,
+            invalid,
+        } = load_dir(&self.dir)?;
+        if let Some(ns) = &self.own_namespace {
+            snapshot.global.protect(ns);
+        }
+        for bad in &invalid {
+            tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
+        }
+        fill_owners(store, &snapshot);
+        let (snapshot, cycle, _) = in_memory_cycle(
+            &mut self.writer,
+            snapshot,
+            &invalid,
+            source,
+            now,
+            step_seconds,
+            store,
+        )
+        .await;
+        store.set_ready(true);
+        Ok(Evaluated {
+            snapshot,
+            cycle,
+            notes,
+            invalid,
+        })
+    }
+}
+
+/// One reconcile cycle over freshly read objects with the in-memory writer: kerf's earlier
+/// writes laid over `snapshot`, [`crate::reconcile::reconcile_once`], the writes applied, and
+/// `store` served from what they persisted — as in a cluster. Returns the objects as the cycle's
+/// writes left them, its output and the number of writes it planned.
+pub async fn in_memory_cycle<S: MetricSource>(
+    writer: &mut MemoryWriter,
+    mut snapshot: Snapshot,
+    invalid: &[InvalidPolicy],
+    source: &S,
+    now: DateTime<Utc>,
+    step_seconds: i64,
+    store: &Store,
+) -> (Snapshot, CycleOutput, usize) {
+    writer.overlay(&mut snapshot);
+    let recommendations = writer.recommendations();
+    let (cycle, ops) = crate::reconcile::reconcile_once(
+        &snapshot,
+        invalid,
+        &recommendations,
+        source,
+        now,
+        step_seconds,
+    )
+    .await;
+    drop(recommendations);
+    crate::reconcile::record_query_health(store, &cycle);
+    let planned = ops.len();
+    writer.apply_all(ops, snapshot.global.read_only, now);
+    // The objects as the writes left them (in place: no second copy of the workloads).
+    writer.overlay(&mut snapshot);
+    for w in crate::reconcile::serve_persisted(store, &snapshot, &writer.recommendations()) {
+        tracing::debug!("serving persisted state: {w}");
+    }
+    (snapshot, cycle, planned)
+}
