@@ -8,6 +8,7 @@ pub mod bench;
 pub mod recommend;
 pub mod rollback;
 pub mod serve;
+pub mod simulate;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,6 +27,8 @@ pub enum Command {
     Recommend(RecommendArgs),
     /// Run the admission webhook (and, in-cluster, the reconciler).
     Serve(serve::ServeArgs),
+    /// Replay recorded history through kerf's reconcile loop: what it would have done.
+    Simulate(simulate::SimulateArgs),
     /// Roll a workload back: restore its original requests and HPA target, stop applying.
     Rollback(rollback::RollbackArgs),
     /// Benchmarks (reported in docs/performance.md).
@@ -316,6 +319,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Recommend(args) => recommend::run(args).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Simulate(args) => simulate::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Rollback(args) => rollback::run(args).await,
     }

@@ -26,6 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::state::Store;
 use crate::telemetry::{AdmissionLabels, KindLabel, metrics};
 
+pub mod chart;
 pub mod debug;
 pub mod review;
 pub mod tls;
