@@ -429,13 +429,15 @@ pub async fn run<S: MetricSource>(
             if *reference == allocs {
                 continue;
             }
-            *reference = allocs;
+            // What kerf changed: the new pods against what a rollout gave before.
+            let was = std::mem::replace(reference, allocs);
             let Some((first, _, new)) = candidates.first().cloned() else {
                 continue;
             };
             let old = sim_alloc[first].clone();
+            let was = was.first().unwrap_or(&old);
             track.report.rollouts += 1;
-            if gpu_map(&old) != gpu_map(&new) {
+            if gpu_map(was) != gpu_map(&new) {
                 let gpu = outcome.gpu.as_ref();
                 let (before, after) = (per_pod_gpu(&old), per_pod_gpu(&new));
                 let action = match gpu.map(|g| g.action) {
@@ -459,7 +461,7 @@ pub async fn run<S: MetricSource>(
                 .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
                 .and_then(|h| hpa::utilization_target(h))
                 .map(|(_, t)| t);
-            if requests_map(&old) != requests_map(&new) || hpa_target != track.hpa_target {
+            if requests_map(was) != requests_map(&new) || hpa_target != track.hpa_target {
                 track.report.resource_changes.push(ResourceChange {
                     at: tick,
                     requests: requests_map(&new),
