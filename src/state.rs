@@ -37,6 +37,8 @@ pub struct Store {
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,
+    /// The last cycle as `/debug` shows it (set where this process runs cycles).
+    live: arc_swap::ArcSwapOption<crate::server::live::LiveView>,
 }
 
 impl Store {
@@ -99,6 +101,15 @@ impl Store {
     }
 
     /// What `/readyz` and `/healthz` report (filled by the background tasks).
+    /// The last cycle as `/debug` shows it, if this process ran one.
+    pub fn live(&self) -> Option<Arc<crate::server::live::LiveView>> {
+        self.live.load_full()
+    }
+
+    pub fn set_live(&self, view: crate::server::live::LiveView) {
+        self.live.store(Some(Arc::new(view)));
+    }
+
     pub fn health(&self) -> &Arc<Health> {
         &self.health
     }

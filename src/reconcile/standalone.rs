@@ -101,16 +101,19 @@ impl DirLoop {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
         fill_owners(store, &snapshot);
+        // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
+        let recording = crate::server::live::Recording::new(source);
         let (snapshot, cycle, _) = in_memory_cycle(
             &mut self.writer,
             snapshot,
             &invalid,
-            source,
+            &recording,
             now,
             step_seconds,
             store,
         )
         .await;
+        store.set_live(recording.view(&snapshot, &cycle, now));
         store.set_ready(true);
         Ok(Evaluated {
             snapshot,

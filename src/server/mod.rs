@@ -28,6 +28,7 @@ use crate::telemetry::{AdmissionLabels, KindLabel, metrics};
 
 pub mod chart;
 pub mod debug;
+pub mod live;
 pub mod review;
 pub mod tls;
 

@@ -8,6 +8,7 @@
 pub mod history;
 pub mod pods;
 pub mod report;
+pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -212,7 +213,7 @@ fn as_auto_patch(snapshot: &mut Snapshot) -> (Option<String>, HashMap<PolicyId, 
 }
 
 /// The reason a GPU change gives: the driver's candidate line of the cycle's reasons.
-fn change_reason(reasons: &[String], driver: Option<Signal>) -> String {
+pub fn change_reason(reasons: &[String], driver: Option<Signal>) -> String {
     let prefix = driver.map(|d| format!("{}: ", d.as_str()));
     reasons
         .iter()
@@ -630,49 +631,32 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         &self,
         policy: &GpuPolicy,
     ) -> anyhow::Result<(Vec<(Signal, Points)>, BTreeMap<i64, f64>)> {
-        let by_name: HashMap<&str, usize> = self
+        let pods: Vec<(&str, &PodAlloc)> = self
             .pods
             .iter()
-            .filter_map(|&pi| Some((self.real[pi].metadata.name.as_deref()?, pi)))
+            .filter_map(|&pi| Some((self.real[pi].metadata.name.as_deref()?, &self.real_alloc[pi])))
             .collect();
-        // (signal, pod) → t → pod total.
+        // (signal, pod index in `pods`) → t → pod total.
         let mut totals: BTreeMap<(Signal, usize), BTreeMap<i64, f64>> = BTreeMap::new();
+        let mut usage = Vec::new();
         for signal in Signal::BOTH {
             let m = &policy.spec.metrics.signal(signal).prometheus;
             let set = self.recorded(m, None).await?;
-            for (k, samples) in set.series {
-                let Some(&pi) = by_name.get(k.pod.as_str()) else {
-                    continue;
-                };
-                let Some(alloc) = self.real_alloc[pi].get(&k.container).and_then(|a| a.gpu) else {
-                    continue;
-                };
-                let per = totals.entry((signal, pi)).or_default();
-                for (t, v) in samples {
-                    let gpus = match m.interpretation {
-                        Interpretation::FullGpu => v / 100.0,
-                        Interpretation::CurrentAllocation => v / 100.0 * alloc,
-                    };
-                    *per.entry(t).or_default() += gpus;
-                }
+            let by_key: HashMap<(&str, &str), &[(i64, f64)]> = set
+                .series
+                .iter()
+                .map(|(k, v)| ((k.pod.as_str(), k.container.as_str()), v.as_slice()))
+                .collect();
+            let per_pod = usage::pod_totals(&pods, m.interpretation, |p, c| {
+                by_key.get(&(p, c)).copied()
+            });
+            usage.push((signal, usage::hottest(&per_pod)));
+            for (i, per) in per_pod.into_iter().enumerate() {
+                totals.insert((signal, i), per);
             }
-        }
-        let mut usage = Vec::new();
-        for signal in Signal::BOTH {
-            let mut hottest: BTreeMap<i64, f64> = BTreeMap::new();
-            for ((s, _), per) in &totals {
-                if *s != signal {
-                    continue;
-                }
-                for (t, v) in per {
-                    let e = hottest.entry(*t).or_insert(f64::MIN);
-                    *e = e.max(*v);
-                }
-            }
-            usage.push((signal, hottest.into_iter().collect()));
         }
         let mut used: BTreeMap<i64, f64> = BTreeMap::new();
-        for &pi in self.pods {
+        for pi in 0..pods.len() {
             let c = totals.get(&(Signal::Compute, pi));
             let m = totals.get(&(Signal::Memory, pi));
             let times: BTreeSet<i64> = c
