@@ -114,9 +114,7 @@ fn conditions(status: Option<&PolicyStatus>) -> Vec<String> {
         .map(|s| {
             s.conditions
                 .iter()
-                .map(|c| {
-                    format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message)
-                })
+                .map(|c| format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message))
                 .collect()
         })
         .unwrap_or_default()
@@ -265,9 +263,9 @@ impl<S> Recording<'_, S> {
                         style: LineStyle::Steps,
                         points: allocation.clone(),
                     });
-                    let recommended = gpu.and_then(|g| g.recommendation.as_ref()).map(|r| {
-                        r.containers.values().sum::<f64>()
-                    });
+                    let recommended = gpu
+                        .and_then(|g| g.recommendation.as_ref())
+                        .map(|r| r.containers.values().sum::<f64>());
                     if let Some(r) = recommended {
                         lines.push(Line {
                             label: "recommended".into(),
@@ -280,7 +278,11 @@ impl<S> Recording<'_, S> {
                         .iter()
                         .map(|s| {
                             let c = policy.spec.metrics.signal(*s);
-                            (*s, c.upsize.threshold_percent, c.scale_back.threshold_percent)
+                            (
+                                *s,
+                                c.upsize.threshold_percent,
+                                c.scale_back.threshold_percent,
+                            )
                         })
                         .collect();
                     lines.extend(threshold_lines(&thresholds, &allocation));

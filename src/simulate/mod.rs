@@ -634,7 +634,12 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         let pods: Vec<(&str, &PodAlloc)> = self
             .pods
             .iter()
-            .filter_map(|&pi| Some((self.real[pi].metadata.name.as_deref()?, &self.real_alloc[pi])))
+            .filter_map(|&pi| {
+                Some((
+                    self.real[pi].metadata.name.as_deref()?,
+                    &self.real_alloc[pi],
+                ))
+            })
             .collect();
         // (signal, pod index in `pods`) → t → pod total.
         let mut totals: BTreeMap<(Signal, usize), BTreeMap<i64, f64>> = BTreeMap::new();
@@ -647,9 +652,8 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
                 .iter()
                 .map(|(k, v)| ((k.pod.as_str(), k.container.as_str()), v.as_slice()))
                 .collect();
-            let per_pod = usage::pod_totals(&pods, m.interpretation, |p, c| {
-                by_key.get(&(p, c)).copied()
-            });
+            let per_pod =
+                usage::pod_totals(&pods, m.interpretation, |p, c| by_key.get(&(p, c)).copied());
             usage.push((signal, usage::hottest(&per_pod)));
             for (i, per) in per_pod.into_iter().enumerate() {
                 totals.insert((signal, i), per);

@@ -283,7 +283,7 @@ pub fn threshold_lines(
 
 pub const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}\
 table{border-collapse:collapse;margin:12px 0}th,td{border:1px solid #ddd;padding:4px 8px;text-align:right}\
-th:first-child,td:first-child{text-align:left}tr.total td{font-weight:bold;background:#f3f3f3}\
+th:first-child,td:first-child,td.policy{text-align:left}th{vertical-align:bottom}tr.total td{font-weight:bold;background:#f3f3f3}\
 section{margin:28px 0}code{background:#eee;padding:0 3px}.note{color:#8a5a00}\
 td.reason{text-align:left;max-width:640px}";
 
@@ -304,12 +304,12 @@ pub fn to_html(r: &Report) -> String {
     s.push_str(
         "<table id=\"summary\"><thead><tr><th>workload</th><th>policy</th><th>changes</th><th>rollouts</th>\
          <th>GPU-h as is</th><th>GPU-h with kerf</th><th>GPU-h used</th><th>difference</th>\
-         <th>CPU core-h as is → with kerf</th><th>memory GiB-h as is → with kerf</th></tr></thead><tbody>",
+         <th>CPU core-h as&nbsp;is → kerf</th><th>memory GiB-h as&nbsp;is → kerf</th></tr></thead><tbody>",
     );
     for w in &r.workloads {
         let _ = write!(
             s,
-            "<tr><td><a href=\"#w-{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:+.2}</td><td>{:.2} → {:.2}</td><td>{:.2} → {:.2}</td></tr>",
+            "<tr><td><a href=\"#w-{}\">{}</a></td><td class=\"policy\">{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:+.2}</td><td>{:.2} → {:.2}</td><td>{:.2} → {:.2}</td></tr>",
             esc(&anchor(w)),
             esc(&name(w)),
             esc(&w.policy.as_ref().map(|p| p.to_string()).unwrap_or_default()),
