@@ -19,6 +19,9 @@ use crate::bench::{
 pub enum BenchCommand {
     /// One full GPU reconcile cycle over a synthetic cluster.
     Scale(ScaleArgs),
+    /// A `kerf simulate` replay: the shipped examples over a synthetic week, or a synthetic
+    /// cluster (`--workloads N --days 1`).
+    Simulate(super::bench_simulate::SimulateBenchArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -45,7 +48,10 @@ pub struct ScaleArgs {
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    let BenchCommand::Scale(args) = cmd;
+    let args = match cmd {
+        BenchCommand::Scale(args) => args,
+        BenchCommand::Simulate(args) => return super::bench_simulate::run(args).await,
+    };
     let spec = ScaleSpec {
         workloads: args.workloads,
         pods: args.pods,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod bench;
+pub mod bench_simulate;
 pub mod recommend;
 pub mod rollback;
 pub mod serve;

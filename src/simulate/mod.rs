@@ -8,6 +8,7 @@
 pub mod history;
 pub mod pods;
 pub mod report;
+pub mod synth;
 pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
