@@ -349,3 +349,55 @@ impl<S> Recording<'_, S> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::SeriesKey;
+
+    /// Answers every query with 5,000 series of 1,000 points.
+    struct Wide;
+
+    impl MetricSource for Wide {
+        async fn range_query(&self, _: &RangeQuery) -> Result<SeriesSet, MetricError> {
+            let mut set = SeriesSet::default();
+            for i in 0..5_000 {
+                set.series.insert(
+                    SeriesKey {
+                        namespace: "ns".into(),
+                        pod: format!("p{i}"),
+                        container: "c".into(),
+                    },
+                    (0..1_000).map(|t| (t, t as f64)).collect(),
+                );
+            }
+            Ok(set)
+        }
+    }
+
+    #[test]
+    fn the_recorded_samples_stay_within_the_stated_bound() {
+        let recording = Recording::new(&Wide);
+        let q = RangeQuery {
+            metric: "m".into(),
+            namespace_label: "namespace".into(),
+            pod_label: "pod".into(),
+            container_label: "container".into(),
+            namespaces: vec!["ns".into()],
+            pods: vec![],
+            start: DateTime::from_timestamp(0, 0).unwrap(),
+            end: DateTime::from_timestamp(999, 0).unwrap(),
+            step_seconds: 1,
+            counter: None,
+            aggregation: Default::default(),
+        };
+        let answer = futures::executor::block_on(recording.range_query(&q)).unwrap();
+        assert_eq!(answer.series.len(), 5_000, "the cycle gets every series");
+        let r = recording.recorded.lock().unwrap();
+        assert_eq!(r.series.len(), MAX_SERIES);
+        assert_eq!(r.dropped, 1_000);
+        assert!(r.series.values().all(|s| s.len() <= MAX_POINTS));
+        // Peaks survive downsampling.
+        assert!(r.series.values().all(|s| s.iter().any(|p| p.1 == 999.0)));
+    }
+}
