@@ -322,12 +322,14 @@ pub async fn run<S: MetricSource>(
     let mut track_at: HashMap<WorkloadKey, usize> = HashMap::new();
     let mut warnings = Vec::new();
 
+    // The objects as the last tick's writes left them (overlaying kerf's writes again is a
+    // no-op), with the simulated pods: no fresh copy of the manifests per tick.
+    let mut current = base.clone();
     for (ti, &tick) in ticks.iter().enumerate() {
-        let mut snapshot = base.clone();
-        snapshot.pods = sim.clone();
+        current.pods = sim.clone();
         let (after, cycle, _) = in_memory_cycle(
             &mut writer,
-            snapshot,
+            current,
             &invalid,
             &history,
             tick,
@@ -477,6 +479,8 @@ pub async fn run<S: MetricSource>(
                 rescaled.push(pi);
             }
         }
+        drop(hpas);
+        current = after;
         // currentAllocation samples of a re-allocated pod: real ÷ simulated.
         for pi in rescaled {
             let (Some(ns), Some(name)) = (&real[pi].metadata.namespace, &real[pi].metadata.name)
