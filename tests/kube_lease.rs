@@ -6,7 +6,7 @@ mod kube_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
 use kerf::writers::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
@@ -34,8 +34,8 @@ fn lease_json(holder: &str, renew: &str, transitions: i32) -> Value {
     })
 }
 
-fn now() -> chrono::DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 7, 1, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-07-01T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 #[tokio::test]
@@ -220,7 +220,9 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
     let (client, log) = mock(move |r: &Recorded| {
         let phase = *p.lock().unwrap();
         if r.path.starts_with(LEASES_PATH) {
-            let fresh = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            let fresh = Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+                .to_string();
             return match (phase, r.method.as_str()) {
                 (Phase::Absent, "GET") => status(404, "NotFound"),
                 (Phase::Absent, _) => Reply::Json(201, r.body.clone()),

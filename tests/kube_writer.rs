@@ -11,7 +11,7 @@ mod process_metrics;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -19,7 +19,6 @@ use kerf::api::{PolicyStatus, Signal, WorkloadKind};
 use kerf::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     CoordinatedHpa, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
-    to_k8s_time,
 };
 use kerf::core::snapshot::Workload;
 use kerf::writers::kube::{
@@ -65,7 +64,7 @@ fn recommendation(gpu: f64, minute: u32) -> GpuRecommendation {
         containers: BTreeMap::from([("app".into(), gpu)]),
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
-        updated_at: Some(Utc.with_ymd_and_hms(2026, 7, 1, 12, minute, 0).unwrap()),
+        updated_at: Some(format!("2026-07-01T12:{minute:02}:00Z").parse().unwrap()),
         by_policy: Default::default(),
     }
 }
@@ -169,7 +168,8 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
     let at = restart.body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT]
         .as_str()
         .expect("restartedAt set");
-    chrono::DateTime::parse_from_rfc3339(at).expect("restartedAt is RFC3339");
+    at.parse::<jiff::Timestamp>()
+        .expect("restartedAt is RFC3339");
     assert_eq!(
         restart.body.as_object().unwrap().len(),
         1,
@@ -348,7 +348,7 @@ async fn writer_defaults_to_read_only_until_told() {
 }
 
 fn t(secs: i64) -> Time {
-    to_k8s_time(Utc.timestamp_opt(secs, 0).unwrap())
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::from_second(secs).unwrap())
 }
 
 #[tokio::test]

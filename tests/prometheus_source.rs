@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::any;
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::openmetrics;
 use kerf::metrics::prometheus::PrometheusSource;
@@ -40,8 +40,8 @@ fn query(
         container_label: "container".into(),
         namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
         pods: pods.iter().map(|s| s.to_string()).collect(),
-        start: Utc.timestamp_opt(start, 0).unwrap(),
-        end: Utc.timestamp_opt(end, 0).unwrap(),
+        start: Timestamp::from_second(start).unwrap(),
+        end: Timestamp::from_second(end).unwrap(),
         step_seconds: step,
         counter: None,
         aggregation: Default::default(),

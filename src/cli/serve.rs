@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use clap::Args;
+use jiff::Timestamp;
 
 use super::{MetricSourceArgs, PrometheusConnectionArgs};
 use crate::metrics::MetricSource;
@@ -121,11 +121,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         let at = match args.at.as_deref() {
             None => None,
-            Some(t) => Some(
-                DateTime::parse_from_rfc3339(t)
-                    .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}"))?
-                    .with_timezone(&Utc),
-            ),
+            Some(t) => Some(super::parse_at(Some(t))?),
         };
         if args.step_seconds <= 0 {
             anyhow::bail!("--step-seconds must be > 0 (got {})", args.step_seconds);
@@ -278,7 +274,7 @@ async fn run_standalone(
     dir_loop: crate::reconcile::standalone::DirLoop,
     source: MetricSourceArgs,
     connection: PrometheusConnectionArgs,
-    at: Option<DateTime<Utc>>,
+    at: Option<Timestamp>,
     step_seconds: i64,
     interval_seconds: Option<u64>,
     store: Arc<Store>,
@@ -315,14 +311,14 @@ const MANIFESTS: &str = "manifests";
 pub async fn standalone_loop<S: MetricSource>(
     mut dir_loop: crate::reconcile::standalone::DirLoop,
     source: &S,
-    at: Option<DateTime<Utc>>,
+    at: Option<Timestamp>,
     step_seconds: i64,
     interval_seconds: Option<u64>,
     store: &Store,
 ) {
     const RETRY: Duration = Duration::from_secs(10);
     loop {
-        let now = at.unwrap_or_else(Utc::now);
+        let now = at.unwrap_or_else(Timestamp::now);
         let wait = match dir_loop.run_once(source, now, step_seconds, store).await {
             Ok(e) => {
                 store.health().clear_error(MANIFESTS);

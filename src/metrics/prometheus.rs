@@ -364,8 +364,8 @@ impl PrometheusSource {
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
-            ("start", q.start.timestamp().to_string()),
-            ("end", q.end.timestamp().to_string()),
+            ("start", q.start.as_second().to_string()),
+            ("end", q.end.as_second().to_string()),
             ("step", q.step_seconds.to_string()),
             ("timeout", format!("{timeout_ms}ms")),
         ];
@@ -635,7 +635,7 @@ fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
+    use jiff::Timestamp;
 
     fn q() -> RangeQuery {
         RangeQuery {
@@ -645,8 +645,8 @@ mod tests {
             container_label: "ctr".into(),
             namespaces: vec!["a".into()],
             pods: vec![],
-            start: Utc.timestamp_opt(0, 0).unwrap(),
-            end: Utc.timestamp_opt(60, 0).unwrap(),
+            start: Timestamp::from_second(0).unwrap(),
+            end: Timestamp::from_second(60).unwrap(),
             step_seconds: 60,
             counter: Some(false),
             aggregation: Default::default(),

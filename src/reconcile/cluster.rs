@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 
 use crate::api::{OptionNames, PrometheusSettings};
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
@@ -177,7 +177,7 @@ impl ReconcileCycle {
                 invalid,
                 &recommendations,
                 prom,
-                Utc::now(),
+                Timestamp::now(),
                 self.step_seconds,
             )
             .await;

@@ -7,7 +7,7 @@ pub mod standalone;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use std::pin::Pin;
 
 use crate::api::RightsizingRecommendation;
@@ -105,7 +105,7 @@ fn sort_answers<K: Ord + Copy>(
 pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> CycleOutput {
     let plan = gpu::plan(snapshot, now, step_seconds);
@@ -175,7 +175,7 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     invalid: &[InvalidPolicy],
     recommendations: &[Arc<RightsizingRecommendation>],
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> (CycleOutput, Vec<WriteOp>) {
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;

@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use ::kube::api::{Api, ObjectMeta, PostParams};
 use ::kube::{Client, Error as KubeError};
-use chrono::{DateTime, Utc};
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease as CoordLease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::sync::watch;
 
-use crate::core::model::to_k8s_time;
 use crate::telemetry::{WriteLabels, metrics};
 
 #[derive(Clone, Debug)]
@@ -41,12 +40,12 @@ pub struct Lease {
     cfg: LeaseConfig,
 }
 
-fn micro(t: DateTime<Utc>) -> MicroTime {
-    MicroTime(to_k8s_time(t).0)
+fn micro(t: Timestamp) -> MicroTime {
+    MicroTime(t)
 }
 
-fn from_micro(t: &MicroTime) -> DateTime<Utc> {
-    crate::core::model::k8s_time(&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0))
+fn from_micro(t: &MicroTime) -> Timestamp {
+    t.0
 }
 
 fn count(outcome: &str) {
@@ -112,7 +111,7 @@ impl Lease {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             loop {
-                let now = Utc::now();
+                let now = Timestamp::now();
                 let leader = match tokio::time::timeout(
                     self.cfg.renew_every,
                     self.try_acquire_or_renew(now),
@@ -145,7 +144,7 @@ impl Lease {
 
     /// One round: create the Lease when absent, take it over when expired, renew it when held.
     /// `Ok(true)` = this replica holds it now; `Ok(false)` = another replica does (or won a race).
-    pub async fn try_acquire_or_renew(&self, now: DateTime<Utc>) -> Result<bool, KubeError> {
+    pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<bool, KubeError> {
         let duration_s = i32::try_from(self.cfg.duration.as_secs()).unwrap_or(i32::MAX);
         let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
             let lease = CoordLease {
@@ -170,7 +169,7 @@ impl Lease {
             let expired = holder.is_none()
                 || match (&spec.renew_time, spec.lease_duration_seconds) {
                     (Some(t), Some(d)) => {
-                        from_micro(t) + chrono::Duration::seconds(i64::from(d)) < now
+                        from_micro(t) + SignedDuration::from_secs(i64::from(d)) < now
                     }
                     _ => true,
                 };

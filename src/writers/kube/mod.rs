@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use ::kube::{Client, Error as KubeError};
-use chrono::Utc;
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -51,7 +51,7 @@ use crate::api::{
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, WorkloadKey, to_k8s_time,
+    ANNOTATION_ROLLBACK, WorkloadKey,
 };
 use crate::telemetry::{WriteLabels, metrics};
 
@@ -438,7 +438,7 @@ impl Task {
 
     /// Rolling restart through the pod template annotation (a merge patch: see the module docs).
     async fn restart(&self, key: &WorkloadKey) -> Result<(), CallError> {
-        let at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let at = crate::core::model::rfc3339_secs(Timestamp::now());
         let mut path: Vec<&str> = template_path(key.kind).to_vec();
         path.extend(["metadata", "annotations"]);
         let body = nest(&path, json!({ ANNOTATION_RESTARTED_AT: at }));
@@ -689,7 +689,7 @@ impl Task {
                 &observed.conditions,
                 &s.conditions,
                 generation,
-                Utc::now(),
+                Timestamp::now(),
             ),
             observed_generation: generation,
             matched_workloads: s.matched_workloads.or(observed.matched_workloads),
@@ -771,7 +771,7 @@ impl Task {
     }
 
     async fn event(&self, e: &EventWrite) -> Result<(), CallError> {
-        let now = Utc::now();
+        let now = Timestamp::now();
         let ar = workload_resource(e.regarding.kind);
         let mut note = e.note.clone();
         if note.len() > 1024 {
@@ -784,16 +784,14 @@ impl Task {
         }
         let event = Event {
             metadata: ObjectMeta {
-                name: Some(format!(
-                    "{}.{:x}",
-                    e.regarding.name,
-                    now.timestamp_nanos_opt().unwrap_or_default()
-                )),
+                name: Some(format!("{}.{:x}", e.regarding.name, now.as_nanosecond())),
                 namespace: Some(e.regarding.namespace.clone()),
                 annotations: (!e.details.is_empty()).then(|| e.details.clone()),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(to_k8s_time(now).0)),
+            event_time: Some(MicroTime(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now).0,
+            )),
             type_: Some(if e.warning { "Warning" } else { "Normal" }.into()),
             reason: Some(e.reason.clone()),
             action: Some(e.action.clone()),
