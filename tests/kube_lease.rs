@@ -9,6 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
+use kerf::telemetry::Metrics;
 use kerf::writers::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
 use kube_support::{Recorded, Reply, calls, eventually, mock, requests, status};
 use serde_json::{Value, json};
@@ -21,6 +22,7 @@ fn cfg() -> LeaseConfig {
         name: "kerf-writer".into(),
         duration: Duration::from_secs(15),
         renew_every: Duration::from_millis(50),
+        metrics: Metrics::new(),
     }
 }
 
@@ -236,7 +238,12 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
         }
         Reply::Json(200, r.body.clone())
     });
-    let leader = Lease::new(client.clone(), "kerf-system", "kerf-0", cfg()).run();
+    let metrics = Metrics::new();
+    let lease_cfg = LeaseConfig {
+        metrics: metrics.clone(),
+        ..cfg()
+    };
+    let leader = Lease::new(client.clone(), "kerf-system", "kerf-0", lease_cfg).run();
     let mut wcfg = WriterConfig::new("kerf-system");
     wcfg.read_only = false;
     wcfg.backoff = Duration::from_millis(5);
@@ -312,6 +319,9 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
             .all(|r| r.method == "GET" && r.path == LEASE_PATH),
         "a follower only reads the Lease: {after:#?}"
     );
-    // A process-wide gauge, but only this test runs a Lease loop in this binary.
-    assert_eq!(kerf::telemetry::metrics().is_leader.get(), 0);
+    assert_eq!(
+        metrics.is_leader.get(),
+        0,
+        "kerf_is_leader after the Lease was lost"
+    );
 }

@@ -118,7 +118,7 @@ async fn replica(prometheus_url: &str, leader: bool) -> Replica {
     let store = Store::new();
     let reader = Reader::start_with_store(client.clone(), store.clone());
     let (_tx, lease) = watch::channel(leader);
-    let writer = Writer::spawn(client, "kerf", lease.clone());
+    let writer = Writer::spawn(client, "kerf", lease.clone(), store.metrics().clone());
     tokio::time::timeout(Duration::from_secs(10), prime_store(&reader, &store))
         .await
         .expect("caches sync");

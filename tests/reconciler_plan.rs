@@ -415,7 +415,16 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
         .automation_strategy_ref
         .name = "missing".into();
     let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
-    let (cycle, ops) = kerf::reconcile::reconcile_once(&m.snapshot, &[], &[], &src, at(), 15).await;
+    let (cycle, ops) = kerf::reconcile::reconcile_once(
+        &m.snapshot,
+        &[],
+        &[],
+        &src,
+        at(),
+        15,
+        &kerf::telemetry::Metrics::default(),
+    )
+    .await;
     assert!(
         !ops.iter().any(|op| matches!(
             op,

@@ -99,7 +99,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.connection
             .settings(url, &crate::api::GlobalConfigurationSpec::default())?;
     }
-    let store = Store::new();
+    // The one registry of this process: every task reports to it, `/metrics` serves it.
+    let store = Store::with_metrics(crate::telemetry::Metrics::new());
     let config = ServeConfig::new(
         args.listen,
         args.health_listen,
@@ -288,7 +289,8 @@ async fn run_standalone(
         .unwrap_or_default();
     let source = super::metric_source(&source, &connection, &global)
         .await
-        .context("the metric source")?;
+        .context("the metric source")?
+        .reporting_to(store.metrics().clone());
     standalone_loop(
         dir_loop,
         &source,

@@ -122,6 +122,14 @@ impl AnySource {
         Self::open(file, settings.as_ref(), crate::api::OptionNames::Flags).await
     }
 
+    /// Reports Prometheus query latency and failures to `metrics` (a file source reports none).
+    pub fn reporting_to(self, metrics: std::sync::Arc<crate::telemetry::Metrics>) -> Self {
+        match self {
+            AnySource::Prometheus(p) => AnySource::Prometheus(p.reporting_to(metrics)),
+            file => file,
+        }
+    }
+
     /// A file source, or a Prometheus source with every connection setting of `prometheus`
     /// (see [`prometheus::PrometheusSource::connect`]); errors name the settings as `names` says.
     pub async fn open(

@@ -177,17 +177,18 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     source: &S,
     now: Timestamp,
     step_seconds: i64,
+    metrics: &crate::telemetry::Metrics,
 ) -> (CycleOutput, Vec<WriteOp>) {
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;
     let failures = cycle.query_failures();
     if !failures.is_empty() {
-        crate::telemetry::metrics().reconcile_errors.inc();
+        metrics.reconcile_errors.inc();
         for (policy, e) in &failures {
             tracing::warn!(%policy, "{e}; the last recommendations stay in force");
         }
     }
     let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
-    crate::telemetry::metrics().reconcile_cycles.inc();
+    metrics.reconcile_cycles.inc();
     (cycle, ops)
 }
 

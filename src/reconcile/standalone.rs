@@ -143,6 +143,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
         source,
         now,
         step_seconds,
+        store.metrics(),
     )
     .await;
     drop(recommendations);

@@ -53,7 +53,7 @@ use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, WorkloadKey,
 };
-use crate::telemetry::{WriteLabels, metrics};
+use crate::telemetry::{Metrics, WriteLabels};
 
 pub use crate::core::writes::*;
 
@@ -86,6 +86,8 @@ pub struct WriterConfig {
     /// `readOnly` until told otherwise: a writer that has not seen the GlobalConfiguration
     /// must not touch workloads.
     pub read_only: bool,
+    /// Where the writes are counted (`kerf_cluster_writes`): the process's registry.
+    pub metrics: Arc<Metrics>,
 }
 
 impl WriterConfig {
@@ -98,6 +100,7 @@ impl WriterConfig {
             backoff: Duration::from_millis(500),
             queue: 1024,
             read_only: true,
+            metrics: Metrics::new(),
         }
     }
 }
@@ -152,9 +155,19 @@ fn holds_lease(lease: &watch::Receiver<bool>) -> bool {
 }
 
 impl Writer {
-    /// Spawns the writer task with default settings (10 s timeout, 3 tries).
-    pub fn spawn(client: Client, namespace: &str, lease: watch::Receiver<bool>) -> WriterHandle {
-        Self::spawn_with(client, lease, WriterConfig::new(namespace))
+    /// Spawns the writer task with default settings (10 s timeout, 3 tries), counting its writes
+    /// in `metrics`.
+    pub fn spawn(
+        client: Client,
+        namespace: &str,
+        lease: watch::Receiver<bool>,
+        metrics: Arc<Metrics>,
+    ) -> WriterHandle {
+        let cfg = WriterConfig {
+            metrics,
+            ..WriterConfig::new(namespace)
+        };
+        Self::spawn_with(client, lease, cfg)
     }
 
     pub fn spawn_with(
@@ -236,8 +249,8 @@ impl From<CallError> for WriteOutcome {
     }
 }
 
-fn count(target: &str, outcome: &str) {
-    metrics()
+fn count(metrics: &Metrics, target: &str, outcome: &str) {
+    metrics
         .cluster_writes
         .get_or_create(&WriteLabels {
             target: target.into(),
@@ -311,11 +324,11 @@ impl Task {
             }
             let error = match tokio::time::timeout(self.cfg.timeout, f()).await {
                 Ok(Ok(v)) => {
-                    target.inspect(|t| count(t, "ok"));
+                    target.inspect(|t| count(&self.cfg.metrics, t, "ok"));
                     return Ok(v);
                 }
                 Ok(Err(e)) if !retryable(&e) => {
-                    target.inspect(|t| count(t, "error"));
+                    target.inspect(|t| count(&self.cfg.metrics, t, "error"));
                     return Err(CallError::Rejected {
                         what: what.to_string(),
                         source: e,
@@ -325,7 +338,7 @@ impl Task {
                 Err(_) => format!("timed out after {:?}", self.cfg.timeout),
             };
             if attempt == tries {
-                target.inspect(|t| count(t, "error"));
+                target.inspect(|t| count(&self.cfg.metrics, t, "error"));
                 return Err(CallError::GaveUp {
                     what: what.to_string(),
                     last: error,
