@@ -42,7 +42,7 @@ pub async fn run(args: SimulateBenchArgs) -> anyhow::Result<()> {
     let from = super::parse_at(Some(&args.from))?;
     let opts = Options {
         from,
-        to: from + chrono::Duration::days(args.days),
+        to: from + jiff::SignedDuration::from_hours(24 * args.days),
         every_seconds: args.every_seconds,
         step_seconds: args.step_seconds,
     };

@@ -82,8 +82,7 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parse_time(flag: &str, t: &str) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
-    Ok(chrono::DateTime::parse_from_rfc3339(t)
-        .map_err(|e| anyhow::anyhow!("{flag} {t:?} is not RFC 3339: {e}"))?
-        .with_timezone(&chrono::Utc))
+fn parse_time(flag: &str, t: &str) -> anyhow::Result<jiff::Timestamp> {
+    t.parse::<jiff::Timestamp>()
+        .map_err(|e| anyhow::anyhow!("{flag} {t:?} is not RFC 3339: {e}"))
 }

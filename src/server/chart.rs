@@ -103,11 +103,11 @@ pub fn downsample(points: &[(i64, f64)], max: usize) -> Vec<(i64, f64)> {
 }
 
 fn format_time(t: i64, span: i64) -> String {
-    let dt = chrono::DateTime::from_timestamp(t, 0).unwrap_or_default();
+    let ts = jiff::Timestamp::from_second(t).unwrap_or_default();
     if span > 2 * 86_400 {
-        dt.format("%m-%d %H:%M").to_string()
+        ts.strftime("%m-%d %H:%M").to_string()
     } else {
-        dt.format("%H:%M").to_string()
+        ts.strftime("%H:%M").to_string()
     }
 }
 

@@ -200,7 +200,7 @@ pub fn html(store: &Store) -> String {
         let _ = write!(
             out,
             "<p>last cycle at <time>{}</time>; charts show its evaluation window</p>",
-            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            crate::core::model::rfc3339_secs(at)
         );
     }
     let snap = store.snapshot();

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::api::{Interpretation, PolicyStatus, Signal};
 use crate::core::cycle::CycleOutput;
@@ -105,7 +105,7 @@ pub struct LiveWorkload {
 /// The last cycle, as `/debug` shows it.
 #[derive(Clone, Debug, Default)]
 pub struct LiveView {
-    pub at: Option<DateTime<Utc>>,
+    pub at: Option<Timestamp>,
     pub workloads: BTreeMap<WorkloadKey, LiveWorkload>,
 }
 
@@ -123,7 +123,7 @@ fn conditions(status: Option<&PolicyStatus>) -> Vec<String> {
 impl<S> Recording<'_, S> {
     /// The live view of `cycle`, run at `now` over `snapshot` (the objects with the cycle's
     /// policy statuses), from the samples this source recorded.
-    pub fn view(&self, snapshot: &Snapshot, cycle: &CycleOutput, now: DateTime<Utc>) -> LiveView {
+    pub fn view(&self, snapshot: &Snapshot, cycle: &CycleOutput, now: Timestamp) -> LiveView {
         let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
         let pods_of = pods_by_owner(snapshot);
         let mut out = LiveView {
@@ -251,7 +251,7 @@ impl<S> Recording<'_, S> {
                             points: usage::hottest(&totals),
                         });
                     }
-                    let from = now.timestamp() - window as i64;
+                    let from = now.as_second() - window as i64;
                     let current = pods
                         .iter()
                         .map(|(_, a)| a.values().filter_map(|c| c.gpu).sum::<f64>())
@@ -295,7 +295,7 @@ impl<S> Recording<'_, S> {
                             )
                         })
                         .map(|g| Marker {
-                            t: now.timestamp(),
+                            t: now.as_second(),
                             value: recommended.unwrap_or(current),
                             kind: if g.action
                                 == crate::core::recommenders::gpu::engine::Action::Upsize
@@ -323,7 +323,7 @@ impl<S> Recording<'_, S> {
                         id: w.key.to_string(),
                         unit: "GPUs per pod".into(),
                         from,
-                        to: now.timestamp(),
+                        to: now.as_second(),
                         lines,
                         markers,
                     };
@@ -385,8 +385,8 @@ mod tests {
             container_label: "container".into(),
             namespaces: vec!["ns".into()],
             pods: vec![],
-            start: DateTime::from_timestamp(0, 0).unwrap(),
-            end: DateTime::from_timestamp(999, 0).unwrap(),
+            start: Timestamp::from_second(0).unwrap(),
+            end: Timestamp::from_second(999).unwrap(),
             step_seconds: 1,
             counter: None,
             aggregation: Default::default(),

@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use chrono::{DateTime, Utc};
 use futures::lock::Mutex;
+use jiff::Timestamp;
 
 use crate::metrics::{Aggregation, MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
 
@@ -100,16 +100,16 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
     /// History of `namespaces`/`pods` (sorted, deduplicated) for ticks `anchor..=last`.
     pub fn new(
         inner: &'a S,
-        anchor: DateTime<Utc>,
-        last: DateTime<Utc>,
+        anchor: Timestamp,
+        last: Timestamp,
         namespaces: Vec<String>,
         pods: Vec<String>,
         relative: HashSet<String>,
     ) -> Self {
         Self {
             inner,
-            anchor: anchor.timestamp(),
-            last: last.timestamp(),
+            anchor: anchor.as_second(),
+            last: last.as_second(),
             namespaces,
             pods,
             fetched: Mutex::new(HashMap::new()),
@@ -142,7 +142,7 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
     /// wider, when a query reaches outside what was fetched).
     async fn history(&self, q: &RangeQuery) -> Result<Arc<Fetched>, MetricError> {
         let shape = Shape::of(q);
-        let (start, end) = (q.start.timestamp(), q.end.timestamp());
+        let (start, end) = (q.start.as_second(), q.end.as_second());
         let mut cache = self.fetched.lock().await;
         if let Some(f) = cache.get(&shape).filter(|f| f.covers(start, end)) {
             return Ok(f.clone());
@@ -168,8 +168,8 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
                 } else {
                     Vec::new()
                 },
-                start: DateTime::from_timestamp(chunk_start, 0).unwrap_or_default(),
-                end: DateTime::from_timestamp(chunk_end, 0).unwrap_or_default(),
+                start: Timestamp::from_second(chunk_start).unwrap_or_default(),
+                end: Timestamp::from_second(chunk_end).unwrap_or_default(),
                 ..q.clone()
             };
             self.fetches.fetch_add(1, Ordering::Relaxed);
@@ -209,7 +209,7 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
 
     async fn answer(&self, q: &RangeQuery, rescale: bool) -> Result<SeriesSet, MetricError> {
         let h = self.history(q).await?;
-        let range = h.indexes(q.start.timestamp(), q.end.timestamp());
+        let range = h.indexes(q.start.as_second(), q.end.as_second());
         let relative = rescale && self.relative.contains(&q.metric);
         let mut out = SeriesSet {
             series: BTreeMap::new(),
@@ -276,7 +276,6 @@ impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
 mod tests {
     use super::*;
     use crate::metrics::file::FileSource;
-    use chrono::TimeZone;
 
     const T0: i64 = 1_767_225_600;
 
@@ -309,8 +308,8 @@ mod tests {
             container_label: "container".into(),
             namespaces: vec!["a".into()],
             pods: pods.iter().map(|p| p.to_string()).collect(),
-            start: Utc.timestamp_opt(now - window, 0).unwrap(),
-            end: Utc.timestamp_opt(now, 0).unwrap(),
+            start: Timestamp::from_second(now - window).unwrap(),
+            end: Timestamp::from_second(now).unwrap(),
             step_seconds: 15,
             counter: None,
             aggregation: Aggregation::Sum,
@@ -326,8 +325,8 @@ mod tests {
         let last = T0 + 5400;
         let h = HistorySource::new(
             &inner,
-            Utc.timestamp_opt(from, 0).unwrap(),
-            Utc.timestamp_opt(last, 0).unwrap(),
+            Timestamp::from_second(from).unwrap(),
+            Timestamp::from_second(last).unwrap(),
             vec!["a".into()],
             vec!["p".into(), "q".into()],
             HashSet::new(),
@@ -361,8 +360,8 @@ mod tests {
         let from = T0 + 50 * 86_400;
         let h = HistorySource::new(
             &inner,
-            Utc.timestamp_opt(from, 0).unwrap(),
-            Utc.timestamp_opt(from, 0).unwrap(),
+            Timestamp::from_second(from).unwrap(),
+            Timestamp::from_second(from).unwrap(),
             vec!["a".into()],
             vec!["p".into()],
             HashSet::new(),
@@ -382,8 +381,8 @@ mod tests {
         let inner = file();
         let mut h = HistorySource::new(
             &inner,
-            Utc.timestamp_opt(T0 + 600, 0).unwrap(),
-            Utc.timestamp_opt(T0 + 600, 0).unwrap(),
+            Timestamp::from_second(T0 + 600).unwrap(),
+            Timestamp::from_second(T0 + 600).unwrap(),
             vec!["a".into()],
             vec!["p".into(), "q".into()],
             HashSet::from(["g".to_string()]),

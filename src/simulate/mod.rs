@@ -14,7 +14,7 @@ pub mod usage;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::api::{Interpretation, ResourceMode, Signal};
 use crate::core::hpa;
@@ -36,8 +36,8 @@ use self::pods::{PodAlloc, pod_alloc, rolled_out};
 /// What to replay.
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub from: DateTime<Utc>,
-    pub to: DateTime<Utc>,
+    pub from: Timestamp,
+    pub to: Timestamp,
     pub every_seconds: i64,
     /// The query step (as `kerf recommend --step-seconds`).
     pub step_seconds: i64,
@@ -45,8 +45,8 @@ pub struct Options {
 
 impl Options {
     /// The ticks: `from`, `from + every`, … before `to`.
-    pub fn ticks(&self) -> Vec<DateTime<Utc>> {
-        let every = chrono::Duration::seconds(self.every_seconds.max(1));
+    pub fn ticks(&self) -> Vec<Timestamp> {
+        let every = jiff::SignedDuration::from_secs(self.every_seconds.max(1));
         std::iter::successors(Some(self.from), |t| Some(*t + every))
             .take_while(|t| *t < self.to)
             .collect()
@@ -56,7 +56,7 @@ impl Options {
 /// A tick at which the GPU allocation of the workload's pods changed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Change {
-    pub at: DateTime<Utc>,
+    pub at: Timestamp,
     /// The new allocation, per container with GPUs.
     pub gpu: BTreeMap<String, f64>,
     /// Upsize or scale-back.
@@ -71,7 +71,7 @@ pub struct Change {
 /// A tick at which the workload's CPU/memory requests or HPA target changed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResourceChange {
-    pub at: DateTime<Utc>,
+    pub at: Timestamp,
     /// (cpu millicores, memory bytes) per container.
     pub requests: BTreeMap<String, (Option<i64>, Option<i64>)>,
     pub hpa_target: Option<i32>,
@@ -120,8 +120,8 @@ pub struct WorkloadReport {
 /// The replay.
 #[derive(Clone, Debug)]
 pub struct Report {
-    pub from: DateTime<Utc>,
-    pub to: DateTime<Utc>,
+    pub from: Timestamp,
+    pub to: Timestamp,
     pub every_seconds: i64,
     pub cycles: usize,
     pub workloads: Vec<WorkloadReport>,
@@ -262,7 +262,7 @@ pub async fn run<S: MetricSource>(
             p.status
                 .as_ref()
                 .and_then(|s| s.start_time.as_ref())
-                .map(|t| crate::core::model::k8s_time(t).timestamp())
+                .map(|t| t.0.as_second())
         })
         .collect();
     let mut sim = real.clone();
@@ -497,13 +497,13 @@ pub async fn run<S: MetricSource>(
         }
         // Allocation integrals: each tick's allocation holds until the next tick (or --to).
         let next = ticks.get(ti + 1).copied().unwrap_or(opts.to);
-        let hours = (next - tick).num_seconds() as f64 / 3600.0;
+        let hours = (next.as_second() - tick.as_second()) as f64 / 3600.0;
         for track in &mut tracks {
             let mut real_pod = 0f64;
             let mut sim_pod = 0f64;
             for &pi in &track.pods {
                 // A pod counts from its recorded start (before it, it did not exist).
-                if real_start[pi].is_some_and(|s| s > tick.timestamp()) {
+                if real_start[pi].is_some_and(|s| s > tick.as_second()) {
                     continue;
                 }
                 let r = &mut track.report;
@@ -517,8 +517,8 @@ pub async fn run<S: MetricSource>(
                 sim_pod = sim_pod.max(per_pod_gpu(&sim_alloc[pi]));
             }
             let chart = &mut track.report.chart;
-            push_step(&mut chart.real, tick.timestamp(), real_pod);
-            push_step(&mut chart.simulated, tick.timestamp(), sim_pod);
+            push_step(&mut chart.real, tick.as_second(), real_pod);
+            push_step(&mut chart.simulated, tick.as_second(), sim_pod);
         }
     }
 
@@ -529,7 +529,7 @@ pub async fn run<S: MetricSource>(
         // Close the step functions at the end of the replay.
         for points in [&mut chart.real, &mut chart.simulated] {
             if let Some(&(_, v)) = points.last() {
-                points.push((opts.to.timestamp(), v));
+                points.push((opts.to.as_second(), v));
             }
         }
         let ctx = UsageContext {
@@ -568,11 +568,11 @@ pub async fn run<S: MetricSource>(
 
 /// Step integral at tick resolution: each tick's value (the latest sample at or before it,
 /// not older than one tick) held until the next tick. Hours.
-fn integrate(values: &BTreeMap<i64, f64>, ticks: &[DateTime<Utc>], opts: &Options) -> f64 {
+fn integrate(values: &BTreeMap<i64, f64>, ticks: &[Timestamp], opts: &Options) -> f64 {
     let mut total = 0.0;
     for (i, tick) in ticks.iter().enumerate() {
-        let t = tick.timestamp();
-        let next = ticks.get(i + 1).copied().unwrap_or(opts.to).timestamp();
+        let t = tick.as_second();
+        let next = ticks.get(i + 1).copied().unwrap_or(opts.to).as_second();
         if let Some((&at, &v)) = values.range(..=t).next_back()
             && t - at < opts.every_seconds.max(opts.step_seconds)
         {
@@ -589,8 +589,8 @@ struct UsageContext<'h, 'a, S> {
     real_alloc: &'h [PodAlloc],
     pods: &'h [usize],
     key: &'h WorkloadKey,
-    from: DateTime<Utc>,
-    last: DateTime<Utc>,
+    from: Timestamp,
+    last: Timestamp,
     step: i64,
 }
 

@@ -3,15 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::admission::mutate_pod;
 use crate::core::allocation::container_allocations;
-use crate::core::model::{ANNOTATION_MUTATED, WorkloadState, to_k8s_time};
+use crate::core::model::{ANNOTATION_MUTATED, WorkloadState};
 use crate::core::pod::{Container, Pod, PodTemplateSpec};
 use crate::core::quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// What one container of a pod is allocated.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,7 +62,7 @@ pub fn rolled_out(
     template: &PodTemplateSpec,
     state: Option<&WorkloadState>,
     kai_scheduler_name: &str,
-    at: DateTime<Utc>,
+    at: Timestamp,
 ) -> Pod {
     let mut pod = recorded.clone();
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
@@ -90,7 +91,7 @@ pub fn rolled_out(
     if let Some(state) = state {
         pod = admitted(pod, state, kai_scheduler_name);
     }
-    pod.status.get_or_insert_with(Default::default).start_time = Some(to_k8s_time(at));
+    pod.status.get_or_insert_with(Default::default).start_time = Some(Time(at));
     pod
 }
 
@@ -141,9 +142,7 @@ mod tests {
 
     #[test]
     fn a_rolled_out_pod_gets_the_template_and_the_webhooks_gpu_and_starts_at_the_tick() {
-        let at = DateTime::parse_from_rfc3339("2026-01-02T00:00:00Z")
-            .unwrap()
-            .with_timezone(&Utc);
+        let at: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
         let state = WorkloadState {
             gpu: Some(GpuRecommendation {
                 containers: BTreeMap::from([("inference".to_string(), 0.84)]),
@@ -160,7 +159,7 @@ mod tests {
         assert_eq!(new.metadata.name.as_deref(), Some("llm-1"));
         assert_eq!(new.metadata.annotations.as_ref().unwrap()["other"], "kept");
         let started = new.status.as_ref().unwrap().start_time.as_ref().unwrap();
-        assert_eq!(crate::core::model::k8s_time(started), at);
+        assert_eq!(started.0, at);
 
         // Without a recommendation the template's own 0.5 comes back.
         let back = rolled_out(&new, &template("700m"), None, "kai-scheduler", at);

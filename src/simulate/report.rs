@@ -11,8 +11,8 @@ use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::gpu::engine::Action;
 use crate::server::chart::{self, Chart, Line, LineStyle, Marker, MarkerKind, esc};
 
-fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+fn time(t: jiff::Timestamp) -> String {
+    crate::core::model::rfc3339_secs(t)
 }
 
 /// `90s` → `1m30s`: the `--every` duration as the policies write durations.
@@ -203,7 +203,7 @@ pub fn workload_chart(w: &WorkloadReport, from: i64, to: i64) -> Chart {
         .changes
         .iter()
         .map(|c| Marker {
-            t: c.at.timestamp(),
+            t: c.at.as_second(),
             value: c.after,
             kind: if c.action == Action::Upsize {
                 MarkerKind::Upsize
@@ -347,8 +347,8 @@ pub fn to_html(r: &Report) -> String {
         }
         s.push_str(&chart::render(&workload_chart(
             w,
-            r.from.timestamp(),
-            r.to.timestamp(),
+            r.from.as_second(),
+            r.to.as_second(),
         )));
         if !w.changes.is_empty() {
             s.push_str("<table class=\"changes\"><thead><tr><th>at</th><th>action</th><th>driver</th><th>GPUs</th><th>reason</th></tr></thead><tbody>");

@@ -59,8 +59,8 @@ impl MetricSource for ExampleHistory {
             for pod in &q.pods {
                 for container in containers {
                     let samples: Vec<(i64, f64)> = (0..)
-                        .map(|i| q.start.timestamp() + i * q.step_seconds)
-                        .take_while(|t| *t <= q.end.timestamp())
+                        .map(|i| q.start.as_second() + i * q.step_seconds)
+                        .take_while(|t| *t <= q.end.as_second())
                         .filter_map(|t| Some((t, Self::value(&q.metric, pod, container, t)?)))
                         .collect();
                     if !samples.is_empty() {

@@ -6,14 +6,11 @@
 //! these tests fail and say how to install it. `KERF_UPDATE_SCREENSHOTS=1` also writes the
 //! screenshots to `docs/img/` (the pictures the README shows).
 
-#[path = "webhook_support/mod.rs"]
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

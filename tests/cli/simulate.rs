@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use kerf::api::Signal;
 use kerf::core::recommenders::gpu::engine::Action;
 use kerf::metrics::file::FileSource;
@@ -16,8 +16,8 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn t(s: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
 }
 
 fn opts(from: &str, to: &str) -> Options {
@@ -98,8 +98,8 @@ fn a_scale_back_to_baseline_is_one_change_and_one_rollout() {
 fn scenario_metrics() -> FileSource {
     let sm = "kubex_gpu_container_sm_utilization_percent";
     let mem = "kubex_gpu_container_memory_footprint_percent";
-    let start = t("2026-01-01T11:00:00Z").timestamp();
-    let hot = t("2026-01-01T11:40:00Z").timestamp();
+    let start = t("2026-01-01T11:00:00Z").as_second();
+    let hot = t("2026-01-01T11:40:00Z").as_second();
     let mut text = format!("# TYPE {sm} gauge\n");
     for pod in ["llm-5f7c9d8b6-x2k4p", "llm-5f7c9d8b6-q8w1z"] {
         for ts in (start..=start + 7200).step_by(15) {
@@ -140,7 +140,7 @@ fn scenario() -> Report {
 fn a_simulated_rollout_resets_the_pods_age() {
     let r = scenario();
     let llm = workload(&r, "llm");
-    let at: Vec<(DateTime<Utc>, Action)> = llm.changes.iter().map(|c| (c.at, c.action)).collect();
+    let at: Vec<(Timestamp, Action)> = llm.changes.iter().map(|c| (c.at, c.action)).collect();
     assert_eq!(
         at,
         vec![
