@@ -22,16 +22,19 @@ use serde_json::{Value, json};
 use crate::api::{
     CONDITION_CONFLICT, ConflictStatus, FieldTakeback, RecommendationStatus, WorkloadKind,
 };
-use crate::core::model::{ANNOTATION_CONFLICT_ACKNOWLEDGED, ANNOTATION_RESTARTED_AT, k8s_time};
+use crate::core::model::{
+    ANNOTATION_CONFLICT_ACKNOWLEDGED, ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION,
+    ANNOTATION_RESTARTED_AT, k8s_time,
+};
 use crate::core::quantity;
 use crate::core::snapshot::Workload;
 use crate::core::writes::{
     ConditionUpdate, FIELD_MANAGER, RELEASE_FIELD_MANAGER, template_path, template_requests,
 };
 
-/// kerf's annotations on a workload (all in its namespace): a manager other than kerf owning
-/// one means someone else wrote it.
-const KERF_PREFIX: &str = "rightsizing.kubex.ai/";
+/// The workload annotations kerf writes: a manager other than kerf owning one means someone
+/// else wrote it. (The ones users set — rollback, conflict-acknowledged — are not kerf's.)
+const KERF_ANNOTATIONS: [&str; 2] = [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION];
 
 /// When kerf stops fighting (docs/gitops.md, "Defaults").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +174,7 @@ pub fn project(entries: &[ManagedFieldsEntry], kind: WorkloadKind) -> Vec<FieldM
             .and_then(|m| m.get("f:annotations"));
         tracked.extend(
             keys(annotations)
-                .filter(|k| k.starts_with(KERF_PREFIX))
+                .filter(|k| KERF_ANNOTATIONS.contains(k))
                 .map(|k| TrackedField::Annotation(k.to_string())),
         );
         let mut template = Some(fields);

@@ -131,7 +131,8 @@ fn project_keeps_the_tracked_fields_of_each_manager_and_their_time() {
     let entries: Vec<ManagedFieldsEntry> = serde_json::from_value(json!([
         {"manager": "argocd-controller", "operation": "Apply", "time": "2026-01-01T12:05:00Z",
          "fieldsType": "FieldsV1", "fieldsV1": {
-            "f:metadata": {"f:annotations": {"f:team": {}, "f:rightsizing.kubex.ai/gpu-recommendation": {}}},
+            "f:metadata": {"f:annotations": {"f:team": {}, "f:rightsizing.kubex.ai/gpu-recommendation": {},
+                "f:rightsizing.kubex.ai/conflict-acknowledged": {}, "f:rightsizing.kubex.ai/rollback": {}}},
             "f:spec": {"f:replicas": {}, "f:template": {
                 "f:metadata": {"f:annotations": {"f:rightsizing.kubex.ai/restartedAt": {}, "f:other": {}}},
                 "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {},
