@@ -37,6 +37,8 @@ pub struct Store {
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,
+    /// Workloads kerf does not write for a field conflict, with why (docs/gitops.md).
+    conflicts: ArcSwap<Vec<(WorkloadKey, String)>>,
 }
 
 impl Store {
@@ -96,6 +98,19 @@ impl Store {
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Workloads blocked for a field conflict, from the persisted state (the `/debug` page and
+    /// `kerf_conflict_blocked_workloads`).
+    pub fn set_conflicts(&self, conflicts: Vec<(WorkloadKey, String)>) {
+        crate::telemetry::metrics()
+            .conflict_blocked_workloads
+            .set(conflicts.len() as i64);
+        self.conflicts.store(Arc::new(conflicts));
+    }
+
+    pub fn conflicts(&self) -> Arc<Vec<(WorkloadKey, String)>> {
+        self.conflicts.load_full()
     }
 
     /// What `/readyz` and `/healthz` report (filled by the background tasks).

@@ -317,8 +317,8 @@ async fn argocd_taking_the_request_back_three_times_stops_kerf_until_its_value_i
          spec.template.spec.containers[app].resources.requests.cpu 3 times within 1h (last at \
          2026-01-01T12:22:00Z): kerf stops writing this workload until argocd-controller's \
          value has been stable for 1h or the workload is annotated \
-         rightsizing.kubex.ai/conflict-acknowledged; admission still sets the requests of new \
-         pods. Let kerf own its fields in the GitOps tool (docs/gitops.md)"
+         rightsizing.kubex.ai/conflict-acknowledged; admission still sets kerf's values on \
+         new pods. Let kerf own its fields in the GitOps tool (docs/gitops.md)"
     );
     // The condition on the RightsizingRecommendation.
     let status = c.recommendation().status.unwrap();
@@ -343,6 +343,28 @@ async fn argocd_taking_the_request_back_three_times_stops_kerf_until_its_value_i
         admitted_cpu(&s, &c.recommendations()).as_deref(),
         Some("700m")
     );
+
+    // The metric and the debug page, as every replica serves them from the persisted state.
+    let store = Store::new();
+    serve_persisted(&store, &s, &c.recommendations());
+    let text = kerf::telemetry::encode();
+    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
+    let takebacks: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("kerf_field_takebacks_total{manager=\"argocd-controller\"} "))
+        .expect("the take-back counter")
+        .parse()
+        .unwrap();
+    assert!(takebacks >= 3, "{takebacks}");
+    let page = kerf::server::debug::html(&store);
+    assert!(
+        page.contains(
+            "field conflict: <code>shop/Deployment/web</code> not written: argocd-controller took back"
+        ),
+        "{page}"
+    );
+    let json = kerf::server::debug::json(&store);
+    assert_eq!(json["conflicts"][0]["workload"], "shop/Deployment/web");
 
     // Still blocked 59 minutes after Argo CD's last change: no write, no second event.
     let reqs = c.cycle(81).await;
@@ -454,6 +476,14 @@ async fn argocd_changing_the_hpa_metrics_blocks_at_once_without_forcing_them_bac
             "Conflict: argocd-controller changed HorizontalPodAutoscaler/web spec.metrics after \
              kerf set it"
         ),
+        "{}",
+        blocked[0]["note"]
+    );
+    assert!(
+        blocked[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("admission sets neither the HPA target nor the requests coordinated with it"),
         "{}",
         blocked[0]["note"]
     );

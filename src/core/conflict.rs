@@ -512,26 +512,67 @@ pub fn acknowledgement<'a>(w: &'a Workload, state: &ConflictStatus) -> Option<&'
 /// The Event note and condition message of a workload kerf stops writing.
 pub fn blocked_message(t: &FieldTakeback, count: usize, rules: ConflictRules) -> String {
     let window = human(rules.window);
-    let what = if matches!(
+    let hpa = matches!(
         TrackedField::parse(&t.field),
         Some(TrackedField::HpaMetrics(_))
-    ) {
-        format!(
-            "{} changed {} after kerf set it (at {}); kerf does not take an HPA's metrics back",
-            t.manager, t.field, t.time
+    );
+    let (what, admission) = if hpa {
+        (
+            format!(
+                "{} changed {} after kerf set it (at {}); kerf does not take an HPA's metrics back",
+                t.manager, t.field, t.time
+            ),
+            // The requests and the target change together or not at all.
+            "admission sets neither the HPA target nor the requests coordinated with it",
         )
     } else {
-        format!(
-            "{} took back {} {count} times within {window} (last at {})",
-            t.manager, t.field, t.time
+        (
+            format!(
+                "{} took back {} {count} times within {window} (last at {})",
+                t.manager, t.field, t.time
+            ),
+            "admission still sets kerf's values on new pods",
         )
     };
     format!(
         "{what}: kerf stops writing this workload until {}'s value has been stable for {window} \
-         or the workload is annotated {ANNOTATION_CONFLICT_ACKNOWLEDGED}; admission still sets \
-         the requests of new pods. Let kerf own its fields in the GitOps tool (docs/gitops.md)",
+         or the workload is annotated {ANNOTATION_CONFLICT_ACKNOWLEDGED}; {admission}. Let kerf \
+         own its fields in the GitOps tool (docs/gitops.md)",
         t.manager
     )
+}
+
+/// Workloads whose RightsizingRecommendation says kerf stopped writing them for a field
+/// conflict, with the `Conflict` condition's message.
+pub fn blocked_workloads(
+    recommendations: &[std::sync::Arc<crate::api::RightsizingRecommendation>],
+) -> Vec<(crate::core::model::WorkloadKey, String)> {
+    let mut out: Vec<_> = recommendations
+        .iter()
+        .filter_map(|rec| {
+            let status = rec.status.as_ref()?;
+            let since = status.conflict.as_ref()?.blocked_since.as_deref()?;
+            let key = crate::core::recovery::recommendation_key(rec)?;
+            let message = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == CONDITION_CONFLICT && c.status == "True")
+                .map_or_else(|| format!("blocked since {since}"), |c| c.message.clone());
+            Some((key, message))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The take-backs `now` records that `before` did not: counted once, when written.
+pub fn newly_recorded<'a>(
+    now: Option<&'a ConflictStatus>,
+    before: Option<&ConflictStatus>,
+) -> Vec<&'a FieldTakeback> {
+    let old = before.map(|b| b.takebacks.as_slice()).unwrap_or_default();
+    now.map(|n| n.takebacks.iter().filter(|t| !old.contains(t)).collect())
+        .unwrap_or_default()
 }
 
 /// One cycle of the conflict rules for a workload: acknowledge, count, block, resume, prune.

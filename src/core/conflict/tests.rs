@@ -286,8 +286,8 @@ fn blocking_rule_blocks_after_three_takebacks_within_the_window() {
         "argocd-controller took back spec.template.spec.containers[app].resources.requests.cpu \
          3 times within 1h (last at 2026-01-01T12:22:00Z): kerf stops writing this workload \
          until argocd-controller's value has been stable for 1h or the workload is annotated \
-         rightsizing.kubex.ai/conflict-acknowledged; admission still sets the requests of new \
-         pods. Let kerf own its fields in the GitOps tool (docs/gitops.md)"
+         rightsizing.kubex.ai/conflict-acknowledged; admission still sets kerf's values on \
+         new pods. Let kerf own its fields in the GitOps tool (docs/gitops.md)"
     );
     let c = last.condition.clone().unwrap();
     assert_eq!(
