@@ -179,6 +179,10 @@ pub struct ConflictStatus {
     /// Changes made at or before this time are dealt with: counted, or forgiven by a resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted_through: Option<String>,
+    /// When kerf last resumed because the other manager's value was stable: for one window
+    /// after it, the first take-back blocks again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<String>,
     /// The value of `rightsizing.kubex.ai/conflict-acknowledged` kerf last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acknowledged: Option<String>,

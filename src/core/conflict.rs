@@ -453,12 +453,14 @@ pub fn takebacks(
 }
 
 /// Block rule (docs/gitops.md#blocking): the same field taken back `rules.takebacks` times
-/// within `rules.window` — an HPA's `spec.metrics` once — blocks the workload. Returns the
-/// latest take-back of the field that blocks, with how many there were.
+/// within `rules.window` — an HPA's `spec.metrics` once, any field once while `probation` —
+/// blocks the workload. Returns the latest take-back of the field that blocks, with how many
+/// there were.
 pub fn blocking(
     recorded: &[FieldTakeback],
     now: DateTime<Utc>,
     rules: ConflictRules,
+    probation: bool,
 ) -> Option<(FieldTakeback, usize)> {
     let recent: Vec<&FieldTakeback> = recorded
         .iter()
@@ -470,7 +472,11 @@ pub fn blocking(
         .filter_map(|f| {
             let of: Vec<&FieldTakeback> = recent.iter().copied().filter(|t| t.field == f).collect();
             let hpa = matches!(TrackedField::parse(f), Some(TrackedField::HpaMetrics(_)));
-            let needed = if hpa { 1 } else { rules.takebacks.max(1) };
+            let needed = if hpa || probation {
+                1
+            } else {
+                rules.takebacks.max(1)
+            };
             let last = (*of.last()?).clone();
             (of.len() >= needed).then_some((last, of.len()))
         })
@@ -524,6 +530,14 @@ pub fn blocked_message(t: &FieldTakeback, count: usize, rules: ConflictRules) ->
             ),
             // The requests and the target change together or not at all.
             "admission sets neither the HPA target nor the requests coordinated with it",
+        )
+    } else if count == 1 {
+        (
+            format!(
+                "{} took back {} again within {window} of kerf resuming (at {})",
+                t.manager, t.field, t.time
+            ),
+            "admission still sets kerf's values on new pods",
         )
     } else {
         (
@@ -606,7 +620,14 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
         // the resume (see `stable`).
         out.counted = seen.into_iter().map(|(_, t, _)| t).collect();
         state.takebacks.extend(out.counted.iter().cloned());
-        if let Some((t, count)) = blocking(&state.takebacks, now, rules) {
+        // Probation rule (docs/gitops.md#resuming): a fight that starts again right after a
+        // resume on stability is not fought for another round.
+        let probation = state
+            .resumed_at
+            .as_deref()
+            .and_then(time)
+            .is_some_and(|r| now - r < rules.window);
+        if let Some((t, count)) = blocking(&state.takebacks, now, rules, probation) {
             state.blocked_since = Some(render(now));
             let message = blocked_message(&t, count, rules);
             out.condition = Some(ConditionUpdate::new(
@@ -633,6 +654,7 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
         state.blocked_since = None;
         state.takebacks.clear();
         state.counted_through = Some(render(now));
+        state.resumed_at = Some(render(now));
     }
     if let Some(Resumed::Acknowledged(v)) = &out.resumed {
         out.condition = Some(ConditionUpdate::new(
@@ -648,6 +670,15 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
         state
             .takebacks
             .retain(|t| time(&t.time).is_some_and(|t| now - t < rules.window));
+        if out.resumed.is_none()
+            && state
+                .resumed_at
+                .as_deref()
+                .and_then(time)
+                .is_none_or(|r| now - r >= rules.window)
+        {
+            state.resumed_at = None;
+        }
     }
     out.status = (state != ConflictStatus::default()).then_some(state);
     out

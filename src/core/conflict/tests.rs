@@ -385,6 +385,7 @@ fn blocked_since(min: i64, last_takeback: i64) -> ConflictStatus {
         }],
         blocked_since: Some(render(at(min))),
         counted_through: Some(render(at(last_takeback))),
+        resumed_at: None,
         acknowledged: None,
     }
 }
@@ -411,6 +412,7 @@ fn stability_rule_resumes_once_the_other_managers_value_is_unchanged_for_the_win
     let st = a.status.unwrap();
     assert!(st.blocked_since.is_none() && st.takebacks.is_empty());
     assert_eq!(st.counted_through.as_deref(), Some("2026-01-01T13:22:00Z"));
+    assert_eq!(st.resumed_at.as_deref(), Some("2026-01-01T13:22:00Z"));
     // The old take-back is forgiven: not counted again after the resume.
     let next = status(0, Some(st));
     assert!(assess(&input(&w, &next, 83)).counted.is_empty());
@@ -448,4 +450,34 @@ fn acknowledge_rule_resumes_at_once_and_forgets_the_count() {
     );
     let a = assess(&input(&w, &again, 45));
     assert!(a.blocked && a.resumed.is_none());
+}
+
+/// docs/gitops.md#resuming: within the window after a resume on stability, the first
+/// take-back blocks again; after it, three are needed again.
+#[test]
+fn probation_rule_blocks_at_the_first_takeback_after_a_resume() {
+    let resumed = ConflictStatus {
+        counted_through: Some(render(at(82))),
+        resumed_at: Some(render(at(82))),
+        ..Default::default()
+    };
+    let prev = status(83, Some(resumed.clone()));
+    let w = taken_back_at(90, 83);
+    let a = assess(&input(&w, &prev, 95));
+    assert!(a.blocked);
+    let (_, message) = a.blocking.unwrap();
+    assert!(
+        message.starts_with(
+            "argocd-controller took back spec.template.spec.containers[app].resources.requests.cpu \
+             again within 1h of kerf resuming (at 2026-01-01T13:30:00Z)"
+        ),
+        "{message}"
+    );
+    // Past the window the probation is over.
+    let prev = status(150, Some(resumed));
+    let w = taken_back_at(155, 150);
+    let a = assess(&input(&w, &prev, 160));
+    assert!(!a.blocked);
+    assert_eq!(a.counted.len(), 1);
+    assert_eq!(a.status.unwrap().resumed_at, None);
 }
