@@ -509,3 +509,61 @@ fn the_fixture_is_an_argocd_server_side_apply_of_git_values() {
     assert_eq!(h["kind"], "HorizontalPodAutoscaler");
     assert_eq!(h["spec"]["metrics"], cpu_metric(50));
 }
+
+/// A GPU workload blocked for a conflict (here Flux took its `gpu-recommendation` annotation
+/// back): no annotation write and no rolling restart, its recommendation says `blocked` /
+/// `Conflict`, and admission still serves the GPU recommendation it has.
+#[tokio::test]
+async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
+    use kerf::api::{ConflictStatus, FieldTakeback};
+    use kerf::core::writes::WriteOp;
+    use kerf::metrics::file::FileSource;
+    use kerf::sources::dir::load_dir;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let m = load_dir(&root.join("examples/manifests")).unwrap();
+    let src = FileSource::from_path(&root.join("examples/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(0), 15).await;
+    let llm = |op: &WriteOp| matches!(op, WriteOp::Workload(w) if w.observed.key.name == "llm");
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at(0));
+    assert!(ops.iter().any(llm), "the example writes llm's annotations");
+    let written = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::Recommendation(r) if r.name == "deployment-llm" => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    let mut status = written.status.clone().unwrap();
+    status.conflict = Some(ConflictStatus {
+        takebacks: vec![FieldTakeback {
+            field: "metadata.annotations[rightsizing.kubex.ai/gpu-recommendation]".into(),
+            manager: "kustomize-controller".into(),
+            time: at(-10).to_rfc3339(),
+        }],
+        blocked_since: Some(at(-5).to_rfc3339()),
+        ..Default::default()
+    });
+    let rec = Arc::new(RightsizingRecommendation {
+        metadata: kube::api::ObjectMeta {
+            name: Some(written.name.clone()),
+            namespace: Some(written.namespace.clone()),
+            ..Default::default()
+        },
+        spec: written.spec.clone(),
+        status: Some(status),
+    });
+    let ops = plan_writes(&m.snapshot, &c, &[], std::slice::from_ref(&rec), at(0));
+    assert!(!ops.iter().any(llm), "{ops:#?}");
+    let st = ops
+        .iter()
+        .find_map(|op| match op {
+            WriteOp::Recommendation(r) if r.name == "deployment-llm" => r.status.clone(),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(st.phase, RecommendationPhase::Blocked);
+    assert_eq!(st.reason.as_deref(), Some("Conflict"));
+    // The other workloads are written as before.
+    assert!(ops.iter().any(|op| matches!(op, WriteOp::Workload(_))));
+}
