@@ -11,8 +11,8 @@
 //! RightsizingRecommendation's `status.conflict`, written by the Lease holder; a new leader
 //! reads it back and goes on ([`assess`] is a function of it, the objects and `now`).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::fmt;
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -144,13 +144,7 @@ impl FieldManager {
     }
 }
 
-impl fmt::Display for FieldManager {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.manager)
-    }
-}
-
-fn keys<'a>(v: Option<&'a Value>) -> impl Iterator<Item = &'a str> {
+fn keys(v: Option<&Value>) -> impl Iterator<Item = &str> {
     v.and_then(Value::as_object)
         .into_iter()
         .flat_map(|m| m.keys())
@@ -332,10 +326,10 @@ pub fn human(d: Duration) -> String {
 /// The fields kerf set on the workload (and its HPA), with the live value check: a request is
 /// kerf's only while kerf applies one (`status.applied`), and another manager holding it at
 /// kerf's own value is no fight.
-fn kerf_set(input: &ConflictInput<'_>) -> Vec<(TrackedField, Vec<FieldManager>)> {
+fn kerf_set<'a>(input: &ConflictInput<'a>) -> Vec<(TrackedField, Cow<'a, [FieldManager]>)> {
     let w = input.workload;
     let applied = input.previous.and_then(|p| p.applied.as_ref());
-    let mut out: Vec<(TrackedField, Vec<FieldManager>)> = Vec::new();
+    let mut out: Vec<(TrackedField, Cow<'a, [FieldManager]>)> = Vec::new();
     let mut fields: BTreeSet<TrackedField> = BTreeSet::new();
     for m in &w.field_managers {
         for f in &m.fields {
@@ -374,11 +368,12 @@ fn kerf_set(input: &ConflictInput<'_>) -> Vec<(TrackedField, Vec<FieldManager>)>
         }
     }
     for f in fields {
-        out.push((f, w.field_managers.clone()));
+        out.push((f, Cow::Borrowed(w.field_managers.as_slice())));
     }
     if let Some(h) = applied.and_then(|a| a.hpa.as_ref()) {
         if let Some(hpa) = hpa_named(input, &h.name) {
-            out.push((TrackedField::HpaMetrics(h.name.clone()), project_hpa(hpa)));
+            let owners = Cow::Owned(project_hpa(hpa));
+            out.push((TrackedField::HpaMetrics(h.name.clone()), owners));
         }
     }
     out
@@ -391,7 +386,7 @@ fn hpa_named<'a>(input: &ConflictInput<'a>, name: &str) -> Option<&'a Horizontal
     })
 }
 
-/// The owners of `field` among `managers` (everyone: `others` false; all but kerf: true).
+/// The owners of `field` among `managers`, kerf included.
 fn owners<'a>(
     managers: &'a [FieldManager],
     field: &'a TrackedField,
@@ -493,11 +488,11 @@ pub fn stable(input: &ConflictInput<'_>, recorded: &[FieldTakeback]) -> bool {
         let Some(field) = TrackedField::parse(&t.field) else {
             continue;
         };
-        let managers = match &field {
+        let managers: Cow<'_, [FieldManager]> = match &field {
             TrackedField::HpaMetrics(name) => {
-                hpa_named(input, name).map(project_hpa).unwrap_or_default()
+                Cow::Owned(hpa_named(input, name).map(project_hpa).unwrap_or_default())
             }
-            _ => input.workload.field_managers.clone(),
+            _ => Cow::Borrowed(&input.workload.field_managers),
         };
         for m in owners(&managers, &field).filter(|m| !m.is_kerf()) {
             last = last.max(m.time);
