@@ -2,6 +2,8 @@
 //! admission path. Reads never block on IO.
 
 use std::sync::Arc;
+
+use crate::telemetry::Metrics;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
@@ -37,13 +39,29 @@ pub struct Store {
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     /// Workloads kerf does not write for a field conflict, with why (docs/gitops.md).
     conflicts: ArcSwap<Vec<(WorkloadKey, String)>>,
 }
 
 impl Store {
+    /// A store with its own metrics registry (tests; `kerf recommend`).
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A store reporting to `metrics`, the registry this process serves on `/metrics`.
+    pub fn with_metrics(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            metrics,
+            ..Self::default()
+        })
+    }
+
+    /// The metrics registry of this process: the webhook, the health listener and the cycle
+    /// report to it.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn get(&self, key: &WorkloadKey) -> Option<Arc<WorkloadState>> {
@@ -103,7 +121,7 @@ impl Store {
     /// Workloads blocked for a field conflict, from the persisted state (the `/debug` page and
     /// `kerf_conflict_blocked_workloads`).
     pub fn set_conflicts(&self, conflicts: Vec<(WorkloadKey, String)>) {
-        crate::telemetry::metrics()
+        self.metrics
             .conflict_blocked_workloads
             .set(conflicts.len() as i64);
         self.conflicts.store(Arc::new(conflicts));
@@ -119,7 +137,7 @@ impl Store {
     }
 
     fn update_gauge(&self) {
-        crate::telemetry::metrics()
+        self.metrics
             .store_workloads
             .set(self.workloads.len() as i64);
     }

@@ -146,7 +146,7 @@ async fn the_leader_reaches_prometheus_as_the_global_configuration_says_and_foll
     let store = Store::new();
     let reader = Reader::start_with_store(client.clone(), store.clone());
     let (lease_tx, lease) = watch::channel(true);
-    let writer = Writer::spawn(client, "kerf", lease.clone());
+    let writer = Writer::spawn(client, "kerf", lease.clone(), store.metrics().clone());
     tokio::time::timeout(Duration::from_secs(10), prime_store(&reader, &store))
         .await
         .expect("caches sync");

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::api::Signal;
 use kerf::core::model::{GpuRecommendation, PolicyId};
 use kerf::reconcile::cluster::{Cycle, ReconcileCycle};
@@ -46,7 +46,7 @@ fn cluster(prometheus_url: &str, r: &Recorded) -> Reply {
         containers: BTreeMap::from([("inference".into(), 0.84)]),
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/ml/gpu"),
-        updated_at: Some(Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()),
+        updated_at: Some("2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()),
         by_policy: Default::default(),
     };
     let template = |labels: Value, containers: Value| {
@@ -118,7 +118,7 @@ async fn replica(prometheus_url: &str, leader: bool) -> Replica {
     let store = Store::new();
     let reader = Reader::start_with_store(client.clone(), store.clone());
     let (_tx, lease) = watch::channel(leader);
-    let writer = Writer::spawn(client, "kerf", lease.clone());
+    let writer = Writer::spawn(client, "kerf", lease.clone(), store.metrics().clone());
     tokio::time::timeout(Duration::from_secs(10), prime_store(&reader, &store))
         .await
         .expect("caches sync");

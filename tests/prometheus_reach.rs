@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use auth_proxy::AuthProxy;
 use base64::Engine as _;
-use chrono::{DateTime, TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::api::{
     OptionNames, PrometheusBasicAuth, PrometheusSettings, PrometheusTls, WorkloadKind,
 };
@@ -42,7 +42,7 @@ const EXAMPLES: [(&str, &str); 2] = [
     ("examples/hpa/manifests", "examples/hpa/metrics.om"),
 ];
 
-fn at() -> DateTime<Utc> {
+fn at() -> Timestamp {
     AT.parse().unwrap()
 }
 
@@ -417,8 +417,8 @@ fn gpu_query() -> RangeQuery {
         container_label: "container".into(),
         namespaces: vec!["ml".into()],
         pods: vec![],
-        start: Utc.timestamp_opt(1_767_268_800 - 3600, 0).unwrap(),
-        end: Utc.timestamp_opt(1_767_268_800, 0).unwrap(),
+        start: Timestamp::from_second(1_767_268_800 - 3600).unwrap(),
+        end: Timestamp::from_second(1_767_268_800).unwrap(),
         step_seconds: 15,
         counter: None,
         aggregation: Default::default(),

@@ -14,7 +14,7 @@ mod kube_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use kerf::api::RightsizingRecommendation;
 use kerf::core::snapshot::{Snapshot, Workload};
@@ -34,8 +34,8 @@ const REC: &str =
     "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/rightsizingrecommendations/deployment-web";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 /// No usage samples: the policy's static recommendations drive everything.

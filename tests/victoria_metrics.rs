@@ -13,7 +13,7 @@ mod victoria;
 
 use std::collections::BTreeMap;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::{MetricSource, RangeQuery, SeriesKey, SeriesSet};
 use kerf_cli::root;
@@ -238,8 +238,8 @@ fn query(metric: &str, step: i64, counter: bool) -> RangeQuery {
         container_label: "container".into(),
         namespaces: vec!["shop".into()],
         pods: vec![],
-        start: Utc.timestamp_opt(END - 3600, 0).unwrap(),
-        end: Utc.timestamp_opt(END, 0).unwrap(),
+        start: Timestamp::from_second(END - 3600).unwrap(),
+        end: Timestamp::from_second(END).unwrap(),
         step_seconds: step,
         counter: Some(counter),
         aggregation: Default::default(),

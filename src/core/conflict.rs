@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use chrono::{DateTime, Duration, Utc};
+use jiff::{SignedDuration as Duration, Timestamp};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde_json::{Value, json};
@@ -24,7 +24,7 @@ use crate::api::{
 };
 use crate::core::model::{
     ANNOTATION_CONFLICT_ACKNOWLEDGED, ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION,
-    ANNOTATION_RESTARTED_AT, k8s_time,
+    ANNOTATION_RESTARTED_AT, rfc3339_secs,
 };
 use crate::core::quantity;
 use crate::core::snapshot::Workload;
@@ -50,7 +50,7 @@ impl Default for ConflictRules {
     fn default() -> Self {
         Self {
             takebacks: 3,
-            window: Duration::hours(1),
+            window: Duration::from_hours(1),
         }
     }
 }
@@ -133,7 +133,7 @@ pub struct FieldManager {
     /// `Apply` (server-side apply) or `Update`.
     pub operation: String,
     /// When this manager last changed the object (`None` when the API server did not say).
-    pub time: Option<DateTime<Utc>>,
+    pub time: Option<Timestamp>,
     pub fields: BTreeSet<TrackedField>,
 }
 
@@ -210,7 +210,7 @@ pub fn project(entries: &[ManagedFieldsEntry], kind: WorkloadKind) -> Vec<FieldM
         out.push(FieldManager {
             manager: mf.manager.clone().unwrap_or_default(),
             operation: mf.operation.clone().unwrap_or_default(),
-            time: mf.time.as_ref().map(k8s_time),
+            time: mf.time.as_ref().map(|t| t.0),
             fields: tracked,
         });
     }
@@ -257,7 +257,7 @@ pub fn project_hpa(hpa: &HorizontalPodAutoscaler) -> Vec<FieldManager> {
         .map(|mf| FieldManager {
             manager: mf.manager.clone().unwrap_or_default(),
             operation: mf.operation.clone().unwrap_or_default(),
-            time: mf.time.as_ref().map(k8s_time),
+            time: mf.time.as_ref().map(|t| t.0),
             fields: BTreeSet::from([TrackedField::HpaMetrics(name.clone())]),
         })
         .collect()
@@ -271,7 +271,7 @@ pub struct ConflictInput<'a> {
     pub hpas: &'a [HorizontalPodAutoscaler],
     /// The workload's RightsizingRecommendation status as last written.
     pub previous: Option<&'a RecommendationStatus>,
-    pub now: DateTime<Utc>,
+    pub now: Timestamp,
     pub rules: ConflictRules,
 }
 
@@ -301,19 +301,17 @@ pub struct Assessment {
     pub condition: Option<ConditionUpdate>,
 }
 
-fn time(t: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(t)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+fn time(t: &str) -> Option<Timestamp> {
+    t.parse().ok()
 }
 
-fn render(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+fn render(t: Timestamp) -> String {
+    rfc3339_secs(t)
 }
 
 /// `1h`, `90m`, `45s`: the window as the docs and messages write it.
 pub fn human(d: Duration) -> String {
-    let s = d.num_seconds();
+    let s = d.as_secs();
     if s % 3600 == 0 {
         format!("{}h", s / 3600)
     } else if s % 60 == 0 {
@@ -400,7 +398,7 @@ fn owners<'a>(
 fn kerf_last_write(
     managers: &[FieldManager],
     previous: Option<&RecommendationStatus>,
-) -> Option<DateTime<Utc>> {
+) -> Option<Timestamp> {
     managers
         .iter()
         .filter(|m| m.is_kerf())
@@ -420,8 +418,8 @@ fn kerf_last_write(
 /// an entry without a `time` cannot be placed and is not counted.
 pub fn takebacks(
     input: &ConflictInput<'_>,
-    counted_through: Option<DateTime<Utc>>,
-) -> Vec<(TrackedField, FieldTakeback, DateTime<Utc>)> {
+    counted_through: Option<Timestamp>,
+) -> Vec<(TrackedField, FieldTakeback, Timestamp)> {
     let kind = input.workload.key.kind;
     let mut out = Vec::new();
     for (field, managers) in kerf_set(input) {
@@ -453,13 +451,13 @@ pub fn takebacks(
 /// there were.
 pub fn blocking(
     recorded: &[FieldTakeback],
-    now: DateTime<Utc>,
+    now: Timestamp,
     rules: ConflictRules,
     probation: bool,
 ) -> Option<(FieldTakeback, usize)> {
     let recent: Vec<&FieldTakeback> = recorded
         .iter()
-        .filter(|t| time(&t.time).is_some_and(|t| now - t < rules.window))
+        .filter(|t| time(&t.time).is_some_and(|t| now.duration_since(t) < rules.window))
         .collect();
     let fields: BTreeSet<&str> = recent.iter().map(|t| t.field.as_str()).collect();
     fields
@@ -482,7 +480,7 @@ pub fn blocking(
 /// manager other than kerf has changed any field it took back for `rules.window` — measured
 /// from the latest of the recorded take-backs and the current owners' entry times.
 pub fn stable(input: &ConflictInput<'_>, recorded: &[FieldTakeback]) -> bool {
-    let mut last: Option<DateTime<Utc>> = None;
+    let mut last: Option<Timestamp> = None;
     for t in recorded {
         last = last.max(time(&t.time));
         let Some(field) = TrackedField::parse(&t.field) else {
@@ -498,7 +496,7 @@ pub fn stable(input: &ConflictInput<'_>, recorded: &[FieldTakeback]) -> bool {
             last = last.max(m.time);
         }
     }
-    last.is_some_and(|l| input.now - l >= input.rules.window)
+    last.is_some_and(|l| input.now.duration_since(l) >= input.rules.window)
 }
 
 /// Acknowledge rule (docs/gitops.md#resuming): a new non-empty value of
@@ -621,7 +619,7 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             .resumed_at
             .as_deref()
             .and_then(time)
-            .is_some_and(|r| now - r < rules.window);
+            .is_some_and(|r| now.duration_since(r) < rules.window);
         if let Some((t, count)) = blocking(&state.takebacks, now, rules, probation) {
             state.blocked_since = Some(render(now));
             let message = blocked_message(&t, count, rules);
@@ -664,13 +662,13 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
         // Only the window counts; while blocked the take-backs that blocked are kept.
         state
             .takebacks
-            .retain(|t| time(&t.time).is_some_and(|t| now - t < rules.window));
+            .retain(|t| time(&t.time).is_some_and(|t| now.duration_since(t) < rules.window));
         if out.resumed.is_none()
             && state
                 .resumed_at
                 .as_deref()
                 .and_then(time)
-                .is_none_or(|r| now - r >= rules.window)
+                .is_none_or(|r| now.duration_since(r) >= rules.window)
         {
             state.resumed_at = None;
         }

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use chrono::TimeZone;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
@@ -11,8 +10,8 @@ use super::*;
 use crate::api::{AppliedChange, HpaRecommendation, ResourceValues};
 use crate::core::model::{ANNOTATION_GPU_RECOMMENDATION, WorkloadKey};
 
-fn at(min: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap() + Duration::minutes(min)
+fn at(min: i64) -> Timestamp {
+    "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap() + Duration::from_mins(min)
 }
 
 fn cpu() -> TrackedField {
