@@ -396,6 +396,14 @@ async fn argocd_taking_the_request_back_three_times_stops_kerf_until_its_value_i
         ("False", "Stable")
     );
     assert!(status.conflict.unwrap().takebacks.is_empty());
+    let evs = events(&c.state());
+    assert_eq!(evs.len(), 2);
+    assert_eq!(evs[1]["type"], "Normal");
+    assert_eq!(evs[1]["reason"], "Resumed");
+    assert_eq!(
+        evs[1]["note"],
+        "argocd-controller left kerf's fields unchanged for 1h: kerf writes the workload again"
+    );
 }
 
 /// The acknowledge annotation resumes a blocked workload at once.

@@ -391,13 +391,27 @@ fn settle_conflict(
     }
 }
 
-/// The Warning Event of the cycle that stops writing a workload, naming the other manager.
+/// The Warning Event of the cycle that stops writing a workload, naming the other manager; a
+/// Normal `Resumed` Event in the cycle that writes it again.
 fn conflict_event(w: &Workload, conflict: Option<&Assessment>) -> Option<WriteOp> {
-    let (t, message) = conflict?.blocking.as_ref()?;
-    let mut event = EventWrite::blocked(w, REASON_CONFLICT, message);
-    event.details.insert("manager".into(), t.manager.clone());
-    event.details.insert("field".into(), t.field.clone());
-    Some(WriteOp::Event(Box::new(event)))
+    let a = conflict?;
+    if let Some((t, message)) = &a.blocking {
+        let mut event = EventWrite::blocked(w, REASON_CONFLICT, message);
+        event.details.insert("manager".into(), t.manager.clone());
+        event.details.insert("field".into(), t.field.clone());
+        return Some(WriteOp::Event(Box::new(event)));
+    }
+    a.resumed.as_ref()?;
+    let c = a.condition.as_ref()?;
+    Some(WriteOp::Event(Box::new(EventWrite {
+        regarding: w.key.clone(),
+        uid: w.uid.clone(),
+        warning: false,
+        reason: "Resumed".into(),
+        action: "Rightsize".into(),
+        note: c.message.clone(),
+        details: [("reason".to_string(), c.reason.clone())].into(),
+    })))
 }
 
 /// The RightsizingRecommendation of a workload only GPU reactive policies cover
