@@ -5,15 +5,10 @@
 //! cluster label), the real `kerf` binary for the flags and their environment variables.
 //! Needs `prometheus`, `promtool` and `python3` (`scripts/test` installs them).
 
-#[path = "support/auth_proxy.rs"]
-mod auth_proxy;
-#[path = "support/kerf_cli.rs"]
-mod kerf_cli;
-#[path = "support/pki.rs"]
-mod pki;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::auth_proxy;
+use crate::kerf_cli;
+use crate::pki;
+use crate::prometheus_support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

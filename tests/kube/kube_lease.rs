@@ -1,8 +1,7 @@
 //! The writer Lease against a mock API server: create, takeover, refusal, races, and the writer
 //! going silent once the Lease is lost.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! Restart recovery: the store rebuilt from workload annotations matches what the leader wrote.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

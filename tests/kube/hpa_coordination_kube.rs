@@ -3,8 +3,7 @@
 //! `plan_writes` and sent through a real `Writer`; blocking, readOnly, rollback and release, and
 //! `kerf rollback`.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,11 +1,8 @@
 //! Real AdmissionReview bodies (tests/fixtures/admission) sent over real TLS by reqwest to the
 //! in-process server; the returned patch is applied with json-patch and checked field by field.
 
-#[path = "support/metrics.rs"]
-mod process_metrics;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::process_metrics;
+use crate::support;
 use std::sync::Arc;
 
 use kerf::api::{Enablement, KaiStrategy, OverrideScheduler, StrategyView, WorkloadKind};

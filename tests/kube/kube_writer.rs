@@ -1,8 +1,7 @@
 //! The writer against a mock API server: exact requests, no-op suppression, readOnly, Lease
 //! gating, retries. Each writer reports to a metrics registry of its own.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

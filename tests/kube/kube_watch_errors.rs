@@ -3,8 +3,7 @@
 //! they repeat), counted in `kerf_watch_errors_total`, shown on `/readyz` until the resource
 //! works again, and make the reconciler give up once the cache sync timeout has passed.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

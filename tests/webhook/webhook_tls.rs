@@ -2,11 +2,8 @@
 //! rewrite and Kubernetes' `..data` symlink swap), a bad new pair keeps the old one, TLS 1.2,
 //! and graceful shutdown.
 
-#[path = "support/metrics.rs"]
-mod process_metrics;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::process_metrics;
+use crate::support;
 use std::time::{Duration, Instant};
 
 use kerf::state::Store;

@@ -4,13 +4,9 @@
 //! (jitter, missed scrapes, a counter reset), where the engines' rate and staleness rules part.
 //! Needs `prometheus`, `promtool` and `victoria-metrics` (`scripts/test` installs them).
 
-#[path = "support/kerf_cli.rs"]
-mod kerf_cli;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-#[path = "support/victoria.rs"]
-mod victoria;
-
+use crate::kerf_cli;
+use crate::prometheus_support;
+use crate::victoria;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;

@@ -4,12 +4,9 @@
 //! GlobalConfiguration changes (mock API server, real Prometheus, real proxy).
 //! Needs `prometheus` and `promtool` (`scripts/test` installs them).
 
-#[path = "support/auth_proxy.rs"]
-mod auth_proxy;
-mod kube_support;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::auth_proxy;
+use crate::kube_support;
+use crate::prometheus_support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Release per resource and per container (docs/hpa-coordination.md, "Release"): every way a
 //! request, the HPA target or a GPU recommendation leaves auto-patch, planned by `plan_writes`
 //! and sent through a real `Writer` to a mock API server that keeps managedFields as the API
-//! server does (kube_support/ssa.rs) — so a request an apply would delete is deleted, and each
+//! server does (tests/support/kube/ssa.rs) — so a request an apply would delete is deleted, and each
 //! test checks the exact requests and what the workload is left with.
 //!
 //! The fixture: Deployment `shop/web` with `app` (cpu 1, memory 512Mi) and `sidecar` (cpu 200m,
@@ -9,8 +9,7 @@
 //! recommendations (app 700m/384Mi, sidecar 100m/64Mi), so no metrics are needed. Applying both
 //! resources moves the HPA target to round(50 × 1200 / 800) = 75 %.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -3,10 +3,8 @@
 //! the persisted state (workload annotations, RightsizingRecommendations), so they answer every
 //! review identically.
 
-mod kube_support;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::kube_support;
+use crate::prometheus_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,11 +2,8 @@
 //! small local HTTP endpoints for faults. Needs `prometheus` and `promtool`
 //! (`scripts/test` installs them: Debian package `prometheus`).
 
-#[path = "support/metrics.rs"]
-mod process_metrics;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::process_metrics;
+use crate::prometheus_support;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
