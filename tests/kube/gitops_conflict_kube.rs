@@ -1,12 +1,12 @@
 //! No rollout loop against Argo CD or Flux (docs/gitops.md): the scenario against the mock API
-//! server that keeps managedFields (kube_support/ssa.rs), with its clock, so each manager's
+//! server that keeps managedFields (tests/support/kube/ssa.rs), with its clock, so each manager's
 //! entry carries the time it last wrote. kerf applies `app`'s CPU request (1 → 700m, a static
 //! recommendation); Argo CD with self-heal re-applies git's manifest with server-side apply as
 //! `argocd-controller` (tests/fixtures/gitops/argocd-apply-shop-web.yaml) and takes it back.
 //! Each cycle is planned by `plan_writes` from the server's objects and sent through a real
 //! `Writer`; admission is answered from the persisted state as every replica does.
 
-mod kube_support;
+use crate::kube_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
