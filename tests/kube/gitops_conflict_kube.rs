@@ -480,6 +480,10 @@ async fn argocd_changing_the_hpa_metrics_blocks_at_once_without_forcing_them_bac
     let evs = events(&c.state());
     let blocked: Vec<&Value> = evs.iter().filter(|e| e["reason"] == "Blocked").collect();
     assert_eq!(blocked.len(), 1, "{evs:#?}");
+    println!(
+        "Event: type={} reason={} note={}",
+        blocked[0]["type"], blocked[0]["reason"], blocked[0]["note"]
+    );
     assert_eq!(
         blocked[0]["metadata"]["annotations"]["field"],
         "HorizontalPodAutoscaler/web spec.metrics"
