@@ -85,7 +85,7 @@ struct Cluster {
     client: Client,
     log: Log,
     writer: WriterHandle,
-    _lease: watch::Sender<bool>,
+    lease: watch::Sender<bool>,
     seen: usize,
     manifests: String,
     /// The writer's metrics registry.
@@ -126,7 +126,7 @@ impl Cluster {
             writer: Writer::spawn_with(client.clone(), lease_rx, cfg),
             client,
             log,
-            _lease: lease,
+            lease,
             seen: 0,
             manifests: policy(hpa),
         }
@@ -134,6 +134,19 @@ impl Cluster {
 
     fn state(&self) -> State {
         self.state.lock().unwrap().clone()
+    }
+
+    /// The Lease moves: the old writer stops holding it and a new one (another replica, with
+    /// nothing in memory) writes from now on.
+    fn new_leader(&mut self) {
+        self.lease.send_replace(false);
+        let (lease, lease_rx) = watch::channel(true);
+        let mut cfg = WriterConfig::new("kerf-system");
+        cfg.backoff = Duration::from_millis(10);
+        cfg.read_only = false;
+        self.metrics = cfg.metrics.clone();
+        self.writer = Writer::spawn_with(self.client.clone(), lease_rx, cfg);
+        self.lease = lease;
     }
 
     fn set_clock(&self, min: i64) {
@@ -583,4 +596,28 @@ async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
     assert_eq!(st.reason.as_deref(), Some("Conflict"));
     // The other workloads are written as before.
     assert!(ops.iter().any(|op| matches!(op, WriteOp::Workload(_))));
+}
+
+/// docs/gitops.md "Where the count lives": the count is in the RightsizingRecommendation, not in
+/// the leader's memory — a new leader after two take-backs blocks at the third.
+#[tokio::test]
+async fn the_count_survives_the_lease_moving_to_another_replica() {
+    let mut c = Cluster::new(false);
+    c.cycle(0).await;
+    for round in 1..=2 {
+        c.argocd_sync(10 * round - 8, &["Deployment"]).await;
+        c.cycle(10 * round).await;
+    }
+    c.new_leader();
+    c.argocd_sync(22, &["Deployment"]).await;
+    let reqs = c.cycle(30).await;
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
+    assert_eq!(status.conflict.unwrap().takebacks.len(), 3);
+    let text = c.metrics.encode();
+    assert!(
+        text.contains("kerf_field_takebacks_total{manager=\"argocd-controller\"} 1"),
+        "the new leader counted the one it recorded: {text}"
+    );
 }
