@@ -354,8 +354,8 @@ fn gpu_only_recommendation(
         return None;
     }
     let w = workloads.get(&gpu.key)?;
-    let observed = index.find(&gpu.key).cloned();
-    let previous = observed.as_ref().and_then(|o| o.status.as_ref());
+    let observed = index.find(&gpu.key);
+    let previous = observed.and_then(|o| o.status.as_ref());
     let mut status = gpu_recommendation_status(gpu, previous);
     if rolled_back(previous) {
         // A rollback holds CPU/memory back until the recommendation is deleted: keep saying so.
@@ -365,13 +365,20 @@ fn gpu_only_recommendation(
         status.phase = RecommendationPhase::AuditOnly;
         status.reason = Some("ReadOnly".into());
     }
+    let spec = gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1));
+    let owner = owner_of(w);
+    if observed
+        .is_some_and(|o| RecommendationWrite::in_place(o, &spec, Some(&status), owner.as_ref()))
+    {
+        return None;
+    }
     Some(WriteOp::Recommendation(Box::new(RecommendationWrite {
         namespace: gpu.key.namespace.clone(),
         name: recommendation_name(&gpu.key),
-        spec: gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1)),
+        spec,
         status: Some(status),
-        owner: owner_of(w),
-        observed,
+        owner,
+        observed: observed.cloned(),
     })))
 }
 
@@ -397,14 +404,17 @@ pub fn plan_writes(
         let Some(w) = workloads.get(&r.key) else {
             continue;
         };
-        ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
+        let write = WorkloadWrite {
             observed: Arc::clone(w),
             gpu: Some(GpuAnnotations {
                 baseline: r.baseline.clone(),
                 recommendation: r.recommendation.clone(),
             }),
             requests: None,
-        })));
+        };
+        if !write.in_place() {
+            ops.push(WriteOp::Workload(Box::new(write)));
+        }
     }
     // A workload no GPU policy covers any more (deleted, no longer selecting it) is released:
     // kerf's annotations go (kerf created them) and the pods roll, to be admitted with the
@@ -552,7 +562,17 @@ pub fn plan_writes(
             .filter(|_| changing)
             .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
         if release.is_empty() {
-            ops.push(WriteOp::Recommendation(Box::new(recommendation)));
+            let unchanged = recommendation.observed.as_ref().is_some_and(|o| {
+                RecommendationWrite::in_place(
+                    o,
+                    &recommendation.spec,
+                    recommendation.status.as_ref(),
+                    recommendation.owner.as_ref(),
+                )
+            });
+            if !unchanged {
+                ops.push(WriteOp::Recommendation(Box::new(recommendation)));
+            }
             ops.extend(blocked);
             let Some(plan) = plan else { continue };
             let workload = WorkloadWrite {
