@@ -2,6 +2,8 @@
 //! admission path. Reads never block on IO.
 
 use std::sync::Arc;
+
+use crate::telemetry::Metrics;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
@@ -37,11 +39,29 @@ pub struct Store {
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    /// Workloads kerf does not write for a field conflict, with why (docs/gitops.md).
+    conflicts: ArcSwap<Vec<(WorkloadKey, String)>>,
 }
 
 impl Store {
+    /// A store with its own metrics registry (tests; `kerf recommend`).
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A store reporting to `metrics`, the registry this process serves on `/metrics`.
+    pub fn with_metrics(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            metrics,
+            ..Self::default()
+        })
+    }
+
+    /// The metrics registry of this process: the webhook, the health listener and the cycle
+    /// report to it.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn get(&self, key: &WorkloadKey) -> Option<Arc<WorkloadState>> {
@@ -98,13 +118,26 @@ impl Store {
         self.ready.store(ready, Ordering::Release);
     }
 
+    /// Workloads blocked for a field conflict, from the persisted state (the `/debug` page and
+    /// `kerf_conflict_blocked_workloads`).
+    pub fn set_conflicts(&self, conflicts: Vec<(WorkloadKey, String)>) {
+        self.metrics
+            .conflict_blocked_workloads
+            .set(conflicts.len() as i64);
+        self.conflicts.store(Arc::new(conflicts));
+    }
+
+    pub fn conflicts(&self) -> Arc<Vec<(WorkloadKey, String)>> {
+        self.conflicts.load_full()
+    }
+
     /// What `/readyz` and `/healthz` report (filled by the background tasks).
     pub fn health(&self) -> &Arc<Health> {
         &self.health
     }
 
     fn update_gauge(&self) {
-        crate::telemetry::metrics()
+        self.metrics
             .store_workloads
             .set(self.workloads.len() as i64);
     }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
@@ -15,23 +15,24 @@ use crate::reconcile::CycleOutput;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let at = super::parse_at(args.at.as_deref())?;
-    // The GlobalConfiguration (Prometheus timeout) is read before the cycle reads it again.
-    let global = crate::sources::dir::load_dir(&args.manifests)?
-        .snapshot
-        .global;
-    let source = super::metric_source(&args.source, &args.connection, &global).await?;
-    // One cycle of the reconcile loop, printed.
-    let evaluated = crate::reconcile::standalone::DirLoop::protecting(
+    // One cycle of the reconcile loop, printed. The directory is read once: its
+    // GlobalConfiguration (the Prometheus timeout) opens the source the cycle then reads.
+    let mut dir_loop = crate::reconcile::standalone::DirLoop::protecting(
         &args.manifests,
         args.own_namespace.detect(),
-    )
-    .run_once(
-        &source,
-        at,
-        args.step_seconds,
-        &crate::state::Store::default(),
-    )
-    .await?;
+    );
+    let manifests = dir_loop.read()?;
+    let source =
+        super::metric_source(&args.source, &args.connection, &manifests.snapshot.global).await?;
+    let evaluated = dir_loop
+        .run_on(
+            manifests,
+            &source,
+            at,
+            args.step_seconds,
+            &crate::state::Store::default(),
+        )
+        .await?;
     for note in &evaluated.notes {
         tracing::debug!("{note}");
     }
@@ -189,12 +190,12 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), crate::core::model::format_gpu)
 }
 
-pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
+pub fn to_table(cycle: &CycleOutput, at: Timestamp) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "GPU recommendations at {}",
-        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        crate::core::model::rfc3339_secs(at)
     );
     let _ = writeln!(
         s,

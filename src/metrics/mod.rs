@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 /// How the series sharing one key (namespace, pod, container labels) are combined.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,8 +49,8 @@ pub struct RangeQuery {
     pub namespaces: Vec<String>,
     /// Pod names selected (exact values); empty = every pod of the namespaces.
     pub pods: Vec<String>,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
+    pub start: Timestamp,
+    pub end: Timestamp,
     pub step_seconds: i64,
     /// `Some(true)`/`Some(false)` when the caller knows; `None` = let the source decide
     /// (name ends in `_total`, or typed counter in metadata). Counters are turned into rates.
@@ -120,6 +120,14 @@ impl AnySource {
             ..Default::default()
         });
         Self::open(file, settings.as_ref(), crate::api::OptionNames::Flags).await
+    }
+
+    /// Reports Prometheus query latency and failures to `metrics` (a file source reports none).
+    pub fn reporting_to(self, metrics: std::sync::Arc<crate::telemetry::Metrics>) -> Self {
+        match self {
+            AnySource::Prometheus(p) => AnySource::Prometheus(p.reporting_to(metrics)),
+            file => file,
+        }
     }
 
     /// A file source, or a Prometheus source with every connection setting of `prometheus`

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -21,7 +21,7 @@ use super::decode;
 use super::promql::{self, Group, LabelMatcher};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::api::{OptionNames, PrometheusOption as O, PrometheusSettings};
-use crate::telemetry::{QueryLabels, metrics};
+use crate::telemetry::{Metrics, QueryLabels};
 
 /// Longest part of an error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 512;
@@ -44,6 +44,9 @@ pub struct PrometheusSource {
     conn: Box<Connection>,
     /// Counter-ness per metric name from `/api/v1/metadata` (asked once per name).
     counters: Mutex<HashMap<String, bool>>,
+    /// Where query latency and failures are reported: the process's registry
+    /// ([`PrometheusSource::reporting_to`]), else one of its own.
+    metrics: Arc<Metrics>,
 }
 
 struct Connection {
@@ -61,6 +64,13 @@ struct Connection {
 impl PrometheusSource {
     /// `url` is GlobalConfiguration `prometheus.url`, `timeout` its `requestTimeout`: the limit
     /// for each whole HTTP exchange (connect, query, body). No credentials, TLS defaults.
+    /// Reports query latency and failures to `metrics` (the registry `/metrics` serves) instead
+    /// of a registry of its own.
+    pub fn reporting_to(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     pub fn new(url: &str, timeout: Duration) -> Result<Self, MetricError> {
         let settings = PrometheusSettings {
             url: url.to_string(),
@@ -198,6 +208,7 @@ impl PrometheusSource {
                 names,
             }),
             counters: Mutex::new(HashMap::new()),
+            metrics: Metrics::new(),
         })
     }
 
@@ -365,8 +376,8 @@ impl PrometheusSource {
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
-            ("start", q.start.timestamp().to_string()),
-            ("end", q.end.timestamp().to_string()),
+            ("start", q.start.as_second().to_string()),
+            ("end", q.end.as_second().to_string()),
             ("step", q.step_seconds.to_string()),
             ("timeout", format!("{timeout_ms}ms")),
         ];
@@ -389,7 +400,7 @@ impl MetricSource for PrometheusSource {
         };
         let started = Instant::now();
         let result = self.query(query).await;
-        let m = metrics();
+        let m = &self.metrics;
         m.prometheus_query_duration_seconds
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
@@ -596,7 +607,7 @@ fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
+    use jiff::Timestamp;
 
     fn q() -> RangeQuery {
         RangeQuery {
@@ -606,8 +617,8 @@ mod tests {
             container_label: "ctr".into(),
             namespaces: vec!["a".into()],
             pods: vec![],
-            start: Utc.timestamp_opt(0, 0).unwrap(),
-            end: Utc.timestamp_opt(60, 0).unwrap(),
+            start: Timestamp::from_second(0).unwrap(),
+            end: Timestamp::from_second(60).unwrap(),
             step_seconds: 60,
             counter: Some(false),
             aggregation: Default::default(),

@@ -7,7 +7,7 @@ pub mod standalone;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use std::pin::Pin;
 
 use crate::api::RightsizingRecommendation;
@@ -105,7 +105,7 @@ fn sort_answers<K: Ord + Copy>(
 pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> CycleOutput {
     let plan = gpu::plan(snapshot, now, step_seconds);
@@ -175,19 +175,20 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     invalid: &[InvalidPolicy],
     recommendations: &[Arc<RightsizingRecommendation>],
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
+    metrics: &crate::telemetry::Metrics,
 ) -> (CycleOutput, Vec<WriteOp>) {
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;
     let failures = cycle.query_failures();
     if !failures.is_empty() {
-        crate::telemetry::metrics().reconcile_errors.inc();
+        metrics.reconcile_errors.inc();
         for (policy, e) in &failures {
             tracing::warn!(%policy, "{e}; the last recommendations stay in force");
         }
     }
     let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
-    crate::telemetry::metrics().reconcile_cycles.inc();
+    metrics.reconcile_cycles.inc();
     (cycle, ops)
 }
 
@@ -200,6 +201,7 @@ pub fn serve_persisted(
     recommendations: &[Arc<RightsizingRecommendation>],
 ) -> Vec<String> {
     store.set_global(snapshot.global.clone());
+    store.set_conflicts(crate::core::conflict::blocked_workloads(recommendations));
     let held = held_back(snapshot, recommendations);
     // One workload at a time: each new state replaces the old one in place, so the store never
     // holds two generations.

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::metrics::MetricSource;
@@ -85,18 +85,40 @@ impl DirLoop {
     pub async fn run_once<S: MetricSource>(
         &mut self,
         source: &S,
-        now: DateTime<Utc>,
+        now: Timestamp,
+        step_seconds: i64,
+        store: &Store,
+    ) -> anyhow::Result<Evaluated> {
+        let manifests = self.read()?;
+        self.run_on(manifests, source, now, step_seconds, store)
+            .await
+    }
+
+    /// The directory as the next cycle sees it (kerf's own namespace protected). A caller that
+    /// needs the GlobalConfiguration before the cycle (to reach Prometheus) reads once and hands
+    /// the result to [`DirLoop::run_on`].
+    pub fn read(&self) -> anyhow::Result<Manifests> {
+        let mut manifests = load_dir(&self.dir)?;
+        if let Some(ns) = &self.own_namespace {
+            manifests.snapshot.global.protect(ns);
+        }
+        Ok(manifests)
+    }
+
+    /// One cycle over `manifests` (from [`DirLoop::read`]).
+    pub async fn run_on<S: MetricSource>(
+        &mut self,
+        manifests: Manifests,
+        source: &S,
+        now: Timestamp,
         step_seconds: i64,
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
         let Manifests {
-            mut snapshot,
+            snapshot,
             notes,
             invalid,
-        } = load_dir(&self.dir)?;
-        if let Some(ns) = &self.own_namespace {
-            snapshot.global.protect(ns);
-        }
+        } = manifests;
         for bad in &invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
@@ -130,7 +152,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
     mut snapshot: Snapshot,
     invalid: &[InvalidPolicy],
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
     store: &Store,
 ) -> (Snapshot, CycleOutput, usize) {
@@ -143,6 +165,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
         source,
         now,
         step_seconds,
+        store.metrics(),
     )
     .await;
     drop(recommendations);

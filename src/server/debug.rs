@@ -55,7 +55,13 @@ pub fn json(store: &Store) -> Value {
         .iter()
         .map(|(k, s)| state_json(k, s))
         .collect();
-    json!({"ready": store.is_ready(), "workloads": items})
+    // Workloads kerf stopped writing for a field conflict (docs/gitops.md).
+    let conflicts: Vec<Value> = store
+        .conflicts()
+        .iter()
+        .map(|(k, why)| json!({"workload": k.to_string(), "conflict": why}))
+        .collect();
+    json!({"ready": store.is_ready(), "workloads": items, "conflicts": conflicts})
 }
 
 fn esc(s: &str) -> String {
@@ -140,6 +146,14 @@ pub fn html(store: &Store) -> String {
         "<p>ready: {} — <a href=\"/debug/recommendations\">JSON</a></p>",
         store.is_ready()
     );
+    for (k, why) in store.conflicts().iter() {
+        let _ = write!(
+            out,
+            "<p class=\"conflict\">field conflict: <code>{}</code> not written: {}</p>",
+            esc(&k.to_string()),
+            esc(why)
+        );
+    }
     let snap = store.snapshot();
     if snap.is_empty() {
         out.push_str("<p>No workload has a recommendation yet.</p>");

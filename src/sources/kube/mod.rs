@@ -46,7 +46,7 @@ use crate::core::owner;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::health::{Health, LogLimit, error_chain, panic_message, redact};
 use crate::state::{ObjectName, Store};
-use crate::telemetry::{WatchErrorLabels, metrics};
+use crate::telemetry::{Metrics, WatchErrorLabels};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -259,6 +259,7 @@ struct SyncTracker {
     tx: Arc<watch::Sender<BTreeSet<&'static str>>>,
     stopped: Arc<watch::Sender<Option<String>>>,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     total: usize,
 }
 
@@ -307,6 +308,7 @@ impl SyncTracker {
             resource,
             crd,
             health: self.health.clone(),
+            metrics: self.metrics.clone(),
             limit: LogLimit::new(WATCH_ERROR_LOG_EVERY),
             failing: false,
         }
@@ -401,6 +403,7 @@ struct WatchErrors {
     resource: String,
     crd: bool,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     limit: LogLimit,
     failing: bool,
 }
@@ -419,7 +422,7 @@ impl WatchErrors {
 
     fn error(&mut self, e: &watcher::Error) {
         let p = describe_watch_error(&self.resource, self.crd, e);
-        metrics()
+        self.metrics
             .watch_errors
             .get_or_create(&WatchErrorLabels {
                 resource: self.kind.into(),
@@ -456,6 +459,12 @@ impl WatchErrors {
 
 fn strip_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
+    strip_last_applied(meta);
+}
+
+/// A workload keeps its `managedFields` until [`Workload::from`] has projected the fields kerf
+/// tracks for conflicts (docs/gitops.md); the rest goes with the object.
+fn strip_last_applied(meta: &mut ObjectMeta) {
     if let Some(a) = meta.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
@@ -681,6 +690,10 @@ impl Reader {
             .as_ref()
             .map(|s| s.health().clone())
             .unwrap_or_default();
+        let metrics = store
+            .as_ref()
+            .map(|s| s.metrics().clone())
+            .unwrap_or_default();
         health.caches_pending(&all, all.len());
         let total = all.len();
         let (tx, unsynced) = watch::channel(all);
@@ -689,6 +702,7 @@ impl Reader {
             tx: Arc::new(tx),
             stopped: Arc::new(stop_tx),
             health: health.clone(),
+            metrics,
             total,
         };
         let kerf = Arc::new(Indexes {
@@ -719,7 +733,7 @@ impl Reader {
             "Deployment",
             watcher(Api::<Deployment>::all(client.clone()), cfg()),
             |mut d: Deployment| {
-                strip_meta(&mut d.metadata);
+                strip_last_applied(&mut d.metadata);
                 Arc::new(Workload::from(d))
             },
             sync.clone(),
@@ -730,7 +744,7 @@ impl Reader {
             "StatefulSet",
             watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
             |mut s: StatefulSet| {
-                strip_meta(&mut s.metadata);
+                strip_last_applied(&mut s.metadata);
                 Arc::new(Workload::from(s))
             },
             sync.clone(),
@@ -741,7 +755,7 @@ impl Reader {
             "DaemonSet",
             watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
             |mut d: DaemonSet| {
-                strip_meta(&mut d.metadata);
+                strip_last_applied(&mut d.metadata);
                 Arc::new(Workload::from(d))
             },
             sync.clone(),
@@ -755,7 +769,7 @@ impl Reader {
                 if let Some(cron) = owner::cronjob_of(&j.metadata) {
                     return ListedJob::OfCronJob(cron.to_string());
                 }
-                strip_meta(&mut j.metadata);
+                strip_last_applied(&mut j.metadata);
                 ListedJob::Workload(Arc::new(Workload::from(j)))
             },
             sync.clone(),
@@ -768,7 +782,7 @@ impl Reader {
             "CronJob",
             watcher(Api::<CronJob>::all(client.clone()), cfg()),
             |mut c: CronJob| {
-                strip_meta(&mut c.metadata);
+                strip_last_applied(&mut c.metadata);
                 Arc::new(Workload::from(c))
             },
             sync.clone(),
@@ -810,7 +824,9 @@ impl Reader {
             "HorizontalPodAutoscaler",
             watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
             |mut h: HorizontalPodAutoscaler| {
-                strip_meta(&mut h.metadata);
+                // Only who owns `spec.metrics`, for conflicts (docs/gitops.md).
+                strip_last_applied(&mut h.metadata);
+                crate::core::conflict::prune_hpa_managed_fields(&mut h.metadata);
                 h
             },
             sync,
@@ -1124,6 +1140,7 @@ mod tests {
             tx: Arc::new(tx),
             stopped: Arc::new(stop_tx),
             health: Health::new(),
+            metrics: Metrics::new(),
             total: 1,
         };
         let panicked = sync.spawn("Pod", async { panic!("projection bug") });

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::api::{CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
 use crate::core::model::ResourceRequests;
@@ -202,8 +202,8 @@ impl PolicyParams {
 }
 
 /// Values in `[now − window, now]` that are finite and non-negative.
-fn in_window(samples: &[Sample], window_secs: i64, now: DateTime<Utc>) -> Vec<f64> {
-    let end = now.timestamp();
+fn in_window(samples: &[Sample], window_secs: i64, now: Timestamp) -> Vec<f64> {
+    let end = now.as_second();
     let start = end.saturating_sub(window_secs);
     samples
         .iter()
@@ -248,7 +248,7 @@ fn clamp_opt(v: i64, min: Option<i64>, max: Option<i64>) -> i64 {
 }
 
 /// Recommended CPU request in millicores from usage-rate samples (cores), or `None` without samples.
-pub fn recommend_cpu_millis(samples: &[Sample], p: &CpuParams, now: DateTime<Utc>) -> Option<i64> {
+pub fn recommend_cpu_millis(samples: &[Sample], p: &CpuParams, now: Timestamp) -> Option<i64> {
     let values = in_window(samples, p.window_secs, now);
     let usage = percentile_nearest_rank(&values, p.percentile)?;
     let raw = ceil_to_unit(usage * (1.0 + p.headroom_percent / 100.0) * 1000.0, 1).max(1);
@@ -256,11 +256,7 @@ pub fn recommend_cpu_millis(samples: &[Sample], p: &CpuParams, now: DateTime<Utc
 }
 
 /// Recommended memory request in bytes from working-set samples (bytes), or `None` without samples.
-pub fn recommend_memory_bytes(
-    samples: &[Sample],
-    p: &MemoryParams,
-    now: DateTime<Utc>,
-) -> Option<i64> {
+pub fn recommend_memory_bytes(samples: &[Sample], p: &MemoryParams, now: Timestamp) -> Option<i64> {
     let values = in_window(samples, p.window_secs, now);
     let peak = values.into_iter().reduce(f64::max)?;
     let raw = ceil_to_unit(peak * (1.0 + p.headroom_percent / 100.0), MIB).max(MIB);
@@ -313,11 +309,7 @@ pub struct ContainerRec {
 }
 
 /// CPU and memory recommendation of one container under a policy.
-pub fn recommend_container(
-    c: &ContainerSignals,
-    p: &PolicyParams,
-    now: DateTime<Utc>,
-) -> ContainerRec {
+pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams, now: Timestamp) -> ContainerRec {
     let fixed = p.static_for(&c.name);
     fn pick(fixed: Option<i64>, usage: impl FnOnce() -> Option<i64>) -> (Option<i64>, Source) {
         match fixed {
@@ -360,11 +352,11 @@ pub fn throttled(throttled_periods: &[Sample], periods: &[Sample], ratio: f64) -
 
 fn ts_in(
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+    start: Timestamp,
+    end: Timestamp,
 ) -> bool {
     let ms = t.0.as_millisecond();
-    ms >= start.timestamp_millis() && ms <= end.timestamp_millis()
+    ms >= start.as_millisecond() && ms <= end.as_millisecond()
 }
 
 /// Whether `container` was OOM-killed with a termination that finished in `[start, end]`: its current
@@ -372,8 +364,8 @@ fn ts_in(
 pub fn oom_killed_in_window(
     statuses: &[ContainerStatus],
     container: &str,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+    start: Timestamp,
+    end: Timestamp,
 ) -> bool {
     statuses.iter().filter(|s| s.name == container).any(|s| {
         [s.last_state.as_ref(), s.state.as_ref()]
@@ -388,11 +380,7 @@ pub fn oom_killed_in_window(
 }
 
 /// Names of the containers (regular and init) OOM-killed in `[start, end]` in any of `pods`.
-pub fn oom_killed_containers(
-    pods: &[&Pod],
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-) -> BTreeSet<String> {
+pub fn oom_killed_containers(pods: &[&Pod], start: Timestamp, end: Timestamp) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for status in pods.iter().filter_map(|p| p.status.as_ref()) {
         for list in [&status.container_statuses, &status.init_container_statuses]
@@ -434,16 +422,17 @@ pub fn effective_requests(c: &Container) -> Result<ResourceRequests, QuantityErr
 mod tests {
     use super::*;
     use crate::api::{DurationStr, StaticRequests};
+    use jiff::SignedDuration;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
 
-    fn now() -> DateTime<Utc> {
-        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
     }
 
     /// One sample per minute ending at `now`, oldest first.
     fn series(values: &[f64]) -> Vec<Sample> {
-        let end = now().timestamp();
+        let end = now().as_second();
         let n = values.len() as i64;
         values
             .iter()
@@ -537,7 +526,7 @@ mod tests {
     #[test]
     fn samples_outside_the_window_and_bad_values_are_ignored() {
         let p = cpu(100.0, 0.0);
-        let end = now().timestamp();
+        let end = now().as_second();
         let s = vec![
             (end - 8 * 86_400, 9.0), // older than 7d
             (end + 60, 9.0),         // after now
@@ -729,15 +718,15 @@ mod tests {
     #[test]
     fn oom_killed_in_window_reads_last_state_terminated_reason() {
         let end = now();
-        let start = end - DurationStr::parse("7d").unwrap().chrono();
+        let start = end - DurationStr::parse("7d").unwrap().signed();
         let mk = |reason: &str, at: &str| {
             status(serde_json::json!({
                 "name": "app", "image": "x", "imageID": "", "ready": true, "restartCount": 1,
                 "lastState": {"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}}
             }))
         };
-        let inside = (end - chrono::Duration::days(1)).to_rfc3339();
-        let outside = (end - chrono::Duration::days(8)).to_rfc3339();
+        let inside = (end - SignedDuration::from_hours(24)).to_string();
+        let outside = (end - SignedDuration::from_hours(24 * 8)).to_string();
         assert!(oom_killed_in_window(
             &[mk("OOMKilled", &inside)],
             "app",

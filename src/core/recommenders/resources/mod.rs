@@ -9,7 +9,7 @@ pub mod workload;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::core::pod::Pod;
-use chrono::{DateTime, Utc};
+use jiff::{SignedDuration, Timestamp};
 
 use self::container::{ContainerSignals, Sample};
 use self::workload::{ContainerInput, HpaInput, RightsizingOutcome, WorkloadInput};
@@ -82,7 +82,7 @@ fn range_query(
     signal: RsSignal,
     series: &BTreeSet<(String, String)>,
     window: i64,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> RangeQuery {
     let sorted = |v: Vec<String>| -> Vec<String> {
@@ -96,7 +96,7 @@ fn range_query(
         container_label: if replicas { "" } else { "container" }.into(),
         namespaces: sorted(series.iter().map(|(ns, _)| ns.clone()).collect()),
         pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()),
-        start: now - chrono::Duration::seconds(window),
+        start: now - SignedDuration::from_secs(window),
         end: now,
         step_seconds: step_for(window, step_seconds),
         counter: Some(matches!(
@@ -133,7 +133,7 @@ pub fn step_for(window_seconds: i64, step: i64) -> i64 {
     step.max((window_seconds + MAX_POINTS - 1) / MAX_POINTS)
 }
 
-pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPlan {
+pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
@@ -266,7 +266,7 @@ fn replica_history(
     namespace: &str,
     h: &HorizontalPodAutoscaler,
     spec: &crate::api::RightsizingPolicySpec,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Option<ReplicaHistory> {
     let a = hpa::analyze_metrics(h);
     let resource = a
@@ -279,7 +279,7 @@ fn replica_history(
         Some(hpa::HpaResource::Memory) => mem_window,
         _ => cpu_window,
     };
-    let from = now.timestamp() - window;
+    let from = now.as_second() - window;
     let key = (
         namespace.to_string(),
         h.metadata.name.clone().unwrap_or_default(),
@@ -290,7 +290,7 @@ fn replica_history(
         Some(
             samples
                 .iter()
-                .filter(|(t, _)| *t > from && *t <= now.timestamp())
+                .filter(|(t, _)| *t > from && *t <= now.as_second())
                 .copied()
                 .collect(),
         )
@@ -309,7 +309,7 @@ pub fn evaluate(
     results: BTreeMap<(usize, RsSignal), SeriesSet>,
     failed: &BTreeSet<usize>,
     gpu: &HashMap<&WorkloadKey, &BTreeMap<String, GpuContainer>>,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Vec<RsResult> {
     let idx = index(results);
     let hpas = hpa::hpa_index(&snapshot.hpas);
@@ -326,7 +326,7 @@ pub fn evaluate(
             .clone()
             .unwrap_or_default()
             .window
-            .chrono();
+            .signed();
         let oom = container::oom_killed_containers(&pods, now - mem_window, now);
         let gather = |signal: RsSignal, container: &str| -> Vec<Sample> {
             let Some(m) = idx.get(&(wp.policy, signal)) else {
@@ -420,7 +420,6 @@ pub fn evaluate(
 
 #[cfg(test)]
 mod tests {
-    use chrono::TimeZone;
 
     use super::*;
     use crate::sources::dir::{load_dir, load_text};
@@ -455,7 +454,7 @@ spec:
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/manifests");
         let mut m = load_dir(&dir).unwrap();
         load_text(&another_web_app("api", "api-hpa"), "test", &mut m).unwrap();
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
         let plan = plan(&m.snapshot, now, 15);
         for metric in [
             "kube_horizontalpodautoscaler_status_current_replicas",
@@ -473,7 +472,11 @@ spec:
             assert_eq!(q.pod_label, "horizontalpodautoscaler");
             assert_eq!(q.namespaces, ["shop"]);
             assert_eq!(q.pods, ["api-hpa", "web"]);
-            assert_eq!(q.start, now - chrono::Duration::hours(1), "the 1h windows");
+            assert_eq!(
+                q.start,
+                now - SignedDuration::from_hours(1),
+                "the 1h windows"
+            );
             assert_eq!(q.counter, Some(false));
         }
     }

@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -97,7 +97,7 @@ pub struct WorkloadInput {
     pub hpa: Option<HpaInput>,
     /// Current replicas (for total savings).
     pub replicas: i32,
-    pub now: DateTime<Utc>,
+    pub now: Timestamp,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -748,13 +748,14 @@ pub fn gpu_recommendation_status(
             .recommendation
             .as_ref()
             .and_then(|r| r.updated_at)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .map(crate::core::model::rfc3339_secs)
             .or_else(|| previous.and_then(|p| p.last_applied_time.clone())),
         created_requests: previous
             .map(|p| p.created_requests.clone())
             .unwrap_or_default(),
         applied: None,
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+        conflict: previous.and_then(|p| p.conflict.clone()),
     }
 }
 
@@ -778,6 +779,7 @@ pub fn recommendation_status(
         last_applied_time: previous.and_then(|p| p.last_applied_time.clone()),
         applied: previous.and_then(|p| p.applied.clone()),
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+        conflict: previous.and_then(|p| p.conflict.clone()),
     };
     if let Some(plan) = &outcome.apply {
         if let Some(h) = &plan.hpa {

@@ -5,12 +5,12 @@ use crate::api::{
 use crate::core::recommenders::resources::container::Sample;
 use serde_json::json;
 
-fn now() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
 }
 
 fn series(v: f64) -> Vec<Sample> {
-    let end = now().timestamp();
+    let end = now().as_second();
     (0..10).map(|i| (end - i * 60, v)).collect()
 }
 
