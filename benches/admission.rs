@@ -4,6 +4,9 @@
 //! `cargo bench --bench admission -- floor ADDR CERT KEY` serves the floor: axum + rustls
 //! (axum-server), parsing the body into a typed `AdmissionReview<Pod>` and answering a fixed
 //! one-operation patch — the least any Rust webhook must do.
+//! `cargo bench --bench admission -- null ADDR CERT KEY` serves the null server: kerf's own TLS
+//! and HTTP stack (`kerf::server::serve_app`) with a handler that reads the body and answers a
+//! fixed AdmissionReview without parsing anything — the floor of the stack itself.
 //! `cargo bench --bench admission -- kerf ADDR CERT KEY FIXTURE` serves kerf's real server with a
 //! store holding a GPU and CPU/memory recommendation for the fixture pod's workload, so every
 //! request goes through owner resolution, the patch builder and the diff.
@@ -42,13 +45,14 @@ fn main() -> anyhow::Result<()> {
     {
         ["certs", dir] => certs(Path::new(dir)),
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
+        ["null", addr, cert, key] => rt.block_on(null(addr.parse()?, cert.into(), key.into())),
         ["profile", fixture] => profile(fixture),
         ["kerf", addr, cert, key, fixture] => {
             rt.block_on(kerf_server(addr.parse()?, cert.into(), key.into(), fixture))
         }
         _ => {
             eprintln!(
-                "usage: admission certs DIR | floor ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE"
+                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE"
             );
             std::process::exit(2)
         }
@@ -101,6 +105,24 @@ async fn floor(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<
         .serve(app.into_make_service())
         .await?;
     Ok(())
+}
+
+/// The null server's fixed answer: an AdmissionReview response with a one-operation patch
+/// (`[{"op":"add","path":"/metadata/annotations/null","value":"1"}]`).
+const NULL_RESPONSE: &[u8] = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"00000000-0000-0000-0000-000000000000","allowed":true,"patchType":"JSONPatch","patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2Fubm90YXRpb25zL251bGwiLCJ2YWx1ZSI6IjEifV0="}}"#;
+
+async fn null_mutate(body: Bytes) -> impl IntoResponse {
+    // The body is read whole (as kerf's handler gets it), then ignored.
+    std::hint::black_box(body.len());
+    ([(header::CONTENT_TYPE, "application/json")], NULL_RESPONSE)
+}
+
+async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
+    let app = Router::new().route("/mutate", post(null_mutate)).layer(
+        axum::extract::DefaultBodyLimit::max(kerf::server::MAX_BODY_BYTES),
+    );
+    eprintln!("null serving on {addr}");
+    kerf::server::serve_app(addr, &cert, &key, app).await
 }
 
 /// CPU per review without the network: kerf's handler vs the floor's typed parse.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Admission benchmark: kerf's webhook against a floor server (axum + rustls, typed Pod parse,
-# fixed one-op patch), same ~13 KB pod AdmissionReview, same load generator (wrk, HTTP/1.1 over
-# TLS keep-alive), one server at a time. Prints throughput, p99 and the kerf/floor ratios.
+# fixed one-op patch) and a null server (kerf's own TLS/HTTP stack, body read, fixed answer, no
+# parsing), same ~13 KB pod AdmissionReview, same load generator (wrk, HTTP/1.1 over TLS
+# keep-alive), one server at a time. Prints throughput, p99 and kerf's ratios to both.
 #
 # Usage: scripts/bench-admission.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WRK_THREADS=1] [ROUNDS=3]
-# Reports the median over ROUNDS alternating runs of each server.
+# Reports the median over ROUNDS runs of each server, the order rotating every round.
 # Needs: wrk (Debian package `wrk`), curl, python3. Builds the bench binary with the bench
 # (release) profile.
 set -euo pipefail
@@ -81,30 +82,36 @@ measure() { # name port round → appends "rps p99ms" to $WORK/name.results
     echo "round $round $name: $rps req/s, p99 $p99 ms" >&2
 }
 
-# Both servers up; rounds alternate which goes first so background load drifts hit both alike.
+# All servers up; the order rotates every round so background load drifts hit each alike.
 start_server floor 18443 floor 127.0.0.1:18443 "$WORK/tls.crt" "$WORK/tls.key"
+start_server null 18445 null 127.0.0.1:18445 "$WORK/tls.crt" "$WORK/tls.key"
 start_server kerf 18444 kerf 127.0.0.1:18444 "$WORK/tls.crt" "$WORK/tls.key" "$FIXTURE"
 for round in $(seq 1 "$ROUNDS"); do
-    if [ $((round % 2)) -eq 1 ]; then
-        measure floor 18443 "$round"; measure kerf 18444 "$round"
-    else
-        measure kerf 18444 "$round"; measure floor 18443 "$round"
-    fi
+    case $((round % 3)) in
+        1) order="floor:18443 null:18445 kerf:18444" ;;
+        2) order="kerf:18444 floor:18443 null:18445" ;;
+        0) order="null:18445 kerf:18444 floor:18443" ;;
+    esac
+    for s in $order; do measure "${s%%:*}" "${s##*:}" "$round"; done
 done
 
-python3 - "$WORK/floor.results" "$WORK/kerf.results" "$BODY_BYTES" "$DURATION" "$CONNS" "$THREADS" "$ROUNDS" <<'PY'
+python3 - "$WORK/floor.results" "$WORK/null.results" "$WORK/kerf.results" "$BODY_BYTES" "$DURATION" "$CONNS" "$THREADS" "$ROUNDS" <<'PY'
 import statistics, sys
 def load(p):
     rows = [tuple(map(float, l.split())) for l in open(p) if l.strip()]
     return statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
-(fr, fp), (kr, kp) = load(sys.argv[1]), load(sys.argv[2])
-body, dur, conns, threads, rounds = sys.argv[3:8]
-print(f"body {body} bytes, wrk -t{threads} -c{conns} -d{dur}s, HTTP/1.1 keep-alive over TLS, median of {rounds} alternating rounds")
+(fr, fp), (nr, np_), (kr, kp) = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
+body, dur, conns, threads, rounds = sys.argv[4:9]
+print(f"body {body} bytes, wrk -t{threads} -c{conns} -d{dur}s, HTTP/1.1 keep-alive over TLS, median of {rounds} rounds (order rotating)")
 print("| server | requests/s | p99 (ms) |")
 print("|---|---:|---:|")
+print(f"| null (kerf's TLS/HTTP stack, body read, fixed answer) | {nr:.0f} | {np_:.2f} |")
 print(f"| floor (axum + rustls, typed Pod, fixed patch) | {fr:.0f} | {fp:.2f} |")
 print(f"| kerf /mutate | {kr:.0f} | {kp:.2f} |")
+print(f"| ratio kerf/null | {kr/nr:.2f}x | {kp/np_:.2f}x |")
 print(f"| ratio kerf/floor | {kr/fr:.2f}x | {kp/fp:.2f}x |")
-ok = kr/fr >= 0.8 and kp/fp <= 1.5
-print("goal (throughput >= 0.8x, p99 <= 1.5x):", "met" if ok else "NOT met")
+ok_floor = kr/fr >= 0.8 and kp/fp <= 1.5
+ok_null = kr/nr >= 0.5 and kp/np_ <= 1.2
+print("goal vs floor (throughput >= 0.8x, p99 <= 1.5x):", "met" if ok_floor else "NOT met")
+print("goal vs null (throughput >= 0.5x, p99 <= 1.2x):", "met" if ok_null else "NOT met")
 PY

@@ -173,13 +173,37 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
 
 /// Deterministic sample value of a pod at a time: a third of the pods run hot.
 fn value(metric: &str, pod: &str, t: i64) -> f64 {
-    let mut h: u64 = 1469598103934665603;
-    for b in metric.bytes().chain(pod.bytes()).chain(t.to_le_bytes()) {
-        h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
+    SeriesValues::new(metric, pod).at(t)
+}
+
+/// [`value`] for one series: the hash of its names and its hot flag computed once, so the
+/// synthetic source costs little next to what it stands in for (decoding Prometheus's answer).
+struct SeriesValues {
+    /// FNV-1a state after the metric and pod names.
+    prefix: u64,
+    base: f64,
+}
+
+impl SeriesValues {
+    fn new(metric: &str, pod: &str) -> Self {
+        let mut h: u64 = 1469598103934665603;
+        for b in metric.bytes().chain(pod.bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
+        }
+        let hot = pod.bytes().map(u64::from).sum::<u64>() % 3 == 0;
+        Self {
+            prefix: h,
+            base: if hot { 60.0 } else { 20.0 },
+        }
     }
-    let hot = pod.bytes().map(u64::from).sum::<u64>() % 3 == 0;
-    let base = if hot { 60.0 } else { 20.0 };
-    base + (h % 200) as f64 / 10.0
+
+    fn at(&self, t: i64) -> f64 {
+        let mut h = self.prefix;
+        for b in t.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
+        }
+        self.base + (h % 200) as f64 / 10.0
+    }
 }
 
 /// In-memory samples with the same values `write_openmetrics` writes.
@@ -195,10 +219,11 @@ impl MetricSource for SynthSource {
         let (start, end) = (q.start.as_second(), q.end.as_second());
         for pod in &q.pods {
             let ns = pod_namespace(&self.spec, pod);
+            let series = SeriesValues::new(&q.metric, pod);
             let samples = (0..)
                 .map(|i| start + i * q.step_seconds)
                 .take_while(|t| *t <= end)
-                .map(|t| (t, value(&q.metric, pod, t)))
+                .map(|t| (t, series.at(t)))
                 .collect();
             set.series.insert(
                 SeriesKey {
@@ -244,6 +269,106 @@ pub fn write_openmetrics(
         }
     }
     writeln!(out, "# EOF")
+}
+
+/// A `/api/v1/query_range` answer as Prometheus writes it for one of the bench's batched
+/// queries (`sum by (namespace,pod,container)`): `series` series of `points` samples each.
+pub fn query_range_body(series: usize, points: usize) -> Vec<u8> {
+    let mut out = String::from(r#"{"status":"success","data":{"resultType":"matrix","result":["#);
+    for s in 0..series {
+        if s > 0 {
+            out.push(',');
+        }
+        let pod = format!("gpu-{:05}-rs-{s:05}", s % 25_000);
+        out.push_str(&format!(
+            r#"{{"metric":{{"container":"inference","namespace":"team-{:03}","pod":"{pod}"}},"values":["#,
+            s % 50
+        ));
+        for p in 0..points {
+            if p > 0 {
+                out.push(',');
+            }
+            let t = 1_767_268_800 + 15 * p as i64;
+            out.push_str(&format!("[{t},\"{}\"]", value(COMPUTE_METRIC, &pod, t)));
+        }
+        out.push_str("]}");
+    }
+    out.push_str("]}}");
+    out.into_bytes()
+}
+
+/// The decoders `kerf bench decode` compares on the same body; each returns the number of
+/// samples it decoded (so none can skip the work).
+pub mod decoders {
+    use std::collections::HashMap;
+
+    use serde::Deserialize;
+
+    use crate::metrics::decode::{KeyLabels, decode};
+
+    pub const LABELS: KeyLabels<'static> = KeyLabels {
+        namespace: "namespace",
+        pod: "pod",
+        container: "container",
+    };
+
+    /// kerf's decoder (`metrics::decode`), as the Prometheus source runs it.
+    pub fn kerf(body: &[u8]) -> usize {
+        let a = decode(LABELS, body).expect("bench body decodes");
+        a.data
+            .map_or(0, |d| d.result.iter().map(|g| g.points.len()).sum())
+    }
+
+    /// A whole JSON tree (`serde_json::from_slice::<Value>`).
+    pub fn value_tree(body: &[u8]) -> usize {
+        let v: serde_json::Value = serde_json::from_slice(body).expect("bench body parses");
+        v["data"]["result"].as_array().map_or(0, |r| {
+            r.iter()
+                .map(|s| s["values"].as_array().map_or(0, Vec::len))
+                .sum()
+        })
+    }
+
+    #[derive(Deserialize)]
+    struct Response {
+        data: Data,
+    }
+    #[derive(Deserialize)]
+    struct Data {
+        result: Vec<Series>,
+    }
+    #[derive(Deserialize)]
+    struct Series {
+        #[serde(default)]
+        metric: HashMap<String, String>,
+        #[serde(default)]
+        values: Vec<(f64, String)>,
+    }
+
+    fn samples(r: Response) -> usize {
+        r.data
+            .result
+            .iter()
+            .map(|s| {
+                std::hint::black_box(&s.metric);
+                s.values
+                    .iter()
+                    .filter(|(_, v)| v.parse::<f64>().is_ok())
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Typed serde structs with owned strings, from a slice (kerf's decoder before this one).
+    pub fn typed(body: &[u8]) -> usize {
+        samples(serde_json::from_slice(body).expect("bench body decodes"))
+    }
+
+    /// The same typed structs decoded by serde_json's streaming decoder, reading the body as a
+    /// byte stream (`from_reader`) instead of a buffered slice.
+    pub fn streaming(body: &[u8]) -> usize {
+        samples(serde_json::from_reader(body).expect("bench body decodes"))
+    }
 }
 
 /// CPU seconds (user + system) of this process so far, from /proc (Linux).

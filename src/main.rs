@@ -4,6 +4,12 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 
+/// mimalloc instead of the C library's allocator: a cycle makes millions of small allocations
+/// (glibc's malloc/free were ~30 % of its CPU), and the image's musl allocator is slower still
+/// (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     // One rustls provider for the whole process (ring), installed before any TLS use.

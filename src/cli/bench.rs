@@ -22,6 +22,68 @@ pub enum BenchCommand {
     /// A `kerf simulate` replay: the shipped examples over a synthetic week, or a synthetic
     /// cluster (`--workloads N --days 1`).
     Simulate(super::bench_simulate::SimulateBenchArgs),
+    /// Decoding speed of a range-query answer: kerf's decoder against `serde_json::Value`,
+    /// typed serde structs and serde_json's streaming (reader) decoder.
+    Decode(DecodeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DecodeArgs {
+    /// Series in the answer (one bench policy's pods: 33,000 / 50).
+    #[arg(long, default_value_t = 660)]
+    pub series: usize,
+    /// Samples per series (20 minutes every 15 s).
+    #[arg(long, default_value_t = 81)]
+    pub points: usize,
+    /// Repetitions per decoder (the fastest is reported).
+    #[arg(long, default_value_t = 7)]
+    pub rounds: usize,
+}
+
+/// Bytes per second of each decoder over the same body: the best of `rounds` runs, each
+/// decoding the body as often as fits in ~0.3 s, decoders interleaved so load drifts hit all.
+fn decode_bench(args: &DecodeArgs) -> anyhow::Result<()> {
+    use crate::bench::decoders;
+    let body = crate::bench::query_range_body(args.series, args.points);
+    let expected = args.series * args.points;
+    type Decoder = fn(&[u8]) -> usize;
+    let all: [(&str, Decoder); 4] = [
+        ("kerf (metrics::decode)", decoders::kerf),
+        ("serde_json::from_slice::<Value>", decoders::value_tree),
+        ("typed serde structs (kerf before)", decoders::typed),
+        (
+            "serde_json streaming (from_reader, typed)",
+            decoders::streaming,
+        ),
+    ];
+    for (name, f) in &all {
+        anyhow::ensure!(
+            f(&body) == expected,
+            "{name} decoded a different number of samples"
+        );
+    }
+    let mut best = [0.0f64; 4];
+    for _ in 0..args.rounds.max(1) {
+        for (i, (_, f)) in all.iter().enumerate() {
+            let t = Instant::now();
+            let mut n = 0u64;
+            while t.elapsed().as_secs_f64() < 0.3 {
+                std::hint::black_box(f(std::hint::black_box(&body)));
+                n += 1;
+            }
+            let rate = n as f64 * body.len() as f64 / t.elapsed().as_secs_f64();
+            best[i] = best[i].max(rate);
+        }
+    }
+    let report = json!({
+        "bodyBytes": body.len(),
+        "series": args.series,
+        "samples": expected,
+        "bytesPerSecond": all.iter().zip(best).map(|((n, _), r)| (n.to_string(), json!(r.round()))).collect::<serde_json::Map<_, _>>(),
+        "kerfOverFastestOther": best[0] / best[1..].iter().copied().fold(0.0, f64::max),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }
 
 #[derive(Args, Debug, Clone)]
@@ -51,6 +113,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let args = match cmd {
         BenchCommand::Scale(args) => args,
         BenchCommand::Simulate(args) => return super::bench_simulate::run(args).await,
+        BenchCommand::Decode(args) => return decode_bench(&args),
     };
     let spec = ScaleSpec {
         workloads: args.workloads,
@@ -106,6 +169,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         "workloadsWithRecommendation": last.with_recommendation,
         "storeEntries": last.store_entries,
         "writesPlanned": last.writes,
+        "recommendationsDigest": format!("{:016x}", last.digest),
         "wallSeconds": last.wall,
         "cpuSeconds": last.cpu,
         "wallSecondsPerCycle": figures.iter().map(|f| f.wall).collect::<Vec<_>>(),
@@ -127,6 +191,32 @@ struct CycleFigures {
     with_recommendation: usize,
     store_entries: usize,
     writes: usize,
+    /// FNV-1a over every workload's recommendation (key, driver, per-container GPUs), in plan
+    /// order: equal digests, equal answers (compare runs before and after a change).
+    digest: u64,
+}
+
+/// See [`CycleFigures::digest`].
+fn recommendations_digest(cycle: &crate::reconcile::CycleOutput) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for r in cycle.gpu_results() {
+        eat(r.key.to_string().as_bytes());
+        eat(r.action.as_str().as_bytes());
+        if let Some(rec) = &r.recommendation {
+            eat(format!("{:?}", rec.driving_metric).as_bytes());
+            for (c, v) in &rec.containers {
+                eat(c.as_bytes());
+                eat(&v.to_bits().to_le_bytes());
+            }
+        }
+        eat(b";");
+    }
+    h
 }
 
 /// Runs `cycles` reconcile cycles as the Lease holder does, with the in-memory writer standing
@@ -172,6 +262,7 @@ async fn measure<S: MetricSource>(
                 .count(),
             store_entries: store.len(),
             writes: writes_planned,
+            digest: recommendations_digest(&cycle),
         });
     }
     out

@@ -14,8 +14,9 @@ pub struct WorkloadOutcome {
     /// The GPU recommender's result (a GPU reactive policy covers the workload).
     pub gpu: Option<WorkloadResult>,
     /// The CPU/memory recommender's result, with the HPA coordination outcome (a rightsizing
-    /// policy covers the workload).
-    pub resources: Option<RsResult>,
+    /// policy covers the workload). Boxed: most GPU workloads have none, and an outcome is kept
+    /// per workload for the whole cycle.
+    pub resources: Option<Box<RsResult>>,
 }
 
 /// One policy's cycle.
@@ -54,11 +55,11 @@ impl CycleOutput {
         }
         for r in resources {
             match at.get(&r.key) {
-                Some(&i) => out[i].resources = Some(r),
+                Some(&i) => out[i].resources = Some(Box::new(r)),
                 None => out.push(WorkloadOutcome {
                     key: r.key.clone(),
                     gpu: None,
-                    resources: Some(r),
+                    resources: Some(Box::new(r)),
                 }),
             }
         }
@@ -72,13 +73,13 @@ impl CycleOutput {
 
     /// The CPU/memory recommender's results.
     pub fn resource_results(&self) -> impl Iterator<Item = &RsResult> {
-        self.workloads.iter().filter_map(|w| w.resources.as_ref())
+        self.workloads.iter().filter_map(|w| w.resources.as_deref())
     }
 
     pub fn resource_results_mut(&mut self) -> impl Iterator<Item = &mut RsResult> {
         self.workloads
             .iter_mut()
-            .filter_map(|w| w.resources.as_mut())
+            .filter_map(|w| w.resources.as_deref_mut())
     }
 
     /// The status of `policy`'s queries, if it issued any.

@@ -160,6 +160,7 @@ impl MetricSource for AnySource {
     }
 }
 
+pub mod decode;
 pub mod file;
 pub mod openmetrics;
 pub mod prometheus;

@@ -17,6 +17,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
+use super::decode;
 use super::promql::{self, Group, LabelMatcher};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::api::{OptionNames, PrometheusOption as O, PrometheusSettings};
@@ -541,34 +542,6 @@ fn parse_metadata(status: StatusCode, body: &[u8]) -> Result<bool, String> {
         .any(|m| m.metric_type == "counter"))
 }
 
-#[derive(Deserialize)]
-struct ApiResponse {
-    status: String,
-    #[serde(default)]
-    data: Option<ApiData>,
-    #[serde(default, rename = "errorType")]
-    error_type: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    warnings: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct ApiData {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<ApiSeries>,
-}
-
-#[derive(Deserialize)]
-struct ApiSeries {
-    #[serde(default)]
-    metric: HashMap<String, String>,
-    #[serde(default)]
-    values: Vec<(f64, String)>,
-}
-
 fn quoted(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
@@ -586,7 +559,12 @@ fn parse_response(
     body: &[u8],
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Group>, MetricError> {
-    let parsed: Result<ApiResponse, _> = serde_json::from_slice(body);
+    let labels = decode::KeyLabels {
+        namespace: &q.namespace_label,
+        pod: &q.pod_label,
+        container: &q.container_label,
+    };
+    let parsed = decode::decode(labels, body);
     if !status.is_success() {
         let detail = match &parsed {
             Ok(r) if r.error.is_some() => format!(
@@ -618,29 +596,12 @@ fn parse_response(
             data.result_type
         )));
     }
-    let mut groups = Vec::with_capacity(data.result.len());
-    for s in data.result {
-        let mut points = Vec::with_capacity(s.values.len());
-        for (ts, v) in s.values {
-            let value = v.parse::<f64>().map_err(|_| {
-                MetricError::BadResponse(format!("sample value {v:?} is not a number"))
-            })?;
-            if !ts.is_finite() {
-                return Err(MetricError::BadResponse(format!(
-                    "sample timestamp {ts} is not finite"
-                )));
-            }
-            points.push((ts.round() as i64, value));
-        }
-        let label = |l: &str| s.metric.get(l).cloned().unwrap_or_default();
-        groups.push(Group {
-            namespace: label(&q.namespace_label),
-            pod: label(&q.pod_label),
-            container: label(&q.container_label),
-            points,
-        });
+    if let Some(v) = data.bad_value {
+        return Err(MetricError::BadResponse(format!(
+            "sample value {v:?} is not a number"
+        )));
     }
-    Ok(groups)
+    Ok(data.result)
 }
 
 #[cfg(test)]

@@ -331,6 +331,25 @@ pub async fn serve(
     BoundServer::bind(config).await?.run(store, shutdown).await
 }
 
+/// Serves `app` over TLS on `listen` through the webhook's own stack (tokio-rustls, the same
+/// HTTP/1.1 + HTTP/2 connection handling) until the process ends. Benchmarks use it to measure
+/// that stack alone, with a handler that does no work (`benches/admission.rs`, the null server).
+pub async fn serve_app(
+    listen: SocketAddr,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    app: Router,
+) -> anyhow::Result<()> {
+    let certs = tls::CertReloader::load(cert, key)?;
+    let acceptor = TlsAcceptor::from(certs.server_config()?);
+    let listener = TcpListener::bind(listen).await?;
+    // Held for the whole run: the accept loop stops once the sender is gone.
+    let (_stop, stop_rx) = watch::channel(false);
+    let (open, _open_rx) = mpsc::channel::<()>(1);
+    accept_loop(listener, app, Some(acceptor), stop_rx, open).await;
+    Ok(())
+}
+
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

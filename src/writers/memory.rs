@@ -26,8 +26,8 @@ use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
 use crate::writers::kube::{
-    EventWrite, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite, WriteOp,
-    gpu_restart_due, merge_conditions, requests_match,
+    EventWrite, GpuAnnotations, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite,
+    WriteOp, gpu_restart_due, merge_conditions, requests_match,
 };
 
 /// Events kept for inspection (oldest dropped first).
@@ -37,7 +37,7 @@ const EVENTS_KEPT: usize = 1000;
 #[derive(Clone, Debug, Default, PartialEq)]
 struct WorkloadFields {
     /// The GPU annotations as kerf last applied them (`None`: kerf never wrote them).
-    gpu: Option<BTreeMap<String, String>>,
+    gpu: Option<Rendered>,
     /// Template requests kerf set, by container (a `None` resource is left as it is).
     requests: BTreeMap<String, ResourceRequests>,
     /// Pod template `restartedAt` of kerf's last rolling restart.
@@ -203,7 +203,7 @@ impl MemoryWriter {
             .is_some_and(|g| gpu_restart_due(&w.observed, g));
         let fields = self.workloads.entry(key.clone()).or_default();
         if let Some(g) = &w.gpu {
-            fields.gpu = Some(g.rendered());
+            fields.gpu = Some(Rendered::of(g));
         }
         if let Some(r) = &w.requests {
             merge_requests(&mut fields.requests, r);
@@ -250,13 +250,40 @@ impl MemoryWriter {
     }
 }
 
+/// The two GPU annotations' values as kerf rendered them (two fields rather than a map: one is
+/// held per workload kerf wrote to).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Rendered {
+    baseline: Option<String>,
+    recommendation: Option<String>,
+}
+
+impl Rendered {
+    fn of(g: &GpuAnnotations) -> Self {
+        let mut r = g.rendered();
+        Self {
+            baseline: r.remove(ANNOTATION_GPU_BASELINE),
+            recommendation: r.remove(ANNOTATION_GPU_RECOMMENDATION),
+        }
+    }
+
+    /// The value of the annotation `key` (one of the two GPU annotations).
+    fn get(&self, key: &str) -> Option<&String> {
+        match key {
+            ANNOTATION_GPU_BASELINE => self.baseline.as_ref(),
+            ANNOTATION_GPU_RECOMMENDATION => self.recommendation.as_ref(),
+            _ => None,
+        }
+    }
+}
+
 impl WorkloadFields {
     /// Laying these fields over `w` would change it.
     fn changes(&self, w: &Workload) -> bool {
         let gpu = self.gpu.as_ref().is_some_and(|rendered| {
             [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
                 .iter()
-                .any(|k| rendered.get(*k) != w.annotations.get(*k))
+                .any(|k| rendered.get(k) != w.annotations.get(*k))
         });
         let restart = self.restarted_at.as_ref().is_some_and(|at| {
             w.template
@@ -368,7 +395,6 @@ mod tests {
     use super::*;
     use crate::api::WorkloadKind;
     use crate::core::model::GpuRecommendation;
-    use crate::writers::kube::GpuAnnotations;
 
     /// The embedder of the examples: a KAI 0.5 template, upsized to 0.9 by kerf.
     fn embedder(recommended: Option<f64>) -> Arc<Workload> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::fields::requests_match;
 use crate::api::{
     PolicyStatus, RecommendationStatus, RightsizingRecommendation, RightsizingRecommendationSpec,
 };
@@ -95,6 +96,47 @@ pub struct RecommendationWrite {
     /// Usually the workload, so the recommendation goes away with it.
     pub owner: Option<OwnerReference>,
     pub observed: Option<RightsizingRecommendation>,
+}
+
+impl WorkloadWrite {
+    /// The workload as observed already carries these GPU annotations and requests: both
+    /// writers would do nothing (no apply, no restart), so planning leaves the write out.
+    pub fn in_place(&self) -> bool {
+        let gpu_same = self.gpu.as_ref().is_none_or(|g| {
+            let desired = g.rendered();
+            [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
+                .iter()
+                .all(|k| self.observed.annotations.get(*k) == desired.get(*k))
+        });
+        gpu_same
+            && self
+                .requests
+                .as_ref()
+                .is_none_or(|r| requests_match(&self.observed.template, r))
+    }
+}
+
+impl RecommendationWrite {
+    /// The recommendation as observed already has this spec, owner and status: the cluster
+    /// writer would send nothing, so planning leaves the write out (a steady cluster then plans
+    /// no recommendation writes, and the in-memory writer keeps the object it holds).
+    pub fn in_place(
+        observed: &RightsizingRecommendation,
+        spec: &RightsizingRecommendationSpec,
+        status: Option<&RecommendationStatus>,
+        owner: Option<&OwnerReference>,
+    ) -> bool {
+        observed.spec == *spec
+            && status.is_none_or(|s| observed.status.as_ref() == Some(s))
+            && owner.is_none_or(|own| {
+                observed
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|x| x.uid == own.uid)
+            })
+    }
 }
 
 /// The utilization target kerf sets on an HPA (single `Resource` metric).

@@ -433,8 +433,8 @@ fn gpu_only_recommendation(
     let Some(w) = workloads.get(&gpu.key) else {
         return Vec::new();
     };
-    let observed = index.find(&gpu.key).cloned();
-    let previous = observed.as_ref().and_then(|o| o.status.as_ref());
+    let observed = index.find(&gpu.key);
+    let previous = observed.and_then(|o| o.status.as_ref());
     let mut status = gpu_recommendation_status(gpu, previous);
     if rolled_back(previous) {
         // A rollback holds CPU/memory back until the recommendation is deleted: keep saying so.
@@ -445,14 +445,21 @@ fn gpu_only_recommendation(
         status.reason = Some("ReadOnly".into());
     }
     settle_conflict(&mut status, conflict, now);
-    let mut ops = vec![WriteOp::Recommendation(Box::new(RecommendationWrite {
-        namespace: gpu.key.namespace.clone(),
-        name: recommendation_name(&gpu.key),
-        spec: gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1)),
-        status: Some(status),
-        owner: owner_of(w),
-        observed,
-    }))];
+    let spec = gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1));
+    let owner = owner_of(w);
+    let mut ops = Vec::new();
+    if !observed
+        .is_some_and(|o| RecommendationWrite::in_place(o, &spec, Some(&status), owner.as_ref()))
+    {
+        ops.push(WriteOp::Recommendation(Box::new(RecommendationWrite {
+            namespace: gpu.key.namespace.clone(),
+            name: recommendation_name(&gpu.key),
+            spec,
+            status: Some(status),
+            owner,
+            observed: observed.cloned(),
+        })));
+    }
     ops.extend(conflict_event(w, conflict));
     ops
 }
@@ -483,14 +490,17 @@ pub fn plan_writes(
         let Some(w) = workloads.get(&r.key) else {
             continue;
         };
-        ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
+        let write = WorkloadWrite {
             observed: Arc::clone(w),
             gpu: Some(GpuAnnotations {
                 baseline: r.baseline.clone(),
                 recommendation: r.recommendation.clone(),
             }),
             requests: None,
-        })));
+        };
+        if !write.in_place() {
+            ops.push(WriteOp::Workload(Box::new(write)));
+        }
     }
     // A workload no GPU policy covers any more (deleted, no longer selecting it) is released:
     // kerf's annotations go (kerf created them) and the pods roll, to be admitted with the
@@ -648,7 +658,17 @@ pub fn plan_writes(
             .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
         let conflict_event = conflict_event(w, conflict).filter(|_| !held);
         if release.is_empty() {
-            ops.push(WriteOp::Recommendation(Box::new(recommendation)));
+            let unchanged = recommendation.observed.as_ref().is_some_and(|o| {
+                RecommendationWrite::in_place(
+                    o,
+                    &recommendation.spec,
+                    recommendation.status.as_ref(),
+                    recommendation.owner.as_ref(),
+                )
+            });
+            if !unchanged {
+                ops.push(WriteOp::Recommendation(Box::new(recommendation)));
+            }
             ops.extend(blocked);
             ops.extend(conflict_event);
             let Some(plan) = plan else { continue };

@@ -106,36 +106,47 @@ fn pod_is_terminating(p: &Pod) -> bool {
         )
 }
 
-/// The pod total at each sample timestamp within (now − window, now]
-/// (docs/design/gpu-engine.md#g2, docs/design/gpu-engine.md#g3).
-fn pod_totals(
+/// The highest pod total over the sample timestamps within (now − window, now]
+/// (docs/design/gpu-engine.md#g2, docs/design/gpu-engine.md#g3); `None` without samples.
+/// The containers' usages are summed per timestamp in container order, as a map keyed by
+/// timestamp would (same floating-point sums), from one sorted vector instead of a map per pod.
+fn max_pod_total(
     pod: &PodView<'_>,
     samples: &SignalSamples,
     interpretation: Interpretation,
     from: i64,
     to: i64,
-) -> BTreeMap<i64, f64> {
-    let mut totals: BTreeMap<i64, f64> = BTreeMap::new();
+) -> Option<f64> {
+    let mut usages: Vec<(i64, f64)> = Vec::new();
     for (container, alloc) in &pod.alloc {
         let Some(series) = samples.get(&(pod.name.to_string(), container.clone())) else {
             continue;
         };
-        for &(t, v) in series {
+        usages.extend(series.iter().filter_map(|&(t, v)| {
             if t <= from || t > to || !v.is_finite() {
-                continue;
+                return None;
             }
             let usage = match interpretation {
                 Interpretation::FullGpu => v / 100.0,
                 Interpretation::CurrentAllocation => v / 100.0 * alloc,
             };
-            *totals.entry(t).or_insert(0.0) += usage;
-        }
+            Some((t, usage))
+        }));
     }
-    totals
-}
-
-fn max_total(totals: &BTreeMap<i64, f64>) -> Option<f64> {
-    totals.values().copied().reduce(f64::max)
+    // Stable: equal timestamps keep container (then sample) order.
+    usages.sort_by_key(|&(t, _)| t);
+    let mut max: Option<f64> = None;
+    let mut i = 0;
+    while i < usages.len() {
+        let t = usages[i].0;
+        let mut total = 0.0;
+        while i < usages.len() && usages[i].0 == t {
+            total += usages[i].1;
+            i += 1;
+        }
+        max = Some(max.map_or(total, |m| m.max(total)));
+    }
+    max
 }
 
 /// Every included container of the pod has at least one sample in the window.
@@ -358,7 +369,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         let up_from = now_s - cfg.upsize.metrics_window.seconds() as i64;
         let up_values: Vec<Option<f64>> = views
             .iter()
-            .map(|p| max_total(&pod_totals(p, samples, interp, up_from, now_s)))
+            .map(|p| max_pod_total(p, samples, interp, up_from, now_s))
             .collect();
         let triggered = views.iter().zip(&up_values).any(|(p, v)| {
             v.is_some_and(|v| v > p.total_alloc() * cfg.upsize.threshold_percent / 100.0 + EPSILON)
@@ -415,7 +426,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         }
         let sb_values: Vec<f64> = views
             .iter()
-            .map(|p| max_total(&pod_totals(p, samples, interp, sb_from, now_s)).unwrap_or(0.0))
+            .map(|p| max_pod_total(p, samples, interp, sb_from, now_s).unwrap_or(0.0))
             .collect();
         let all_below = views
             .iter()
