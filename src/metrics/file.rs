@@ -149,7 +149,7 @@ impl FileSource {
     /// `label_replace` rules.
     pub fn evaluate_window(&self, q: &WindowQuery) -> Result<WindowSet, MetricError> {
         window::validate(q)?;
-        let grid = window::grid(q, self.semantics == Semantics::Prometheus3);
+        let grid = window::grid(q);
         let range_ms = promql::rate_window_seconds(q.step_seconds) * 1000;
         let metrics = q.metrics();
         let mut values: BTreeMap<WindowKey, f64> = BTreeMap::new();

@@ -238,7 +238,10 @@ pub fn build(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
         "{},{},{}",
         q.namespace_label, q.pod_label, q.container_label
     );
-    let (w, s) = (secs(q.window_seconds), secs(q.step_seconds));
+    // One millisecond short of the window: the grid steps are whole seconds, so the window is
+    // `(at − window, at]` in Prometheus 2 (closed ranges) and 3 (left-open) alike.
+    let w = format!("{}ms", q.window_seconds * 1000 - 1);
+    let s = secs(q.step_seconds);
     let r = secs(rate_window_seconds(q.step_seconds));
     let terms: Vec<String> = terms(q)
         .into_iter()
@@ -319,13 +322,13 @@ pub fn quantile(phi: f64, values: &mut [f64]) -> Option<f64> {
     Some(values[lower as usize] * (1.0 - weight) + values[upper as usize] * weight)
 }
 
-/// The subquery grid of `q` as Prometheus evaluates it: multiples of the step (absolute time)
-/// in the window, `[at − window, at]` (Prometheus 2) or `(at − window, at]` (3), in seconds.
-pub fn grid(q: &WindowQuery, left_open: bool) -> Vec<i64> {
+/// The subquery grid of `q` as Prometheus evaluates it: the multiples of the step (absolute
+/// time) in `(at − window, at]`, in seconds (see [`build`]).
+pub fn grid(q: &WindowQuery) -> Vec<i64> {
     let (step, end) = (q.step_seconds, q.at.timestamp());
     let from = end - q.window_seconds;
     let mut t = from.div_euclid(step) * step;
-    while t < from || (left_open && t == from) {
+    while t <= from {
         t += step;
     }
     let mut out = Vec::new();
@@ -416,7 +419,7 @@ mod tests {
     fn query_selects_by_workload_and_labels_each_series_with_it() {
         let text = build(&q(WindowAggregate::RateQuantile { quantile: 0.95 }), None);
         assert!(text.starts_with("max by (namespace,kerf_workload,container) (label_replace(quantile_over_time(0.95, sum by (namespace,pod,container) (rate(container_cpu_usage_seconds_total{namespace=\"shop\",pod=~\"(web|a\\\\.b)-"), "{text}");
-        assert!(text.contains("[244s]))[604800s:61s])"), "{text}");
+        assert!(text.contains("[244s]))[604799999ms:61s])"), "{text}");
         assert!(
             text.contains("\"kerf_workload\", \"Deployment/$1\""),
             "{text}"
@@ -464,12 +467,13 @@ mod tests {
         let mut query = q(WindowAggregate::Peak);
         query.window_seconds = 600;
         query.step_seconds = 60;
-        let g = grid(&query, false);
-        // at is a multiple of 60: the window start is on the grid and closed in Prometheus 2.
-        assert_eq!(g.first(), Some(&(1_767_268_800 - 600)));
-        assert_eq!(g.len(), 11);
-        assert_eq!(grid(&query, true).len(), 10);
+        let g = grid(&query);
+        // at is a multiple of 60: the window start is on the grid, and left out.
+        assert_eq!(g.first(), Some(&(1_767_268_800 - 540)));
+        assert_eq!(g.last(), Some(&1_767_268_800));
+        assert_eq!(g.len(), 10);
         query.at += chrono::Duration::seconds(7);
-        assert_eq!(grid(&query, false).first(), Some(&(1_767_268_800 - 540)));
+        assert_eq!(grid(&query).first(), Some(&(1_767_268_800 - 540)));
+        assert_eq!(grid(&query).last(), Some(&1_767_268_800));
     }
 }

@@ -613,8 +613,8 @@ fn phases_audit_only_and_pending() {
         "audit-only still recommends"
     );
     let mut c = container("app", 1000, 512, 700, 256);
-    c.signals.cpu.clear();
-    c.signals.memory.clear();
+    c.signals.cpu = None;
+    c.signals.memory = None;
     let o = eval(&input(policy(AUTO, AUTO, false), vec![c], None));
     assert_eq!(o.phase, RecommendationPhase::Pending);
     assert_eq!(o.reason.as_deref(), Some("NoUsageData"));
