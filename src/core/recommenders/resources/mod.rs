@@ -353,12 +353,15 @@ pub struct RsResult {
     pub metrics_unavailable: bool,
 }
 
+/// An HPA's replica samples by (namespace, HPA name).
+type ReplicaSamples = HashMap<(String, String), Vec<Sample>>;
+
 /// What the answers said: window values per signal, the HPAs' replica samples per policy, the
 /// plan workloads whose queries failed.
 #[derive(Debug, Default)]
 pub struct RsAnswers {
     window: HashMap<RsSignal, HashMap<WindowKey, f64>>,
-    replicas: HashMap<(usize, RsSignal), HashMap<(String, String), Vec<Sample>>>,
+    replicas: HashMap<(usize, RsSignal), ReplicaSamples>,
     /// Plan workloads (indexes) a failed query left without some signal.
     failed: HashSet<usize>,
 }
