@@ -8,12 +8,12 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use chrono::{DateTime, Utc};
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
 use crate::core::accelerator::NVIDIA_KAI;
-use crate::core::model::{PolicyId, WorkloadKey, to_k8s_time};
+use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
@@ -73,7 +73,7 @@ fn pod_names(spec: &ScaleSpec) -> Vec<(usize, String, String)> {
 
 /// The synthetic cluster: every workload a KAI 0.5-GPU Deployment with an inference container and
 /// a sidecar; pods spread round-robin so 33,000 pods cover 25,000 workloads.
-pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
+pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
     // Exact capacities: the reader's snapshot is built from sized stores, without growth slack.
     let mut s = Snapshot {
         workloads: Vec::with_capacity(spec.workloads),
@@ -138,7 +138,8 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: DateTime<Utc>) -> Snapshot {
         s.replicaset_owners
             .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));
     }
-    let started = to_k8s_time(now - chrono::Duration::hours(2));
+    let started =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now - SignedDuration::from_hours(2));
     for (w, ns, name) in pod_names(spec) {
         s.pods.push(Arc::new(Pod {
             metadata: ObjectMeta {
@@ -199,7 +200,7 @@ impl MetricSource for SynthSource {
     async fn range_query(&self, q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         self.queries.fetch_add(1, Ordering::Relaxed);
         let mut set = SeriesSet::default();
-        let (start, end) = (q.start.timestamp(), q.end.timestamp());
+        let (start, end) = (q.start.as_second(), q.end.as_second());
         for pod in &q.pods {
             let ns = pod_namespace(&self.spec, pod);
             let samples = (0..)
@@ -230,11 +231,11 @@ fn pod_namespace(spec: &ScaleSpec, pod: &str) -> String {
 /// `[now − 20m, now]` on the step grid.
 pub fn write_openmetrics(
     spec: &ScaleSpec,
-    now: DateTime<Utc>,
+    now: Timestamp,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
     let pods = pod_names(spec);
-    let end = now.timestamp();
+    let end = now.as_second();
     let start = end - 20 * 60;
     for metric in [COMPUTE_METRIC, MEMORY_METRIC] {
         writeln!(out, "# TYPE {metric} gauge")?;
@@ -284,7 +285,6 @@ fn proc_status_mib(field: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
 
     #[test]
     fn synthetic_cluster_has_the_requested_size_and_every_pod_resolves_to_its_workload() {
@@ -294,7 +294,7 @@ mod tests {
             namespaces: 5,
             step_seconds: 15,
         };
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let now = "2026-01-01T00:00:00Z".parse::<Timestamp>().unwrap();
         let s = synth_snapshot(&spec, now);
         assert_eq!(
             (s.workloads.len(), s.pods.len(), s.gpu_policies.len()),

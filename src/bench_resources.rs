@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{PolicyType, RightsizingPolicySpec, StrategyView, WorkloadKind};
-use crate::core::model::{PolicyId, WorkloadKey, to_k8s_time};
+use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 use crate::core::snapshot::{RsPolicy, Snapshot, StrategyKey, Workload};
 
@@ -99,7 +99,7 @@ resources:
 
 /// The synthetic cluster: one RightsizingPolicy per namespace, Deployments with one `app`
 /// container (500m, 512Mi), today's pods.
-pub fn synth_snapshot(spec: &HistorySpec, now: DateTime<Utc>) -> Snapshot {
+pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
     let mut s = Snapshot {
         workloads: Vec::with_capacity(spec.workloads),
         pods: Vec::with_capacity(spec.pods),
@@ -164,7 +164,9 @@ pub fn synth_snapshot(spec: &HistorySpec, now: DateTime<Utc>) -> Snapshot {
             replicas: Some(1),
         }));
     }
-    let started = to_k8s_time(now - chrono::Duration::days(3));
+    let started = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        now - jiff::SignedDuration::from_hours(72),
+    );
     for (p, (w, ns, rs, pod)) in pods(spec).into_iter().enumerate() {
         s.replicaset_owners
             .insert((ns.clone(), rs.clone()), workload_name(w));
@@ -252,10 +254,10 @@ fn write_pod(
 /// lines come first.
 pub fn write_openmetrics(
     spec: &HistorySpec,
-    now: DateTime<Utc>,
+    now: Timestamp,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
-    let end = now.timestamp();
+    let end = now.as_second();
     let start = end - spec.days * 86_400;
     let mid = start + (end - start) / 2;
     for (family, kind) in [
@@ -289,7 +291,6 @@ pub fn write_openmetrics(
 mod tests {
     use super::*;
     use crate::metrics::window::pod_name_suffix;
-    use chrono::TimeZone;
 
     #[test]
     fn synthetic_pods_follow_their_deployments_name_pattern_and_resolve_to_it() {
@@ -299,7 +300,7 @@ mod tests {
             namespaces: 5,
             ..Default::default()
         };
-        let now = Utc.with_ymd_and_hms(2026, 1, 8, 0, 0, 0).unwrap();
+        let now: Timestamp = "2026-01-08T00:00:00Z".parse().unwrap();
         let s = synth_snapshot(&spec, now);
         assert_eq!(
             (

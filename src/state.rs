@@ -2,6 +2,8 @@
 //! admission path. Reads never block on IO.
 
 use std::sync::Arc;
+
+use crate::telemetry::Metrics;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
@@ -37,11 +39,27 @@ pub struct Store {
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
 }
 
 impl Store {
+    /// A store with its own metrics registry (tests; `kerf recommend`).
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A store reporting to `metrics`, the registry this process serves on `/metrics`.
+    pub fn with_metrics(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            metrics,
+            ..Self::default()
+        })
+    }
+
+    /// The metrics registry of this process: the webhook, the health listener and the cycle
+    /// report to it.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn get(&self, key: &WorkloadKey) -> Option<Arc<WorkloadState>> {
@@ -104,7 +122,7 @@ impl Store {
     }
 
     fn update_gauge(&self) {
-        crate::telemetry::metrics()
+        self.metrics
             .store_workloads
             .set(self.workloads.len() as i64);
     }

@@ -1,7 +1,12 @@
 //! Every Prometheus metric kerf exports, in one registry (served on `/metrics`).
 //! `docs/metrics.md` lists them; keep the two in step.
+//!
+//! The registry is a value, not a global: `kerf serve` makes one [`Metrics`] and hands it to every
+//! task (the store the webhook and health listener read carries it; the reader, writer, Lease and
+//! Prometheus source get it at construction). Each test makes its own, so tests never share
+//! counters.
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -49,6 +54,7 @@ pub struct WatchErrorLabels {
 }
 
 pub struct Metrics {
+    registry: Registry,
     pub admission_requests: Family<AdmissionLabels, Counter>,
     pub admission_duration_seconds: Histogram,
     pub admission_patches: Family<KindLabel, Counter>,
@@ -71,8 +77,22 @@ fn query_histogram() -> Histogram {
 }
 
 impl Metrics {
-    fn new() -> Self {
+    /// A fresh registry with every kerf metric at zero, to share between the tasks of one process.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    fn unregistered() -> Self {
         Self {
+            registry: Registry::default(),
             admission_requests: Family::default(),
             admission_duration_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             admission_patches: Family::default(),
@@ -171,30 +191,18 @@ impl Metrics {
     }
 }
 
-struct Global {
-    metrics: Metrics,
-    registry: Registry,
-}
-
-fn global() -> &'static Global {
-    static GLOBAL: OnceLock<Global> = OnceLock::new();
-    GLOBAL.get_or_init(|| {
-        let metrics = Metrics::new();
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut metrics = Self::unregistered();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        Global { metrics, registry }
-    })
+        metrics.registry = registry;
+        metrics
+    }
 }
 
-/// The process-wide metrics.
-pub fn metrics() -> &'static Metrics {
-    &global().metrics
-}
-
-/// The Prometheus text exposition of every metric.
-pub fn encode() -> String {
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &global().registry)
-        .expect("writing to a String cannot fail");
-    out
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
 }

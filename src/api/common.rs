@@ -93,12 +93,9 @@ impl DurationStr {
         &self.text
     }
 
-    /// Saturates at chrono's maximum instead of panicking on absurdly long durations.
-    pub fn chrono(&self) -> chrono::Duration {
-        i64::try_from(self.seconds)
-            .ok()
-            .and_then(chrono::Duration::try_seconds)
-            .unwrap_or(chrono::Duration::MAX)
+    /// Saturates instead of panicking on absurdly long durations.
+    pub fn signed(&self) -> jiff::SignedDuration {
+        jiff::SignedDuration::from_secs(i64::try_from(self.seconds).unwrap_or(i64::MAX))
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -163,7 +163,7 @@ struct CycleFigures {
 async fn measure<S: MetricSource>(
     snapshot: Snapshot,
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
     cycles: usize,
 ) -> Vec<CycleFigures> {

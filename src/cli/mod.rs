@@ -283,12 +283,12 @@ pub struct RecommendArgs {
 }
 
 /// `--at` as a timestamp (default: now — the only clock read of a standalone run).
-pub fn parse_at(at: Option<&str>) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+pub fn parse_at(at: Option<&str>) -> anyhow::Result<jiff::Timestamp> {
     match at {
-        None => Ok(chrono::Utc::now()),
-        Some(t) => Ok(chrono::DateTime::parse_from_rfc3339(t)
-            .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}"))?
-            .with_timezone(&chrono::Utc)),
+        None => Ok(jiff::Timestamp::now()),
+        Some(t) => t
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}")),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
@@ -189,12 +189,12 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), crate::core::model::format_gpu)
 }
 
-pub fn to_table(cycle: &CycleOutput, at: DateTime<Utc>) -> String {
+pub fn to_table(cycle: &CycleOutput, at: Timestamp) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "GPU recommendations at {}",
-        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        crate::core::model::rfc3339_secs(at)
     );
     let _ = writeln!(
         s,

@@ -4,8 +4,8 @@
 //! annotation and stops applying to the workload until its RightsizingRecommendation is deleted.
 
 use ::kube::api::{Api, DynamicObject, Patch, PatchParams};
-use chrono::{DateTime, Utc};
 use clap::Args;
+use jiff::Timestamp;
 use serde_json::json;
 
 use crate::api::WorkloadKind;
@@ -53,7 +53,7 @@ pub fn parse_workload(text: &str) -> anyhow::Result<(WorkloadKind, String)> {
 pub async fn request_rollback(
     client: ::kube::Client,
     key: &WorkloadKey,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> anyhow::Result<String> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client, &key.namespace, &workload_resource(key.kind));
@@ -71,7 +71,7 @@ pub async fn request_rollback(
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_ROLLBACK))
         .is_some_and(|v| !v.trim().is_empty());
-    let value = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let value = crate::core::model::rfc3339_secs(now);
     let body = json!({"metadata": {"annotations": {ANNOTATION_ROLLBACK: value}}});
     let params = PatchParams {
         field_manager: Some(ROLLBACK_FIELD_MANAGER.into()),
@@ -105,7 +105,10 @@ pub async fn run(args: RollbackArgs) -> anyhow::Result<()> {
         .namespace
         .unwrap_or_else(|| client.default_namespace().to_string());
     let key = WorkloadKey::new(namespace, kind, name);
-    println!("{}", request_rollback(client, &key, Utc::now()).await?);
+    println!(
+        "{}",
+        request_rollback(client, &key, Timestamp::now()).await?
+    );
     Ok(())
 }
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use clap::Args;
+use jiff::Timestamp;
 
 use super::{MetricSourceArgs, PrometheusConnectionArgs};
 use crate::metrics::MetricSource;
@@ -99,7 +99,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.connection
             .settings(url, &crate::api::GlobalConfigurationSpec::default())?;
     }
-    let store = Store::new();
+    // The one registry of this process: every task reports to it, `/metrics` serves it.
+    let store = Store::with_metrics(crate::telemetry::Metrics::new());
     let config = ServeConfig::new(
         args.listen,
         args.health_listen,
@@ -121,11 +122,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         let at = match args.at.as_deref() {
             None => None,
-            Some(t) => Some(
-                DateTime::parse_from_rfc3339(t)
-                    .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}"))?
-                    .with_timezone(&Utc),
-            ),
+            Some(t) => Some(super::parse_at(Some(t))?),
         };
         if args.step_seconds <= 0 {
             anyhow::bail!("--step-seconds must be > 0 (got {})", args.step_seconds);
@@ -278,7 +275,7 @@ async fn run_standalone(
     dir_loop: crate::reconcile::standalone::DirLoop,
     source: MetricSourceArgs,
     connection: PrometheusConnectionArgs,
-    at: Option<DateTime<Utc>>,
+    at: Option<Timestamp>,
     step_seconds: i64,
     interval_seconds: Option<u64>,
     store: Arc<Store>,
@@ -292,7 +289,8 @@ async fn run_standalone(
         .unwrap_or_default();
     let source = super::metric_source(&source, &connection, &global)
         .await
-        .context("the metric source")?;
+        .context("the metric source")?
+        .reporting_to(store.metrics().clone());
     standalone_loop(
         dir_loop,
         &source,
@@ -315,14 +313,14 @@ const MANIFESTS: &str = "manifests";
 pub async fn standalone_loop<S: MetricSource>(
     mut dir_loop: crate::reconcile::standalone::DirLoop,
     source: &S,
-    at: Option<DateTime<Utc>>,
+    at: Option<Timestamp>,
     step_seconds: i64,
     interval_seconds: Option<u64>,
     store: &Store,
 ) {
     const RETRY: Duration = Duration::from_secs(10);
     loop {
-        let now = at.unwrap_or_else(Utc::now);
+        let now = at.unwrap_or_else(Timestamp::now);
         let wait = match dir_loop.run_once(source, now, step_seconds, store).await {
             Ok(e) => {
                 store.health().clear_error(MANIFESTS);

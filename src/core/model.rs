@@ -2,6 +2,8 @@
 //! annotation formats, and what the admission path needs to know about one workload.
 
 use std::collections::BTreeMap;
+
+use jiff::Timestamp;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -132,7 +134,7 @@ pub struct GpuRecommendation {
     /// `None` = legacy recommendation without driver metadata.
     pub driving_metric: Option<Signal>,
     pub policy: Option<PolicyId>,
-    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub updated_at: Option<Timestamp>,
     /// Multi-policy container rightsizing: each contributing policy's part — its containers,
     /// driving metric and time — when more than one policy contributed (JSON `byPolicy`; empty
     /// otherwise, and then not written). `driving_metric`, `policy` and `updated_at` above are
@@ -146,21 +148,23 @@ pub struct GpuRecommendation {
 pub struct PolicyPart {
     pub containers: std::collections::BTreeSet<String>,
     pub driving_metric: Option<Signal>,
-    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub updated_at: Option<Timestamp>,
 }
 
-/// `updatedAt` as written: RFC 3339, seconds.
-fn render_time(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+/// A time as kerf writes it (annotations, statuses, output): RFC 3339 in UTC, whole seconds
+/// (`2026-01-01T12:00:00Z`).
+pub fn rfc3339_secs(t: Timestamp) -> String {
+    Timestamp::from_second(t.as_second())
+        .unwrap_or(t)
+        .to_string()
 }
 
-fn parse_time(t: Option<&str>) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
+fn parse_time(t: Option<&str>) -> Result<Option<Timestamp>, String> {
     match t {
         None | Some("") => Ok(None),
         Some(t) => Ok(Some(
-            chrono::DateTime::parse_from_rfc3339(t)
-                .map_err(|e| format!("updatedAt {t:?}: {e}"))?
-                .with_timezone(&chrono::Utc),
+            t.parse::<Timestamp>()
+                .map_err(|e| format!("updatedAt {t:?}: {e}"))?,
         )),
     }
 }
@@ -286,7 +290,7 @@ impl GpuRecommendation {
             m.insert("policy".into(), p.to_string().into());
         }
         if let Some(t) = self.updated_at {
-            m.insert("updatedAt".into(), render_time(t).into());
+            m.insert("updatedAt".into(), rfc3339_secs(t).into());
         }
         if !self.by_policy.is_empty() {
             let parts: serde_json::Map<String, serde_json::Value> = self
@@ -299,7 +303,7 @@ impl GpuRecommendation {
                         v.insert("drivingMetric".into(), d.as_str().into());
                     }
                     if let Some(t) = part.updated_at {
-                        v.insert("updatedAt".into(), render_time(t).into());
+                        v.insert("updatedAt".into(), rfc3339_secs(t).into());
                     }
                     (p.to_string(), v.into())
                 })
@@ -384,23 +388,6 @@ pub struct WorkloadState {
     pub policy: Option<PolicyId>,
     /// What the agent may do.
     pub strategy: StrategyView,
-}
-
-/// k8s-openapi's `Time` (a jiff timestamp) as chrono, which the rest of kerf uses.
-pub fn k8s_time(
-    t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-) -> chrono::DateTime<chrono::Utc> {
-    chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
-        .unwrap_or_default()
-}
-
-/// chrono → k8s-openapi `Time`.
-pub fn to_k8s_time(
-    t: chrono::DateTime<chrono::Utc>,
-) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    let ts = k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
-        .unwrap_or_default();
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)
 }
 
 #[cfg(test)]

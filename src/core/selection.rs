@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::api::{PolicyEvaluationSpec, PolicyType, Scope};
@@ -16,7 +16,7 @@ pub struct Candidate<'a> {
     pub policy_type: PolicyType,
     pub scope: &'a Scope,
     pub weight: i32,
-    pub creation: Option<DateTime<Utc>>,
+    pub creation: Option<Timestamp>,
 }
 
 /// Does a label selector match these labels? (`matchLabels` and `matchExpressions` with
@@ -131,7 +131,6 @@ pub fn per_container_winners<'a>(
 mod tests {
     use super::*;
     use crate::api::{NamespaceOperator, NamespaceSelector, WorkloadKind};
-    use chrono::TimeZone;
 
     fn id(kind: &str, ns: Option<&str>, name: &str) -> PolicyId {
         PolicyId {
@@ -153,7 +152,7 @@ mod tests {
             policy_type: t,
             scope,
             weight,
-            creation: Some(chrono::Utc.with_ymd_and_hms(2026, 1, day, 0, 0, 0).unwrap()),
+            creation: Some(format!("2026-01-{day:02}T00:00:00Z").parse().unwrap()),
         }
     }
 

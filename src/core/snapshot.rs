@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -14,7 +14,7 @@ use crate::api::{
     GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,
     RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
-use crate::core::model::{PolicyId, WorkloadKey, k8s_time};
+use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::pod::{Pod, PodTemplateSpec};
 
 /// A policy of either scope, normalized to its family's spec type.
@@ -22,7 +22,7 @@ use crate::core::pod::{Pod, PodTemplateSpec};
 pub struct Policy<S> {
     pub id: PolicyId,
     pub policy_type: PolicyType,
-    pub creation: Option<DateTime<Utc>>,
+    pub creation: Option<Timestamp>,
     pub generation: Option<i64>,
     pub spec: S,
     pub status: Option<PolicyStatus>,
@@ -48,7 +48,7 @@ impl<S> Policy<S> {
                 name: meta.name.clone().unwrap_or_default(),
             },
             policy_type,
-            creation: meta.creation_timestamp.as_ref().map(k8s_time),
+            creation: meta.creation_timestamp.as_ref().map(|t| t.0),
             generation: meta.generation,
             spec,
             status,

@@ -90,7 +90,7 @@ impl FileSource {
     pub fn evaluate(&self, q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         promql::validate(q)?;
         let counter = self.is_counter(q);
-        let (start, end, step) = (q.start.timestamp(), q.end.timestamp(), q.step_seconds);
+        let (start, end, step) = (q.start.as_second(), q.end.as_second(), q.step_seconds);
         let grid: Vec<i64> = (0..)
             .map(|k| start + k * step)
             .take_while(|t| *t <= end)
@@ -344,7 +344,7 @@ fn rate(samples: &[(i64, f64)], t_ms: i64, range_ms: i64, semantics: Semantics) 
 mod tests {
     use super::*;
     use crate::metrics::SeriesKey;
-    use chrono::{TimeZone, Utc};
+    use jiff::Timestamp;
 
     const T0: i64 = 1_767_225_600;
 
@@ -356,8 +356,8 @@ mod tests {
             container_label: "container".into(),
             namespaces: vec!["a".into()],
             pods: vec![],
-            start: Utc.timestamp_opt(start, 0).unwrap(),
-            end: Utc.timestamp_opt(end, 0).unwrap(),
+            start: Timestamp::from_second(start).unwrap(),
+            end: Timestamp::from_second(end).unwrap(),
             step_seconds: step,
             counter: None,
             aggregation: Default::default(),

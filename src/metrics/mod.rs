@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 /// How the series sharing one key (namespace, pod, container labels) are combined.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,8 +49,8 @@ pub struct RangeQuery {
     pub namespaces: Vec<String>,
     /// Pod names selected (exact values); empty = every pod of the namespaces.
     pub pods: Vec<String>,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
+    pub start: Timestamp,
+    pub end: Timestamp,
     pub step_seconds: i64,
     /// `Some(true)`/`Some(false)` when the caller knows; `None` = let the source decide
     /// (name ends in `_total`, or typed counter in metadata). Counters are turned into rates.
@@ -116,6 +116,10 @@ pub trait MetricSource: Send + Sync {
         &self,
         query: &WindowQuery,
     ) -> impl std::future::Future<Output = Result<WindowSet, MetricError>> + Send;
+
+    /// A window query this source refused was split in two (counted where the source reports
+    /// its metrics: `kerf_prometheus_query_splits_total`).
+    fn record_split(&self) {}
 }
 
 /// [`MetricSource::window_query`], splitting a batch the source refuses as too big (or that
@@ -131,7 +135,7 @@ pub async fn window_query_splitting<S: MetricSource>(
             let Some((a, b)) = query.split() else {
                 return Err(e);
             };
-            crate::telemetry::metrics().prometheus_query_splits.inc();
+            source.record_split();
             tracing::debug!(
                 metric = %query.metric,
                 workloads = query.workloads.len(),
@@ -171,6 +175,14 @@ impl AnySource {
         Self::open(file, settings.as_ref(), crate::api::OptionNames::Flags).await
     }
 
+    /// Reports Prometheus query latency and failures to `metrics` (a file source reports none).
+    pub fn reporting_to(self, metrics: std::sync::Arc<crate::telemetry::Metrics>) -> Self {
+        match self {
+            AnySource::Prometheus(p) => AnySource::Prometheus(p.reporting_to(metrics)),
+            file => file,
+        }
+    }
+
     /// A file source, or a Prometheus source with every connection setting of `prometheus`
     /// (see [`prometheus::PrometheusSource::connect`]); errors name the settings as `names` says.
     pub async fn open(
@@ -197,6 +209,12 @@ impl MetricSource for AnySource {
         match self {
             AnySource::File(f) => f.range_query(query).await,
             AnySource::Prometheus(p) => p.range_query(query).await,
+        }
+    }
+
+    fn record_split(&self) {
+        if let AnySource::Prometheus(p) = self {
+            p.record_split();
         }
     }
 

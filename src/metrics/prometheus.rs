@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -21,7 +21,7 @@ use super::promql::{self, Group, LabelMatcher};
 use super::window::{self, WindowKey, WindowQuery, WindowSet};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::api::{OptionNames, PrometheusOption as O, PrometheusSettings};
-use crate::telemetry::{QueryLabels, metrics};
+use crate::telemetry::{Metrics, QueryLabels};
 
 /// Longest part of an error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 512;
@@ -44,6 +44,9 @@ pub struct PrometheusSource {
     conn: Box<Connection>,
     /// Counter-ness per metric name from `/api/v1/metadata` (asked once per name).
     counters: Mutex<HashMap<String, bool>>,
+    /// Where query latency and failures are reported: the process's registry
+    /// ([`PrometheusSource::reporting_to`]), else one of its own.
+    metrics: Arc<Metrics>,
 }
 
 struct Connection {
@@ -63,6 +66,13 @@ struct Connection {
 impl PrometheusSource {
     /// `url` is GlobalConfiguration `prometheus.url`, `timeout` its `requestTimeout`: the limit
     /// for each whole HTTP exchange (connect, query, body). No credentials, TLS defaults.
+    /// Reports query latency and failures to `metrics` (the registry `/metrics` serves) instead
+    /// of a registry of its own.
+    pub fn reporting_to(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     pub fn new(url: &str, timeout: Duration) -> Result<Self, MetricError> {
         let settings = PrometheusSettings {
             url: url.to_string(),
@@ -201,6 +211,7 @@ impl PrometheusSource {
                 names,
             }),
             counters: Mutex::new(HashMap::new()),
+            metrics: Metrics::new(),
         })
     }
 
@@ -368,8 +379,8 @@ impl PrometheusSource {
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
-            ("start", q.start.timestamp().to_string()),
-            ("end", q.end.timestamp().to_string()),
+            ("start", q.start.as_second().to_string()),
+            ("end", q.end.as_second().to_string()),
             ("step", q.step_seconds.to_string()),
             ("timeout", format!("{timeout_ms}ms")),
         ];
@@ -396,7 +407,7 @@ impl PrometheusSource {
         let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
-            ("time", q.at.timestamp().to_string()),
+            ("time", q.at.as_second().to_string()),
             ("timeout", format!("{timeout_ms}ms")),
             ("stats", "all".to_string()),
         ];
@@ -413,6 +424,7 @@ impl PrometheusSource {
 
 /// Times `answer` and counts its failure, by signal (the metric name).
 async fn observed<T>(
+    m: &Metrics,
     metric: &str,
     answer: impl std::future::Future<Output = Result<T, MetricError>>,
 ) -> Result<T, MetricError> {
@@ -421,7 +433,6 @@ async fn observed<T>(
     };
     let started = Instant::now();
     let result = answer.await;
-    let m = metrics();
     m.prometheus_query_duration_seconds
         .get_or_create(&labels)
         .observe(started.elapsed().as_secs_f64());
@@ -433,11 +444,15 @@ async fn observed<T>(
 
 impl MetricSource for PrometheusSource {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
-        observed(&query.metric, self.query(query)).await
+        observed(&self.metrics, &query.metric, self.query(query)).await
     }
 
     async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
-        observed(&query.metric, self.window(query)).await
+        observed(&self.metrics, &query.metric, self.window(query)).await
+    }
+
+    fn record_split(&self) {
+        self.metrics.prometheus_query_splits.inc();
     }
 }
 
@@ -809,7 +824,7 @@ fn parse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
+    use jiff::Timestamp;
 
     fn q() -> RangeQuery {
         RangeQuery {
@@ -819,8 +834,8 @@ mod tests {
             container_label: "ctr".into(),
             namespaces: vec!["a".into()],
             pods: vec![],
-            start: Utc.timestamp_opt(0, 0).unwrap(),
-            end: Utc.timestamp_opt(60, 0).unwrap(),
+            start: Timestamp::from_second(0).unwrap(),
+            end: Timestamp::from_second(60).unwrap(),
             step_seconds: 60,
             counter: Some(false),
             aggregation: Default::default(),

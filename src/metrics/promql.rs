@@ -52,7 +52,7 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
             q.step_seconds
         )));
     }
-    let (start, end) = (q.start.timestamp(), q.end.timestamp());
+    let (start, end) = (q.start.as_second(), q.end.as_second());
     if end < start {
         return Err(MetricError::Other(format!(
             "query end {} is before start {}",
@@ -221,7 +221,7 @@ pub fn finish(q: &RangeQuery, groups: Vec<Group>, mut warnings: Vec<String>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::{TimeZone, Utc};
+    use jiff::{SignedDuration, Timestamp};
 
     fn query() -> RangeQuery {
         RangeQuery {
@@ -231,8 +231,8 @@ mod tests {
             container_label: "container".into(),
             namespaces: vec!["a.b".into(), "c".into()],
             pods: vec![],
-            start: Utc.timestamp_opt(1_767_225_600, 0).unwrap(),
-            end: Utc.timestamp_opt(1_767_229_200, 0).unwrap(),
+            start: Timestamp::from_second(1_767_225_600).unwrap(),
+            end: Timestamp::from_second(1_767_229_200).unwrap(),
             step_seconds: 60,
             counter: None,
             aggregation: Default::default(),
@@ -288,7 +288,7 @@ mod tests {
         );
         let mut q = query();
         q.step_seconds = 1;
-        q.end = q.start + chrono::Duration::seconds(MAX_POINTS);
+        q.end = q.start + SignedDuration::from_secs(MAX_POINTS);
         assert!(
             validate(&q)
                 .unwrap_err()

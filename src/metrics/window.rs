@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use super::MetricError;
 use super::openmetrics::{is_label_name, is_metric_name};
@@ -83,7 +83,7 @@ pub struct WindowQuery {
     pub pod_label: String,
     pub container_label: String,
     pub workloads: Vec<WorkloadSelector>,
-    pub at: DateTime<Utc>,
+    pub at: Timestamp,
     pub window_seconds: i64,
     pub step_seconds: i64,
 }
@@ -327,7 +327,7 @@ pub fn quantile(phi: f64, values: &mut [f64]) -> Option<f64> {
 /// The subquery grid of `q` as Prometheus evaluates it: the multiples of the step (absolute
 /// time) in `(at − window, at]`, in seconds (see [`build`]).
 pub fn grid(q: &WindowQuery) -> Vec<i64> {
-    let (step, end) = (q.step_seconds, q.at.timestamp());
+    let (step, end) = (q.step_seconds, q.at.as_second());
     let from = end - q.window_seconds;
     let mut t = from.div_euclid(step) * step;
     while t <= from {
@@ -344,7 +344,6 @@ pub fn grid(q: &WindowQuery) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
 
     fn q(aggregate: WindowAggregate) -> WindowQuery {
         WindowQuery {
@@ -373,7 +372,7 @@ mod tests {
                     other_pods: vec![],
                 },
             ],
-            at: Utc.timestamp_opt(1_767_268_800, 0).unwrap(),
+            at: Timestamp::from_second(1_767_268_800).unwrap(),
             window_seconds: 604_800,
             step_seconds: 61,
         }
@@ -474,7 +473,7 @@ mod tests {
         assert_eq!(g.first(), Some(&(1_767_268_800 - 540)));
         assert_eq!(g.last(), Some(&1_767_268_800));
         assert_eq!(g.len(), 10);
-        query.at += chrono::Duration::seconds(7);
+        query.at += jiff::SignedDuration::from_secs(7);
         assert_eq!(grid(&query).first(), Some(&(1_767_268_800 - 540)));
         assert_eq!(grid(&query).last(), Some(&1_767_268_800));
     }

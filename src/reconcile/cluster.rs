@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 
 use crate::api::{OptionNames, PrometheusSettings};
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
@@ -47,10 +47,15 @@ pub async fn run(
         client.clone(),
         &cfg.namespace,
         crate::writers::kube::lease::default_identity(),
+        store.metrics().clone(),
     );
     let mut lease_alive = lease.clone();
-    let writer: WriterHandle =
-        crate::writers::kube::Writer::spawn(client.clone(), &cfg.namespace, lease.clone());
+    let writer: WriterHandle = crate::writers::kube::Writer::spawn(
+        client.clone(),
+        &cfg.namespace,
+        lease.clone(),
+        store.metrics().clone(),
+    );
     let writer_alive = writer.clone();
     let work = async {
         wait_for_caches(&reader, cfg.cache_sync_timeout).await?;
@@ -160,7 +165,10 @@ impl ReconcileCycle {
         let mut not_applied = None;
         if self.source.as_ref().is_none_or(|(s, _)| s != settings) {
             match PrometheusSource::connect(settings, OptionNames::Fields) {
-                Ok(s) => self.source = Some((settings.clone(), s)),
+                Ok(s) => {
+                    let s = s.reporting_to(self.store.metrics().clone());
+                    self.source = Some((settings.clone(), s));
+                }
                 Err(e) => {
                     let message =
                         crate::health::redact(&format!("spec.prometheus ({}): {e}", settings.url));
@@ -177,8 +185,9 @@ impl ReconcileCycle {
                 invalid,
                 &recommendations,
                 prom,
-                Utc::now(),
+                Timestamp::now(),
                 self.step_seconds,
+                self.store.metrics(),
             )
             .await;
             record_query_health(&self.store, &cycle);
@@ -192,10 +201,11 @@ impl ReconcileCycle {
                 }
             }
         } else {
-            crate::telemetry::metrics().reconcile_errors.inc();
-            crate::telemetry::metrics().reconcile_cycles.inc();
+            self.store.metrics().reconcile_errors.inc();
+            self.store.metrics().reconcile_cycles.inc();
         }
-        crate::telemetry::metrics()
+        self.store
+            .metrics()
             .reconcile_duration_seconds
             .observe(started.elapsed().as_secs_f64());
         Ok(())

@@ -4,7 +4,7 @@
 pub mod cluster;
 pub mod standalone;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::api::RightsizingRecommendation;
 pub use crate::core::cycle::{CycleOutput, PolicyRun};
@@ -96,7 +96,7 @@ async fn run_recommender<R: Recommender, S: MetricSource>(
     recommender: &R,
     snapshot: &Snapshot,
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
     out: &mut CycleOutput,
 ) {
@@ -130,7 +130,7 @@ async fn run_recommender<R: Recommender, S: MetricSource>(
 pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> CycleOutput {
     let mut out = CycleOutput::default();
@@ -159,19 +159,20 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     invalid: &[InvalidPolicy],
     recommendations: &[Arc<RightsizingRecommendation>],
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
+    metrics: &crate::telemetry::Metrics,
 ) -> (CycleOutput, Vec<WriteOp>) {
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;
     let failures = cycle.query_failures();
     if !failures.is_empty() {
-        crate::telemetry::metrics().reconcile_errors.inc();
+        metrics.reconcile_errors.inc();
         for (policy, e) in &failures {
             tracing::warn!(%policy, "{e}; the last recommendations stay in force");
         }
     }
     let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
-    crate::telemetry::metrics().reconcile_cycles.inc();
+    metrics.reconcile_cycles.inc();
     (cycle, ops)
 }
 

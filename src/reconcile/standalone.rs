@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::metrics::MetricSource;
@@ -85,7 +85,7 @@ impl DirLoop {
     pub async fn run_once<S: MetricSource>(
         &mut self,
         source: &S,
-        now: DateTime<Utc>,
+        now: Timestamp,
         step_seconds: i64,
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
@@ -130,7 +130,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
     mut snapshot: Snapshot,
     invalid: &[InvalidPolicy],
     source: &S,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
     store: &Store,
 ) -> (Snapshot, CycleOutput, usize) {
@@ -143,6 +143,7 @@ pub async fn in_memory_cycle<S: MetricSource>(
         source,
         now,
         step_seconds,
+        store.metrics(),
     )
     .await;
     drop(recommendations);

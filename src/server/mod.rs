@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::state::Store;
-use crate::telemetry::{AdmissionLabels, KindLabel, metrics};
+use crate::telemetry::{AdmissionLabels, KindLabel};
 
 pub mod debug;
 pub mod review;
@@ -126,7 +126,7 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
         tokio::time::sleep(app.review_delay).await;
     }
     let reply = handle_review(&body, &app.store);
-    let m = metrics();
+    let m = app.store.metrics();
     m.admission_requests
         .get_or_create(&AdmissionLabels {
             kind: reply.kind.clone(),
@@ -190,13 +190,13 @@ fn health_status(ok: bool) -> StatusCode {
     }
 }
 
-async fn metrics_text() -> Response {
+async fn metrics_text(State(app): State<AppState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        crate::telemetry::encode(),
+        app.store.metrics().encode(),
     )
         .into_response()
 }
@@ -272,7 +272,11 @@ impl BoundServer {
         let acceptor = TlsAcceptor::from(self.certs.server_config()?);
         // The bound addresses (a port 0 in the configuration is the one the system picked).
         let (webhook_addr, health_addr) = (self.webhook_addr(), self.health_addr());
-        let reload = tokio::spawn(self.certs.clone().watch(self.config.reload_interval));
+        let reload = tokio::spawn(
+            self.certs
+                .clone()
+                .watch(self.config.reload_interval, store.metrics().clone()),
+        );
         let (stop_tx, stop_rx) = watch::channel(false);
         // Every connection task holds a sender; all dropped = every connection finished.
         let (open_tx, mut open_rx) = mpsc::channel::<()>(1);

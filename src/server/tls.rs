@@ -15,7 +15,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::telemetry::{KindLabel, metrics};
+use crate::telemetry::KindLabel;
 
 /// Builds a certified key from PEM text; the error says what is wrong with which file.
 pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String> {
@@ -128,7 +128,11 @@ impl CertReloader {
     }
 
     /// Polls every `interval` until the task is dropped, logging and counting outcomes.
-    pub async fn watch(self: Arc<Self>, interval: std::time::Duration) {
+    pub async fn watch(
+        self: Arc<Self>,
+        interval: std::time::Duration,
+        metrics: Arc<crate::telemetry::Metrics>,
+    ) {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -138,14 +142,14 @@ impl CertReloader {
                 Reload::Unchanged => {}
                 Reload::Reloaded => {
                     tracing::info!(cert = %self.cert_path.display(), "TLS certificate reloaded");
-                    metrics()
+                    metrics
                         .tls_reloads
                         .get_or_create(&KindLabel { kind: "ok".into() })
                         .inc();
                 }
                 Reload::Rejected(why) => {
                     tracing::warn!(cert = %self.cert_path.display(), "TLS certificate not reloaded, keeping the previous one: {why}");
-                    metrics()
+                    metrics
                         .tls_reloads
                         .get_or_create(&KindLabel {
                             kind: "error".into(),

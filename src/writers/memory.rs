@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -116,13 +116,13 @@ impl MemoryWriter {
 
     /// Applies one cycle's writes, in order, as the cluster writer would: under `read_only`
     /// nothing is written to workloads or HPAs.
-    pub fn apply_all(&mut self, ops: Vec<WriteOp>, read_only: bool, now: DateTime<Utc>) {
+    pub fn apply_all(&mut self, ops: Vec<WriteOp>, read_only: bool, now: Timestamp) {
         for op in ops {
             self.apply(op, read_only, now);
         }
     }
 
-    fn apply(&mut self, op: WriteOp, read_only: bool, now: DateTime<Utc>) {
+    fn apply(&mut self, op: WriteOp, read_only: bool, now: Timestamp) {
         match op {
             WriteOp::Workload(_)
             | WriteOp::Restart(_)
@@ -195,7 +195,7 @@ impl MemoryWriter {
         }
     }
 
-    fn workload(&mut self, w: &WorkloadWrite, now: DateTime<Utc>) {
+    fn workload(&mut self, w: &WorkloadWrite, now: Timestamp) {
         let key = &w.observed.key;
         let restart = w
             .gpu
@@ -213,8 +213,8 @@ impl MemoryWriter {
         }
     }
 
-    fn restart(&mut self, key: &WorkloadKey, now: DateTime<Utc>) {
-        let at = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    fn restart(&mut self, key: &WorkloadKey, now: Timestamp) {
+        let at = crate::core::model::rfc3339_secs(now);
         self.workloads.entry(key.clone()).or_default().restarted_at = Some(at);
         *self.restarts.entry(key.clone()).or_default() += 1;
     }
@@ -420,7 +420,7 @@ mod tests {
     /// next cycle emits nothing, and removing the annotation changes no pod: no second restart.
     #[test]
     fn a_rolling_restart_is_due_only_when_the_pods_allocation_changes() {
-        let now = chrono::DateTime::from_timestamp(1_767_268_800, 0).unwrap();
+        let now = Timestamp::from_second(1_767_268_800).unwrap();
         let mut w = MemoryWriter::new();
         let key = embedder(None).key.clone();
         // 0.9 → 0.5 (scale-back to the baseline): the pods change.

@@ -4,7 +4,7 @@
 //! (method, path, query, headers, body) and forwards the accepted ones.
 //!
 //! It runs on its own thread and runtime, so sync and async tests (and a `kerf` child process)
-//! can all use it. Include it with `#[path = "support/auth_proxy.rs"] mod auth_proxy;`.
+//! can all use it. Declared once in each test binary that uses it (`tests/<edge>/main.rs`) as `mod auth_proxy`.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! The real `kerf recommend` on the shipped examples at their fixed evaluation time.
 //!
-//! Include it with `#[path = "support/kerf_cli.rs"] mod kerf_cli;`.
+//! Declared once in each test binary that uses it (`tests/<edge>/main.rs`) as `mod kerf_cli`.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! A throwaway PKI on disk (rcgen): a test CA, a serving certificate for `localhost` and
 //! 127.0.0.1, a client certificate (mutual TLS), and a second CA that signed none of them.
 //!
-//! Include it with `#[path = "support/pki.rs"] mod pki;`.
+//! Declared once in each test binary that uses it (`tests/<edge>/main.rs`) as `mod pki`.
 #![allow(dead_code)] // each test binary uses a different part
 
 use std::path::{Path, PathBuf};

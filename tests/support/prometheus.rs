@@ -1,7 +1,7 @@
 //! A real Prometheus for tests, loaded from OpenMetrics text with `promtool`, optionally behind
 //! its own `--web.config.file` (TLS, client certificates, basic auth: [`WebConfig`]).
 //!
-//! Include it with `#[path = "support/prometheus.rs"] mod prometheus_support;`.
+//! Declared once in each test binary that uses it (`tests/<edge>/main.rs`) as `mod prometheus_support`.
 //! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH` (and `python3`, which
 //! hashes basic-auth passwords). Backfilled data is fixed in time: query at explicit times around
 //! [`EPOCH`], never "now".

@@ -4,9 +4,8 @@
 //! `/api/v1/import/prometheus` as Prometheus text lines with millisecond timestamps, then
 //! `/internal/force_flush` makes it queryable.
 //!
-//! Include it with `#[path = "support/victoria.rs"] mod victoria;` next to
-//! `#[path = "support/prometheus.rs"] mod prometheus_support;` (whose `local_server` it uses). The
-//! binary comes from `KERF_VICTORIA_METRICS_BIN` or `PATH`.
+//! Declared once in each test binary that uses it (`tests/<edge>/main.rs`) as `mod victoria`
+//! next to `prometheus_support` (whose `local_server` it uses). The binary comes from `KERF_VICTORIA_METRICS_BIN` or `PATH`.
 #![allow(dead_code)] // each test binary uses a different part
 
 use super::prometheus_support::local_server;

@@ -14,7 +14,7 @@
 pub mod gpu;
 pub mod resources;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::core::cycle::CycleOutput;
 use crate::core::model::PolicyId;
@@ -68,7 +68,7 @@ pub trait Recommender {
     /// What the recommender is called in messages and logs.
     fn name(&self) -> &'static str;
 
-    fn plan(&self, snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Self::Plan;
+    fn plan(&self, snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Self::Plan;
 
     /// The plan's queries, in the order they are asked.
     fn queries<'p>(&self, snapshot: &'p Snapshot, plan: &'p Self::Plan) -> Vec<PlannedQuery<'p>>;
@@ -78,7 +78,7 @@ pub trait Recommender {
         &'p self,
         snapshot: &'p Snapshot,
         plan: &'p Self::Plan,
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) -> Self::Evaluation<'p>;
 }
 

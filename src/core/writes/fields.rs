@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry};
 use kube::api::DynamicObject;
@@ -16,7 +16,7 @@ use crate::api::WorkloadKind;
 use crate::core::admission::GpuTarget;
 use crate::core::model::{
     ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, RequestSet, ResourceRequests,
-    WorkloadKey, to_k8s_time,
+    WorkloadKey,
 };
 use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;
@@ -417,7 +417,7 @@ pub fn merge_conditions(
     observed: &[Condition],
     updates: &[ConditionUpdate],
     generation: Option<i64>,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Vec<Condition> {
     let mut out: Vec<Condition> = observed.to_vec();
     for u in updates {
@@ -428,7 +428,7 @@ pub fn merge_conditions(
             reason: u.reason.clone(),
             message: u.message.clone(),
             observed_generation: generation,
-            last_transition_time: to_k8s_time(now),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
         };
         match out.iter_mut().find(|c| c.type_ == u.type_) {
             Some(c) => {

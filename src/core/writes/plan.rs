@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -239,7 +239,7 @@ fn restore_writes(
     recommendations: &[Arc<RightsizingRecommendation>],
     index: &RecommendationIndex<'_>,
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> BTreeMap<WorkloadKey, WriteOp> {
     let mut out = BTreeMap::new();
     if snapshot.global.read_only {
@@ -304,7 +304,7 @@ fn restore_writes(
         }
         .map(|(spec, status)| {
             let mut status = restored_status(status, kind);
-            status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            status.last_applied_time = Some(crate::core::model::rfc3339_secs(now));
             RecommendationWrite {
                 namespace: key.namespace.clone(),
                 name: recommendation_name(&key),
@@ -381,7 +381,7 @@ pub fn plan_writes(
     cycle: &CycleOutput,
     invalid: &[InvalidPolicy],
     recommendations: &[Arc<RightsizingRecommendation>],
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Vec<WriteOp> {
     let mut ops = Vec::new();
     let workloads: HashMap<&WorkloadKey, &Arc<Workload>> =
@@ -514,7 +514,7 @@ pub fn plan_writes(
                 .as_ref()
                 .is_some_and(|h| !release.is_empty() && !h.in_place());
         if changing || !release.is_empty() {
-            status.last_applied_time = Some(now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            status.last_applied_time = Some(crate::core::model::rfc3339_secs(now));
         }
         if snapshot.global.read_only && outcome.phase == RecommendationPhase::Applied {
             status.phase = RecommendationPhase::AuditOnly;

@@ -46,7 +46,7 @@ use crate::core::owner;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::health::{Health, LogLimit, error_chain, panic_message, redact};
 use crate::state::{ObjectName, Store};
-use crate::telemetry::{WatchErrorLabels, metrics};
+use crate::telemetry::{Metrics, WatchErrorLabels};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -259,6 +259,7 @@ struct SyncTracker {
     tx: Arc<watch::Sender<BTreeSet<&'static str>>>,
     stopped: Arc<watch::Sender<Option<String>>>,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     total: usize,
 }
 
@@ -307,6 +308,7 @@ impl SyncTracker {
             resource,
             crd,
             health: self.health.clone(),
+            metrics: self.metrics.clone(),
             limit: LogLimit::new(WATCH_ERROR_LOG_EVERY),
             failing: false,
         }
@@ -401,6 +403,7 @@ struct WatchErrors {
     resource: String,
     crd: bool,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     limit: LogLimit,
     failing: bool,
 }
@@ -419,7 +422,7 @@ impl WatchErrors {
 
     fn error(&mut self, e: &watcher::Error) {
         let p = describe_watch_error(&self.resource, self.crd, e);
-        metrics()
+        self.metrics
             .watch_errors
             .get_or_create(&WatchErrorLabels {
                 resource: self.kind.into(),
@@ -681,6 +684,10 @@ impl Reader {
             .as_ref()
             .map(|s| s.health().clone())
             .unwrap_or_default();
+        let metrics = store
+            .as_ref()
+            .map(|s| s.metrics().clone())
+            .unwrap_or_default();
         health.caches_pending(&all, all.len());
         let total = all.len();
         let (tx, unsynced) = watch::channel(all);
@@ -689,6 +696,7 @@ impl Reader {
             tx: Arc::new(tx),
             stopped: Arc::new(stop_tx),
             health: health.clone(),
+            metrics,
             total,
         };
         let kerf = Arc::new(Indexes {
@@ -1124,6 +1132,7 @@ mod tests {
             tx: Arc::new(tx),
             stopped: Arc::new(stop_tx),
             health: Health::new(),
+            metrics: Metrics::new(),
             total: 1,
         };
         let panicked = sync.spawn("Pod", async { panic!("projection bug") });

@@ -4,17 +4,17 @@
 //! both win (the loser gets 409 Conflict). Any failed or slow renewal drops leadership at once:
 //! a replica that is not sure it holds the Lease must not write.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::kube::api::{Api, ObjectMeta, PostParams};
 use ::kube::{Client, Error as KubeError};
-use chrono::{DateTime, Utc};
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease as CoordLease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use tokio::sync::watch;
 
-use crate::core::model::to_k8s_time;
-use crate::telemetry::{WriteLabels, metrics};
+use crate::telemetry::{Metrics, WriteLabels};
 
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -23,6 +23,8 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// How often the holder renews (and a follower retries).
     pub renew_every: Duration,
+    /// Where the Lease writes and `kerf_is_leader` are reported: the process's registry.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for LeaseConfig {
@@ -31,6 +33,7 @@ impl Default for LeaseConfig {
             name: LEASE_NAME.into(),
             duration: Duration::from_secs(15),
             renew_every: Duration::from_secs(5),
+            metrics: Metrics::new(),
         }
     }
 }
@@ -41,16 +44,16 @@ pub struct Lease {
     cfg: LeaseConfig,
 }
 
-fn micro(t: DateTime<Utc>) -> MicroTime {
-    MicroTime(to_k8s_time(t).0)
+fn micro(t: Timestamp) -> MicroTime {
+    MicroTime(t)
 }
 
-fn from_micro(t: &MicroTime) -> DateTime<Utc> {
-    crate::core::model::k8s_time(&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0))
+fn from_micro(t: &MicroTime) -> Timestamp {
+    t.0
 }
 
-fn count(outcome: &str) {
-    metrics()
+fn count(metrics: &Metrics, outcome: &str) {
+    metrics
         .cluster_writes
         .get_or_create(&WriteLabels {
             target: "lease".into(),
@@ -65,15 +68,18 @@ fn is_conflict(e: &KubeError) -> bool {
 
 /// The outcome of a create or replace of the Lease, counted: written = held; a conflict means
 /// another replica got there first (not an error).
-fn held_after_write(written: Result<CoordLease, KubeError>) -> Result<bool, KubeError> {
+fn held_after_write(
+    metrics: &Metrics,
+    written: Result<CoordLease, KubeError>,
+) -> Result<bool, KubeError> {
     match written {
         Ok(_) => {
-            count("ok");
+            count(metrics, "ok");
             Ok(true)
         }
         Err(e) if is_conflict(&e) => Ok(false),
         Err(e) => {
-            count("error");
+            count(metrics, "error");
             Err(e)
         }
     }
@@ -99,8 +105,13 @@ impl Lease {
         client: Client,
         namespace: &str,
         identity: impl Into<String>,
+        metrics: Arc<Metrics>,
     ) -> watch::Receiver<bool> {
-        Self::new(client, namespace, identity, LeaseConfig::default()).run()
+        let cfg = LeaseConfig {
+            metrics,
+            ..LeaseConfig::default()
+        };
+        Self::new(client, namespace, identity, cfg).run()
     }
 
     pub fn identity(&self) -> &str {
@@ -112,7 +123,7 @@ impl Lease {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             loop {
-                let now = Utc::now();
+                let now = Timestamp::now();
                 let leader = match tokio::time::timeout(
                     self.cfg.renew_every,
                     self.try_acquire_or_renew(now),
@@ -133,7 +144,7 @@ impl Lease {
                 if changed {
                     tracing::info!(identity = %self.identity, leader, "writer lease leadership changed");
                 }
-                metrics().is_leader.set(i64::from(leader));
+                self.cfg.metrics.is_leader.set(i64::from(leader));
                 if tx.is_closed() {
                     break;
                 }
@@ -145,7 +156,7 @@ impl Lease {
 
     /// One round: create the Lease when absent, take it over when expired, renew it when held.
     /// `Ok(true)` = this replica holds it now; `Ok(false)` = another replica does (or won a race).
-    pub async fn try_acquire_or_renew(&self, now: DateTime<Utc>) -> Result<bool, KubeError> {
+    pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<bool, KubeError> {
         let duration_s = i32::try_from(self.cfg.duration.as_secs()).unwrap_or(i32::MAX);
         let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
             let lease = CoordLease {
@@ -162,7 +173,10 @@ impl Lease {
                     ..Default::default()
                 }),
             };
-            return held_after_write(self.api.create(&PostParams::default(), &lease).await);
+            return held_after_write(
+                &self.cfg.metrics,
+                self.api.create(&PostParams::default(), &lease).await,
+            );
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
@@ -170,7 +184,7 @@ impl Lease {
             let expired = holder.is_none()
                 || match (&spec.renew_time, spec.lease_duration_seconds) {
                     (Some(t), Some(d)) => {
-                        from_micro(t) + chrono::Duration::seconds(i64::from(d)) < now
+                        from_micro(t) + SignedDuration::from_secs(i64::from(d)) < now
                     }
                     _ => true,
                 };
@@ -186,6 +200,7 @@ impl Lease {
         spec.lease_duration_seconds = Some(duration_s);
         // `lease.metadata.resourceVersion` is the one read above: a concurrent change → 409.
         held_after_write(
+            &self.cfg.metrics,
             self.api
                 .replace(&self.cfg.name, &PostParams::default(), &lease)
                 .await,

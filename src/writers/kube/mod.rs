@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use ::kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use ::kube::{Client, Error as KubeError};
-use chrono::Utc;
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -51,9 +51,9 @@ use crate::api::{
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, WorkloadKey, to_k8s_time,
+    ANNOTATION_ROLLBACK, WorkloadKey,
 };
-use crate::telemetry::{WriteLabels, metrics};
+use crate::telemetry::{Metrics, WriteLabels};
 
 pub use crate::core::writes::*;
 
@@ -86,6 +86,8 @@ pub struct WriterConfig {
     /// `readOnly` until told otherwise: a writer that has not seen the GlobalConfiguration
     /// must not touch workloads.
     pub read_only: bool,
+    /// Where the writes are counted (`kerf_cluster_writes`): the process's registry.
+    pub metrics: Arc<Metrics>,
 }
 
 impl WriterConfig {
@@ -98,6 +100,7 @@ impl WriterConfig {
             backoff: Duration::from_millis(500),
             queue: 1024,
             read_only: true,
+            metrics: Metrics::new(),
         }
     }
 }
@@ -152,9 +155,19 @@ fn holds_lease(lease: &watch::Receiver<bool>) -> bool {
 }
 
 impl Writer {
-    /// Spawns the writer task with default settings (10 s timeout, 3 tries).
-    pub fn spawn(client: Client, namespace: &str, lease: watch::Receiver<bool>) -> WriterHandle {
-        Self::spawn_with(client, lease, WriterConfig::new(namespace))
+    /// Spawns the writer task with default settings (10 s timeout, 3 tries), counting its writes
+    /// in `metrics`.
+    pub fn spawn(
+        client: Client,
+        namespace: &str,
+        lease: watch::Receiver<bool>,
+        metrics: Arc<Metrics>,
+    ) -> WriterHandle {
+        let cfg = WriterConfig {
+            metrics,
+            ..WriterConfig::new(namespace)
+        };
+        Self::spawn_with(client, lease, cfg)
     }
 
     pub fn spawn_with(
@@ -236,8 +249,8 @@ impl From<CallError> for WriteOutcome {
     }
 }
 
-fn count(target: &str, outcome: &str) {
-    metrics()
+fn count(metrics: &Metrics, target: &str, outcome: &str) {
+    metrics
         .cluster_writes
         .get_or_create(&WriteLabels {
             target: target.into(),
@@ -311,11 +324,11 @@ impl Task {
             }
             let error = match tokio::time::timeout(self.cfg.timeout, f()).await {
                 Ok(Ok(v)) => {
-                    target.inspect(|t| count(t, "ok"));
+                    target.inspect(|t| count(&self.cfg.metrics, t, "ok"));
                     return Ok(v);
                 }
                 Ok(Err(e)) if !retryable(&e) => {
-                    target.inspect(|t| count(t, "error"));
+                    target.inspect(|t| count(&self.cfg.metrics, t, "error"));
                     return Err(CallError::Rejected {
                         what: what.to_string(),
                         source: e,
@@ -325,7 +338,7 @@ impl Task {
                 Err(_) => format!("timed out after {:?}", self.cfg.timeout),
             };
             if attempt == tries {
-                target.inspect(|t| count(t, "error"));
+                target.inspect(|t| count(&self.cfg.metrics, t, "error"));
                 return Err(CallError::GaveUp {
                     what: what.to_string(),
                     last: error,
@@ -438,7 +451,7 @@ impl Task {
 
     /// Rolling restart through the pod template annotation (a merge patch: see the module docs).
     async fn restart(&self, key: &WorkloadKey) -> Result<(), CallError> {
-        let at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let at = crate::core::model::rfc3339_secs(Timestamp::now());
         let mut path: Vec<&str> = template_path(key.kind).to_vec();
         path.extend(["metadata", "annotations"]);
         let body = nest(&path, json!({ ANNOTATION_RESTARTED_AT: at }));
@@ -689,7 +702,7 @@ impl Task {
                 &observed.conditions,
                 &s.conditions,
                 generation,
-                Utc::now(),
+                Timestamp::now(),
             ),
             observed_generation: generation,
             matched_workloads: s.matched_workloads.or(observed.matched_workloads),
@@ -771,7 +784,7 @@ impl Task {
     }
 
     async fn event(&self, e: &EventWrite) -> Result<(), CallError> {
-        let now = Utc::now();
+        let now = Timestamp::now();
         let ar = workload_resource(e.regarding.kind);
         let mut note = e.note.clone();
         if note.len() > 1024 {
@@ -784,16 +797,14 @@ impl Task {
         }
         let event = Event {
             metadata: ObjectMeta {
-                name: Some(format!(
-                    "{}.{:x}",
-                    e.regarding.name,
-                    now.timestamp_nanos_opt().unwrap_or_default()
-                )),
+                name: Some(format!("{}.{:x}", e.regarding.name, now.as_nanosecond())),
                 namespace: Some(e.regarding.namespace.clone()),
                 annotations: (!e.details.is_empty()).then(|| e.details.clone()),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(to_k8s_time(now).0)),
+            event_time: Some(MicroTime(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now).0,
+            )),
             type_: Some(if e.warning { "Warning" } else { "Normal" }.into()),
             reason: Some(e.reason.clone()),
             action: Some(e.action.clone()),

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::core::pod::{Pod, PodSpec, PodTemplateSpec};
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
 use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
@@ -33,7 +33,7 @@ pub struct EngineInput<'a> {
     pub memory: &'a SignalSamples,
     pub baseline: Option<&'a GpuMap>,
     pub previous: Option<&'a GpuRecommendation>,
-    pub now: DateTime<Utc>,
+    pub now: Timestamp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,7 +207,7 @@ pub fn check_baseline(
 
 pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let mut reasons = Vec::new();
-    let now_s = input.now.timestamp();
+    let now_s = input.now.as_second();
     let policy = input.policy;
     let template_spec = input.template.pod_spec();
     let template_annotations = input.template.annotations();
@@ -279,7 +279,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let previous = previous.filter(|r| !r.containers.is_empty());
 
     // Eligible pods: docs/design/gpu-engine.md#g4.
-    let min_age = policy.min_pod_metrics_age.chrono();
+    let min_age = policy.min_pod_metrics_age.signed();
     let mut live_pods: Vec<&Pod> = input
         .pods
         .iter()
@@ -320,10 +320,10 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             .status
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
-            .map(crate::core::model::k8s_time);
+            .map(|t| t.0);
         match start {
             None => reasons.push(format!("pod {name} has no status.startTime: ineligible")),
-            Some(t) if input.now.signed_duration_since(t) < min_age => reasons.push(format!(
+            Some(t) if input.now.duration_since(t) < min_age => reasons.push(format!(
                 "pod {name} is younger than minPodMetricsAge {}: ineligible",
                 policy.min_pod_metrics_age
             )),

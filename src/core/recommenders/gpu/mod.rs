@@ -8,7 +8,7 @@ pub mod recommender;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::core::pod::Pod;
-use chrono::{DateTime, Utc};
+use jiff::{SignedDuration, Timestamp};
 
 use self::engine::{Action, EngineInput, EngineOutput, SignalSamples};
 use crate::api::{Signal, StrategyView};
@@ -104,19 +104,18 @@ pub struct Plan {
     pub unresolved: BTreeMap<usize, String>,
 }
 
-fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: DateTime<Utc>) -> bool {
+fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: Timestamp) -> bool {
     let started = pod
         .status
         .as_ref()
         .and_then(|s| s.start_time.as_ref())
-        .map(crate::core::model::k8s_time);
+        .map(|t| t.0);
     pod.metadata.deletion_timestamp.is_none()
-        && started.is_some_and(|t| {
-            now.signed_duration_since(t) >= policy.spec.min_pod_metrics_age.chrono()
-        })
+        && started
+            .is_some_and(|t| now.duration_since(t) >= policy.spec.min_pod_metrics_age.signed())
 }
 
-pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan {
+pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     let mut out = Plan::default();
     for (i, p) in snapshot.gpu_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
@@ -230,7 +229,7 @@ pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan 
                         .collect::<BTreeSet<_>>()
                         .into_iter()
                         .collect(),
-                    start: now - chrono::Duration::seconds(window),
+                    start: now - SignedDuration::from_secs(window),
                     end: now,
                     step_seconds,
                     counter: None,
@@ -340,7 +339,7 @@ pub fn evaluate(
     plan: &Plan,
     results: BTreeMap<(usize, Signal), SeriesSet>,
     failed: &BTreeSet<usize>,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Vec<WorkloadResult> {
     let mut index = SampleIndex::default();
     for ((policy, signal), set) in results {
@@ -358,7 +357,7 @@ pub fn evaluate(
 pub struct StreamingEvaluation<'a> {
     snapshot: &'a Snapshot,
     plan: &'a Plan,
-    now: DateTime<Utc>,
+    now: Timestamp,
     index: SampleIndex,
     failed: BTreeSet<usize>,
     /// Per policy: queries not answered yet.
@@ -371,7 +370,7 @@ pub struct StreamingEvaluation<'a> {
 }
 
 impl<'a> StreamingEvaluation<'a> {
-    pub fn new(snapshot: &'a Snapshot, plan: &'a Plan, now: DateTime<Utc>) -> Self {
+    pub fn new(snapshot: &'a Snapshot, plan: &'a Plan, now: Timestamp) -> Self {
         let mut unanswered: BTreeMap<usize, usize> = BTreeMap::new();
         for (policy, _, _) in &plan.queries {
             *unanswered.entry(*policy).or_default() += 1;
@@ -491,7 +490,7 @@ pub fn evaluate_workload(
     wp: &WorkloadPlan,
     index: &SampleIndex,
     failed: &BTreeSet<usize>,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> WorkloadResult {
     let empty = SignalSamples::new();
     let lookup = |policy: usize, signal: Signal, ns: &str| {
@@ -645,16 +644,15 @@ mod tests {
     use super::*;
     use crate::bench::{ScaleSpec, SynthSource, synth_snapshot};
     use crate::metrics::MetricSource;
-    use chrono::TimeZone;
 
-    fn cluster() -> (Snapshot, DateTime<Utc>, ScaleSpec) {
+    fn cluster() -> (Snapshot, Timestamp, ScaleSpec) {
         let spec = ScaleSpec {
             workloads: 60,
             pods: 80,
             namespaces: 4,
             step_seconds: 15,
         };
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
         (synth_snapshot(&spec, now), now, spec)
     }
 
@@ -676,7 +674,7 @@ mod tests {
         s: &Snapshot,
         plan: &Plan,
         answers: &[(usize, Signal, SeriesSet)],
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) -> String {
         let results = answers
             .iter()
@@ -779,7 +777,7 @@ mod tests {
         s: &Snapshot,
         plan: &Plan,
         spec: ScaleSpec,
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) -> String {
         let answers = answers(plan, spec);
         let expected = batch(s, plan, &answers, now);

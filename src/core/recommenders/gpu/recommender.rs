@@ -1,7 +1,7 @@
 //! The GPU recommender behind the common [`Recommender`] interface: the plan and the streaming
 //! evaluation of this module, unchanged.
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use super::{Plan, StreamingEvaluation};
 use crate::core::cycle::CycleOutput;
@@ -26,7 +26,7 @@ impl Recommender for Gpu {
         "gpu"
     }
 
-    fn plan(&self, snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> Plan {
+    fn plan(&self, snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
         super::plan(snapshot, now, step_seconds)
     }
 
@@ -45,7 +45,7 @@ impl Recommender for Gpu {
         &'p self,
         snapshot: &'p Snapshot,
         plan: &'p Plan,
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) -> GpuEvaluation<'p> {
         GpuEvaluation {
             plan,

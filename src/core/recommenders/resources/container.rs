@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 use crate::api::{CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
 use crate::core::model::ResourceRequests;
@@ -332,11 +332,11 @@ pub fn throttled(peak_ratio: Option<f64>, ratio: f64) -> bool {
 
 fn ts_in(
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+    start: Timestamp,
+    end: Timestamp,
 ) -> bool {
     let ms = t.0.as_millisecond();
-    ms >= start.timestamp_millis() && ms <= end.timestamp_millis()
+    ms >= start.as_millisecond() && ms <= end.as_millisecond()
 }
 
 /// Whether `container` was OOM-killed with a termination that finished in `[start, end]`: its current
@@ -344,8 +344,8 @@ fn ts_in(
 pub fn oom_killed_in_window(
     statuses: &[ContainerStatus],
     container: &str,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+    start: Timestamp,
+    end: Timestamp,
 ) -> bool {
     statuses.iter().filter(|s| s.name == container).any(|s| {
         [s.last_state.as_ref(), s.state.as_ref()]
@@ -360,11 +360,7 @@ pub fn oom_killed_in_window(
 }
 
 /// Names of the containers (regular and init) OOM-killed in `[start, end]` in any of `pods`.
-pub fn oom_killed_containers(
-    pods: &[&Pod],
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-) -> BTreeSet<String> {
+pub fn oom_killed_containers(pods: &[&Pod], start: Timestamp, end: Timestamp) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for status in pods.iter().filter_map(|p| p.status.as_ref()) {
         for list in [&status.container_statuses, &status.init_container_statuses]
@@ -406,11 +402,12 @@ pub fn effective_requests(c: &Container) -> Result<ResourceRequests, QuantityErr
 mod tests {
     use super::*;
     use crate::api::{DurationStr, StaticRequests};
+    use jiff::SignedDuration;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use proptest::prelude::*;
 
-    fn now() -> DateTime<Utc> {
-        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_000).unwrap()
     }
 
     /// The window's aggregate of one usage value.
@@ -659,15 +656,15 @@ mod tests {
     #[test]
     fn oom_killed_in_window_reads_last_state_terminated_reason() {
         let end = now();
-        let start = end - DurationStr::parse("7d").unwrap().chrono();
+        let start = end - DurationStr::parse("7d").unwrap().signed();
         let mk = |reason: &str, at: &str| {
             status(serde_json::json!({
                 "name": "app", "image": "x", "imageID": "", "ready": true, "restartCount": 1,
                 "lastState": {"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}}
             }))
         };
-        let inside = (end - chrono::Duration::days(1)).to_rfc3339();
-        let outside = (end - chrono::Duration::days(8)).to_rfc3339();
+        let inside = (end - SignedDuration::from_hours(24)).to_string();
+        let outside = (end - SignedDuration::from_hours(24 * 8)).to_string();
         assert!(oom_killed_in_window(
             &[mk("OOMKilled", &inside)],
             "app",

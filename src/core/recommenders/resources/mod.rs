@@ -15,7 +15,7 @@ pub mod workload;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::core::pod::Pod;
-use chrono::{DateTime, Utc};
+use jiff::{SignedDuration, Timestamp};
 
 use self::container::{ContainerSignals, Sample};
 use self::workload::{ContainerInput, History, HpaInput, RightsizingOutcome, WorkloadInput};
@@ -113,7 +113,7 @@ fn replicas_query(
     signal: RsSignal,
     series: &BTreeSet<(String, String)>,
     window: i64,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> RangeQuery {
     let sorted = |v: Vec<String>| -> Vec<String> {
@@ -126,7 +126,7 @@ fn replicas_query(
         container_label: String::new(),
         namespaces: sorted(series.iter().map(|(ns, _)| ns.clone()).collect()),
         pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()),
-        start: now - chrono::Duration::seconds(window),
+        start: now - SignedDuration::from_secs(window),
         end: now,
         step_seconds: step_for(window, step_seconds),
         counter: Some(false),
@@ -140,7 +140,7 @@ fn window_query(
     signal: RsSignal,
     spec: &crate::api::RightsizingPolicySpec,
     workloads: Vec<WorkloadSelector>,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> WindowQuery {
     let (cpu_window, mem_window) = windows(spec);
@@ -252,7 +252,7 @@ impl Selectors {
     }
 }
 
-pub fn plan(snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> RsPlan {
+pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
@@ -406,7 +406,7 @@ fn replica_history(
     namespace: &str,
     h: &HorizontalPodAutoscaler,
     spec: &crate::api::RightsizingPolicySpec,
-    now: DateTime<Utc>,
+    now: Timestamp,
 ) -> Option<ReplicaHistory> {
     let a = hpa::analyze_metrics(h);
     let resource = a
@@ -419,7 +419,7 @@ fn replica_history(
         Some(hpa::HpaResource::Memory) => mem_window,
         _ => cpu_window,
     };
-    let from = now.timestamp() - window;
+    let from = now.as_second() - window;
     let key = (
         namespace.to_string(),
         h.metadata.name.clone().unwrap_or_default(),
@@ -429,7 +429,7 @@ fn replica_history(
         Some(
             samples
                 .iter()
-                .filter(|(t, _)| *t > from && *t <= now.timestamp())
+                .filter(|(t, _)| *t > from && *t <= now.as_second())
                 .copied()
                 .collect(),
         )
@@ -447,7 +447,7 @@ fn history(
     answers: &RsAnswers,
     keys: &[WindowKey],
     spec: &crate::api::RightsizingPolicySpec,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> History {
     let (cpu_window, mem_window) = windows(spec);
@@ -457,7 +457,7 @@ fn history(
         .filter_map(|k| answers.value(RsSignal::History, k))
         .reduce(f64::min);
     History {
-        seconds: first.map(|t| now.timestamp() - t.floor() as i64),
+        seconds: first.map(|t| now.as_second() - t.floor() as i64),
         window_seconds: window,
         slack_seconds: (2 * step_for(window, step_seconds)).max(window / 100),
     }
@@ -470,7 +470,7 @@ pub fn evaluate(
     plan: &RsPlan,
     answers: &RsAnswers,
     gpu: &HashMap<&WorkloadKey, &BTreeMap<String, GpuContainer>>,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 ) -> Vec<RsResult> {
     let hpas = hpa::hpa_index(&snapshot.hpas);
@@ -487,7 +487,7 @@ pub fn evaluate(
             .clone()
             .unwrap_or_default()
             .window
-            .chrono();
+            .signed();
         let oom = container::oom_killed_containers(&pods, now - mem_window, now);
         let workload_label = format!("{}/{}", w.key.kind.as_str(), w.key.name);
         let counted = container::counted_containers(spec);
@@ -576,7 +576,7 @@ pub struct ResourcesEvaluation<'p> {
     snapshot: &'p Snapshot,
     plan: &'p RsPlan,
     answers: RsAnswers,
-    now: DateTime<Utc>,
+    now: Timestamp,
     step_seconds: i64,
 }
 
@@ -594,7 +594,7 @@ impl Recommender for Resources {
         "resources"
     }
 
-    fn plan(&self, snapshot: &Snapshot, now: DateTime<Utc>, step_seconds: i64) -> ResourcesPlan {
+    fn plan(&self, snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> ResourcesPlan {
         ResourcesPlan {
             plan: plan(snapshot, now, step_seconds),
             step_seconds,
@@ -624,7 +624,7 @@ impl Recommender for Resources {
         &'p self,
         snapshot: &'p Snapshot,
         plan: &'p ResourcesPlan,
-        now: DateTime<Utc>,
+        now: Timestamp,
     ) -> ResourcesEvaluation<'p> {
         ResourcesEvaluation {
             snapshot,
@@ -666,7 +666,6 @@ impl Evaluation for ResourcesEvaluation<'_> {
 
 #[cfg(test)]
 mod tests {
-    use chrono::TimeZone;
 
     use super::*;
     use crate::sources::dir::{load_dir, load_text};
@@ -701,7 +700,7 @@ spec:
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/manifests");
         let mut m = load_dir(&dir).unwrap();
         load_text(&another_web_app("api", "api-hpa"), "test", &mut m).unwrap();
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
         let plan = plan(&m.snapshot, now, 15);
         let ranges: Vec<&RangeQuery> = plan
             .queries
@@ -726,7 +725,11 @@ spec:
             assert_eq!(q.pod_label, "horizontalpodautoscaler");
             assert_eq!(q.namespaces, ["shop"]);
             assert_eq!(q.pods, ["api-hpa", "web"]);
-            assert_eq!(q.start, now - chrono::Duration::hours(1), "the 1h windows");
+            assert_eq!(
+                q.start,
+                now - SignedDuration::from_hours(1),
+                "the 1h windows"
+            );
             assert_eq!(q.counter, Some(false));
         }
     }

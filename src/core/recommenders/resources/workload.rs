@@ -39,7 +39,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -136,7 +136,7 @@ pub struct WorkloadInput {
     pub replicas: i32,
     /// How much usage history the recommendation rests on.
     pub history: History,
-    pub now: DateTime<Utc>,
+    pub now: Timestamp,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -814,7 +814,7 @@ pub fn gpu_recommendation_status(
             .recommendation
             .as_ref()
             .and_then(|r| r.updated_at)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .map(crate::core::model::rfc3339_secs)
             .or_else(|| previous.and_then(|p| p.last_applied_time.clone())),
         created_requests: previous
             .map(|p| p.created_requests.clone())

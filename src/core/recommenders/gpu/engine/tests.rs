@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, TimeZone, Utc};
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::api::{GpuReactivePolicySpec, Signal};
 use crate::core::allocation::{Allocation, container_allocations};
-use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, format_gpu, to_k8s_time};
+use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, format_gpu};
 use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
 
 const POLICY_YAML: &str = r#"
@@ -31,8 +31,8 @@ metrics:
 automationStrategyRef: {name: s}
 "#;
 
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 fn policy() -> GpuReactivePolicySpec {
@@ -115,7 +115,9 @@ impl PodB {
                 name: Some(self.name),
                 namespace: Some("default".into()),
                 annotations: Some(self.annotations),
-                deletion_timestamp: self.terminating.then(|| to_k8s_time(now())),
+                deletion_timestamp: self
+                    .terminating
+                    .then(|| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -123,9 +125,11 @@ impl PodB {
                 init_containers: (!self.init.is_empty()).then_some(self.init),
             }),
             status: Some(PodStatus {
-                start_time: self
-                    .started_min_ago
-                    .map(|m| to_k8s_time(now() - chrono::Duration::minutes(m))),
+                start_time: self.started_min_ago.map(|m| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        now() - SignedDuration::from_mins(m),
+                    )
+                }),
                 phase: Some("Running".into()),
                 ..Default::default()
             }),
@@ -145,7 +149,7 @@ fn template_of(pod: &Pod) -> PodTemplateSpec {
 
 /// Constant samples every 15 s over the last 20 minutes.
 fn flat(value: f64) -> Vec<(i64, f64)> {
-    let end = now().timestamp();
+    let end = now().as_second();
     (0..80).map(|i| (end - 15 * (79 - i), value)).collect()
 }
 
@@ -206,7 +210,7 @@ fn rec(containers: &[(&str, f64)], driver: Option<Signal>) -> GpuRecommendation 
             .collect(),
         driving_metric: driver,
         policy: Some(pid()),
-        updated_at: Some(now() - chrono::Duration::hours(1)),
+        updated_at: Some(now() - SignedDuration::from_hours(1)),
         by_policy: Default::default(),
     }
 }
@@ -389,7 +393,7 @@ fn pod_total_is_taken_per_aligned_timestamp_and_maxed_over_the_window() {
         .c(container("b", Some("1")))
         .build();
     let mut case = Case::new(vec![pod]);
-    let t = now().timestamp();
+    let t = now().as_second();
     case.compute = SignalSamples::from([
         (
             ("p1".into(), "a".into()),

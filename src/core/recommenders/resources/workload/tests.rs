@@ -4,8 +4,8 @@ use crate::api::{
 };
 use serde_json::json;
 
-fn now() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap()
 }
 
 /// The window's usage aggregate.

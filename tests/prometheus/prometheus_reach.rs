@@ -5,22 +5,17 @@
 //! cluster label), the real `kerf` binary for the flags and their environment variables.
 //! Needs `prometheus`, `promtool` and `python3` (`scripts/test` installs them).
 
-#[path = "support/auth_proxy.rs"]
-mod auth_proxy;
-#[path = "support/kerf_cli.rs"]
-mod kerf_cli;
-#[path = "support/pki.rs"]
-mod pki;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::auth_proxy;
+use crate::kerf_cli;
+use crate::pki;
+use crate::prometheus_support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use auth_proxy::AuthProxy;
 use base64::Engine as _;
-use chrono::{DateTime, TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::api::{
     OptionNames, PrometheusBasicAuth, PrometheusSettings, PrometheusTls, WorkloadKind,
 };
@@ -42,7 +37,7 @@ const EXAMPLES: [(&str, &str); 2] = [
     ("examples/hpa/manifests", "examples/hpa/metrics.om"),
 ];
 
-fn at() -> DateTime<Utc> {
+fn at() -> Timestamp {
     AT.parse().unwrap()
 }
 
@@ -417,8 +412,8 @@ fn gpu_query() -> RangeQuery {
         container_label: "container".into(),
         namespaces: vec!["ml".into()],
         pods: vec![],
-        start: Utc.timestamp_opt(1_767_268_800 - 3600, 0).unwrap(),
-        end: Utc.timestamp_opt(1_767_268_800, 0).unwrap(),
+        start: Timestamp::from_second(1_767_268_800 - 3600).unwrap(),
+        end: Timestamp::from_second(1_767_268_800).unwrap(),
         step_seconds: 15,
         counter: None,
         aggregation: Default::default(),

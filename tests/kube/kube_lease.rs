@@ -1,14 +1,14 @@
 //! The writer Lease against a mock API server: create, takeover, refusal, races, and the writer
 //! going silent once the Lease is lost.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
+use kerf::telemetry::Metrics;
 use kerf::writers::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
 use kube_support::{Recorded, Reply, calls, eventually, mock, requests, status};
 use serde_json::{Value, json};
@@ -21,6 +21,7 @@ fn cfg() -> LeaseConfig {
         name: "kerf-writer".into(),
         duration: Duration::from_secs(15),
         renew_every: Duration::from_millis(50),
+        metrics: Metrics::new(),
     }
 }
 
@@ -34,8 +35,8 @@ fn lease_json(holder: &str, renew: &str, transitions: i32) -> Value {
     })
 }
 
-fn now() -> chrono::DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 7, 1, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-07-01T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 #[tokio::test]
@@ -220,7 +221,9 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
     let (client, log) = mock(move |r: &Recorded| {
         let phase = *p.lock().unwrap();
         if r.path.starts_with(LEASES_PATH) {
-            let fresh = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            let fresh = Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+                .to_string();
             return match (phase, r.method.as_str()) {
                 (Phase::Absent, "GET") => status(404, "NotFound"),
                 (Phase::Absent, _) => Reply::Json(201, r.body.clone()),
@@ -234,7 +237,12 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
         }
         Reply::Json(200, r.body.clone())
     });
-    let leader = Lease::new(client.clone(), "kerf-system", "kerf-0", cfg()).run();
+    let metrics = Metrics::new();
+    let lease_cfg = LeaseConfig {
+        metrics: metrics.clone(),
+        ..cfg()
+    };
+    let leader = Lease::new(client.clone(), "kerf-system", "kerf-0", lease_cfg).run();
     let mut wcfg = WriterConfig::new("kerf-system");
     wcfg.read_only = false;
     wcfg.backoff = Duration::from_millis(5);
@@ -310,6 +318,9 @@ async fn the_writer_goes_silent_once_the_lease_is_lost() {
             .all(|r| r.method == "GET" && r.path == LEASE_PATH),
         "a follower only reads the Lease: {after:#?}"
     );
-    // A process-wide gauge, but only this test runs a Lease loop in this binary.
-    assert_eq!(kerf::telemetry::metrics().is_leader.get(), 0);
+    assert_eq!(
+        metrics.is_leader.get(),
+        0,
+        "kerf_is_leader after the Lease was lost"
+    );
 }

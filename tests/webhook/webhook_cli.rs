@@ -1,11 +1,8 @@
 //! The real `kerf serve` binary: flags from `KERF_*` environment variables, both listeners up,
 //! `/readyz` 503 while the API server cannot be reached (and saying so), and exit 0 on SIGTERM.
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::apiserver;
+use crate::support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -3,13 +3,12 @@
 //! `plan_writes` and sent through a real `Writer`; blocking, readOnly, rollback and release, and
 //! `kerf rollback`.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kerf::api::{
     RecommendationPhase, ResourceMode, RightsizingRecommendation, RightsizingRecommendationSpec,
@@ -34,8 +33,8 @@ const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 const REC: &str =
     "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/rightsizingrecommendations/deployment-web";
 
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 fn key() -> WorkloadKey {
@@ -808,7 +807,7 @@ async fn release_keeps_a_field_only_kerf_owns_rather_than_delete_it() {
 #[tokio::test]
 async fn kerf_rollback_annotates_the_workload() {
     let (client, log) = mock(serve(live_deployment("700m", json!({}), None)));
-    let at = Utc.with_ymd_and_hms(2026, 1, 1, 12, 30, 0).unwrap();
+    let at = "2026-01-01T12:30:00Z".parse::<Timestamp>().unwrap();
     let out = kerf::cli::rollback::request_rollback(client, &key(), at)
         .await
         .unwrap();

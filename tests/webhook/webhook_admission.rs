@@ -1,11 +1,8 @@
 //! Real AdmissionReview bodies (tests/fixtures/admission) sent over real TLS by reqwest to the
 //! in-process server; the returned patch is applied with json-patch and checked field by field.
 
-#[path = "support/metrics.rs"]
-mod process_metrics;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::process_metrics;
+use crate::support;
 use std::sync::Arc;
 
 use kerf::api::{Enablement, KaiStrategy, OverrideScheduler, StrategyView, WorkloadKind};
@@ -21,8 +18,6 @@ struct Env {
     pki: Pki,
     server: Running,
     client: reqwest::Client,
-    /// Every review moves the process-wide admission metrics (see `process_metrics`).
-    _metrics: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
 }
 
 fn gpu_state(pairs: &[(&str, f64)]) -> WorkloadState {
@@ -39,17 +34,8 @@ fn gpu_state(pairs: &[(&str, f64)]) -> WorkloadState {
     }
 }
 
-/// The server and a client, holding a share of the metrics lock.
+/// The server and a client; the server reports to `store`'s own metrics registry.
 async fn env(store: Arc<Store>) -> Env {
-    let shared = process_metrics::shared().await;
-    Env {
-        _metrics: Some(shared),
-        ..env_unlocked(store).await
-    }
-}
-
-/// The server and a client, for a test that holds `process_metrics::alone()` itself.
-async fn env_unlocked(store: Arc<Store>) -> Env {
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -61,7 +47,6 @@ async fn env_unlocked(store: Arc<Store>) -> Env {
         pki,
         server,
         client,
-        _metrics: None,
     }
 }
 
@@ -386,8 +371,7 @@ async fn undecodable_object_is_allowed_with_warning_and_metric() {
         WorkloadKey::new("ml", WorkloadKind::Deployment, "llm-serve"),
         gpu_state(&[("server", 0.4)]),
     );
-    let _alone = process_metrics::alone().await;
-    let e = env_unlocked(store).await;
+    let e = env(store).await;
     let (internal_errors, errors) = (
         "kerf_admission_internal_errors_total",
         r#"kerf_admission_requests_total{kind="Pod",operation="CREATE",outcome="error"}"#,
@@ -523,8 +507,7 @@ async fn health_endpoints() {
         WorkloadKey::new("ml", WorkloadKind::Deployment, "llm-serve"),
         gpu_state(&[("server", 0.4)]),
     );
-    let _alone = process_metrics::alone().await;
-    let e = env_unlocked(store.clone()).await;
+    let e = env(store.clone()).await;
     let h = e.server.health;
     assert_eq!(get_text(h, "/healthz").await.0, 200);
     let (status, text) = get_text(h, "/readyz").await;

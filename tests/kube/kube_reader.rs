@@ -1,8 +1,7 @@
 //! The reader driven by a mock API server's list responses: malformed and invalid custom
 //! resources are skipped (and reported) while everything else is indexed into the Snapshot.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::time::Duration;
 
 use kerf::api::{PolicyType, WorkloadKind};

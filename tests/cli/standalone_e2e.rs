@@ -1,13 +1,9 @@
 //! End to end without a cluster: the shipped manifests + a real Prometheus (or the OpenMetrics
 //! file) → the real `kerf` binary (`recommend`, `serve --standalone`) → AdmissionReviews over TLS.
 
-#[path = "support/kerf_cli.rs"]
-mod kerf_cli;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::kerf_cli;
+use crate::prometheus_support;
+use crate::support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -4,12 +4,10 @@
 //! flagged, and the file source answers exactly as Prometheus does.
 //! Needs `prometheus` and `promtool` (`scripts/test` installs them).
 
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Utc};
+use crate::prometheus_support::{EPOCH, Lcg, TestPrometheus};
+use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::cli::recommend::{to_json, to_table};
 use kerf::metrics::file::FileSource;
@@ -20,7 +18,6 @@ use kerf::metrics::{
 };
 use kerf::reconcile::{CycleOutput, run_cycle};
 use kerf::sources::dir::load_dir;
-use prometheus_support::{EPOCH, Lcg, TestPrometheus};
 use serde_json::Value;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -122,17 +119,13 @@ fn openmetrics(series: (String, String)) -> String {
     )
 }
 
-async fn cycle<S: MetricSource>(
-    dir: &std::path::Path,
-    source: &S,
-    at: DateTime<Utc>,
-) -> CycleOutput {
+async fn cycle<S: MetricSource>(dir: &std::path::Path, source: &S, at: Timestamp) -> CycleOutput {
     let m = load_dir(dir).unwrap();
     run_cycle(&m.snapshot, source, at, 15).await
 }
 
-fn at(t: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp(t, 0).unwrap()
+fn at(t: i64) -> Timestamp {
+    Timestamp::from_second(t).unwrap()
 }
 
 fn prom(p: &TestPrometheus) -> PrometheusSource {
@@ -320,15 +313,16 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         "the halves answer what one query would"
     );
 
+    let registry = kerf::telemetry::Metrics::new();
     let counter = || -> f64 {
-        let text = kerf::telemetry::encode();
+        let text = registry.encode();
         text.lines()
             .find(|l| l.starts_with("kerf_prometheus_query_splits_total "))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or(0.0)
     };
-    let before = counter();
-    let got = cycle(dir.path(), &prom(&limited), at(end)).await;
+    let source = prom(&limited).reporting_to(registry.clone());
+    let got = cycle(dir.path(), &source, at(end)).await;
     assert!(
         got.query_failures().is_empty(),
         "{:?}",
@@ -339,8 +333,9 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         "CPU, throttling and history batches split: {}",
         got.query_splits
     );
-    assert!(
-        counter() >= before + got.query_splits as f64,
+    assert_eq!(
+        counter(),
+        got.query_splits as f64,
         "the metric counts the splits"
     );
     assert!(got.queries > want.queries);

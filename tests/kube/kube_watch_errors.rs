@@ -3,8 +3,7 @@
 //! they repeat), counted in `kerf_watch_errors_total`, shown on `/readyz` until the resource
 //! works again, and make the reconciler give up once the cache sync timeout has passed.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -74,10 +73,12 @@ impl Logs {
     }
 }
 
-/// `kerf_watch_errors_total{resource, reason}` as served on `/metrics`.
-fn watch_errors(resource: &str, reason: &str) -> u64 {
+/// `kerf_watch_errors_total{resource, reason}` as `store`'s registry exposes it on `/metrics`.
+fn watch_errors(store: &Store, resource: &str, reason: &str) -> u64 {
     let prefix = format!(r#"kerf_watch_errors_total{{resource="{resource}",reason="{reason}"}} "#);
-    kerf::telemetry::encode()
+    store
+        .metrics()
+        .encode()
         .lines()
         .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
         .unwrap_or(0)
@@ -136,7 +137,7 @@ async fn a_forbidden_list_is_logged_once_counted_and_shown_on_readyz_until_it_wo
 
     // The first list and at least one retry (after the watcher's 0.8–1.6 s backoff) refused.
     eventually(20, "two refused lists of pods", || {
-        watch_errors("Pod", "forbidden") >= 2
+        watch_errors(&store, "Pod", "forbidden") >= 2
     })
     .await;
     eventually(20, "every other cache synced", || {
@@ -188,7 +189,8 @@ async fn a_forbidden_list_is_logged_once_counted_and_shown_on_readyz_until_it_wo
 async fn a_missing_crd_names_the_kubectl_apply_fix() {
     let (logs, _guard) = Logs::capture();
     let (client, _log) = mock(cluster(Arc::new(AtomicBool::new(true)), false));
-    let reader = Reader::start(client);
+    let store = Store::new();
+    let reader = Reader::start_with_store(client, store.clone());
     eventually(20, "the GpuReactivePolicy list failed", || {
         reader.health().last_error("GpuReactivePolicy").is_some()
     })
@@ -205,7 +207,7 @@ async fn a_missing_crd_names_the_kubectl_apply_fix() {
         reader.failing_unsynced(),
         [("GpuReactivePolicy", CRD_MISSING_MESSAGE.to_string())]
     );
-    assert!(watch_errors("GpuReactivePolicy", "crd_missing") >= 1);
+    assert!(watch_errors(&store, "GpuReactivePolicy", "crd_missing") >= 1);
     let warned = logs.lines("WARN", "GpuReactivePolicy");
     assert_eq!(warned.len(), 1, "{warned:#?}");
     assert!(

@@ -2,9 +2,7 @@
 //! arbitrary bytes and structural mutations of real AdmissionReview fixtures never panic, never
 //! hit the internal-error safety net, and every patch returned applies to the object.
 
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::support;
 use std::sync::Arc;
 
 use kerf::api::WorkloadKind;

@@ -1,7 +1,7 @@
 //! Release per resource and per container (docs/hpa-coordination.md, "Release"): every way a
 //! request, the HPA target or a GPU recommendation leaves auto-patch, planned by `plan_writes`
 //! and sent through a real `Writer` to a mock API server that keeps managedFields as the API
-//! server does (kube_support/ssa.rs) — so a request an apply would delete is deleted, and each
+//! server does (tests/support/kube/ssa.rs) — so a request an apply would delete is deleted, and each
 //! test checks the exact requests and what the workload is left with.
 //!
 //! The fixture: Deployment `shop/web` with `app` (cpu 1, memory 512Mi) and `sidecar` (cpu 200m,
@@ -9,12 +9,11 @@
 //! recommendations (app 700m/384Mi, sidecar 100m/64Mi), so no metrics are needed. Applying both
 //! resources moves the HPA target to round(50 × 1200 / 800) = 75 %.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use kerf::api::RightsizingRecommendation;
 use kerf::core::snapshot::{Snapshot, Workload};
@@ -34,8 +33,8 @@ const REC: &str =
     "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/rightsizingrecommendations/deployment-web";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
+fn now() -> Timestamp {
+    "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()
 }
 
 /// No usage samples: the policy's static recommendations drive everything.

@@ -2,11 +2,8 @@
 //! rewrite and Kubernetes' `..data` symlink swap), a bad new pair keeps the old one, TLS 1.2,
 //! and graceful shutdown.
 
-#[path = "support/metrics.rs"]
-mod process_metrics;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::process_metrics;
+use crate::support;
 use std::time::{Duration, Instant};
 
 use kerf::state::Store;
@@ -29,8 +26,6 @@ async fn wait_for_cert(ca: &str, addr: std::net::SocketAddr, want: &[u8]) -> Dur
 
 #[tokio::test]
 async fn rewritten_cert_files_are_served_on_next_connection() {
-    // Certificate reloads are counted process-wide: the rotating tests run one at a time.
-    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -73,7 +68,6 @@ async fn reloads(health: std::net::SocketAddr, kind: &str) -> f64 {
 #[tokio::test]
 async fn secret_volume_data_symlink_swap_is_picked_up() {
     use std::os::unix::fs::symlink;
-    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -108,7 +102,6 @@ async fn secret_volume_data_symlink_swap_is_picked_up() {
 
 #[tokio::test]
 async fn bad_new_pair_keeps_old_cert_serving() {
-    let _alone = process_metrics::alone().await;
     install_provider();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new();
@@ -123,10 +116,12 @@ async fn bad_new_pair_keeps_old_cert_serving() {
 
     // A certificate with someone else's key, then garbage: each refused (counted), old kept.
     let other = pki.leaf("other");
-    std::fs::write(&cert, &other.cert_pem).unwrap();
+    // Written whole (temp file + rename): a reload never sees half a file, so each change is
+    // exactly one refused reload.
+    write_atomically(&cert, other.cert_pem.as_bytes());
     wait_for_reload_errors(server.health, before + 1.0).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
-    std::fs::write(&cert, "not a certificate").unwrap();
+    write_atomically(&cert, b"not a certificate");
     wait_for_reload_errors(server.health, before + 2.0).await;
     assert_eq!(presented_cert(&ca, server.webhook).await, old.der);
 
@@ -134,6 +129,12 @@ async fn bad_new_pair_keeps_old_cert_serving() {
     let new = pki.leaf("new");
     write_pair(dir.path(), &new);
     wait_for_cert(&ca, server.webhook, &new.der).await;
+}
+
+fn write_atomically(path: &std::path::Path, contents: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// Waits (polling /metrics, up to 20 s) until the refused reloads counted are exactly `n`.

@@ -3,11 +3,8 @@
 //! `/healthz` and `/readyz`, and makes the process exit 1 after shutting the listeners down;
 //! meanwhile `/readyz` names what it waits for and each dependency's last error.
 
-#[path = "support/apiserver.rs"]
-mod apiserver;
-#[path = "webhook_support/mod.rs"]
-mod support;
-
+use crate::apiserver;
+use crate::support;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

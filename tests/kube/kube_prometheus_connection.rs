@@ -4,12 +4,9 @@
 //! GlobalConfiguration changes (mock API server, real Prometheus, real proxy).
 //! Needs `prometheus` and `promtool` (`scripts/test` installs them).
 
-#[path = "support/auth_proxy.rs"]
-mod auth_proxy;
-mod kube_support;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::auth_proxy;
+use crate::kube_support;
+use crate::prometheus_support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -146,7 +143,7 @@ async fn the_leader_reaches_prometheus_as_the_global_configuration_says_and_foll
     let store = Store::new();
     let reader = Reader::start_with_store(client.clone(), store.clone());
     let (lease_tx, lease) = watch::channel(true);
-    let writer = Writer::spawn(client, "kerf", lease.clone());
+    let writer = Writer::spawn(client, "kerf", lease.clone(), store.metrics().clone());
     tokio::time::timeout(Duration::from_secs(10), prime_store(&reader, &store))
         .await
         .expect("caches sync");

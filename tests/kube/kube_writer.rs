@@ -1,17 +1,12 @@
 //! The writer against a mock API server: exact requests, no-op suppression, readOnly, Lease
-//! gating, retries.
-//!
-//! Every write moves the process-wide write counters, and one test asserts exact changes of
-//! them: each test holds `process_metrics::shared()`, that one `process_metrics::alone()`.
+//! gating, retries. Each writer reports to a metrics registry of its own.
 
-mod kube_support;
-#[path = "support/metrics.rs"]
-mod process_metrics;
-
+use crate::kube_support;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -19,9 +14,9 @@ use kerf::api::{PolicyStatus, Signal, WorkloadKind};
 use kerf::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     CoordinatedHpa, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
-    to_k8s_time,
 };
 use kerf::core::snapshot::Workload;
+use kerf::telemetry::Metrics;
 use kerf::writers::kube::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
     WorkloadWrite,
@@ -65,7 +60,7 @@ fn recommendation(gpu: f64, minute: u32) -> GpuRecommendation {
         containers: BTreeMap::from([("app".into(), gpu)]),
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
-        updated_at: Some(Utc.with_ymd_and_hms(2026, 7, 1, 12, minute, 0).unwrap()),
+        updated_at: Some(format!("2026-07-01T12:{minute:02}:00Z").parse().unwrap()),
         by_policy: Default::default(),
     }
 }
@@ -105,8 +100,18 @@ fn writer(
     leader: bool,
     read_only: bool,
 ) -> (WriterHandle, watch::Sender<bool>) {
+    writer_reporting_to(client, leader, read_only, Metrics::new())
+}
+
+fn writer_reporting_to(
+    client: kube::Client,
+    leader: bool,
+    read_only: bool,
+    metrics: Arc<Metrics>,
+) -> (WriterHandle, watch::Sender<bool>) {
     let (lease_tx, lease_rx) = watch::channel(leader);
     let mut cfg = WriterConfig::new("kerf-system");
+    cfg.metrics = metrics;
     cfg.identity = "kerf-0".into();
     cfg.backoff = Duration::from_millis(10);
     cfg.timeout = Duration::from_secs(5);
@@ -121,7 +126,6 @@ fn echo_with(live: Value) -> impl FnMut(&Recorded) -> Reply + Send + 'static {
 
 #[tokio::test]
 async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_recommendation() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
     let (w, _lease) = writer(client, true, false);
     let rec = recommendation(1.5, 0);
@@ -169,7 +173,8 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
     let at = restart.body["spec"]["template"]["metadata"]["annotations"][ANNOTATION_RESTARTED_AT]
         .as_str()
         .expect("restartedAt set");
-    chrono::DateTime::parse_from_rfc3339(at).expect("restartedAt is RFC3339");
+    at.parse::<jiff::Timestamp>()
+        .expect("restartedAt is RFC3339");
     assert_eq!(
         restart.body.as_object().unwrap().len(),
         1,
@@ -179,7 +184,6 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
 
 #[tokio::test]
 async fn nothing_is_sent_when_the_workload_already_matches() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
     let (w, _lease) = writer(client, true, false);
     let rec = recommendation(1.5, 0);
@@ -207,7 +211,6 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
 
 #[tokio::test]
 async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restart() {
-    let _metrics = process_metrics::shared().await;
     let old = recommendation(1.5, 0);
     let new = recommendation(1.5, 5);
     let annotations = BTreeMap::from([
@@ -239,7 +242,6 @@ async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restar
 
 #[tokio::test]
 async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotations() {
-    let _metrics = process_metrics::shared().await;
     // kerf owns app's cpu request (from an earlier coordinated change) and the baseline.
     let managed = json!({
         "f:metadata": {"f:annotations": {format!("f:{ANNOTATION_GPU_BASELINE}"): {},
@@ -289,7 +291,6 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
 
 #[tokio::test]
 async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, false);
     w.set_read_only(true);
@@ -335,10 +336,9 @@ fn assert_one_patch(log: &kube_support::Log, path: &str, content_type: &str) {
 
 #[tokio::test]
 async fn writer_defaults_to_read_only_until_told() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (lease_tx, lease_rx) = watch::channel(true);
-    let w = Writer::spawn(client, "kerf-system", lease_rx);
+    let w = Writer::spawn(client, "kerf-system", lease_rx, Metrics::new());
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
     assert_eq!(w.apply(op.clone()).await, WriteOutcome::ReadOnly);
     w.set_read_only(false);
@@ -348,12 +348,11 @@ async fn writer_defaults_to_read_only_until_told() {
 }
 
 fn t(secs: i64) -> Time {
-    to_k8s_time(Utc.timestamp_opt(secs, 0).unwrap())
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::from_second(secs).unwrap())
 }
 
 #[tokio::test]
 async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, true);
     let observed = PolicyStatus {
@@ -451,7 +450,6 @@ async fn policy_status_keeps_transition_times_and_writes_only_on_change() {
 
 #[tokio::test]
 async fn cluster_policy_status_goes_to_the_cluster_scoped_path() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, _lease) = writer(client, true, true);
     let op = WriteOp::PolicyStatus(Box::new(PolicyStatusWrite {
@@ -479,10 +477,10 @@ async fn a_server_error_is_retried_then_succeeds() {
             Reply::Json(200, r.body.clone())
         }
     });
-    let _alone = process_metrics::alone().await;
-    let (w, _lease) = writer(client, true, false);
+    let metrics = Metrics::new();
+    let (w, _lease) = writer_reporting_to(client, true, false, metrics.clone());
     let writes = |outcome: &str| {
-        kerf::telemetry::metrics()
+        metrics
             .cluster_writes
             .get_or_create(&kerf::telemetry::WriteLabels {
                 target: "template".into(),
@@ -490,7 +488,6 @@ async fn a_server_error_is_retried_then_succeeds() {
             })
             .get()
     };
-    let before = (writes("ok"), writes("error"));
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::StatefulSet, "db"));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 1 });
     let seen = requests(&log);
@@ -498,7 +495,7 @@ async fn a_server_error_is_retried_then_succeeds() {
     assert_eq!(calls(&seen), [("PATCH", db), ("PATCH", db)]);
     assert_eq!(seen[0].body, seen[1].body);
     assert_eq!(
-        (writes("ok") - before.0, writes("error") - before.1),
+        (writes("ok"), writes("error")),
         (1, 0),
         "one write, counted once after its retry"
     );
@@ -506,7 +503,6 @@ async fn a_server_error_is_retried_then_succeeds() {
 
 #[tokio::test]
 async fn gives_up_after_three_tries_and_does_not_retry_client_errors() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|_: &Recorded| status(503, "ServiceUnavailable"));
     let (w, _lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
@@ -533,7 +529,6 @@ async fn gives_up_after_three_tries_and_does_not_retry_client_errors() {
 
 #[tokio::test]
 async fn a_follower_sends_nothing_and_losing_the_lease_stops_writes() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, lease) = writer(client, false, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));
@@ -609,7 +604,6 @@ fn patches(log: &kube_support::Log) -> Vec<Recorded> {
 
 #[tokio::test]
 async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_together() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(live_then_echo);
     let (w, _lease) = writer(client, true, false);
     // Requests shrink (500m → 400m) so the target rises (70 → 88): template first.
@@ -663,7 +657,6 @@ async fn a_coordinated_change_applies_template_requests_and_the_hpa_target_toget
 /// admission do, at CPU utilization 80 %.
 #[tokio::test]
 async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
-    let _metrics = process_metrics::shared().await;
     let without_metrics = |target: i32| {
         let WriteOp::Coordinated(mut c) = coordinated(Some(0)) else {
             unreachable!()
@@ -706,7 +699,6 @@ async fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
 
 #[tokio::test]
 async fn events_carry_the_hpa_details() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(201, r.body.clone()));
     let (w, _lease) = writer(client, true, true);
     let wl = workload(BTreeMap::new());
@@ -756,7 +748,6 @@ async fn events_carry_the_hpa_details() {
 
 #[tokio::test]
 async fn a_stopped_lease_task_is_not_trusted_to_hold_the_lease() {
-    let _metrics = process_metrics::shared().await;
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
     let (w, lease) = writer(client, true, false);
     let op = WriteOp::Restart(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"));

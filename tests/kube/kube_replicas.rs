@@ -3,15 +3,13 @@
 //! the persisted state (workload annotations, RightsizingRecommendations), so they answer every
 //! review identically.
 
-mod kube_support;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::kube_support;
+use crate::prometheus_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::api::Signal;
 use kerf::core::model::{GpuRecommendation, PolicyId};
 use kerf::reconcile::cluster::{Cycle, ReconcileCycle};
@@ -46,7 +44,7 @@ fn cluster(prometheus_url: &str, r: &Recorded) -> Reply {
         containers: BTreeMap::from([("inference".into(), 0.84)]),
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/ml/gpu"),
-        updated_at: Some(Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()),
+        updated_at: Some("2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()),
         by_policy: Default::default(),
     };
     let template = |labels: Value, containers: Value| {
@@ -118,7 +116,7 @@ async fn replica(prometheus_url: &str, leader: bool) -> Replica {
     let store = Store::new();
     let reader = Reader::start_with_store(client.clone(), store.clone());
     let (_tx, lease) = watch::channel(leader);
-    let writer = Writer::spawn(client, "kerf", lease.clone());
+    let writer = Writer::spawn(client, "kerf", lease.clone(), store.metrics().clone());
     tokio::time::timeout(Duration::from_secs(10), prime_store(&reader, &store))
         .await
         .expect("caches sync");

@@ -4,16 +4,12 @@
 //! (jitter, missed scrapes, a counter reset), where the engines' rate and staleness rules part.
 //! Needs `prometheus`, `promtool` and `victoria-metrics` (`scripts/test` installs them).
 
-#[path = "support/kerf_cli.rs"]
-mod kerf_cli;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-#[path = "support/victoria.rs"]
-mod victoria;
-
+use crate::kerf_cli;
+use crate::prometheus_support;
+use crate::victoria;
 use std::collections::BTreeMap;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::{MetricSource, RangeQuery, SeriesKey, SeriesSet};
 use kerf_cli::root;
@@ -238,8 +234,8 @@ fn query(metric: &str, step: i64, counter: bool) -> RangeQuery {
         container_label: "container".into(),
         namespaces: vec!["shop".into()],
         pods: vec![],
-        start: Utc.timestamp_opt(END - 3600, 0).unwrap(),
-        end: Utc.timestamp_opt(END, 0).unwrap(),
+        start: Timestamp::from_second(END - 3600).unwrap(),
+        end: Timestamp::from_second(END).unwrap(),
         step_seconds: step,
         counter: Some(counter),
         aggregation: Default::default(),

@@ -2,11 +2,8 @@
 //! small local HTTP endpoints for faults. Needs `prometheus` and `promtool`
 //! (`scripts/test` installs them: Debian package `prometheus`).
 
-#[path = "support/metrics.rs"]
-mod process_metrics;
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-
+use crate::process_metrics;
+use crate::prometheus_support;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,13 +11,13 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::any;
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::openmetrics;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::promql::rate_window_seconds;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
-use kerf::telemetry::{QueryLabels, metrics};
+use kerf::telemetry::{Metrics, QueryLabels};
 use prometheus_support::{EPOCH, Lcg, TestPrometheus, promtool_load};
 
 const T0: i64 = EPOCH;
@@ -40,8 +37,8 @@ fn query(
         container_label: "container".into(),
         namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
         pods: pods.iter().map(|s| s.to_string()).collect(),
-        start: Utc.timestamp_opt(start, 0).unwrap(),
-        end: Utc.timestamp_opt(end, 0).unwrap(),
+        start: Timestamp::from_second(start).unwrap(),
+        end: Timestamp::from_second(end).unwrap(),
         step_seconds: step,
         counter: None,
         aggregation: Default::default(),
@@ -484,11 +481,11 @@ async fn one_http_query_per_range_query_and_metadata_is_cached() {
 
 #[tokio::test]
 async fn stopped_prometheus_is_unavailable_and_recovers_after_restart() {
-    // The query metrics are process-wide and labelled by metric: a metric no other test here
-    // queries, and changes (before/after), so they hold when tests share a process.
+    // The source reports to a registry of this test's own: exact counts, no other test moves them.
+    let metrics = Metrics::new();
     let metric = "outage_mem";
     let failures = || {
-        metrics()
+        metrics
             .prometheus_query_failures
             .get_or_create(&QueryLabels {
                 signal: metric.into(),
@@ -497,17 +494,16 @@ async fn stopped_prometheus_is_unavailable_and_recovers_after_restart() {
     };
     let queries = || {
         process_metrics::value(
-            &kerf::telemetry::encode(),
+            &metrics.encode(),
             &format!("kerf_prometheus_query_duration_seconds_count{{signal=\"{metric}\"}}"),
         )
     };
-    let (failures_before, queries_before) = (failures(), queries());
     let text = format!(
         "{}# EOF\n",
         sample(metric, "a", "p", Some("c"), "5", T0 as f64)
     );
     let mut prom = TestPrometheus::start_with_openmetrics(&text);
-    let src = prom_source(&prom);
+    let src = prom_source(&prom).reporting_to(metrics.clone());
     let q = query(metric, &["a"], &[], T0, T0 + 60, 60);
     let before = src.range_query(&q).await.unwrap();
     assert_eq!(
@@ -526,12 +522,12 @@ async fn stopped_prometheus_is_unavailable_and_recovers_after_restart() {
             other => panic!("expected Unavailable, got {other:?}"),
         }
     }
-    assert_eq!(failures() - failures_before, 2);
+    assert_eq!(failures(), 2);
 
     prom.restart();
     assert_eq!(src.range_query(&q).await.unwrap(), before);
-    assert_eq!(failures() - failures_before, 2);
-    assert_eq!(queries() - queries_before, 4.0);
+    assert_eq!(failures(), 2);
+    assert_eq!(queries(), 4.0);
 }
 
 /// Serves `router` on a free loopback port; returns its base URL.

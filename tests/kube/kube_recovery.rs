@@ -1,11 +1,10 @@
 //! Restart recovery: the store rebuilt from workload annotations matches what the leader wrote.
 
-mod kube_support;
-
+use crate::kube_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kerf::api::{AutomationStrategySpec, GpuReactivePolicySpec, PolicyType, Signal, WorkloadKind};
 use kerf::core::model::{
@@ -58,7 +57,7 @@ fn rec() -> GpuRecommendation {
         containers: BTreeMap::from([("app".into(), 1.5), ("worker".into(), 0.5)]),
         driving_metric: Some(Signal::Memory),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
-        updated_at: Some(Utc.with_ymd_and_hms(2026, 7, 1, 12, 0, 0).unwrap()),
+        updated_at: Some("2026-07-01T12:00:00Z".parse::<Timestamp>().unwrap()),
         by_policy: Default::default(),
     }
 }

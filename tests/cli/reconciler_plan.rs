@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::core::model::{GpuRecommendation, ResourceRequests, WorkloadKey};
 use kerf::metrics::file::FileSource;
@@ -14,7 +14,7 @@ use kerf::reconcile::{CycleOutput, run_cycle};
 use kerf::sources::dir::load_dir;
 use kerf::writers::kube::WriteOp;
 
-fn at() -> DateTime<Utc> {
+fn at() -> Timestamp {
     "2026-01-01T12:00:00Z".parse().unwrap()
 }
 
@@ -421,7 +421,16 @@ async fn a_policy_whose_strategy_does_not_resolve_is_not_applied() {
         .automation_strategy_ref
         .name = "missing".into();
     let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
-    let (cycle, ops) = kerf::reconcile::reconcile_once(&m.snapshot, &[], &[], &src, at(), 15).await;
+    let (cycle, ops) = kerf::reconcile::reconcile_once(
+        &m.snapshot,
+        &[],
+        &[],
+        &src,
+        at(),
+        15,
+        &kerf::telemetry::Metrics::default(),
+    )
+    .await;
     assert!(
         !ops.iter().any(|op| matches!(
             op,
@@ -486,7 +495,7 @@ async fn hpa_example_with_history(
     status.current_replicas = Some(current);
     let mut text = std::fs::read_to_string(root().join("examples/hpa/metrics.om")).unwrap();
     text.truncate(text.rfind("# EOF").unwrap());
-    let end = at().timestamp();
+    let end = at().as_second();
     let mut history = history.to_vec();
     history.sort_by_key(|(ago, _)| -ago);
     if !history.is_empty() {
@@ -729,7 +738,7 @@ fn om_series(
 async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_owns() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("objects.yaml"), multi_policy_manifests()).unwrap();
-    let t1 = at().timestamp();
+    let t1 = at().as_second();
     let t2 = t1 + 3600;
     let mut om = String::from("# TYPE sm gauge\n");
     // Cycle 1 (pod w-abc-1, a at 0.5, b at 1): a's memory runs at 140 % (0.7 GPU: upsize,
@@ -777,7 +786,7 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
         multi_policy_pod("w-abc-2", "0.6", "2", "2026-01-01T12:10:00Z"),
     )
     .unwrap();
-    let t2 = DateTime::from_timestamp(t2, 0).unwrap();
+    let t2 = Timestamp::from_second(t2).unwrap();
     let second = dir_loop.run_once(&src, t2, 15, &store).await.unwrap();
     let r = w(&second);
     let rec = r.recommendation.clone().unwrap();

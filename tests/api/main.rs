@@ -1,0 +1,10 @@
+//! Offline checks of the API: CRD drift, defaults, validation, the docs and seeds, and the shipped manifests (kubectl kustomize, kubernetes-validate).
+//!
+//! One test binary per IO edge: each links the dependency tree once (see DEVELOPERS.md).
+
+mod api_crd_drift;
+mod api_defaults;
+mod api_docs;
+mod api_seed;
+mod api_validation;
+mod manifests_validate;

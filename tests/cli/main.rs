@@ -1,0 +1,17 @@
+//! kerf as a user runs it: `kerf recommend`, standalone `kerf serve`, the reconcile loop over the shipped examples, failures at start.
+//!
+//! One test binary per IO edge: each links the dependency tree once (see DEVELOPERS.md).
+
+#[path = "../support/apiserver.rs"]
+mod apiserver;
+#[path = "../support/kerf_cli.rs"]
+mod kerf_cli;
+#[path = "../support/prometheus.rs"]
+mod prometheus_support;
+#[path = "../support/webhook.rs"]
+mod support;
+
+mod recommend_cli;
+mod reconciler_plan;
+mod serve_failures;
+mod standalone_e2e;

@@ -1,0 +1,20 @@
+//! The Kubernetes edge against the mock API server: reader, writer, Lease, recovery, replicas, HPA coordination, releases.
+//!
+//! One test binary per IO edge: each links the dependency tree once (see DEVELOPERS.md).
+
+#[path = "../support/auth_proxy.rs"]
+mod auth_proxy;
+#[path = "../support/kube/mod.rs"]
+mod kube_support;
+#[path = "../support/prometheus.rs"]
+mod prometheus_support;
+
+mod hpa_coordination_kube;
+mod kube_lease;
+mod kube_prometheus_connection;
+mod kube_reader;
+mod kube_recovery;
+mod kube_replicas;
+mod kube_watch_errors;
+mod kube_writer;
+mod release_kube;
