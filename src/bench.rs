@@ -134,6 +134,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
                 }),
             },
             replicas: Some(1),
+            field_managers: Vec::new(),
         }));
         s.replicaset_owners
             .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));

@@ -162,6 +162,7 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
                 }),
             },
             replicas: Some(1),
+            field_managers: Vec::new(),
         }));
     }
     let started = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

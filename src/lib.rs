@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod own_namespace;
 pub mod reconcile;
 pub mod server;
+pub mod simulate;
 pub mod sources;
 pub mod state;
 pub mod telemetry;

@@ -40,6 +40,10 @@ pub struct Store {
     ready: AtomicBool,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    /// Workloads kerf does not write for a field conflict, with why (docs/gitops.md).
+    conflicts: ArcSwap<Vec<(WorkloadKey, String)>>,
+    /// The last cycle as `/debug` shows it (set where this process runs cycles).
+    live: arc_swap::ArcSwapOption<crate::server::live::LiveView>,
 }
 
 impl Store {
@@ -114,6 +118,28 @@ impl Store {
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Workloads blocked for a field conflict, from the persisted state (the `/debug` page and
+    /// `kerf_conflict_blocked_workloads`).
+    pub fn set_conflicts(&self, conflicts: Vec<(WorkloadKey, String)>) {
+        self.metrics
+            .conflict_blocked_workloads
+            .set(conflicts.len() as i64);
+        self.conflicts.store(Arc::new(conflicts));
+    }
+
+    pub fn conflicts(&self) -> Arc<Vec<(WorkloadKey, String)>> {
+        self.conflicts.load_full()
+    }
+
+    /// The last cycle as `/debug` shows it, if this process ran one.
+    pub fn live(&self) -> Option<Arc<crate::server::live::LiveView>> {
+        self.live.load_full()
+    }
+
+    pub fn set_live(&self, view: crate::server::live::LiveView) {
+        self.live.store(Some(Arc::new(view)));
     }
 
     /// What `/readyz` and `/healthz` report (filled by the background tasks).

@@ -45,6 +45,12 @@ pub struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerLabel {
+    /// The field manager that took a field kerf set back (`argocd-controller`, …).
+    pub manager: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchErrorLabels {
     /// The watched kind: `Pod`, `GpuReactivePolicy`, …
     pub resource: String,
@@ -70,6 +76,8 @@ pub struct Metrics {
     pub is_leader: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
     pub watch_errors: Family<WatchErrorLabels, Counter>,
+    pub field_takebacks: Family<ManagerLabel, Counter>,
+    pub conflict_blocked_workloads: Gauge,
 }
 
 fn query_histogram() -> Histogram {
@@ -108,6 +116,8 @@ impl Metrics {
             is_leader: Gauge::default(),
             tls_reloads: Family::default(),
             watch_errors: Family::default(),
+            field_takebacks: Family::default(),
+            conflict_blocked_workloads: Gauge::default(),
         }
     }
 
@@ -187,6 +197,16 @@ impl Metrics {
             "kerf_watch_errors",
             "List and watch errors from the API server, by watched resource and reason",
             self.watch_errors.clone(),
+        );
+        r.register(
+            "kerf_field_takebacks",
+            "Fields kerf set that another field manager took back, counted by the Lease holder, by manager",
+            self.field_takebacks.clone(),
+        );
+        r.register(
+            "kerf_conflict_blocked_workloads",
+            "Workloads kerf does not write because another field manager keeps taking its fields back",
+            self.conflict_blocked_workloads.clone(),
         );
     }
 }

@@ -152,6 +152,53 @@ pub struct RecommendationStatus {
     pub applied: Option<AppliedChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Fields kerf set that another field manager took back (docs/gitops.md): the Lease
+    /// holder's count, kept here so a new leader goes on from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<ConflictStatus>,
+}
+
+/// The condition a field conflict sets (docs/gitops.md): `True` (reason `TakenBack`) while kerf
+/// stops writing the workload, `False` (reason `Stable` or `Acknowledged`) once it writes again.
+pub const CONDITION_CONFLICT: &str = "Conflict";
+
+/// The reason (`status.reason`, the Event's `reason` detail) of a workload kerf stopped writing
+/// because another field manager keeps taking its fields back.
+pub const REASON_CONFLICT: &str = "Conflict";
+
+/// kerf's record of a field fight on one workload (docs/gitops.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConflictStatus {
+    /// Take-backs counted within the window (while blocked: those that blocked), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub takebacks: Vec<FieldTakeback>,
+    /// Set while kerf does not write the workload (phase `blocked`, reason `Conflict`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_since: Option<String>,
+    /// Changes made at or before this time are dealt with: counted, or forgiven by a resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_through: Option<String>,
+    /// When kerf last resumed because the other manager's value was stable: for one window
+    /// after it, the first take-back blocks again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<String>,
+    /// The value of `rightsizing.kubex.ai/conflict-acknowledged` kerf last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged: Option<String>,
+}
+
+/// One change another manager made to a field kerf set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldTakeback {
+    /// e.g. `spec.template.spec.containers[app].resources.requests.cpu`,
+    /// `HorizontalPodAutoscaler/web spec.metrics`.
+    pub field: String,
+    /// The field manager that owns the field now (from `managedFields`).
+    pub manager: String,
+    /// When that manager changed it (its `managedFields` entry's `time`).
+    pub time: String,
 }
 
 /// The CPU/memory change kerf applies: the requests it sets on new pods (auto-patch resources

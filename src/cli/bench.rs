@@ -19,6 +19,9 @@ use crate::bench::{
 pub enum BenchCommand {
     /// One full GPU reconcile cycle over a synthetic cluster.
     Scale(ScaleArgs),
+    /// A `kerf simulate` replay: the shipped examples over a synthetic week, or a synthetic
+    /// cluster (`--workloads N --days 1`).
+    Simulate(super::bench_simulate::SimulateBenchArgs),
     /// One CPU/memory reconcile cycle with 7-day windows against a Prometheus loaded with
     /// synthetic history (docs/performance.md).
     Resources(ResourcesArgs),
@@ -77,6 +80,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let args = match cmd {
         BenchCommand::Scale(args) => args,
         BenchCommand::Resources(args) => return run_resources(args).await,
+        BenchCommand::Simulate(args) => return super::bench_simulate::run(args).await,
     };
     let spec = ScaleSpec {
         workloads: args.workloads,

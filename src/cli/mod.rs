@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub mod bench;
+pub mod bench_simulate;
 pub mod recommend;
 pub mod rollback;
 pub mod serve;
+pub mod simulate;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,6 +28,8 @@ pub enum Command {
     Recommend(RecommendArgs),
     /// Run the admission webhook (and, in-cluster, the reconciler).
     Serve(serve::ServeArgs),
+    /// Replay recorded history through kerf's reconcile loop: what it would have done.
+    Simulate(simulate::SimulateArgs),
     /// Roll a workload back: restore its original requests and HPA target, stop applying.
     Rollback(rollback::RollbackArgs),
     /// Benchmarks (reported in docs/performance.md).
@@ -316,6 +320,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Recommend(args) => recommend::run(args).await,
         Command::Serve(args) => serve::run(args).await,
+        Command::Simulate(args) => simulate::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Rollback(args) => rollback::run(args).await,
     }

@@ -15,23 +15,24 @@ use crate::reconcile::CycleOutput;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let at = super::parse_at(args.at.as_deref())?;
-    // The GlobalConfiguration (Prometheus timeout) is read before the cycle reads it again.
-    let global = crate::sources::dir::load_dir(&args.manifests)?
-        .snapshot
-        .global;
-    let source = super::metric_source(&args.source, &args.connection, &global).await?;
-    // One cycle of the reconcile loop, printed.
-    let evaluated = crate::reconcile::standalone::DirLoop::protecting(
+    // One cycle of the reconcile loop, printed. The directory is read once: its
+    // GlobalConfiguration (the Prometheus timeout) opens the source the cycle then reads.
+    let mut dir_loop = crate::reconcile::standalone::DirLoop::protecting(
         &args.manifests,
         args.own_namespace.detect(),
-    )
-    .run_once(
-        &source,
-        at,
-        args.step_seconds,
-        &crate::state::Store::default(),
-    )
-    .await?;
+    );
+    let manifests = dir_loop.read()?;
+    let source =
+        super::metric_source(&args.source, &args.connection, &manifests.snapshot.global).await?;
+    let evaluated = dir_loop
+        .run_on(
+            manifests,
+            &source,
+            at,
+            args.step_seconds,
+            &crate::state::Store::default(),
+        )
+        .await?;
     for note in &evaluated.notes {
         tracing::debug!("{note}");
     }

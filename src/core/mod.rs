@@ -4,6 +4,7 @@
 pub mod accelerator;
 pub mod admission;
 pub mod allocation;
+pub mod conflict;
 pub mod cycle;
 pub mod hpa;
 pub mod model;

@@ -15,6 +15,9 @@ pub const ANNOTATION_GPU_RECOMMENDATION: &str = "rightsizing.kubex.ai/gpu-recomm
 pub const ANNOTATION_RESTARTED_AT: &str = "rightsizing.kubex.ai/restartedAt";
 pub const ANNOTATION_MUTATED: &str = "rightsizing.kubex.ai/mutated";
 pub const ANNOTATION_ROLLBACK: &str = "rightsizing.kubex.ai/rollback";
+/// Set by the user on a workload kerf stopped writing for a field conflict: any new value
+/// resumes writing at once and forgets the count (docs/gitops.md).
+pub const ANNOTATION_CONFLICT_ACKNOWLEDGED: &str = "rightsizing.kubex.ai/conflict-acknowledged";
 
 /// A workload: the pod's top owner.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ use crate::api::{
     GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,
     RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
+use crate::core::conflict::{FieldManager, project};
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::pod::{Pod, PodTemplateSpec};
 
@@ -66,6 +67,8 @@ pub struct Workload {
     /// For CronJobs: the job template's pod template.
     pub template: PodTemplateSpec,
     pub replicas: Option<i32>,
+    /// Who owns the fields kerf sets, from `managedFields` (docs/gitops.md).
+    pub field_managers: Vec<FieldManager>,
 }
 
 impl Workload {
@@ -88,6 +91,11 @@ impl Workload {
             annotations: meta.annotations.clone().unwrap_or_default(),
             template: template.into(),
             replicas,
+            field_managers: meta
+                .managed_fields
+                .as_deref()
+                .map(|m| project(m, kind))
+                .unwrap_or_default(),
         }
     }
 }

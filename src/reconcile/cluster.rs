@@ -180,16 +180,20 @@ impl ReconcileCycle {
         }
         if let Some((_, prom)) = &self.source {
             let recommendations = self.reader.recommendations();
+            // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
+            let recording = crate::server::live::Recording::new(prom);
+            let now = Timestamp::now();
             let (cycle, ops) = reconcile_once(
                 snapshot,
                 invalid,
                 &recommendations,
-                prom,
-                Timestamp::now(),
+                &recording,
+                now,
                 self.step_seconds,
                 self.store.metrics(),
             )
             .await;
+            self.store.set_live(recording.view(snapshot, &cycle, now));
             record_query_health(&self.store, &cycle);
             if let Some(message) = &not_applied {
                 self.store.health().record_error(PROMETHEUS, message);

@@ -185,6 +185,7 @@ pub fn serve_persisted(
     recommendations: &[Arc<RightsizingRecommendation>],
 ) -> Vec<String> {
     store.set_global(snapshot.global.clone());
+    store.set_conflicts(crate::core::conflict::blocked_workloads(recommendations));
     let held = held_back(snapshot, recommendations);
     // One workload at a time: each new state replaces the old one in place, so the store never
     // holds two generations.

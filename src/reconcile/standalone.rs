@@ -89,28 +89,53 @@ impl DirLoop {
         step_seconds: i64,
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
+        let manifests = self.read()?;
+        self.run_on(manifests, source, now, step_seconds, store)
+            .await
+    }
+
+    /// The directory as the next cycle sees it (kerf's own namespace protected). A caller that
+    /// needs the GlobalConfiguration before the cycle (to reach Prometheus) reads once and hands
+    /// the result to [`DirLoop::run_on`].
+    pub fn read(&self) -> anyhow::Result<Manifests> {
+        let mut manifests = load_dir(&self.dir)?;
+        if let Some(ns) = &self.own_namespace {
+            manifests.snapshot.global.protect(ns);
+        }
+        Ok(manifests)
+    }
+
+    /// One cycle over `manifests` (from [`DirLoop::read`]).
+    pub async fn run_on<S: MetricSource>(
+        &mut self,
+        manifests: Manifests,
+        source: &S,
+        now: Timestamp,
+        step_seconds: i64,
+        store: &Store,
+    ) -> anyhow::Result<Evaluated> {
         let Manifests {
-            mut snapshot,
+            snapshot,
             notes,
             invalid,
-        } = load_dir(&self.dir)?;
-        if let Some(ns) = &self.own_namespace {
-            snapshot.global.protect(ns);
-        }
+        } = manifests;
         for bad in &invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
         fill_owners(store, &snapshot);
+        // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
+        let recording = crate::server::live::Recording::new(source);
         let (snapshot, cycle, _) = in_memory_cycle(
             &mut self.writer,
             snapshot,
             &invalid,
-            source,
+            &recording,
             now,
             step_seconds,
             store,
         )
         .await;
+        store.set_live(recording.view(&snapshot, &cycle, now));
         store.set_ready(true);
         Ok(Evaluated {
             snapshot,

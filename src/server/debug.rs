@@ -1,5 +1,6 @@
 //! `/debug/recommendations` (JSON) and the human page (`/debug`, `?format=html`): per workload,
-//! an inline SVG bar chart of current (template) vs recommended GPUs per container.
+//! an inline SVG bar chart of current (template) vs recommended GPUs per container, and the
+//! last cycle's view: the window's chart, decision, reasons, requests, HPA, policy status.
 
 use std::fmt::Write as _;
 
@@ -55,15 +56,16 @@ pub fn json(store: &Store) -> Value {
         .iter()
         .map(|(k, s)| state_json(k, s))
         .collect();
-    json!({"ready": store.is_ready(), "workloads": items})
+    // Workloads kerf stopped writing for a field conflict (docs/gitops.md).
+    let conflicts: Vec<Value> = store
+        .conflicts()
+        .iter()
+        .map(|(k, why)| json!({"workload": k.to_string(), "conflict": why}))
+        .collect();
+    json!({"ready": store.is_ready(), "workloads": items, "conflicts": conflicts})
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
+use crate::server::chart::esc;
 
 fn chart(s: &WorkloadState) -> String {
     let mut containers: Vec<&String> = s.template_gpu.keys().collect();
@@ -128,11 +130,70 @@ fn chart(s: &WorkloadState) -> String {
     svg
 }
 
-/// The human page.
+/// The last cycle's view of one workload: status, decision, the window's chart, requests and
+/// HPA target before → after, reasons.
+fn live_section(out: &mut String, w: &crate::server::live::LiveWorkload) {
+    if !w.policy_status.is_empty() {
+        out.push_str("<ul class=\"status\">");
+        for c in &w.policy_status {
+            let _ = write!(out, "<li>{}</li>", esc(c));
+        }
+        out.push_str("</ul>");
+    }
+    let _ = write!(
+        out,
+        "<p>last decision: <b class=\"decision\">{}</b>{}</p>",
+        esc(&w.decision),
+        w.driver
+            .map(|d| format!(" (driver {})", d.as_str()))
+            .unwrap_or_default()
+    );
+    if let Some(chart) = &w.chart {
+        out.push_str(&crate::server::chart::render(chart));
+    }
+    if let Some(note) = &w.chart_note {
+        let _ = write!(out, "<p class=\"note\">{}</p>", esc(note));
+    }
+    if !w.requests.is_empty() {
+        out.push_str(
+            "<table class=\"requests\"><tr><th>container</th><th>CPU now</th><th>CPU recommended</th>\
+             <th>memory now</th><th>memory recommended</th></tr>",
+        );
+        for (c, v) in &w.requests {
+            let cell = |x: &Option<String>| esc(x.as_deref().unwrap_or("-"));
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(c),
+                cell(&v[0]),
+                cell(&v[1]),
+                cell(&v[2]),
+                cell(&v[3])
+            );
+        }
+        out.push_str("</table>");
+    }
+    if let Some(h) = &w.hpa {
+        let _ = write!(out, "<p class=\"hpa\">HPA {}</p>", esc(h));
+    }
+    if !w.reasons.is_empty() {
+        out.push_str("<details open><summary>reasons</summary><ul class=\"reasons\">");
+        for r in &w.reasons {
+            let _ = write!(out, "<li>{}</li>", esc(r));
+        }
+        out.push_str("</ul></details>");
+    }
+}
+
+/// The human page: every workload the store serves (current vs recommended GPUs) and, where
+/// this process runs the cycles, the last cycle's view of it (see [`crate::server::live`]).
 pub fn html(store: &Store) -> String {
     let mut out = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>kerf recommendations</title>\
-         <style>body{font-family:sans-serif;margin:2em}section{margin-bottom:2em}code{background:#eee}</style>\
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>kerf recommendations</title>\
+         <style>body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}\
+         section{margin-bottom:2em;border-top:1px solid #ddd}code{background:#eee}\
+         table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px}\
+         .note{color:#8a5a00}.status{color:#444}</style>\
          </head><body><h1>kerf recommendations</h1>",
     );
     let _ = write!(
@@ -140,25 +201,57 @@ pub fn html(store: &Store) -> String {
         "<p>ready: {} — <a href=\"/debug/recommendations\">JSON</a></p>",
         store.is_ready()
     );
+    for (k, why) in store.conflicts().iter() {
+        let _ = write!(
+            out,
+            "<p class=\"conflict\">field conflict: <code>{}</code> not written: {}</p>",
+            esc(&k.to_string()),
+            esc(why)
+        );
+    }
+    let live = store.live();
+    if let Some(at) = live.as_ref().and_then(|l| l.at) {
+        let _ = write!(
+            out,
+            "<p>last cycle at <time>{}</time>; charts show its evaluation window</p>",
+            crate::core::model::rfc3339_secs(at)
+        );
+    }
     let snap = store.snapshot();
-    if snap.is_empty() {
+    let mut keys: Vec<&WorkloadKey> = snap.iter().map(|(k, _)| k).collect();
+    if let Some(l) = &live {
+        keys.extend(l.workloads.keys());
+    }
+    keys.sort();
+    keys.dedup();
+    if keys.is_empty() {
         out.push_str("<p>No workload has a recommendation yet.</p>");
     }
-    for (k, s) in &snap {
+    for k in keys {
+        let state = snap.iter().find(|(key, _)| key == k).map(|(_, s)| s);
+        let lw = live.as_ref().and_then(|l| l.workloads.get(k));
         let _ = write!(out, "<section><h2>{}</h2>", esc(&k.to_string()));
-        if let Some(p) = &s.policy {
-            let _ = write!(out, "<p>policy <code>{}</code></p>", esc(&p.to_string()));
+        let policy = state
+            .and_then(|s| s.policy.as_ref().map(|p| p.to_string()))
+            .or_else(|| lw.and_then(|w| w.policy.clone()));
+        if let Some(p) = &policy {
+            let _ = write!(out, "<p>policy <code>{}</code></p>", esc(p));
         }
-        out.push_str(&chart(s));
-        if let Some(h) = &s.hpa {
-            let _ = write!(
-                out,
-                "<p>HPA <code>{}</code> {} target {}% → {}%</p>",
-                esc(&h.hpa_name),
-                esc(&h.resource),
-                h.target_before,
-                h.target_after
-            );
+        if let Some(s) = state {
+            out.push_str(&chart(s));
+            if let Some(h) = &s.hpa {
+                let _ = write!(
+                    out,
+                    "<p>HPA <code>{}</code> {} target {}% → {}%</p>",
+                    esc(&h.hpa_name),
+                    esc(&h.resource),
+                    h.target_before,
+                    h.target_after
+                );
+            }
+        }
+        if let Some(w) = lw {
+            live_section(&mut out, w);
         }
         out.push_str("</section>");
     }

@@ -26,7 +26,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::state::Store;
 use crate::telemetry::{AdmissionLabels, KindLabel};
 
+pub mod chart;
 pub mod debug;
+pub mod live;
 pub mod review;
 pub mod tls;
 

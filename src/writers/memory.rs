@@ -391,6 +391,7 @@ mod tests {
             annotations,
             template,
             replicas: Some(1),
+            field_managers: Vec::new(),
         })
     }
 

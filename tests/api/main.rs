@@ -7,4 +7,5 @@ mod api_defaults;
 mod api_docs;
 mod api_seed;
 mod api_validation;
+mod gitops_docs;
 mod manifests_validate;

@@ -11,7 +11,9 @@ mod prometheus_support;
 #[path = "../support/webhook.rs"]
 mod support;
 
+mod browser;
 mod recommend_cli;
 mod reconciler_plan;
 mod serve_failures;
+mod simulate;
 mod standalone_e2e;

@@ -364,3 +364,78 @@ async fn kerfs_own_namespace_is_protected_in_every_snapshot() {
         );
     }
 }
+
+/// docs/gitops.md#detection: the reader keeps, of a workload's managedFields, who owns the
+/// fields kerf sets and when (the rest of the object goes), and of an HPA's only the owners of
+/// `spec.metrics` — what field conflicts are detected from.
+#[tokio::test]
+async fn the_reader_keeps_who_owns_the_fields_kerf_sets() {
+    use kerf::core::conflict::{FieldManager, TrackedField};
+    let managed = json!([
+        {"manager": "argocd-controller", "operation": "Apply", "time": "2026-07-01T10:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {
+            "f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {},
+                "f:resources": {"f:requests": {"f:cpu": {}}}}}}}}}},
+        {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-07-01T10:01:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}}}}
+    ]);
+    let (client, _log) = mock(move |r: &Recorded| {
+        if r.query.split('&').any(|p| p == "watch=true") {
+            return Reply::Hang;
+        }
+        match r.path.as_str() {
+            "/apis/apps/v1/deployments" => list(
+                "Deployment",
+                "apps/v1",
+                vec![json!({
+                    "metadata": {"name": "web", "namespace": "shop", "managedFields": managed},
+                    "spec": {"selector": {"matchLabels": {"app": "web"}},
+                             "template": {"spec": {"containers": [
+                                {"name": "app", "resources": {"requests": {"cpu": "1"}}}]}}}
+                })],
+            ),
+            "/apis/autoscaling/v2/horizontalpodautoscalers" => list(
+                "HorizontalPodAutoscaler",
+                "autoscaling/v2",
+                vec![json!({
+                    "metadata": {"name": "web", "namespace": "shop", "managedFields": [
+                        {"manager": "argocd-controller", "operation": "Apply", "time": "2026-07-01T10:00:00Z",
+                         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}, "f:maxReplicas": {}}}},
+                        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+                         "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]},
+                    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                             "maxReplicas": 5}
+                })],
+            ),
+            _ => cluster(r),
+        }
+    });
+    let reader = Reader::start(client);
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_synced())
+        .await
+        .expect("synced");
+    let (snap, _) = reader.snapshot();
+    let web = snap.workloads.iter().find(|w| w.key.name == "web").unwrap();
+    assert_eq!(
+        web.field_managers,
+        vec![FieldManager {
+            manager: "argocd-controller".into(),
+            operation: "Apply".into(),
+            time: Some("2026-07-01T10:00:00Z".parse().unwrap()),
+            fields: [TrackedField::Request {
+                container: "app".into(),
+                init: false,
+                resource: "cpu".into(),
+            }]
+            .into(),
+        }]
+    );
+    let hpa = &snap.hpas[0];
+    let kept = hpa.metadata.managed_fields.as_ref().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].manager.as_deref(), Some("argocd-controller"));
+    assert_eq!(
+        kept[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:spec": {"f:metrics": {}}})
+    );
+}

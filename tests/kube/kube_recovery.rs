@@ -80,6 +80,7 @@ fn workload(namespace: &str, annotations: BTreeMap<String, String>, app_gpus: &s
         annotations,
         template: template(app_gpus).into(),
         replicas: Some(1),
+        field_managers: Vec::new(),
     }
 }
 

@@ -52,6 +52,7 @@ fn workload(annotations: BTreeMap<String, String>) -> Workload {
         annotations,
         template: template().into(),
         replicas: Some(2),
+        field_managers: Vec::new(),
     }
 }
 

@@ -9,6 +9,7 @@ mod kube_support;
 #[path = "../support/prometheus.rs"]
 mod prometheus_support;
 
+mod gitops_conflict_kube;
 mod hpa_coordination_kube;
 mod kube_lease;
 mod kube_prometheus_connection;

@@ -13,12 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept,
     PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
-    requests_match,
+    merge_conditions, requests_match,
 };
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
-    RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
+    REASON_CONFLICT, RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
 };
+use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
@@ -339,6 +340,80 @@ fn restore_writes(
     out
 }
 
+/// Field conflicts (docs/gitops.md) of every workload the cycle evaluated, from the objects and
+/// the RightsizingRecommendations as last written. None under `readOnly`: kerf writes nothing,
+/// so nothing is fought over, and `status.conflict` is carried over as it is.
+fn assess_conflicts<'a>(
+    snapshot: &Snapshot,
+    cycle: &'a CycleOutput,
+    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
+    index: &RecommendationIndex<'_>,
+    now: Timestamp,
+) -> HashMap<&'a WorkloadKey, Assessment> {
+    if snapshot.global.read_only {
+        return HashMap::new();
+    }
+    cycle
+        .workloads
+        .iter()
+        .filter_map(|wo| {
+            let w = workloads.get(&wo.key)?;
+            let previous = index.find(&wo.key).and_then(|r| r.status.as_ref());
+            let input = ConflictInput {
+                workload: w,
+                hpas: &snapshot.hpas,
+                previous,
+                now,
+                rules: ConflictRules::default(),
+            };
+            Some((&wo.key, assess(&input)))
+        })
+        .collect()
+}
+
+/// The conflict verdict on a RightsizingRecommendation status: `status.conflict`, the
+/// `Conflict` condition and, when kerf would have written, phase `blocked` with reason
+/// `Conflict`.
+fn settle_conflict(
+    status: &mut RecommendationStatus,
+    conflict: Option<&Assessment>,
+    now: Timestamp,
+) {
+    let Some(a) = conflict else { return };
+    status.conflict = a.status.clone();
+    if let Some(c) = &a.condition {
+        status.conditions =
+            merge_conditions(&status.conditions, std::slice::from_ref(c), None, now);
+    }
+    if a.blocked && status.phase == RecommendationPhase::Applied {
+        status.phase = RecommendationPhase::Blocked;
+        status.reason = Some(REASON_CONFLICT.into());
+    }
+}
+
+/// The Warning Event of the cycle that stops writing a workload, naming the other manager; a
+/// Normal `Resumed` Event in the cycle that writes it again.
+fn conflict_event(w: &Workload, conflict: Option<&Assessment>) -> Option<WriteOp> {
+    let a = conflict?;
+    if let Some((t, message)) = &a.blocking {
+        let mut event = EventWrite::blocked(w, REASON_CONFLICT, message);
+        event.details.insert("manager".into(), t.manager.clone());
+        event.details.insert("field".into(), t.field.clone());
+        return Some(WriteOp::Event(Box::new(event)));
+    }
+    a.resumed.as_ref()?;
+    let c = a.condition.as_ref()?;
+    Some(WriteOp::Event(Box::new(EventWrite {
+        regarding: w.key.clone(),
+        uid: w.uid.clone(),
+        warning: false,
+        reason: "Resumed".into(),
+        action: "Rightsize".into(),
+        note: c.message.clone(),
+        details: [("reason".to_string(), c.reason.clone())].into(),
+    })))
+}
+
 /// The RightsizingRecommendation of a workload only GPU reactive policies cover
 /// (docs/design/gpu-engine.md#g10), so `kubectl get rightsizingrecommendations` lists it. None
 /// while its metrics are unavailable (the last one stays), without a policy that applies, or
@@ -349,11 +424,15 @@ fn gpu_only_recommendation(
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
     index: &RecommendationIndex<'_>,
     restores: &BTreeMap<WorkloadKey, WriteOp>,
-) -> Option<WriteOp> {
+    conflict: Option<&Assessment>,
+    now: Timestamp,
+) -> Vec<WriteOp> {
     if gpu.metrics_unavailable || gpu.policies.is_empty() || restores.contains_key(&gpu.key) {
-        return None;
+        return Vec::new();
     }
-    let w = workloads.get(&gpu.key)?;
+    let Some(w) = workloads.get(&gpu.key) else {
+        return Vec::new();
+    };
     let observed = index.find(&gpu.key).cloned();
     let previous = observed.as_ref().and_then(|o| o.status.as_ref());
     let mut status = gpu_recommendation_status(gpu, previous);
@@ -365,14 +444,17 @@ fn gpu_only_recommendation(
         status.phase = RecommendationPhase::AuditOnly;
         status.reason = Some("ReadOnly".into());
     }
-    Some(WriteOp::Recommendation(Box::new(RecommendationWrite {
+    settle_conflict(&mut status, conflict, now);
+    let mut ops = vec![WriteOp::Recommendation(Box::new(RecommendationWrite {
         namespace: gpu.key.namespace.clone(),
         name: recommendation_name(&gpu.key),
         spec: gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1)),
         status: Some(status),
         owner: owner_of(w),
         observed,
-    })))
+    }))];
+    ops.extend(conflict_event(w, conflict));
+    ops
 }
 
 /// Pure: every write one cycle calls for. The writer skips what the cluster already has.
@@ -386,12 +468,16 @@ pub fn plan_writes(
     let mut ops = Vec::new();
     let workloads: HashMap<&WorkloadKey, &Arc<Workload>> =
         snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
+    let index = RecommendationIndex::new(recommendations);
+    // A workload whose fields another manager keeps taking back is not written (docs/gitops.md).
+    let conflicts = assess_conflicts(snapshot, cycle, &workloads, &index, now);
+    let fighting = |key: &WorkloadKey| conflicts.get(key).is_some_and(|a| a.blocked);
 
     // GPU: baseline and recommendation annotations (restart on change is the writer's job).
     let mut gpu_covered: BTreeSet<&WorkloadKey> = BTreeSet::new();
     for r in cycle.gpu_results() {
         gpu_covered.insert(&r.key);
-        if r.metrics_unavailable {
+        if r.metrics_unavailable || fighting(&r.key) {
             continue; // nothing flaps: persisted state stays as it is
         }
         let Some(w) = workloads.get(&r.key) else {
@@ -430,19 +516,17 @@ pub fn plan_writes(
 
     // Rollbacks and releases carry their own RightsizingRecommendation write (made once the
     // restore went through), so those workloads are skipped below.
-    let index = RecommendationIndex::new(recommendations);
     let mut restores = restore_writes(snapshot, cycle, recommendations, &index, &workloads, now);
 
     // The RightsizingRecommendation of every workload kerf recommends for, then the CPU/memory
     // change (coordinated when an HPA is).
     for wo in &cycle.workloads {
+        let conflict = conflicts.get(&wo.key);
         let Some(r) = &wo.resources else {
-            if let Some(op) = wo
-                .gpu
-                .as_ref()
-                .and_then(|g| gpu_only_recommendation(snapshot, g, &workloads, &index, &restores))
-            {
-                ops.push(op);
+            if let Some(g) = &wo.gpu {
+                ops.extend(gpu_only_recommendation(
+                    snapshot, g, &workloads, &index, &restores, conflict, now,
+                ));
             }
             continue;
         };
@@ -461,7 +545,8 @@ pub fn plan_writes(
         // Rolled back (or asked to be, under readOnly): recommendation only.
         let held = rolled_back(previous_status.as_ref()) || rollback_requested(w);
         // A cycle that writes nothing to the workload takes nothing and gives nothing back.
-        let writes = !r.metrics_unavailable && !snapshot.global.read_only && !held;
+        let fight = conflict.is_some_and(|a| a.blocked);
+        let writes = !r.metrics_unavailable && !snapshot.global.read_only && !held && !fight;
         if !writes {
             keep_taken(&mut status, previous_status.as_ref());
         }
@@ -503,6 +588,15 @@ pub fn plan_writes(
         // metrics are unavailable (carried over by `recommendation_status`); else nothing.
         if let Some(p) = plan {
             status.applied = Some(applied_change(&p.requests, p.hpa.as_ref()));
+        } else if fight && !held && !r.metrics_unavailable && !snapshot.global.read_only {
+            // Admission goes on setting new pods' requests (the GitOps tool sees only the
+            // template), but not with a coordinated HPA target kerf cannot set now: the pods'
+            // requests and the HPA target change together or not at all.
+            status.applied = outcome
+                .apply
+                .as_ref()
+                .filter(|p| p.hpa.is_none())
+                .map(|p| applied_change(&p.requests, None));
         } else if !r.metrics_unavailable || held {
             status.applied = None;
         }
@@ -521,6 +615,7 @@ pub fn plan_writes(
             status.reason = Some("ReadOnly".into());
         }
         release.settle(&mut status);
+        settle_conflict(&mut status, conflict, now);
         if !release.is_empty() && outcome.phase == RecommendationPhase::AuditOnly {
             status.reason = Some(RestoreKind::Release.reason().into());
         }
@@ -551,9 +646,11 @@ pub fn plan_writes(
             .and_then(|p| p.hpa.as_ref())
             .filter(|_| changing)
             .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
+        let conflict_event = conflict_event(w, conflict).filter(|_| !held);
         if release.is_empty() {
             ops.push(WriteOp::Recommendation(Box::new(recommendation)));
             ops.extend(blocked);
+            ops.extend(conflict_event);
             let Some(plan) = plan else { continue };
             let workload = WorkloadWrite {
                 observed: Arc::clone(w),

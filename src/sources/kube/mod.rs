@@ -459,6 +459,12 @@ impl WatchErrors {
 
 fn strip_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
+    strip_last_applied(meta);
+}
+
+/// A workload keeps its `managedFields` until [`Workload::from`] has projected the fields kerf
+/// tracks for conflicts (docs/gitops.md); the rest goes with the object.
+fn strip_last_applied(meta: &mut ObjectMeta) {
     if let Some(a) = meta.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
@@ -727,7 +733,7 @@ impl Reader {
             "Deployment",
             watcher(Api::<Deployment>::all(client.clone()), cfg()),
             |mut d: Deployment| {
-                strip_meta(&mut d.metadata);
+                strip_last_applied(&mut d.metadata);
                 Arc::new(Workload::from(d))
             },
             sync.clone(),
@@ -738,7 +744,7 @@ impl Reader {
             "StatefulSet",
             watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
             |mut s: StatefulSet| {
-                strip_meta(&mut s.metadata);
+                strip_last_applied(&mut s.metadata);
                 Arc::new(Workload::from(s))
             },
             sync.clone(),
@@ -749,7 +755,7 @@ impl Reader {
             "DaemonSet",
             watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
             |mut d: DaemonSet| {
-                strip_meta(&mut d.metadata);
+                strip_last_applied(&mut d.metadata);
                 Arc::new(Workload::from(d))
             },
             sync.clone(),
@@ -763,7 +769,7 @@ impl Reader {
                 if let Some(cron) = owner::cronjob_of(&j.metadata) {
                     return ListedJob::OfCronJob(cron.to_string());
                 }
-                strip_meta(&mut j.metadata);
+                strip_last_applied(&mut j.metadata);
                 ListedJob::Workload(Arc::new(Workload::from(j)))
             },
             sync.clone(),
@@ -776,7 +782,7 @@ impl Reader {
             "CronJob",
             watcher(Api::<CronJob>::all(client.clone()), cfg()),
             |mut c: CronJob| {
-                strip_meta(&mut c.metadata);
+                strip_last_applied(&mut c.metadata);
                 Arc::new(Workload::from(c))
             },
             sync.clone(),
@@ -818,7 +824,9 @@ impl Reader {
             "HorizontalPodAutoscaler",
             watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
             |mut h: HorizontalPodAutoscaler| {
-                strip_meta(&mut h.metadata);
+                // Only who owns `spec.metrics`, for conflicts (docs/gitops.md).
+                strip_last_applied(&mut h.metadata);
+                crate::core::conflict::prune_hpa_managed_fields(&mut h.metadata);
                 h
             },
             sync,

@@ -778,6 +778,19 @@ impl Task {
                 })
                 .await?;
                 made += 1;
+                let before = r.observed.as_ref().and_then(|o| o.status.as_ref());
+                for t in crate::core::conflict::newly_recorded(
+                    status.conflict.as_ref(),
+                    before.and_then(|b| b.conflict.as_ref()),
+                ) {
+                    self.cfg
+                        .metrics
+                        .field_takebacks
+                        .get_or_create(&crate::telemetry::ManagerLabel {
+                            manager: t.manager.clone(),
+                        })
+                        .inc();
+                }
             }
         }
         Ok(made)

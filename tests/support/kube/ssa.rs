@@ -78,6 +78,11 @@ pub struct State {
     pub events: Vec<Value>,
     /// Every request an apply deleted (its last owner left it out): (container, resource).
     pub deleted: Vec<(String, String)>,
+    /// The server's clock (RFC 3339), when the test sets one: a manager's write then stamps its
+    /// `managedFields` entries with it (`time`), as the API server does.
+    pub clock: Option<String>,
+    /// When each owner last wrote the Deployment or the HPA.
+    pub times: BTreeMap<(bool, Owner), String>,
 }
 
 fn canonical(resource: &str, text: &str) -> Value {
@@ -128,6 +133,8 @@ impl State {
             recommendations: BTreeMap::new(),
             events: Vec::new(),
             deleted: Vec::new(),
+            clock: None,
+            times: BTreeMap::new(),
         }
     }
 
@@ -202,8 +209,12 @@ impl State {
         let managed: Vec<Value> = by_owner
             .into_iter()
             .map(|(o, f)| {
-                json!({"manager": o.manager, "operation": o.operation, "apiVersion": "apps/v1",
-                       "fieldsType": "FieldsV1", "fieldsV1": f})
+                let mut e = json!({"manager": o.manager, "operation": o.operation, "apiVersion": "apps/v1",
+                       "fieldsType": "FieldsV1", "fieldsV1": f});
+                if let Some(t) = self.times.get(&(false, o)) {
+                    e["time"] = json!(t);
+                }
+                e
             })
             .collect();
         let mut template_meta = json!({"labels": {"app": self.name}});
@@ -241,8 +252,12 @@ impl State {
         let managed: Vec<Value> = by_owner
             .into_iter()
             .map(|(o, f)| {
-                json!({"manager": o.manager, "operation": o.operation,
-                       "apiVersion": "autoscaling/v2", "fieldsType": "FieldsV1", "fieldsV1": f})
+                let mut e = json!({"manager": o.manager, "operation": o.operation,
+                       "apiVersion": "autoscaling/v2", "fieldsType": "FieldsV1", "fieldsV1": f});
+                if let Some(t) = self.times.get(&(true, o)) {
+                    e["time"] = json!(t);
+                }
+                e
             })
             .collect();
         Some(json!({
@@ -266,6 +281,7 @@ impl State {
         match (r.method.as_str(), r.path.as_str()) {
             ("GET", p) if p == deployment => Reply::Json(200, self.deployment()),
             ("PATCH", p) if p == deployment => {
+                self.stamp(false, &manager, &r.content_type);
                 match r.content_type.as_str() {
                     APPLY => self.apply_deployment(&manager, &r.body),
                     STRATEGIC => self.update_requests(&manager, &r.body),
@@ -278,6 +294,7 @@ impl State {
                 Reply::Json(200, self.hpa().unwrap_or(Value::Null))
             }
             ("PATCH", p) if Some(p) == hpa.as_deref() => {
+                self.stamp(true, &manager, &r.content_type);
                 let metrics = r.body.get("spec").and_then(|s| s.get("metrics")).cloned();
                 match r.content_type.as_str() {
                     APPLY => {
@@ -335,6 +352,21 @@ impl State {
             }
             _ => panic!("unexpected request {} {}", r.method, r.path),
         }
+    }
+
+    /// A write by `manager` at the server's clock (simplified: every write of a manager stamps
+    /// its entry, whether or not it changed a field).
+    fn stamp(&mut self, hpa: bool, manager: &str, content_type: &str) {
+        let Some(now) = self.clock.clone() else {
+            return;
+        };
+        let operation = if content_type == APPLY {
+            "Apply"
+        } else {
+            "Update"
+        };
+        self.times
+            .insert((hpa, Owner::new(manager, operation)), now);
     }
 
     /// Server-side apply of a Deployment body (annotations and container requests).

@@ -821,6 +821,7 @@ pub fn gpu_recommendation_status(
             .unwrap_or_default(),
         applied: None,
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+        conflict: previous.and_then(|p| p.conflict.clone()),
     }
 }
 
@@ -844,6 +845,7 @@ pub fn recommendation_status(
         last_applied_time: previous.and_then(|p| p.last_applied_time.clone()),
         applied: previous.and_then(|p| p.applied.clone()),
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+        conflict: previous.and_then(|p| p.conflict.clone()),
     };
     if let Some(plan) = &outcome.apply {
         if let Some(h) = &plan.hpa {

@@ -1,0 +1,88 @@
+//! `kerf simulate`: replay history through kerf's reconcile loop (docs/simulate.md).
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{MetricSourceArgs, PrometheusConnectionArgs};
+use crate::api::DurationStr;
+use crate::simulate::{Options, report};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum SimulateOutput {
+    #[default]
+    Table,
+    Json,
+    Html,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SimulateArgs {
+    /// Directory of YAML manifests (policies, strategies, configuration, workloads, pods, HPAs).
+    #[arg(long, env = "KERF_MANIFESTS")]
+    pub manifests: PathBuf,
+    #[command(flatten)]
+    pub source: MetricSourceArgs,
+    #[command(flatten)]
+    pub connection: PrometheusConnectionArgs,
+    /// First tick (RFC 3339), included.
+    #[arg(long)]
+    pub from: String,
+    /// End of the replay (RFC 3339), excluded: ticks are from, from+every, … before it.
+    #[arg(long)]
+    pub to: String,
+    /// Time between ticks (e.g. 1m, 5m, 1h); default GlobalConfiguration gpuReactiveCheckInterval.
+    #[arg(long)]
+    pub every: Option<String>,
+    /// Query step in seconds (as `kerf recommend`).
+    #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
+    pub step_seconds: i64,
+    /// table, json (the stable contract of docs/simulate.md) or html (one self-contained page).
+    #[arg(short = 'o', long = "format", value_enum, default_value_t = SimulateOutput::Table)]
+    pub format: SimulateOutput,
+    /// Write the report to this file instead of stdout.
+    #[arg(long = "output", value_name = "FILE")]
+    pub output_file: Option<PathBuf>,
+}
+
+pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let from = parse_time("--from", &args.from)?;
+    let to = parse_time("--to", &args.to)?;
+    let manifests = crate::sources::dir::load_dir(&args.manifests)?;
+    let every = match &args.every {
+        Some(e) => DurationStr::parse(e).map_err(|e| anyhow::anyhow!("--every: {e}"))?,
+        None => manifests
+            .snapshot
+            .global
+            .gpu_reactive_check_interval
+            .clone(),
+    };
+    let source =
+        super::metric_source(&args.source, &args.connection, &manifests.snapshot.global).await?;
+    let opts = Options {
+        from,
+        to,
+        every_seconds: every.seconds() as i64,
+        step_seconds: args.step_seconds,
+    };
+    let report = crate::simulate::run(manifests, &source, &opts).await?;
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    let out = match args.format {
+        SimulateOutput::Table => report::to_table(&report),
+        SimulateOutput::Json => serde_json::to_string_pretty(&report::to_json(&report))? + "\n",
+        SimulateOutput::Html => report::to_html(&report),
+    };
+    match &args.output_file {
+        Some(path) => std::fs::write(path, out)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => print!("{out}"),
+    }
+    Ok(())
+}
+
+fn parse_time(flag: &str, t: &str) -> anyhow::Result<jiff::Timestamp> {
+    t.parse::<jiff::Timestamp>()
+        .map_err(|e| anyhow::anyhow!("{flag} {t:?} is not RFC 3339: {e}"))
+}

@@ -1,0 +1,365 @@
+//! The one chart renderer: an inline SVG time chart (no script, no external resource), used by
+//! the `kerf simulate` HTML report and the live `/debug` page.
+//!
+//! A chart holds lines (usage per signal, allocations, thresholds) and markers (changes) whose
+//! reason shows on hover through SVG `<title>`, which browsers display without JavaScript.
+
+use std::fmt::Write as _;
+
+/// How a line is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineStyle {
+    /// Straight segments between samples (recorded usage).
+    Samples,
+    /// A step function: each value holds until the next point (allocations, thresholds).
+    Steps,
+    /// A dashed step function (thresholds).
+    Dashed,
+}
+
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub label: String,
+    pub color: &'static str,
+    pub style: LineStyle,
+    /// (unix seconds, value), ascending.
+    pub points: Vec<(i64, f64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerKind {
+    Upsize,
+    ScaleBack,
+}
+
+impl MarkerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerKind::Upsize => "upsize",
+            MarkerKind::ScaleBack => "scaleBack",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Marker {
+    pub t: i64,
+    pub value: f64,
+    pub kind: MarkerKind,
+    /// Shown on hover.
+    pub title: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Chart {
+    /// Identifies the chart in the page (`data-workload`).
+    pub id: String,
+    pub unit: String,
+    pub from: i64,
+    pub to: i64,
+    pub lines: Vec<Line>,
+    pub markers: Vec<Marker>,
+}
+
+pub const USAGE_COLORS: [&str; 2] = ["#1f77b4", "#9467bd"];
+pub const REAL_COLOR: &str = "#7f7f7f";
+pub const SIMULATED_COLOR: &str = "#2ca02c";
+pub const UPSIZE_COLOR: &str = "#d62728";
+pub const SCALE_BACK_COLOR: &str = "#ff7f0e";
+
+const WIDTH: f64 = 1120.0;
+const HEIGHT: f64 = 260.0;
+const LEFT: f64 = 60.0;
+const RIGHT: f64 = 12.0;
+const TOP: f64 = 12.0;
+const BOTTOM: f64 = 56.0;
+
+/// Escapes text for HTML and SVG.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// At most `max` points: consecutive samples are grouped into buckets and each bucket keeps its
+/// highest sample, so peaks (what triggers an upsize) survive downsampling.
+pub fn downsample(points: &[(i64, f64)], max: usize) -> Vec<(i64, f64)> {
+    if points.len() <= max || max == 0 {
+        return points.to_vec();
+    }
+    let per = points.len().div_ceil(max);
+    points
+        .chunks(per)
+        .filter_map(|c| {
+            c.iter()
+                .copied()
+                .fold(None, |best: Option<(i64, f64)>, p| match best {
+                    Some(b) if b.1 >= p.1 => Some(b),
+                    _ => Some(p),
+                })
+        })
+        .collect()
+}
+
+fn format_time(t: i64, span: i64) -> String {
+    let ts = jiff::Timestamp::from_second(t).unwrap_or_default();
+    if span > 2 * 86_400 {
+        ts.strftime("%m-%d %H:%M").to_string()
+    } else {
+        ts.strftime("%H:%M").to_string()
+    }
+}
+
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let magnitude = 10f64.powf(v.log10().floor());
+    for m in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
+        if m * magnitude >= v {
+            return m * magnitude;
+        }
+    }
+    10.0 * magnitude
+}
+
+/// The chart as an inline `<svg class="chart">` with a legend below the plot.
+pub fn render(chart: &Chart) -> String {
+    let span = (chart.to - chart.from).max(1);
+    let max = chart
+        .lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .chain(chart.markers.iter().map(|m| m.value))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let max = nice_max(max * 1.05);
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let x = |t: i64| LEFT + (t - chart.from).clamp(0, span) as f64 / span as f64 * plot_w;
+    let y = |v: f64| TOP + plot_h - (v / max).clamp(0.0, 1.0) * plot_h;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg class="chart" data-workload="{}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" aria-label="{}" font-family="sans-serif" font-size="11">"#,
+        esc(&chart.id),
+        esc(&format!("{} over time, {}", chart.id, chart.unit))
+    );
+    let _ = write!(
+        s,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>"##
+    );
+    // Horizontal grid with values.
+    for i in 0..=4 {
+        let v = max * f64::from(i) / 4.0;
+        let yy = y(v);
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
+            LEFT + plot_w,
+            LEFT - 6.0,
+            yy + 4.0,
+            trim(v)
+        );
+    }
+    // Time axis: five labels.
+    for i in 0..=4 {
+        let t = chart.from + span * i / 4;
+        let anchor = match i {
+            0 => "start",
+            4 => "end",
+            _ => "middle",
+        };
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="{anchor}" fill="#555">{}</text>"##,
+            x(t),
+            TOP + plot_h + 14.0,
+            format_time(t, span)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<text x="12" y="{:.1}" fill="#555" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"##,
+        TOP + plot_h / 2.0,
+        TOP + plot_h / 2.0,
+        esc(&chart.unit)
+    );
+    for line in &chart.lines {
+        if line.points.is_empty() {
+            continue;
+        }
+        let mut d = String::new();
+        let mut last_y = None;
+        for (i, &(t, v)) in line.points.iter().enumerate() {
+            let (px, py) = (x(t), y(v));
+            if i == 0 {
+                let _ = write!(d, "M{px:.1},{py:.1}");
+            } else {
+                match line.style {
+                    LineStyle::Samples => {
+                        let _ = write!(d, " L{px:.1},{py:.1}");
+                    }
+                    LineStyle::Steps | LineStyle::Dashed => {
+                        let _ = write!(d, " H{px:.1} V{py:.1}");
+                    }
+                }
+            }
+            last_y = Some(py);
+        }
+        // A step function holds its last value to the end of the chart.
+        if line.style != LineStyle::Samples && last_y.is_some() {
+            let _ = write!(d, " H{:.1}", x(chart.to));
+        }
+        let dash = if line.style == LineStyle::Dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let width = if line.style == LineStyle::Samples {
+            1.2
+        } else {
+            2.0
+        };
+        let _ = write!(
+            s,
+            r#"<path class="line" d="{d}" fill="none" stroke="{}" stroke-width="{width}"{dash}><title>{}</title></path>"#,
+            line.color,
+            esc(&line.label)
+        );
+    }
+    for m in &chart.markers {
+        let (px, py) = (x(m.t), y(m.value));
+        let (color, shape) = match m.kind {
+            MarkerKind::Upsize => (
+                UPSIZE_COLOR,
+                format!(
+                    "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
+                    px,
+                    py - 7.0,
+                    px - 6.0,
+                    py + 4.0,
+                    px + 6.0,
+                    py + 4.0
+                ),
+            ),
+            MarkerKind::ScaleBack => (
+                SCALE_BACK_COLOR,
+                format!(
+                    "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
+                    px,
+                    py + 7.0,
+                    px - 6.0,
+                    py - 4.0,
+                    px + 6.0,
+                    py - 4.0
+                ),
+            ),
+        };
+        let _ = write!(
+            s,
+            r##"<g class="marker {}"><line x1="{px:.1}" x2="{px:.1}" y1="{TOP}" y2="{:.1}" stroke="{color}" stroke-opacity="0.35"/><path d="{shape}" fill="{color}" stroke="#fff"/><title>{}</title></g>"##,
+            m.kind.as_str(),
+            TOP + plot_h,
+            esc(&m.title)
+        );
+    }
+    // Legend below the plot, one entry per line style used.
+    let mut lx = LEFT;
+    let ly = HEIGHT - 14.0;
+    let mut legend: Vec<(&str, &'static str, LineStyle)> = chart
+        .lines
+        .iter()
+        .map(|l| (l.label.as_str(), l.color, l.style))
+        .collect();
+    if chart.markers.iter().any(|m| m.kind == MarkerKind::Upsize) {
+        legend.push(("▲ upsize", UPSIZE_COLOR, LineStyle::Steps));
+    }
+    if chart
+        .markers
+        .iter()
+        .any(|m| m.kind == MarkerKind::ScaleBack)
+    {
+        legend.push(("▼ scale-back", SCALE_BACK_COLOR, LineStyle::Steps));
+    }
+    for (label, color, style) in legend {
+        let dash = if style == LineStyle::Dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let _ = write!(
+            s,
+            r#"<line x1="{lx:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2"{dash}/><text x="{:.1}" y="{ly:.1}" fill="{color}">{}</text>"#,
+            lx + 18.0,
+            ly - 4.0,
+            ly - 4.0,
+            lx + 22.0,
+            esc(label)
+        );
+        lx += 30.0 + 6.2 * label.chars().count() as f64;
+    }
+    s.push_str("</svg>");
+    s
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() { "0".into() } else { s.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downsampling_keeps_the_peaks_and_the_bound() {
+        let points: Vec<(i64, f64)> = (0..1000).map(|i| (i, (i % 100) as f64)).collect();
+        let d = downsample(&points, 50);
+        assert!(d.len() <= 50, "{}", d.len());
+        assert_eq!(d.iter().map(|p| p.1).fold(0.0, f64::max), 99.0);
+        assert_eq!(downsample(&points[..10], 50), points[..10].to_vec());
+    }
+
+    #[test]
+    fn a_chart_is_one_svg_with_a_titled_marker_per_change_and_escaped_text() {
+        let chart = Chart {
+            id: "ml/Deployment/llm".into(),
+            unit: "GPUs per pod".into(),
+            from: 0,
+            to: 600,
+            lines: vec![Line {
+                label: "compute <used>".into(),
+                color: USAGE_COLORS[0],
+                style: LineStyle::Samples,
+                points: vec![(0, 0.4), (300, 0.7), (600, 0.5)],
+            }],
+            markers: vec![
+                Marker {
+                    t: 300,
+                    value: 0.84,
+                    kind: MarkerKind::Upsize,
+                    title: "upsize to 0.84 & more".into(),
+                },
+                Marker {
+                    t: 500,
+                    value: 0.5,
+                    kind: MarkerKind::ScaleBack,
+                    title: "scale back".into(),
+                },
+            ],
+        };
+        let svg = render(&chart);
+        assert_eq!(svg.matches("<svg").count(), 1);
+        assert_eq!(svg.matches(r#"class="marker upsize""#).count(), 1);
+        assert_eq!(svg.matches(r#"class="marker scaleBack""#).count(), 1);
+        assert!(
+            svg.contains("<title>upsize to 0.84 &amp; more</title>"),
+            "{svg}"
+        );
+        assert!(svg.contains("compute &lt;used&gt;"));
+        assert!(!svg.contains("<script"));
+    }
+}

@@ -1,0 +1,422 @@
+//! What `/debug` shows of the last cycle: per workload a chart of the evaluation window (the
+//! samples the cycle fetched anyway, kept downsampled and bounded), the decision and its
+//! reasons, CPU/memory and HPA target before → after, and the policy's status.
+//!
+//! Bounds (docs/simulate.md#the-live-page): at most [`MAX_SERIES`] container series of the last
+//! cycle are kept, each downsampled to at most [`MAX_POINTS`] points (peaks kept) — about
+//! 7.7 MB at most; a workload whose series fell outside the bound shows no chart and says so.
+//! Only the last cycle is kept.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use jiff::Timestamp;
+
+use crate::api::{Interpretation, PolicyStatus, Signal};
+use crate::core::cycle::CycleOutput;
+use crate::core::model::{WorkloadKey, format_gpu};
+use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
+use crate::core::recommenders::gpu::pods_by_owner;
+use crate::core::snapshot::Snapshot;
+use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
+use crate::server::chart::{self, Chart, Line, LineStyle, Marker, MarkerKind};
+use crate::simulate::pods::{PodAlloc, pod_alloc};
+use crate::simulate::report::threshold_lines;
+use crate::simulate::usage;
+
+/// Container series kept from one cycle.
+pub const MAX_SERIES: usize = 4_000;
+/// Points kept per series.
+pub const MAX_POINTS: usize = 120;
+
+/// (metric, namespace, pod, container).
+type SeriesId = (String, String, String, String);
+
+#[derive(Debug, Default)]
+struct Recorded {
+    series: HashMap<SeriesId, Vec<(i64, f64)>>,
+    dropped: usize,
+}
+
+/// A metric source that keeps a bounded, downsampled copy of what it answers.
+pub struct Recording<'a, S> {
+    inner: &'a S,
+    recorded: Mutex<Recorded>,
+}
+
+impl<'a, S: MetricSource> Recording<'a, S> {
+    pub fn new(inner: &'a S) -> Self {
+        Self {
+            inner,
+            recorded: Mutex::new(Recorded::default()),
+        }
+    }
+
+    fn keep(&self, metric: &str, set: &SeriesSet) {
+        let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, samples) in &set.series {
+            if r.series.len() >= MAX_SERIES {
+                r.dropped += 1;
+                continue;
+            }
+            r.series.insert(
+                (
+                    metric.to_string(),
+                    k.namespace.clone(),
+                    k.pod.clone(),
+                    k.container.clone(),
+                ),
+                chart::downsample(samples, MAX_POINTS),
+            );
+        }
+    }
+}
+
+impl<S: MetricSource> MetricSource for Recording<'_, S> {
+    async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
+        let answer = self.inner.range_query(query).await;
+        if let Ok(set) = &answer {
+            self.keep(&query.metric, set);
+        }
+        answer
+    }
+
+    /// Window values are one number per container: nothing to plot, passed through.
+    async fn window_query(
+        &self,
+        query: &crate::metrics::WindowQuery,
+    ) -> Result<crate::metrics::WindowSet, MetricError> {
+        self.inner.window_query(query).await
+    }
+
+    fn record_split(&self) {
+        self.inner.record_split();
+    }
+}
+
+/// One workload on the live page.
+#[derive(Clone, Debug)]
+pub struct LiveWorkload {
+    pub key: WorkloadKey,
+    pub policy: Option<String>,
+    /// The policy's conditions, `Type=Status (Reason): message`.
+    pub policy_status: Vec<String>,
+    /// `upsize`, `scaleBack`, `reuse`, `none` (GPU), and the CPU/memory phase.
+    pub decision: String,
+    pub driver: Option<Signal>,
+    pub reasons: Vec<String>,
+    /// None: no GPU policy, or its series fell outside the bound (`chart_note` says which).
+    pub chart: Option<Chart>,
+    pub chart_note: Option<String>,
+    /// Per container: cpu before, cpu after, memory before, memory after.
+    pub requests: Vec<(String, [Option<String>; 4])>,
+    /// HPA name, resource, target before, target after, skip reason.
+    pub hpa: Option<String>,
+}
+
+/// The last cycle, as `/debug` shows it.
+#[derive(Clone, Debug, Default)]
+pub struct LiveView {
+    pub at: Option<Timestamp>,
+    pub workloads: BTreeMap<WorkloadKey, LiveWorkload>,
+}
+
+fn conditions(status: Option<&PolicyStatus>) -> Vec<String> {
+    status
+        .map(|s| {
+            s.conditions
+                .iter()
+                .map(|c| format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl<S> Recording<'_, S> {
+    /// The live view of `cycle`, run at `now` over `snapshot` (the objects with the cycle's
+    /// policy statuses), from the samples this source recorded.
+    pub fn view(&self, snapshot: &Snapshot, cycle: &CycleOutput, now: Timestamp) -> LiveView {
+        let recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let pods_of = pods_by_owner(snapshot);
+        let mut out = LiveView {
+            at: Some(now),
+            workloads: BTreeMap::new(),
+        };
+        for w in &cycle.workloads {
+            let gpu = w.gpu.as_ref();
+            let rs = w.resources.as_ref();
+            let policy_id = gpu
+                .and_then(|g| g.policies.first())
+                .or_else(|| rs.map(|r| &r.policy));
+            let status = policy_id.and_then(|id| {
+                snapshot
+                    .gpu_policies
+                    .iter()
+                    .find(|p| &p.id == id)
+                    .map(|p| p.status.as_ref())
+                    .or_else(|| {
+                        snapshot
+                            .rightsizing_policies
+                            .iter()
+                            .find(|p| &p.id == id)
+                            .map(|p| p.status.as_ref())
+                    })
+                    .flatten()
+            });
+            let mut reasons: Vec<String> = gpu.map(|g| g.reasons.clone()).unwrap_or_default();
+            let mut decision = gpu.map(|g| g.action.as_str().to_string());
+            let mut requests = Vec::new();
+            let mut hpa = None;
+            if let Some(r) = rs {
+                match &r.outcome {
+                    Ok(o) => {
+                        if !o.message.is_empty() {
+                            reasons.push(o.message.clone());
+                        }
+                        reasons.extend(o.reasons.iter().cloned());
+                        let phase = serde_json::to_value(o.phase)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default();
+                        decision = Some(match decision {
+                            Some(d) => format!("{d}; CPU/memory {phase}"),
+                            None => format!("CPU/memory {phase}"),
+                        });
+                        for c in &o.containers {
+                            let cpu = |v: Option<i64>| v.map(format_cpu_millis);
+                            let mem = |v: Option<i64>| v.map(format_memory_bytes);
+                            requests.push((
+                                c.name.clone(),
+                                [
+                                    cpu(c.current.cpu_millis),
+                                    cpu(c.recommended.cpu_millis),
+                                    mem(c.current.memory_bytes),
+                                    mem(c.recommended.memory_bytes),
+                                ],
+                            ));
+                        }
+                        hpa = o.hpa.as_ref().map(|h| {
+                            let pct = |t: Option<i32>| t.map_or("-".into(), |t| format!("{t}%"));
+                            let mut s = format!(
+                                "{} {} target {} → {}",
+                                h.name,
+                                h.resource.map_or("-", |r| r.as_str()),
+                                pct(h.target_before),
+                                pct(h.target_after)
+                            );
+                            if let Some(skip) = h.skip_reason {
+                                s.push_str(&format!(" (skipped: {})", skip.as_str()));
+                            }
+                            if h.blocked {
+                                s.push_str(" (blocked)");
+                            }
+                            s
+                        });
+                    }
+                    Err(e) => reasons.push(format!("{}: unusable policy: {e}", r.policy)),
+                }
+            }
+            let (chart, chart_note) = match gpu.and_then(|g| {
+                let id = g.policies.first()?;
+                snapshot.gpu_policies.iter().find(|p| &p.id == id)
+            }) {
+                None => (None, None),
+                Some(policy) => {
+                    let pods: Vec<(String, PodAlloc)> = pods_of
+                        .get(&w.key)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|&pi| {
+                            let p = &snapshot.pods[pi];
+                            Some((p.metadata.name.clone()?, pod_alloc(p)))
+                        })
+                        .collect();
+                    let view: Vec<(&str, &PodAlloc)> =
+                        pods.iter().map(|(n, a)| (n.as_str(), a)).collect();
+                    let mut lines = Vec::new();
+                    let mut any = false;
+                    let mut window = 0;
+                    for (i, signal) in Signal::BOTH.into_iter().enumerate() {
+                        let cfg = policy.spec.metrics.signal(signal);
+                        window = window.max(
+                            cfg.upsize
+                                .metrics_window
+                                .seconds()
+                                .max(cfg.scale_back.metrics_window.seconds()),
+                        );
+                        let m = &cfg.prometheus;
+                        let interp: Interpretation = m.interpretation;
+                        let totals = usage::pod_totals(&view, interp, |pod, c| {
+                            let id = (
+                                m.metric.clone(),
+                                w.key.namespace.clone(),
+                                pod.to_string(),
+                                c.to_string(),
+                            );
+                            recorded.series.get(&id).map(Vec::as_slice)
+                        });
+                        any |= totals.iter().any(|t| !t.is_empty());
+                        lines.push(Line {
+                            label: format!("{} used (hottest pod)", signal.as_str()),
+                            color: chart::USAGE_COLORS[i],
+                            style: LineStyle::Samples,
+                            points: usage::hottest(&totals),
+                        });
+                    }
+                    let from = now.as_second() - window as i64;
+                    let current = pods
+                        .iter()
+                        .map(|(_, a)| a.values().filter_map(|c| c.gpu).sum::<f64>())
+                        .fold(0.0, f64::max);
+                    let allocation = vec![(from, current)];
+                    lines.push(Line {
+                        label: "allocation now".into(),
+                        color: chart::REAL_COLOR,
+                        style: LineStyle::Steps,
+                        points: allocation.clone(),
+                    });
+                    let recommended = gpu
+                        .and_then(|g| g.recommendation.as_ref())
+                        .map(|r| r.containers.values().sum::<f64>());
+                    if let Some(r) = recommended {
+                        lines.push(Line {
+                            label: "recommended".into(),
+                            color: chart::SIMULATED_COLOR,
+                            style: LineStyle::Steps,
+                            points: vec![(from, r)],
+                        });
+                    }
+                    let thresholds: Vec<(Signal, f64, f64)> = Signal::BOTH
+                        .iter()
+                        .map(|s| {
+                            let c = policy.spec.metrics.signal(*s);
+                            (
+                                *s,
+                                c.upsize.threshold_percent,
+                                c.scale_back.threshold_percent,
+                            )
+                        })
+                        .collect();
+                    lines.extend(threshold_lines(&thresholds, &allocation));
+                    let markers = gpu
+                        .filter(|g| {
+                            matches!(
+                                g.action,
+                                crate::core::recommenders::gpu::engine::Action::Upsize
+                                    | crate::core::recommenders::gpu::engine::Action::ScaleBack
+                            )
+                        })
+                        .map(|g| Marker {
+                            t: now.as_second(),
+                            value: recommended.unwrap_or(current),
+                            kind: if g.action
+                                == crate::core::recommenders::gpu::engine::Action::Upsize
+                            {
+                                MarkerKind::Upsize
+                            } else {
+                                MarkerKind::ScaleBack
+                            },
+                            title: format!(
+                                "{} {} → {} GPU per pod: {}",
+                                g.action.as_str(),
+                                format_gpu(current),
+                                format_gpu(recommended.unwrap_or(current)),
+                                crate::simulate::change_reason(&g.reasons, g.driving_metric)
+                            ),
+                        })
+                        .into_iter()
+                        .collect();
+                    let note = (!any && recorded.dropped > 0).then(|| {
+                        format!(
+                            "no chart: the last cycle's samples beyond {MAX_SERIES} series are not kept"
+                        )
+                    });
+                    let chart = Chart {
+                        id: w.key.to_string(),
+                        unit: "GPUs per pod".into(),
+                        from,
+                        to: now.as_second(),
+                        lines,
+                        markers,
+                    };
+                    (note.is_none().then_some(chart), note)
+                }
+            };
+            out.workloads.insert(
+                w.key.clone(),
+                LiveWorkload {
+                    key: w.key.clone(),
+                    policy: policy_id.map(|p| p.to_string()),
+                    policy_status: conditions(status),
+                    decision: decision.unwrap_or_else(|| "none".into()),
+                    driver: gpu.and_then(|g| g.driving_metric),
+                    reasons,
+                    chart,
+                    chart_note,
+                    requests,
+                    hpa,
+                },
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::SeriesKey;
+
+    /// Answers every query with 5,000 series of 1,000 points.
+    struct Wide;
+
+    impl MetricSource for Wide {
+        async fn window_query(
+            &self,
+            _: &crate::metrics::WindowQuery,
+        ) -> Result<crate::metrics::WindowSet, MetricError> {
+            Ok(Default::default())
+        }
+
+        async fn range_query(&self, _: &RangeQuery) -> Result<SeriesSet, MetricError> {
+            let mut set = SeriesSet::default();
+            for i in 0..5_000 {
+                set.series.insert(
+                    SeriesKey {
+                        namespace: "ns".into(),
+                        pod: format!("p{i}"),
+                        container: "c".into(),
+                    },
+                    (0..1_000).map(|t| (t, t as f64)).collect(),
+                );
+            }
+            Ok(set)
+        }
+    }
+
+    #[test]
+    fn the_recorded_samples_stay_within_the_stated_bound() {
+        let recording = Recording::new(&Wide);
+        let q = RangeQuery {
+            metric: "m".into(),
+            namespace_label: "namespace".into(),
+            pod_label: "pod".into(),
+            container_label: "container".into(),
+            namespaces: vec!["ns".into()],
+            pods: vec![],
+            start: Timestamp::from_second(0).unwrap(),
+            end: Timestamp::from_second(999).unwrap(),
+            step_seconds: 1,
+            counter: None,
+            aggregation: Default::default(),
+        };
+        let answer = futures::executor::block_on(recording.range_query(&q)).unwrap();
+        assert_eq!(answer.series.len(), 5_000, "the cycle gets every series");
+        let r = recording.recorded.lock().unwrap();
+        assert_eq!(r.series.len(), MAX_SERIES);
+        assert_eq!(r.dropped, 1_000);
+        assert!(r.series.values().all(|s| s.len() <= MAX_POINTS));
+        // Peaks survive downsampling.
+        assert!(r.series.values().all(|s| s.iter().any(|p| p.1 == 999.0)));
+    }
+}

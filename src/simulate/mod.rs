@@ -1,0 +1,710 @@
+//! `kerf simulate`: the reconcile loop replayed over recorded history (docs/simulate.md).
+//!
+//! Every tick from `--from` (inclusive) to `--to` (exclusive) runs the real cycle —
+//! [`crate::reconcile::standalone::in_memory_cycle`]: `reconcile_once` and the in-memory writer —
+//! over the manifests' objects, whose pods are replaced as simulated rollouts replace them. The
+//! history is fetched once ([`history::HistorySource`]) and every tick's windows are slices of it.
+
+pub mod history;
+pub mod pods;
+pub mod report;
+pub mod synth;
+pub mod usage;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+
+use crate::api::{Interpretation, ResourceMode, Signal};
+use crate::core::hpa;
+use crate::core::model::{PolicyId, WorkloadKey, WorkloadState};
+use crate::core::pod::{Pod, PodTemplateSpec};
+use crate::core::recommenders::gpu::engine::Action;
+use crate::core::recommenders::gpu::pods_by_owner;
+use crate::core::recommenders::resources::{CPU_USAGE_METRIC, MEMORY_METRIC};
+use crate::core::snapshot::{GpuPolicy, Snapshot};
+use crate::metrics::{Aggregation, MetricSource, RangeQuery, SeriesSet};
+use crate::reconcile::standalone::in_memory_cycle;
+use crate::sources::dir::Manifests;
+use crate::state::Store;
+use crate::writers::memory::MemoryWriter;
+
+use self::history::HistorySource;
+use self::pods::{PodAlloc, pod_alloc, rolled_out};
+
+/// What to replay.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub every_seconds: i64,
+    /// The query step (as `kerf recommend --step-seconds`).
+    pub step_seconds: i64,
+}
+
+impl Options {
+    /// The ticks: `from`, `from + every`, … before `to`.
+    pub fn ticks(&self) -> Vec<Timestamp> {
+        let every = jiff::SignedDuration::from_secs(self.every_seconds.max(1));
+        std::iter::successors(Some(self.from), |t| Some(*t + every))
+            .take_while(|t| *t < self.to)
+            .collect()
+    }
+}
+
+/// A tick at which the GPU allocation of the workload's pods changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub at: Timestamp,
+    /// The new allocation, per container with GPUs.
+    pub gpu: BTreeMap<String, f64>,
+    /// Upsize or scale-back.
+    pub action: Action,
+    pub driver: Option<Signal>,
+    pub reason: String,
+    /// Per-pod GPUs before and after (the chart's marker).
+    pub before: f64,
+    pub after: f64,
+}
+
+/// A tick at which the workload's CPU/memory requests or HPA target changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceChange {
+    pub at: Timestamp,
+    /// (cpu millicores, memory bytes) per container.
+    pub requests: BTreeMap<String, (Option<i64>, Option<i64>)>,
+    pub hpa_target: Option<i32>,
+}
+
+/// Resource-hours over the replay: as the pods really were, as kerf would have made them, and
+/// the recorded usage.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Hours {
+    pub allocated_as_is: f64,
+    pub allocated_with_kerf: f64,
+    pub used: f64,
+}
+
+/// A time series for the chart: (unix seconds, value).
+pub type Points = Vec<(i64, f64)>;
+
+/// What the workload's chart shows, per pod (the hottest pod's usage, the largest pod's
+/// allocation), in GPU units.
+#[derive(Clone, Debug, Default)]
+pub struct ChartData {
+    /// Recorded usage per signal.
+    pub usage: Vec<(Signal, Points)>,
+    pub real: Points,
+    pub simulated: Points,
+    /// Upsize and scale-back thresholds, percent of the allocation, per signal.
+    pub thresholds: Vec<(Signal, f64, f64)>,
+}
+
+/// One workload's replay.
+#[derive(Clone, Debug)]
+pub struct WorkloadReport {
+    pub key: WorkloadKey,
+    pub policy: Option<PolicyId>,
+    /// What the replay assumed for this workload (e.g. simulated as auto-patch).
+    pub notes: Vec<String>,
+    pub changes: Vec<Change>,
+    pub resource_changes: Vec<ResourceChange>,
+    pub rollouts: usize,
+    pub gpu_hours: Hours,
+    pub cpu_core_hours: Hours,
+    pub memory_gib_hours: Hours,
+    pub chart: ChartData,
+}
+
+/// The replay.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub every_seconds: i64,
+    pub cycles: usize,
+    pub workloads: Vec<WorkloadReport>,
+    /// Range queries sent to the metric source (the history, fetched once per query shape).
+    pub fetches: usize,
+    pub warnings: Vec<String>,
+}
+
+/// Per workload while replaying.
+struct Track {
+    report: WorkloadReport,
+    gpu_policy: Option<GpuPolicy>,
+    pods: Vec<usize>,
+    /// What the last rollout check saw: the served state and the template.
+    seen: Option<(Option<Arc<WorkloadState>>, PodTemplateSpec)>,
+    hpa_target: Option<i32>,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn cores(alloc: &PodAlloc) -> f64 {
+    alloc.values().filter_map(|c| c.cpu_millis).sum::<i64>() as f64 / 1000.0
+}
+
+fn gib(alloc: &PodAlloc) -> f64 {
+    alloc.values().filter_map(|c| c.memory_bytes).sum::<i64>() as f64 / GIB
+}
+
+fn per_pod_gpu(alloc: &PodAlloc) -> f64 {
+    alloc.values().filter_map(|c| c.gpu).sum()
+}
+
+fn gpu_map(alloc: &PodAlloc) -> BTreeMap<String, f64> {
+    alloc
+        .iter()
+        .filter_map(|(c, a)| a.gpu.map(|g| (c.clone(), g)))
+        .collect()
+}
+
+fn requests_map(alloc: &PodAlloc) -> BTreeMap<String, (Option<i64>, Option<i64>)> {
+    alloc
+        .iter()
+        .map(|(c, a)| (c.clone(), (a.cpu_millis, a.memory_bytes)))
+        .collect()
+}
+
+/// Appends a step-function point, skipping values equal to the last one.
+fn push_step(points: &mut Points, t: i64, v: f64) {
+    if points
+        .last()
+        .is_none_or(|(_, last)| (last - v).abs() > 1e-12)
+    {
+        points.push((t, v));
+    }
+}
+
+/// Makes readOnly and audit-only act as auto-patch, saying so per workload (the notes are
+/// matched to workloads by policy once the cycle names them).
+fn as_auto_patch(snapshot: &mut Snapshot) -> (Option<String>, HashMap<PolicyId, String>) {
+    let global = snapshot.global.read_only.then(|| {
+        snapshot.global.read_only = false;
+        "GlobalConfiguration readOnly is true: simulated as if kerf applied its recommendations"
+            .to_string()
+    });
+    let mut per_policy = HashMap::new();
+    for p in &mut snapshot.rightsizing_policies {
+        let mut audit = Vec::new();
+        let cpu = p.spec.resources.cpu.get_or_insert_with(Default::default);
+        if cpu.mode != ResourceMode::AutoPatch {
+            cpu.mode = ResourceMode::AutoPatch;
+            audit.push("cpu");
+        }
+        let memory = p.spec.resources.memory.get_or_insert_with(Default::default);
+        if memory.mode != ResourceMode::AutoPatch {
+            memory.mode = ResourceMode::AutoPatch;
+            audit.push("memory");
+        }
+        if !audit.is_empty() {
+            per_policy.insert(
+                p.id.clone(),
+                format!(
+                    "{} is audit-only for {}: simulated as auto-patch",
+                    p.id,
+                    audit.join(" and ")
+                ),
+            );
+        }
+    }
+    (global, per_policy)
+}
+
+/// The reason a GPU change gives: the driver's candidate line of the cycle's reasons.
+pub fn change_reason(reasons: &[String], driver: Option<Signal>) -> String {
+    let prefix = driver.map(|d| format!("{}: ", d.as_str()));
+    reasons
+        .iter()
+        .find(|r| {
+            r.contains("candidate") && prefix.as_ref().is_none_or(|p| r.starts_with(p.as_str()))
+        })
+        .or_else(|| reasons.iter().find(|r| r.contains("candidate")))
+        .or_else(|| reasons.last())
+        .cloned()
+        .unwrap_or_else(|| "the served recommendation changed".into())
+}
+
+/// Replays `manifests` over `source`'s history as [`Options`] say.
+pub async fn run<S: MetricSource>(
+    manifests: Manifests,
+    source: &S,
+    opts: &Options,
+) -> anyhow::Result<Report> {
+    anyhow::ensure!(opts.every_seconds > 0, "--every must be positive");
+    anyhow::ensure!(opts.step_seconds > 0, "--step-seconds must be positive");
+    anyhow::ensure!(opts.from < opts.to, "--from must be before --to");
+    let ticks = opts.ticks();
+    let last = *ticks.last().expect("from < to gives a tick");
+    let Manifests {
+        snapshot: mut base,
+        invalid,
+        ..
+    } = manifests;
+    if let Some(bad) = invalid.first() {
+        anyhow::bail!("{}", bad.error);
+    }
+    let (global_note, policy_notes) = as_auto_patch(&mut base);
+    let pods_of = pods_by_owner(&base);
+    let workload_at: HashMap<WorkloadKey, usize> = base
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.key.clone(), i))
+        .collect();
+    let real: Vec<Arc<Pod>> = base.pods.clone();
+    let real_alloc: Vec<PodAlloc> = real.iter().map(|p| pod_alloc(p)).collect();
+    let real_start: Vec<Option<i64>> = real
+        .iter()
+        .map(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.as_second())
+        })
+        .collect();
+    let mut sim = real.clone();
+    let mut sim_alloc = real_alloc.clone();
+
+    let relative: HashSet<String> = base
+        .gpu_policies
+        .iter()
+        .flat_map(|p| Signal::BOTH.map(|s| p.spec.metrics.signal(s).prometheus.clone()))
+        .filter(|m| m.interpretation == Interpretation::CurrentAllocation)
+        .map(|m| m.metric)
+        .collect();
+    let namespaces: Vec<String> = base
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.namespace.clone())
+        .chain(base.workloads.iter().map(|w| w.key.namespace.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let pod_names: Vec<String> = base
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut history = HistorySource::new(source, opts.from, last, namespaces, pod_names, relative);
+    let kai = base.global.kai.scheduler_name.clone();
+    let mut writer = MemoryWriter::new();
+    let store = Store::default();
+    // What a rollout would give each workload's pods before the replay: the manifests' templates
+    // admitted with the state their persisted annotations serve (pods recorded under an older
+    // state are not a change kerf makes).
+    crate::reconcile::serve_persisted(&store, &base, &writer.recommendations());
+    let mut references: HashMap<WorkloadKey, Vec<PodAlloc>> = HashMap::new();
+    for w in &base.workloads {
+        let Some(pods) = pods_of.get(&w.key) else {
+            continue;
+        };
+        let state = store.get(&w.key);
+        let allocs = pods
+            .iter()
+            .map(|&pi| {
+                pod_alloc(&rolled_out(
+                    &real[pi],
+                    &w.template,
+                    state.as_deref(),
+                    &kai,
+                    opts.from,
+                ))
+            })
+            .collect();
+        references.insert(w.key.clone(), allocs);
+    }
+    let mut tracks: Vec<Track> = Vec::new();
+    let mut track_at: HashMap<WorkloadKey, usize> = HashMap::new();
+    let mut warnings = Vec::new();
+
+    // The objects as the last tick's writes left them (overlaying kerf's writes again is a
+    // no-op), with the simulated pods: no fresh copy of the manifests per tick.
+    let mut current = base.clone();
+    for (ti, &tick) in ticks.iter().enumerate() {
+        current.pods = sim.clone();
+        let (after, cycle, _) = in_memory_cycle(
+            &mut writer,
+            current,
+            &invalid,
+            &history,
+            tick,
+            opts.step_seconds,
+            &store,
+        )
+        .await;
+        for (policy, e) in cycle.query_failures() {
+            warnings.push(format!("{tick}: {policy}: {e}"));
+        }
+        let hpas = hpa::hpa_index(&after.hpas);
+        let mut rescaled: Vec<usize> = Vec::new();
+        for outcome in &cycle.workloads {
+            let key = &outcome.key;
+            let Some(&wi) = workload_at.get(key) else {
+                continue;
+            };
+            let t = *track_at.entry(key.clone()).or_insert_with(|| {
+                let gpu_policy = outcome
+                    .gpu
+                    .as_ref()
+                    .and_then(|g| g.policies.first())
+                    .and_then(|id| base.gpu_policies.iter().find(|p| &p.id == id))
+                    .cloned();
+                let rs_policy = outcome.resources.as_ref().map(|r| r.policy.clone());
+                let policy = gpu_policy.as_ref().map(|p| p.id.clone()).or(rs_policy);
+                let mut notes: Vec<String> = global_note.iter().cloned().collect();
+                if let Some(n) = outcome
+                    .resources
+                    .as_ref()
+                    .and_then(|r| policy_notes.get(&r.policy))
+                {
+                    notes.push(n.clone());
+                }
+                let thresholds = gpu_policy
+                    .as_ref()
+                    .map(|p| {
+                        Signal::BOTH
+                            .iter()
+                            .map(|s| {
+                                let c = p.spec.metrics.signal(*s);
+                                (
+                                    *s,
+                                    c.upsize.threshold_percent,
+                                    c.scale_back.threshold_percent,
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                tracks.push(Track {
+                    report: WorkloadReport {
+                        key: key.clone(),
+                        policy,
+                        notes,
+                        changes: Vec::new(),
+                        resource_changes: Vec::new(),
+                        rollouts: 0,
+                        gpu_hours: Hours::default(),
+                        cpu_core_hours: Hours::default(),
+                        memory_gib_hours: Hours::default(),
+                        chart: ChartData {
+                            thresholds,
+                            ..Default::default()
+                        },
+                    },
+                    gpu_policy,
+                    pods: pods_of.get(key).cloned().unwrap_or_default(),
+                    seen: None,
+                    hpa_target: hpas
+                        .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
+                        .and_then(|h| hpa::utilization_target(h))
+                        .map(|(_, t)| t),
+                });
+                tracks.len() - 1
+            });
+            let track = &mut tracks[t];
+            let w = &after.workloads[wi];
+            let state = store.get(key);
+            let unchanged = track
+                .seen
+                .as_ref()
+                .is_some_and(|(s, tmpl)| *s == state && *tmpl == w.template);
+            if unchanged {
+                continue;
+            }
+            // The pods a rollout now would create; a rollout happens when they differ.
+            let candidates: Vec<(usize, Pod, PodAlloc)> = track
+                .pods
+                .iter()
+                .map(|&pi| {
+                    let pod = rolled_out(&real[pi], &w.template, state.as_deref(), &kai, tick);
+                    let alloc = pod_alloc(&pod);
+                    (pi, pod, alloc)
+                })
+                .collect();
+            track.seen = Some((state, w.template.clone()));
+            // A rollout is due when kerf's writes change what a new pod would get.
+            let allocs: Vec<PodAlloc> = candidates.iter().map(|(_, _, a)| a.clone()).collect();
+            let reference = references.entry(key.clone()).or_default();
+            if *reference == allocs {
+                continue;
+            }
+            // What kerf changed: the new pods against what a rollout gave before.
+            let was = std::mem::replace(reference, allocs);
+            let Some((first, _, new)) = candidates.first().cloned() else {
+                continue;
+            };
+            let old = sim_alloc[first].clone();
+            let was = was.first().unwrap_or(&old);
+            track.report.rollouts += 1;
+            if gpu_map(was) != gpu_map(&new) {
+                let gpu = outcome.gpu.as_ref();
+                let (before, after) = (per_pod_gpu(&old), per_pod_gpu(&new));
+                let action = match gpu.map(|g| g.action) {
+                    Some(a @ (Action::Upsize | Action::ScaleBack)) => a,
+                    _ if after > before => Action::Upsize,
+                    _ => Action::ScaleBack,
+                };
+                let driver = gpu.and_then(|g| g.driving_metric);
+                let reasons = gpu.map(|g| g.reasons.as_slice()).unwrap_or_default();
+                track.report.changes.push(Change {
+                    at: tick,
+                    gpu: gpu_map(&new),
+                    action,
+                    driver,
+                    reason: change_reason(reasons, driver),
+                    before,
+                    after,
+                });
+            }
+            let hpa_target = hpas
+                .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
+                .and_then(|h| hpa::utilization_target(h))
+                .map(|(_, t)| t);
+            if requests_map(was) != requests_map(&new) || hpa_target != track.hpa_target {
+                track.report.resource_changes.push(ResourceChange {
+                    at: tick,
+                    requests: requests_map(&new),
+                    hpa_target,
+                });
+                track.hpa_target = hpa_target;
+            }
+            for (pi, pod, alloc) in candidates {
+                sim[pi] = Arc::new(pod);
+                sim_alloc[pi] = alloc;
+                rescaled.push(pi);
+            }
+        }
+        drop(hpas);
+        current = after;
+        // currentAllocation samples of a re-allocated pod: real ÷ simulated.
+        for pi in rescaled {
+            let (Some(ns), Some(name)) = (&real[pi].metadata.namespace, &real[pi].metadata.name)
+            else {
+                continue;
+            };
+            for (c, a) in &sim_alloc[pi] {
+                let factor = match (real_alloc[pi].get(c).and_then(|r| r.gpu), a.gpu) {
+                    (Some(r), Some(s)) if s > 0.0 => r / s,
+                    _ => 1.0,
+                };
+                history.set_scale(ns, name, c, factor);
+            }
+        }
+        // Allocation integrals: each tick's allocation holds until the next tick (or --to).
+        let next = ticks.get(ti + 1).copied().unwrap_or(opts.to);
+        let hours = (next.as_second() - tick.as_second()) as f64 / 3600.0;
+        for track in &mut tracks {
+            let mut real_pod = 0f64;
+            let mut sim_pod = 0f64;
+            for &pi in &track.pods {
+                // A pod counts from its recorded start (before it, it did not exist).
+                if real_start[pi].is_some_and(|s| s > tick.as_second()) {
+                    continue;
+                }
+                let r = &mut track.report;
+                r.gpu_hours.allocated_as_is += per_pod_gpu(&real_alloc[pi]) * hours;
+                r.gpu_hours.allocated_with_kerf += per_pod_gpu(&sim_alloc[pi]) * hours;
+                r.cpu_core_hours.allocated_as_is += cores(&real_alloc[pi]) * hours;
+                r.cpu_core_hours.allocated_with_kerf += cores(&sim_alloc[pi]) * hours;
+                r.memory_gib_hours.allocated_as_is += gib(&real_alloc[pi]) * hours;
+                r.memory_gib_hours.allocated_with_kerf += gib(&sim_alloc[pi]) * hours;
+                real_pod = real_pod.max(per_pod_gpu(&real_alloc[pi]));
+                sim_pod = sim_pod.max(per_pod_gpu(&sim_alloc[pi]));
+            }
+            let chart = &mut track.report.chart;
+            push_step(&mut chart.real, tick.as_second(), real_pod);
+            push_step(&mut chart.simulated, tick.as_second(), sim_pod);
+        }
+    }
+
+    let mut workloads = Vec::with_capacity(tracks.len());
+    for mut track in tracks {
+        let pods: Vec<usize> = track.pods.clone();
+        let chart = &mut track.report.chart;
+        // Close the step functions at the end of the replay.
+        for points in [&mut chart.real, &mut chart.simulated] {
+            if let Some(&(_, v)) = points.last() {
+                points.push((opts.to.as_second(), v));
+            }
+        }
+        let ctx = UsageContext {
+            history: &history,
+            real: &real,
+            real_alloc: &real_alloc,
+            pods: &pods,
+            key: &track.report.key,
+            from: opts.from,
+            last,
+            step: opts.step_seconds,
+        };
+        if let Some(policy) = &track.gpu_policy {
+            let (usage, used) = ctx.gpu_usage(policy).await?;
+            track.report.chart.usage = usage;
+            track.report.gpu_hours.used = integrate(&used, &ticks, opts);
+        }
+        let cpu = ctx.summed(CPU_USAGE_METRIC, Some(true)).await?;
+        track.report.cpu_core_hours.used = integrate(&cpu, &ticks, opts);
+        let memory = ctx.summed(MEMORY_METRIC, Some(false)).await?;
+        let memory: BTreeMap<i64, f64> = memory.into_iter().map(|(t, v)| (t, v / GIB)).collect();
+        track.report.memory_gib_hours.used = integrate(&memory, &ticks, opts);
+        workloads.push(track.report);
+    }
+    warnings.extend(history.warnings().await);
+    Ok(Report {
+        from: opts.from,
+        to: opts.to,
+        every_seconds: opts.every_seconds,
+        cycles: ticks.len(),
+        workloads,
+        fetches: history.fetches(),
+        warnings,
+    })
+}
+
+/// Step integral at tick resolution: each tick's value (the latest sample at or before it,
+/// not older than one tick) held until the next tick. Hours.
+fn integrate(values: &BTreeMap<i64, f64>, ticks: &[Timestamp], opts: &Options) -> f64 {
+    let mut total = 0.0;
+    for (i, tick) in ticks.iter().enumerate() {
+        let t = tick.as_second();
+        let next = ticks.get(i + 1).copied().unwrap_or(opts.to).as_second();
+        if let Some((&at, &v)) = values.range(..=t).next_back()
+            && t - at < opts.every_seconds.max(opts.step_seconds)
+        {
+            total += v * (next - t) as f64 / 3600.0;
+        }
+    }
+    total
+}
+
+/// Reads a workload's recorded usage from the history.
+struct UsageContext<'h, 'a, S> {
+    history: &'h HistorySource<'a, S>,
+    real: &'h [Arc<Pod>],
+    real_alloc: &'h [PodAlloc],
+    pods: &'h [usize],
+    key: &'h WorkloadKey,
+    from: Timestamp,
+    last: Timestamp,
+    step: i64,
+}
+
+impl<S: MetricSource> UsageContext<'_, '_, S> {
+    fn pod_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pods
+            .iter()
+            .filter_map(|&pi| self.real[pi].metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn recorded(
+        &self,
+        metric: &crate::api::PrometheusMetric,
+        counter: Option<bool>,
+    ) -> anyhow::Result<SeriesSet> {
+        let pods = self.pod_names();
+        if pods.is_empty() {
+            return Ok(SeriesSet::default());
+        }
+        let q = RangeQuery {
+            metric: metric.metric.clone(),
+            namespace_label: metric.namespace_label.clone(),
+            pod_label: metric.pod_label.clone(),
+            container_label: metric.container_label.clone(),
+            namespaces: vec![self.key.namespace.clone()],
+            pods,
+            start: self.from,
+            end: self.last,
+            step_seconds: self.step,
+            counter,
+            aggregation: Aggregation::Sum,
+        };
+        Ok(self.history.recorded(&q).await?)
+    }
+
+    /// Per signal, the hottest pod's usage in GPUs at each sample; and the workload's usage
+    /// (per pod the higher of the two signals, summed over pods).
+    async fn gpu_usage(
+        &self,
+        policy: &GpuPolicy,
+    ) -> anyhow::Result<(Vec<(Signal, Points)>, BTreeMap<i64, f64>)> {
+        let pods: Vec<(&str, &PodAlloc)> = self
+            .pods
+            .iter()
+            .filter_map(|&pi| {
+                Some((
+                    self.real[pi].metadata.name.as_deref()?,
+                    &self.real_alloc[pi],
+                ))
+            })
+            .collect();
+        // (signal, pod index in `pods`) → t → pod total.
+        let mut totals: BTreeMap<(Signal, usize), BTreeMap<i64, f64>> = BTreeMap::new();
+        let mut usage = Vec::new();
+        for signal in Signal::BOTH {
+            let m = &policy.spec.metrics.signal(signal).prometheus;
+            let set = self.recorded(m, None).await?;
+            let by_key: HashMap<(&str, &str), &[(i64, f64)]> = set
+                .series
+                .iter()
+                .map(|(k, v)| ((k.pod.as_str(), k.container.as_str()), v.as_slice()))
+                .collect();
+            let per_pod =
+                usage::pod_totals(&pods, m.interpretation, |p, c| by_key.get(&(p, c)).copied());
+            usage.push((signal, usage::hottest(&per_pod)));
+            for (i, per) in per_pod.into_iter().enumerate() {
+                totals.insert((signal, i), per);
+            }
+        }
+        let mut used: BTreeMap<i64, f64> = BTreeMap::new();
+        for pi in 0..pods.len() {
+            let c = totals.get(&(Signal::Compute, pi));
+            let m = totals.get(&(Signal::Memory, pi));
+            let times: BTreeSet<i64> = c
+                .into_iter()
+                .chain(m)
+                .flat_map(|x| x.keys().copied())
+                .collect();
+            for t in times {
+                let v = [c, m]
+                    .iter()
+                    .filter_map(|x| x.and_then(|x| x.get(&t)))
+                    .copied()
+                    .fold(0.0, f64::max);
+                *used.entry(t).or_default() += v;
+            }
+        }
+        Ok((usage, used))
+    }
+
+    /// A cAdvisor metric summed over the workload's pods and containers, per sample.
+    async fn summed(
+        &self,
+        metric: &str,
+        counter: Option<bool>,
+    ) -> anyhow::Result<BTreeMap<i64, f64>> {
+        let m = crate::api::PrometheusMetric {
+            metric: metric.to_string(),
+            interpretation: Interpretation::FullGpu,
+            namespace_label: "namespace".into(),
+            pod_label: "pod".into(),
+            container_label: "container".into(),
+        };
+        let set = self.recorded(&m, counter).await?;
+        let mut out: BTreeMap<i64, f64> = BTreeMap::new();
+        for samples in set.series.values() {
+            for (t, v) in samples {
+                *out.entry(*t).or_default() += v;
+            }
+        }
+        Ok(out)
+    }
+}
