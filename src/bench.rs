@@ -213,6 +213,15 @@ pub struct SynthSource {
 }
 
 impl MetricSource for SynthSource {
+    /// The GPU bench has no rightsizing policy: nothing asks.
+    async fn window_query(
+        &self,
+        _q: &crate::metrics::WindowQuery,
+    ) -> Result<crate::metrics::WindowSet, MetricError> {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+        Ok(Default::default())
+    }
+
     async fn range_query(&self, q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         self.queries.fetch_add(1, Ordering::Relaxed);
         let mut set = SeriesSet::default();

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod bench_resources;
 pub mod cli;
 pub mod core;
 pub mod health;

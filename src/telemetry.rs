@@ -71,6 +71,7 @@ pub struct Metrics {
     pub reconcile_duration_seconds: Histogram,
     pub prometheus_query_duration_seconds: Family<QueryLabels, Histogram>,
     pub prometheus_query_failures: Family<QueryLabels, Counter>,
+    pub prometheus_query_splits: Counter,
     pub cluster_writes: Family<WriteLabels, Counter>,
     pub is_leader: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
@@ -110,6 +111,7 @@ impl Metrics {
             reconcile_duration_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             prometheus_query_duration_seconds: Family::new_with_constructor(query_histogram),
             prometheus_query_failures: Family::default(),
+            prometheus_query_splits: Counter::default(),
             cluster_writes: Family::default(),
             is_leader: Gauge::default(),
             tls_reloads: Family::default(),
@@ -169,6 +171,12 @@ impl Metrics {
             "kerf_prometheus_query_failures",
             "Prometheus range queries that failed, by signal",
             self.prometheus_query_failures.clone(),
+        );
+        r.register(
+            "kerf_prometheus_query_splits",
+            "Batched window queries the metric source refused as too big (too many samples, \
+             timeout) and kerf split in two to retry",
+            self.prometheus_query_splits.clone(),
         );
         r.register(
             "kerf_cluster_writes",

@@ -25,6 +25,35 @@ pub enum BenchCommand {
     /// Decoding speed of a range-query answer: kerf's decoder against `serde_json::Value`,
     /// typed serde structs and serde_json's streaming (reader) decoder.
     Decode(DecodeArgs),
+    /// One CPU/memory reconcile cycle with 7-day windows against a Prometheus loaded with
+    /// synthetic history (docs/performance.md).
+    Resources(ResourcesArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ResourcesArgs {
+    #[arg(long, default_value_t = 25_000)]
+    pub workloads: usize,
+    #[arg(long, default_value_t = 33_000)]
+    pub pods: usize,
+    #[arg(long, default_value_t = 50)]
+    pub namespaces: usize,
+    /// Evaluation time (RFC 3339) — the synthetic history ends here.
+    #[arg(long, default_value = "2026-01-08T00:00:00Z")]
+    pub at: String,
+    /// Seconds between two synthetic scrapes (coarse keeps the backfill small).
+    #[arg(long, default_value_t = 3_600)]
+    pub scrape_seconds: i64,
+    /// The cycle's query step; the counters' rate window is 4 steps, so at least half the
+    /// scrape interval.
+    #[arg(long, default_value_t = 1_800)]
+    pub step_seconds: i64,
+    /// The Prometheus holding the `--write-openmetrics` history.
+    #[arg(long, required_unless_present = "write_openmetrics")]
+    pub prometheus: Option<String>,
+    /// Write the synthetic history as OpenMetrics to this file and exit.
+    #[arg(long)]
+    pub write_openmetrics: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -112,6 +141,7 @@ pub struct ScaleArgs {
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let args = match cmd {
         BenchCommand::Scale(args) => args,
+        BenchCommand::Resources(args) => return run_resources(args).await,
         BenchCommand::Simulate(args) => return super::bench_simulate::run(args).await,
         BenchCommand::Decode(args) => return decode_bench(&args),
     };
@@ -266,4 +296,96 @@ async fn measure<S: MetricSource>(
         });
     }
     out
+}
+
+/// `kerf bench resources`: one CPU/memory cycle (plan → window queries → recommenders → write
+/// planning → the in-memory writer) against Prometheus, and what it cost kerf.
+async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
+    use crate::bench_resources::{HistorySpec, synth_snapshot, write_openmetrics};
+    let spec = HistorySpec {
+        workloads: args.workloads,
+        pods: args.pods,
+        namespaces: args.namespaces,
+        scrape_seconds: args.scrape_seconds,
+        ..Default::default()
+    };
+    anyhow::ensure!(
+        spec.workloads > 0 && spec.pods >= spec.workloads && spec.namespaces > 0,
+        "need at least one namespace and one workload, and at least as many pods as workloads"
+    );
+    anyhow::ensure!(
+        args.step_seconds > 0 && 2 * args.scrape_seconds <= 4 * args.step_seconds,
+        "--step-seconds must be at least half --scrape-seconds: the rate window (4 steps) needs two scrapes"
+    );
+    let now = super::parse_at(Some(&args.at))?;
+    if let Some(path) = &args.write_openmetrics {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        write_openmetrics(&spec, now, &mut f)?;
+        std::io::Write::flush(&mut f)?;
+        eprintln!("wrote {}", path.display());
+        return Ok(());
+    }
+    let url = args.prometheus.as_deref().expect("clap requires it");
+    let snapshot = synth_snapshot(&spec, now);
+    let snapshot_rss = rss_mib();
+    let policies = snapshot.rightsizing_policies.len();
+    let source = crate::metrics::AnySource::from_args(None, Some(url), &snapshot.global).await?;
+    let store = crate::state::Store::new();
+    let mut writer = crate::writers::memory::MemoryWriter::new();
+    let cpu0 = cpu_seconds().unwrap_or(0.0);
+    let t0 = Instant::now();
+    let (_after, cycle, writes) = crate::reconcile::standalone::in_memory_cycle(
+        &mut writer,
+        snapshot,
+        &[],
+        &source,
+        now,
+        args.step_seconds,
+        &store,
+    )
+    .await;
+    let (wall, cpu) = (
+        t0.elapsed().as_secs_f64(),
+        cpu_seconds().unwrap_or(0.0) - cpu0,
+    );
+    let results: Vec<_> = cycle.resource_results().collect();
+    let ok = || results.iter().filter_map(|r| r.outcome.as_ref().ok());
+    let recommended = ok()
+        .filter(|o| {
+            o.containers
+                .iter()
+                .any(|c| c.recommended.cpu_millis.is_some())
+        })
+        .count();
+    let flagged = ok()
+        .filter(|o| {
+            o.risk_flags.iter().any(|f| {
+                f == crate::core::recommenders::resources::workload::RISK_INSUFFICIENT_HISTORY
+            })
+        })
+        .count();
+    let report = json!({
+        "mode": "prometheus",
+        "workloads": spec.workloads,
+        "pods": spec.pods,
+        "policies": policies,
+        "windowDays": 7,
+        "scrapeSeconds": spec.scrape_seconds,
+        "stepSeconds": args.step_seconds,
+        "queries": cycle.queries,
+        "querySplits": cycle.query_splits,
+        "samplesLoaded": cycle.samples_loaded,
+        "failedPolicies": cycle.query_failures().len(),
+        "queryFailures": cycle.query_failures().iter().take(3).map(|(p, e)| format!("{p}: {e}")).collect::<Vec<_>>(),
+        "workloadsEvaluated": results.len(),
+        "workloadsWithCpuRecommendation": recommended,
+        "insufficientHistory": flagged,
+        "writesPlanned": writes,
+        "wallSeconds": wall,
+        "cpuSeconds": cpu,
+        "rssBeforeCycleMiB": snapshot_rss,
+        "peakRssMiB": peak_rss_mib(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }

@@ -34,36 +34,62 @@ pub struct CycleOutput {
     /// rightsizing policy covers.
     pub workloads: Vec<WorkloadOutcome>,
     pub policies: BTreeMap<PolicyId, PolicyRun>,
-    /// Range queries issued.
+    /// Queries sent to the metric source (a refused batch's halves included).
     pub queries: usize,
+    /// Times a window query the source refused as too big was split in two.
+    pub query_splits: usize,
+    /// Samples the metric source says it loaded for the window queries (Prometheus `stats`).
+    pub samples_loaded: u64,
     /// Non-fatal problems reported by the metric source.
     pub warnings: Vec<String>,
 }
 
 impl CycleOutput {
-    /// One outcome per workload from the two recommenders' results.
-    pub fn join(gpu: Vec<WorkloadResult>, resources: Vec<RsResult>) -> Vec<WorkloadOutcome> {
-        let mut out: Vec<WorkloadOutcome> = Vec::with_capacity(gpu.len());
-        let mut at: HashMap<WorkloadKey, usize> = HashMap::with_capacity(gpu.len());
-        for r in gpu {
-            at.insert(r.key.clone(), out.len());
-            out.push(WorkloadOutcome {
-                key: r.key.clone(),
-                gpu: Some(r),
-                resources: None,
-            });
+    /// Adds the GPU recommender's results, one outcome per workload, in evaluation order.
+    pub fn add_gpu(&mut self, gpu: Vec<WorkloadResult>) {
+        self.add(gpu, |r| &r.key, |w, r| w.gpu = Some(r));
+    }
+
+    /// Adds the CPU/memory recommender's results to the workloads' outcomes (a workload no
+    /// earlier recommender covers gets its own, after the others).
+    pub fn add_resources(&mut self, resources: Vec<RsResult>) {
+        self.add(
+            resources,
+            |r| &r.key,
+            |w, r| w.resources = Some(Box::new(r)),
+        );
+    }
+
+    /// Joins one recommender's results into the per-workload outcomes by workload key.
+    fn add<R>(
+        &mut self,
+        results: Vec<R>,
+        key: impl Fn(&R) -> &WorkloadKey,
+        set: impl Fn(&mut WorkloadOutcome, R),
+    ) {
+        let mut at: HashMap<WorkloadKey, usize> = self
+            .workloads
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.key.clone(), i))
+            .collect();
+        self.workloads.reserve(results.len());
+        for r in results {
+            let i = match at.get(key(&r)) {
+                Some(&i) => i,
+                None => {
+                    let k = key(&r).clone();
+                    at.insert(k.clone(), self.workloads.len());
+                    self.workloads.push(WorkloadOutcome {
+                        key: k,
+                        gpu: None,
+                        resources: None,
+                    });
+                    self.workloads.len() - 1
+                }
+            };
+            set(&mut self.workloads[i], r);
         }
-        for r in resources {
-            match at.get(&r.key) {
-                Some(&i) => out[i].resources = Some(Box::new(r)),
-                None => out.push(WorkloadOutcome {
-                    key: r.key.clone(),
-                    gpu: None,
-                    resources: Some(Box::new(r)),
-                }),
-            }
-        }
-        out
     }
 
     /// The GPU recommender's results.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::openmetrics::{self, MetricType, OpenMetrics, ParseError, Series};
 use super::promql::{self, Group};
+use super::window::{self, WindowAggregate, WindowKey, WindowQuery, WindowSet};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
 
 /// Prometheus's default `--query.lookback-delta`.
@@ -142,9 +143,118 @@ impl FileSource {
     }
 }
 
+impl FileSource {
+    /// Synchronous core of [`MetricSource::window_query`]: the PromQL of [`window::build`],
+    /// evaluated term by term with Prometheus's subquery, `rate`, `*_over_time` and
+    /// `label_replace` rules.
+    pub fn evaluate_window(&self, q: &WindowQuery) -> Result<WindowSet, MetricError> {
+        window::validate(q)?;
+        let grid = window::grid(q);
+        let range_ms = promql::rate_window_seconds(q.step_seconds) * 1000;
+        let metrics = q.metrics();
+        let mut values: BTreeMap<WindowKey, f64> = BTreeMap::new();
+        for term in window::terms(q) {
+            let anchored = |re: &str| {
+                regex::Regex::new(&format!("^(?:{re})$"))
+                    .map_err(|e| MetricError::Other(format!("invalid pod pattern {re:?}: {e}")))
+            };
+            let (select, capture) = (anchored(&term.pod_regex)?, anchored(&term.capture)?);
+            // (pod, container) → the selected series of each metric.
+            let mut pods: BTreeMap<(&str, &str), Vec<Vec<&Series>>> = BTreeMap::new();
+            for (mi, metric) in metrics.iter().enumerate() {
+                for s in self
+                    .by_name
+                    .get(*metric)
+                    .into_iter()
+                    .flatten()
+                    .map(|&i| &self.data.series[i])
+                {
+                    let label = |l: &str| s.labels.get(l).map(String::as_str).unwrap_or("");
+                    let (ns, pod, container) = (
+                        label(&q.namespace_label),
+                        label(&q.pod_label),
+                        label(&q.container_label),
+                    );
+                    if ns != term.namespace || container.is_empty() || !select.is_match(pod) {
+                        continue;
+                    }
+                    let lists = pods
+                        .entry((pod, container))
+                        .or_insert_with(|| vec![Vec::new(); metrics.len()]);
+                    lists[mi].push(s);
+                }
+            }
+            let sem = self.semantics;
+            // `sum by (namespace,pod,container)` of the instant value or rate at `t`.
+            let at = |list: &[&Series], t: i64, counter: bool| -> Option<f64> {
+                list.iter()
+                    .filter_map(|s| {
+                        if counter {
+                            rate(&s.samples, t * 1000, range_ms, sem)
+                        } else {
+                            instant(&s.samples, t * 1000, sem)
+                        }
+                    })
+                    .reduce(|a, b| a + b)
+            };
+            for ((pod, container), lists) in pods {
+                let per_pod = match &q.aggregate {
+                    WindowAggregate::RateQuantile { quantile } => {
+                        let mut v: Vec<f64> = grid
+                            .iter()
+                            .filter_map(|&t| at(&lists[0], t, true))
+                            .collect();
+                        window::quantile(*quantile, &mut v)
+                    }
+                    WindowAggregate::Peak => grid
+                        .iter()
+                        .filter_map(|&t| at(&lists[0], t, false))
+                        .reduce(f64::max),
+                    WindowAggregate::RateRatioPeak { .. } => grid
+                        .iter()
+                        .filter_map(|&t| {
+                            let d = at(&lists[1], t, true).filter(|d| *d > 0.0)?;
+                            Some(at(&lists[0], t, true)? / d)
+                        })
+                        .reduce(f64::max),
+                    WindowAggregate::FirstSeen => grid
+                        .iter()
+                        .find(|&&t| at(&lists[0], t, false).is_some())
+                        .map(|&t| t as f64),
+                };
+                let Some(v) = per_pod else { continue };
+                let Some(caps) = capture.captures(pod) else {
+                    continue;
+                };
+                let mut workload = String::new();
+                caps.expand(&term.replacement, &mut workload);
+                let key = WindowKey {
+                    namespace: term.namespace.clone(),
+                    workload,
+                    container: container.to_string(),
+                };
+                let first = matches!(q.aggregate, WindowAggregate::FirstSeen);
+                values
+                    .entry(key)
+                    .and_modify(|acc| *acc = if first { acc.min(v) } else { acc.max(v) })
+                    .or_insert(v);
+            }
+        }
+        Ok(WindowSet {
+            values,
+            queries: 1,
+            ..Default::default()
+        })
+    }
+}
+
 impl MetricSource for FileSource {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
         self.evaluate(query)
+    }
+
+    async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
+        self.evaluate_window(query)
     }
 }
 

@@ -88,8 +88,20 @@ pub enum MetricError {
     /// HTTP 401 or 403: the server refused kerf's credentials (or their absence).
     #[error("unauthorized: {0}")]
     Unauthorized(String),
+    /// The source refused the query as too big: it would load more samples than its limit
+    /// (Prometheus `--query.max-samples`, HTTP 422) or ran past its own query timeout. A
+    /// smaller query may succeed.
+    #[error("query refused as too big: {0}")]
+    Refused(String),
     #[error("{0}")]
     Other(String),
+}
+
+impl MetricError {
+    /// Worth retrying as smaller queries: refused as too big, or timed out.
+    pub fn is_too_big(&self) -> bool {
+        matches!(self, MetricError::Refused(_) | MetricError::Timeout(_))
+    }
 }
 
 /// A source of range-query results: the OpenMetrics file (standalone) or Prometheus.
@@ -98,6 +110,47 @@ pub trait MetricSource: Send + Sync {
         &self,
         query: &RangeQuery,
     ) -> impl std::future::Future<Output = Result<SeriesSet, MetricError>> + Send;
+
+    /// One value per (namespace, workload, container) over a window ([`window`]).
+    fn window_query(
+        &self,
+        query: &WindowQuery,
+    ) -> impl std::future::Future<Output = Result<WindowSet, MetricError>> + Send;
+
+    /// A window query this source refused was split in two (counted where the source reports
+    /// its metrics: `kerf_prometheus_query_splits_total`).
+    fn record_split(&self) {}
+}
+
+/// [`MetricSource::window_query`], splitting a batch the source refuses as too big (or that
+/// times out) in two and retrying each half, down to one workload per query. Halves run one
+/// after the other: the caller bounds how many batches are in flight, and a split never
+/// multiplies the load on a source that is already struggling.
+pub async fn window_query_splitting<S: MetricSource>(
+    source: &S,
+    query: &WindowQuery,
+) -> Result<WindowSet, MetricError> {
+    match source.window_query(query).await {
+        Err(e) if e.is_too_big() => {
+            let Some((a, b)) = query.split() else {
+                return Err(e);
+            };
+            source.record_split();
+            tracing::debug!(
+                metric = %query.metric,
+                workloads = query.workloads.len(),
+                "window query refused ({e}); split in two"
+            );
+            let mut left = Box::pin(window_query_splitting(source, &a)).await?;
+            let right = Box::pin(window_query_splitting(source, &b)).await?;
+            left.merge(right);
+            left.splits += 1;
+            // The refused attempt was a query too.
+            left.queries += 1;
+            Ok(left)
+        }
+        other => other,
+    }
 }
 
 /// The source a command was given: an OpenMetrics file or a Prometheus URL.
@@ -158,6 +211,19 @@ impl MetricSource for AnySource {
             AnySource::Prometheus(p) => p.range_query(query).await,
         }
     }
+
+    fn record_split(&self) {
+        if let AnySource::Prometheus(p) = self {
+            p.record_split();
+        }
+    }
+
+    async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
+        match self {
+            AnySource::File(f) => f.window_query(query).await,
+            AnySource::Prometheus(p) => p.window_query(query).await,
+        }
+    }
 }
 
 pub mod decode;
@@ -165,3 +231,6 @@ pub mod file;
 pub mod openmetrics;
 pub mod prometheus;
 pub mod promql;
+pub mod window;
+
+pub use window::{WindowAggregate, WindowKey, WindowQuery, WindowSet, WorkloadSelector};

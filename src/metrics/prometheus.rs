@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::decode;
 use super::promql::{self, Group, LabelMatcher};
+use super::window::{self, WindowKey, WindowQuery, WindowSet};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::api::{OptionNames, PrometheusOption as O, PrometheusSettings};
 use crate::telemetry::{Metrics, QueryLabels};
@@ -50,8 +51,10 @@ pub struct PrometheusSource {
 }
 
 struct Connection {
-    /// `…/api/v1/query_range` and `…/api/v1/metadata`, with the configured query parameters.
+    /// `…/api/v1/query_range`, `…/api/v1/query` and `…/api/v1/metadata`, with the configured
+    /// query parameters.
     query_range_url: Url,
+    query_url: Url,
     metadata_url: Url,
     auth: Option<Auth>,
     /// The URL carries `user:password@` (reqwest sends it as basic auth).
@@ -198,6 +201,7 @@ impl PrometheusSource {
             timeout,
             conn: Box::new(Connection {
                 query_range_url: endpoint(&base, "api/v1/query_range", &params),
+                query_url: endpoint(&base, "api/v1/query", &params),
                 metadata_url: endpoint(&base, "api/v1/metadata", &params),
                 auth,
                 url_credentials,
@@ -393,21 +397,63 @@ impl PrometheusSource {
     }
 }
 
+impl PrometheusSource {
+    /// One instant query at `q.at` (`stats=all`: the answer says how many samples it loaded).
+    async fn window(&self, q: &WindowQuery) -> Result<WindowSet, MetricError> {
+        window::validate(q)?;
+        if q.workloads.is_empty() {
+            return Ok(WindowSet::default());
+        }
+        let text = window::build(q, self.conn.cluster.as_ref());
+        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        let form = [
+            ("query", text),
+            ("time", q.at.as_second().to_string()),
+            ("timeout", format!("{timeout_ms}ms")),
+            ("stats", "all".to_string()),
+        ];
+        let url = &self.conn.query_url;
+        let response = self.send(self.http.post(url.clone()).form(&form)).await?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
+        if let Some(refused) = self.refused(url, status, &body) {
+            return Err(refused);
+        }
+        parse_vector(q, status, &body)
+    }
+}
+
+/// Times `answer` and counts its failure, by signal (the metric name).
+async fn observed<T>(
+    m: &Metrics,
+    metric: &str,
+    answer: impl std::future::Future<Output = Result<T, MetricError>>,
+) -> Result<T, MetricError> {
+    let labels = QueryLabels {
+        signal: metric.to_string(),
+    };
+    let started = Instant::now();
+    let result = answer.await;
+    m.prometheus_query_duration_seconds
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_err() {
+        m.prometheus_query_failures.get_or_create(&labels).inc();
+    }
+    result
+}
+
 impl MetricSource for PrometheusSource {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
-        let labels = QueryLabels {
-            signal: query.metric.clone(),
-        };
-        let started = Instant::now();
-        let result = self.query(query).await;
-        let m = &self.metrics;
-        m.prometheus_query_duration_seconds
-            .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        if result.is_err() {
-            m.prometheus_query_failures.get_or_create(&labels).inc();
-        }
-        result
+        observed(&self.metrics, &query.metric, self.query(query)).await
+    }
+
+    async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
+        observed(&self.metrics, &query.metric, self.window(query)).await
+    }
+
+    fn record_split(&self) {
+        self.metrics.prometheus_query_splits.inc();
     }
 }
 
@@ -551,6 +597,144 @@ fn quoted(body: &[u8]) -> String {
     }
 }
 
+/// An error answer: refused as too big (too many samples: HTTP 422 `execution`; the query
+/// timeout: `timeout`) or another bad response.
+fn error_answer(
+    status: StatusCode,
+    // `errorType` and `error` of the answer, when its body was a Prometheus answer at all.
+    reported: Option<(Option<&str>, Option<&str>)>,
+    body: &[u8],
+) -> MetricError {
+    let (kind, error) = reported.unwrap_or((None, None));
+    let detail = match error {
+        Some(e) => format!("{}: {e}", kind.unwrap_or("error")),
+        None => quoted(body),
+    };
+    let too_many = error.is_some_and(|e| e.contains("too many samples"));
+    if too_many || kind == Some("timeout") {
+        MetricError::Refused(format!("HTTP {status}: {detail}"))
+    } else {
+        MetricError::BadResponse(format!("HTTP {status}: {detail}"))
+    }
+}
+
+#[derive(Deserialize)]
+struct VectorData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<VectorSample>,
+    #[serde(default)]
+    stats: Option<QueryStats>,
+}
+
+#[derive(Deserialize)]
+struct VectorSample {
+    #[serde(default)]
+    metric: HashMap<String, String>,
+    value: (f64, String),
+}
+
+#[derive(Deserialize)]
+struct QueryStats {
+    #[serde(default)]
+    samples: Option<SampleStats>,
+}
+
+#[derive(Deserialize)]
+struct SampleStats {
+    #[serde(default, rename = "totalQueryableSamples")]
+    total_queryable_samples: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct VectorResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<VectorData>,
+    #[serde(default, rename = "errorType")]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    warnings: Vec<String>,
+}
+
+/// Turns a `/api/v1/query` answer to a window query into a [`WindowSet`]; never panics on any
+/// input. Values that are not finite and results without a workload or container are skipped
+/// with a warning.
+fn parse_vector(
+    q: &WindowQuery,
+    status: StatusCode,
+    body: &[u8],
+) -> Result<WindowSet, MetricError> {
+    if !status.is_success() {
+        let parsed: Result<VectorResponse, _> = serde_json::from_slice(body);
+        let reported = parsed
+            .as_ref()
+            .ok()
+            .map(|r| (r.error_type.as_deref(), r.error.as_deref()));
+        return Err(error_answer(status, reported, body));
+    }
+    let r: VectorResponse = serde_json::from_slice(body)
+        .map_err(|e| MetricError::BadResponse(format!("malformed JSON ({e}): {}", quoted(body))))?;
+    if r.status != "success" {
+        return Err(MetricError::BadResponse(format!(
+            "status {:?}: {}: {}",
+            r.status,
+            r.error_type.as_deref().unwrap_or("error"),
+            r.error.as_deref().unwrap_or_default()
+        )));
+    }
+    let mut warnings: Vec<String> = r
+        .warnings
+        .into_iter()
+        .map(|w| format!("prometheus: {w}"))
+        .collect();
+    let data = r
+        .data
+        .ok_or_else(|| MetricError::BadResponse("success response without data".into()))?;
+    if data.result_type != "vector" {
+        return Err(MetricError::BadResponse(format!(
+            "expected a vector result, got {:?}",
+            data.result_type
+        )));
+    }
+    let mut values = std::collections::BTreeMap::new();
+    for s in data.result {
+        let v = s.value.1.parse::<f64>().map_err(|_| {
+            MetricError::BadResponse(format!("sample value {:?} is not a number", s.value.1))
+        })?;
+        let label = |l: &str| s.metric.get(l).cloned().unwrap_or_default();
+        let key = WindowKey {
+            namespace: label(&q.namespace_label),
+            workload: label(window::WORKLOAD_LABEL),
+            container: label(&q.container_label),
+        };
+        if key.namespace.is_empty()
+            || key.workload.is_empty()
+            || key.container.is_empty()
+            || !v.is_finite()
+        {
+            warnings.push(format!(
+                "{}: skipped result {}/{}/{} = {v}",
+                q.metric, key.namespace, key.workload, key.container
+            ));
+            continue;
+        }
+        values.insert(key, v);
+    }
+    Ok(WindowSet {
+        values,
+        warnings,
+        samples_loaded: data
+            .stats
+            .and_then(|s| s.samples)
+            .and_then(|s| s.total_queryable_samples),
+        queries: 1,
+        splits: 0,
+    })
+}
+
 /// Turns a `/api/v1/query_range` answer into groups keyed by the query's label names; never
 /// panics on any input.
 fn parse_response(
@@ -566,15 +750,11 @@ fn parse_response(
     };
     let parsed = decode::decode(labels, body);
     if !status.is_success() {
-        let detail = match &parsed {
-            Ok(r) if r.error.is_some() => format!(
-                "{}: {}",
-                r.error_type.as_deref().unwrap_or("error"),
-                r.error.as_deref().unwrap_or_default()
-            ),
-            _ => quoted(body),
-        };
-        return Err(MetricError::BadResponse(format!("HTTP {status}: {detail}")));
+        let reported = parsed
+            .as_ref()
+            .ok()
+            .map(|r| (r.error_type.as_deref(), r.error.as_deref()));
+        return Err(error_answer(status, reported, body));
     }
     let r = parsed
         .map_err(|e| MetricError::BadResponse(format!("malformed JSON ({e}): {}", quoted(body))))?;

@@ -81,7 +81,7 @@ pub fn regex_escape(s: &str) -> String {
 }
 
 /// Quotes a string as a PromQL double-quoted literal.
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

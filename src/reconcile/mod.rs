@@ -4,18 +4,13 @@
 pub mod cluster;
 pub mod standalone;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::future::Future;
-
 use jiff::Timestamp;
-use std::pin::Pin;
 
 use crate::api::RightsizingRecommendation;
-use crate::api::Signal;
 pub use crate::core::cycle::{CycleOutput, PolicyRun};
-use crate::core::model::WorkloadKey;
-use crate::core::recommenders::gpu;
-use crate::core::recommenders::resources;
+use crate::core::recommenders::gpu::recommender::Gpu;
+use crate::core::recommenders::resources::Resources;
+use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
 use crate::core::recovery::serving_state_each;
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::core::writes::WriteOp;
@@ -26,141 +21,130 @@ use crate::state::Store;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
+use crate::metrics::{MetricError, MetricSource, window_query_splitting};
 
-/// Queries in flight at once (Prometheus handles a few concurrent range queries well).
+/// Queries in flight at once (Prometheus handles a few concurrent queries well; a refused
+/// window query is split and retried within its slot, so this bounds the splits too).
 const QUERY_CONCURRENCY: usize = 4;
 
-type Answer<K> = (usize, K, Result<SeriesSet, MetricError>);
-
-/// Runs the queries, `QUERY_CONCURRENCY` at a time; answers in query order. (Boxed futures keep
-/// the caller's future `Send` for `tokio::spawn`; a stream-with-closure trips rustc's
-/// higher-ranked lifetime inference there.)
-async fn run_queries<S: MetricSource, K: Copy + Send + Sync>(
-    source: &S,
-    queries: &[(usize, K, RangeQuery)],
-) -> Vec<Answer<K>> {
-    let mut out = Vec::with_capacity(queries.len());
-    for chunk in queries.chunks(QUERY_CONCURRENCY) {
-        let mut batch: Vec<Pin<Box<dyn Future<Output = Answer<K>> + Send + '_>>> = Vec::new();
-        for (pi, k, q) in chunk {
-            let (pi, k) = (*pi, *k);
-            batch.push(Box::pin(
-                async move { (pi, k, source.range_query(q).await) },
-            ));
-        }
-        out.extend(futures::future::join_all(batch).await);
-    }
-    out
+/// What asking one query cost, beside its answer.
+#[derive(Default)]
+struct Asked {
+    queries: usize,
+    splits: usize,
+    samples: u64,
 }
 
-/// Records one answer's availability and warnings for its policy.
-fn record_answer<K: Copy>(
-    pi: usize,
-    k: K,
-    answer: &Result<SeriesSet, MetricError>,
-    name: &impl Fn(usize, K) -> String,
-    status: &mut BTreeMap<usize, Result<(), String>>,
-    warnings: &mut Vec<String>,
+/// Asks one planned query; a window query the source refuses as too big is split and retried.
+async fn ask<S: MetricSource>(source: &S, q: QueryRef<'_>) -> (Asked, Result<Answer, MetricError>) {
+    match q {
+        QueryRef::Range(q) => {
+            let asked = Asked {
+                queries: 1,
+                ..Default::default()
+            };
+            (asked, source.range_query(q).await.map(Answer::Range))
+        }
+        QueryRef::Window(q) => match window_query_splitting(source, q).await {
+            Ok(set) => {
+                let asked = Asked {
+                    queries: set.queries,
+                    splits: set.splits,
+                    samples: set.samples_loaded.unwrap_or(0),
+                };
+                (asked, Ok(Answer::Window(set)))
+            }
+            Err(e) => {
+                let asked = Asked {
+                    queries: 1,
+                    ..Default::default()
+                };
+                (asked, Err(e))
+            }
+        },
+    }
+}
+
+/// Records one answer: its cost, warnings, and the query status of its policy.
+fn record(
+    out: &mut CycleOutput,
+    q: &PlannedQuery<'_>,
+    asked: &Asked,
+    answer: &Result<Answer, MetricError>,
 ) {
+    out.queries += asked.queries;
+    out.query_splits += asked.splits;
+    out.samples_loaded += asked.samples;
+    let run = out.policies.entry(q.policy.clone()).or_default();
     match answer {
-        Ok(set) => {
-            warnings.extend(set.warnings.iter().map(|w| format!("{}: {w}", name(pi, k))));
-            status.entry(pi).or_insert(Ok(()));
+        Ok(a) => {
+            run.queries.get_or_insert(Ok(()));
+            let warnings = a.warnings().iter();
+            out.warnings
+                .extend(warnings.map(|w| format!("{} {}: {w}", q.policy, q.what)));
         }
         Err(e) => {
-            status.insert(pi, Err(format!("{} query failed: {e}", name(pi, k))));
+            run.queries = Some(Err(format!("{} {} query failed: {e}", q.policy, q.what)));
         }
     }
 }
 
-/// Splits answers into results, failed policies and per-policy availability.
-#[allow(clippy::type_complexity)]
-fn sort_answers<K: Ord + Copy>(
-    answers: Vec<(usize, K, Result<SeriesSet, MetricError>)>,
-    name: impl Fn(usize, K) -> String,
-    warnings: &mut Vec<String>,
-) -> (
-    BTreeMap<(usize, K), SeriesSet>,
-    BTreeSet<usize>,
-    BTreeMap<usize, Result<(), String>>,
+/// Runs one recommender over the snapshot: its plan's queries `QUERY_CONCURRENCY` at a time,
+/// each chunk's answers handed over as they arrive (so a streaming recommender holds only the
+/// samples in flight, docs/performance.md), then its results into `out`.
+async fn run_recommender<R: Recommender, S: MetricSource>(
+    recommender: &R,
+    snapshot: &Snapshot,
+    source: &S,
+    now: Timestamp,
+    step_seconds: i64,
+    out: &mut CycleOutput,
 ) {
-    let mut results = BTreeMap::new();
-    let mut failed = BTreeSet::new();
-    let mut status = BTreeMap::new();
-    for (pi, k, answer) in answers {
-        record_answer(pi, k, &answer, &name, &mut status, warnings);
-        match answer {
-            Ok(set) => {
-                results.insert((pi, k), set);
-            }
-            Err(_) => {
-                failed.insert(pi);
-            }
+    let plan = recommender.plan(snapshot, now, step_seconds);
+    let queries = recommender.queries(snapshot, &plan);
+    let mut evaluation = recommender.start(snapshot, &plan, now);
+    for (c, chunk) in queries.chunks(QUERY_CONCURRENCY).enumerate() {
+        // Boxed futures keep the caller's future `Send` for `tokio::spawn`.
+        let asks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>>> = chunk
+            .iter()
+            .map(|q| Box::pin(ask(source, q.query)) as std::pin::Pin<Box<_>>)
+            .collect();
+        for (k, (asked, answer)) in futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            let i = c * QUERY_CONCURRENCY + k;
+            record(out, &queries[i], &asked, &answer);
+            evaluation.answer(i, answer);
         }
     }
-    (results, failed, status)
+    drop(queries);
+    evaluation.finish(out);
+    tracing::debug!(recommender = recommender.name(), "recommender done");
 }
 
+/// One cycle: every registered recommender, in order, over the shared snapshot — the GPU one
+/// first, since the CPU/memory recommendation shows its values. Registering a recommender is
+/// one line here (docs: DEVELOPERS.md, `core::recommenders`).
 pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
     now: Timestamp,
     step_seconds: i64,
 ) -> CycleOutput {
-    let plan = gpu::plan(snapshot, now, step_seconds);
-    let rs_plan = resources::plan(snapshot, now, step_seconds);
-    let mut out = CycleOutput {
-        queries: plan.queries.len() + rs_plan.queries.len(),
-        ..Default::default()
-    };
-    // GPU: a few queries at a time, each workload evaluated once its policies are answered, so
-    // only the samples of the policies in flight are held (see docs/performance.md).
-    let gpu_name =
-        |pi: usize, s: Signal| format!("{} {}", snapshot.gpu_policies[pi].id, s.as_str());
-    let mut gpu_status = BTreeMap::new();
-    let mut streaming = gpu::StreamingEvaluation::new(snapshot, &plan, now);
-    for chunk in plan.queries.chunks(QUERY_CONCURRENCY) {
-        for (pi, signal, answer) in run_queries(source, chunk).await {
-            record_answer(
-                pi,
-                signal,
-                &answer,
-                &gpu_name,
-                &mut gpu_status,
-                &mut out.warnings,
-            );
-            streaming.answer(pi, signal, answer.ok());
-        }
-    }
-    let gpu_results = streaming.finish();
-    let rs_answers = run_queries(source, &rs_plan.queries).await;
-    let (rs_results, rs_failed, rs_status) = sort_answers(
-        rs_answers,
-        |pi, s| format!("{} {}", snapshot.rightsizing_policies[pi].id, s.metric()),
-        &mut out.warnings,
+    let mut out = CycleOutput::default();
+    run_recommender(&Gpu, snapshot, source, now, step_seconds, &mut out).await;
+    run_recommender(&Resources, snapshot, source, now, step_seconds, &mut out).await;
+    tracing::debug!(
+        queries = out.queries,
+        splits = out.query_splits,
+        samples_loaded = out.samples_loaded,
+        "cycle queries: {} sent, {} refused batches split, {} samples loaded by the metric source",
+        out.queries,
+        out.query_splits,
+        out.samples_loaded
     );
-    let gpu: HashMap<&WorkloadKey, _> = gpu_results
-        .iter()
-        .map(|r| (&r.key, &r.containers))
-        .collect();
-    let rs = resources::evaluate(snapshot, &rs_plan, rs_results, &rs_failed, &gpu, now);
-    drop(gpu);
-    for (i, p) in snapshot.gpu_policies.iter().enumerate() {
-        let run = PolicyRun {
-            queries: gpu_status.remove(&i),
-            unresolved_strategy: plan.unresolved.get(&i).cloned(),
-        };
-        out.policies.insert(p.id.clone(), run);
-    }
-    for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
-        let run = PolicyRun {
-            queries: rs_status.get(&i).cloned(),
-            unresolved_strategy: rs_plan.unresolved.get(&i).cloned(),
-        };
-        out.policies.insert(p.id.clone(), run);
-    }
-    out.workloads = CycleOutput::join(gpu_results, rs);
     out
 }
 

@@ -80,6 +80,18 @@ impl<S: MetricSource> MetricSource for Recording<'_, S> {
         }
         answer
     }
+
+    /// Window values are one number per container: nothing to plot, passed through.
+    async fn window_query(
+        &self,
+        query: &crate::metrics::WindowQuery,
+    ) -> Result<crate::metrics::WindowSet, MetricError> {
+        self.inner.window_query(query).await
+    }
+
+    fn record_split(&self) {
+        self.inner.record_split();
+    }
 }
 
 /// One workload on the live page.
@@ -359,6 +371,13 @@ mod tests {
     struct Wide;
 
     impl MetricSource for Wide {
+        async fn window_query(
+            &self,
+            _: &crate::metrics::WindowQuery,
+        ) -> Result<crate::metrics::WindowSet, MetricError> {
+            Ok(Default::default())
+        }
+
         async fn range_query(&self, _: &RangeQuery) -> Result<SeriesSet, MetricError> {
             let mut set = SeriesSet::default();
             for i in 0..5_000 {

@@ -270,6 +270,15 @@ impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
         q.pods.sort();
         self.answer(&q, true).await
     }
+
+    /// Window queries are asked of the source itself at the tick's time (the replay's history
+    /// holds range samples only).
+    async fn window_query(
+        &self,
+        query: &crate::metrics::WindowQuery,
+    ) -> Result<crate::metrics::WindowSet, MetricError> {
+        self.inner.window_query(query).await
+    }
 }
 
 #[cfg(test)]

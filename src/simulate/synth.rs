@@ -51,6 +51,14 @@ impl Default for ExampleHistory {
 }
 
 impl MetricSource for ExampleHistory {
+    /// The examples' synthetic week is GPU signals only.
+    async fn window_query(
+        &self,
+        _q: &crate::metrics::WindowQuery,
+    ) -> Result<crate::metrics::WindowSet, MetricError> {
+        Ok(Default::default())
+    }
+
     async fn range_query(&self, q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         self.queries.fetch_add(1, Ordering::Relaxed);
         let mut set = SeriesSet::default();
@@ -90,5 +98,12 @@ impl<S: MetricSource> MetricSource for GpuOnly<'_, S> {
         } else {
             Ok(SeriesSet::default())
         }
+    }
+
+    async fn window_query(
+        &self,
+        _q: &crate::metrics::WindowQuery,
+    ) -> Result<crate::metrics::WindowSet, MetricError> {
+        Ok(Default::default())
     }
 }

@@ -27,6 +27,12 @@ impl MetricSource for Down {
     async fn range_query(&self, _q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         Err(MetricError::Unavailable("connection refused".into()))
     }
+    async fn window_query(
+        &self,
+        _q: &kerf::metrics::WindowQuery,
+    ) -> Result<kerf::metrics::WindowSet, MetricError> {
+        Err(MetricError::Unavailable("connection refused".into()))
+    }
 }
 
 async fn cycle(dir: &str, metrics: &str) -> (kerf::sources::dir::Manifests, CycleOutput) {

@@ -280,7 +280,10 @@ async fn a_forbidden_watch_and_a_missing_crd_are_shown_then_kerf_exits_1_after_t
     // /readyz names the caches it waits for and why each one fails.
     let (status, body) = kerf
         .poll("/readyz", 8, |_, b| {
-            b.contains("  Pod (") && b.contains("  GpuReactivePolicy (")
+            // Every other cache synced by then (under load some take a moment longer).
+            b.contains("  Pod (")
+                && b.contains("  GpuReactivePolicy (")
+                && b.contains("caches not synced (2 of 17)")
         })
         .await;
     assert_eq!(status, 503, "{body}");

@@ -66,6 +66,12 @@ impl MetricSource for NoSamples {
     async fn range_query(&self, _q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         Ok(SeriesSet::default())
     }
+    async fn window_query(
+        &self,
+        _q: &kerf::metrics::WindowQuery,
+    ) -> Result<kerf::metrics::WindowSet, MetricError> {
+        Ok(Default::default())
+    }
 }
 
 /// The Argo CD fixture: the Deployment and the HPA as Argo CD applies them.

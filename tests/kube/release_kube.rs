@@ -43,6 +43,12 @@ impl MetricSource for NoSamples {
     async fn range_query(&self, _q: &RangeQuery) -> Result<SeriesSet, MetricError> {
         Ok(SeriesSet::default())
     }
+    async fn window_query(
+        &self,
+        _q: &kerf::metrics::WindowQuery,
+    ) -> Result<kerf::metrics::WindowSet, MetricError> {
+        Ok(Default::default())
+    }
 }
 
 fn cpu_metric(target: i64) -> Value {

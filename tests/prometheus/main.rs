@@ -18,3 +18,4 @@ mod victoria;
 mod prometheus_reach;
 mod prometheus_source;
 mod victoria_metrics;
+mod workload_history;

@@ -41,6 +41,8 @@ pub struct TestPrometheus {
     child: Option<Child>,
     /// Started with a web configuration: TLS and/or authentication.
     web: Option<WebConfig>,
+    /// More command-line flags (e.g. `--query.max-samples=N`).
+    args: Vec<String>,
 }
 
 /// Prometheus's `--web.config.file`: TLS, client certificates and basic auth, all native.
@@ -138,16 +140,22 @@ impl TestPrometheus {
     /// Loads `text` (OpenMetrics, ending in `# EOF`) and starts Prometheus on a free loopback
     /// port; returns once `/-/ready` answers 200.
     pub fn start_with_openmetrics(text: &str) -> Self {
-        Self::start(text, None)
+        Self::start(text, None, &[])
+    }
+
+    /// Like [`Self::start_with_openmetrics`], with more command-line flags, e.g.
+    /// `--query.max-samples=N` (queries loading more samples are refused with HTTP 422).
+    pub fn start_with_args(text: &str, args: &[&str]) -> Self {
+        Self::start(text, None, args)
     }
 
     /// Like [`Self::start_with_openmetrics`], behind `web` (TLS, client certificates, basic
     /// auth); ready once Prometheus logs that it serves.
     pub fn start_secured(text: &str, web: &WebConfig) -> Self {
-        Self::start(text, Some(web.clone()))
+        Self::start(text, Some(web.clone()), &[])
     }
 
-    fn start(text: &str, web: Option<WebConfig>) -> Self {
+    fn start(text: &str, web: Option<WebConfig>, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("data.om");
         std::fs::write(&file, text).expect("write OpenMetrics file");
@@ -168,6 +176,7 @@ impl TestPrometheus {
             port: 0,
             child: None,
             web,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         // The port is free when picked but could be taken before Prometheus binds it.
         for attempt in 1..=3 {
@@ -230,6 +239,7 @@ impl TestPrometheus {
                 self.dir.path().join("data").display()
             ))
             .arg("--storage.tsdb.retention.time=100y")
+            .args(&self.args)
             .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
             .stdout(Stdio::null())
             .stderr(log)

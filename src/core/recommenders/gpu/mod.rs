@@ -3,6 +3,7 @@
 //! range query per policy and signal); [`evaluate`] runs the engine on the fetched samples.
 
 pub mod engine;
+pub mod recommender;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -1,15 +1,21 @@
 //! CPU and memory recommendations of one container (pure).
 //!
-//! Decisions (documented in `docs/`-facing comments here because the seeds are silent):
-//! - **Percentile method: nearest rank.** The p-th percentile of n samples (sorted ascending) is the
-//!   sample at rank ⌈p/100 × n⌉ (rank at least 1). It is always a sample that was observed, never
-//!   an interpolation, so p100 is the maximum and p95 of 20 samples is the 19th.
-//! - **Window.** Only samples with `now − window ≤ t ≤ now` count. Samples that are NaN, infinite
-//!   or negative are ignored (a usage rate is never negative; such points are scrape artefacts).
+//! Decisions (the seeds are silent; docs/design/hpa-coordination.md#h15 is the rule):
+//! - **The usage is the workload's, per container name.** The metric source aggregates every
+//!   pod the workload had in the window — pods replaced by a rollout included — and matches
+//!   containers by name across them (`crate::metrics::window`, docs/metrics.md).
+//! - **Percentile method: Prometheus's `quantile_over_time`.** Per pod, the p-th percentile of
+//!   the container's usage rate on the window's grid, interpolated as Prometheus does
+//!   ([`crate::metrics::window::quantile`]: rank = p/100 × (n − 1), linear between the two
+//!   neighbouring samples, so p100 is the maximum and p95 of 1..20 is 19.05); the workload's
+//!   value is the highest across its pods. Prometheus computes it where the data is, and
+//!   `--metrics FILE` computes the same number.
+//! - **Window.** `(now − window, now]` (Prometheus 3; Prometheus 2 includes the start).
 //! - **CPU** = percentile × (1 + headroom/100), rounded UP to a whole millicore.
 //!   **Memory** = peak working set × (1 + headroom/100), rounded UP to a whole MiB.
 //!   Floating-point noise is removed before rounding up (a computed 700.0000000001m is 700m).
-//!   At least 1m / 1Mi: a zero request is never recommended.
+//!   At least 1m / 1Mi: a zero request is never recommended. Negative or non-finite usage
+//!   (scrape artefacts) recommends nothing.
 //! - **min/max** are applied after rounding, so a bound the user wrote is kept exactly as written.
 //! - **No samples in the window** → no recommendation for that resource (the current request stays).
 //! - **Static recipe**: `static["<container>"]` wins over `static["*"]`, per resource: an exact entry
@@ -201,31 +207,6 @@ impl PolicyParams {
     }
 }
 
-/// Values in `[now − window, now]` that are finite and non-negative.
-fn in_window(samples: &[Sample], window_secs: i64, now: Timestamp) -> Vec<f64> {
-    let end = now.as_second();
-    let start = end.saturating_sub(window_secs);
-    samples
-        .iter()
-        .filter(|(t, v)| *t >= start && *t <= end && v.is_finite() && *v >= 0.0)
-        .map(|(_, v)| *v)
-        .collect()
-}
-
-/// Nearest-rank percentile (see module docs). `None` when there are no values or `p` is outside (0, 100].
-pub fn percentile_nearest_rank(values: &[f64], p: f64) -> Option<f64> {
-    if values.is_empty() || !(p > 0.0 && p <= 100.0) {
-        return None;
-    }
-    let mut sorted: Vec<f64> = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    // Remove float noise so that e.g. p = 95, n = 20 gives rank 19 exactly, not 20.
-    let exact = p / 100.0 * n as f64;
-    let rank = ceil_clean(exact).clamp(1.0, n as f64) as usize;
-    Some(sorted[rank - 1])
-}
-
 /// Ceiling that ignores floating-point noise: a value within 1e-9 (relative) of an integer is that integer.
 pub fn ceil_clean(x: f64) -> f64 {
     let r = x.round();
@@ -247,18 +228,23 @@ fn clamp_opt(v: i64, min: Option<i64>, max: Option<i64>) -> i64 {
     max.map_or(v, |hi| v.min(hi))
 }
 
-/// Recommended CPU request in millicores from usage-rate samples (cores), or `None` without samples.
-pub fn recommend_cpu_millis(samples: &[Sample], p: &CpuParams, now: Timestamp) -> Option<i64> {
-    let values = in_window(samples, p.window_secs, now);
-    let usage = percentile_nearest_rank(&values, p.percentile)?;
+/// Usable usage: finite and not negative.
+fn usable(v: Option<f64>) -> Option<f64> {
+    v.filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// Recommended CPU request in millicores from the window's CPU usage percentile (cores), or
+/// `None` without usage.
+pub fn recommend_cpu_millis(usage: Option<f64>, p: &CpuParams) -> Option<i64> {
+    let usage = usable(usage)?;
     let raw = ceil_to_unit(usage * (1.0 + p.headroom_percent / 100.0) * 1000.0, 1).max(1);
     Some(clamp_opt(raw, p.min_millis, p.max_millis))
 }
 
-/// Recommended memory request in bytes from working-set samples (bytes), or `None` without samples.
-pub fn recommend_memory_bytes(samples: &[Sample], p: &MemoryParams, now: Timestamp) -> Option<i64> {
-    let values = in_window(samples, p.window_secs, now);
-    let peak = values.into_iter().reduce(f64::max)?;
+/// Recommended memory request in bytes from the window's peak working set (bytes), or `None`
+/// without usage.
+pub fn recommend_memory_bytes(peak: Option<f64>, p: &MemoryParams) -> Option<i64> {
+    let peak = usable(peak)?;
     let raw = ceil_to_unit(peak * (1.0 + p.headroom_percent / 100.0), MIB).max(MIB);
     Some(clamp_opt(raw, p.min_bytes, p.max_bytes))
 }
@@ -294,10 +280,10 @@ pub struct ResourceRec {
 pub struct ContainerSignals {
     pub name: String,
     pub current: ResourceRequests,
-    /// CPU usage rate (cores) per timestamp, every pod of the workload.
-    pub cpu: Vec<Sample>,
-    /// Memory working set (bytes) per timestamp, every pod of the workload.
-    pub memory: Vec<Sample>,
+    /// The CPU usage rate's percentile (cores) over the CPU window, across the workload's pods.
+    pub cpu: Option<f64>,
+    /// The peak memory working set (bytes) over the memory window, across the workload's pods.
+    pub memory: Option<f64>,
     pub throttled: bool,
     pub oom_killed: bool,
 }
@@ -309,7 +295,7 @@ pub struct ContainerRec {
 }
 
 /// CPU and memory recommendation of one container under a policy.
-pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams, now: Timestamp) -> ContainerRec {
+pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams) -> ContainerRec {
     let fixed = p.static_for(&c.name);
     fn pick(fixed: Option<i64>, usage: impl FnOnce() -> Option<i64>) -> (Option<i64>, Source) {
         match fixed {
@@ -317,11 +303,9 @@ pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams, now: Timestam
             None => usage().map_or((None, Source::NoData), |v| (Some(v), Source::Usage)),
         }
     }
-    let (cpu, cpu_src) = pick(fixed.cpu_millis, || {
-        recommend_cpu_millis(&c.cpu, &p.cpu, now)
-    });
+    let (cpu, cpu_src) = pick(fixed.cpu_millis, || recommend_cpu_millis(c.cpu, &p.cpu));
     let (mem, mem_src) = pick(fixed.memory_bytes, || {
-        recommend_memory_bytes(&c.memory, &p.memory, now)
+        recommend_memory_bytes(c.memory, &p.memory)
     });
     ContainerRec {
         cpu: ResourceRec {
@@ -337,17 +321,13 @@ pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams, now: Timestam
     }
 }
 
-/// Whether a container was CPU-throttled: at some timestamp of the window, the rate of throttled
-/// CFS periods is at least `ratio` × the rate of CFS periods (`container_cpu_cfs_throttled_periods_total`
-/// over `container_cpu_cfs_periods_total`). Samples are matched on their timestamp (the query grid);
-/// timestamps with no periods are skipped.
-pub fn throttled(throttled_periods: &[Sample], periods: &[Sample], ratio: f64) -> bool {
-    let periods: BTreeMap<i64, f64> = periods.iter().copied().collect();
-    throttled_periods.iter().any(|(t, thr)| {
-        periods
-            .get(t)
-            .is_some_and(|p| p.is_finite() && *p > 0.0 && thr.is_finite() && thr / p >= ratio)
-    })
+/// Whether a container was CPU-throttled: at some step of the window, the rate of throttled
+/// CFS periods was at least `ratio` × the rate of CFS periods
+/// (`container_cpu_cfs_throttled_periods_total` over `container_cpu_cfs_periods_total`, steps
+/// without periods skipped). `peak_ratio` is that share's highest value in the window, the
+/// highest across the workload's pods.
+pub fn throttled(peak_ratio: Option<f64>, ratio: f64) -> bool {
+    peak_ratio.is_some_and(|r| r.is_finite() && r >= ratio)
 }
 
 fn ts_in(
@@ -430,15 +410,9 @@ mod tests {
         Timestamp::from_second(1_800_000_000).unwrap()
     }
 
-    /// One sample per minute ending at `now`, oldest first.
-    fn series(values: &[f64]) -> Vec<Sample> {
-        let end = now().as_second();
-        let n = values.len() as i64;
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (end - (n - 1 - i as i64) * 60, *v))
-            .collect()
+    /// The window's aggregate of one usage value.
+    fn series(values: &[f64]) -> Option<f64> {
+        values.iter().copied().reduce(f64::max)
     }
 
     fn cpu(pct: f64, headroom: f64) -> CpuParams {
@@ -459,49 +433,36 @@ mod tests {
     }
 
     #[test]
-    fn percentile_is_nearest_rank() {
-        let v: Vec<f64> = (1..=20).map(f64::from).collect();
-        assert_eq!(percentile_nearest_rank(&v, 95.0), Some(19.0));
-        assert_eq!(percentile_nearest_rank(&v, 100.0), Some(20.0));
-        assert_eq!(percentile_nearest_rank(&v, 50.0), Some(10.0));
-        assert_eq!(percentile_nearest_rank(&v, 1.0), Some(1.0));
-        // Order of the input does not matter.
-        let mut rev = v.clone();
-        rev.reverse();
-        assert_eq!(percentile_nearest_rank(&rev, 95.0), Some(19.0));
-        assert_eq!(percentile_nearest_rank(&[0.3], 95.0), Some(0.3));
-        assert_eq!(percentile_nearest_rank(&[], 95.0), None);
-    }
-
-    #[test]
     fn cpu_is_default_p95_times_headroom() {
-        // 100 samples 0.01..1.00 cores: p95 = 0.95 cores; +15 % = 1.0925 cores → 1093m (rounded up).
-        let v: Vec<f64> = (1..=100).map(|i| f64::from(i) / 100.0).collect();
+        // 100 samples 0.01..1.00 cores: p95 (Prometheus's interpolation, rank 94.05) = 0.9505
+        // cores; +15 % = 1.093075 cores → 1094m (rounded up).
+        let mut v: Vec<f64> = (1..=100).map(|i| f64::from(i) / 100.0).collect();
         let p = CpuParams::from_recipe(&CpuRecipe::default()).unwrap();
         assert_eq!(p.percentile, 95.0);
-        assert_eq!(recommend_cpu_millis(&series(&v), &p, now()), Some(1093));
+        let usage = crate::metrics::window::quantile(p.percentile / 100.0, &mut v);
+        assert_eq!(recommend_cpu_millis(usage, &p), Some(1094));
     }
 
     #[test]
     fn cpu_rounds_up_to_millicores_without_float_noise() {
         // 0.6087 cores × 1.15 = 0.700005 → 701m (a real fraction rounds up) …
         assert_eq!(
-            recommend_cpu_millis(&series(&[0.6087]), &cpu(95.0, 15.0), now()),
+            recommend_cpu_millis(series(&[0.6087]), &cpu(95.0, 15.0)),
             Some(701)
         );
         // … but 0.7 × 1.0 is exactly 700m even though 0.7 * 1000 is not exact in binary.
         assert_eq!(
-            recommend_cpu_millis(&series(&[0.7]), &cpu(95.0, 0.0), now()),
+            recommend_cpu_millis(series(&[0.7]), &cpu(95.0, 0.0)),
             Some(700)
         );
         // 0.1 × 1.1 × 1000 = 110.00000000000001 in f64: still 110m.
         assert_eq!(
-            recommend_cpu_millis(&series(&[0.1]), &cpu(95.0, 10.0), now()),
+            recommend_cpu_millis(series(&[0.1]), &cpu(95.0, 10.0)),
             Some(110)
         );
         // Zero usage still gets the smallest request.
         assert_eq!(
-            recommend_cpu_millis(&series(&[0.0]), &cpu(95.0, 15.0), now()),
+            recommend_cpu_millis(series(&[0.0]), &cpu(95.0, 15.0)),
             Some(1)
         );
     }
@@ -511,31 +472,20 @@ mod tests {
         let peak = 100.0 * MIB as f64 + 1.0;
         // (100 MiB + 1 B) × 1.2 = 120 MiB + 1.2 B → 121 MiB.
         let s = series(&[10.0 * MIB as f64, peak, 50.0 * MIB as f64]);
-        assert_eq!(
-            recommend_memory_bytes(&s, &mem(20.0), now()),
-            Some(121 * MIB)
-        );
+        assert_eq!(recommend_memory_bytes(s, &mem(20.0)), Some(121 * MIB));
         // Exactly 100 MiB × 1.2 = 120 MiB: no extra MiB from float noise.
         let s = series(&[100.0 * MIB as f64]);
-        assert_eq!(
-            recommend_memory_bytes(&s, &mem(20.0), now()),
-            Some(120 * MIB)
-        );
+        assert_eq!(recommend_memory_bytes(s, &mem(20.0)), Some(120 * MIB));
     }
 
     #[test]
-    fn samples_outside_the_window_and_bad_values_are_ignored() {
+    fn bad_usage_values_recommend_nothing() {
         let p = cpu(100.0, 0.0);
-        let end = now().as_second();
-        let s = vec![
-            (end - 8 * 86_400, 9.0), // older than 7d
-            (end + 60, 9.0),         // after now
-            (end - 60, f64::NAN),
-            (end - 30, -1.0),
-            (end, 0.25),
-        ];
-        assert_eq!(recommend_cpu_millis(&s, &p, now()), Some(250));
-        assert_eq!(recommend_cpu_millis(&s[..2], &p, now()), None);
+        assert_eq!(recommend_cpu_millis(Some(0.25), &p), Some(250));
+        for bad in [None, Some(f64::NAN), Some(-1.0), Some(f64::INFINITY)] {
+            assert_eq!(recommend_cpu_millis(bad, &p), None, "{bad:?}");
+            assert_eq!(recommend_memory_bytes(bad, &mem(0.0)), None, "{bad:?}");
+        }
     }
 
     #[test]
@@ -547,8 +497,8 @@ mod tests {
             ..CpuRecipe::default()
         };
         let p = CpuParams::from_recipe(&r).unwrap();
-        assert_eq!(recommend_cpu_millis(&series(&[0.01]), &p, now()), Some(100));
-        assert_eq!(recommend_cpu_millis(&series(&[5.0]), &p, now()), Some(2000));
+        assert_eq!(recommend_cpu_millis(series(&[0.01]), &p), Some(100));
+        assert_eq!(recommend_cpu_millis(series(&[5.0]), &p), Some(2000));
         let m = MemoryParams::from_recipe(&MemoryRecipe {
             headroom_percent: 0.0,
             max: Some(Quantity("1G".into())),
@@ -557,7 +507,7 @@ mod tests {
         .unwrap();
         // 2 GiB peak, max 1G: the max is kept exactly as written, not rounded to MiB.
         assert_eq!(
-            recommend_memory_bytes(&series(&[2.0 * (1u64 << 30) as f64]), &m, now()),
+            recommend_memory_bytes(series(&[2.0 * (1u64 << 30) as f64]), &m),
             Some(1_000_000_000)
         );
         r.min = Some(Quantity("3".into()));
@@ -602,7 +552,7 @@ mod tests {
             cpu: series(&[3.0]),
             ..Default::default()
         };
-        let r = recommend_container(&app, &p, now());
+        let r = recommend_container(&app, &p);
         assert_eq!((r.cpu.value, r.cpu.source), (Some(700), Source::Static));
         assert_eq!(
             (r.memory.value, r.memory.source),
@@ -612,10 +562,10 @@ mod tests {
             name: "sidecar".into(),
             ..Default::default()
         };
-        let r = recommend_container(&side, &p, now());
+        let r = recommend_container(&side, &p);
         assert_eq!(r.cpu.value, Some(250));
         // Without any static entry and without samples there is nothing to recommend.
-        let r = recommend_container(&side, &policy(&[]), now());
+        let r = recommend_container(&side, &policy(&[]));
         assert_eq!((r.cpu.value, r.cpu.source), (None, Source::NoData));
         let bad = RightsizingPolicySpec {
             static_requests: [(
@@ -648,7 +598,7 @@ mod tests {
             throttled: true,
             oom_killed: false,
         };
-        let r = recommend_container(&c, &p, now());
+        let r = recommend_container(&c, &p);
         assert_eq!(
             r.cpu.value,
             Some(1000),
@@ -661,14 +611,14 @@ mod tests {
             "memory is unaffected by CPU throttling"
         );
         c.throttled = false;
-        assert_eq!(recommend_container(&c, &p, now()).cpu.value, Some(230));
+        assert_eq!(recommend_container(&c, &p).cpu.value, Some(230));
         // An increase is still allowed.
         c.throttled = true;
         c.cpu = series(&[2.0]);
-        assert_eq!(recommend_container(&c, &p, now()).cpu.value, Some(2300));
+        assert_eq!(recommend_container(&c, &p).cpu.value, Some(2300));
         // Static values obey the rule too.
         let st = policy(&[("app", Some("100m"), None)]);
-        assert_eq!(recommend_container(&c, &st, now()).cpu.value, Some(1000));
+        assert_eq!(recommend_container(&c, &st).cpu.value, Some(1000));
     }
 
     #[test]
@@ -684,31 +634,19 @@ mod tests {
             throttled: false,
             oom_killed: true,
         };
-        let r = recommend_container(&c, &policy(&[]), now());
+        let r = recommend_container(&c, &policy(&[]));
         assert_eq!(r.memory.value, Some(512 * MIB));
         assert_eq!(r.cpu.value, Some(230));
     }
 
     #[test]
-    fn throttled_helper_uses_ratio_of_periods_at_any_point() {
-        let periods = series(&[100.0, 100.0, 100.0, 0.0]);
-        assert!(!throttled(
-            &series(&[0.0, 4.0, 4.9, 50.0]),
-            &periods,
-            DEFAULT_THROTTLE_RATIO
-        ));
-        assert!(throttled(
-            &series(&[0.0, 5.0, 0.0, 0.0]),
-            &periods,
-            DEFAULT_THROTTLE_RATIO
-        ));
-        assert!(throttled(&series(&[0.0, 1.0, 0.0, 0.0]), &periods, 0.01));
-        // Samples at timestamps missing from the other series are not compared.
-        let shifted: Vec<Sample> = series(&[50.0])
-            .into_iter()
-            .map(|(t, v)| (t + 1, v))
-            .collect();
-        assert!(!throttled(&shifted, &periods, DEFAULT_THROTTLE_RATIO));
+    fn throttled_when_the_peak_share_of_throttled_periods_reaches_the_ratio() {
+        assert!(!throttled(Some(0.049), DEFAULT_THROTTLE_RATIO));
+        assert!(throttled(Some(0.05), DEFAULT_THROTTLE_RATIO));
+        assert!(throttled(Some(0.01), 0.01));
+        // No CFS periods in the window (no CPU limit): never throttled.
+        assert!(!throttled(None, DEFAULT_THROTTLE_RATIO));
+        assert!(!throttled(Some(f64::NAN), DEFAULT_THROTTLE_RATIO));
     }
 
     fn status(json: serde_json::Value) -> ContainerStatus {
@@ -799,28 +737,9 @@ mod tests {
         );
     }
 
-    /// The nearest-rank percentile by its definition, without sorting or ranks: the smallest
-    /// sample with at least `pct` % of the samples at or below it (float noise in `pct` × n
-    /// ignored, as documented).
-    fn nearest_rank_by_counting(values: &[f64], pct: f64) -> f64 {
-        let needed = pct / 100.0 * values.len() as f64;
-        values
-            .iter()
-            .copied()
-            .filter(|&v| {
-                let at_or_below = values.iter().filter(|&&x| x <= v).count() as f64;
-                at_or_below >= needed - 1e-9 * needed.max(1.0)
-            })
-            .fold(f64::INFINITY, f64::min)
-    }
-
-    #[test]
-    fn nearest_rank_by_counting_is_the_documented_percentile() {
-        let v: Vec<f64> = (1..=20).map(f64::from).collect();
-        assert_eq!(nearest_rank_by_counting(&v, 95.0), 19.0);
-        assert_eq!(nearest_rank_by_counting(&v, 100.0), 20.0);
-        assert_eq!(nearest_rank_by_counting(&v, 1.0), 1.0);
-        assert_eq!(nearest_rank_by_counting(&[3.0, 1.0, 2.0, 2.0], 50.0), 2.0);
+    /// How many of `values` are at or below `v`.
+    fn at_or_below(values: &[f64], v: f64) -> usize {
+        values.iter().filter(|&&x| x <= v).count()
     }
 
     proptest! {
@@ -831,8 +750,15 @@ mod tests {
             headroom in 0.0f64..100.0,
         ) {
             let p = cpu(pct, headroom);
-            let millis = recommend_cpu_millis(&series(&values), &p, now()).unwrap();
-            let want = nearest_rank_by_counting(&values, pct) * (1.0 + headroom / 100.0) * 1000.0;
+            let mut sorted = values.clone();
+            let q = crate::metrics::window::quantile(pct / 100.0, &mut sorted).unwrap();
+            // Prometheus's interpolation by its definition: between the samples at ranks
+            // ⌊φ(n−1)⌋ and ⌈φ(n−1)⌉, so at least ⌊φ(n−1)⌋ + 1 samples are at or below it.
+            let rank = pct / 100.0 * (values.len() - 1) as f64;
+            prop_assert!(q >= sorted[rank.floor() as usize] && q <= sorted[rank.ceil() as usize]);
+            prop_assert!(at_or_below(&values, q) > rank.floor() as usize);
+            let millis = recommend_cpu_millis(Some(q), &p).unwrap();
+            let want = q * (1.0 + headroom / 100.0) * 1000.0;
             // Rounded up: never below the exact value (beyond float noise), less than one millicore above.
             prop_assert!(millis as f64 >= want - 1e-6 * want.max(1.0));
             prop_assert!((millis as f64) < want + 1.0 || millis == 1);
@@ -843,7 +769,7 @@ mod tests {
             values in proptest::collection::vec(0.0f64..6.4e10, 1..200),
             headroom in 0.0f64..100.0,
         ) {
-            let bytes = recommend_memory_bytes(&series(&values), &mem(headroom), now()).unwrap();
+            let bytes = recommend_memory_bytes(series(&values), &mem(headroom)).unwrap();
             let peak = values.iter().copied().fold(0.0, f64::max) * (1.0 + headroom / 100.0);
             prop_assert_eq!(bytes % MIB, 0);
             prop_assert!(bytes as f64 >= peak - 1e-6 * peak.max(1.0));

@@ -1,25 +1,36 @@
 //! Whole-snapshot CPU/memory evaluation (RightsizingPolicy / ClusterRightsizingPolicy), in the
 //! same two pure halves as the GPU one: [`plan`] picks the winning policy per workload and the
-//! batched queries (one per policy and signal), [`evaluate`] builds each workload's input for
-//! [`workload::evaluate_workload`].
+//! batched queries, [`evaluate`] builds each workload's input for
+//! [`workload::evaluate_workload`]. [`Resources`] is the recommender over them.
+//!
+//! The usage history is the workload's (docs/metrics.md#history): per batch of up to
+//! [`WORKLOADS_PER_QUERY`] workloads of a policy, one window query per signal asks the metric
+//! source for one value per (workload, container) — the CPU percentile, the memory peak, the
+//! peak throttled share, the earliest sample — so what moves per cycle is O(containers), not
+//! O(containers × points). The HPAs' replica history stays a range query per policy.
 
 pub mod container;
 pub mod workload;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::core::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
 
 use self::container::{ContainerSignals, Sample};
-use self::workload::{ContainerInput, HpaInput, RightsizingOutcome, WorkloadInput};
+use self::workload::{ContainerInput, History, HpaInput, RightsizingOutcome, WorkloadInput};
+use crate::core::cycle::CycleOutput;
 use crate::core::hpa::{self, ReplicaHistory};
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::recommenders::gpu::engine::ContainerOutcome as GpuContainer;
 use crate::core::recommenders::gpu::{covering, pods_by_owner};
+use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::Snapshot;
-use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
+use crate::metrics::window::pod_name_suffix;
+use crate::metrics::{
+    Aggregation, MetricError, RangeQuery, WindowAggregate, WindowKey, WindowQuery, WorkloadSelector,
+};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
 /// cAdvisor metric names kerf reads (namespace/pod/container labels).
@@ -31,15 +42,24 @@ pub const PERIODS_METRIC: &str = "container_cpu_cfs_periods_total";
 /// Throttled when at some point of the window at least this share of CFS periods was throttled.
 pub const THROTTLED_RATIO: f64 = 0.05;
 
-/// Range queries stay below this many points: long windows (7d) use a coarser step.
+/// Query grids stay below this many points: long windows (7d) use a coarser step.
 const MAX_POINTS: i64 = 10_000;
+
+/// Workloads per window query before any split: big enough that a 25,000-workload cluster
+/// takes a few hundred queries, small enough that the text stays a few hundred kB. A batch the
+/// source refuses is split (`crate::metrics::window_query_splitting`).
+pub const WORKLOADS_PER_QUERY: usize = 500;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RsSignal {
+    /// The CPU usage percentile over the CPU window.
     Cpu,
+    /// The peak working set over the memory window.
     Memory,
-    ThrottledPeriods,
-    Periods,
+    /// The peak throttled share of CFS periods over the CPU window.
+    Throttled,
+    /// The earliest working-set sample over the longer window: how much history there is.
+    History,
     /// kube-state-metrics: the HPAs' current replicas (docs/design/hpa-coordination.md#h7).
     HpaCurrentReplicas,
     /// kube-state-metrics: the HPAs' `spec.maxReplicas`.
@@ -47,12 +67,12 @@ pub enum RsSignal {
 }
 
 impl RsSignal {
-    /// The per-container signals, queried for every policy with pods.
-    pub const ALL: [RsSignal; 4] = [
+    /// The per-(workload, container) window signals, queried for every batch.
+    pub const WINDOW: [RsSignal; 4] = [
         RsSignal::Cpu,
         RsSignal::Memory,
-        RsSignal::ThrottledPeriods,
-        RsSignal::Periods,
+        RsSignal::Throttled,
+        RsSignal::History,
     ];
     /// The HPA replica history, queried for every policy whose workloads have an HPA.
     pub const REPLICAS: [RsSignal; 2] = [RsSignal::HpaCurrentReplicas, RsSignal::HpaMaxReplicas];
@@ -60,9 +80,20 @@ impl RsSignal {
     pub fn metric(self) -> &'static str {
         match self {
             RsSignal::Cpu => CPU_USAGE_METRIC,
-            RsSignal::Memory => MEMORY_METRIC,
-            RsSignal::ThrottledPeriods => THROTTLED_PERIODS_METRIC,
-            RsSignal::Periods => PERIODS_METRIC,
+            RsSignal::Memory | RsSignal::History => MEMORY_METRIC,
+            RsSignal::Throttled => THROTTLED_PERIODS_METRIC,
+            RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
+            RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
+        }
+    }
+
+    /// How the signal is named in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RsSignal::Cpu => "cpu",
+            RsSignal::Memory => "memory",
+            RsSignal::Throttled => "cpu_throttling",
+            RsSignal::History => "history",
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -76,9 +107,9 @@ fn windows(spec: &crate::api::RightsizingPolicySpec) -> (i64, i64) {
     (cpu.seconds() as i64, memory.seconds() as i64)
 }
 
-/// The range query of one signal selecting `series` (namespace, pod — or HPA — name) over the
+/// The range query of one HPA replica signal selecting `series` (namespace, HPA name) over the
 /// last `window` seconds.
-fn range_query(
+fn replicas_query(
     signal: RsSignal,
     series: &BTreeSet<(String, String)>,
     window: i64,
@@ -88,27 +119,60 @@ fn range_query(
     let sorted = |v: Vec<String>| -> Vec<String> {
         v.into_iter().collect::<BTreeSet<_>>().into_iter().collect()
     };
-    let replicas = RsSignal::REPLICAS.contains(&signal);
     RangeQuery {
         metric: signal.metric().into(),
         namespace_label: "namespace".into(),
-        pod_label: if replicas { hpa::KSM_HPA_LABEL } else { "pod" }.into(),
-        container_label: if replicas { "" } else { "container" }.into(),
+        pod_label: hpa::KSM_HPA_LABEL.into(),
+        container_label: String::new(),
         namespaces: sorted(series.iter().map(|(ns, _)| ns.clone()).collect()),
         pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()),
         start: now - SignedDuration::from_secs(window),
         end: now,
         step_seconds: step_for(window, step_seconds),
-        counter: Some(matches!(
-            signal,
-            RsSignal::Cpu | RsSignal::ThrottledPeriods | RsSignal::Periods
-        )),
+        counter: Some(false),
         // Several kube-state-metrics replicas export the same value: one value, not a sum.
-        aggregation: if replicas {
-            Aggregation::Max
-        } else {
-            Aggregation::Sum
-        },
+        aggregation: Aggregation::Max,
+    }
+}
+
+/// The window query of one signal for a batch of workloads.
+fn window_query(
+    signal: RsSignal,
+    spec: &crate::api::RightsizingPolicySpec,
+    workloads: Vec<WorkloadSelector>,
+    now: Timestamp,
+    step_seconds: i64,
+) -> WindowQuery {
+    let (cpu_window, mem_window) = windows(spec);
+    let (aggregate, window) = match signal {
+        RsSignal::Cpu => {
+            let percentile = spec.resources.cpu.clone().unwrap_or_default().percentile;
+            (
+                WindowAggregate::RateQuantile {
+                    quantile: percentile / 100.0,
+                },
+                cpu_window,
+            )
+        }
+        RsSignal::Memory => (WindowAggregate::Peak, mem_window),
+        RsSignal::Throttled => (
+            WindowAggregate::RateRatioPeak {
+                denominator: PERIODS_METRIC.into(),
+            },
+            cpu_window,
+        ),
+        _ => (WindowAggregate::FirstSeen, cpu_window.max(mem_window)),
+    };
+    WindowQuery {
+        metric: signal.metric().into(),
+        aggregate,
+        namespace_label: "namespace".into(),
+        pod_label: "pod".into(),
+        container_label: "container".into(),
+        workloads,
+        at: now,
+        window_seconds: window,
+        step_seconds: step_for(window, step_seconds),
     }
 }
 
@@ -116,13 +180,26 @@ fn range_query(
 pub struct RsWorkloadPlan {
     pub workload: usize,
     pub policy: usize,
+    /// Today's pods (their statuses say what was OOM-killed).
     pub pods: Vec<usize>,
+}
+
+/// A query of the plan.
+#[derive(Clone, Debug)]
+pub enum RsQuery {
+    /// One signal for a batch (`batch` indexes [`RsPlan::batches`]).
+    Window { batch: usize, query: WindowQuery },
+    /// The HPAs' replica history of a policy.
+    Range(RangeQuery),
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct RsPlan {
     pub workloads: Vec<RsWorkloadPlan>,
-    pub queries: Vec<(usize, RsSignal, RangeQuery)>,
+    /// Batches of plan workloads (indexes into `workloads`), each of one policy.
+    pub batches: Vec<Vec<usize>>,
+    /// (policy, signal, query), in the order they are asked.
+    pub queries: Vec<(usize, RsSignal, RsQuery)>,
     /// Policies whose strategy does not resolve, with the message for their status: they still
     /// recommend, and are not applied.
     pub unresolved: BTreeMap<usize, String>,
@@ -133,6 +210,48 @@ pub fn step_for(window_seconds: i64, step: i64) -> i64 {
     step.max((window_seconds + MAX_POINTS - 1) / MAX_POINTS)
 }
 
+/// Selects a workload's pods by the names its controller gives them ([`pod_name_suffix`]);
+/// today's pods named otherwise are listed by name.
+struct Selectors {
+    suffixes: HashMap<crate::api::WorkloadKind, regex::Regex>,
+}
+
+impl Selectors {
+    fn new() -> Self {
+        let suffixes = crate::api::WorkloadKind::ALL
+            .into_iter()
+            .map(|k| {
+                let re = regex::Regex::new(&format!("^(?:{})$", pod_name_suffix(k)))
+                    .expect("the suffix patterns are valid");
+                (k, re)
+            })
+            .collect();
+        Self { suffixes }
+    }
+
+    fn selector(&self, key: &WorkloadKey, pods: &[&Pod]) -> WorkloadSelector {
+        let suffix = &self.suffixes[&key.kind];
+        let other_pods = pods
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .filter(|name| {
+                !name
+                    .strip_prefix(key.name.as_str())
+                    .is_some_and(|rest| suffix.is_match(rest))
+            })
+            .map(str::to_string)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        WorkloadSelector {
+            namespace: key.namespace.clone(),
+            kind: key.kind,
+            name: key.name.clone(),
+            other_pods,
+        }
+    }
+}
+
 pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
@@ -141,9 +260,11 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             out.unresolved.insert(i, why);
         }
     }
-    let pods_by_owner = pods_by_owner(snapshot);
+    let mut pods_by_owner = pods_by_owner(snapshot);
     let hpas = hpa::hpa_index(&snapshot.hpas);
-    let mut per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
+    let selectors = Selectors::new();
+    // Per policy: its plan workloads with their selectors, and its HPAs.
+    let mut per_policy: BTreeMap<usize, Vec<(usize, WorkloadSelector)>> = BTreeMap::new();
     let mut hpas_per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if snapshot
@@ -174,16 +295,12 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
         else {
             continue;
         };
-        let pods = pods_by_owner.get(&w.key).cloned().unwrap_or_default();
-        for &pi in &pods {
-            let pod = &snapshot.pods[pi];
-            if pod.metadata.deletion_timestamp.is_none() {
-                per_policy.entry(policy).or_default().insert((
-                    w.key.namespace.clone(),
-                    pod.metadata.name.clone().unwrap_or_default(),
-                ));
-            }
-        }
+        let pods = pods_by_owner.remove(&w.key).unwrap_or_default();
+        let pod_refs: Vec<&Pod> = pods.iter().map(|&i| &*snapshot.pods[i]).collect();
+        per_policy
+            .entry(policy)
+            .or_default()
+            .push((out.workloads.len(), selectors.selector(&w.key, &pod_refs)));
         let key = (
             w.key.namespace.as_str(),
             w.key.kind.as_str(),
@@ -201,19 +318,17 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             pods,
         });
     }
-    for (pi, pods) in per_policy {
-        let (cpu_window, mem_window) = windows(&snapshot.rightsizing_policies[pi].spec);
-        for signal in RsSignal::ALL {
-            let window = if signal == RsSignal::Memory {
-                mem_window
-            } else {
-                cpu_window
-            };
-            out.queries.push((
-                pi,
-                signal,
-                range_query(signal, &pods, window, now, step_seconds),
-            ));
+    for (pi, members) in per_policy {
+        let spec = &snapshot.rightsizing_policies[pi].spec;
+        for chunk in members.chunks(WORKLOADS_PER_QUERY) {
+            let batch = out.batches.len();
+            out.batches.push(chunk.iter().map(|(i, _)| *i).collect());
+            let selectors: Vec<WorkloadSelector> = chunk.iter().map(|(_, s)| s.clone()).collect();
+            for signal in RsSignal::WINDOW {
+                let query = window_query(signal, spec, selectors.clone(), now, step_seconds);
+                out.queries
+                    .push((pi, signal, RsQuery::Window { batch, query }));
+            }
         }
     }
     // The HPAs' replica history over the longer window, batched like the rest: one query per
@@ -221,11 +336,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     for (pi, hpas) in hpas_per_policy {
         let (cpu_window, mem_window) = windows(&snapshot.rightsizing_policies[pi].spec);
         for signal in RsSignal::REPLICAS {
-            out.queries.push((
-                pi,
-                signal,
-                range_query(signal, &hpas, cpu_window.max(mem_window), now, step_seconds),
-            ));
+            let q = replicas_query(signal, &hpas, cpu_window.max(mem_window), now, step_seconds);
+            out.queries.push((pi, signal, RsQuery::Range(q)));
         }
     }
     out
@@ -241,27 +353,55 @@ pub struct RsResult {
     pub metrics_unavailable: bool,
 }
 
-/// Per (policy, signal): samples by (namespace, pod, container).
-type Index = HashMap<(usize, RsSignal), HashMap<(String, String, String), Vec<Sample>>>;
+/// An HPA's replica samples by (namespace, HPA name).
+type ReplicaSamples = HashMap<(String, String), Vec<Sample>>;
 
-fn index(results: BTreeMap<(usize, RsSignal), SeriesSet>) -> Index {
-    results
-        .into_iter()
-        .map(|(k, set)| {
-            let m = set
-                .series
-                .into_iter()
-                .map(|(key, v)| ((key.namespace, key.pod, key.container), v))
-                .collect();
-            (k, m)
-        })
-        .collect()
+/// What the answers said: window values per signal, the HPAs' replica samples per policy, the
+/// plan workloads whose queries failed.
+#[derive(Debug, Default)]
+pub struct RsAnswers {
+    window: HashMap<RsSignal, HashMap<WindowKey, f64>>,
+    replicas: HashMap<(usize, RsSignal), ReplicaSamples>,
+    /// Plan workloads (indexes) a failed query left without some signal.
+    failed: HashSet<usize>,
+}
+
+impl RsAnswers {
+    /// Takes the answer to `plan.queries[index]`.
+    pub fn answer(&mut self, plan: &RsPlan, index: usize, answer: Result<Answer, MetricError>) {
+        let (pi, signal, query) = &plan.queries[index];
+        match (query, answer) {
+            (RsQuery::Window { .. }, Ok(Answer::Window(set))) => {
+                self.window.entry(*signal).or_default().extend(set.values);
+            }
+            (RsQuery::Range(_), Ok(Answer::Range(set))) => {
+                let m = set
+                    .series
+                    .into_iter()
+                    .map(|(k, v)| ((k.namespace, k.pod), v))
+                    .collect();
+                self.replicas.insert((*pi, *signal), m);
+            }
+            (RsQuery::Window { batch, .. }, _) => {
+                self.failed.extend(plan.batches[*batch].iter().copied());
+            }
+            (RsQuery::Range(_), _) => {
+                let of_policy = plan.workloads.iter().enumerate();
+                self.failed
+                    .extend(of_policy.filter(|(_, w)| w.policy == *pi).map(|(i, _)| i));
+            }
+        }
+    }
+
+    fn value(&self, signal: RsSignal, key: &WindowKey) -> Option<f64> {
+        self.window.get(&signal)?.get(key).copied()
+    }
 }
 
 /// The HPA's kube-state-metrics replica history over the window of the resource it scales on
 /// (docs/design/hpa-coordination.md#h7); `None` when there is no current-replicas series for it.
 fn replica_history(
-    idx: &Index,
+    answers: &RsAnswers,
     policy: usize,
     namespace: &str,
     h: &HorizontalPodAutoscaler,
@@ -283,10 +423,9 @@ fn replica_history(
     let key = (
         namespace.to_string(),
         h.metadata.name.clone().unwrap_or_default(),
-        String::new(),
     );
     let in_window = |signal: RsSignal| -> Option<Vec<Sample>> {
-        let samples = idx.get(&(policy, signal))?.get(&key)?;
+        let samples = answers.replicas.get(&(policy, signal))?.get(&key)?;
         Some(
             samples
                 .iter()
@@ -301,20 +440,42 @@ fn replica_history(
     })
 }
 
+/// The workload's usage history: the earliest sample of any of its containers in the longer
+/// window. History within 1 % of the window (at least two grid steps) counts as the whole
+/// window: the grid's first step and scrape timing put the first sample a little late.
+fn history(
+    answers: &RsAnswers,
+    keys: &[WindowKey],
+    spec: &crate::api::RightsizingPolicySpec,
+    now: Timestamp,
+    step_seconds: i64,
+) -> History {
+    let (cpu_window, mem_window) = windows(spec);
+    let window = cpu_window.max(mem_window);
+    let first = keys
+        .iter()
+        .filter_map(|k| answers.value(RsSignal::History, k))
+        .reduce(f64::min);
+    History {
+        seconds: first.map(|t| now.as_second() - t.floor() as i64),
+        window_seconds: window,
+        slack_seconds: (2 * step_for(window, step_seconds)).max(window / 100),
+    }
+}
+
 /// Evaluates every planned workload. `gpu` carries the GPU engine's per-container values so the
 /// recommendation resource shows them and counts them in savings.
 pub fn evaluate(
     snapshot: &Snapshot,
     plan: &RsPlan,
-    results: BTreeMap<(usize, RsSignal), SeriesSet>,
-    failed: &BTreeSet<usize>,
+    answers: &RsAnswers,
     gpu: &HashMap<&WorkloadKey, &BTreeMap<String, GpuContainer>>,
     now: Timestamp,
+    step_seconds: i64,
 ) -> Vec<RsResult> {
-    let idx = index(results);
     let hpas = hpa::hpa_index(&snapshot.hpas);
-    let mut out = Vec::new();
-    for wp in &plan.workloads {
+    let mut out = Vec::with_capacity(plan.workloads.len());
+    for (i, wp) in plan.workloads.iter().enumerate() {
         let w = &snapshot.workloads[wp.workload];
         let policy = &snapshot.rightsizing_policies[wp.policy];
         let pods: Vec<&Pod> = wp.pods.iter().map(|&i| &*snapshot.pods[i]).collect();
@@ -328,29 +489,20 @@ pub fn evaluate(
             .window
             .signed();
         let oom = container::oom_killed_containers(&pods, now - mem_window, now);
-        let gather = |signal: RsSignal, container: &str| -> Vec<Sample> {
-            let Some(m) = idx.get(&(wp.policy, signal)) else {
-                return Vec::new();
-            };
-            let mut v: Vec<Sample> = pods
-                .iter()
-                .filter_map(|p| {
-                    m.get(&(
-                        w.key.namespace.clone(),
-                        p.metadata.name.clone().unwrap_or_default(),
-                        container.to_string(),
-                    ))
-                })
-                .flatten()
-                .copied()
-                .collect();
-            v.sort_by_key(|s| s.0);
-            v
-        };
+        let workload_label = format!("{}/{}", w.key.kind.as_str(), w.key.name);
+        let counted = container::counted_containers(spec);
+        let keys: Vec<WindowKey> = counted
+            .iter()
+            .map(|c| WindowKey {
+                namespace: w.key.namespace.clone(),
+                workload: workload_label.clone(),
+                container: c.name.clone(),
+            })
+            .collect();
         let mut containers = Vec::new();
         let mut bad_request: Option<String> = None;
         let gpu_w = gpu.get(&w.key).copied();
-        for c in container::counted_containers(spec) {
+        for (c, key) in counted.iter().zip(&keys) {
             let current = match container::effective_requests(c) {
                 Ok(r) => r,
                 Err(e) => {
@@ -358,11 +510,6 @@ pub fn evaluate(
                     Default::default()
                 }
             };
-            let throttled = container::throttled(
-                &gather(RsSignal::ThrottledPeriods, &c.name),
-                &gather(RsSignal::Periods, &c.name),
-                THROTTLED_RATIO,
-            );
             let in_scope = policy.spec.scope.containers.is_empty()
                 || policy.spec.scope.containers.contains(&c.name);
             let g = gpu_w.and_then(|m| m.get(&c.name));
@@ -370,9 +517,12 @@ pub fn evaluate(
                 signals: ContainerSignals {
                     name: c.name.clone(),
                     current,
-                    cpu: gather(RsSignal::Cpu, &c.name),
-                    memory: gather(RsSignal::Memory, &c.name),
-                    throttled,
+                    cpu: answers.value(RsSignal::Cpu, key),
+                    memory: answers.value(RsSignal::Memory, key),
+                    throttled: container::throttled(
+                        answers.value(RsSignal::Throttled, key),
+                        THROTTLED_RATIO,
+                    ),
                     oom_killed: oom.contains(&c.name),
                 },
                 in_scope,
@@ -388,14 +538,14 @@ pub fn evaluate(
             ))
             .map(|&h| {
                 let history =
-                    replica_history(&idx, wp.policy, &w.key.namespace, h, &policy.spec, now);
+                    replica_history(answers, wp.policy, &w.key.namespace, h, &policy.spec, now);
                 HpaInput {
                     hpa: h.clone(),
                     max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
                     replica_history: history.is_some(),
                 }
             });
-        let metrics_unavailable = failed.contains(&wp.policy);
+        let metrics_unavailable = answers.failed.contains(&i);
         let outcome = match bad_request {
             Some(e) => Err(e),
             None => workload::evaluate_workload(&WorkloadInput {
@@ -404,6 +554,7 @@ pub fn evaluate(
                 containers,
                 hpa,
                 replicas: w.replicas.unwrap_or(1),
+                history: history(answers, &keys, &policy.spec, now, step_seconds),
                 now,
             })
             .map_err(|e| e.to_string()),
@@ -416,6 +567,101 @@ pub fn evaluate(
         });
     }
     out
+}
+
+/// CPU/memory requests with HPA coordination (docs/design/hpa-coordination.md).
+pub struct Resources;
+
+pub struct ResourcesEvaluation<'p> {
+    snapshot: &'p Snapshot,
+    plan: &'p RsPlan,
+    answers: RsAnswers,
+    now: Timestamp,
+    step_seconds: i64,
+}
+
+/// The plan and the step it was made with (evaluation reads the history slack from it).
+pub struct ResourcesPlan {
+    pub plan: RsPlan,
+    pub step_seconds: i64,
+}
+
+impl Recommender for Resources {
+    type Plan = ResourcesPlan;
+    type Evaluation<'p> = ResourcesEvaluation<'p>;
+
+    fn name(&self) -> &'static str {
+        "resources"
+    }
+
+    fn plan(&self, snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> ResourcesPlan {
+        ResourcesPlan {
+            plan: plan(snapshot, now, step_seconds),
+            step_seconds,
+        }
+    }
+
+    fn queries<'p>(
+        &self,
+        snapshot: &'p Snapshot,
+        plan: &'p ResourcesPlan,
+    ) -> Vec<PlannedQuery<'p>> {
+        plan.plan
+            .queries
+            .iter()
+            .map(|(pi, signal, q)| PlannedQuery {
+                policy: &snapshot.rightsizing_policies[*pi].id,
+                what: signal.as_str(),
+                query: match q {
+                    RsQuery::Window { query, .. } => QueryRef::Window(query),
+                    RsQuery::Range(query) => QueryRef::Range(query),
+                },
+            })
+            .collect()
+    }
+
+    fn start<'p>(
+        &'p self,
+        snapshot: &'p Snapshot,
+        plan: &'p ResourcesPlan,
+        now: Timestamp,
+    ) -> ResourcesEvaluation<'p> {
+        ResourcesEvaluation {
+            snapshot,
+            plan: &plan.plan,
+            answers: RsAnswers::default(),
+            now,
+            step_seconds: plan.step_seconds,
+        }
+    }
+}
+
+impl Evaluation for ResourcesEvaluation<'_> {
+    fn answer(&mut self, index: usize, answer: Result<Answer, MetricError>) {
+        self.answers.answer(self.plan, index, answer);
+    }
+
+    fn finish(self, out: &mut CycleOutput) {
+        let results = {
+            let gpu: HashMap<&WorkloadKey, _> =
+                out.gpu_results().map(|r| (&r.key, &r.containers)).collect();
+            evaluate(
+                self.snapshot,
+                self.plan,
+                &self.answers,
+                &gpu,
+                self.now,
+                self.step_seconds,
+            )
+        };
+        out.add_resources(results);
+        for (i, p) in self.snapshot.rightsizing_policies.iter().enumerate() {
+            out.policies
+                .entry(p.id.clone())
+                .or_default()
+                .unresolved_strategy = self.plan.unresolved.get(&i).cloned();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -456,15 +702,22 @@ spec:
         load_text(&another_web_app("api", "api-hpa"), "test", &mut m).unwrap();
         let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
         let plan = plan(&m.snapshot, now, 15);
+        let ranges: Vec<&RangeQuery> = plan
+            .queries
+            .iter()
+            .filter_map(|(_, _, q)| match q {
+                RsQuery::Range(q) => Some(q),
+                RsQuery::Window { .. } => None,
+            })
+            .collect();
         for metric in [
             "kube_horizontalpodautoscaler_status_current_replicas",
             "kube_horizontalpodautoscaler_spec_max_replicas",
         ] {
-            let queries: Vec<&RangeQuery> = plan
-                .queries
+            let queries: Vec<&RangeQuery> = ranges
                 .iter()
-                .filter(|(_, _, q)| q.metric == metric)
-                .map(|(_, _, q)| q)
+                .filter(|q| q.metric == metric)
+                .copied()
                 .collect();
             assert_eq!(queries.len(), 1, "{metric}: {:#?}", plan.queries);
             let q = queries[0];

@@ -63,6 +63,43 @@ use crate::core::recommenders::resources::container::{
 use crate::core::snapshot::REASON_STRATEGY_UNRESOLVED;
 
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
+/// Phase `pending`: less usage history than [`MIN_HISTORY_SECONDS`] (or the window, if
+/// shorter); nothing is applied yet.
+pub const REASON_INSUFFICIENT_HISTORY: &str = "InsufficientHistory";
+/// Risk flag: the usage history is shorter than the policy's window (a 7-day window on a
+/// Prometheus that keeps 2 days, a workload created yesterday): the recommendation is from the
+/// data there is.
+pub const RISK_INSUFFICIENT_HISTORY: &str = "insufficient-history";
+/// Auto-patch waits until the workload has this much usage history (24 h), or the policy's
+/// whole window when that is shorter: a day covers one daily peak.
+pub const MIN_HISTORY_SECONDS: i64 = 24 * 3600;
+
+/// How far back a workload's usage history reaches (the earliest sample of any of its pods in
+/// the policy's longest window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// Seconds of history before `now`; `None` when there is no sample at all.
+    pub seconds: Option<i64>,
+    /// The policy's longest window (cpu, memory).
+    pub window_seconds: i64,
+    /// History this close to a requirement meets it: the sampling grid's step and timing.
+    pub slack_seconds: i64,
+}
+
+impl History {
+    /// Less history than the window: flagged `insufficient-history`.
+    pub fn insufficient(&self) -> bool {
+        self.seconds
+            .is_some_and(|s| s + self.slack_seconds < self.window_seconds)
+    }
+
+    /// Enough history for auto-patch: [`MIN_HISTORY_SECONDS`], or the window when shorter.
+    pub fn enough_to_apply(&self) -> bool {
+        let needed = MIN_HISTORY_SECONDS.min(self.window_seconds);
+        self.seconds
+            .is_none_or(|s| s + self.slack_seconds >= needed)
+    }
+}
 
 /// One counted container of the workload.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -97,6 +134,8 @@ pub struct WorkloadInput {
     pub hpa: Option<HpaInput>,
     /// Current replicas (for total savings).
     pub replicas: i32,
+    /// How much usage history the recommendation rests on.
+    pub history: History,
     pub now: Timestamp,
 }
 
@@ -231,10 +270,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     let recs: Vec<Option<ContainerRec>> = input
         .containers
         .iter()
-        .map(|c| {
-            c.in_scope
-                .then(|| recommend_container(&c.signals, &params, input.now))
-        })
+        .map(|c| c.in_scope.then(|| recommend_container(&c.signals, &params)))
         .collect();
     let ctx = Ctx {
         input,
@@ -255,6 +291,15 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
 
     let mut risk_flags = Vec::new();
     let mut reasons = Vec::new();
+    if input.history.insufficient() {
+        risk_flags.push(RISK_INSUFFICIENT_HISTORY.to_string());
+        reasons.push(format!(
+            "{}: the usage history reaches back {} of the {} window; recommended from the data there is",
+            RISK_INSUFFICIENT_HISTORY,
+            span(input.history.seconds.unwrap_or(0)),
+            span(input.history.window_seconds)
+        ));
+    }
     let hpa_out = input
         .hpa
         .as_ref()
@@ -323,6 +368,17 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
                 "no usage sample in the window yet".to_string(),
                 None,
             )
+        } else if !input.history.enough_to_apply() {
+            (
+                RecommendationPhase::Pending,
+                Some(REASON_INSUFFICIENT_HISTORY.to_string()),
+                format!(
+                    "only {} of usage history: auto-patch waits for {}",
+                    span(input.history.seconds.unwrap_or(0)),
+                    span(MIN_HISTORY_SECONDS.min(input.history.window_seconds))
+                ),
+                None,
+            )
         } else {
             let hpa = hpa_out.as_ref().filter(|h| h.coordinated).and_then(|h| {
                 Some(CoordinatedHpa {
@@ -379,6 +435,16 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         managed,
         reasons,
     })
+}
+
+/// A duration for messages: `36h`, `90m`, `45s`.
+fn span(seconds: i64) -> String {
+    match seconds {
+        s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s >= 3600 => format!("{:.1}h", s as f64 / 3600.0),
+        s if s >= 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
 }
 
 fn evaluate_hpa(

@@ -2,16 +2,24 @@ use super::*;
 use crate::api::{
     CpuRecipe, HpaCoordination, MemoryRecipe, ResourceRecipes, TargetBounds, WorkloadKind,
 };
-use crate::core::recommenders::resources::container::Sample;
 use serde_json::json;
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap()
 }
 
-fn series(v: f64) -> Vec<Sample> {
-    let end = now().as_second();
-    (0..10).map(|i| (end - i * 60, v)).collect()
+/// The window's usage aggregate.
+fn series(v: f64) -> Option<f64> {
+    Some(v)
+}
+
+/// A whole 7-day window of history.
+fn full_history() -> History {
+    History {
+        seconds: Some(7 * 86_400),
+        window_seconds: 7 * 86_400,
+        slack_seconds: 120,
+    }
 }
 
 fn policy(cpu: ResourceMode, memory: ResourceMode, coordinate: bool) -> RightsizingPolicySpec {
@@ -91,6 +99,7 @@ fn input(
         containers,
         hpa,
         replicas: 4,
+        history: full_history(),
         now: now(),
     }
 }
@@ -604,8 +613,8 @@ fn phases_audit_only_and_pending() {
         "audit-only still recommends"
     );
     let mut c = container("app", 1000, 512, 700, 256);
-    c.signals.cpu.clear();
-    c.signals.memory.clear();
+    c.signals.cpu = None;
+    c.signals.memory = None;
     let o = eval(&input(policy(AUTO, AUTO, false), vec![c], None));
     assert_eq!(o.phase, RecommendationPhase::Pending);
     assert_eq!(o.reason.as_deref(), Some("NoUsageData"));
@@ -932,4 +941,72 @@ fn nothing_taken_nothing_released() {
     let o = next(policy(AUDIT, AUDIT, false), &[]);
     let none = RecommendationStatus::default();
     assert!(plan_release(&spec, &none, &o.managed).unwrap().is_empty());
+}
+
+/// docs/metrics.md#history: a window longer than the history there is (a 7-day window on a
+/// 2-day Prometheus) recommends from the data there is, flagged `insufficient-history`; with
+/// less than 24 h nothing is auto-patched yet.
+#[test]
+fn short_history_is_flagged_and_holds_auto_patch_until_a_day() {
+    let mut i = input(
+        policy(AUTO, AUDIT, false),
+        vec![container("app", 1000, 512, 400, 200)],
+        None,
+    );
+    i.history.seconds = Some(2 * 86_400);
+    let o = eval(&i);
+    assert_eq!(o.risk_flags, [RISK_INSUFFICIENT_HISTORY]);
+    assert_eq!(
+        o.phase,
+        RecommendationPhase::Applied,
+        "2 days ≥ 24 h: applied"
+    );
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(400));
+    assert!(
+        o.reasons
+            .iter()
+            .any(|r| r.contains("reaches back 48h of the 168h window")),
+        "{:?}",
+        o.reasons
+    );
+
+    i.history.seconds = Some(5 * 3600);
+    let o = eval(&i);
+    assert_eq!(o.risk_flags, [RISK_INSUFFICIENT_HISTORY]);
+    assert_eq!(o.phase, RecommendationPhase::Pending);
+    assert_eq!(o.reason.as_deref(), Some(REASON_INSUFFICIENT_HISTORY));
+    assert!(o.apply.is_none());
+    assert_eq!(
+        o.containers[0].recommended.cpu_millis,
+        Some(400),
+        "still recommended"
+    );
+    assert!(
+        o.message
+            .contains("only 5h of usage history: auto-patch waits for 24h"),
+        "{}",
+        o.message
+    );
+    // What kerf manages does not change: a short history is no reason to release anything.
+    assert_eq!(
+        o.managed,
+        eval(&input(
+            policy(AUTO, AUDIT, false),
+            vec![container("app", 1000, 512, 400, 200)],
+            None
+        ))
+        .managed
+    );
+
+    // History within the slack of the window is the whole window.
+    i.history.seconds = Some(7 * 86_400 - 100);
+    assert!(eval(&i).risk_flags.is_empty());
+    // A window shorter than a day needs only the window.
+    i.history = History {
+        seconds: Some(3600),
+        window_seconds: 3600,
+        slack_seconds: 30,
+    };
+    assert_eq!(eval(&i).phase, RecommendationPhase::Applied);
+    assert!(eval(&i).risk_flags.is_empty());
 }
