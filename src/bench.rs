@@ -56,8 +56,79 @@ automationStrategyRef: {{name: bench}}
     serde_saphyr::from_str(&yaml).expect("static bench policy parses")
 }
 
-fn namespace(i: usize) -> String {
+/// The synthetic namespaces, shared by every bench cluster.
+pub(crate) fn namespace(i: usize) -> String {
     format!("team-{i:03}")
+}
+
+/// FNV-1a offset basis and prime: a cheap deterministic hash for synthetic values.
+pub(crate) const FNV_OFFSET: u64 = 1469598103934665603;
+
+/// FNV-1a of `bytes` continued from the state `h`.
+pub(crate) fn fnv1a(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
+    }
+    h
+}
+
+/// The `bench` automation strategy every bench policy of namespace `ns` names.
+pub(crate) fn add_bench_strategy(s: &mut Snapshot, ns: String) {
+    s.strategies.insert(
+        StrategyKey {
+            namespace: Some(ns),
+            name: "bench".into(),
+        },
+        StrategyView::default(),
+    );
+}
+
+/// A one-replica Deployment with `template`.
+pub(crate) fn deployment(ns: String, name: String, template: PodTemplateSpec) -> Arc<Workload> {
+    Arc::new(Workload {
+        key: WorkloadKey::new(ns, WorkloadKind::Deployment, name),
+        uid: None,
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        template,
+        replicas: Some(1),
+        field_managers: Vec::new(),
+    })
+}
+
+/// A running pod of ReplicaSet `replicaset`, started at `started`.
+pub(crate) fn running_pod(
+    (ns, name): (String, String),
+    replicaset: String,
+    annotations: Option<BTreeMap<String, String>>,
+    containers: Vec<Container>,
+    started: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(ns),
+            annotations,
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: replicaset,
+                uid: String::new(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            start_time: Some(started.clone()),
+            phase: Some("Running".into()),
+            ..Default::default()
+        }),
+    })
 }
 
 /// (namespace, pod name) of every synthetic pod, workload by workload.
@@ -94,13 +165,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
             spec: policy_spec(),
             status: None,
         });
-        s.strategies.insert(
-            StrategyKey {
-                namespace: Some(ns),
-                name: "bench".into(),
-            },
-            StrategyView::default(),
-        );
+        add_bench_strategy(&mut s, ns);
     }
     let containers = vec![
         Container {
@@ -118,12 +183,10 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
     )]);
     for w in 0..spec.workloads {
         let ns = namespace(w % spec.namespaces);
-        s.workloads.push(Arc::new(Workload {
-            key: WorkloadKey::new(ns.clone(), WorkloadKind::Deployment, format!("gpu-{w:05}")),
-            uid: None,
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
-            template: PodTemplateSpec {
+        s.workloads.push(deployment(
+            ns.clone(),
+            format!("gpu-{w:05}"),
+            PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     annotations: Some(annotations.clone()),
                     ..Default::default()
@@ -133,40 +196,20 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
                     ..Default::default()
                 }),
             },
-            replicas: Some(1),
-            field_managers: Vec::new(),
-        }));
+        ));
         s.replicaset_owners
             .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));
     }
     let started =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now - SignedDuration::from_hours(2));
     for (w, ns, name) in pod_names(spec) {
-        s.pods.push(Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: Some(ns),
-                annotations: Some(annotations.clone()),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "apps/v1".into(),
-                    kind: "ReplicaSet".into(),
-                    name: format!("gpu-{w:05}-rs"),
-                    uid: String::new(),
-                    controller: Some(true),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: containers.clone(),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                start_time: Some(started.clone()),
-                phase: Some("Running".into()),
-                ..Default::default()
-            }),
-        }));
+        s.pods.push(running_pod(
+            (ns, name),
+            format!("gpu-{w:05}-rs"),
+            Some(annotations.clone()),
+            containers.clone(),
+            &started,
+        ));
     }
     s
 }
@@ -186,10 +229,7 @@ struct SeriesValues {
 
 impl SeriesValues {
     fn new(metric: &str, pod: &str) -> Self {
-        let mut h: u64 = 1469598103934665603;
-        for b in metric.bytes().chain(pod.bytes()) {
-            h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
-        }
+        let h = fnv1a(FNV_OFFSET, metric.bytes().chain(pod.bytes()));
         let hot = pod.bytes().map(u64::from).sum::<u64>() % 3 == 0;
         Self {
             prefix: h,
@@ -198,10 +238,7 @@ impl SeriesValues {
     }
 
     fn at(&self, t: i64) -> f64 {
-        let mut h = self.prefix;
-        for b in t.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
-        }
+        let h = fnv1a(self.prefix, t.to_le_bytes());
         self.base + (h % 200) as f64 / 10.0
     }
 }

@@ -10,15 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::api::{PolicyType, RightsizingPolicySpec, StrategyView, WorkloadKind};
-use crate::core::model::{PolicyId, WorkloadKey};
-use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
-use crate::core::snapshot::{RsPolicy, Snapshot, StrategyKey, Workload};
+use crate::api::{PolicyType, RightsizingPolicySpec};
+use crate::bench::{FNV_OFFSET, add_bench_strategy, deployment, fnv1a, namespace, running_pod};
+use crate::core::model::PolicyId;
+use crate::core::pod::{Container, PodSpec, PodTemplateSpec};
+use crate::core::snapshot::{RsPolicy, Snapshot};
 
 #[derive(Clone, Copy, Debug)]
 pub struct HistorySpec {
@@ -54,10 +53,6 @@ fn safe(mut n: u64, len: usize) -> String {
         n = n / SAFE.len() as u64 + 7919;
     }
     out
-}
-
-fn namespace(i: usize) -> String {
-    format!("team-{i:03}")
 }
 
 fn workload_name(w: usize) -> String {
@@ -119,13 +114,7 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
             spec: policy_spec(),
             status: None,
         });
-        s.strategies.insert(
-            StrategyKey {
-                namespace: Some(ns),
-                name: "bench".into(),
-            },
-            StrategyView::default(),
-        );
+        add_bench_strategy(&mut s, ns);
     }
     let container = |limit: bool| {
         let mut requests = BTreeMap::new();
@@ -149,21 +138,17 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
     };
     for w in 0..spec.workloads {
         let ns = namespace(w % spec.namespaces);
-        s.workloads.push(Arc::new(Workload {
-            key: WorkloadKey::new(ns, WorkloadKind::Deployment, workload_name(w)),
-            uid: None,
-            labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
-            template: PodTemplateSpec {
+        s.workloads.push(deployment(
+            ns,
+            workload_name(w),
+            PodTemplateSpec {
                 metadata: None,
                 spec: Some(PodSpec {
                     containers: vec![container(false)],
                     ..Default::default()
                 }),
             },
-            replicas: Some(1),
-            field_managers: Vec::new(),
-        }));
+        ));
     }
     let started = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         now - jiff::SignedDuration::from_hours(72),
@@ -171,40 +156,20 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
     for (p, (w, ns, rs, pod)) in pods(spec).into_iter().enumerate() {
         s.replicaset_owners
             .insert((ns.clone(), rs.clone()), workload_name(w));
-        s.pods.push(Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(pod),
-                namespace: Some(ns),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "apps/v1".into(),
-                    kind: "ReplicaSet".into(),
-                    name: rs,
-                    uid: String::new(),
-                    controller: Some(true),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![container(limited(p))],
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                start_time: Some(started.clone()),
-                phase: Some("Running".into()),
-                ..Default::default()
-            }),
-        }));
+        s.pods.push(running_pod(
+            (ns, pod),
+            rs,
+            None,
+            vec![container(limited(p))],
+            &started,
+        ));
     }
     s
 }
 
 /// Deterministic usage of a pod at a time, in [0, 1): a third of the workloads run hot.
 fn noise(pod: &str, t: i64) -> f64 {
-    let mut h: u64 = 1469598103934665603;
-    for b in pod.bytes().chain(t.to_le_bytes()) {
-        h = (h ^ u64::from(b)).wrapping_mul(1099511628211);
-    }
+    let h = fnv1a(FNV_OFFSET, pod.bytes().chain(t.to_le_bytes()));
     (h % 1000) as f64 / 1000.0
 }
 
@@ -291,6 +256,7 @@ pub fn write_openmetrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::WorkloadKind;
     use crate::metrics::window::pod_name_suffix;
 
     #[test]
