@@ -290,10 +290,14 @@ pub struct RecommendArgs {
 pub fn parse_at(at: Option<&str>) -> anyhow::Result<jiff::Timestamp> {
     match at {
         None => Ok(jiff::Timestamp::now()),
-        Some(t) => t
-            .parse::<jiff::Timestamp>()
-            .map_err(|e| anyhow::anyhow!("--at {t:?} is not RFC 3339: {e}")),
+        Some(t) => parse_time_flag("--at", t),
     }
+}
+
+/// A time flag's RFC 3339 value; the error names the flag.
+pub fn parse_time_flag(flag: &str, t: &str) -> anyhow::Result<jiff::Timestamp> {
+    t.parse::<jiff::Timestamp>()
+        .map_err(|e| anyhow::anyhow!("{flag} {t:?} is not RFC 3339: {e}"))
 }
 
 /// The metric source a standalone command reads: the file, or Prometheus reached as the

@@ -46,8 +46,8 @@ pub struct SimulateArgs {
 }
 
 pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let from = parse_time("--from", &args.from)?;
-    let to = parse_time("--to", &args.to)?;
+    let from = super::parse_time_flag("--from", &args.from)?;
+    let to = super::parse_time_flag("--to", &args.to)?;
     let manifests = crate::sources::dir::load_dir(&args.manifests)?;
     let every = match &args.every {
         Some(e) => DurationStr::parse(e).map_err(|e| anyhow::anyhow!("--every: {e}"))?,
@@ -80,9 +80,4 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => print!("{out}"),
     }
     Ok(())
-}
-
-fn parse_time(flag: &str, t: &str) -> anyhow::Result<jiff::Timestamp> {
-    t.parse::<jiff::Timestamp>()
-        .map_err(|e| anyhow::anyhow!("{flag} {t:?} is not RFC 3339: {e}"))
 }
