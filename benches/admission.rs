@@ -27,6 +27,11 @@ use kerf::core::model::{
 };
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 
+/// The allocator the kerf binary ships with (src/main.rs), so the servers here allocate as the
+/// deployed webhook does; all three servers share it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // `cargo bench` appends `--bench`; ignore flags.

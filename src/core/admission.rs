@@ -26,6 +26,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::{Map, Value, json};
@@ -220,13 +221,12 @@ fn child_obj<'a>(
     key: &str,
     at: &str,
 ) -> Result<&'a mut Map<String, Value>, ShapeError> {
-    let slot = v
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if slot.is_null() {
-        *slot = Value::Object(Map::new());
+    // Looked up before inserting: the key is copied only when the map is added.
+    if v.get(key).is_none_or(Value::is_null) {
+        v.insert(key.to_string(), Value::Object(Map::new()));
     }
-    slot.as_object_mut()
+    v.get_mut(key)
+        .and_then(Value::as_object_mut)
         .ok_or_else(|| shape(format!("{at}.{key} is not an object")))
 }
 
@@ -478,7 +478,7 @@ pub fn mutate_pod(
 /// A pod decoded straight into its skeleton: everything [`pod_skeleton`] keeps, plus the owner
 /// references and namespace owner resolution needs; all other fields are skipped while parsing
 /// (no allocation for env, volumes, probes…). Shape errors here are decode errors.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize)]
 pub struct PodSkeleton {
     #[serde(default, deserialize_with = "object_only")]
     pub metadata: Option<MetaSkeleton>,
@@ -526,7 +526,7 @@ where
     Ok(Option::<Vec<MapOnly<T>>>::deserialize(d)?.map(|v| v.into_iter().map(|m| m.0).collect()))
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MetaSkeleton {
     #[serde(default)]
@@ -540,7 +540,7 @@ pub struct MetaSkeleton {
     annotations: Option<Map<String, Value>>,
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SpecSkeleton {
     #[serde(default)]
@@ -551,7 +551,7 @@ struct SpecSkeleton {
     init_containers: Option<Vec<ContainerSkeleton>>,
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Clone, Debug, serde::Deserialize)]
 struct ContainerSkeleton {
     #[serde(default)]
     name: Option<Value>,
@@ -562,42 +562,49 @@ struct ContainerSkeleton {
 impl PodSkeleton {
     /// The same JSON [`pod_skeleton`] builds from the whole pod (null maps count as missing).
     pub fn to_value(&self) -> Value {
+        self.clone().into_value()
+    }
+
+    /// [`Self::to_value`], moving the decoded parts instead of copying them (the webhook's path).
+    pub fn into_value(self) -> Value {
         let mut out = Map::new();
-        if let Some(m) = &self.metadata {
+        if let Some(m) = self.metadata {
             let mut mm = Map::new();
-            if let Some(a) = &m.annotations {
-                mm.insert("annotations".into(), Value::Object(a.clone()));
+            if let Some(a) = m.annotations {
+                mm.insert("annotations".into(), Value::Object(a));
             }
-            if let Some(l) = &m.labels {
-                mm.insert("labels".into(), json!(l));
+            if let Some(l) = m.labels {
+                // In the map's (sorted) order, as serializing it would give.
+                let l = l.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                mm.insert("labels".into(), Value::Object(l));
             }
             out.insert("metadata".into(), Value::Object(mm));
         }
-        if let Some(sp) = &self.spec {
+        if let Some(sp) = self.spec {
             let mut ss = Map::new();
-            if let Some(n) = &sp.scheduler_name {
-                ss.insert("schedulerName".into(), n.clone());
+            if let Some(n) = sp.scheduler_name {
+                ss.insert("schedulerName".into(), n);
             }
-            let list = |cs: &Vec<ContainerSkeleton>| {
+            let list = |cs: Vec<ContainerSkeleton>| {
                 Value::Array(
-                    cs.iter()
+                    cs.into_iter()
                         .map(|c| {
                             let mut cm = Map::new();
-                            if let Some(n) = &c.name {
-                                cm.insert("name".into(), n.clone());
+                            if let Some(n) = c.name {
+                                cm.insert("name".into(), n);
                             }
-                            if let Some(r) = &c.resources {
-                                cm.insert("resources".into(), r.clone());
+                            if let Some(r) = c.resources {
+                                cm.insert("resources".into(), r);
                             }
                             Value::Object(cm)
                         })
                         .collect(),
                 )
             };
-            if let Some(cs) = &sp.containers {
+            if let Some(cs) = sp.containers {
                 ss.insert("containers".into(), list(cs));
             }
-            if let Some(cs) = &sp.init_containers {
+            if let Some(cs) = sp.init_containers {
                 ss.insert("initContainers".into(), list(cs));
             }
             out.insert("spec".into(), Value::Object(ss));
@@ -802,14 +809,16 @@ pub fn mutate_skeleton(
             continue;
         };
         let c = container_mut(&mut desired, slot.list(), slot.index())?;
-        let limits: Map<String, Value> = c
-            .get("resources")
-            .and_then(|r| r.get("limits"))
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        // The limits as admitted, read before the requests change.
+        let limit = |key: &str| {
+            c.get("resources")
+                .and_then(|r| r.get("limits"))
+                .and_then(|l| l.get(key))
+        };
+        let cpu_limit = limit("cpu").and_then(cpu_millis_of);
+        let memory_limit = limit("memory").and_then(memory_bytes_of);
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
-            let limit = limits.get("cpu").and_then(cpu_millis_of);
+            let limit = cpu_limit;
             let m = match limit {
                 Some(l) if l < m => {
                     notes.push(format!(
@@ -826,7 +835,7 @@ pub fn mutate_skeleton(
             }
         }
         if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
-            let limit = limits.get("memory").and_then(memory_bytes_of);
+            let limit = memory_limit;
             let b = match limit {
                 Some(l) if l < b => {
                     notes.push(format!(
@@ -1041,17 +1050,28 @@ pub fn diff(a: &Value, b: &Value) -> Vec<Value> {
     ops
 }
 
+/// Appends `/` and the token `t` (escaped) to `path`; most keys need no escaping and no copy.
+fn push_token(path: &mut String, t: &str) {
+    path.push('/');
+    if t.contains(['~', '/']) {
+        path.push_str(&escape_token(t));
+    } else {
+        path.push_str(t);
+    }
+}
+
 fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
     // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             for k in x.keys().filter(|k| !y.contains_key(*k)) {
-                ops.push(json!({"op": "remove", "path": format!("{path}/{}", escape_token(k))}));
+                let mut at = path.clone();
+                push_token(&mut at, k);
+                ops.push(json!({"op": "remove", "path": at}));
             }
             for (k, vy) in y {
                 let len = path.len();
-                path.push('/');
-                path.push_str(&escape_token(k));
+                push_token(path, k);
                 match x.get(k) {
                     Some(vx) => diff_at(path, vx, vy, ops),
                     None => ops.push(json!({"op": "add", "path": path.clone(), "value": vy})),
@@ -1062,8 +1082,8 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
         (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
             for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
                 let len = path.len();
-                path.push('/');
-                path.push_str(&i.to_string());
+                // Writing to a String cannot fail.
+                let _ = write!(path, "/{i}");
                 diff_at(path, vx, vy, ops);
                 path.truncate(len);
             }

@@ -1,0 +1,129 @@
+use super::*;
+
+use crate::core::model::{GpuRecommendation, ResourceRequests, WorkloadState};
+
+fn store() -> std::sync::Arc<Store> {
+    let s = Store::new();
+    let mut st = WorkloadState {
+        gpu: Some(GpuRecommendation {
+            containers: [("server".to_string(), 0.6), ("trainer".to_string(), 1.5)].into(),
+            driving_metric: None,
+            policy: None,
+            updated_at: None,
+            by_policy: Default::default(),
+        }),
+        ..Default::default()
+    };
+    st.resources.insert(
+        "metrics-exporter".into(),
+        ResourceRequests {
+            cpu_millis: Some(30),
+            memory_bytes: Some(48 << 20),
+        },
+    );
+    for (kind, name) in [
+        (WorkloadKind::Deployment, "llm-serve"),
+        (WorkloadKind::StatefulSet, "trainer"),
+    ] {
+        s.put(WorkloadKey::new("ml", kind, name), st.clone());
+    }
+    s
+}
+
+fn fixtures() -> Vec<Vec<u8>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/admission");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    paths.iter().map(|p| std::fs::read(p).unwrap()).collect()
+}
+
+/// The one pass answers exactly as the two passes do: same status, body, labels and detail.
+fn assert_same(body: &[u8], store: &Store) {
+    let (one, two) = (
+        handle_review(body, store),
+        handle_in_two_passes(body, store),
+    );
+    let what = String::from_utf8_lossy(body);
+    assert_eq!(one.status, two.status, "{what}");
+    assert_eq!(one.body, two.body, "{what}");
+    assert_eq!(
+        (
+            one.kind,
+            one.operation,
+            one.outcome,
+            one.detail,
+            one.caught_panic
+        ),
+        (
+            two.kind,
+            two.operation,
+            two.outcome,
+            two.detail,
+            two.caught_panic
+        ),
+        "{what}"
+    );
+}
+
+/// The fixtures as sent, with `request.object` moved before `request.kind` (read by the second
+/// pass), with the object or the kind duplicated, as sequences instead of maps, and with byte
+/// edits all over the body: the one pass gives the two passes' answer every time.
+#[test]
+fn one_pass_answers_as_the_two_passes() {
+    let store = store();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for raw in fixtures() {
+        let mut review: Value = serde_json::from_slice(&raw).unwrap();
+        let compact = serde_json::to_vec(&review).unwrap();
+        let text = String::from_utf8(compact.clone()).unwrap();
+        assert_same(&raw, &store);
+        assert_same(&compact, &store);
+        for (from, to) in [
+            ("\"object\":", "\"object\":{},\"object\":"),
+            ("\"kind\":{", "\"kind\":{},\"kind\":{"),
+            ("\"request\":", "\"request\":{},\"request\":"),
+        ] {
+            assert_same(text.replacen(from, to, 1).as_bytes(), &store);
+        }
+        assert_same(format!("[{text}]").as_bytes(), &store);
+        let request = review["request"].as_object_mut().unwrap();
+        let object = request.shift_remove("object").unwrap();
+        let mut first = serde_json::Map::new();
+        first.insert("object".into(), object);
+        first.extend(std::mem::take(request));
+        *request = first;
+        assert_same(&serde_json::to_vec(&review).unwrap(), &store);
+        review["request"] = Value::Array(request_values(&review["request"]));
+        assert_same(&serde_json::to_vec(&review).unwrap(), &store);
+        for _ in 0..200 {
+            let mut b = compact.clone();
+            for _ in 0..=next(3) {
+                let at = next(b.len());
+                match next(3) {
+                    0 => b[at] = 0x20 + next(0x5f) as u8,
+                    1 => b.insert(at, 0x20 + next(0x5f) as u8),
+                    _ => {
+                        b.remove(at);
+                    }
+                }
+            }
+            assert_same(&b, &store);
+        }
+    }
+}
+
+fn request_values(request: &Value) -> Vec<Value> {
+    ["uid", "kind", "namespace", "operation"]
+        .iter()
+        .map(|k| request[*k].clone())
+        .collect()
+}
