@@ -918,7 +918,7 @@ pub fn mutate_skeleton(
         }
     }
 
-    if desired != *pod {
+    if !same(&desired, pod) {
         let mut summary = Map::new();
         if let Some(p) = &state.policy {
             summary.insert("policy".into(), Value::String(p.to_string()));
@@ -935,7 +935,8 @@ pub fn mutate_skeleton(
         let a = child_obj(child_obj(d, "metadata", "pod")?, "annotations", "metadata")?;
         a.insert(
             ANNOTATION_MUTATED.into(),
-            Value::String(Value::Object(summary).to_string()),
+            // Compact JSON, as `to_string` writes it, without going through `fmt`.
+            Value::String(serde_json::to_string(&summary).unwrap_or_default()),
         );
     }
     Ok(Mutation::from(pod, desired, notes))
@@ -1038,7 +1039,24 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
 
 /// RFC 6901 reference token escaping.
 pub fn escape_token(t: &str) -> String {
-    t.replace('~', "~0").replace('/', "~1")
+    let mut out = String::with_capacity(t.len() + 2);
+    push_escaped(&mut out, t);
+    out
+}
+
+/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string.
+fn push_escaped(out: &mut String, t: &str) {
+    if !t.contains(['~', '/']) {
+        out.push_str(t);
+        return;
+    }
+    for c in t.chars() {
+        match c {
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
+        }
+    }
 }
 
 /// RFC 6902 operations turning `a` into `b`. Objects are diffed key by key (a missing parent
@@ -1050,29 +1068,58 @@ pub fn diff(a: &Value, b: &Value) -> Vec<Value> {
     ops
 }
 
-/// Appends `/` and the token `t` (escaped) to `path`; most keys need no escaping and no copy.
+/// `a == b`, comparing an object's keys at the same position in the other first (a desired
+/// object is a copy of the original with changes) and looking them up (hashed) only otherwise.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut ys = y.iter();
+            x.len() == y.len()
+                && x.iter().all(|(k, vx)| {
+                    let vy = match ys.next() {
+                        Some((ky, vy)) if ky == k => Some(vy),
+                        _ => y.get(k),
+                    };
+                    vy.is_some_and(|vy| same(vx, vy))
+                })
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, vy))
+        }
+        _ => a == b,
+    }
+}
+
+/// Appends `/` and the token `t` (escaped) to `path`.
 fn push_token(path: &mut String, t: &str) {
     path.push('/');
-    if t.contains(['~', '/']) {
-        path.push_str(&escape_token(t));
-    } else {
-        path.push_str(t);
-    }
+    push_escaped(path, t);
 }
 
 fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
     // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
-            for k in x.keys().filter(|k| !y.contains_key(*k)) {
+            // The desired object is a copy of the original with changes, so a key mostly sits
+            // at the same position in both: compared there first, looked up (hashed) otherwise.
+            let mut ys = y.keys();
+            for k in x.keys() {
+                if ys.next().is_some_and(|ky| ky == k) || y.contains_key(k) {
+                    continue;
+                }
                 let mut at = path.clone();
                 push_token(&mut at, k);
                 ops.push(json!({"op": "remove", "path": at}));
             }
+            let mut xs = x.iter();
             for (k, vy) in y {
                 let len = path.len();
                 push_token(path, k);
-                match x.get(k) {
+                let vx = match xs.next() {
+                    Some((kx, vx)) if kx == k => Some(vx),
+                    _ => x.get(k),
+                };
+                match vx {
                     Some(vx) => diff_at(path, vx, vy, ops),
                     None => ops.push(json!({"op": "add", "path": path.clone(), "value": vy})),
                 }

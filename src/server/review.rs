@@ -390,7 +390,9 @@ fn respond(review: Review, object: Object, body: &[u8], store: &Store) -> Reply 
         };
 
     let patch = (!decision.patch.is_empty()).then(|| {
-        let bytes = serde_json::to_vec(&decision.patch).unwrap_or_default();
+        // Sized for a typical patch so the buffer rarely grows.
+        let mut bytes = Vec::with_capacity(1024);
+        let _ = serde_json::to_writer(&mut bytes, &decision.patch);
         base64::engine::general_purpose::STANDARD.encode(bytes)
     });
     let out = ReviewOut {
