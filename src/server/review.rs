@@ -120,7 +120,7 @@ enum Object {
     /// body ([`object_of`]) when the decision needs it.
     Later,
     /// A pod's object read straight into its skeleton (`None`: `"object": null`).
-    Pod(Option<PodSkeleton>),
+    Pod(Option<Box<PodSkeleton>>),
 }
 
 /// The review in one pass over the body: the envelope as [`Review`] reads it and, when the kind
@@ -244,7 +244,7 @@ impl<'de> Deserialize<'de> for OneRequest {
                                 .as_ref()
                                 .is_some_and(|k| k.group.is_empty() && k.kind == "Pod");
                             object = Some(if pod {
-                                Object::Pod(map.next_value::<Option<PodSkeleton>>()?)
+                                Object::Pod(map.next_value::<Option<Box<PodSkeleton>>>()?)
                             } else {
                                 map.next_value::<IgnoredAny>()?;
                                 Object::Later
@@ -441,7 +441,7 @@ fn decide(req: &Request, object: Object, body: &[u8], store: &Store) -> Decision
     match (req.kind.group.as_str(), req.kind.kind.as_str()) {
         ("", "Pod") if req.operation == "CREATE" => {
             let skel = match object {
-                Object::Pod(Some(skel)) => Ok(skel),
+                Object::Pod(Some(skel)) => Ok(*skel),
                 Object::Pod(None) => Err("request.object is missing".into()),
                 Object::Later => object_of::<PodSkeleton>(body, "the pod"),
             };
