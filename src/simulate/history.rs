@@ -92,8 +92,8 @@ pub struct HistorySource<'a, S> {
     fetches: AtomicUsize,
     /// Metrics whose values are percentages of the pod's allocation.
     relative: HashSet<String>,
-    /// (namespace, pod, container) → real allocation ÷ simulated allocation.
-    scale: HashMap<(String, String, String), f64>,
+    /// Per container series: real allocation ÷ simulated allocation.
+    scale: HashMap<SeriesKey, f64>,
 }
 
 impl<'a, S: MetricSource> HistorySource<'a, S> {
@@ -126,11 +126,11 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
 
     /// Sets the factor applied to `currentAllocation` samples of one container (1 removes it).
     pub fn set_scale(&mut self, namespace: &str, pod: &str, container: &str, factor: f64) {
-        let key = (
-            namespace.to_string(),
-            pod.to_string(),
-            container.to_string(),
-        );
+        let key = SeriesKey {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            container: container.to_string(),
+        };
         if (factor - 1.0).abs() < 1e-12 {
             self.scale.remove(&key);
         } else {
@@ -224,11 +224,13 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
                 if !q.pods.is_empty() && q.pods.binary_search(pod).is_err() {
                     continue;
                 }
+                let key = SeriesKey {
+                    namespace: ns.clone(),
+                    pod: pod.clone(),
+                    container: container.clone(),
+                };
                 let factor = if relative {
-                    self.scale
-                        .get(&(ns.clone(), pod.clone(), container.clone()))
-                        .copied()
-                        .unwrap_or(1.0)
+                    self.scale.get(&key).copied().unwrap_or(1.0)
                 } else {
                     1.0
                 };
@@ -238,14 +240,7 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
                     .map(|i| (h.start + i as i64 * h.step, values[i] * factor))
                     .collect();
                 if !samples.is_empty() {
-                    out.series.insert(
-                        SeriesKey {
-                            namespace: ns.clone(),
-                            pod: pod.clone(),
-                            container: container.clone(),
-                        },
-                        samples,
-                    );
+                    out.series.insert(key, samples);
                 }
             }
         }
@@ -265,7 +260,11 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
 impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
         // Queries select pods in sorted order (the planners build them from sets); a slice
-        // lookup below relies on it.
+        // lookup below relies on it. Sorted already, the query is not copied (its pod list is
+        // the cluster's pods).
+        if query.pods.is_sorted() {
+            return self.answer(query, true).await;
+        }
         let mut q = query.clone();
         q.pods.sort();
         self.answer(&q, true).await
