@@ -211,11 +211,9 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
         let h = self.history(q).await?;
         let range = h.indexes(q.start.as_second(), q.end.as_second());
         let relative = rescale && self.relative.contains(&q.metric);
-        let mut out = SeriesSet {
-            series: BTreeMap::new(),
-            // Said once, by the fetch; repeating them every tick would drown the report.
-            warnings: Vec::new(),
-        };
+        // Collected in key order (namespaces, then the history's (pod, container) order) and
+        // built into the map at once rather than inserted one by one.
+        let mut series: Vec<(SeriesKey, Vec<(i64, f64)>)> = Vec::new();
         for ns in &q.namespaces {
             let Some(by_pod) = h.series.get(ns) else {
                 continue;
@@ -234,17 +232,23 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
                 } else {
                     1.0
                 };
-                let samples: Vec<(i64, f64)> = range
-                    .clone()
-                    .filter(|&i| !values[i].is_nan())
-                    .map(|i| (h.start + i as i64 * h.step, values[i] * factor))
-                    .collect();
+                let mut samples: Vec<(i64, f64)> = Vec::with_capacity(range.len());
+                samples.extend(
+                    range
+                        .clone()
+                        .filter(|&i| !values[i].is_nan())
+                        .map(|i| (h.start + i as i64 * h.step, values[i] * factor)),
+                );
                 if !samples.is_empty() {
-                    out.series.insert(key, samples);
+                    series.push((key, samples));
                 }
             }
         }
-        Ok(out)
+        Ok(SeriesSet {
+            series: series.into_iter().collect(),
+            // Said once, by the fetch; repeating them every tick would drown the report.
+            warnings: Vec::new(),
+        })
     }
 
     /// Warnings the inner source gave for the fetched history.

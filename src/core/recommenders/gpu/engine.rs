@@ -122,6 +122,8 @@ fn max_pod_total(
         let Some(series) = samples.get(&(pod.name.to_string(), container.clone())) else {
             continue;
         };
+        // At most the whole series: one allocation instead of growing sample by sample.
+        usages.reserve(series.len());
         usages.extend(series.iter().filter_map(|&(t, v)| {
             if t <= from || t > to || !v.is_finite() {
                 return None;

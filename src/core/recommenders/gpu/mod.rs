@@ -165,7 +165,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     }
     let pods_by_owner = pods_by_owner(snapshot);
     let protected = &snapshot.global.protected_namespaces;
-    let mut pods_per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
+    // (namespace, pod) borrowed from the snapshot: owned only once, in the queries.
+    let mut pods_per_policy: BTreeMap<usize, BTreeSet<(&str, &str)>> = BTreeMap::new();
     let by_namespace = PoliciesByNamespace::new(&snapshot.gpu_policies);
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if protected.contains(&w.key.namespace) {
@@ -240,8 +241,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                 let pod = &snapshot.pods[pi];
                 if is_eligible(pod, policy, now) {
                     pods_per_policy.entry(a.policy).or_default().insert((
-                        w.key.namespace.clone(),
-                        pod.metadata.name.clone().unwrap_or_default(),
+                        w.key.namespace.as_str(),
+                        pod.metadata.name.as_deref().unwrap_or_default(),
                     ));
                 }
             }
@@ -255,7 +256,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     }
     for (pi, pods) in pods_per_policy {
         let policy = &snapshot.gpu_policies[pi];
-        let namespaces: BTreeSet<String> = pods.iter().map(|(ns, _)| ns.clone()).collect();
+        let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
         for signal in Signal::BOTH {
             let cfg = policy.spec.metrics.signal(signal);
             let window = cfg
@@ -271,12 +272,13 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                     namespace_label: cfg.prometheus.namespace_label.clone(),
                     pod_label: cfg.prometheus.pod_label.clone(),
                     container_label: cfg.prometheus.container_label.clone(),
-                    namespaces: namespaces.iter().cloned().collect(),
+                    namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
                     pods: pods
                         .iter()
-                        .map(|(_, p)| p.clone())
+                        .map(|(_, p)| *p)
                         .collect::<BTreeSet<_>>()
                         .into_iter()
+                        .map(str::to_string)
                         .collect(),
                     start: now - SignedDuration::from_secs(window),
                     end: now,
