@@ -56,8 +56,13 @@ pub fn fold_by_time(
     init: f64,
     fold: impl Fn(f64, f64) -> f64,
 ) -> Points {
-    values.sort_by_key(|&(t, _)| t);
-    let mut out: Points = Vec::new();
+    if !values.is_sorted_by_key(|&(t, _)| t) {
+        values.sort_by_key(|&(t, _)| t);
+    }
+    // Sized exactly: the report keeps the hottest pod's points for the whole replay, and a
+    // vector grown by doubling would keep up to twice the memory (shrinking may not return it).
+    let times = 1 + values.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    let mut out: Points = Vec::with_capacity(times.min(values.len()));
     for (t, v) in values {
         match out.last_mut() {
             Some((last, acc)) if *last == t => *acc = fold(*acc, v),

@@ -135,8 +135,11 @@ fn max_pod_total(
             Some((t, usage))
         }));
     }
-    // Stable: equal timestamps keep container (then sample) order.
-    usages.sort_by_key(|&(t, _)| t);
+    // Stable: equal timestamps keep container (then sample) order. One container's samples
+    // are sorted already (no scratch buffer then).
+    if !usages.is_sorted_by_key(|&(t, _)| t) {
+        usages.sort_by_key(|&(t, _)| t);
+    }
     let mut max: Option<f64> = None;
     let mut i = 0;
     while i < usages.len() {

@@ -55,13 +55,26 @@ pub fn resolve_strategy<'a>(
 
 /// Indexes of `snapshot.pods` by the workload that owns them.
 pub fn pods_by_owner(snapshot: &Snapshot) -> BTreeMap<WorkloadKey, Vec<usize>> {
-    let mut out: BTreeMap<WorkloadKey, Vec<usize>> = BTreeMap::new();
-    for (i, pod) in snapshot.pods.iter().enumerate() {
-        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
-            out.entry(k).or_default().push(i);
+    // Sorted once and grouped, then built at once: cheaper than a map entry per pod, and the
+    // same map (each owner's pods in snapshot order).
+    let mut owned: Vec<(WorkloadKey, usize)> = snapshot
+        .pods
+        .iter()
+        .enumerate()
+        .filter_map(|(i, pod)| {
+            let k = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners)?;
+            Some((k, i))
+        })
+        .collect();
+    owned.sort_unstable();
+    let mut grouped: Vec<(WorkloadKey, Vec<usize>)> = Vec::new();
+    for (k, i) in owned {
+        match grouped.last_mut() {
+            Some((last, pods)) if *last == k => pods.push(i),
+            _ => grouped.push((k, vec![i])),
         }
     }
-    out
+    grouped.into_iter().collect()
 }
 
 /// The policies (index, selection view) whose scope covers the workload.
