@@ -79,7 +79,7 @@ impl PolicyId {
 }
 
 /// GPU units per container.
-pub type GpuMap = BTreeMap<String, f64>;
+pub type GpuMap = crate::core::small_map::SmallMap<String, f64>;
 
 /// `rightsizing.kubex.ai/gpu-baseline`: `{"<container>": "<gpu units>"}`.
 pub fn parse_baseline(text: &str) -> Result<GpuMap, String> {

@@ -116,7 +116,7 @@ fn admitted(pod: Pod, state: &WorkloadState, kai_scheduler_name: &str) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::GpuRecommendation;
+    use crate::core::model::{GpuMap, GpuRecommendation};
 
     fn pod() -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -145,10 +145,10 @@ mod tests {
         let at: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
         let state = WorkloadState {
             gpu: Some(GpuRecommendation {
-                containers: BTreeMap::from([("inference".to_string(), 0.84)]),
+                containers: GpuMap::from([("inference".to_string(), 0.84)]),
                 ..Default::default()
             }),
-            template_gpu: BTreeMap::from([("inference".to_string(), 0.5)]),
+            template_gpu: GpuMap::from([("inference".to_string(), 0.5)]),
             ..Default::default()
         };
         let new = rolled_out(&pod(), &template("700m"), Some(&state), "kai-scheduler", at);

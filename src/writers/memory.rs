@@ -394,7 +394,7 @@ fn set_hpa_target(h: &mut HorizontalPodAutoscaler, resource: &str, target: i32) 
 mod tests {
     use super::*;
     use crate::api::WorkloadKind;
-    use crate::core::model::GpuRecommendation;
+    use crate::core::model::{GpuMap, GpuRecommendation};
 
     /// The embedder of the examples: a KAI 0.5 template, upsized to 0.9 by kerf.
     fn embedder(recommended: Option<f64>) -> Arc<Workload> {
@@ -423,7 +423,7 @@ mod tests {
 
     fn recommendation(encoder: f64) -> GpuRecommendation {
         GpuRecommendation {
-            containers: BTreeMap::from([("encoder".to_string(), encoder)]),
+            containers: GpuMap::from([("encoder".to_string(), encoder)]),
             driving_metric: Some(crate::api::Signal::Compute),
             policy: None,
             updated_at: None,
@@ -435,7 +435,7 @@ mod tests {
         WriteOp::Workload(Box::new(WorkloadWrite {
             observed,
             gpu: Some(GpuAnnotations {
-                baseline: Some(BTreeMap::from([("encoder".to_string(), 0.5)])),
+                baseline: Some(GpuMap::from([("encoder".to_string(), 0.5)])),
                 recommendation: recommended.map(recommendation),
             }),
             requests: None,

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kerf::api::{AutomationStrategySpec, GpuReactivePolicySpec, PolicyType, Signal, WorkloadKind};
 use kerf::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, PolicyId,
     WorkloadKey, WorkloadState,
 };
 use kerf::core::recovery::{recover, store_entries_from_annotations};
@@ -54,7 +54,7 @@ fn template(app_gpus: &str) -> PodTemplateSpec {
 
 fn rec() -> GpuRecommendation {
     GpuRecommendation {
-        containers: BTreeMap::from([("app".into(), 1.5), ("worker".into(), 0.5)]),
+        containers: GpuMap::from([("app".into(), 1.5), ("worker".into(), 0.5)]),
         driving_metric: Some(Signal::Memory),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
         updated_at: Some("2026-07-01T12:00:00Z".parse::<Timestamp>().unwrap()),
@@ -110,7 +110,7 @@ fn expected(r: GpuRecommendation) -> WorkloadState {
     WorkloadState {
         policy: r.policy.clone(),
         gpu: Some(r),
-        template_gpu: BTreeMap::from([("app".into(), 1.0), ("worker".into(), 1.0)]),
+        template_gpu: GpuMap::from([("app".into(), 1.0), ("worker".into(), 1.0)]),
         strategy: strategy().view(),
         ..Default::default()
     }
@@ -151,7 +151,7 @@ fn what_no_longer_stands_is_not_served() {
         &["app"],
     ));
     let gpu = r.entries[0].1.gpu.as_ref().unwrap();
-    assert_eq!(gpu.containers, BTreeMap::from([("app".to_string(), 1.5)]));
+    assert_eq!(gpu.containers, GpuMap::from([("app".to_string(), 1.5)]));
 
     // The recommending policy is gone.
     let mut snap = snapshot(vec![workload("shop", annotations(&rec()), "1")], &[]);
@@ -195,10 +195,7 @@ async fn what_the_writer_persists_recovers_to_the_same_state() {
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
         observed: workload("shop", BTreeMap::new(), "1").into(),
         gpu: Some(GpuAnnotations {
-            baseline: Some(BTreeMap::from([
-                ("app".into(), 1.0),
-                ("worker".into(), 1.0),
-            ])),
+            baseline: Some(GpuMap::from([("app".into(), 1.0), ("worker".into(), 1.0)])),
             recommendation: Some(rec()),
         }),
         requests: None,

@@ -5,13 +5,12 @@
 
 use crate::kube_support;
 use crate::prometheus_support;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use kerf::api::Signal;
-use kerf::core::model::{GpuRecommendation, PolicyId};
+use kerf::core::model::{GpuMap, GpuRecommendation, PolicyId};
 use kerf::reconcile::cluster::{Cycle, ReconcileCycle};
 use kerf::server::review::handle_review;
 use kerf::sources::kube::Reader;
@@ -41,7 +40,7 @@ fn cluster(prometheus_url: &str, r: &Recorded) -> Reply {
         return Reply::Hang;
     }
     let gpu = GpuRecommendation {
-        containers: BTreeMap::from([("inference".into(), 0.84)]),
+        containers: GpuMap::from([("inference".into(), 0.84)]),
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/ml/gpu"),
         updated_at: Some("2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap()),

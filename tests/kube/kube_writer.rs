@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kerf::api::{PolicyStatus, Signal, WorkloadKind};
 use kerf::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    CoordinatedHpa, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey, render_baseline,
+    CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
+    render_baseline,
 };
 use kerf::core::snapshot::Workload;
 use kerf::telemetry::Metrics;
@@ -58,7 +59,7 @@ fn workload(annotations: BTreeMap<String, String>) -> Workload {
 
 fn recommendation(gpu: f64, minute: u32) -> GpuRecommendation {
     GpuRecommendation {
-        containers: BTreeMap::from([("app".into(), gpu)]),
+        containers: GpuMap::from([("app".into(), gpu)]),
         driving_metric: Some(Signal::Compute),
         policy: PolicyId::parse("GpuReactivePolicy/shop/gpu"),
         updated_at: Some(format!("2026-07-01T12:{minute:02}:00Z").parse().unwrap()),
@@ -68,7 +69,7 @@ fn recommendation(gpu: f64, minute: u32) -> GpuRecommendation {
 
 fn gpu(baseline: f64, rec: Option<GpuRecommendation>) -> GpuAnnotations {
     GpuAnnotations {
-        baseline: Some(BTreeMap::from([("app".into(), baseline)])),
+        baseline: Some(GpuMap::from([("app".into(), baseline)])),
         recommendation: rec,
     }
 }
@@ -191,7 +192,7 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
     let annotations = BTreeMap::from([
         (
             ANNOTATION_GPU_BASELINE.to_string(),
-            render_baseline(&BTreeMap::from([("app".into(), 1.0)])),
+            render_baseline(&GpuMap::from([("app".into(), 1.0)])),
         ),
         (ANNOTATION_GPU_RECOMMENDATION.to_string(), rec.render()),
     ]);

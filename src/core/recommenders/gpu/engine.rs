@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
 use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
 use crate::core::model::{GpuMap, GpuRecommendation, PolicyId};
+use crate::core::small_map::SmallMap;
 
 /// Raw metric values of one signal keyed by (pod, container): (unix seconds, value) ascending.
 pub type SignalSamples = BTreeMap<(String, String), Vec<(i64, f64)>>;
@@ -67,7 +68,7 @@ pub struct EngineOutput {
     pub action: Action,
     pub driving_metric: Option<Signal>,
     /// Every scoped container, in pod order of the template.
-    pub containers: BTreeMap<String, ContainerOutcome>,
+    pub containers: SmallMap<String, ContainerOutcome>,
     /// The emitted recommendation (None = emit nothing).
     pub recommendation: Option<GpuRecommendation>,
     /// The baseline to persist (None = none recorded).
@@ -80,7 +81,7 @@ pub struct EngineOutput {
 struct PodView<'a> {
     name: &'a str,
     /// Included containers that have an allocation.
-    alloc: BTreeMap<String, f64>,
+    alloc: GpuMap,
 }
 
 impl PodView<'_> {
@@ -317,7 +318,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             .as_ref()
             .unwrap_or(&empty_annotations);
         let allocs = container_allocations(spec, annotations);
-        let mut alloc = BTreeMap::new();
+        let mut alloc = GpuMap::new();
         for c in in_scope(spec) {
             match allocs.get(&c) {
                 Some(Allocation::Gpus(g)) => {
@@ -516,7 +517,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         .map(|(c, _)| &views[c.pod])
         .or_else(|| views.first())
         .or_else(|| all_live_views.iter().find(|p| !p.alloc.is_empty()));
-    let mut containers: BTreeMap<String, ContainerOutcome> = BTreeMap::new();
+    let mut containers: SmallMap<String, ContainerOutcome> = SmallMap::new();
     for c in &template_scope {
         containers.insert(
             c.clone(),

@@ -19,6 +19,7 @@ use crate::core::model::{
 };
 use crate::core::owner;
 use crate::core::selection::{self, Candidate};
+use crate::core::small_map::SmallMap;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
 
@@ -313,7 +314,7 @@ pub struct WorkloadResult {
     pub policies: Vec<PolicyId>,
     pub action: Action,
     pub driving_metric: Option<Signal>,
-    pub containers: BTreeMap<String, engine::ContainerOutcome>,
+    pub containers: SmallMap<String, engine::ContainerOutcome>,
     pub recommendation: Option<GpuRecommendation>,
     pub baseline: Option<GpuMap>,
     pub template_gpu: GpuMap,
@@ -570,7 +571,7 @@ pub fn evaluate_workload(
         policies: Vec::new(),
         action: Action::None,
         driving_metric: None,
-        containers: BTreeMap::new(),
+        containers: SmallMap::new(),
         recommendation: None,
         baseline: baseline.clone(),
         template_gpu: tgpu,

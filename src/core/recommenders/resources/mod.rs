@@ -26,6 +26,7 @@ use crate::core::recommenders::gpu::engine::ContainerOutcome as GpuContainer;
 use crate::core::recommenders::gpu::{covering, pods_by_owner};
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
 use crate::core::selection::{self, Candidate};
+use crate::core::small_map::SmallMap;
 use crate::core::snapshot::Snapshot;
 use crate::metrics::window::pod_name_suffix;
 use crate::metrics::{
@@ -469,7 +470,7 @@ pub fn evaluate(
     snapshot: &Snapshot,
     plan: &RsPlan,
     answers: &RsAnswers,
-    gpu: &HashMap<&WorkloadKey, &BTreeMap<String, GpuContainer>>,
+    gpu: &HashMap<&WorkloadKey, &SmallMap<String, GpuContainer>>,
     now: Timestamp,
     step_seconds: i64,
 ) -> Vec<RsResult> {
