@@ -6,7 +6,9 @@ use clap::Parser;
 
 /// mimalloc instead of the C library's allocator: a cycle makes millions of small allocations
 /// (glibc's malloc/free were ~30 % of its CPU), and the image's musl allocator is slower still
-/// (docs/performance.md).
+/// (docs/performance.md). Its v2 line (Cargo feature `v2`): v2 hands freed pages back to the OS
+/// after 10 ms, v3 after 1 s, which kept one phase's freed memory resident into the next and
+/// raised a cycle's peak RSS by tens of MiB.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -11,8 +11,9 @@ use crate::core::recommenders::resources::RsResult;
 #[derive(Clone, Debug)]
 pub struct WorkloadOutcome {
     pub key: WorkloadKey,
-    /// The GPU recommender's result (a GPU reactive policy covers the workload).
-    pub gpu: Option<WorkloadResult>,
+    /// The GPU recommender's result (a GPU reactive policy covers the workload). Boxed as the
+    /// recommender built it: moving results into outcomes then copies no result.
+    pub gpu: Option<Box<WorkloadResult>>,
     /// The CPU/memory recommender's result, with the HPA coordination outcome (a rightsizing
     /// policy covers the workload). Boxed: most GPU workloads have none, and an outcome is kept
     /// per workload for the whole cycle.
@@ -46,7 +47,7 @@ pub struct CycleOutput {
 
 impl CycleOutput {
     /// Adds the GPU recommender's results, one outcome per workload, in evaluation order.
-    pub fn add_gpu(&mut self, gpu: Vec<WorkloadResult>) {
+    pub fn add_gpu(&mut self, gpu: Vec<Box<WorkloadResult>>) {
         self.add(gpu, |r| &r.key, |w, r| w.gpu = Some(r));
     }
 
@@ -94,7 +95,7 @@ impl CycleOutput {
 
     /// The GPU recommender's results.
     pub fn gpu_results(&self) -> impl Iterator<Item = &WorkloadResult> {
-        self.workloads.iter().filter_map(|w| w.gpu.as_ref())
+        self.workloads.iter().filter_map(|w| w.gpu.as_deref())
     }
 
     /// The CPU/memory recommender's results.

@@ -317,6 +317,9 @@ impl GpuRecommendation {
     }
 }
 
+/// CPU/memory requests per container name (a few containers per workload: one sorted vector).
+pub type ContainerRequests = crate::core::small_map::SmallMap<String, ResourceRequests>;
+
 /// CPU/memory requests kerf wants a container to have (auto-patch resources only).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ResourceRequests {
@@ -384,7 +387,7 @@ pub struct WorkloadState {
     /// `enablement.gpu.requests.upsize/downsize`.
     pub template_gpu: GpuMap,
     /// CPU/memory requests to set at admission, per container (auto-patch only).
-    pub resources: BTreeMap<String, ResourceRequests>,
+    pub resources: ContainerRequests,
     /// Coordinated HPA target to enforce on HPA admission.
     pub hpa: Option<CoordinatedHpa>,
     /// The policy that produced the state (shown in the `mutated` annotation).

@@ -25,8 +25,10 @@ impl<K, V> Default for SmallMap<K, V> {
 }
 
 impl<K: Ord, V> SmallMap<K, V> {
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
     }
 
     fn find<Q>(&self, key: &Q) -> Result<usize, usize>
@@ -80,16 +82,9 @@ impl<K: Ord, V> SmallMap<K, V> {
         self.find(key).ok().map(|i| self.entries.remove(i).1)
     }
 
-    /// The value of `key`, inserted with `make` first if absent.
-    pub fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
-        let i = match self.find(&key) {
-            Ok(i) => i,
-            Err(i) => {
-                self.entries.insert(i, (key, make()));
-                i
-            }
-        };
-        &mut self.entries[i].1
+    /// As `BTreeMap::entry`, for the `or_default`/`or_insert_with` uses.
+    pub fn entry(&mut self, key: K) -> Entry<'_, K, V> {
+        Entry { map: self, key }
     }
 
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
@@ -97,7 +92,37 @@ impl<K: Ord, V> SmallMap<K, V> {
     }
 }
 
+pub struct Entry<'a, K, V> {
+    map: &'a mut SmallMap<K, V>,
+    key: K,
+}
+
+impl<'a, K: Ord, V> Entry<'a, K, V> {
+    pub fn or_insert_with(self, make: impl FnOnce() -> V) -> &'a mut V {
+        let entries = &mut self.map.entries;
+        let i = match entries.binary_search_by(|(k, _)| k.cmp(&self.key)) {
+            Ok(i) => i,
+            Err(i) => {
+                entries.insert(i, (self.key, make()));
+                i
+            }
+        };
+        &mut entries[i].1
+    }
+
+    pub fn or_default(self) -> &'a mut V
+    where
+        V: Default,
+    {
+        self.or_insert_with(V::default)
+    }
+}
+
 impl<K, V> SmallMap<K, V> {
+    pub fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

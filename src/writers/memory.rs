@@ -8,6 +8,7 @@
 //! exactly as the in-cluster loop does, and a cycle whose queries fail keeps them.
 //! Like the cluster writer, it writes nothing to workloads or HPAs under `readOnly`.
 
+use crate::core::model::ContainerRequests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::api::{PolicyStatus, RightsizingRecommendation};
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, PolicyId, RequestSet, ResourceRequests, WorkloadKey,
+    ANNOTATION_ROLLBACK, PolicyId, RequestSet, WorkloadKey,
 };
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
@@ -39,7 +40,7 @@ struct WorkloadFields {
     /// The GPU annotations as kerf last applied them (`None`: kerf never wrote them).
     gpu: Option<Rendered>,
     /// Template requests kerf set, by container (a `None` resource is left as it is).
-    requests: BTreeMap<String, ResourceRequests>,
+    requests: ContainerRequests,
     /// Pod template `restartedAt` of kerf's last rolling restart.
     restarted_at: Option<String>,
     /// A rollback removed the `rollback` annotation.
@@ -323,10 +324,7 @@ impl WorkloadFields {
 }
 
 /// `want`'s values over `have` (a `None` resource leaves `have`'s value).
-fn merge_requests(
-    have: &mut BTreeMap<String, ResourceRequests>,
-    want: &BTreeMap<String, ResourceRequests>,
-) {
+fn merge_requests(have: &mut ContainerRequests, want: &ContainerRequests) {
     for (c, w) in want {
         let e = have.entry(c.clone()).or_default();
         e.cpu_millis = w.cpu_millis.or(e.cpu_millis);
@@ -336,7 +334,7 @@ fn merge_requests(
 
 /// Forgets kerf's values of the `which` requests (the manifests' own values stand again).
 fn drop_requests<'a>(
-    have: &mut BTreeMap<String, ResourceRequests>,
+    have: &mut ContainerRequests,
     which: impl Iterator<Item = (&'a String, RequestSet)>,
 ) {
     for (c, set) in which {
@@ -353,10 +351,7 @@ fn drop_requests<'a>(
 }
 
 /// Sets the requests kerf owns on the template's containers (regular and init) of that name.
-fn set_template_requests(
-    template: &mut PodTemplateSpec,
-    requests: &BTreeMap<String, ResourceRequests>,
-) {
+fn set_template_requests(template: &mut PodTemplateSpec, requests: &ContainerRequests) {
     let Some(spec) = template.spec.as_mut() else {
         return;
     };

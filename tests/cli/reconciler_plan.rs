@@ -1,12 +1,11 @@
 //! The reconciler's pure write planning on real inputs (the shipped examples evaluated from the
 //! OpenMetrics file), and store refresh when Prometheus is unavailable.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
-use kerf::core::model::{GpuRecommendation, ResourceRequests, WorkloadKey};
+use kerf::core::model::{ContainerRequests, GpuRecommendation, ResourceRequests, WorkloadKey};
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::reconcile::plan_writes;
@@ -203,7 +202,7 @@ async fn a_coordinated_change_is_always_a_rollout_never_in_place() {
     assert_eq!(change.workload.observed.key, web);
     assert_eq!(
         change.workload.requests,
-        Some(BTreeMap::from([(
+        Some(ContainerRequests::from([(
             "app".to_string(),
             ResourceRequests {
                 cpu_millis: Some(700),
@@ -522,7 +521,7 @@ async fn hpa_example_with_history(
 
 fn web_json(c: &CycleOutput) -> serde_json::Value {
     let w = c.workloads.iter().find(|w| w.key.name == "web").unwrap();
-    kerf::cli::recommend::workload_json(&w.key, w.gpu.as_ref(), w.resources.as_deref())
+    kerf::cli::recommend::workload_json(&w.key, w.gpu.as_deref(), w.resources.as_deref())
 }
 
 /// docs/design/hpa-coordination.md#h7: `max-replicas-reached` means the HPA was at

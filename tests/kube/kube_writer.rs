@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kerf::api::{PolicyStatus, Signal, WorkloadKind};
 use kerf::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests, WorkloadKey,
-    render_baseline,
+    ContainerRequests, CoordinatedHpa, GpuMap, GpuRecommendation, PolicyId, ResourceRequests,
+    WorkloadKey, render_baseline,
 };
 use kerf::core::snapshot::Workload;
 use kerf::telemetry::Metrics;
@@ -199,7 +199,7 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
     let op = WriteOp::Workload(Box::new(WorkloadWrite {
         observed: workload(annotations).into(),
         gpu: Some(gpu(1.0, Some(rec))),
-        requests: Some(BTreeMap::from([(
+        requests: Some(ContainerRequests::from([(
             "app".to_string(),
             ResourceRequests {
                 cpu_millis: Some(500),
@@ -569,7 +569,7 @@ fn coordinated(observed_target: Option<i32>) -> WriteOp {
         workload: WorkloadWrite {
             observed: workload(BTreeMap::new()).into(),
             gpu: Some(GpuAnnotations::default()),
-            requests: Some(BTreeMap::from([(
+            requests: Some(ContainerRequests::from([(
                 "app".to_string(),
                 ResourceRequests {
                     cpu_millis: Some(400),

@@ -10,6 +10,7 @@
 //! resources moves the HPA target to round(50 × 1200 / 800) = 75 %.
 
 use crate::kube_support;
+use kerf::core::model::ContainerRequests;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -1109,8 +1110,8 @@ mod bodies {
                 state.apply_deployment("gitops", &apply_body(&shared));
             }
 
-            let mut set: BTreeMap<String, ResourceRequests> = BTreeMap::new();
-            let mut restored: BTreeMap<String, ResourceRequests> = BTreeMap::new();
+            let mut set = ContainerRequests::new();
+            let mut restored = ContainerRequests::new();
             let mut removed: BTreeMap<String, RequestSet> = BTreeMap::new();
             for ((c, r), s) in FIELDS.iter().zip(&stories) {
                 match (s.4, s.1, s.0) {

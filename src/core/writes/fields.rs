@@ -3,6 +3,7 @@
 //! decide whether a write or a rolling restart is due. The cluster writer executes them; the
 //! in-memory writer and write planning read the same functions.
 
+use crate::core::model::ContainerRequests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
@@ -95,10 +96,7 @@ pub fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<
     })
 }
 
-pub fn requests_match(
-    template: &PodTemplateSpec,
-    wanted: &BTreeMap<String, ResourceRequests>,
-) -> bool {
+pub fn requests_match(template: &PodTemplateSpec, wanted: &ContainerRequests) -> bool {
     wanted
         .iter()
         .all(|(c, want)| match template_requests(template, c) {
@@ -145,7 +143,7 @@ impl Owned {
     }
 
     /// The live template values of the requests kerf owns.
-    pub fn request_values(&self, template: &PodTemplateSpec) -> BTreeMap<String, ResourceRequests> {
+    pub fn request_values(&self, template: &PodTemplateSpec) -> ContainerRequests {
         self.requests
             .iter()
             .filter_map(|(c, set)| {
@@ -237,7 +235,7 @@ pub fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec
 pub fn workload_body(
     key: &WorkloadKey,
     annotations: &BTreeMap<String, String>,
-    requests: &BTreeMap<String, ResourceRequests>,
+    requests: &ContainerRequests,
     template: &PodTemplateSpec,
 ) -> Value {
     let mut metadata = json!({"name": key.name, "namespace": key.namespace});
@@ -296,7 +294,7 @@ pub fn workload_body(
 #[derive(Clone, Copy, Debug)]
 pub struct Released<'a> {
     /// Restored to their value from before kerf, by [`release_patch`] first.
-    pub restored: &'a BTreeMap<String, ResourceRequests>,
+    pub restored: &'a ContainerRequests,
     /// Created by kerf where the container had none: they go.
     pub removed: &'a BTreeMap<String, RequestSet>,
 }
@@ -304,7 +302,7 @@ pub struct Released<'a> {
 impl Released<'_> {
     /// Nothing released.
     pub const NONE: Released<'static> = Released {
-        restored: &BTreeMap::new(),
+        restored: &ContainerRequests::new(),
         removed: &BTreeMap::new(),
     };
 }
@@ -314,7 +312,7 @@ impl Released<'_> {
 /// `None` when nothing is restored.
 pub fn release_patch(
     key: &WorkloadKey,
-    restored: &BTreeMap<String, ResourceRequests>,
+    restored: &ContainerRequests,
     template: &PodTemplateSpec,
 ) -> Option<Value> {
     let full = workload_body(key, &BTreeMap::new(), restored, template);
@@ -341,7 +339,7 @@ pub fn kerf_apply(
     key: &WorkloadKey,
     live: &DynamicObject,
     annotations: Option<&BTreeMap<String, String>>,
-    set: &BTreeMap<String, ResourceRequests>,
+    set: &ContainerRequests,
     released: Released<'_>,
 ) -> KerfApply {
     let owned = kerf_owned(live, key.kind);

@@ -1,6 +1,7 @@
 //! The writes one cycle calls for, as plain data: what the cluster writer executes and the
 //! in-memory writer applies.
 
+use crate::core::model::ContainerRequests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use crate::api::{
 use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, CoordinatedHpa, GpuMap,
-    GpuRecommendation, PolicyId, RequestSet, ResourceRequests, WorkloadKey, render_baseline,
+    GpuRecommendation, PolicyId, RequestSet, WorkloadKey, render_baseline,
 };
 use crate::core::snapshot::Workload;
 
@@ -53,7 +54,7 @@ pub struct WorkloadWrite {
     /// values change, the workload is also restarted (pod template `restartedAt`).
     pub gpu: Option<GpuAnnotations>,
     /// Template container requests kerf sets (auto-patch / coordinated change), by container.
-    pub requests: Option<BTreeMap<String, ResourceRequests>>,
+    pub requests: Option<ContainerRequests>,
 }
 
 /// One `metav1.Condition` kerf wants on a policy.
@@ -233,10 +234,7 @@ impl EventWrite {
     pub fn restored(
         workload: &Workload,
         kind: RestoreKind,
-        (requests, removed): (
-            &BTreeMap<String, ResourceRequests>,
-            &BTreeMap<String, RequestSet>,
-        ),
+        (requests, removed): (&ContainerRequests, &BTreeMap<String, RequestSet>),
         hpa: Option<&HpaTarget>,
         hpa_from: Option<i32>,
         problem: Option<&str>,
@@ -357,7 +355,7 @@ impl RestoreKind {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Kept {
     /// This cycle's requests (auto-patch resources), by container.
-    pub requests: BTreeMap<String, ResourceRequests>,
+    pub requests: ContainerRequests,
     /// This cycle's coordinated HPA target.
     pub hpa: Option<HpaTarget>,
 }
@@ -371,7 +369,7 @@ pub struct RestoreWrite {
     /// The workload as last seen.
     pub observed: Arc<Workload>,
     /// Original requests per container (`None` resource = left as it is).
-    pub requests: BTreeMap<String, ResourceRequests>,
+    pub requests: ContainerRequests,
     /// Requests kerf created where the container had none: removed.
     pub removed: BTreeMap<String, RequestSet>,
     /// The HPA target to restore (`observed` is the HPA as last seen).

@@ -27,7 +27,7 @@ pub mod lease;
 
 pub use lease::{LEASE_NAME, Lease, LeaseConfig, default_identity};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +51,7 @@ use crate::api::{
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, WorkloadKey,
+    ANNOTATION_ROLLBACK, ContainerRequests, WorkloadKey,
 };
 use crate::telemetry::{Metrics, WriteLabels};
 
@@ -566,7 +566,7 @@ impl Task {
             return Err(CallError::Gone(key.clone()));
         };
         let released = Released {
-            restored: &BTreeMap::new(),
+            restored: &ContainerRequests::new(),
             removed: &r.removed,
         };
         let body = kerf_apply(key, &live, None, &r.requests, released).body;
@@ -587,7 +587,7 @@ impl Task {
     /// would make server-side apply delete the user's value.
     async fn release_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
         let key = &r.observed.key;
-        let empty = BTreeMap::new();
+        let empty = ContainerRequests::new();
         let set = r.keep.as_ref().map_or(&empty, |k| &k.requests);
         let template = &r.observed.template;
         let restore = release_patch(key, &r.requests, template);

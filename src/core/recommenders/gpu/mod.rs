@@ -431,7 +431,7 @@ pub struct StreamingEvaluation<'a> {
     waiting_on: Vec<BTreeSet<usize>>,
     /// Per policy: plan workloads not evaluated yet.
     pending: BTreeMap<usize, BTreeSet<usize>>,
-    results: Vec<Option<WorkloadResult>>,
+    results: Vec<Option<Box<WorkloadResult>>>,
 }
 
 impl<'a> StreamingEvaluation<'a> {
@@ -515,7 +515,7 @@ impl<'a> StreamingEvaluation<'a> {
 
     /// The results in plan order; a workload still waiting (an answer never came) is evaluated
     /// with what is there, as if that query had failed.
-    pub fn finish(mut self) -> Vec<WorkloadResult> {
+    pub fn finish(mut self) -> Vec<Box<WorkloadResult>> {
         for p in std::mem::take(&mut self.unanswered).into_keys() {
             self.failed.insert(p);
         }
@@ -529,13 +529,13 @@ impl<'a> StreamingEvaluation<'a> {
 
     fn evaluate_now(&mut self, wi: usize) {
         let wp = &self.plan.workloads[wi];
-        self.results[wi] = Some(evaluate_workload(
+        self.results[wi] = Some(Box::new(evaluate_workload(
             self.snapshot,
             wp,
             &self.index,
             &self.failed,
             self.now,
-        ));
+        )));
         for a in &wp.assignments {
             let Some(left) = self.pending.get_mut(&a.policy) else {
                 continue;
@@ -637,6 +637,10 @@ pub fn evaluate_workload(
         merge_outputs(&mut result, outputs, &mut reasons);
     }
     result.reasons = reasons;
+    // A result is held per workload until the writes are planned: no growth slack.
+    result.reasons.shrink_to_fit();
+    result.policies.shrink_to_fit();
+    result.containers.shrink_to_fit();
     result
 }
 
@@ -696,7 +700,7 @@ impl WorkloadResult {
         WorkloadState {
             gpu: self.recommendation.clone(),
             template_gpu: self.template_gpu.clone(),
-            resources: BTreeMap::new(),
+            resources: Default::default(),
             hpa: None,
             policy: self.policies.first().cloned(),
             strategy: self.strategy.clone(),

@@ -24,7 +24,8 @@
 //! - **Must not decrease**: a container that was CPU-throttled (cpu) or OOM-killed (memory) in the
 //!   window never gets a recommended request below its current request — usage-based or static.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::core::model::ContainerRequests;
+use std::collections::BTreeSet;
 
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
 use jiff::Timestamp;
@@ -156,14 +157,14 @@ pub struct PolicyParams {
     pub cpu: CpuParams,
     pub memory: MemoryParams,
     /// container name (or `"*"`) → fixed requests.
-    pub static_requests: BTreeMap<String, ResourceRequests>,
+    pub static_requests: ContainerRequests,
 }
 
 impl PolicyParams {
     pub fn from_spec(spec: &RightsizingPolicySpec) -> Result<Self, PolicyError> {
         let cpu = CpuParams::from_recipe(&spec.resources.cpu.clone().unwrap_or_default())?;
         let memory = MemoryParams::from_recipe(&spec.resources.memory.clone().unwrap_or_default())?;
-        let mut static_requests = BTreeMap::new();
+        let mut static_requests = ContainerRequests::new();
         for (name, s) in &spec.static_requests {
             let cpu_millis = s
                 .cpu

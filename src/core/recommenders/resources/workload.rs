@@ -37,6 +37,7 @@
 //!   and the HPA target once coordination is off, are given back ([`plan_release`]); the HPA
 //!   target goes together with the requests of its resource.
 
+use crate::core::model::ContainerRequests;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
@@ -175,7 +176,7 @@ pub struct HpaOutcome {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentPlan {
     /// Requests of the auto-patch resources, per container.
-    pub requests: BTreeMap<String, ResourceRequests>,
+    pub requests: ContainerRequests,
     pub hpa: Option<CoordinatedHpa>,
 }
 
@@ -351,7 +352,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             None,
         )
     } else {
-        let mut requests = BTreeMap::new();
+        let mut requests = ContainerRequests::new();
         for c in containers.iter().filter(|c| c.in_scope) {
             let mut r = ResourceRequests::default();
             for res in &auto {
@@ -895,10 +896,7 @@ pub fn keep_taken(status: &mut RecommendationStatus, previous: Option<&Recommend
 }
 
 /// The change kerf applies, as the RightsizingRecommendation records it (`status.applied`).
-pub fn applied_change(
-    requests: &BTreeMap<String, ResourceRequests>,
-    hpa: Option<&CoordinatedHpa>,
-) -> AppliedChange {
+pub fn applied_change(requests: &ContainerRequests, hpa: Option<&CoordinatedHpa>) -> AppliedChange {
     AppliedChange {
         requests: requests
             .iter()
@@ -923,9 +921,7 @@ pub fn applied_change(
 
 /// [`applied_change`] read back: the requests and the HPA target the webhook serves. A value
 /// that does not parse is left out (the webhook then leaves that field of the pod alone).
-pub fn served_change(
-    applied: &AppliedChange,
-) -> (BTreeMap<String, ResourceRequests>, Option<CoordinatedHpa>) {
+pub fn served_change(applied: &AppliedChange) -> (ContainerRequests, Option<CoordinatedHpa>) {
     let requests = applied
         .requests
         .iter()
@@ -963,7 +959,7 @@ pub struct RestoreHpa {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RestorePlan {
     /// The values from before kerf (a `None` resource is not restored).
-    pub requests: BTreeMap<String, ResourceRequests>,
+    pub requests: ContainerRequests,
     /// Requests kerf created where the container had none: removed.
     pub removed: BTreeMap<String, RequestSet>,
     pub hpa: Option<RestoreHpa>,
@@ -1072,7 +1068,7 @@ pub fn plan_release(
         }
         k
     };
-    let mut requests = BTreeMap::new();
+    let mut requests = ContainerRequests::new();
     for (name, v) in &status.original_requests {
         let keep = kept(name);
         let mut r = recorded(name, v)?;

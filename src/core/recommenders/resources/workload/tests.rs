@@ -146,7 +146,7 @@ fn coordinated_change_applies_requests_and_hpa_target_in_one_plan() {
     let plan = o.apply.expect("applied");
     assert_eq!(
         plan.requests,
-        BTreeMap::from([(
+        ContainerRequests::from([(
             "app".to_string(),
             ResourceRequests {
                 cpu_millis: Some(700),
@@ -833,7 +833,7 @@ fn both_resources_to_one_releases_the_other_only() {
     let plan = plan_release(&spec, &status, &o.managed).unwrap();
     assert_eq!(
         plan.requests,
-        BTreeMap::from([("app".into(), req(None, Some(512)))])
+        ContainerRequests::from([("app".into(), req(None, Some(512)))])
     );
     assert_eq!(plan.removed, BTreeMap::from([("side".into(), MEMORY)]));
     assert_eq!(plan.hpa, None, "cpu stays coordinated");
@@ -856,7 +856,7 @@ fn one_resource_to_none_releases_the_whole_record() {
     assert_eq!(plan, plan_restore(&spec, &status).unwrap());
     assert_eq!(
         plan.requests,
-        BTreeMap::from([
+        ContainerRequests::from([
             ("app".into(), req(Some(1000), Some(512))),
             ("side".into(), req(Some(200), None)),
         ])
@@ -872,7 +872,7 @@ fn a_container_leaving_the_scope_releases_its_requests_and_moves_the_target() {
     let plan = plan_release(&spec, &status, &o.managed).unwrap();
     assert_eq!(
         plan.requests,
-        BTreeMap::from([("side".into(), req(Some(200), None))])
+        ContainerRequests::from([("side".into(), req(Some(200), None))])
     );
     assert_eq!(plan.removed, BTreeMap::from([("side".into(), MEMORY)]));
     assert_eq!(plan.hpa, None);
@@ -914,7 +914,7 @@ fn coordination_turned_off_releases_the_target_with_the_requests_of_its_resource
     assert_eq!(plan.hpa.as_ref().map(|h| h.target), Some(50));
     assert_eq!(
         plan.requests,
-        BTreeMap::from([
+        ContainerRequests::from([
             ("app".into(), req(Some(1000), None)),
             ("side".into(), req(Some(200), None)),
         ]),
