@@ -103,7 +103,7 @@ pub struct RightsizingRecommendationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driving_metric: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hpa: Option<HpaRecommendation>,
+    pub hpa: Option<Box<HpaRecommendation>>,
     /// e.g. `hpa-coupled`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub risk_flags: Vec<String>,
@@ -149,13 +149,13 @@ pub struct RecommendationStatus {
     /// What kerf applies to this workload now: every replica's webhook serves it from here (the
     /// leader computes and writes it; see docs/design/runtime.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub applied: Option<AppliedChange>,
+    pub applied: Option<Box<AppliedChange>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Fields kerf set that another field manager took back (docs/gitops.md): the Lease
     /// holder's count, kept here so a new leader goes on from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conflict: Option<ConflictStatus>,
+    pub conflict: Option<Box<ConflictStatus>>,
 }
 
 /// The condition a field conflict sets (docs/gitops.md): `True` (reason `TakenBack`) while kerf
@@ -209,5 +209,5 @@ pub struct AppliedChange {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub requests: BTreeMap<String, ResourceValues>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hpa: Option<HpaRecommendation>,
+    pub hpa: Option<Box<HpaRecommendation>>,
 }

@@ -163,13 +163,14 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let snapshot_rss = rss_mib();
     let cycles = args.cycles.max(1);
     let policies = snapshot.gpu_policies.len();
-    let (mode, figures) = match &args.prometheus {
+    let run = match &args.prometheus {
         None => {
             let source = SynthSource {
                 spec,
                 queries: AtomicUsize::new(0),
             };
-            let figures = measure(snapshot, &source, now, spec.step_seconds, cycles).await;
+            let (figures, last_input) =
+                measure(snapshot, &source, now, spec.step_seconds, cycles).await;
             // The pipeline's own count must be what the source actually answered.
             let answered = source.queries.load(Ordering::Relaxed);
             let counted: usize = figures.iter().map(|f| f.queries).sum();
@@ -177,16 +178,28 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                 answered == counted,
                 "source answered {answered} queries, pipeline counted {counted}"
             );
-            ("engine-only", figures)
+            let peak = peak_rss_mib();
+            let direct = direct_digest(&last_input, &source, now, spec.step_seconds).await;
+            ("engine-only", figures, peak, direct)
         }
         Some(url) => {
             let source =
                 crate::metrics::AnySource::from_args(None, Some(url), &snapshot.global).await?;
-            let figures = measure(snapshot, &source, now, spec.step_seconds, cycles).await;
-            ("prometheus", figures)
+            let (figures, last_input) =
+                measure(snapshot, &source, now, spec.step_seconds, cycles).await;
+            let peak = peak_rss_mib();
+            let direct = direct_digest(&last_input, &source, now, spec.step_seconds).await;
+            ("prometheus", figures, peak, direct)
         }
     };
+    let (mode, figures, peak_rss, direct) = run;
     let last = figures.last().expect("at least one cycle");
+    // The loop must give the answers the engine gives directly, or the figures mean nothing.
+    anyhow::ensure!(
+        direct == last.digest,
+        "the cycle's recommendations (digest {:016x}) differ from a direct evaluation ({direct:016x})",
+        last.digest
+    );
     let report = json!({
         "mode": mode,
         "workloads": spec.workloads,
@@ -200,15 +213,43 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         "storeEntries": last.store_entries,
         "writesPlanned": last.writes,
         "recommendationsDigest": format!("{:016x}", last.digest),
+        "directEvaluationDigest": format!("{direct:016x}"),
         "wallSeconds": last.wall,
         "cpuSeconds": last.cpu,
         "wallSecondsPerCycle": figures.iter().map(|f| f.wall).collect::<Vec<_>>(),
         "cpuSecondsPerCycle": figures.iter().map(|f| f.cpu).collect::<Vec<_>>(),
         "rssBeforeCycleMiB": snapshot_rss,
-        "peakRssMiB": peak_rss_mib(),
+        "peakRssMiB": peak_rss,
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
+}
+
+/// The GPU answers without the loop: the plan, every query answered first, then the batch
+/// `gpu::evaluate` over all answers at once (no streaming, writer or store). Measured after the
+/// peak is read: it holds every sample at once.
+async fn direct_digest<S: MetricSource>(
+    snapshot: &Snapshot,
+    source: &S,
+    now: Timestamp,
+    step_seconds: i64,
+) -> u64 {
+    use crate::core::recommenders::gpu;
+    let plan = gpu::plan(snapshot, now, step_seconds);
+    let mut answers = std::collections::BTreeMap::new();
+    let mut failed = std::collections::BTreeSet::new();
+    for (policy, signal, q) in &plan.queries {
+        match source.range_query(q).await {
+            Ok(set) => {
+                answers.insert((*policy, *signal), set);
+            }
+            Err(_) => {
+                failed.insert(*policy);
+            }
+        }
+    }
+    let results = gpu::evaluate(snapshot, &plan, answers, &failed, now);
+    digest(results.iter())
 }
 
 /// What one measured cycle did and cost.
@@ -227,14 +268,16 @@ struct CycleFigures {
 }
 
 /// See [`CycleFigures::digest`].
-fn recommendations_digest(cycle: &crate::reconcile::CycleOutput) -> u64 {
+fn digest<'a>(
+    results: impl Iterator<Item = &'a crate::core::recommenders::gpu::WorkloadResult>,
+) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {
             h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
         }
     };
-    for r in cycle.gpu_results() {
+    for r in results {
         eat(r.key.to_string().as_bytes());
         eat(r.action.as_str().as_bytes());
         if let Some(rec) = &r.recommendation {
@@ -253,20 +296,26 @@ fn recommendations_digest(cycle: &crate::reconcile::CycleOutput) -> u64 {
 /// in for the API server and its watch: plan → queries → engine → write planning → writes
 /// applied → store served from the persisted state. The store and the writes persist across
 /// cycles, so from the second cycle on the previous cycle's state is held while the new one is
-/// built (the steady state of a running replica).
+/// built (the steady state of a running replica). Also returns the cluster the last cycle read.
 async fn measure<S: MetricSource>(
     snapshot: Snapshot,
     source: &S,
     now: Timestamp,
     step_seconds: i64,
     cycles: usize,
-) -> Vec<CycleFigures> {
+) -> (Vec<CycleFigures>, Snapshot) {
     let store = crate::state::Store::new();
     let mut writer = crate::writers::memory::MemoryWriter::new();
     let mut out = Vec::with_capacity(cycles);
     // The cluster: each cycle reads it as the previous cycle's writes left it.
     let mut cluster = snapshot;
-    for _ in 0..cycles {
+    let mut last_input = Snapshot::default();
+    for i in 0..cycles {
+        if i + 1 == cycles {
+            // Shares the workloads and pods (Arcs); a steady cycle writes none of them, so this
+            // copies nothing (a first cycle copies the workloads it writes to).
+            last_input = cluster.clone();
+        }
         let cpu0 = cpu_seconds().unwrap_or(0.0);
         let t0 = Instant::now();
         let (after, cycle, writes_planned) = crate::reconcile::standalone::in_memory_cycle(
@@ -292,10 +341,10 @@ async fn measure<S: MetricSource>(
                 .count(),
             store_entries: store.len(),
             writes: writes_planned,
-            digest: recommendations_digest(&cycle),
+            digest: digest(cycle.gpu_results()),
         });
     }
-    out
+    (out, last_input)
 }
 
 /// `kerf bench resources`: one CPU/memory cycle (plan → window queries → recommenders → write

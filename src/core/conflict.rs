@@ -288,7 +288,7 @@ pub enum Resumed {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Assessment {
     /// What `status.conflict` becomes (`None`: nothing to remember).
-    pub status: Option<ConflictStatus>,
+    pub status: Option<Box<ConflictStatus>>,
     /// kerf does not write the workload or its HPA this cycle.
     pub blocked: bool,
     /// Take-backs counted this cycle (for the metric).
@@ -588,7 +588,7 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
     let now = input.now;
     let previous = input
         .previous
-        .and_then(|p| p.conflict.clone())
+        .and_then(|p| p.conflict.as_deref().cloned())
         .unwrap_or_default();
     let mut state = previous.clone();
     let mut out = Assessment::default();
@@ -673,7 +673,7 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             state.resumed_at = None;
         }
     }
-    out.status = (state != ConflictStatus::default()).then_some(state);
+    out.status = (state != ConflictStatus::default()).then(|| Box::new(state));
     out
 }
 

@@ -11,6 +11,7 @@ mod prometheus_support;
 #[path = "../support/webhook.rs"]
 mod support;
 
+mod bench_scale;
 mod browser;
 mod recommend_cli;
 mod reconciler_plan;

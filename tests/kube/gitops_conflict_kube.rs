@@ -571,7 +571,7 @@ async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
         })
         .unwrap();
     let mut status = written.status.clone().unwrap();
-    status.conflict = Some(ConflictStatus {
+    status.conflict = Some(Box::new(ConflictStatus {
         takebacks: vec![FieldTakeback {
             field: "metadata.annotations[rightsizing.kubex.ai/gpu-recommendation]".into(),
             manager: "kustomize-controller".into(),
@@ -579,7 +579,7 @@ async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
         }],
         blocked_since: Some(at(-5).to_string()),
         ..Default::default()
-    });
+    }));
     let rec = Arc::new(RightsizingRecommendation {
         metadata: kube::api::ObjectMeta {
             name: Some(written.name.clone()),

@@ -51,7 +51,7 @@ fn workload(cpu: &str, managers: Vec<FieldManager>) -> Workload {
 /// kerf applies app cpu 700m, last planned at minute `applied`.
 fn status(applied: i64, conflict: Option<ConflictStatus>) -> RecommendationStatus {
     RecommendationStatus {
-        applied: Some(AppliedChange {
+        applied: Some(Box::new(AppliedChange {
             requests: BTreeMap::from([(
                 "app".to_string(),
                 ResourceValues {
@@ -60,9 +60,9 @@ fn status(applied: i64, conflict: Option<ConflictStatus>) -> RecommendationStatu
                 },
             )]),
             hpa: None,
-        }),
+        })),
         last_applied_time: Some(render(at(applied))),
-        conflict,
+        conflict: conflict.map(Box::new),
         ..Default::default()
     }
 }
@@ -337,13 +337,13 @@ fn hpa_rule_blocks_at_the_first_takeback_of_spec_metrics() {
     }))
     .unwrap();
     let mut prev = status(0, None);
-    prev.applied.as_mut().unwrap().hpa = Some(HpaRecommendation {
+    prev.applied.as_mut().unwrap().hpa = Some(Box::new(HpaRecommendation {
         name: "web".into(),
         resource: Some("cpu".into()),
         target_before: Some(50),
         target_after: Some(71),
         skip_reason: None,
-    });
+    }));
     let w = workload("700m", vec![manager("kerf", "Apply", Some(1), &[cpu()])]);
     let hpas = [hpa];
     let a = assess(&ConflictInput {
@@ -413,7 +413,7 @@ fn stability_rule_resumes_once_the_other_managers_value_is_unchanged_for_the_win
     assert_eq!(st.counted_through.as_deref(), Some("2026-01-01T13:22:00Z"));
     assert_eq!(st.resumed_at.as_deref(), Some("2026-01-01T13:22:00Z"));
     // The old take-back is forgiven: not counted again after the resume.
-    let next = status(0, Some(st));
+    let next = status(0, Some(*st));
     assert!(assess(&input(&w, &next, 83)).counted.is_empty());
 
     // The manager changed the object again meanwhile: the hour starts over.

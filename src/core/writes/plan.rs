@@ -597,7 +597,7 @@ pub fn plan_writes(
         // What every replica serves at admission: this cycle's plan; the last one while the
         // metrics are unavailable (carried over by `recommendation_status`); else nothing.
         if let Some(p) = plan {
-            status.applied = Some(applied_change(&p.requests, p.hpa.as_ref()));
+            status.applied = Some(Box::new(applied_change(&p.requests, p.hpa.as_ref())));
         } else if fight && !held && !r.metrics_unavailable && !snapshot.global.read_only {
             // Admission goes on setting new pods' requests (the GitOps tool sees only the
             // template), but not with a coordinated HPA target kerf cannot set now: the pods'
@@ -606,7 +606,7 @@ pub fn plan_writes(
                 .apply
                 .as_ref()
                 .filter(|p| p.hpa.is_none())
-                .map(|p| applied_change(&p.requests, None));
+                .map(|p| Box::new(applied_change(&p.requests, None)));
         } else if !r.metrics_unavailable || held {
             status.applied = None;
         }

@@ -780,8 +780,8 @@ impl Task {
                 made += 1;
                 let before = r.observed.as_ref().and_then(|o| o.status.as_ref());
                 for t in crate::core::conflict::newly_recorded(
-                    status.conflict.as_ref(),
-                    before.and_then(|b| b.conflict.as_ref()),
+                    status.conflict.as_deref(),
+                    before.and_then(|b| b.conflict.as_deref()),
                 ) {
                     self.cfg
                         .metrics

@@ -713,12 +713,14 @@ pub fn recommendation_spec(
             })
             .collect(),
         driving_metric: None,
-        hpa: outcome.hpa.as_ref().map(|h| HpaRecommendation {
-            name: h.name.clone(),
-            resource: h.resource.map(|r| r.as_str().to_string()),
-            target_before: h.target_before,
-            target_after: h.target_after,
-            skip_reason: h.skip_reason.map(|s| s.as_str().to_string()),
+        hpa: outcome.hpa.as_ref().map(|h| {
+            Box::new(HpaRecommendation {
+                name: h.name.clone(),
+                resource: h.resource.map(|r| r.as_str().to_string()),
+                target_before: h.target_before,
+                target_after: h.target_after,
+                skip_reason: h.skip_reason.map(|s| s.as_str().to_string()),
+            })
         }),
         risk_flags: outcome.risk_flags.clone(),
         savings: outcome.savings.clone(),
@@ -909,12 +911,14 @@ pub fn applied_change(requests: &ContainerRequests, hpa: Option<&CoordinatedHpa>
                 (c.clone(), values)
             })
             .collect(),
-        hpa: hpa.map(|h| HpaRecommendation {
-            name: h.hpa_name.clone(),
-            resource: Some(h.resource.clone()),
-            target_before: Some(h.target_before),
-            target_after: Some(h.target_after),
-            skip_reason: None,
+        hpa: hpa.map(|h| {
+            Box::new(HpaRecommendation {
+                name: h.hpa_name.clone(),
+                resource: Some(h.resource.clone()),
+                target_before: Some(h.target_before),
+                target_after: Some(h.target_after),
+                skip_reason: None,
+            })
         }),
     }
 }
