@@ -1,7 +1,9 @@
 //! docs/design/gpu-engine.md#g1: the current GPU allocation of each container (KAI contract
 //! `v1alpha1-2026-07`), and which containers a policy's scope includes.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use crate::core::pod::{Container, PodSpec};
 use crate::core::quantity::{self, QuantityError};
@@ -12,8 +14,23 @@ use crate::core::accelerator::NVIDIA_KAI;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Allocation {
     Gpus(f64),
-    Missing(String),
+    Missing(Cow<'static, str>),
 }
+
+/// The fixed reasons for no allocation, formatted once: every container of every pod is read
+/// every cycle, and most sidecars have no GPU.
+static KAI_MEMORY_NOT_SIZED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "KAI {} allocations are not sized by kerf",
+        NVIDIA_KAI.memory_annotation
+    )
+});
+static NO_GPU: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "neither {} nor {}",
+        NVIDIA_KAI.fraction_annotation, NVIDIA_KAI.resource_name
+    )
+});
 
 impl Allocation {
     pub fn gpus(&self) -> Option<f64> {
@@ -88,22 +105,18 @@ pub fn container_allocations(
         let alloc = if let Some(f) = fraction.as_ref().filter(|f| f.container == c.name) {
             match &f.size {
                 Ok((f, n)) => Allocation::Gpus(f * f64::from(*n)),
-                Err(why) => Allocation::Missing(why.clone()),
+                Err(why) => Allocation::Missing(Cow::Owned(why.clone())),
             }
         } else {
             match whole_gpus(c) {
                 Some(Ok(g)) if g > 0.0 => Allocation::Gpus(g),
-                Some(Err(e)) => Allocation::Missing(format!("{}: {e}", NVIDIA_KAI.resource_name)),
-                _ if annotations.contains_key(NVIDIA_KAI.memory_annotation) => {
-                    Allocation::Missing(format!(
-                        "KAI {} allocations are not sized by kerf",
-                        NVIDIA_KAI.memory_annotation
-                    ))
+                Some(Err(e)) => {
+                    Allocation::Missing(Cow::Owned(format!("{}: {e}", NVIDIA_KAI.resource_name)))
                 }
-                _ => Allocation::Missing(format!(
-                    "neither {} nor {}",
-                    NVIDIA_KAI.fraction_annotation, NVIDIA_KAI.resource_name
-                )),
+                _ if annotations.contains_key(NVIDIA_KAI.memory_annotation) => {
+                    Allocation::Missing(Cow::Borrowed(KAI_MEMORY_NOT_SIZED.as_str()))
+                }
+                _ => Allocation::Missing(Cow::Borrowed(NO_GPU.as_str())),
             }
         };
         out.insert(c.name.clone(), alloc);

@@ -92,8 +92,8 @@ pub struct HistorySource<'a, S> {
     fetches: AtomicUsize,
     /// Metrics whose values are percentages of the pod's allocation.
     relative: HashSet<String>,
-    /// (namespace, pod, container) → real allocation ÷ simulated allocation.
-    scale: HashMap<(String, String, String), f64>,
+    /// Per container series: real allocation ÷ simulated allocation.
+    scale: HashMap<SeriesKey, f64>,
 }
 
 impl<'a, S: MetricSource> HistorySource<'a, S> {
@@ -126,11 +126,11 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
 
     /// Sets the factor applied to `currentAllocation` samples of one container (1 removes it).
     pub fn set_scale(&mut self, namespace: &str, pod: &str, container: &str, factor: f64) {
-        let key = (
-            namespace.to_string(),
-            pod.to_string(),
-            container.to_string(),
-        );
+        let key = SeriesKey {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            container: container.to_string(),
+        };
         if (factor - 1.0).abs() < 1e-12 {
             self.scale.remove(&key);
         } else {
@@ -211,11 +211,9 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
         let h = self.history(q).await?;
         let range = h.indexes(q.start.as_second(), q.end.as_second());
         let relative = rescale && self.relative.contains(&q.metric);
-        let mut out = SeriesSet {
-            series: BTreeMap::new(),
-            // Said once, by the fetch; repeating them every tick would drown the report.
-            warnings: Vec::new(),
-        };
+        // Collected in key order (namespaces, then the history's (pod, container) order) and
+        // built into the map at once rather than inserted one by one.
+        let mut series: Vec<(SeriesKey, Vec<(i64, f64)>)> = Vec::new();
         for ns in &q.namespaces {
             let Some(by_pod) = h.series.get(ns) else {
                 continue;
@@ -224,32 +222,33 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
                 if !q.pods.is_empty() && q.pods.binary_search(pod).is_err() {
                     continue;
                 }
+                let key = SeriesKey {
+                    namespace: ns.clone(),
+                    pod: pod.clone(),
+                    container: container.clone(),
+                };
                 let factor = if relative {
-                    self.scale
-                        .get(&(ns.clone(), pod.clone(), container.clone()))
-                        .copied()
-                        .unwrap_or(1.0)
+                    self.scale.get(&key).copied().unwrap_or(1.0)
                 } else {
                     1.0
                 };
-                let samples: Vec<(i64, f64)> = range
-                    .clone()
-                    .filter(|&i| !values[i].is_nan())
-                    .map(|i| (h.start + i as i64 * h.step, values[i] * factor))
-                    .collect();
+                let mut samples: Vec<(i64, f64)> = Vec::with_capacity(range.len());
+                samples.extend(
+                    range
+                        .clone()
+                        .filter(|&i| !values[i].is_nan())
+                        .map(|i| (h.start + i as i64 * h.step, values[i] * factor)),
+                );
                 if !samples.is_empty() {
-                    out.series.insert(
-                        SeriesKey {
-                            namespace: ns.clone(),
-                            pod: pod.clone(),
-                            container: container.clone(),
-                        },
-                        samples,
-                    );
+                    series.push((key, samples));
                 }
             }
         }
-        Ok(out)
+        Ok(SeriesSet {
+            series: series.into_iter().collect(),
+            // Said once, by the fetch; repeating them every tick would drown the report.
+            warnings: Vec::new(),
+        })
     }
 
     /// Warnings the inner source gave for the fetched history.
@@ -265,7 +264,11 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
 impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
         // Queries select pods in sorted order (the planners build them from sets); a slice
-        // lookup below relies on it.
+        // lookup below relies on it. Sorted already, the query is not copied (its pod list is
+        // the cluster's pods).
+        if query.pods.is_sorted() {
+            return self.answer(query, true).await;
+        }
         let mut q = query.clone();
         q.pods.sort();
         self.answer(&q, true).await

@@ -19,11 +19,11 @@ use jiff::Timestamp;
 use crate::api::{Interpretation, ResourceMode, Signal};
 use crate::core::hpa;
 use crate::core::model::{PolicyId, WorkloadKey, WorkloadState};
-use crate::core::pod::{Pod, PodTemplateSpec};
+use crate::core::pod::Pod;
 use crate::core::recommenders::gpu::engine::Action;
 use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::{CPU_USAGE_METRIC, MEMORY_METRIC};
-use crate::core::snapshot::{GpuPolicy, Snapshot};
+use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{Aggregation, MetricSource, RangeQuery, SeriesSet};
 use crate::reconcile::standalone::in_memory_cycle;
 use crate::sources::dir::Manifests;
@@ -135,8 +135,8 @@ struct Track {
     report: WorkloadReport,
     gpu_policy: Option<GpuPolicy>,
     pods: Vec<usize>,
-    /// What the last rollout check saw: the served state and the template.
-    seen: Option<(Option<Arc<WorkloadState>>, PodTemplateSpec)>,
+    /// What the last rollout check saw: the served state and the workload (its template).
+    seen: Option<(Option<Arc<WorkloadState>>, Arc<Workload>)>,
     hpa_target: Option<i32>,
 }
 
@@ -159,6 +159,36 @@ fn gpu_map(alloc: &PodAlloc) -> BTreeMap<String, f64> {
         .iter()
         .filter_map(|(c, a)| a.gpu.map(|g| (c.clone(), g)))
         .collect()
+}
+
+/// A pod's allocation summed for the hour integrals: computed when the pod changes, not at
+/// every tick.
+#[derive(Clone, Copy, Debug)]
+struct AllocSums {
+    gpu: f64,
+    cores: f64,
+    gib: f64,
+}
+
+impl AllocSums {
+    fn of(alloc: &PodAlloc) -> Self {
+        Self {
+            gpu: per_pod_gpu(alloc),
+            cores: cores(alloc),
+            gib: gib(alloc),
+        }
+    }
+}
+
+/// Whether the rollout check saw this served state and workload template last time. The
+/// overlay copies a workload only when kerf's writes change it, so the same `Arc` is the same
+/// template (checked first: comparing templates field by field is the costly part).
+fn seen_unchanged(
+    seen: &(Option<Arc<WorkloadState>>, Arc<Workload>),
+    state: &Option<Arc<WorkloadState>>,
+    w: &Arc<Workload>,
+) -> bool {
+    seen.0 == *state && (Arc::ptr_eq(&seen.1, w) || seen.1.template == w.template)
 }
 
 fn requests_map(alloc: &PodAlloc) -> BTreeMap<String, (Option<i64>, Option<i64>)> {
@@ -256,6 +286,7 @@ pub async fn run<S: MetricSource>(
         .collect();
     let real: Vec<Arc<Pod>> = base.pods.clone();
     let real_alloc: Vec<PodAlloc> = real.iter().map(|p| pod_alloc(p)).collect();
+    let real_sums: Vec<AllocSums> = real_alloc.iter().map(AllocSums::of).collect();
     let real_start: Vec<Option<i64>> = real
         .iter()
         .map(|p| {
@@ -267,6 +298,7 @@ pub async fn run<S: MetricSource>(
         .collect();
     let mut sim = real.clone();
     let mut sim_alloc = real_alloc.clone();
+    let mut sim_sums = real_sums.clone();
 
     let relative: HashSet<String> = base
         .gpu_policies
@@ -319,7 +351,9 @@ pub async fn run<S: MetricSource>(
         references.insert(w.key.clone(), allocs);
     }
     let mut tracks: Vec<Track> = Vec::new();
-    let mut track_at: HashMap<WorkloadKey, usize> = HashMap::new();
+    // Per workload (index in the manifests), its track: created in the order the cycle first
+    // names the workloads.
+    let mut track_of: Vec<Option<usize>> = vec![None; base.workloads.len()];
     let mut warnings = Vec::new();
 
     // The objects as the last tick's writes left them (overlaying kerf's writes again is a
@@ -347,7 +381,7 @@ pub async fn run<S: MetricSource>(
             let Some(&wi) = workload_at.get(key) else {
                 continue;
             };
-            let t = *track_at.entry(key.clone()).or_insert_with(|| {
+            let t = *track_of[wi].get_or_insert_with(|| {
                 let gpu_policy = outcome
                     .gpu
                     .as_ref()
@@ -412,7 +446,7 @@ pub async fn run<S: MetricSource>(
             let unchanged = track
                 .seen
                 .as_ref()
-                .is_some_and(|(s, tmpl)| *s == state && *tmpl == w.template);
+                .is_some_and(|seen| seen_unchanged(seen, &state, w));
             if unchanged {
                 continue;
             }
@@ -426,7 +460,7 @@ pub async fn run<S: MetricSource>(
                     (pi, pod, alloc)
                 })
                 .collect();
-            track.seen = Some((state, w.template.clone()));
+            track.seen = Some((state, w.clone()));
             // A rollout is due when kerf's writes change what a new pod would get.
             let allocs: Vec<PodAlloc> = candidates.iter().map(|(_, _, a)| a.clone()).collect();
             let reference = references.entry(key.clone()).or_default();
@@ -475,6 +509,7 @@ pub async fn run<S: MetricSource>(
             }
             for (pi, pod, alloc) in candidates {
                 sim[pi] = Arc::new(pod);
+                sim_sums[pi] = AllocSums::of(&alloc);
                 sim_alloc[pi] = alloc;
                 rescaled.push(pi);
             }
@@ -507,14 +542,15 @@ pub async fn run<S: MetricSource>(
                     continue;
                 }
                 let r = &mut track.report;
-                r.gpu_hours.allocated_as_is += per_pod_gpu(&real_alloc[pi]) * hours;
-                r.gpu_hours.allocated_with_kerf += per_pod_gpu(&sim_alloc[pi]) * hours;
-                r.cpu_core_hours.allocated_as_is += cores(&real_alloc[pi]) * hours;
-                r.cpu_core_hours.allocated_with_kerf += cores(&sim_alloc[pi]) * hours;
-                r.memory_gib_hours.allocated_as_is += gib(&real_alloc[pi]) * hours;
-                r.memory_gib_hours.allocated_with_kerf += gib(&sim_alloc[pi]) * hours;
-                real_pod = real_pod.max(per_pod_gpu(&real_alloc[pi]));
-                sim_pod = sim_pod.max(per_pod_gpu(&sim_alloc[pi]));
+                let (real, sim) = (real_sums[pi], sim_sums[pi]);
+                r.gpu_hours.allocated_as_is += real.gpu * hours;
+                r.gpu_hours.allocated_with_kerf += sim.gpu * hours;
+                r.cpu_core_hours.allocated_as_is += real.cores * hours;
+                r.cpu_core_hours.allocated_with_kerf += sim.cores * hours;
+                r.memory_gib_hours.allocated_as_is += real.gib * hours;
+                r.memory_gib_hours.allocated_with_kerf += sim.gib * hours;
+                real_pod = real_pod.max(real.gpu);
+                sim_pod = sim_pod.max(sim.gpu);
             }
             let chart = &mut track.report.chart;
             push_step(&mut chart.real, tick.as_second(), real_pod);
@@ -664,24 +700,39 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
                 totals.insert((signal, i), per);
             }
         }
-        let mut used: BTreeMap<i64, f64> = BTreeMap::new();
+        // Per pod and time, the higher signal; summed over pods in pod order.
+        let mut per_pod: Vec<(i64, f64)> = Vec::new();
         for pi in 0..pods.len() {
-            let c = totals.get(&(Signal::Compute, pi));
-            let m = totals.get(&(Signal::Memory, pi));
-            let times: BTreeSet<i64> = c
-                .into_iter()
-                .chain(m)
-                .flat_map(|x| x.keys().copied())
-                .collect();
-            for t in times {
-                let v = [c, m]
-                    .iter()
-                    .filter_map(|x| x.and_then(|x| x.get(&t)))
-                    .copied()
-                    .fold(0.0, f64::max);
-                *used.entry(t).or_default() += v;
+            let mut c = totals.get(&(Signal::Compute, pi)).into_iter().flatten();
+            let mut m = totals.get(&(Signal::Memory, pi)).into_iter().flatten();
+            let (mut a, mut b) = (c.next(), m.next());
+            // The two signals' times merged in order.
+            loop {
+                let (t, v) = match (a, b) {
+                    (Some((&ta, &va)), Some((&tb, &vb))) if ta == tb => {
+                        (a, b) = (c.next(), m.next());
+                        (ta, 0f64.max(va).max(vb))
+                    }
+                    (Some((&ta, &va)), Some((&tb, _))) if ta < tb => {
+                        a = c.next();
+                        (ta, 0f64.max(va))
+                    }
+                    (Some((&ta, &va)), None) => {
+                        a = c.next();
+                        (ta, 0f64.max(va))
+                    }
+                    (_, Some((&tb, &vb))) => {
+                        b = m.next();
+                        (tb, 0f64.max(vb))
+                    }
+                    (None, None) => break,
+                };
+                per_pod.push((t, v));
             }
         }
+        let used = usage::fold_by_time(per_pod, 0.0, |total, v| total + v)
+            .into_iter()
+            .collect();
         Ok((usage, used))
     }
 
@@ -699,12 +750,9 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             container_label: "container".into(),
         };
         let set = self.recorded(&m, counter).await?;
-        let mut out: BTreeMap<i64, f64> = BTreeMap::new();
-        for samples in set.series.values() {
-            for (t, v) in samples {
-                *out.entry(*t).or_default() += v;
-            }
-        }
-        Ok(out)
+        let all: Vec<(i64, f64)> = set.series.into_values().flatten().collect();
+        Ok(usage::fold_by_time(all, 0.0, |total, v| total + v)
+            .into_iter()
+            .collect())
     }
 }

@@ -123,6 +123,8 @@ fn max_pod_total(
         let Some(series) = samples.get(&(pod.name.to_string(), container.clone())) else {
             continue;
         };
+        // At most the whole series: one allocation instead of growing sample by sample.
+        usages.reserve(series.len());
         usages.extend(series.iter().filter_map(|&(t, v)| {
             if t <= from || t > to || !v.is_finite() {
                 return None;
@@ -134,8 +136,11 @@ fn max_pod_total(
             Some((t, usage))
         }));
     }
-    // Stable: equal timestamps keep container (then sample) order.
-    usages.sort_by_key(|&(t, _)| t);
+    // Stable: equal timestamps keep container (then sample) order. One container's samples
+    // are sorted already (no scratch buffer then).
+    if !usages.is_sorted_by_key(|&(t, _)| t) {
+        usages.sort_by_key(|&(t, _)| t);
+    }
     let mut max: Option<f64> = None;
     let mut i = 0;
     while i < usages.len() {

@@ -56,13 +56,26 @@ pub fn resolve_strategy<'a>(
 
 /// Indexes of `snapshot.pods` by the workload that owns them.
 pub fn pods_by_owner(snapshot: &Snapshot) -> BTreeMap<WorkloadKey, Vec<usize>> {
-    let mut out: BTreeMap<WorkloadKey, Vec<usize>> = BTreeMap::new();
-    for (i, pod) in snapshot.pods.iter().enumerate() {
-        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
-            out.entry(k).or_default().push(i);
+    // Sorted once and grouped, then built at once: cheaper than a map entry per pod, and the
+    // same map (each owner's pods in snapshot order).
+    let mut owned: Vec<(WorkloadKey, usize)> = snapshot
+        .pods
+        .iter()
+        .enumerate()
+        .filter_map(|(i, pod)| {
+            let k = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners)?;
+            Some((k, i))
+        })
+        .collect();
+    owned.sort_unstable();
+    let mut grouped: Vec<(WorkloadKey, Vec<usize>)> = Vec::new();
+    for (k, i) in owned {
+        match grouped.last_mut() {
+            Some((last, pods)) if *last == k => pods.push(i),
+            _ => grouped.push((k, vec![i])),
         }
     }
-    out
+    grouped.into_iter().collect()
 }
 
 /// The policies (index, selection view) whose scope covers the workload.
@@ -166,7 +179,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     }
     let pods_by_owner = pods_by_owner(snapshot);
     let protected = &snapshot.global.protected_namespaces;
-    let mut pods_per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
+    // (namespace, pod) borrowed from the snapshot: owned only once, in the queries.
+    let mut pods_per_policy: BTreeMap<usize, BTreeSet<(&str, &str)>> = BTreeMap::new();
     let by_namespace = PoliciesByNamespace::new(&snapshot.gpu_policies);
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if protected.contains(&w.key.namespace) {
@@ -241,8 +255,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                 let pod = &snapshot.pods[pi];
                 if is_eligible(pod, policy, now) {
                     pods_per_policy.entry(a.policy).or_default().insert((
-                        w.key.namespace.clone(),
-                        pod.metadata.name.clone().unwrap_or_default(),
+                        w.key.namespace.as_str(),
+                        pod.metadata.name.as_deref().unwrap_or_default(),
                     ));
                 }
             }
@@ -256,7 +270,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     }
     for (pi, pods) in pods_per_policy {
         let policy = &snapshot.gpu_policies[pi];
-        let namespaces: BTreeSet<String> = pods.iter().map(|(ns, _)| ns.clone()).collect();
+        let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
         for signal in Signal::BOTH {
             let cfg = policy.spec.metrics.signal(signal);
             let window = cfg
@@ -272,12 +286,13 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                     namespace_label: cfg.prometheus.namespace_label.clone(),
                     pod_label: cfg.prometheus.pod_label.clone(),
                     container_label: cfg.prometheus.container_label.clone(),
-                    namespaces: namespaces.iter().cloned().collect(),
+                    namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
                     pods: pods
                         .iter()
-                        .map(|(_, p)| p.clone())
+                        .map(|(_, p)| *p)
                         .collect::<BTreeSet<_>>()
                         .into_iter()
+                        .map(str::to_string)
                         .collect(),
                     start: now - SignedDuration::from_secs(window),
                     end: now,
