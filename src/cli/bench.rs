@@ -163,7 +163,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     let snapshot_rss = rss_mib();
     let cycles = args.cycles.max(1);
     let policies = snapshot.gpu_policies.len();
-    let run = match &args.prometheus {
+    let (mode, figures, peak_rss, direct) = match &args.prometheus {
         None => {
             let source = SynthSource {
                 spec,
@@ -192,7 +192,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             ("prometheus", figures, peak, direct)
         }
     };
-    let (mode, figures, peak_rss, direct) = run;
     let last = figures.last().expect("at least one cycle");
     // The loop must give the answers the engine gives directly, or the figures mean nothing.
     anyhow::ensure!(

@@ -99,15 +99,14 @@ pub struct Entry<'a, K, V> {
 
 impl<'a, K: Ord, V> Entry<'a, K, V> {
     pub fn or_insert_with(self, make: impl FnOnce() -> V) -> &'a mut V {
-        let entries = &mut self.map.entries;
-        let i = match entries.binary_search_by(|(k, _)| k.cmp(&self.key)) {
+        let i = match self.map.find(&self.key) {
             Ok(i) => i,
             Err(i) => {
-                entries.insert(i, (self.key, make()));
+                self.map.entries.insert(i, (self.key, make()));
                 i
             }
         };
-        &mut entries[i].1
+        &mut self.map.entries[i].1
     }
 
     pub fn or_default(self) -> &'a mut V
@@ -149,14 +148,6 @@ impl<K, V> SmallMap<K, V> {
     pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator {
         self.entries.iter().map(|(_, v)| v)
     }
-
-    pub fn values_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut V> + ExactSizeIterator {
-        self.entries.iter_mut().map(|(_, v)| v)
-    }
-
-    pub fn into_values(self) -> impl DoubleEndedIterator<Item = V> + ExactSizeIterator {
-        self.entries.into_iter().map(|(_, v)| v)
-    }
 }
 
 /// As `BTreeMap`: panics when `key` is absent.
@@ -180,17 +171,18 @@ impl<K: Ord, V> Extend<(K, V)> for SmallMap<K, V> {
 impl<K: Ord, V> FromIterator<(K, V)> for SmallMap<K, V> {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         let mut entries: Vec<(K, V)> = iter.into_iter().collect();
-        // Stable: equal keys keep their input order, so the last of a run is the later one.
+        // Stable: equal keys keep their input order. `dedup_by` keeps the first of a run, so
+        // each later value is moved into it as the run is folded.
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut out: Vec<(K, V)> = Vec::with_capacity(entries.len());
-        for (k, v) in entries {
-            match out.last_mut() {
-                Some(last) if last.0 == k => last.1 = v,
-                _ => out.push((k, v)),
+        entries.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut kept.1);
             }
-        }
-        out.shrink_to_fit();
-        Self { entries: out }
+            same
+        });
+        entries.shrink_to_fit();
+        Self { entries }
     }
 }
 

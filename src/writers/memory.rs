@@ -8,7 +8,6 @@
 //! exactly as the in-cluster loop does, and a cycle whose queries fail keeps them.
 //! Like the cluster writer, it writes nothing to workloads or HPAs under `readOnly`.
 
-use crate::core::model::ContainerRequests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -21,7 +20,7 @@ use crate::api::{PolicyStatus, RightsizingRecommendation};
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, PolicyId, RequestSet, WorkloadKey,
+    ANNOTATION_ROLLBACK, ContainerRequests, PolicyId, RequestSet, WorkloadKey,
 };
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};

@@ -10,13 +10,13 @@
 //! resources moves the HPA target to round(50 × 1200 / 800) = 75 %.
 
 use crate::kube_support;
-use kerf::core::model::ContainerRequests;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use kerf::api::RightsizingRecommendation;
+use kerf::core::model::ContainerRequests;
 use kerf::core::snapshot::{Snapshot, Workload};
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::reconcile::plan_writes;

@@ -3,7 +3,6 @@
 //! decide whether a write or a rolling restart is due. The cluster writer executes them; the
 //! in-memory writer and write planning read the same functions.
 
-use crate::core::model::ContainerRequests;
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
@@ -16,8 +15,8 @@ use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
 use crate::api::WorkloadKind;
 use crate::core::admission::GpuTarget;
 use crate::core::model::{
-    ANNOTATION_GPU_RECOMMENDATION, GpuMap, GpuRecommendation, RequestSet, ResourceRequests,
-    WorkloadKey,
+    ANNOTATION_GPU_RECOMMENDATION, ContainerRequests, GpuMap, GpuRecommendation, RequestSet,
+    ResourceRequests, WorkloadKey,
 };
 use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;

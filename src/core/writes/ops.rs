@@ -1,7 +1,6 @@
 //! The writes one cycle calls for, as plain data: what the cluster writer executes and the
 //! in-memory writer applies.
 
-use crate::core::model::ContainerRequests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -14,8 +13,8 @@ use crate::api::{
 };
 use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, CoordinatedHpa, GpuMap,
-    GpuRecommendation, PolicyId, RequestSet, WorkloadKey, render_baseline,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ContainerRequests, CoordinatedHpa,
+    GpuMap, GpuRecommendation, PolicyId, RequestSet, WorkloadKey, render_baseline,
 };
 use crate::core::snapshot::Workload;
 

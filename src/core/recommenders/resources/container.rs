@@ -24,14 +24,13 @@
 //! - **Must not decrease**: a container that was CPU-throttled (cpu) or OOM-killed (memory) in the
 //!   window never gets a recommended request below its current request — usage-based or static.
 
-use crate::core::model::ContainerRequests;
 use std::collections::BTreeSet;
 
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
 use jiff::Timestamp;
 
 use crate::api::{CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
-use crate::core::model::ResourceRequests;
+use crate::core::model::{ContainerRequests, ResourceRequests};
 use crate::core::quantity::{self, MIB, QuantityError};
 
 /// (unix seconds, value), as the metric edge returns them.

@@ -37,7 +37,6 @@
 //!   and the HPA target once coordination is off, are given back ([`plan_release`]); the HPA
 //!   target goes together with the requests of its resource.
 
-use crate::core::model::ContainerRequests;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
@@ -54,7 +53,8 @@ use crate::core::hpa::{
     SkipReason, analyze_metrics,
 };
 use crate::core::model::{
-    CoordinatedHpa, PolicyId, RequestSet, ResourceRequests, WorkloadKey, format_gpu,
+    ContainerRequests, CoordinatedHpa, PolicyId, RequestSet, ResourceRequests, WorkloadKey,
+    format_gpu,
 };
 use crate::core::quantity::{self, MIB};
 use crate::core::recommenders::gpu::WorkloadResult;
