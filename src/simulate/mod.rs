@@ -703,32 +703,14 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         // Per pod and time, the higher signal; summed over pods in pod order.
         let mut per_pod: Vec<(i64, f64)> = Vec::new();
         for pi in 0..pods.len() {
-            let mut c = totals.get(&(Signal::Compute, pi)).into_iter().flatten();
-            let mut m = totals.get(&(Signal::Memory, pi)).into_iter().flatten();
-            let (mut a, mut b) = (c.next(), m.next());
-            // The two signals' times merged in order.
-            loop {
-                let (t, v) = match (a, b) {
-                    (Some((&ta, &va)), Some((&tb, &vb))) if ta == tb => {
-                        (a, b) = (c.next(), m.next());
-                        (ta, 0f64.max(va).max(vb))
-                    }
-                    (Some((&ta, &va)), Some((&tb, _))) if ta < tb => {
-                        a = c.next();
-                        (ta, 0f64.max(va))
-                    }
-                    (Some((&ta, &va)), None) => {
-                        a = c.next();
-                        (ta, 0f64.max(va))
-                    }
-                    (_, Some((&tb, &vb))) => {
-                        b = m.next();
-                        (tb, 0f64.max(vb))
-                    }
-                    (None, None) => break,
-                };
-                per_pod.push((t, v));
-            }
+            // The higher of the two signals at each time (from 0), in time order.
+            let both: Vec<(i64, f64)> = [Signal::Compute, Signal::Memory]
+                .iter()
+                .filter_map(|signal| totals.get(&(*signal, pi)))
+                .flatten()
+                .map(|(&t, &v)| (t, v))
+                .collect();
+            per_pod.extend(usage::fold_by_time(both, 0.0, f64::max));
         }
         let used = usage::fold_by_time(per_pod, 0.0, |total, v| total + v)
             .into_iter()
