@@ -12,6 +12,7 @@ use kerf::api::WorkloadKind;
 use kerf::cli::recommend::{to_json, to_table};
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
+use kerf::metrics::promql::LabelMatcher;
 use kerf::metrics::{
     MetricError, MetricSource, WindowAggregate, WindowQuery, WorkloadSelector,
     window_query_splitting,
@@ -276,6 +277,7 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     let batch = WindowQuery {
         metric: "container_cpu_usage_seconds_total".into(),
         aggregate: WindowAggregate::RateQuantile { quantile: 0.95 },
+        matchers: vec![],
         namespace_label: "namespace".into(),
         pod_label: "pod".into(),
         container_label: "container".into(),
@@ -430,7 +432,9 @@ async fn a_window_longer_than_the_history_is_flagged_and_auto_patch_waits_a_day(
 }
 
 /// The four window aggregates on irregular data — jittered and missed scrapes, a counter reset,
-/// throttling, a StatefulSet, a pod of another workload — from the file and from Prometheus.
+/// throttling, a StatefulSet, a pod of another workload — from the file and from Prometheus;
+/// and the OOM signal's label matcher (kube-state-metrics' last termination reason, some pods
+/// OOM-killed, others terminated for another reason).
 #[tokio::test]
 async fn file_and_prometheus_window_aggregates_agree() {
     let (start, end) = (EPOCH, EPOCH + 6 * 3_600);
@@ -439,6 +443,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
     let mut gauges = String::new();
     let mut thr = String::new();
     let mut per = String::new();
+    let mut ksm = String::new();
     let pods = [
         "web-6b7c8d9f2-b2c4d",
         "web-6b7c8d9f2-k7m8n",
@@ -447,6 +452,20 @@ async fn file_and_prometheus_window_aggregates_agree() {
         "db-1",
         "web-api-6b7c8d9f2-t4v5w",
     ];
+    // kube-state-metrics' last termination reason of (pod, container) from a time on, until
+    // a time: OOM kills in web (one replaced before the last 3 hours), in web-api (another
+    // workload), a 0 as kube-state-metrics v1 exported for reasons that were not, and a
+    // termination for another reason.
+    let last_terminated = |pod: &str, c: &str| -> Option<(&str, f64, i64, i64)> {
+        match (pod, c) {
+            ("web-6b7c8d9f2-b2c4d", "app") => Some(("OOMKilled", 1.0, start + 7_200, end)),
+            ("web-6b7c8d9f2-k7m8n", "proxy") => Some(("OOMKilled", 1.0, start, start + 3_600)),
+            ("web-5f6d7c8b9d-x2x4z", "proxy") => Some(("Error", 1.0, start, end)),
+            ("db-0", "app") => Some(("OOMKilled", 0.0, start, end)),
+            ("web-api-6b7c8d9f2-t4v5w", "app") => Some(("OOMKilled", 1.0, start, end)),
+            _ => None,
+        }
+    };
     for (i, pod) in pods.iter().enumerate() {
         let from = start + (i as i64 % 3) * 1_800;
         for c in ["app", "proxy"] {
@@ -476,6 +495,15 @@ async fn file_and_prometheus_window_aggregates_agree() {
                         "container_cpu_cfs_periods_total{{{l}}} {periods} {t:.3}"
                     )
                     .unwrap();
+                    if let Some((reason, v, since, until)) = last_terminated(pod, c)
+                        && (since as f64..=until as f64).contains(&t)
+                    {
+                        writeln!(
+                            ksm,
+                            "kube_pod_container_status_last_terminated_reason{{{l},reason=\"{reason}\"}} {v} {t:.3}"
+                        )
+                        .unwrap();
+                    }
                 }
                 cpu = if rng.next() < 0.002 {
                     0.0
@@ -493,7 +521,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
         }
     }
     let text = format!(
-        "{text}# TYPE container_memory_working_set_bytes gauge\n{gauges}# TYPE container_cpu_cfs_throttled_periods counter\n{thr}# TYPE container_cpu_cfs_periods counter\n{per}# EOF\n"
+        "{text}# TYPE container_memory_working_set_bytes gauge\n{gauges}# TYPE container_cpu_cfs_throttled_periods counter\n{thr}# TYPE container_cpu_cfs_periods counter\n{per}# TYPE kube_pod_container_status_last_terminated_reason gauge\n{ksm}# EOF\n"
     );
     let p = TestPrometheus::start_with_openmetrics(&text);
     let f = file(&text, &p);
@@ -511,31 +539,46 @@ async fn file_and_prometheus_window_aggregates_agree() {
             other_pods: vec![],
         },
     ];
-    for (metric, aggregate) in [
+    let oom_killed = vec![LabelMatcher {
+        name: "reason".into(),
+        value: "OOMKilled".into(),
+    }];
+    let oom_metric = "kube_pod_container_status_last_terminated_reason";
+    for (metric, aggregate, matchers) in [
         (
             "container_cpu_usage_seconds_total",
             WindowAggregate::RateQuantile { quantile: 0.95 },
+            vec![],
         ),
         (
             "container_cpu_usage_seconds_total",
             WindowAggregate::RateQuantile { quantile: 0.5 },
+            vec![],
         ),
-        ("container_memory_working_set_bytes", WindowAggregate::Peak),
+        (
+            "container_memory_working_set_bytes",
+            WindowAggregate::Peak,
+            vec![],
+        ),
         (
             "container_cpu_cfs_throttled_periods_total",
             WindowAggregate::RateRatioPeak {
                 denominator: "container_cpu_cfs_periods_total".into(),
             },
+            vec![],
         ),
         (
             "container_memory_working_set_bytes",
             WindowAggregate::FirstSeen,
+            vec![],
         ),
+        (oom_metric, WindowAggregate::Peak, oom_killed.clone()),
     ] {
         for (window, step) in [(3 * 3_600, 15), (86_400, 61)] {
             let q = WindowQuery {
                 metric: metric.into(),
                 aggregate: aggregate.clone(),
+                matchers: matchers.clone(),
                 namespace_label: "namespace".into(),
                 pod_label: "pod".into(),
                 container_label: "container".into(),
@@ -548,11 +591,28 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 f.window_query(&q).await.unwrap(),
                 prom(&p).window_query(&q).await.unwrap(),
             );
-            assert_eq!(
-                a.values.len(),
-                4,
-                "{aggregate:?}: web and db, app and proxy: {a:?}"
-            );
+            if metric == oom_metric {
+                // web's replaced pod's proxy only in the day-long window; db's 0 is a value.
+                let mut want = vec![
+                    ("Deployment/web", "app", 1.0),
+                    ("StatefulSet/db", "app", 0.0),
+                ];
+                if window == 86_400 {
+                    want.insert(1, ("Deployment/web", "proxy", 1.0));
+                }
+                let got: Vec<(&str, &str, f64)> = a
+                    .values
+                    .iter()
+                    .map(|(k, v)| (k.workload.as_str(), k.container.as_str(), *v))
+                    .collect();
+                assert_eq!(got, want, "{window}s");
+            } else {
+                assert_eq!(
+                    a.values.len(),
+                    4,
+                    "{aggregate:?}: web and db, app and proxy: {a:?}"
+                );
+            }
             assert_eq!(
                 a.values.keys().collect::<Vec<_>>(),
                 b.values.keys().collect::<Vec<_>>(),
@@ -562,7 +622,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 let w = b.values[k];
                 assert!(
                     (v - w).abs() <= 1e-9 * v.abs().max(1e-9),
-                    "{aggregate:?} {window}s {k:?}: file {v} vs Prometheus {w}"
+                    "{metric} {aggregate:?} {window}s {k:?}: file {v} vs Prometheus {w}"
                 );
             }
             assert!(

@@ -167,6 +167,7 @@ fn window_query(
     WindowQuery {
         metric: signal.metric().into(),
         aggregate,
+        matchers: Vec::new(),
         namespace_label: "namespace".into(),
         pod_label: "pod".into(),
         container_label: "container".into(),
