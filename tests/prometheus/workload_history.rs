@@ -114,10 +114,32 @@ fn pod_series(
 }
 
 fn openmetrics(series: (String, String)) -> String {
+    with_last_terminated(series, "")
+}
+
+/// [`openmetrics`] with kube-state-metrics' last termination reason series `ksm`
+/// ([`last_terminated`]).
+fn with_last_terminated(series: (String, String), ksm: &str) -> String {
+    let ksm = match ksm {
+        "" => String::new(),
+        _ => format!("# TYPE kube_pod_container_status_last_terminated_reason gauge\n{ksm}"),
+    };
     format!(
-        "# TYPE container_cpu_usage_seconds counter\n{}# TYPE container_memory_working_set_bytes gauge\n{}# EOF\n",
+        "# TYPE container_cpu_usage_seconds counter\n{}# TYPE container_memory_working_set_bytes gauge\n{}{ksm}# EOF\n",
         series.0, series.1
     )
+}
+
+/// kube-state-metrics' series for one pod's `app` container whose last termination was for
+/// `reason`, every `scrape` seconds over `[from, to]` (the pod running after the restart).
+fn last_terminated(out: &mut String, pod: &str, reason: &str, (from, to, scrape): (i64, i64, i64)) {
+    for t in (from..=to).step_by(scrape as usize) {
+        writeln!(
+            out,
+            "kube_pod_container_status_last_terminated_reason{{namespace=\"shop\",pod=\"{pod}\",container=\"app\",reason=\"{reason}\",uid=\"u-{pod}\"}} 1 {t}"
+        )
+        .unwrap();
+    }
 }
 
 async fn cycle<S: MetricSource>(dir: &std::path::Path, source: &S, at: Timestamp) -> CycleOutput {
@@ -231,13 +253,62 @@ async fn pods_replaced_mid_window_count_with_their_peak() {
     );
 }
 
+/// An OOM kill kerf learns of from kube-state-metrics only: `web`'s old pod was OOM-killed in
+/// the morning, ran on, and was replaced at noon by a rollout; today's pods' statuses show no
+/// OOM kill. The recommendation keeps the memory request (the OOM floor) instead of lowering it
+/// to the day's peak. `api`'s old pod restarted for another reason: no OOM kill series, so no
+/// OOM history (and no error), and its memory comes down.
+/// File and Prometheus agree; a window after the OOM-killed pod's time lowers `web` again.
+#[tokio::test]
+async fn an_oom_kill_of_a_pod_replaced_mid_window_keeps_the_memory_request() {
+    let (start, end) = (EPOCH, EPOCH + 86_400);
+    let mid = start + 43_200;
+    let mut s = (String::new(), String::new());
+    let mut ksm = String::new();
+    let web_today = ["web-5f6d7c8b9d-b2c4d"];
+    let api_today = ["api-5f6d7c8b9d-b2c4d"];
+    for (old, today, reason) in [
+        ("web-7d9c8b5f6d-x2x4z", web_today[0], "OOMKilled"),
+        ("api-7d9c8b5f6d-x2x4z", api_today[0], "Error"),
+    ] {
+        pod_series(&mut s, old, (start, mid, 60), |_| 0.5, |_| 400.0 * MIB);
+        last_terminated(&mut ksm, old, reason, (start + 21_600, mid, 60));
+        pod_series(&mut s, today, (mid + 60, end, 60), |_| 0.3, |_| 300.0 * MIB);
+    }
+    let text = with_last_terminated(s, &ksm);
+    let p = TestPrometheus::start_with_openmetrics(&text);
+    let dir = manifests("1d", &[("web", &web_today), ("api", &api_today)]);
+
+    let from_prom = cycle(dir.path(), &prom(&p), at(end)).await;
+    assert!(
+        from_prom.query_failures().is_empty(),
+        "{:?}",
+        from_prom.query_failures()
+    );
+    let json = to_json(&from_prom);
+    assert_eq!(
+        json,
+        to_json(&cycle(dir.path(), &file(&text, &p), at(end)).await),
+        "file and Prometheus agree"
+    );
+    let memory = |json: &Value, name: &str| app(json, name)["resources"]["app"]["memory"].clone();
+    assert_eq!(memory(&json, "web")["recommended"], "1Gi", "{json:#}");
+    assert_eq!(memory(&json, "api")["recommended"], "400Mi", "{json:#}");
+
+    // Half a day later the OOM-killed pod is out of the window: the day's peak again.
+    let late = to_json(&cycle(dir.path(), &prom(&p), at(end + 43_200 + 600)).await);
+    assert_eq!(memory(&late, "web")["recommended"], "300Mi", "{late:#}");
+}
+
 /// Eight workloads, 16 pods, one batch: a Prometheus started with a small
 /// `--query.max-samples` refuses the batch (HTTP 422); kerf splits it until the queries fit and
-/// every workload gets the recommendation an unlimited Prometheus gives.
+/// every workload gets the recommendation an unlimited Prometheus gives — the OOM kills
+/// kube-state-metrics recorded for half of them included.
 #[tokio::test]
 async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     let (start, end) = (EPOCH, EPOCH + 3_600);
     let mut s = (String::new(), String::new());
+    let mut ksm = String::new();
     let mut rng = Lcg(7);
     let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
     let mut pods: Vec<Vec<String>> = Vec::new();
@@ -255,10 +326,13 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
                 |t| base + noise[((t - start) / 15) as usize],
                 |t| (100.0 + i as f64 * 10.0) * MIB + ((t - start) % 900) as f64 * 1000.0,
             );
+            if i % 2 == 0 {
+                last_terminated(&mut ksm, pod, "OOMKilled", (start, end, 15));
+            }
         }
         pods.push(mine);
     }
-    let text = openmetrics(s);
+    let text = with_last_terminated(s, &ksm);
     let workloads: Vec<(&str, Vec<&str>)> = names
         .iter()
         .zip(&pods)
@@ -314,6 +388,34 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         split.values, one.values,
         "the halves answer what one query would"
     );
+    // The OOM-kill query of the batch too, its matcher in every half.
+    let oom = WindowQuery {
+        metric: "kube_pod_container_status_last_terminated_reason".into(),
+        aggregate: WindowAggregate::Peak,
+        matchers: vec![LabelMatcher {
+            name: "reason".into(),
+            value: "OOMKilled".into(),
+        }],
+        ..batch.clone()
+    };
+    assert!(matches!(
+        prom(&limited).window_query(&oom).await,
+        Err(MetricError::Refused(_))
+    ));
+    let split = window_query_splitting(&prom(&limited), &oom).await.unwrap();
+    assert!(split.splits >= 1);
+    let one = prom(&unlimited).window_query(&oom).await.unwrap();
+    assert_eq!(split.values, one.values);
+    let oom_killed: Vec<&str> = one.values.keys().map(|k| k.workload.as_str()).collect();
+    assert_eq!(
+        oom_killed,
+        [
+            "Deployment/w0",
+            "Deployment/w2",
+            "Deployment/w4",
+            "Deployment/w6"
+        ]
+    );
 
     let registry = kerf::telemetry::Metrics::new();
     let counter = || -> f64 {
@@ -331,8 +433,8 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         got.query_failures()
     );
     assert!(
-        got.query_splits >= 3 * 3,
-        "CPU, throttling and history batches split: {}",
+        got.query_splits > 3 * 3,
+        "CPU, throttling, history and OOM-kill batches split: {}",
         got.query_splits
     );
     assert_eq!(
@@ -342,13 +444,16 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     );
     assert!(got.queries > want.queries);
     assert_eq!(to_json(&got), to_json(&want));
-    for n in &names {
+    for (i, n) in names.iter().enumerate() {
         let r = app(&to_json(&got), n).clone();
         assert_ne!(
             r["resources"]["app"]["cpu"]["recommended"],
             Value::Null,
             "{r:#}"
         );
+        // The OOM-killed ones keep their 1Gi memory request.
+        let memory = &r["resources"]["app"]["memory"]["recommended"];
+        assert_eq!(memory == "1Gi", i % 2 == 0, "{r:#}");
     }
 
     // A limit not even one workload fits: that batch's workloads fail, visibly, nothing else.
