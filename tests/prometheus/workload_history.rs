@@ -147,6 +147,28 @@ async fn cycle<S: MetricSource>(dir: &std::path::Path, source: &S, at: Timestamp
     run_cycle(&m.snapshot, source, at, 15).await
 }
 
+/// The cycle at `at` from Prometheus `p`, once every query of it succeeded and the file source
+/// holding the same `text` gave the same recommendations.
+async fn cycle_agreeing(
+    dir: &std::path::Path,
+    text: &str,
+    p: &TestPrometheus,
+    at: Timestamp,
+) -> CycleOutput {
+    let out = cycle(dir, &prom(p), at).await;
+    assert!(
+        out.query_failures().is_empty(),
+        "{:?}",
+        out.query_failures()
+    );
+    assert_eq!(
+        to_json(&out),
+        to_json(&cycle(dir, &file(text, p), at).await),
+        "file and Prometheus agree"
+    );
+    out
+}
+
 fn at(t: i64) -> Timestamp {
     Timestamp::from_second(t).unwrap()
 }
@@ -214,15 +236,7 @@ async fn pods_replaced_mid_window_count_with_their_peak() {
     let p = TestPrometheus::start_with_openmetrics(&text);
     let dir = manifests("1d", &[("web", &today)]);
 
-    let from_prom = cycle(dir.path(), &prom(&p), at(end)).await;
-    let from_file = cycle(dir.path(), &file(&text, &p), at(end)).await;
-    assert!(
-        from_prom.query_failures().is_empty(),
-        "{:?}",
-        from_prom.query_failures()
-    );
-    let (jp, jf) = (to_json(&from_prom), to_json(&from_file));
-    assert_eq!(jp, jf, "file and Prometheus agree");
+    let jp = to_json(&cycle_agreeing(dir.path(), &text, &p, at(end)).await);
     let web = app(&jp, "web");
     assert_eq!(
         web["resources"]["app"]["cpu"]["recommended"], "800m",
@@ -279,18 +293,7 @@ async fn an_oom_kill_of_a_pod_replaced_mid_window_keeps_the_memory_request() {
     let p = TestPrometheus::start_with_openmetrics(&text);
     let dir = manifests("1d", &[("web", &web_today), ("api", &api_today)]);
 
-    let from_prom = cycle(dir.path(), &prom(&p), at(end)).await;
-    assert!(
-        from_prom.query_failures().is_empty(),
-        "{:?}",
-        from_prom.query_failures()
-    );
-    let json = to_json(&from_prom);
-    assert_eq!(
-        json,
-        to_json(&cycle(dir.path(), &file(&text, &p), at(end)).await),
-        "file and Prometheus agree"
-    );
+    let json = to_json(&cycle_agreeing(dir.path(), &text, &p, at(end)).await);
     let memory = |json: &Value, name: &str| app(json, name)["resources"]["app"]["memory"].clone();
     assert_eq!(memory(&json, "web")["recommended"], "1Gi", "{json:#}");
     assert_eq!(memory(&json, "api")["recommended"], "400Mi", "{json:#}");
@@ -494,17 +497,8 @@ async fn a_window_longer_than_the_history_is_flagged_and_auto_patch_waits_a_day(
     let text = openmetrics(s);
     let p = TestPrometheus::start_with_openmetrics(&text);
     let dir = manifests("7d", &[("old", &two_days), ("new", &five_hours)]);
-    let out = cycle(dir.path(), &prom(&p), at(end)).await;
-    assert!(
-        out.query_failures().is_empty(),
-        "{:?}",
-        out.query_failures()
-    );
+    let out = cycle_agreeing(dir.path(), &text, &p, at(end)).await;
     let json = to_json(&out);
-    assert_eq!(
-        json,
-        to_json(&cycle(dir.path(), &file(&text, &p), at(end)).await)
-    );
 
     let old = app(&json, "old");
     assert_eq!(
