@@ -553,7 +553,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
     ];
     // kube-state-metrics' last termination reason of (pod, container) from a time on, until
     // a time: OOM kills in web (one replaced before the last 3 hours), in web-api (another
-    // workload), a 0 as kube-state-metrics v1 exported for reasons that were not, and a
+    // workload), a 0 as older kube-state-metrics export for reasons that were not, and a
     // termination for another reason.
     let last_terminated = |pod: &str, c: &str| -> Option<(&str, f64, i64, i64)> {
         match (pod, c) {

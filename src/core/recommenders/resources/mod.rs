@@ -782,7 +782,7 @@ status:
     /// docs/design/hpa-coordination.md#h5, the OOM-killed floor, over #h15's history: an OOM
     /// kill only the window's history records (kube-state-metrics; the pod was replaced, today's
     /// pod's status shows none) gives exactly the decision an OOM kill in today's pod's status
-    /// gives. A 0 (kube-state-metrics v1's "not this reason") and no series are no OOM kill.
+    /// gives. A 0 (older kube-state-metrics' "not this reason") and no series are no OOM kill.
     #[test]
     fn oom_killed_floor_holds_for_an_oom_kill_in_the_window_history_as_in_a_pod_status() {
         let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
