@@ -481,16 +481,16 @@ mod tests {
     #[test]
     fn window_query_selects_by_its_label_matchers() {
         use crate::api::WorkloadKind;
+        use crate::core::recommenders::resources::{LAST_TERMINATED_METRIC, container::OOM_KILLED};
         use crate::metrics::promql::LabelMatcher;
         use crate::metrics::{WindowAggregate, WorkloadSelector};
-        let mut text =
-            String::from("# TYPE kube_pod_container_status_last_terminated_reason gauge\n");
+        let mut text = format!("# TYPE {LAST_TERMINATED_METRIC} gauge\n");
         let series = |pod: &str, container: &str, reason: &str, from: i64, to: i64| {
             (from..=to)
                 .step_by(60)
                 .map(|t| {
                     format!(
-                        "kube_pod_container_status_last_terminated_reason{{namespace=\"a\",pod=\"{pod}\",container=\"{container}\",reason=\"{reason}\",uid=\"u-{pod}\"}} 1 {t}\n"
+                        "{LAST_TERMINATED_METRIC}{{namespace=\"a\",pod=\"{pod}\",container=\"{container}\",reason=\"{reason}\",uid=\"u-{pod}\"}} 1 {t}\n"
                     )
                 })
                 .collect::<String>()
@@ -499,7 +499,7 @@ mod tests {
         text += &series(
             "web-7d9c8b5f6d-x2x4z",
             "app",
-            "OOMKilled",
+            OOM_KILLED,
             T0 + 600,
             T0 + 1_800,
         );
@@ -515,7 +515,7 @@ mod tests {
         text += &series(
             "web-5f6d7c8b9d-k7m8n",
             "init",
-            "OOMKilled",
+            OOM_KILLED,
             T0 - 7_200,
             T0 - 3_600,
         );
@@ -523,18 +523,18 @@ mod tests {
         text += &series(
             "web-api-7d9c8b5f6d-q5w6z",
             "app",
-            "OOMKilled",
+            OOM_KILLED,
             T0,
             T0 + 3_600,
         );
         text += "# EOF\n";
         let src = FileSource::from_str(&text).unwrap();
         let mut q = WindowQuery {
-            metric: "kube_pod_container_status_last_terminated_reason".into(),
+            metric: LAST_TERMINATED_METRIC.into(),
             aggregate: WindowAggregate::Peak,
             matchers: vec![LabelMatcher {
                 name: "reason".into(),
-                value: "OOMKilled".into(),
+                value: OOM_KILLED.into(),
             }],
             namespace_label: "namespace".into(),
             pod_label: "pod".into(),
@@ -563,10 +563,19 @@ mod tests {
         // As in PromQL, `label=""` selects the series without the label: none here.
         q.matchers[0].value = String::new();
         assert_eq!(values(&q), []);
-        // kube-state-metrics not installed: no series, no value.
-        q.matchers.clear();
-        q.metric = "kube_pod_container_status_last_terminated_reason_absent".into();
-        assert_eq!(values(&q), []);
+        // kube-state-metrics not installed: no series, no value, no warning.
+        q.matchers[0].value = OOM_KILLED.into();
+        let without = FileSource::from_str("# EOF\n")
+            .unwrap()
+            .evaluate_window(&q)
+            .unwrap();
+        assert_eq!(
+            without,
+            WindowSet {
+                queries: 1,
+                ..Default::default()
+            }
+        );
     }
 
     #[test]
