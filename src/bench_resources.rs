@@ -9,7 +9,6 @@
 //! limit, for the workloads rolled out mid-window the replaced pods' first half, and for half of
 //! those the OOM kill kube-state-metrics recorded in a replaced pod.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use jiff::Timestamp;
@@ -17,9 +16,10 @@ use jiff::Timestamp;
 use crate::api::{PolicyType, RightsizingPolicySpec};
 use crate::bench::{FNV_OFFSET, add_bench_strategy, deployment, fnv1a, namespace, running_pod};
 use crate::core::model::PolicyId;
-use crate::core::pod::{Container, PodSpec, PodTemplateSpec};
+use crate::core::pod::{Container, PodSpec, PodTemplateSpec, Resources};
 use crate::core::recommenders::resources::LAST_TERMINATED_METRIC;
 use crate::core::recommenders::resources::container::OOM_KILLED;
+use crate::core::small_map::SmallMap;
 use crate::core::snapshot::{RsPolicy, Snapshot};
 
 #[derive(Clone, Copy, Debug)]
@@ -126,22 +126,22 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
         add_bench_strategy(&mut s, ns);
     }
     let container = |limit: bool| {
-        let mut requests = BTreeMap::new();
-        requests.insert("cpu".to_string(), crate::core::quantity::cpu_quantity(500));
-        requests.insert(
-            "memory".to_string(),
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity("512Mi".into()),
-        );
+        let requests = SmallMap::from([
+            ("cpu".to_string(), crate::core::quantity::cpu_quantity(500)),
+            (
+                "memory".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("512Mi".into()),
+            ),
+        ]);
         let limits = limit.then(|| {
-            BTreeMap::from([("cpu".to_string(), crate::core::quantity::cpu_quantity(1000))])
+            SmallMap::from([("cpu".to_string(), crate::core::quantity::cpu_quantity(1000))])
         });
         Container {
             name: "app".into(),
-            resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            resources: Some(Box::new(Resources {
                 requests: Some(requests),
                 limits,
-                ..Default::default()
-            }),
+            })),
             ..Default::default()
         }
     };

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
@@ -69,12 +70,23 @@ pub struct Meta {
     pub deletion_timestamp: Option<Time>,
 }
 
+/// A container's `resources`: its requests and limits (no claims), as small maps. A
+/// `BTreeMap` per list cost a 544-byte node even for one entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<SmallMap<String, Quantity>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<SmallMap<String, Quantity>>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Container {
     pub name: String,
+    /// Boxed: many containers have none, and a container is held for every pod and template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<k8s::ResourceRequirements>,
+    pub resources: Option<Box<Resources>>,
     /// `Always` on an init container makes it a sidecar (restartable init container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
@@ -206,11 +218,20 @@ impl From<ObjectMeta> for Meta {
     }
 }
 
+impl From<k8s::ResourceRequirements> for Resources {
+    fn from(r: k8s::ResourceRequirements) -> Self {
+        Resources {
+            limits: r.limits.map(|m| m.into_iter().collect()),
+            requests: r.requests.map(|m| m.into_iter().collect()),
+        }
+    }
+}
+
 impl From<k8s::Container> for Container {
     fn from(c: k8s::Container) -> Self {
         Container {
             name: c.name,
-            resources: c.resources,
+            resources: c.resources.map(|r| Box::new(r.into())),
             restart_policy: c.restart_policy,
         }
     }

@@ -3,9 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::pod::Meta;
+use crate::core::pod::{Meta, Resources};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use proptest::prelude::*;
 
@@ -50,12 +49,14 @@ fn pid() -> PolicyId {
 fn container(name: &str, gpus: Option<&str>) -> Container {
     Container {
         name: name.into(),
-        resources: gpus.map(|g| ResourceRequirements {
-            limits: Some(BTreeMap::from([(
-                "nvidia.com/gpu".to_string(),
-                Quantity(g.into()),
-            )])),
-            ..Default::default()
+        resources: gpus.map(|g| {
+            Box::new(Resources {
+                limits: Some(SmallMap::from([(
+                    "nvidia.com/gpu".to_string(),
+                    Quantity(g.into()),
+                )])),
+                ..Default::default()
+            })
         }),
         ..Default::default()
     }
@@ -277,13 +278,13 @@ fn kai_fraction_times_num_devices_on_named_container() {
 #[test]
 fn whole_gpus_from_limits_else_requests() {
     let mut by_request = container("r", None);
-    by_request.resources = Some(ResourceRequirements {
-        requests: Some(BTreeMap::from([(
+    by_request.resources = Some(Box::new(Resources {
+        requests: Some(SmallMap::from([(
             "nvidia.com/gpu".to_string(),
             Quantity("3".into()),
         )])),
         ..Default::default()
-    });
+    }));
     let p = PodB::new("p")
         .c(container("l", Some("2")))
         .c(by_request)
