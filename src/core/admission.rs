@@ -1068,19 +1068,21 @@ pub fn escape_token(t: &str) -> String {
     out
 }
 
-/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string.
+/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string. The
+/// diff calls it for every key it walks, so it scans bytes (both are ASCII) and copies the runs
+/// between them whole.
 fn push_escaped(out: &mut String, t: &str) {
-    if !t.contains(['~', '/']) {
-        out.push_str(t);
-        return;
+    let mut rest = t;
+    while let Some(i) = rest.bytes().position(|b| b == b'~' || b == b'/') {
+        out.push_str(&rest[..i]);
+        out.push_str(if rest.as_bytes()[i] == b'~' {
+            "~0"
+        } else {
+            "~1"
+        });
+        rest = &rest[i + 1..];
     }
-    for c in t.chars() {
-        match c {
-            '~' => out.push_str("~0"),
-            '/' => out.push_str("~1"),
-            c => out.push(c),
-        }
-    }
+    out.push_str(rest);
 }
 
 /// RFC 6902 operations turning `a` into `b`. Objects are diffed key by key (a missing parent

@@ -351,6 +351,16 @@ fn missing_parent_maps_are_added() {
 #[test]
 fn patch_paths_escape_tilde_and_slash() {
     assert_eq!(escape_token("a/b~c"), "a~1b~0c");
+    for (token, escaped) in [
+        ("", ""),
+        ("plain", "plain"),
+        ("~/", "~0~1"),
+        ("/lead", "~1lead"),
+        ("trail~", "trail~0"),
+        ("é/~1ü", "é~1~01ü"),
+    ] {
+        assert_eq!(escape_token(token), escaped);
+    }
     let p = pod(
         json!({"example.com/a~b": "keep"}),
         json!([{"name": "main"}]),
