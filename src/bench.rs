@@ -3,18 +3,18 @@
 //! Engine only (synthetic in-memory samples) or against a real Prometheus loaded with the same
 //! data (`--write-openmetrics` writes it for `promtool tsdb create-blocks-from openmetrics`).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::model::{PolicyId, WorkloadKey};
-use crate::core::pod::{Container, Pod, PodSpec, PodStatus, PodTemplateSpec};
+use crate::core::pod::{
+    Container, Meta, OwnerRef, Pod, PodSpec, PodStatus, PodTemplateSpec, Strings,
+};
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
 
@@ -88,8 +88,8 @@ pub(crate) fn deployment(ns: String, name: String, template: PodTemplateSpec) ->
     Arc::new(Workload {
         key: WorkloadKey::new(ns, WorkloadKind::Deployment, name),
         uid: None,
-        labels: BTreeMap::new(),
-        annotations: BTreeMap::new(),
+        labels: Strings::new(),
+        annotations: Strings::new(),
         template,
         replicas: Some(1),
         field_managers: Vec::new(),
@@ -100,22 +100,20 @@ pub(crate) fn deployment(ns: String, name: String, template: PodTemplateSpec) ->
 pub(crate) fn running_pod(
     (ns, name): (String, String),
     replicaset: String,
-    annotations: Option<BTreeMap<String, String>>,
+    annotations: Option<Strings>,
     containers: Vec<Container>,
     started: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) -> Arc<Pod> {
     Arc::new(Pod {
-        metadata: ObjectMeta {
+        metadata: Meta {
             name: Some(name),
             namespace: Some(ns),
             annotations,
-            owner_references: Some(vec![OwnerReference {
+            owner_references: Some(vec![OwnerRef {
                 api_version: "apps/v1".into(),
                 kind: "ReplicaSet".into(),
                 name: replicaset,
-                uid: String::new(),
                 controller: Some(true),
-                ..Default::default()
             }]),
             ..Default::default()
         },
@@ -177,7 +175,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
             ..Default::default()
         },
     ];
-    let annotations = BTreeMap::from([(
+    let annotations = Strings::from([(
         NVIDIA_KAI.fraction_annotation.to_string(),
         "0.5".to_string(),
     )]);
@@ -187,7 +185,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
             ns.clone(),
             format!("gpu-{w:05}"),
             PodTemplateSpec {
-                metadata: Some(ObjectMeta {
+                metadata: Some(Meta {
                     annotations: Some(annotations.clone()),
                     ..Default::default()
                 }),

@@ -6,7 +6,8 @@
 //!
 //! The history is what a cluster leaves: every pod's CPU counter and working set at a coarse
 //! scrape interval (which keeps the backfill small), CFS counters for the pods with a CPU
-//! limit, and for the workloads rolled out mid-window the replaced pods' first half.
+//! limit, for the workloads rolled out mid-window the replaced pods' first half, and for half of
+//! those the OOM kill kube-state-metrics recorded in a replaced pod.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,6 +18,8 @@ use crate::api::{PolicyType, RightsizingPolicySpec};
 use crate::bench::{FNV_OFFSET, add_bench_strategy, deployment, fnv1a, namespace, running_pod};
 use crate::core::model::PolicyId;
 use crate::core::pod::{Container, PodSpec, PodTemplateSpec};
+use crate::core::recommenders::resources::LAST_TERMINATED_METRIC;
+use crate::core::recommenders::resources::container::OOM_KILLED;
 use crate::core::snapshot::{RsPolicy, Snapshot};
 
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +66,12 @@ fn workload_name(w: usize) -> String {
 /// have the first half of the history, today's the second.
 fn rolled_out(w: usize) -> bool {
     w % 10 == 3
+}
+
+/// Every twentieth workload (half of those rolled out) had its replaced pods OOM-killed in the
+/// first half of the window: the OOM kill only kube-state-metrics' history still shows.
+fn oom_killed(w: usize) -> bool {
+    rolled_out(w) && w % 20 == 3
 }
 
 /// Every tenth pod has a CPU limit (and so CFS counters).
@@ -215,6 +224,25 @@ fn write_pod(
     Ok(())
 }
 
+/// kube-state-metrics' last termination reason `OOMKilled` of a pod's `app` container over
+/// `[from, to]` (the pod ran on after the kill).
+fn write_oom_killed(
+    out: &mut impl Write,
+    spec: &HistorySpec,
+    (ns, pod): (&str, &str),
+    (from, to): (i64, i64),
+) -> std::io::Result<()> {
+    let mut t = from;
+    while t <= to {
+        writeln!(
+            out,
+            "{LAST_TERMINATED_METRIC}{{namespace=\"{ns}\",pod=\"{pod}\",container=\"app\",reason=\"{OOM_KILLED}\"}} 1 {t}"
+        )?;
+        t += spec.scrape_seconds;
+    }
+    Ok(())
+}
+
 /// The synthetic history, `spec.days` days up to `now`, as OpenMetrics. Series are written
 /// one after the other, each in ascending time (what promtool needs); the families' `# TYPE`
 /// lines come first.
@@ -231,6 +259,7 @@ pub fn write_openmetrics(
         ("container_memory_working_set_bytes", "gauge"),
         ("container_cpu_cfs_throttled_periods", "counter"),
         ("container_cpu_cfs_periods", "counter"),
+        (LAST_TERMINATED_METRIC, "gauge"),
     ] {
         writeln!(out, "# TYPE {family} {kind}")?;
     }
@@ -239,6 +268,10 @@ pub fn write_openmetrics(
             let old = format!("{}-{}", workload_name(w), safe(w as u64 * 37 + 2, 8));
             let old_pod = format!("{old}-{}", safe(p as u64 * 137 + 3, 5));
             write_pod(out, spec, (&ns, &old_pod, w, limited(p)), (start, mid))?;
+            if oom_killed(w) {
+                let killed = start + (mid - start) / 2;
+                write_oom_killed(out, spec, (&ns, &old_pod), (killed, mid))?;
+            }
             write_pod(
                 out,
                 spec,
@@ -257,6 +290,7 @@ pub fn write_openmetrics(
 mod tests {
     use super::*;
     use crate::api::WorkloadKind;
+    use crate::core::recommenders::resources::{RsQuery, RsSignal};
     use crate::metrics::window::pod_name_suffix;
 
     #[test]
@@ -286,6 +320,11 @@ mod tests {
         let plan = crate::core::recommenders::resources::plan(&s, now, 1800);
         assert_eq!(plan.workloads.len(), 100);
         assert_eq!(
+            plan.queries.len(),
+            5 * 5,
+            "5 policies of one batch, 5 window queries per batch"
+        );
+        assert_eq!(
             plan.workloads.iter().map(|w| w.pods.len()).sum::<usize>(),
             132,
             "every pod resolves to its workload"
@@ -293,6 +332,20 @@ mod tests {
         let mut text = Vec::new();
         write_openmetrics(&spec, now, &mut text).unwrap();
         let src = crate::metrics::file::FileSource::from_str(std::str::from_utf8(&text).unwrap());
-        assert!(src.is_ok(), "the history parses: {:?}", src.err());
+        assert!(src.is_ok(), "the history parses: {:?}", src.as_ref().err());
+        // The OOM-kill queries find the workloads whose replaced pods were OOM-killed.
+        let mut killed = Vec::new();
+        for (_, signal, q) in &plan.queries {
+            if let (RsSignal::OomKilled, RsQuery::Window { query, .. }) = (signal, q) {
+                let set = src.as_ref().unwrap().evaluate_window(query).unwrap();
+                killed.extend(set.values.into_keys().map(|k| k.workload));
+            }
+        }
+        killed.sort();
+        let want: Vec<String> = (0..100)
+            .filter(|&w| oom_killed(w))
+            .map(|w| format!("Deployment/{}", workload_name(w)))
+            .collect();
+        assert_eq!(killed, want);
     }
 }

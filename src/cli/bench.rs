@@ -412,6 +412,10 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
             })
         })
         .count();
+    // The workloads kube-state-metrics' history (or a pod status) says were OOM-killed.
+    let oom_killed = ok()
+        .filter(|o| o.containers.iter().any(|c| c.oom_killed))
+        .count();
     let report = json!({
         "mode": "prometheus",
         "workloads": spec.workloads,
@@ -428,6 +432,7 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
         "workloadsEvaluated": results.len(),
         "workloadsWithCpuRecommendation": recommended,
         "insufficientHistory": flagged,
+        "oomKilled": oom_killed,
         "writesPlanned": writes,
         "wallSeconds": wall,
         "cpuSeconds": cpu,

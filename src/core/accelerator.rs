@@ -4,7 +4,9 @@
 //! names live here once; the allocation reader (docs/design/gpu-engine.md#g1) and the admission
 //! patch builder take them from [`NVIDIA_KAI`].
 
-use std::collections::BTreeMap;
+use crate::core::pod::StrMap;
+#[cfg(test)]
+use crate::core::pod::Strings;
 
 use crate::api::GPU_KAI_CONTRACT;
 
@@ -54,16 +56,15 @@ impl Accelerator {
     /// one reading of these annotations: the allocation reader and admission both use it.
     pub fn stated_fraction(
         &self,
-        annotations: &BTreeMap<String, String>,
+        annotations: &impl StrMap,
         first_container: Option<&str>,
     ) -> Option<StatedFraction> {
-        let text = annotations.get(self.fraction_annotation)?;
+        let text = annotations.get_str(self.fraction_annotation)?;
         let container = annotations
-            .get(self.fraction_container_annotation)
-            .map(String::as_str)
+            .get_str(self.fraction_container_annotation)
             .or(first_container)?
             .to_string();
-        let devices = match annotations.get(self.fraction_devices_annotation) {
+        let devices = match annotations.get_str(self.fraction_devices_annotation) {
             None => Ok(1),
             Some(n) => n
                 .trim()
@@ -138,7 +139,7 @@ mod tests {
     }
 
     fn stated(pairs: &[(&str, &str)]) -> Option<StatedFraction> {
-        let annotations = pairs
+        let annotations: Strings = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
@@ -179,7 +180,7 @@ mod tests {
             let s = stated(&[("gpu-fraction", f), ("gpu-fraction-num-devices", n)]).unwrap();
             assert_eq!(s.size, Err(why.to_string()));
         }
-        let annotations = BTreeMap::from([("gpu-fraction".to_string(), "0.5".to_string())]);
+        let annotations = Strings::from([("gpu-fraction".to_string(), "0.5".to_string())]);
         assert_eq!(
             NVIDIA_KAI.stated_fraction(&annotations, None),
             None,

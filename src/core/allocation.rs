@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use crate::core::pod::{Container, PodSpec};
+use crate::core::pod::{Container, PodSpec, StrMap};
 use crate::core::quantity::{self, QuantityError};
 
 use crate::core::accelerator::NVIDIA_KAI;
@@ -90,7 +90,7 @@ fn whole_gpus(c: &Container) -> Option<Result<f64, QuantityError>> {
 /// `nvidia.com/gpu` limits (else requests); anything else has no allocation.
 pub fn container_allocations(
     spec: &PodSpec,
-    annotations: &BTreeMap<String, String>,
+    annotations: &impl StrMap,
 ) -> BTreeMap<String, Allocation> {
     let mut out = BTreeMap::new();
     let fraction = NVIDIA_KAI.stated_fraction(
@@ -113,7 +113,7 @@ pub fn container_allocations(
                 Some(Err(e)) => {
                     Allocation::Missing(Cow::Owned(format!("{}: {e}", NVIDIA_KAI.resource_name)))
                 }
-                _ if annotations.contains_key(NVIDIA_KAI.memory_annotation) => {
+                _ if annotations.get_str(NVIDIA_KAI.memory_annotation).is_some() => {
                     Allocation::Missing(Cow::Borrowed(KAI_MEMORY_NOT_SIZED.as_str()))
                 }
                 _ => Allocation::Missing(Cow::Borrowed(NO_GPU.as_str())),

@@ -16,15 +16,45 @@
 //!   ReplicaSet name minus `-<pod-template-hash>`, which is how the Deployment controller names
 //!   ReplicaSets.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::WorkloadKind;
 use crate::core::model::WorkloadKey;
+use crate::core::pod::{OwnerRef, StrMap};
+
+/// An owner reference of either shape: the Kubernetes type (ReplicaSets and Jobs, the webhook's
+/// pod) or kerf's slim [`OwnerRef`] (pods in the cluster view).
+pub trait OwnerLink {
+    fn api_version(&self) -> &str;
+    fn kind(&self) -> &str;
+    fn name(&self) -> &str;
+    fn is_controller(&self) -> bool;
+}
 
 /// The label the Deployment controller puts on every pod and ReplicaSet it creates.
 pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
+
+/// Both shapes have the same four fields.
+macro_rules! owner_link {
+    ($t:ty) => {
+        impl OwnerLink for $t {
+            fn api_version(&self) -> &str {
+                &self.api_version
+            }
+            fn kind(&self) -> &str {
+                &self.kind
+            }
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn is_controller(&self) -> bool {
+                self.controller == Some(true)
+            }
+        }
+    };
+}
+owner_link!(OwnerReference);
+owner_link!(OwnerRef);
 
 /// ReplicaSets are in the `apps` group, like Deployments.
 const REPLICASET_API_VERSION: &str = "apps/v1";
@@ -34,8 +64,8 @@ fn group(api_version: &str) -> &str {
 }
 
 /// The controller reference among `refs`: the only one that names an owner.
-pub fn controller(refs: &[OwnerReference]) -> Option<&OwnerReference> {
-    refs.iter().find(|o| o.controller == Some(true))
+pub fn controller<O: OwnerLink>(refs: &[O]) -> Option<&O> {
+    refs.iter().find(|o| o.is_controller())
 }
 
 /// What a controller reference names, its API group checked.
@@ -45,16 +75,16 @@ enum Controller<'a> {
     Workload(WorkloadKind, &'a str),
 }
 
-fn controller_of(refs: &[OwnerReference]) -> Option<Controller<'_>> {
-    let o = controller(refs).filter(|o| !o.name.is_empty())?;
-    let in_group_of = |api_version: &str| group(&o.api_version) == group(api_version);
-    if o.kind == "ReplicaSet" {
-        return in_group_of(REPLICASET_API_VERSION).then_some(Controller::ReplicaSet(&o.name));
+fn controller_of(refs: &[impl OwnerLink]) -> Option<Controller<'_>> {
+    let o = controller(refs).filter(|o| !o.name().is_empty())?;
+    let in_group_of = |api_version: &str| group(o.api_version()) == group(api_version);
+    if o.kind() == "ReplicaSet" {
+        return in_group_of(REPLICASET_API_VERSION).then_some(Controller::ReplicaSet(o.name()));
     }
     let kind = WorkloadKind::ALL
         .into_iter()
-        .find(|k| k.as_str() == o.kind)?;
-    in_group_of(kind.api_version()).then_some(Controller::Workload(kind, &o.name))
+        .find(|k| k.as_str() == o.kind())?;
+    in_group_of(kind.api_version()).then_some(Controller::Workload(kind, o.name()))
 }
 
 fn controlling(meta: &ObjectMeta, kind: WorkloadKind) -> Option<&str> {
@@ -75,8 +105,8 @@ pub fn cronjob_of(job: &ObjectMeta) -> Option<&str> {
 }
 
 /// A pod's `pod-template-hash` label.
-pub fn pod_template_hash(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
-    labels?.get(POD_TEMPLATE_HASH_LABEL).map(String::as_str)
+pub fn pod_template_hash(labels: Option<&impl StrMap>) -> Option<&str> {
+    labels?.get_str(POD_TEMPLATE_HASH_LABEL)
 }
 
 /// Resolves the top owner of a pod in `namespace`.
@@ -87,7 +117,7 @@ pub fn pod_template_hash(labels: Option<&BTreeMap<String, String>>) -> Option<&s
 /// controlled by something that is not a workload (see the module rules).
 pub fn top_owner(
     namespace: &str,
-    owners: &[OwnerReference],
+    owners: &[impl OwnerLink],
     pod_template_hash: Option<&str>,
     replicaset_owner: impl Fn(&str) -> Option<String>,
     job_owner: impl Fn(&str) -> Option<String>,
@@ -210,7 +240,8 @@ mod tests {
             top_owner("ns", &[mk("example.com/v1", "Job")], None, none, none),
             None
         );
-        assert_eq!(top_owner("ns", &[], None, none, none), None);
+        let no_owners: &[OwnerReference] = &[];
+        assert_eq!(top_owner("ns", no_owners, None, none, none), None);
     }
 
     #[test]

@@ -3,14 +3,71 @@
 //! and a snapshot holds two or more per pod and per workload template; at 25,000 workloads and
 //! 33,000 pods that alone was over 400 MB (see `docs/performance.md`).
 //!
+//! Metadata too: a whole `ObjectMeta` is ≈350 bytes inline, and each label or annotation map
+//! a `BTreeMap` whose first entry costs a 544-byte node; at 150,000 pods the cluster view was
+//! about 1.9 KB per pod or workload. [`Meta`] keeps what kerf reads, in [`Strings`].
+//!
 //! They deserialize from the same JSON/YAML as the Kubernetes types (unknown fields are
 //! ignored), and convert from them with `From`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as k8s;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
+
+use crate::core::small_map::SmallMap;
+
+/// Labels or annotations as kerf holds them: one sorted vector (same order as a `BTreeMap`).
+pub type Strings = SmallMap<String, String>;
+
+/// Read access to labels or annotations by key, whichever map holds them: kerf's objects hold
+/// [`Strings`], the webhook's decoder a `BTreeMap`. The readers of a pod's labels and
+/// annotations (owner, allocation, selection) take either.
+pub trait StrMap {
+    fn get_str(&self, key: &str) -> Option<&str>;
+}
+
+impl StrMap for Strings {
+    fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl StrMap for BTreeMap<String, String> {
+    fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// An owner reference: what owner resolution reads (`core::owner`), without the uid.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+}
+
+/// The metadata kerf reads of a pod or a pod template (same field names as `ObjectMeta`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Strings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Strings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_references: Option<Vec<OwnerRef>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<Time>,
+}
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -35,7 +92,7 @@ pub struct PodSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodTemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<ObjectMeta>,
+    pub metadata: Option<Meta>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<PodSpec>,
 }
@@ -84,7 +141,7 @@ pub struct PodStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pod {
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    pub metadata: Meta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<PodSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,7 +152,7 @@ static NO_SPEC: PodSpec = PodSpec {
     containers: Vec::new(),
     init_containers: None,
 };
-static NO_STRINGS: BTreeMap<String, String> = BTreeMap::new();
+static NO_STRINGS: Strings = SmallMap::new();
 
 impl PodTemplateSpec {
     /// The pod spec, or an empty one (borrowed: evaluation reads it for every workload).
@@ -103,18 +160,49 @@ impl PodTemplateSpec {
         self.spec.as_ref().unwrap_or(&NO_SPEC)
     }
 
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &Strings {
         self.metadata
             .as_ref()
             .and_then(|m| m.labels.as_ref())
             .unwrap_or(&NO_STRINGS)
     }
 
-    pub fn annotations(&self) -> &BTreeMap<String, String> {
+    pub fn annotations(&self) -> &Strings {
         self.metadata
             .as_ref()
             .and_then(|m| m.annotations.as_ref())
             .unwrap_or(&NO_STRINGS)
+    }
+}
+
+impl From<OwnerReference> for OwnerRef {
+    fn from(o: OwnerReference) -> Self {
+        OwnerRef {
+            api_version: o.api_version,
+            kind: o.kind,
+            name: o.name,
+            controller: o.controller,
+        }
+    }
+}
+
+/// Labels or annotations, kept without growth slack (they are held for every object).
+fn strings(map: Option<BTreeMap<String, String>>) -> Option<Strings> {
+    map.map(|m| m.into_iter().collect())
+}
+
+impl From<ObjectMeta> for Meta {
+    fn from(m: ObjectMeta) -> Self {
+        Meta {
+            name: m.name,
+            namespace: m.namespace,
+            labels: strings(m.labels),
+            annotations: strings(m.annotations),
+            owner_references: m
+                .owner_references
+                .map(|refs| refs.into_iter().map(OwnerRef::from).collect()),
+            deletion_timestamp: m.deletion_timestamp,
+        }
     }
 }
 
@@ -142,7 +230,7 @@ impl From<k8s::PodSpec> for PodSpec {
 impl From<k8s::PodTemplateSpec> for PodTemplateSpec {
     fn from(t: k8s::PodTemplateSpec) -> Self {
         PodTemplateSpec {
-            metadata: t.metadata,
+            metadata: t.metadata.map(Meta::from),
             spec: t.spec.map(PodSpec::from),
         }
     }
@@ -186,7 +274,7 @@ impl From<k8s::PodStatus> for PodStatus {
 impl From<k8s::Pod> for Pod {
     fn from(p: k8s::Pod) -> Self {
         Pod {
-            metadata: p.metadata,
+            metadata: p.metadata.into(),
             spec: p.spec.map(PodSpec::from),
             status: p.status.map(PodStatus::from),
         }

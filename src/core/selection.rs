@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::api::{PolicyEvaluationSpec, PolicyType, Scope};
 use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::pod::StrMap;
 
 /// What selection needs to know about one policy of any kind.
 #[derive(Clone, Debug)]
@@ -21,18 +22,19 @@ pub struct Candidate<'a> {
 
 /// Does a label selector match these labels? (`matchLabels` and `matchExpressions` with
 /// In, NotIn, Exists, DoesNotExist.) An invalid operator matches nothing.
-pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+pub fn selector_matches(sel: &LabelSelector, labels: &impl StrMap) -> bool {
     let labels_ok = sel
         .match_labels
         .iter()
         .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+        .all(|(k, v)| labels.get_str(k) == Some(v.as_str()));
     let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
         let values = e.values.as_deref().unwrap_or(&[]);
-        let value = labels.get(&e.key);
+        let value = labels.get_str(&e.key);
+        let listed = |v: &str| values.iter().any(|x| x == v);
         match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "In" => value.is_some_and(listed),
+            "NotIn" => value.is_none_or(|v| !listed(v)),
             "Exists" => value.is_some(),
             "DoesNotExist" => value.is_none(),
             _ => false,
@@ -47,8 +49,8 @@ pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) 
 pub fn covers(
     c: &Candidate<'_>,
     workload: &WorkloadKey,
-    workload_labels: &BTreeMap<String, String>,
-    template_labels: &BTreeMap<String, String>,
+    workload_labels: &impl StrMap,
+    template_labels: &impl StrMap,
 ) -> bool {
     let ns_ok = if c.policy_type.is_cluster() {
         c.scope

@@ -16,7 +16,7 @@ use crate::api::{
 };
 use crate::core::conflict::{FieldManager, project};
 use crate::core::model::{PolicyId, WorkloadKey};
-use crate::core::pod::{Pod, PodTemplateSpec};
+use crate::core::pod::{Pod, PodTemplateSpec, Strings};
 
 /// A policy of either scope, normalized to its family's spec type.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,8 +62,8 @@ impl<S> Policy<S> {
 pub struct Workload {
     pub key: WorkloadKey,
     pub uid: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
+    pub labels: Strings,
+    pub annotations: Strings,
     /// For CronJobs: the job template's pod template.
     pub template: PodTemplateSpec,
     pub replicas: Option<i32>,
@@ -87,8 +87,8 @@ impl Workload {
                 meta.name.clone().unwrap_or_default(),
             ),
             uid: meta.uid.clone(),
-            labels: meta.labels.clone().unwrap_or_default(),
-            annotations: meta.annotations.clone().unwrap_or_default(),
+            labels: copy_strings(meta.labels.as_ref()),
+            annotations: copy_strings(meta.annotations.as_ref()),
             template: template.into(),
             replicas,
             field_managers: meta
@@ -98,6 +98,13 @@ impl Workload {
                 .unwrap_or_default(),
         }
     }
+}
+
+fn copy_strings(map: Option<&BTreeMap<String, String>>) -> Strings {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 impl Snapshot {

@@ -175,7 +175,12 @@ impl FileSource {
                         label(&q.pod_label),
                         label(&q.container_label),
                     );
-                    if ns != term.namespace || container.is_empty() || !select.is_match(pod) {
+                    let matched = q.matchers.iter().all(|m| label(&m.name) == m.value);
+                    if !matched
+                        || ns != term.namespace
+                        || container.is_empty()
+                        || !select.is_match(pod)
+                    {
                         continue;
                     }
                     let lists = pods
@@ -467,6 +472,110 @@ mod tests {
         );
         assert_eq!(at(Some(false)), 40.0);
         assert!((at(Some(true)) - 10.0 / 15.0).abs() < 1e-12);
+    }
+
+    /// The OOM signal of the CPU/memory recommender: `max_over_time` of kube-state-metrics' last
+    /// termination reason with the matcher `reason="OOMKilled"`, per workload and container. A
+    /// replaced pod's OOM kill counts; another reason, another workload's pod, a kill only
+    /// before the window do not; without the series there is no value, and no error.
+    #[test]
+    fn window_query_selects_by_its_label_matchers() {
+        use crate::api::WorkloadKind;
+        use crate::core::recommenders::resources::{LAST_TERMINATED_METRIC, container::OOM_KILLED};
+        use crate::metrics::promql::LabelMatcher;
+        use crate::metrics::{WindowAggregate, WorkloadSelector};
+        let mut text = format!("# TYPE {LAST_TERMINATED_METRIC} gauge\n");
+        let series = |pod: &str, container: &str, reason: &str, from: i64, to: i64| {
+            (from..=to)
+                .step_by(60)
+                .map(|t| {
+                    format!(
+                        "{LAST_TERMINATED_METRIC}{{namespace=\"a\",pod=\"{pod}\",container=\"{container}\",reason=\"{reason}\",uid=\"u-{pod}\"}} 1 {t}\n"
+                    )
+                })
+                .collect::<String>()
+        };
+        // web's old ReplicaSet: `app` OOM-killed, then the pod replaced mid-window.
+        text += &series(
+            "web-7d9c8b5f6d-x2x4z",
+            "app",
+            OOM_KILLED,
+            T0 + 600,
+            T0 + 1_800,
+        );
+        // Today's pod: `proxy` restarted for another reason.
+        text += &series(
+            "web-5f6d7c8b9d-b2c4d",
+            "proxy",
+            "Error",
+            T0 + 1_800,
+            T0 + 3_600,
+        );
+        // A pod of web OOM-killed, its series gone before the window.
+        text += &series(
+            "web-5f6d7c8b9d-k7m8n",
+            "init",
+            OOM_KILLED,
+            T0 - 7_200,
+            T0 - 3_600,
+        );
+        // Another workload whose pods' names start with `web-`.
+        text += &series(
+            "web-api-7d9c8b5f6d-q5w6z",
+            "app",
+            OOM_KILLED,
+            T0,
+            T0 + 3_600,
+        );
+        text += "# EOF\n";
+        let src = FileSource::from_str(&text).unwrap();
+        let mut q = WindowQuery {
+            metric: LAST_TERMINATED_METRIC.into(),
+            aggregate: WindowAggregate::Peak,
+            matchers: vec![LabelMatcher {
+                name: "reason".into(),
+                value: OOM_KILLED.into(),
+            }],
+            namespace_label: "namespace".into(),
+            pod_label: "pod".into(),
+            container_label: "container".into(),
+            workloads: vec![WorkloadSelector {
+                namespace: "a".into(),
+                kind: WorkloadKind::Deployment,
+                name: "web".into(),
+                other_pods: vec![],
+            }],
+            at: Timestamp::from_second(T0 + 3_600).unwrap(),
+            window_seconds: 3_600,
+            step_seconds: 60,
+        };
+        let values = |q: &WindowQuery| -> Vec<(String, String, f64)> {
+            let set = src.evaluate_window(q).unwrap();
+            assert!(set.warnings.is_empty(), "{:?}", set.warnings);
+            set.values
+                .into_iter()
+                .map(|(k, v)| (k.workload, k.container, v))
+                .collect()
+        };
+        assert_eq!(values(&q), [("Deployment/web".into(), "app".into(), 1.0)]);
+        q.matchers[0].value = "Error".into();
+        assert_eq!(values(&q), [("Deployment/web".into(), "proxy".into(), 1.0)]);
+        // As in PromQL, `label=""` selects the series without the label: none here.
+        q.matchers[0].value = String::new();
+        assert_eq!(values(&q), []);
+        // kube-state-metrics not installed: no series, no value, no warning.
+        q.matchers[0].value = OOM_KILLED.into();
+        let without = FileSource::from_str("# EOF\n")
+            .unwrap()
+            .evaluate_window(&q)
+            .unwrap();
+        assert_eq!(
+            without,
+            WindowSet {
+                queries: 1,
+                ..Default::default()
+            }
+        );
     }
 
     #[test]

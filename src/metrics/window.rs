@@ -79,6 +79,10 @@ impl WorkloadSelector {
 pub struct WindowQuery {
     pub metric: String,
     pub aggregate: WindowAggregate,
+    /// More `label="value"` matchers on every selector of the query, besides the namespace, pod
+    /// and container ones (kube-state-metrics' `reason="OOMKilled"`). As in PromQL, an empty
+    /// value matches the series without that label.
+    pub matchers: Vec<LabelMatcher>,
     pub namespace_label: String,
     pub pod_label: String,
     pub container_label: String,
@@ -159,7 +163,10 @@ pub fn validate(q: &WindowQuery) -> Result<(), MetricError> {
         ("namespace", &q.namespace_label),
         ("pod", &q.pod_label),
         ("container", &q.container_label),
-    ] {
+    ]
+    .into_iter()
+    .chain(q.matchers.iter().map(|m| ("matcher", &m.name)))
+    {
         if !is_label_name(l) {
             return Err(MetricError::Other(format!(
                 "invalid {what} label name {l:?}"
@@ -250,7 +257,7 @@ pub fn build(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
         .map(|t| {
             let sel = |metric: &str| {
                 let mut out = format!("{metric}{{");
-                if let Some(m) = extra {
+                for m in extra.into_iter().chain(&q.matchers) {
                     out.push_str(&format!("{}={},", m.name, quote(&m.value)));
                 }
                 out.push_str(&format!(
@@ -349,6 +356,7 @@ mod tests {
         WindowQuery {
             metric: "container_cpu_usage_seconds_total".into(),
             aggregate,
+            matchers: vec![],
             namespace_label: "namespace".into(),
             pod_label: "pod".into(),
             container_label: "container".into(),
@@ -450,11 +458,62 @@ mod tests {
         );
     }
 
+    fn reason(value: &str) -> LabelMatcher {
+        LabelMatcher {
+            name: "reason".into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn matchers_go_into_every_selector_after_the_cluster_label() {
+        let query = WindowQuery {
+            matchers: vec![reason("OOMKilled")],
+            ..q(WindowAggregate::RateRatioPeak {
+                denominator: "periods_total".into(),
+            })
+        };
+        validate(&query).unwrap();
+        let cluster = LabelMatcher {
+            name: "cluster".into(),
+            value: "eu".into(),
+        };
+        let text = build(&query, Some(&cluster));
+        // Three terms (Deployments, the StatefulSet, a pod named by hand) of two selectors each
+        // (the ratio's numerator and denominator).
+        assert_eq!(
+            text.matches("{cluster=\"eu\",reason=\"OOMKilled\",namespace=\"shop\",")
+                .count(),
+            6,
+            "{text}"
+        );
+        let bad = WindowQuery {
+            matchers: vec![
+                reason("x"),
+                LabelMatcher {
+                    name: "a-b".into(),
+                    value: "x".into(),
+                },
+            ],
+            ..q(WindowAggregate::Peak)
+        };
+        let e = validate(&bad).unwrap_err().to_string();
+        assert!(e.contains("invalid matcher label name \"a-b\""), "{e}");
+    }
+
     #[test]
     fn split_halves_the_batch_down_to_one_workload() {
-        let whole = q(WindowAggregate::Peak);
+        let whole = WindowQuery {
+            matchers: vec![reason("OOMKilled")],
+            ..q(WindowAggregate::Peak)
+        };
         let (a, b) = whole.split().unwrap();
         assert_eq!((a.workloads.len(), b.workloads.len()), (1, 2));
+        assert_eq!(
+            (&a.matchers, &b.matchers),
+            (&whole.matchers, &whole.matchers),
+            "the halves select the same series"
+        );
         assert!(a.split().is_none());
         let (c, d) = b.split().unwrap();
         assert_eq!(

@@ -65,7 +65,10 @@ pub fn rolled_out(
     at: Timestamp,
 ) -> Pod {
     let mut pod = recorded.clone();
-    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let annotations = pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
     for k in NVIDIA_KAI.sharing_annotations() {
         annotations.remove(k);
     }

@@ -407,8 +407,8 @@ mod tests {
         Arc::new(Workload {
             key: WorkloadKey::new("ml", WorkloadKind::Deployment, "embedder"),
             uid: None,
-            labels: BTreeMap::new(),
-            annotations,
+            labels: Default::default(),
+            annotations: annotations.into_iter().collect(),
             template,
             replicas: Some(1),
             field_managers: Vec::new(),

@@ -269,7 +269,8 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
     // Pods are projected to what evaluation reads (`kerf::core::pod`: no env, volumes, probes…).
     assert_eq!(snap.pods.len(), 1);
     let pod = &snap.pods[0];
-    assert!(pod.metadata.managed_fields.is_none());
+    // Metadata too: the slim `Meta` has no managedFields; the pod's name and owner are kept.
+    assert_eq!(pod.metadata.name.as_deref(), Some("web-5d4f-abc"));
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.containers[0].name, "app");
     assert!(spec.containers[0].resources.is_some());

@@ -76,8 +76,8 @@ fn workload(namespace: &str, annotations: BTreeMap<String, String>, app_gpus: &s
     Workload {
         key: WorkloadKey::new(namespace, WorkloadKind::Deployment, "web"),
         uid: None,
-        labels: BTreeMap::from([("app".into(), "web".into())]),
-        annotations,
+        labels: [("app".to_string(), "web".to_string())].into(),
+        annotations: annotations.into_iter().collect(),
         template: template(app_gpus).into(),
         replicas: Some(1),
         field_managers: Vec::new(),

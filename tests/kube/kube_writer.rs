@@ -49,8 +49,8 @@ fn workload(annotations: BTreeMap<String, String>) -> Workload {
     Workload {
         key: WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
         uid: Some("uid-web".into()),
-        labels: BTreeMap::from([("app".into(), "web".into())]),
-        annotations,
+        labels: [("app".to_string(), "web".to_string())].into(),
+        annotations: annotations.into_iter().collect(),
         template: template().into(),
         replicas: Some(2),
         field_managers: Vec::new(),

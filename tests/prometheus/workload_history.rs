@@ -12,6 +12,7 @@ use kerf::api::WorkloadKind;
 use kerf::cli::recommend::{to_json, to_table};
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
+use kerf::metrics::promql::LabelMatcher;
 use kerf::metrics::{
     MetricError, MetricSource, WindowAggregate, WindowQuery, WorkloadSelector,
     window_query_splitting,
@@ -113,15 +114,59 @@ fn pod_series(
 }
 
 fn openmetrics(series: (String, String)) -> String {
+    with_last_terminated(series, "")
+}
+
+/// [`openmetrics`] with kube-state-metrics' last termination reason series `ksm`
+/// ([`last_terminated`]).
+fn with_last_terminated(series: (String, String), ksm: &str) -> String {
+    let ksm = match ksm {
+        "" => String::new(),
+        _ => format!("# TYPE kube_pod_container_status_last_terminated_reason gauge\n{ksm}"),
+    };
     format!(
-        "# TYPE container_cpu_usage_seconds counter\n{}# TYPE container_memory_working_set_bytes gauge\n{}# EOF\n",
+        "# TYPE container_cpu_usage_seconds counter\n{}# TYPE container_memory_working_set_bytes gauge\n{}{ksm}# EOF\n",
         series.0, series.1
     )
+}
+
+/// kube-state-metrics' series for one pod's `app` container whose last termination was for
+/// `reason`, every `scrape` seconds over `[from, to]` (the pod running after the restart).
+fn last_terminated(out: &mut String, pod: &str, reason: &str, (from, to, scrape): (i64, i64, i64)) {
+    for t in (from..=to).step_by(scrape as usize) {
+        writeln!(
+            out,
+            "kube_pod_container_status_last_terminated_reason{{namespace=\"shop\",pod=\"{pod}\",container=\"app\",reason=\"{reason}\",uid=\"u-{pod}\"}} 1 {t}"
+        )
+        .unwrap();
+    }
 }
 
 async fn cycle<S: MetricSource>(dir: &std::path::Path, source: &S, at: Timestamp) -> CycleOutput {
     let m = load_dir(dir).unwrap();
     run_cycle(&m.snapshot, source, at, 15).await
+}
+
+/// The cycle at `at` from Prometheus `p`, once every query of it succeeded and the file source
+/// holding the same `text` gave the same recommendations.
+async fn cycle_agreeing(
+    dir: &std::path::Path,
+    text: &str,
+    p: &TestPrometheus,
+    at: Timestamp,
+) -> CycleOutput {
+    let out = cycle(dir, &prom(p), at).await;
+    assert!(
+        out.query_failures().is_empty(),
+        "{:?}",
+        out.query_failures()
+    );
+    assert_eq!(
+        to_json(&out),
+        to_json(&cycle(dir, &file(text, p), at).await),
+        "file and Prometheus agree"
+    );
+    out
 }
 
 fn at(t: i64) -> Timestamp {
@@ -191,15 +236,7 @@ async fn pods_replaced_mid_window_count_with_their_peak() {
     let p = TestPrometheus::start_with_openmetrics(&text);
     let dir = manifests("1d", &[("web", &today)]);
 
-    let from_prom = cycle(dir.path(), &prom(&p), at(end)).await;
-    let from_file = cycle(dir.path(), &file(&text, &p), at(end)).await;
-    assert!(
-        from_prom.query_failures().is_empty(),
-        "{:?}",
-        from_prom.query_failures()
-    );
-    let (jp, jf) = (to_json(&from_prom), to_json(&from_file));
-    assert_eq!(jp, jf, "file and Prometheus agree");
+    let jp = to_json(&cycle_agreeing(dir.path(), &text, &p, at(end)).await);
     let web = app(&jp, "web");
     assert_eq!(
         web["resources"]["app"]["cpu"]["recommended"], "800m",
@@ -230,13 +267,51 @@ async fn pods_replaced_mid_window_count_with_their_peak() {
     );
 }
 
+/// An OOM kill kerf learns of from kube-state-metrics only: `web`'s old pod was OOM-killed in
+/// the morning, ran on, and was replaced at noon by a rollout; today's pods' statuses show no
+/// OOM kill. The recommendation keeps the memory request (the OOM floor) instead of lowering it
+/// to the day's peak. `api`'s old pod restarted for another reason: no OOM kill series, so no
+/// OOM history (and no error), and its memory comes down.
+/// File and Prometheus agree; a window after the OOM-killed pod's time lowers `web` again.
+#[tokio::test]
+async fn an_oom_kill_of_a_pod_replaced_mid_window_keeps_the_memory_request() {
+    let (start, end) = (EPOCH, EPOCH + 86_400);
+    let mid = start + 43_200;
+    let mut s = (String::new(), String::new());
+    let mut ksm = String::new();
+    let web_today = ["web-5f6d7c8b9d-b2c4d"];
+    let api_today = ["api-5f6d7c8b9d-b2c4d"];
+    for (old, today, reason) in [
+        ("web-7d9c8b5f6d-x2x4z", web_today[0], "OOMKilled"),
+        ("api-7d9c8b5f6d-x2x4z", api_today[0], "Error"),
+    ] {
+        pod_series(&mut s, old, (start, mid, 60), |_| 0.5, |_| 400.0 * MIB);
+        last_terminated(&mut ksm, old, reason, (start + 21_600, mid, 60));
+        pod_series(&mut s, today, (mid + 60, end, 60), |_| 0.3, |_| 300.0 * MIB);
+    }
+    let text = with_last_terminated(s, &ksm);
+    let p = TestPrometheus::start_with_openmetrics(&text);
+    let dir = manifests("1d", &[("web", &web_today), ("api", &api_today)]);
+
+    let json = to_json(&cycle_agreeing(dir.path(), &text, &p, at(end)).await);
+    let memory = |json: &Value, name: &str| app(json, name)["resources"]["app"]["memory"].clone();
+    assert_eq!(memory(&json, "web")["recommended"], "1Gi", "{json:#}");
+    assert_eq!(memory(&json, "api")["recommended"], "400Mi", "{json:#}");
+
+    // Half a day later the OOM-killed pod is out of the window: the day's peak again.
+    let late = to_json(&cycle(dir.path(), &prom(&p), at(end + 43_200 + 600)).await);
+    assert_eq!(memory(&late, "web")["recommended"], "300Mi", "{late:#}");
+}
+
 /// Eight workloads, 16 pods, one batch: a Prometheus started with a small
 /// `--query.max-samples` refuses the batch (HTTP 422); kerf splits it until the queries fit and
-/// every workload gets the recommendation an unlimited Prometheus gives.
+/// every workload gets the recommendation an unlimited Prometheus gives — the OOM kills
+/// kube-state-metrics recorded for half of them included.
 #[tokio::test]
 async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     let (start, end) = (EPOCH, EPOCH + 3_600);
     let mut s = (String::new(), String::new());
+    let mut ksm = String::new();
     let mut rng = Lcg(7);
     let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
     let mut pods: Vec<Vec<String>> = Vec::new();
@@ -254,10 +329,13 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
                 |t| base + noise[((t - start) / 15) as usize],
                 |t| (100.0 + i as f64 * 10.0) * MIB + ((t - start) % 900) as f64 * 1000.0,
             );
+            if i % 2 == 0 {
+                last_terminated(&mut ksm, pod, "OOMKilled", (start, end, 15));
+            }
         }
         pods.push(mine);
     }
-    let text = openmetrics(s);
+    let text = with_last_terminated(s, &ksm);
     let workloads: Vec<(&str, Vec<&str>)> = names
         .iter()
         .zip(&pods)
@@ -276,6 +354,7 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     let batch = WindowQuery {
         metric: "container_cpu_usage_seconds_total".into(),
         aggregate: WindowAggregate::RateQuantile { quantile: 0.95 },
+        matchers: vec![],
         namespace_label: "namespace".into(),
         pod_label: "pod".into(),
         container_label: "container".into(),
@@ -312,6 +391,34 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         split.values, one.values,
         "the halves answer what one query would"
     );
+    // The OOM-kill query of the batch too, its matcher in every half.
+    let oom = WindowQuery {
+        metric: "kube_pod_container_status_last_terminated_reason".into(),
+        aggregate: WindowAggregate::Peak,
+        matchers: vec![LabelMatcher {
+            name: "reason".into(),
+            value: "OOMKilled".into(),
+        }],
+        ..batch.clone()
+    };
+    assert!(matches!(
+        prom(&limited).window_query(&oom).await,
+        Err(MetricError::Refused(_))
+    ));
+    let split = window_query_splitting(&prom(&limited), &oom).await.unwrap();
+    assert!(split.splits >= 1);
+    let one = prom(&unlimited).window_query(&oom).await.unwrap();
+    assert_eq!(split.values, one.values);
+    let oom_killed: Vec<&str> = one.values.keys().map(|k| k.workload.as_str()).collect();
+    assert_eq!(
+        oom_killed,
+        [
+            "Deployment/w0",
+            "Deployment/w2",
+            "Deployment/w4",
+            "Deployment/w6"
+        ]
+    );
 
     let registry = kerf::telemetry::Metrics::new();
     let counter = || -> f64 {
@@ -329,8 +436,8 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         got.query_failures()
     );
     assert!(
-        got.query_splits >= 3 * 3,
-        "CPU, throttling and history batches split: {}",
+        got.query_splits > 3 * 3,
+        "CPU, throttling, history and OOM-kill batches split: {}",
         got.query_splits
     );
     assert_eq!(
@@ -340,13 +447,16 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     );
     assert!(got.queries > want.queries);
     assert_eq!(to_json(&got), to_json(&want));
-    for n in &names {
+    for (i, n) in names.iter().enumerate() {
         let r = app(&to_json(&got), n).clone();
         assert_ne!(
             r["resources"]["app"]["cpu"]["recommended"],
             Value::Null,
             "{r:#}"
         );
+        // The OOM-killed ones keep their 1Gi memory request.
+        let memory = &r["resources"]["app"]["memory"]["recommended"];
+        assert_eq!(memory == "1Gi", i % 2 == 0, "{r:#}");
     }
 
     // A limit not even one workload fits: that batch's workloads fail, visibly, nothing else.
@@ -387,17 +497,8 @@ async fn a_window_longer_than_the_history_is_flagged_and_auto_patch_waits_a_day(
     let text = openmetrics(s);
     let p = TestPrometheus::start_with_openmetrics(&text);
     let dir = manifests("7d", &[("old", &two_days), ("new", &five_hours)]);
-    let out = cycle(dir.path(), &prom(&p), at(end)).await;
-    assert!(
-        out.query_failures().is_empty(),
-        "{:?}",
-        out.query_failures()
-    );
+    let out = cycle_agreeing(dir.path(), &text, &p, at(end)).await;
     let json = to_json(&out);
-    assert_eq!(
-        json,
-        to_json(&cycle(dir.path(), &file(&text, &p), at(end)).await)
-    );
 
     let old = app(&json, "old");
     assert_eq!(
@@ -430,7 +531,9 @@ async fn a_window_longer_than_the_history_is_flagged_and_auto_patch_waits_a_day(
 }
 
 /// The four window aggregates on irregular data — jittered and missed scrapes, a counter reset,
-/// throttling, a StatefulSet, a pod of another workload — from the file and from Prometheus.
+/// throttling, a StatefulSet, a pod of another workload — from the file and from Prometheus;
+/// and the OOM signal's label matcher (kube-state-metrics' last termination reason, some pods
+/// OOM-killed, others terminated for another reason).
 #[tokio::test]
 async fn file_and_prometheus_window_aggregates_agree() {
     let (start, end) = (EPOCH, EPOCH + 6 * 3_600);
@@ -439,6 +542,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
     let mut gauges = String::new();
     let mut thr = String::new();
     let mut per = String::new();
+    let mut ksm = String::new();
     let pods = [
         "web-6b7c8d9f2-b2c4d",
         "web-6b7c8d9f2-k7m8n",
@@ -447,6 +551,20 @@ async fn file_and_prometheus_window_aggregates_agree() {
         "db-1",
         "web-api-6b7c8d9f2-t4v5w",
     ];
+    // kube-state-metrics' last termination reason of (pod, container) from a time on, until
+    // a time: OOM kills in web (one replaced before the last 3 hours), in web-api (another
+    // workload), a 0 as older kube-state-metrics export for reasons that were not, and a
+    // termination for another reason.
+    let last_terminated = |pod: &str, c: &str| -> Option<(&str, f64, i64, i64)> {
+        match (pod, c) {
+            ("web-6b7c8d9f2-b2c4d", "app") => Some(("OOMKilled", 1.0, start + 7_200, end)),
+            ("web-6b7c8d9f2-k7m8n", "proxy") => Some(("OOMKilled", 1.0, start, start + 3_600)),
+            ("web-5f6d7c8b9d-x2x4z", "proxy") => Some(("Error", 1.0, start, end)),
+            ("db-0", "app") => Some(("OOMKilled", 0.0, start, end)),
+            ("web-api-6b7c8d9f2-t4v5w", "app") => Some(("OOMKilled", 1.0, start, end)),
+            _ => None,
+        }
+    };
     for (i, pod) in pods.iter().enumerate() {
         let from = start + (i as i64 % 3) * 1_800;
         for c in ["app", "proxy"] {
@@ -476,6 +594,15 @@ async fn file_and_prometheus_window_aggregates_agree() {
                         "container_cpu_cfs_periods_total{{{l}}} {periods} {t:.3}"
                     )
                     .unwrap();
+                    if let Some((reason, v, since, until)) = last_terminated(pod, c)
+                        && (since as f64..=until as f64).contains(&t)
+                    {
+                        writeln!(
+                            ksm,
+                            "kube_pod_container_status_last_terminated_reason{{{l},reason=\"{reason}\"}} {v} {t:.3}"
+                        )
+                        .unwrap();
+                    }
                 }
                 cpu = if rng.next() < 0.002 {
                     0.0
@@ -493,7 +620,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
         }
     }
     let text = format!(
-        "{text}# TYPE container_memory_working_set_bytes gauge\n{gauges}# TYPE container_cpu_cfs_throttled_periods counter\n{thr}# TYPE container_cpu_cfs_periods counter\n{per}# EOF\n"
+        "{text}# TYPE container_memory_working_set_bytes gauge\n{gauges}# TYPE container_cpu_cfs_throttled_periods counter\n{thr}# TYPE container_cpu_cfs_periods counter\n{per}# TYPE kube_pod_container_status_last_terminated_reason gauge\n{ksm}# EOF\n"
     );
     let p = TestPrometheus::start_with_openmetrics(&text);
     let f = file(&text, &p);
@@ -511,31 +638,46 @@ async fn file_and_prometheus_window_aggregates_agree() {
             other_pods: vec![],
         },
     ];
-    for (metric, aggregate) in [
+    let oom_killed = vec![LabelMatcher {
+        name: "reason".into(),
+        value: "OOMKilled".into(),
+    }];
+    let oom_metric = "kube_pod_container_status_last_terminated_reason";
+    for (metric, aggregate, matchers) in [
         (
             "container_cpu_usage_seconds_total",
             WindowAggregate::RateQuantile { quantile: 0.95 },
+            vec![],
         ),
         (
             "container_cpu_usage_seconds_total",
             WindowAggregate::RateQuantile { quantile: 0.5 },
+            vec![],
         ),
-        ("container_memory_working_set_bytes", WindowAggregate::Peak),
+        (
+            "container_memory_working_set_bytes",
+            WindowAggregate::Peak,
+            vec![],
+        ),
         (
             "container_cpu_cfs_throttled_periods_total",
             WindowAggregate::RateRatioPeak {
                 denominator: "container_cpu_cfs_periods_total".into(),
             },
+            vec![],
         ),
         (
             "container_memory_working_set_bytes",
             WindowAggregate::FirstSeen,
+            vec![],
         ),
+        (oom_metric, WindowAggregate::Peak, oom_killed.clone()),
     ] {
         for (window, step) in [(3 * 3_600, 15), (86_400, 61)] {
             let q = WindowQuery {
                 metric: metric.into(),
                 aggregate: aggregate.clone(),
+                matchers: matchers.clone(),
                 namespace_label: "namespace".into(),
                 pod_label: "pod".into(),
                 container_label: "container".into(),
@@ -548,11 +690,28 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 f.window_query(&q).await.unwrap(),
                 prom(&p).window_query(&q).await.unwrap(),
             );
-            assert_eq!(
-                a.values.len(),
-                4,
-                "{aggregate:?}: web and db, app and proxy: {a:?}"
-            );
+            if metric == oom_metric {
+                // web's replaced pod's proxy only in the day-long window; db's 0 is a value.
+                let mut want = vec![
+                    ("Deployment/web", "app", 1.0),
+                    ("StatefulSet/db", "app", 0.0),
+                ];
+                if window == 86_400 {
+                    want.insert(1, ("Deployment/web", "proxy", 1.0));
+                }
+                let got: Vec<(&str, &str, f64)> = a
+                    .values
+                    .iter()
+                    .map(|(k, v)| (k.workload.as_str(), k.container.as_str(), *v))
+                    .collect();
+                assert_eq!(got, want, "{window}s");
+            } else {
+                assert_eq!(
+                    a.values.len(),
+                    4,
+                    "{aggregate:?}: web and db, app and proxy: {a:?}"
+                );
+            }
             assert_eq!(
                 a.values.keys().collect::<Vec<_>>(),
                 b.values.keys().collect::<Vec<_>>(),
@@ -562,7 +721,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 let w = b.values[k];
                 assert!(
                     (v - w).abs() <= 1e-9 * v.abs().max(1e-9),
-                    "{aggregate:?} {window}s {k:?}: file {v} vs Prometheus {w}"
+                    "{metric} {aggregate:?} {window}s {k:?}: file {v} vs Prometheus {w}"
                 );
             }
             assert!(

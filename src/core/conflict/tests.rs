@@ -40,8 +40,8 @@ fn workload(cpu: &str, managers: Vec<FieldManager>) -> Workload {
     Workload {
         key: WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
         uid: None,
-        labels: BTreeMap::new(),
-        annotations: BTreeMap::new(),
+        labels: Default::default(),
+        annotations: Default::default(),
         template: template.into(),
         replicas: Some(3),
         field_managers: managers,

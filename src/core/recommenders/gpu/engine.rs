@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::core::pod::{Pod, PodSpec, PodTemplateSpec};
+use crate::core::pod::{Pod, PodSpec, PodTemplateSpec, Strings};
 use jiff::Timestamp;
 
 use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
@@ -228,7 +228,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let policy = input.policy;
     let template_spec = input.template.pod_spec();
     let template_annotations = input.template.annotations();
-    let empty_annotations = BTreeMap::new();
+    let empty_annotations = Strings::new();
 
     // Scope: exact names (or the override) else regular + restartable init containers.
     let scope: Vec<String> = match input.containers_override {

@@ -330,6 +330,15 @@ pub fn throttled(peak_ratio: Option<f64>, ratio: f64) -> bool {
     peak_ratio.is_some_and(|r| r.is_finite() && r >= ratio)
 }
 
+/// Whether the workload's history records an OOM kill of the container in the memory window:
+/// `peak` is the highest value across the workload's pods of kube-state-metrics'
+/// `kube_pod_container_status_last_terminated_reason{reason="OOMKilled"}` (1 while a pod's
+/// last termination was an OOM kill; older kube-state-metrics also export 0 for the reasons that
+/// were not). No series — kube-state-metrics not installed — is no OOM history, not an error.
+pub fn oom_killed_in_history(peak: Option<f64>) -> bool {
+    peak.is_some_and(|v| v > 0.0)
+}
+
 fn ts_in(
     t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     start: Timestamp,

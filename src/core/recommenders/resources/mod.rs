@@ -6,8 +6,9 @@
 //! The usage history is the workload's (docs/metrics.md#history): per batch of up to
 //! [`WORKLOADS_PER_QUERY`] workloads of a policy, one window query per signal asks the metric
 //! source for one value per (workload, container) — the CPU percentile, the memory peak, the
-//! peak throttled share, the earliest sample — so what moves per cycle is O(containers), not
-//! O(containers × points). The HPAs' replica history stays a range query per policy.
+//! peak throttled share, the earliest sample, whether kube-state-metrics saw an OOM kill — so
+//! what moves per cycle is O(containers), not O(containers × points). The HPAs' replica history
+//! stays a range query per policy.
 
 pub mod container;
 pub mod workload;
@@ -28,6 +29,7 @@ use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Reco
 use crate::core::selection::{self, Candidate};
 use crate::core::small_map::SmallMap;
 use crate::core::snapshot::Snapshot;
+use crate::metrics::promql::LabelMatcher;
 use crate::metrics::window::pod_name_suffix;
 use crate::metrics::{
     Aggregation, MetricError, RangeQuery, WindowAggregate, WindowKey, WindowQuery, WorkloadSelector,
@@ -39,6 +41,10 @@ pub const CPU_USAGE_METRIC: &str = "container_cpu_usage_seconds_total";
 pub const MEMORY_METRIC: &str = "container_memory_working_set_bytes";
 pub const THROTTLED_PERIODS_METRIC: &str = "container_cpu_cfs_throttled_periods_total";
 pub const PERIODS_METRIC: &str = "container_cpu_cfs_periods_total";
+/// kube-state-metrics: a container's last termination reason (namespace/pod/container/reason
+/// labels), read with `reason="OOMKilled"` ([`container::OOM_KILLED`]).
+pub const LAST_TERMINATED_METRIC: &str = "kube_pod_container_status_last_terminated_reason";
+pub const REASON_LABEL: &str = "reason";
 
 /// Throttled when at some point of the window at least this share of CFS periods was throttled.
 pub const THROTTLED_RATIO: f64 = 0.05;
@@ -61,6 +67,9 @@ pub enum RsSignal {
     Throttled,
     /// The earliest working-set sample over the longer window: how much history there is.
     History,
+    /// kube-state-metrics: an OOM kill as a pod's last termination, at some step of the memory
+    /// window (pods replaced since included).
+    OomKilled,
     /// kube-state-metrics: the HPAs' current replicas (docs/design/hpa-coordination.md#h7).
     HpaCurrentReplicas,
     /// kube-state-metrics: the HPAs' `spec.maxReplicas`.
@@ -69,11 +78,12 @@ pub enum RsSignal {
 
 impl RsSignal {
     /// The per-(workload, container) window signals, queried for every batch.
-    pub const WINDOW: [RsSignal; 4] = [
+    pub const WINDOW: [RsSignal; 5] = [
         RsSignal::Cpu,
         RsSignal::Memory,
         RsSignal::Throttled,
         RsSignal::History,
+        RsSignal::OomKilled,
     ];
     /// The HPA replica history, queried for every policy whose workloads have an HPA.
     pub const REPLICAS: [RsSignal; 2] = [RsSignal::HpaCurrentReplicas, RsSignal::HpaMaxReplicas];
@@ -83,6 +93,7 @@ impl RsSignal {
             RsSignal::Cpu => CPU_USAGE_METRIC,
             RsSignal::Memory | RsSignal::History => MEMORY_METRIC,
             RsSignal::Throttled => THROTTLED_PERIODS_METRIC,
+            RsSignal::OomKilled => LAST_TERMINATED_METRIC,
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -95,6 +106,7 @@ impl RsSignal {
             RsSignal::Memory => "memory",
             RsSignal::Throttled => "cpu_throttling",
             RsSignal::History => "history",
+            RsSignal::OomKilled => "oom_killed",
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -145,6 +157,7 @@ fn window_query(
     step_seconds: i64,
 ) -> WindowQuery {
     let (cpu_window, mem_window) = windows(spec);
+    let mut matchers = Vec::new();
     let (aggregate, window) = match signal {
         RsSignal::Cpu => {
             let percentile = spec.resources.cpu.clone().unwrap_or_default().percentile;
@@ -156,6 +169,13 @@ fn window_query(
             )
         }
         RsSignal::Memory => (WindowAggregate::Peak, mem_window),
+        RsSignal::OomKilled => {
+            matchers.push(LabelMatcher {
+                name: REASON_LABEL.into(),
+                value: container::OOM_KILLED.into(),
+            });
+            (WindowAggregate::Peak, mem_window)
+        }
         RsSignal::Throttled => (
             WindowAggregate::RateRatioPeak {
                 denominator: PERIODS_METRIC.into(),
@@ -167,6 +187,7 @@ fn window_query(
     WindowQuery {
         metric: signal.metric().into(),
         aggregate,
+        matchers,
         namespace_label: "namespace".into(),
         pod_label: "pod".into(),
         container_label: "container".into(),
@@ -181,7 +202,8 @@ fn window_query(
 pub struct RsWorkloadPlan {
     pub workload: usize,
     pub policy: usize,
-    /// Today's pods (their statuses say what was OOM-killed).
+    /// Today's pods (their statuses say what was OOM-killed; the window's OOM signal adds the
+    /// pods replaced since).
     pub pods: Vec<usize>,
 }
 
@@ -489,6 +511,7 @@ pub fn evaluate(
             .unwrap_or_default()
             .window
             .signed();
+        // Today's pods' statuses; the window query below adds the pods replaced since.
         let oom = container::oom_killed_containers(&pods, now - mem_window, now);
         let workload_label = format!("{}/{}", w.key.kind.as_str(), w.key.name);
         let counted = container::counted_containers(spec);
@@ -524,7 +547,10 @@ pub fn evaluate(
                         answers.value(RsSignal::Throttled, key),
                         THROTTLED_RATIO,
                     ),
-                    oom_killed: oom.contains(&c.name),
+                    oom_killed: oom.contains(&c.name)
+                        || container::oom_killed_in_history(
+                            answers.value(RsSignal::OomKilled, key),
+                        ),
                 },
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
@@ -691,6 +717,158 @@ spec:
   maxReplicas: 4
 "#
         )
+    }
+
+    /// A Deployment `web` (one `app` container requesting 1 CPU and 1Gi) under a policy with
+    /// both resources in auto-patch (CPU over 2 days, memory over 1), and today's pod, whose `app` container's last
+    /// termination was `last_reason` (none: never terminated) an hour ago.
+    fn one_web_pod(last_reason: Option<&str>) -> Snapshot {
+        let last_state = last_reason.map_or(String::new(), |r| {
+            format!(
+                ", lastState: {{terminated: {{exitCode: 137, reason: {r}, finishedAt: \"2026-01-01T11:00:00Z\"}}}}"
+            )
+        });
+        let yaml = format!(
+            r#"apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: RightsizingPolicy
+metadata: {{name: rs, namespace: shop}}
+spec:
+  scope: {{labelSelector: {{matchLabels: {{tier: web}}}}}}
+  automationStrategyRef: {{name: s}}
+  resources:
+    cpu: {{mode: auto-patch, window: 2d}}
+    memory: {{mode: auto-patch, headroomPercent: 20, window: 1d}}
+---
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: AutomationStrategy
+metadata: {{name: s, namespace: shop}}
+spec: {{}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: shop, labels: {{tier: web}}}}
+spec:
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: app, image: x, resources: {{requests: {{cpu: "1", memory: 1Gi}}}}}}]}}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: web-7d9c8b5f6d
+  namespace: shop
+  ownerReferences: [{{apiVersion: apps/v1, kind: Deployment, name: web, uid: u0, controller: true}}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-7d9c8b5f6d-x2x4z
+  namespace: shop
+  labels: {{app: web}}
+  ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: web-7d9c8b5f6d, uid: u1, controller: true}}]
+spec: {{containers: [{{name: app, image: x, resources: {{requests: {{cpu: "1", memory: 1Gi}}}}}}]}}
+status:
+  phase: Running
+  startTime: "2026-01-01T00:00:00Z"
+  containerStatuses: [{{name: app, image: x, imageID: "", ready: true, restartCount: 1{last_state}}}]
+"#
+        );
+        let mut m = crate::sources::dir::Manifests::default();
+        load_text(&yaml, "test", &mut m).unwrap();
+        m.snapshot
+    }
+
+    /// docs/design/hpa-coordination.md#h5, the OOM-killed floor, over #h15's history: an OOM
+    /// kill only the window's history records (kube-state-metrics; the pod was replaced, today's
+    /// pod's status shows none) gives exactly the decision an OOM kill in today's pod's status
+    /// gives. A 0 (older kube-state-metrics' "not this reason") and no series are no OOM kill.
+    #[test]
+    fn oom_killed_floor_holds_for_an_oom_kill_in_the_window_history_as_in_a_pod_status() {
+        let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
+        let mib = crate::core::quantity::MIB;
+        let outcome = |snapshot: &Snapshot, oom_history: Option<f64>| {
+            let plan = plan(snapshot, now, 15);
+            let key = WindowKey {
+                namespace: "shop".into(),
+                workload: "Deployment/web".into(),
+                container: "app".into(),
+            };
+            let mut answers = RsAnswers::default();
+            for (i, (_, signal, _)) in plan.queries.iter().enumerate() {
+                let value = match signal {
+                    RsSignal::Cpu => Some(0.2),
+                    RsSignal::Memory => Some(100.0 * mib as f64),
+                    // The whole (longer, CPU) window of history.
+                    RsSignal::History => Some((now.as_second() - 2 * 86_400) as f64),
+                    RsSignal::OomKilled => oom_history,
+                    _ => None,
+                };
+                let set = crate::metrics::WindowSet {
+                    values: value.map(|v| (key.clone(), v)).into_iter().collect(),
+                    ..Default::default()
+                };
+                answers.answer(&plan, i, Ok(Answer::Window(set)));
+            }
+            let results = evaluate(snapshot, &plan, &answers, &HashMap::new(), now, 15);
+            assert_eq!(results.len(), 1);
+            results[0].outcome.clone().unwrap()
+        };
+        let memory = |o: &RightsizingOutcome| o.containers[0].recommended.memory_bytes;
+        let (no_oom, oom_in_status) = (
+            one_web_pod(Some("Completed")),
+            one_web_pod(Some("OOMKilled")),
+        );
+
+        let neither = outcome(&no_oom, None);
+        assert_eq!(
+            memory(&neither),
+            Some(120 * mib),
+            "the peak + 20 %: down from 1Gi"
+        );
+        let from_status = outcome(&oom_in_status, None);
+        assert_eq!(
+            memory(&from_status),
+            Some(1024 * mib),
+            "never below the request"
+        );
+        assert!(from_status.containers[0].oom_killed);
+
+        assert_eq!(outcome(&no_oom, Some(1.0)), from_status);
+        assert_eq!(
+            outcome(&oom_in_status, Some(1.0)),
+            from_status,
+            "either one"
+        );
+        assert_eq!(outcome(&no_oom, Some(0.0)), neither);
+        assert_eq!(outcome(&one_web_pod(None), None), neither);
+    }
+
+    /// docs/metrics.md#history-by-workload: per batch one window query per signal, the fifth
+    /// the OOM kills kube-state-metrics recorded, selected by `reason="OOMKilled"` over the
+    /// memory window.
+    #[test]
+    fn each_batch_asks_five_window_queries_the_oom_kills_by_reason_over_the_memory_window() {
+        let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
+        let plan = plan(&one_web_pod(None), now, 15);
+        let signals: Vec<RsSignal> = plan.queries.iter().map(|(_, s, _)| *s).collect();
+        assert_eq!(signals, RsSignal::WINDOW);
+        let Some((_, _, RsQuery::Window { batch: 0, query })) = plan.queries.last() else {
+            panic!("{:#?}", plan.queries);
+        };
+        assert_eq!(
+            query.metric,
+            "kube_pod_container_status_last_terminated_reason"
+        );
+        assert_eq!(
+            query.matchers,
+            [LabelMatcher {
+                name: "reason".into(),
+                value: "OOMKilled".into()
+            }]
+        );
+        assert_eq!(query.aggregate, WindowAggregate::Peak);
+        assert_eq!(query.window_seconds, 86_400, "the memory window");
     }
 
     /// docs/design/hpa-coordination.md#h7, batched like every query (gpu-engine.md#g12): the

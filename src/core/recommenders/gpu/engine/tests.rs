@@ -3,10 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::core::pod::Meta;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 
 use super::*;
@@ -73,7 +73,7 @@ struct PodB {
     name: String,
     containers: Vec<Container>,
     init: Vec<Container>,
-    annotations: BTreeMap<String, String>,
+    annotations: Strings,
     started_min_ago: Option<i64>,
     terminating: bool,
 }
@@ -84,7 +84,7 @@ impl PodB {
             name: name.into(),
             containers: vec![],
             init: vec![],
-            annotations: BTreeMap::new(),
+            annotations: Strings::new(),
             started_min_ago: Some(60),
             terminating: false,
         }
@@ -111,7 +111,7 @@ impl PodB {
     }
     fn build(self) -> Pod {
         Pod {
-            metadata: ObjectMeta {
+            metadata: Meta {
                 name: Some(self.name),
                 namespace: Some("default".into()),
                 annotations: Some(self.annotations),
@@ -139,7 +139,7 @@ impl PodB {
 
 fn template_of(pod: &Pod) -> PodTemplateSpec {
     PodTemplateSpec {
-        metadata: Some(ObjectMeta {
+        metadata: Some(Meta {
             annotations: pod.metadata.annotations.clone(),
             ..Default::default()
         }),
