@@ -267,7 +267,7 @@ fn open_loop(
     let (due_tx, due_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let due_rx = std::sync::Arc::new(tokio::sync::Mutex::new(due_rx));
     let tls = std::sync::Arc::new(client_tls());
-    let (start, results) = rt.block_on(async {
+    let (start, results, mut late) = rt.block_on(async {
         let mut workers = Vec::new();
         for _ in 0..conns {
             let conn = Conn::open(&tls, &host, port).await?;
@@ -305,22 +305,32 @@ fn open_loop(
         // tokio's timer only has millisecond resolution.
         let start = Instant::now();
         let step = Duration::from_secs_f64(1.0 / rate);
-        std::thread::spawn(move || {
+        // The pacer also records how late it released each counted request: the generator's
+        // own share of the latencies (a descheduled pacer), printed apart.
+        let pacer = std::thread::spawn(move || {
+            let mut late = Vec::new();
             for k in 0..total {
                 let due = start + step.mul_f64(k as f64);
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
+                if due >= start + warm_up {
+                    late.push(Instant::now() - due);
+                }
                 if due_tx.send(due).is_err() {
                     break;
                 }
             }
+            late
         });
         let mut results = Vec::new();
         for w in workers {
             results.push(w.await?);
         }
-        anyhow::Ok((start, results))
+        let late = pacer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pacing thread panicked"))?;
+        anyhow::Ok((start, results, late))
     })?;
     let counted_from = start + warm_up;
     let mut latencies: Vec<Duration> = Vec::new();
@@ -339,21 +349,28 @@ fn open_loop(
         "no request answered ({errors} errors)"
     );
     latencies.sort_unstable();
-    let ms = |q: f64| {
-        let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[i].as_secs_f64() * 1e3
-    };
+    late.sort_unstable();
     let answered = latencies.len() as f64 / (last - counted_from).as_secs_f64();
     println!(
-        "rate={rate:.0} answered_per_s={answered:.0} ok={} errors={errors} p50={:.3} p90={:.3} p99={:.3} p999={:.3} max={:.3}",
+        "rate={rate:.0} answered_per_s={answered:.0} ok={} errors={errors} p50={:.3} p90={:.3} p99={:.3} p999={:.3} max={:.3} pacer_late_p99={:.3} pacer_late_max={:.3}",
         latencies.len(),
-        ms(0.50),
-        ms(0.90),
-        ms(0.99),
-        ms(0.999),
-        ms(1.0)
+        quantile_ms(&latencies, 0.50),
+        quantile_ms(&latencies, 0.90),
+        quantile_ms(&latencies, 0.99),
+        quantile_ms(&latencies, 0.999),
+        quantile_ms(&latencies, 1.0),
+        quantile_ms(&late, 0.99),
+        quantile_ms(&late, 1.0),
     );
     Ok(())
+}
+
+/// The `q` quantile (nearest rank) of sorted durations, in milliseconds; 0 when empty.
+fn quantile_ms(sorted: &[std::time::Duration], q: f64) -> f64 {
+    let rank = (sorted.len() as f64 * q).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len().max(1)) - 1)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
 /// One keep-alive HTTP/1.1 connection over TLS.

@@ -93,7 +93,7 @@ measure() { # name port round → appends "rps p99ms fixed_p50ms fixed_p99ms" to
     python3 -c 'import sys; a,r=map(float,sys.argv[1:]); sys.exit(a < 0.95*r)' "$(field answered_per_s)" "$RATE" \
         || echo "warning: $name answered fewer than 95 % of $RATE req/s: $open" >&2
     echo "$rps $p99 $(field p50) $(field p99)" >> "$WORK/$name.results"
-    echo "round $round $name: $rps req/s, p99 $p99 ms saturated; at $RATE req/s p50 $(field p50) ms, p99 $(field p99) ms" >&2
+    echo "round $round $name: $rps req/s, p99 $p99 ms saturated; at $RATE req/s p50 $(field p50) ms, p99 $(field p99) ms (generator's own lateness p99 $(field pacer_late_p99) ms)" >&2
 }
 
 # All servers up; the order rotates every round so background load drifts hit each alike.
