@@ -154,7 +154,7 @@ impl MemoryWriter {
                 };
                 self.policy_status.insert(s.policy.clone(), status);
             }
-            WriteOp::Recommendation(r) => self.recommendation(&r),
+            WriteOp::Recommendation(r) => self.recommendation(*r),
             WriteOp::Event(e) => self.event(*e),
             WriteOp::Restore(r) => {
                 let fields = self.workloads.entry(r.observed.key.clone()).or_default();
@@ -187,7 +187,7 @@ impl MemoryWriter {
                         }
                     }
                 }
-                if let Some(rec) = &r.recommendation {
+                if let Some(rec) = r.recommendation {
                     self.recommendation(rec);
                 }
                 self.event(r.event);
@@ -226,20 +226,18 @@ impl MemoryWriter {
         );
     }
 
-    fn recommendation(&mut self, r: &RecommendationWrite) {
-        let mut rec = RightsizingRecommendation::new(&r.name, r.spec.clone());
+    /// Takes the write over (a first cycle writes one per workload: no second copy of each).
+    fn recommendation(&mut self, r: RecommendationWrite) {
+        let mut rec = RightsizingRecommendation::new(&r.name, r.spec);
         rec.metadata = ObjectMeta {
             name: Some(r.name.clone()),
             namespace: Some(r.namespace.clone()),
-            owner_references: r.owner.clone().map(|o| vec![o]),
+            owner_references: r.owner.map(|o| vec![o]),
             ..Default::default()
         };
-        rec.status = r
-            .status
-            .clone()
-            .or_else(|| r.observed.as_ref().and_then(|o| o.status.clone()));
+        rec.status = r.status.or_else(|| r.observed.and_then(|o| o.status));
         self.recommendations
-            .insert((r.namespace.clone(), r.name.clone()), Arc::new(rec));
+            .insert((r.namespace, r.name), Arc::new(rec));
     }
 
     fn event(&mut self, e: EventWrite) {
