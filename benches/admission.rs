@@ -10,6 +10,8 @@
 //! `cargo bench --bench admission -- kerf ADDR CERT KEY FIXTURE` serves kerf's real server with a
 //! store holding a GPU and CPU/memory recommendation for the fixture pod's workload, so every
 //! request goes through owner resolution, the patch builder and the diff.
+//! `cargo bench --bench admission -- openloop URL RATE SECONDS CONNECTIONS BODY` is the load
+//! generator for latency at a fixed offered rate (see [`open_loop`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -52,12 +54,19 @@ fn main() -> anyhow::Result<()> {
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
         ["null", addr, cert, key] => rt.block_on(null(addr.parse()?, cert.into(), key.into())),
         ["profile", fixture] => profile(fixture),
+        ["openloop", url, rate, secs, conns, body] => open_loop(
+            url.parse()?,
+            rate.parse()?,
+            secs.parse()?,
+            conns.parse()?,
+            Path::new(body),
+        ),
         ["kerf", addr, cert, key, fixture] => {
             rt.block_on(kerf_server(addr.parse()?, cert.into(), key.into(), fixture))
         }
         _ => {
             eprintln!(
-                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE"
+                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | openloop URL RATE SECONDS CONNECTIONS BODY"
             );
             std::process::exit(2)
         }
@@ -223,4 +232,232 @@ async fn kerf_server(
     let cfg = kerf::server::ServeConfig::new(addr, "127.0.0.1:0".parse()?, cert, key);
     eprintln!("kerf serving on {addr}");
     kerf::server::serve(cfg, store, kerf::server::shutdown_signal()).await
+}
+
+/// Open-loop load (as wrk2 does it): requests are due at a fixed rate whatever the server does,
+/// and each one's latency runs from the time it was due, not from when it was sent, so a server
+/// that falls behind is charged for the queue it builds (no coordinated omission). A closed
+/// loop like wrk's only sends when an answer came back: at saturation its p99 is just
+/// connections / throughput, a restatement of throughput, not the latency at a given load.
+///
+/// One client thread (like `wrk -t1`) holds `conns` keep-alive HTTP/1.1 connections over TLS
+/// (hyper's client on rustls, the stack the servers run). A pacing thread releases requests at
+/// `rate` per second into one queue; a free connection takes the oldest. The first second is
+/// warm-up, not counted. Prints one line of `key=value` pairs (latencies in milliseconds).
+fn open_loop(
+    url: http::Uri,
+    rate: f64,
+    secs: f64,
+    conns: usize,
+    body: &Path,
+) -> anyhow::Result<()> {
+    use std::time::{Duration, Instant};
+    anyhow::ensure!(
+        rate > 0.0 && secs > 0.0 && conns > 0,
+        "rate, seconds and connections must be positive"
+    );
+    let body = Bytes::from(std::fs::read(body)?);
+    let host = url.host().unwrap_or("localhost").to_string();
+    let port = url.port_u16().unwrap_or(443);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let warm_up = Duration::from_secs(1);
+    let total = ((secs + warm_up.as_secs_f64()) * rate) as u64;
+    let (due_tx, due_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let due_rx = std::sync::Arc::new(tokio::sync::Mutex::new(due_rx));
+    let tls = std::sync::Arc::new(client_tls());
+    let (start, results, mut late) = rt.block_on(async {
+        let mut workers = Vec::new();
+        for _ in 0..conns {
+            let conn = Conn::open(&tls, &host, port).await?;
+            let (due_rx, url, body) = (due_rx.clone(), url.clone(), body.clone());
+            let (tls, host) = (tls.clone(), host.clone());
+            workers.push(tokio::spawn(async move {
+                let mut conn = Some(conn);
+                let (mut done, mut errors) = (Vec::new(), 0u64);
+                loop {
+                    let Some(due) = due_rx.lock().await.recv().await else {
+                        break;
+                    };
+                    let c = match conn.take() {
+                        Some(c) => c,
+                        None => match Conn::open(&tls, &host, port).await {
+                            Ok(c) => c,
+                            Err(_) => {
+                                errors += 1;
+                                continue;
+                            }
+                        },
+                    };
+                    match c.post(&url, &host, body.clone()).await {
+                        Ok(c) => {
+                            done.push((due, Instant::now()));
+                            conn = Some(c);
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (done, errors)
+            }));
+        }
+        // All connections are up: the schedule starts now, paced by its own thread because
+        // tokio's timer only has millisecond resolution.
+        let start = Instant::now();
+        let step = Duration::from_secs_f64(1.0 / rate);
+        // The pacer also records how late it released each counted request: the generator's
+        // own share of the latencies (a descheduled pacer), printed apart.
+        let pacer = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            for k in 0..total {
+                let due = start + step.mul_f64(k as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                if due >= start + warm_up {
+                    late.push(Instant::now() - due);
+                }
+                if due_tx.send(due).is_err() {
+                    break;
+                }
+            }
+            late
+        });
+        let mut results = Vec::new();
+        for w in workers {
+            results.push(w.await?);
+        }
+        let late = pacer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pacing thread panicked"))?;
+        anyhow::Ok((start, results, late))
+    })?;
+    let counted_from = start + warm_up;
+    let mut latencies: Vec<Duration> = Vec::new();
+    let (mut errors, mut last) = (0, start);
+    for (done, e) in results {
+        errors += e;
+        for (due, at) in done {
+            last = last.max(at);
+            if due >= counted_from {
+                latencies.push(at - due);
+            }
+        }
+    }
+    anyhow::ensure!(
+        !latencies.is_empty(),
+        "no request answered ({errors} errors)"
+    );
+    latencies.sort_unstable();
+    late.sort_unstable();
+    let answered = latencies.len() as f64 / (last - counted_from).as_secs_f64();
+    println!(
+        "rate={rate:.0} answered_per_s={answered:.0} ok={} errors={errors} p50={:.3} p90={:.3} p99={:.3} p999={:.3} max={:.3} pacer_late_p99={:.3} pacer_late_max={:.3}",
+        latencies.len(),
+        quantile_ms(&latencies, 0.50),
+        quantile_ms(&latencies, 0.90),
+        quantile_ms(&latencies, 0.99),
+        quantile_ms(&latencies, 0.999),
+        quantile_ms(&latencies, 1.0),
+        quantile_ms(&late, 0.99),
+        quantile_ms(&late, 1.0),
+    );
+    Ok(())
+}
+
+/// The `q` quantile (nearest rank) of sorted durations, in milliseconds; 0 when empty.
+fn quantile_ms(sorted: &[std::time::Duration], q: f64) -> f64 {
+    let rank = (sorted.len() as f64 * q).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len().max(1)) - 1)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
+/// One keep-alive HTTP/1.1 connection over TLS.
+struct Conn(hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>);
+
+impl Conn {
+    async fn open(
+        tls: &std::sync::Arc<rustls::ClientConfig>,
+        host: &str,
+        port: u16,
+    ) -> anyhow::Result<Self> {
+        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls_pki_types::ServerName::try_from(host.to_string())?;
+        let stream = tokio_rustls::TlsConnector::from(tls.clone())
+            .connect(name, tcp)
+            .await?;
+        let (send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(Self(send))
+    }
+
+    /// Sends the review and reads the whole answer; any status but 200 is an error.
+    async fn post(mut self, url: &http::Uri, host: &str, body: Bytes) -> anyhow::Result<Self> {
+        use http_body_util::BodyExt as _;
+        self.0.ready().await?;
+        let req = http::Request::post(url.path())
+            .header(header::HOST, host)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(body))?;
+        let resp = self.0.send_request(req).await?;
+        let status = resp.status();
+        let answer = resp.into_body().collect().await?.to_bytes();
+        anyhow::ensure!(
+            status == StatusCode::OK && !answer.is_empty(),
+            "status {status}"
+        );
+        Ok(self)
+    }
+}
+
+/// TLS for the load generator: it measures the servers, it does not authenticate them, so any
+/// certificate is taken (handshake signatures are still checked).
+fn client_tls() -> rustls::ClientConfig {
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    use rustls::{DigitallySignedStruct, SignatureScheme};
+
+    #[derive(Debug)]
+    struct AnyCertificate(rustls::crypto::WebPkiSupportedAlgorithms);
+    impl ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+        }
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+        }
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.supported_schemes()
+        }
+    }
+    let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
+    let mut config = rustls::ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate(algorithms)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config
 }

@@ -56,8 +56,8 @@ pub struct Mutation {
     /// The desired state of what kerf manages: for a pod its [`pod_skeleton`], for an HPA the
     /// whole object. The patch turns the original into it.
     pub desired: Value,
-    /// RFC 6902 operations (JSON array); empty when nothing changes.
-    pub patch: Vec<Value>,
+    /// RFC 6902 operations; empty when nothing changes.
+    pub patch: Vec<PatchOp>,
     /// Human-readable reasons for containers left alone.
     pub notes: Vec<String>,
 }
@@ -1037,6 +1037,30 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
 // ---------------------------------------------------------------------------------------------
 // JSON Patch
 
+/// One RFC 6902 operation. Serializes as `{"op":…,"path":…,"value":…}` (no `value` for
+/// `remove`): the bytes of a JSON object with those keys in that order, without building one
+/// (a map per operation, its keys hashed) for every answer.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PatchOp {
+    pub op: &'static str,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
+
+impl PatchOp {
+    /// The operation as a JSON object (what `json_patch` and the tests read).
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("op".into(), Value::String(self.op.into()));
+        m.insert("path".into(), Value::String(self.path.clone()));
+        if let Some(v) = &self.value {
+            m.insert("value".into(), v.clone());
+        }
+        Value::Object(m)
+    }
+}
+
 /// RFC 6901 reference token escaping.
 pub fn escape_token(t: &str) -> String {
     let mut out = String::with_capacity(t.len() + 2);
@@ -1044,25 +1068,27 @@ pub fn escape_token(t: &str) -> String {
     out
 }
 
-/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string.
+/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string. The
+/// diff calls it for every key it walks, so it scans bytes (both are ASCII) and copies the runs
+/// between them whole.
 fn push_escaped(out: &mut String, t: &str) {
-    if !t.contains(['~', '/']) {
-        out.push_str(t);
-        return;
+    let mut rest = t;
+    while let Some(i) = rest.bytes().position(|b| b == b'~' || b == b'/') {
+        out.push_str(&rest[..i]);
+        out.push_str(if rest.as_bytes()[i] == b'~' {
+            "~0"
+        } else {
+            "~1"
+        });
+        rest = &rest[i + 1..];
     }
-    for c in t.chars() {
-        match c {
-            '~' => out.push_str("~0"),
-            '/' => out.push_str("~1"),
-            c => out.push(c),
-        }
-    }
+    out.push_str(rest);
 }
 
 /// RFC 6902 operations turning `a` into `b`. Objects are diffed key by key (a missing parent
 /// map is added whole, so it comes before anything inside it); arrays of the same length
 /// element by element; anything else is replaced.
-pub fn diff(a: &Value, b: &Value) -> Vec<Value> {
+pub fn diff(a: &Value, b: &Value) -> Vec<PatchOp> {
     let mut ops = Vec::new();
     diff_at(&mut String::new(), a, b, &mut ops);
     ops
@@ -1096,7 +1122,7 @@ fn push_token(path: &mut String, t: &str) {
     push_escaped(path, t);
 }
 
-fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
+fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<PatchOp>) {
     // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
@@ -1109,7 +1135,11 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
                 }
                 let mut at = path.clone();
                 push_token(&mut at, k);
-                ops.push(json!({"op": "remove", "path": at}));
+                ops.push(PatchOp {
+                    op: "remove",
+                    path: at,
+                    value: None,
+                });
             }
             let mut xs = x.iter();
             for (k, vy) in y {
@@ -1121,7 +1151,11 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
                 };
                 match vx {
                     Some(vx) => diff_at(path, vx, vy, ops),
-                    None => ops.push(json!({"op": "add", "path": path.clone(), "value": vy})),
+                    None => ops.push(PatchOp {
+                        op: "add",
+                        path: path.clone(),
+                        value: Some(vy.clone()),
+                    }),
                 }
                 path.truncate(len);
             }
@@ -1136,7 +1170,11 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<Value>) {
             }
         }
         _ if a == b => {}
-        _ => ops.push(json!({"op": "replace", "path": path.clone(), "value": b})),
+        _ => ops.push(PatchOp {
+            op: "replace",
+            path: path.clone(),
+            value: Some(b.clone()),
+        }),
     }
 }
 

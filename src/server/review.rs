@@ -14,12 +14,13 @@ use serde::de::{IgnoredAny, MapAccess};
 use serde_json::Value;
 
 use crate::api::WorkloadKind;
-use crate::core::admission::{PodSkeleton, mutate_hpa, mutate_skeleton};
+use crate::core::admission::{PatchOp, PodSkeleton, mutate_hpa, mutate_skeleton};
 use crate::core::model::WorkloadKey;
 use crate::core::owner::{pod_template_hash, top_owner};
 use crate::state::{ObjectName, Store};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+const REVIEW_KIND: &str = "AdmissionReview";
 
 /// Outcome label values (metric `kerf_admission_requests{outcome}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,7 +295,7 @@ fn object_of<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<
 
 /// Result of the decision for one well-formed review.
 struct Decision {
-    patch: Vec<Value>,
+    patch: Vec<PatchOp>,
     outcome: Outcome,
     warnings: Vec<String>,
     detail: Option<String>,
@@ -343,34 +344,50 @@ fn handle_in_two_passes(body: &[u8], store: &Store) -> Reply {
     respond(review, Object::Later, body, store)
 }
 
-/// The AdmissionReview answer, serialized as it is declared (fields in this order).
-#[derive(serde::Serialize)]
-struct ReviewOut<'a> {
-    #[serde(rename = "apiVersion")]
-    api_version: &'a str,
-    kind: &'a str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(rename = "patchType", skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
+/// The AdmissionReview answer, compact: `{"apiVersion":…,"kind":…,"response":{"uid":…,
+/// "allowed":true,"patchType":"JSONPatch","patch":…,"warnings":[…]}}`, the patch fields only
+/// with a patch and `warnings` only when there are some. Written straight into one buffer, the
+/// patch base64-encoded in place (its alphabet needs no JSON escaping); the envelope is the one
+/// [`respond`] accepted, so its two strings are the constants.
+fn answer(uid: &str, patch: &[PatchOp], warnings: &[String]) -> Vec<u8> {
+    // Sized for a typical patch so the buffers rarely grow.
+    let mut out = Vec::with_capacity(2048);
+    for part in [
+        r#"{"apiVersion":""#,
+        ADMISSION_API_VERSION,
+        r#"","kind":""#,
+        REVIEW_KIND,
+        r#"","response":{"uid":"#,
+    ] {
+        out.extend_from_slice(part.as_bytes());
+    }
+    // Writing JSON into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, uid);
+    out.extend_from_slice(br#","allowed":true"#);
+    if !patch.is_empty() {
+        let mut ops = Vec::with_capacity(1024);
+        let _ = serde_json::to_writer(&mut ops, patch);
+        out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+        let at = out.len();
+        out.resize(at + ops.len().div_ceil(3) * 4, 0);
+        let _ = base64::engine::general_purpose::STANDARD.encode_slice(&ops, &mut out[at..]);
+        out.push(b'"');
+    }
+    if !warnings.is_empty() {
+        out.extend_from_slice(br#","warnings":"#);
+        let _ = serde_json::to_writer(&mut out, warnings);
+    }
+    out.extend_from_slice(b"}}");
+    out
 }
 
 /// The answer to a decoded review (`object`: what the one pass read of `request.object`).
 fn respond(review: Review, object: Object, body: &[u8], store: &Store) -> Reply {
     let api_version = review.api_version.unwrap_or_default();
     let kind = review.kind.unwrap_or_default();
-    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
+    if api_version != ADMISSION_API_VERSION || kind != REVIEW_KIND {
         return Reply::bad_request(format!(
-            "expected apiVersion {ADMISSION_API_VERSION} kind AdmissionReview, got apiVersion {api_version:?} kind {kind:?}"
+            "expected apiVersion {ADMISSION_API_VERSION} kind {REVIEW_KIND}, got apiVersion {api_version:?} kind {kind:?}"
         ));
     }
     let Some(req) = review.request else {
@@ -389,27 +406,10 @@ fn respond(review: Review, object: Object, body: &[u8], store: &Store) -> Reply 
             ),
         };
 
-    let patch = (!decision.patch.is_empty()).then(|| {
-        // Sized for a typical patch so the buffer rarely grows.
-        let mut bytes = Vec::with_capacity(1024);
-        let _ = serde_json::to_writer(&mut bytes, &decision.patch);
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    });
-    let out = ReviewOut {
-        api_version: &api_version,
-        kind: &kind,
-        response: ResponseOut {
-            uid: &req.uid,
-            allowed: true,
-            patch_type: patch.is_some().then_some("JSONPatch"),
-            patch,
-            warnings: &decision.warnings,
-        },
-    };
     Reply {
         status: 200,
         content_type: "application/json",
-        body: serde_json::to_vec(&out).unwrap_or_default(),
+        body: answer(&req.uid, &decision.patch, &decision.warnings),
         kind: label_kind(&req.kind.kind).into(),
         operation: label_operation(&req.operation).into(),
         outcome: decision.outcome,

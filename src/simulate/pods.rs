@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::core::accelerator::NVIDIA_KAI;
-use crate::core::admission::mutate_pod;
+use crate::core::admission::{PatchOp, mutate_pod};
 use crate::core::allocation::container_allocations;
 use crate::core::model::{ANNOTATION_MUTATED, WorkloadState};
 use crate::core::pod::{Container, Pod, PodTemplateSpec};
@@ -106,8 +106,8 @@ fn admitted(pod: Pod, state: &WorkloadState, kai_scheduler_name: &str) -> Pod {
     let Ok(mutation) = mutate_pod(&value, state, kai_scheduler_name) else {
         return pod;
     };
-    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(mutation.patch))
-    else {
+    let ops = mutation.patch.iter().map(PatchOp::to_value).collect();
+    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
         return pod;
     };
     if json_patch::patch(&mut value, &patch).is_err() {

@@ -36,12 +36,16 @@ fn gpu_container(name: &str, n: u32) -> Value {
     json!({"name": name, "image": "x", "resources": {"requests": {"nvidia.com/gpu": n.to_string()}, "limits": {"nvidia.com/gpu": n.to_string()}}})
 }
 
+/// The patch as the JSON array the webhook sends.
+fn ops(m: &Mutation) -> Value {
+    Value::Array(m.patch.iter().map(PatchOp::to_value).collect())
+}
+
 /// Applies the mutation's patch to the original with json-patch (proves the patch is valid and
 /// equals the desired object) and checks that a second invocation yields no patch.
 fn run(p: &Value, s: &WorkloadState) -> Value {
     let m = mutate_pod(p, s, "kai-scheduler").expect("mutation builds");
-    let patch: json_patch::Patch =
-        serde_json::from_value(Value::Array(m.patch.clone())).expect("valid RFC 6902");
+    let patch: json_patch::Patch = serde_json::from_value(ops(&m)).expect("valid RFC 6902");
     let mut doc = p.clone();
     json_patch::patch(&mut doc, &patch).expect("patch applies");
     assert_eq!(
@@ -309,7 +313,7 @@ fn gpu_memory_pods_keep_their_gpu_setup() {
     // No GPU size (no gpu-fraction, no nvidia.com/gpu, gpu-memory kept): only the KAI
     // scheduler and queue a pod with KAI annotations gets (K5), and the record of it.
     assert_eq!(
-        Value::Array(m.patch.clone()),
+        ops(&m),
         json!([
             {"op": "add", "path": "/metadata/annotations/rightsizing.kubex.ai~1mutated",
              "value": "{\"policy\":\"GpuReactivePolicy/ml/train\",\"queue\":\"kerf-gpu-queue\",\"schedulerName\":\"kai-scheduler\"}"},
@@ -333,9 +337,12 @@ fn missing_parent_maps_are_added() {
     );
     let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
     assert!(
-        m.patch.iter().any(|op| op["op"] == "add"
-            && op["path"] == "/metadata/annotations"
-            && op["value"]["gpu-fraction"] == "0.5"),
+        m.patch.iter().any(|op| op.op == "add"
+            && op.path == "/metadata/annotations"
+            && op
+                .value
+                .as_ref()
+                .is_some_and(|v| v["gpu-fraction"] == "0.5")),
         "{:?}",
         m.patch
     );
@@ -344,12 +351,22 @@ fn missing_parent_maps_are_added() {
 #[test]
 fn patch_paths_escape_tilde_and_slash() {
     assert_eq!(escape_token("a/b~c"), "a~1b~0c");
+    for (token, escaped) in [
+        ("", ""),
+        ("plain", "plain"),
+        ("~/", "~0~1"),
+        ("/lead", "~1lead"),
+        ("trail~", "trail~0"),
+        ("é/~1ü", "é~1~01ü"),
+    ] {
+        assert_eq!(escape_token(token), escaped);
+    }
     let p = pod(
         json!({"example.com/a~b": "keep"}),
         json!([{"name": "main"}]),
     );
     let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
-    let paths: Vec<&str> = m.patch.iter().filter_map(|o| o["path"].as_str()).collect();
+    let paths: Vec<&str> = m.patch.iter().map(|o| o.path.as_str()).collect();
     assert!(
         paths.contains(&"/metadata/annotations/rightsizing.kubex.ai~1mutated"),
         "{paths:?}"
@@ -520,10 +537,10 @@ fn hpa_target_set_to_coordinated_value() {
     };
     let m = mutate_hpa(&hpa, &c).unwrap();
     assert_eq!(
-        m.patch,
-        vec![
-            json!({"op": "replace", "path": "/spec/metrics/0/resource/target/averageUtilization", "value": 72})
-        ]
+        ops(&m),
+        json!([
+            {"op": "replace", "path": "/spec/metrics/0/resource/target/averageUtilization", "value": 72}
+        ])
     );
     assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
     let other = CoordinatedHpa {
@@ -566,8 +583,8 @@ fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
         };
         let m = mutate_hpa(&hpa, &c).unwrap();
         assert_eq!(
-            m.patch,
-            vec![json!({"op": op, "path": "/spec/metrics", "value": metric})]
+            ops(&m),
+            json!([{"op": op, "path": "/spec/metrics", "value": metric}])
         );
         assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
         // Already at the coordinated target: nothing to write.
@@ -708,8 +725,23 @@ fn a_gpu_fraction_is_compared_as_the_patch_would_write_it() {
     assert!(
         !m.patch
             .iter()
-            .any(|op| op["path"] == "/metadata/annotations/gpu-fraction"),
+            .any(|op| op.path == "/metadata/annotations/gpu-fraction"),
         "{:?}",
         m.patch
+    );
+}
+
+/// The typed operations serialize to exactly the bytes of the JSON objects they stand for
+/// (remove without a value, replace with null, escaped tokens, an added subtree).
+#[test]
+fn patch_ops_serialize_as_json_objects() {
+    let a = json!({"gone": 1, "kept": {"x": 1, "y/~": null}, "list": [1, 2]});
+    let b = json!({"kept": {"x": null, "y/~": "s"}, "list": [1, 3], "new": {"n": [true]}});
+    let patch = diff(&a, &b);
+    assert_eq!(patch.len(), 5, "{patch:?}");
+    let values = Value::Array(patch.iter().map(PatchOp::to_value).collect());
+    assert_eq!(
+        serde_json::to_string(&patch).unwrap(),
+        serde_json::to_string(&values).unwrap()
     );
 }

@@ -127,3 +127,43 @@ fn request_values(request: &Value) -> Vec<Value> {
         .map(|k| request[*k].clone())
         .collect()
 }
+
+/// The hand-written answer is the compact JSON of the AdmissionReview it stands for, the patch
+/// being the base64 of the operations' JSON array, with and without patch and warnings.
+#[test]
+fn answer_is_the_compact_json_of_the_review() {
+    let patch = crate::core::admission::diff(
+        &serde_json::json!({"gone": 1, "a": {"x": "1"}}),
+        &serde_json::json!({"a": {"x": "2/~\"\u{7f}"}, "new": [null, {"n": 1.5}]}),
+    );
+    let warnings = ["kerf: w \"1\"; admitted unchanged".to_string()];
+    for uid in ["705ab4f5-6393-11e8-b7cc-42010a800002", "u\"\\\n\u{1}é"] {
+        for (patch, warnings) in [
+            (&patch[..], &[][..]),
+            (&[][..], &warnings[..]),
+            (&patch[..], &warnings[..]),
+            (&[][..], &[][..]),
+        ] {
+            let mut response = serde_json::json!({"uid": uid, "allowed": true});
+            if !patch.is_empty() {
+                let ops = Value::Array(patch.iter().map(PatchOp::to_value).collect());
+                response["patchType"] = "JSONPatch".into();
+                response["patch"] = base64::engine::general_purpose::STANDARD
+                    .encode(serde_json::to_vec(&ops).unwrap())
+                    .into();
+            }
+            if !warnings.is_empty() {
+                response["warnings"] = serde_json::json!(warnings);
+            }
+            let review = serde_json::json!({
+                "apiVersion": ADMISSION_API_VERSION,
+                "kind": "AdmissionReview",
+                "response": response,
+            });
+            assert_eq!(
+                String::from_utf8(answer(uid, patch, warnings)).unwrap(),
+                serde_json::to_string(&review).unwrap()
+            );
+        }
+    }
+}
