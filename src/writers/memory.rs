@@ -308,14 +308,18 @@ impl WorkloadFields {
         if self.rollback_cleared {
             w.annotations.remove(ANNOTATION_ROLLBACK);
         }
+        // The overlaid workload is held as the cluster's: no growth slack.
+        w.annotations.shrink_to_fit();
         set_template_requests(&mut w.template, &self.requests);
         if let Some(at) = &self.restarted_at {
-            w.template
+            let annotations = w
+                .template
                 .metadata
                 .get_or_insert_with(Default::default)
                 .annotations
-                .get_or_insert_with(Default::default)
-                .insert(ANNOTATION_RESTARTED_AT.to_string(), at.clone());
+                .get_or_insert_with(Default::default);
+            annotations.insert(ANNOTATION_RESTARTED_AT.to_string(), at.clone());
+            annotations.shrink_to_fit();
         }
     }
 }
