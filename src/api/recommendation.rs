@@ -1,10 +1,10 @@
 //! RightsizingRecommendation: one per workload, written by the leader.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
+
+use crate::core::small_map::SmallMap;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -138,12 +138,12 @@ pub struct RecommendationStatus {
     )]
     pub previous_hpa_target: Option<i32>,
     /// Original requests per container before kerf applied anything (for release/rollback).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub original_requests: BTreeMap<String, ResourceValues>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub original_requests: SmallMap<String, ResourceValues>,
     /// Requests kerf set where the container had none (no request, no limit), per container
     /// (`cpu`, `memory`): release and rollback remove them instead of restoring a value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub created_requests: BTreeMap<String, Vec<String>>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub created_requests: SmallMap<String, Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_time: Option<String>,
     /// What kerf applies to this workload now: every replica's webhook serves it from here (the
@@ -206,8 +206,8 @@ pub struct FieldTakeback {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedChange {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub requests: BTreeMap<String, ResourceValues>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub requests: SmallMap<String, ResourceValues>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpa: Option<Box<HpaRecommendation>>,
 }

@@ -118,6 +118,10 @@ impl<'a, K: Ord, V> Entry<'a, K, V> {
 }
 
 impl<K, V> SmallMap<K, V> {
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     pub fn shrink_to_fit(&mut self) {
         self.entries.shrink_to_fit();
     }
@@ -226,6 +230,25 @@ impl<'de, K: Ord + Deserialize<'de>, V: Deserialize<'de>> Deserialize<'de> for S
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let map = std::collections::BTreeMap::<K, V>::deserialize(d)?;
         Ok(map.into_iter().collect())
+    }
+}
+
+/// The schema of the `BTreeMap` it stands for: the CRDs are the same either way.
+impl<K: schemars::JsonSchema, V: schemars::JsonSchema> schemars::JsonSchema for SmallMap<K, V> {
+    fn inline_schema() -> bool {
+        <std::collections::BTreeMap<K, V>>::inline_schema()
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        <std::collections::BTreeMap<K, V>>::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        <std::collections::BTreeMap<K, V>>::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <std::collections::BTreeMap<K, V>>::json_schema(generator)
     }
 }
 

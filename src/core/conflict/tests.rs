@@ -1,7 +1,5 @@
 //! One test per rule of docs/gitops.md, named after it.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
@@ -9,6 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::api::{AppliedChange, HpaRecommendation, ResourceValues};
 use crate::core::model::{ANNOTATION_GPU_RECOMMENDATION, WorkloadKey};
+use crate::core::small_map::SmallMap;
 
 fn at(min: i64) -> Timestamp {
     "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap() + Duration::from_mins(min)
@@ -52,7 +51,7 @@ fn workload(cpu: &str, managers: Vec<FieldManager>) -> Workload {
 fn status(applied: i64, conflict: Option<ConflictStatus>) -> RecommendationStatus {
     RecommendationStatus {
         applied: Some(Box::new(AppliedChange {
-            requests: BTreeMap::from([(
+            requests: SmallMap::from([(
                 "app".to_string(),
                 ResourceValues {
                     cpu: Some(Quantity("700m".into())),
