@@ -199,7 +199,7 @@ impl From<OwnerReference> for OwnerRef {
 }
 
 /// Labels or annotations, kept without growth slack (they are held for every object).
-fn strings(map: Option<BTreeMap<String, String>>) -> Option<Strings> {
+pub fn strings(map: Option<BTreeMap<String, String>>) -> Option<Strings> {
     map.map(|m| m.into_iter().collect())
 }
 

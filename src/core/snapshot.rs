@@ -16,7 +16,7 @@ use crate::api::{
 };
 use crate::core::conflict::{FieldManager, project};
 use crate::core::model::{PolicyId, WorkloadKey};
-use crate::core::pod::{Pod, PodTemplateSpec, Strings};
+use crate::core::pod::{Pod, PodTemplateSpec, Strings, strings};
 
 /// A policy of either scope, normalized to its family's spec type.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,20 +75,20 @@ impl Workload {
     /// A workload from its object's metadata and pod template. A missing namespace is
     /// `default`, as kubectl assumes for a manifest without one.
     pub fn from_object(
-        meta: &ObjectMeta,
+        meta: ObjectMeta,
         kind: WorkloadKind,
         template: k8s_openapi::api::core::v1::PodTemplateSpec,
         replicas: Option<i32>,
     ) -> Self {
         Workload {
             key: WorkloadKey::new(
-                meta.namespace.clone().unwrap_or_else(|| "default".into()),
+                meta.namespace.unwrap_or_else(|| "default".into()),
                 kind,
-                meta.name.clone().unwrap_or_default(),
+                meta.name.unwrap_or_default(),
             ),
-            uid: meta.uid.clone(),
-            labels: copy_strings(meta.labels.as_ref()),
-            annotations: copy_strings(meta.annotations.as_ref()),
+            uid: meta.uid,
+            labels: strings(meta.labels).unwrap_or_default(),
+            annotations: strings(meta.annotations).unwrap_or_default(),
             template: template.into(),
             replicas,
             field_managers: meta
@@ -98,13 +98,6 @@ impl Workload {
                 .unwrap_or_default(),
         }
     }
-}
-
-fn copy_strings(map: Option<&BTreeMap<String, String>>) -> Strings {
-    map.into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 impl Snapshot {
@@ -146,7 +139,7 @@ impl From<Deployment> for Workload {
     fn from(d: Deployment) -> Self {
         let replicas = Some(d.spec.replicas.unwrap_or(1));
         Workload::from_object(
-            &d.metadata,
+            d.metadata,
             WorkloadKind::Deployment,
             d.spec.template,
             replicas,
@@ -158,7 +151,7 @@ impl From<StatefulSet> for Workload {
     fn from(s: StatefulSet) -> Self {
         let replicas = Some(s.spec.replicas.unwrap_or(1));
         Workload::from_object(
-            &s.metadata,
+            s.metadata,
             WorkloadKind::StatefulSet,
             s.spec.template,
             replicas,
@@ -171,7 +164,7 @@ impl From<DaemonSet> for Workload {
     fn from(d: DaemonSet) -> Self {
         let desired = d.status.as_ref().map(|s| s.desired_number_scheduled);
         Workload::from_object(
-            &d.metadata,
+            d.metadata,
             WorkloadKind::DaemonSet,
             d.spec.template,
             desired,
@@ -184,7 +177,7 @@ impl From<Job> for Workload {
     fn from(j: Job) -> Self {
         let spec = j.spec.unwrap_or_default();
         Workload::from_object(
-            &j.metadata,
+            j.metadata,
             WorkloadKind::Job,
             spec.template,
             spec.parallelism,
@@ -201,7 +194,7 @@ impl From<CronJob> for Workload {
             .spec
             .map(|s| s.template)
             .unwrap_or_default();
-        Workload::from_object(&c.metadata, WorkloadKind::CronJob, template, None)
+        Workload::from_object(c.metadata, WorkloadKind::CronJob, template, None)
     }
 }
 
