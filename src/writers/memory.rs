@@ -14,14 +14,14 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{PolicyStatus, RightsizingRecommendation};
+use crate::api::PolicyStatus;
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, ContainerRequests, PolicyId, RequestSet, WorkloadKey,
 };
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
@@ -53,7 +53,7 @@ pub struct MemoryWriter {
     /// (namespace, HPA name) → (resource, averageUtilization).
     hpa_targets: BTreeMap<(String, String), (String, i32)>,
     /// (namespace, name) → the RightsizingRecommendation as written.
-    recommendations: BTreeMap<(String, String), Arc<RightsizingRecommendation>>,
+    recommendations: BTreeMap<(String, String), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
     restarts: BTreeMap<WorkloadKey, u32>,
     events: Vec<EventWrite>,
@@ -96,7 +96,7 @@ impl MemoryWriter {
     }
 
     /// The RightsizingRecommendations written so far, in name order.
-    pub fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+    pub fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.recommendations.values().cloned().collect()
     }
 
@@ -228,16 +228,16 @@ impl MemoryWriter {
 
     /// Takes the write over (a first cycle writes one per workload: no second copy of each).
     fn recommendation(&mut self, r: RecommendationWrite) {
-        let mut rec = RightsizingRecommendation::new(&r.name, r.spec);
-        rec.metadata = ObjectMeta {
-            name: Some(r.name.clone()),
-            namespace: Some(r.namespace.clone()),
-            owner_references: r.owner.map(|o| vec![o]),
-            ..Default::default()
+        let status = r.status.or_else(|| r.observed.and_then(|o| o.status));
+        let rec = PersistedRecommendation {
+            owner_uids: r.owner.map(|o| o.uid).into_iter().collect(),
+            namespace: r.namespace,
+            name: r.name,
+            spec: r.spec,
+            status,
         };
-        rec.status = r.status.or_else(|| r.observed.and_then(|o| o.status));
         self.recommendations
-            .insert((r.namespace, r.name), Arc::new(rec));
+            .insert((rec.namespace.clone(), rec.name.clone()), Arc::new(rec));
     }
 
     fn event(&mut self, e: EventWrite) {

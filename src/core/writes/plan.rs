@@ -17,20 +17,20 @@ use super::{
 };
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
-    REASON_CONFLICT, RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
+    REASON_CONFLICT, RecommendationPhase, RecommendationStatus,
 };
 use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
 };
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::workload::{
     RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
     recommendation_spec, recommendation_status,
 };
-use crate::core::recovery::recommendation_key;
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::reconcile::CycleOutput;
 
@@ -170,26 +170,20 @@ fn restore_target(snapshot: &Snapshot, key: &WorkloadKey, h: &RestoreHpa) -> Opt
 
 /// The RightsizingRecommendations by (namespace, name): looked up once per workload, so a
 /// cycle stays linear in the number of workloads.
-struct RecommendationIndex<'a>(HashMap<(&'a str, &'a str), &'a RightsizingRecommendation>);
+struct RecommendationIndex<'a>(HashMap<(&'a str, &'a str), &'a PersistedRecommendation>);
 
 impl<'a> RecommendationIndex<'a> {
-    fn new(recommendations: &'a [Arc<RightsizingRecommendation>]) -> Self {
+    fn new(recommendations: &'a [Arc<PersistedRecommendation>]) -> Self {
         Self(
             recommendations
                 .iter()
-                .filter_map(|rec| {
-                    let key = (
-                        rec.metadata.namespace.as_deref()?,
-                        rec.metadata.name.as_deref()?,
-                    );
-                    Some((key, &**rec))
-                })
+                .map(|rec| ((rec.namespace.as_str(), rec.name.as_str()), &**rec))
                 .collect(),
         )
     }
 
     /// The recommendation of the workload `key`.
-    fn find(&self, key: &WorkloadKey) -> Option<&'a RightsizingRecommendation> {
+    fn find(&self, key: &WorkloadKey) -> Option<&'a PersistedRecommendation> {
         let name = recommendation_name(key);
         self.0
             .get(&(key.namespace.as_str(), name.as_str()))
@@ -201,7 +195,7 @@ impl<'a> RecommendationIndex<'a> {
 /// asked for or was done (see [`rolled_back`]).
 pub fn held_back(
     snapshot: &Snapshot,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
 ) -> BTreeSet<WorkloadKey> {
     let mut out: BTreeSet<WorkloadKey> = snapshot
         .workloads
@@ -213,7 +207,7 @@ pub fn held_back(
         recommendations
             .iter()
             .filter(|r| rolled_back(r.status.as_ref()))
-            .filter_map(|r| recommendation_key(r)),
+            .filter_map(|r| r.workload()),
     );
     out
 }
@@ -237,7 +231,7 @@ fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> Recom
 fn restore_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
     index: &RecommendationIndex<'_>,
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
     now: Timestamp,
@@ -255,7 +249,7 @@ fn restore_writes(
         .map(|w| (w.key.clone(), RestoreKind::Rollback))
         .collect();
     for rec in recommendations {
-        let Some(key) = recommendation_key(rec) else {
+        let Some(key) = rec.workload() else {
             continue;
         };
         if due.contains_key(&key)
@@ -504,7 +498,7 @@ pub fn plan_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
     invalid: &[InvalidPolicy],
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
     now: Timestamp,
 ) -> Vec<WriteOp> {
     let mut ops = Vec::new();

@@ -737,14 +737,7 @@ impl Task {
         let what = format!("RightsizingRecommendation {}/{}", r.namespace, r.name);
         let mut made = 0;
         let spec_same = r.observed.as_ref().is_some_and(|o| {
-            o.spec == r.spec
-                && r.owner.as_ref().is_none_or(|own| {
-                    o.metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|x| x.uid == own.uid)
-                })
+            o.spec == r.spec && r.owner.as_ref().is_none_or(|own| o.owned_by(&own.uid))
         });
         if !spec_same {
             let mut metadata = json!({"name": r.name, "namespace": r.namespace});

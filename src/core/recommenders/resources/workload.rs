@@ -750,6 +750,8 @@ pub fn add_gpu(spec: &mut RightsizingRecommendationSpec, gpu: &WorkloadResult) {
             spec.policies.push(p);
         }
     }
+    // Held by the recommendation: no growth slack (a push grows the list to four).
+    spec.policies.shrink_to_fit();
 }
 
 /// The `RightsizingRecommendation` spec of a workload only GPU reactive policies cover: per
