@@ -106,13 +106,13 @@ pub(crate) fn running_pod(
 ) -> Arc<Pod> {
     Arc::new(Pod {
         metadata: Meta {
-            name: Some(name),
-            namespace: Some(ns),
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
             annotations,
             owner_references: Some(vec![OwnerRef {
                 api_version: "apps/v1".into(),
                 kind: "ReplicaSet".into(),
-                name: replicaset,
+                name: replicaset.into(),
                 controller: Some(true),
             }]),
             ..Default::default()
@@ -154,7 +154,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
         s.gpu_policies.push(GpuPolicy {
             id: PolicyId {
                 kind: "GpuReactivePolicy".into(),
-                namespace: Some(ns.clone()),
+                namespace: Some(ns.as_str().into()),
                 name: "gpu".into(),
             },
             policy_type: PolicyType::GpuReactivePolicy,
@@ -195,8 +195,10 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
                 }),
             },
         ));
-        s.replicaset_owners
-            .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));
+        s.replicaset_owners.insert(
+            (ns.into(), format!("gpu-{w:05}-rs").into()),
+            format!("gpu-{w:05}").into(),
+        );
     }
     let started =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now - SignedDuration::from_hours(2));

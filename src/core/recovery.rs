@@ -59,10 +59,7 @@ pub fn serving_state_each(
         let Some(key) = rec.workload() else {
             continue;
         };
-        let protected = snapshot
-            .global
-            .protected_namespaces
-            .contains(&key.namespace);
+        let protected = snapshot.global.is_protected(&key.namespace);
         if protected || held.contains(&key) || !workloads.contains(&key) {
             continue;
         }
@@ -106,11 +103,7 @@ pub fn recover_each(
         let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
             continue;
         };
-        if snapshot
-            .global
-            .protected_namespaces
-            .contains(&w.key.namespace)
-        {
+        if snapshot.global.is_protected(&w.key.namespace) {
             continue;
         }
         let mut rec = match GpuRecommendation::parse(text) {
@@ -192,7 +185,7 @@ pub fn recover_each(
             spec.containers
                 .iter()
                 .chain(spec.init_containers.iter().flatten())
-                .map(|c| c.name.clone())
+                .map(|c| c.name.to_string())
                 .collect()
         };
         rec.containers.retain(|c, _| scope.contains(c));

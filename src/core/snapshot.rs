@@ -15,7 +15,7 @@ use crate::api::{
     RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
 use crate::core::conflict::{FieldManager, project};
-use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::model::{Name, PolicyId, WorkloadKey};
 use crate::core::pod::{Pod, PodTemplateSpec, Strings, strings};
 
 /// A policy of either scope, normalized to its family's spec type.
@@ -44,9 +44,9 @@ impl<S> Policy<S> {
     ) -> Self {
         Policy {
             id: PolicyId {
-                kind: policy_type.as_str().to_string(),
-                namespace: meta.namespace.clone(),
-                name: meta.name.clone().unwrap_or_default(),
+                kind: policy_type.as_str().into(),
+                namespace: meta.namespace.as_deref().map(Name::from),
+                name: meta.name.as_deref().unwrap_or_default().into(),
             },
             policy_type,
             creation: meta.creation_timestamp.as_ref().map(|t| t.0),
@@ -217,9 +217,9 @@ pub struct Snapshot {
     pub pods: Vec<Arc<Pod>>,
     pub hpas: Vec<HorizontalPodAutoscaler>,
     /// (namespace, ReplicaSet name) → Deployment name.
-    pub replicaset_owners: BTreeMap<(String, String), String>,
+    pub replicaset_owners: BTreeMap<(Name, Name), Name>,
     /// (namespace, Job name) → CronJob name.
-    pub job_owners: BTreeMap<(String, String), String>,
+    pub job_owners: BTreeMap<(Name, Name), Name>,
 }
 
 /// A policy left out of the snapshot, with the message for its `Ready=False` condition.

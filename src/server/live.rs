@@ -228,7 +228,7 @@ impl<S> Recording<'_, S> {
                         .flatten()
                         .filter_map(|&pi| {
                             let p = &snapshot.pods[pi];
-                            Some((p.metadata.name.clone()?, pod_alloc(p)))
+                            Some((p.metadata.name.as_deref()?.to_string(), pod_alloc(p)))
                         })
                         .collect();
                     let view: Vec<(&str, &PodAlloc)> =
@@ -249,7 +249,7 @@ impl<S> Recording<'_, S> {
                         let totals = usage::pod_totals(&view, interp, |pod, c| {
                             let id = (
                                 m.metric.clone(),
-                                w.key.namespace.clone(),
+                                w.key.namespace.to_string(),
                                 pod.to_string(),
                                 c.to_string(),
                             );

@@ -361,7 +361,7 @@ fn set_template_requests(template: &mut PodTemplateSpec, requests: &ContainerReq
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten());
     for c in containers {
-        let Some(want) = requests.get(&c.name) else {
+        let Some(want) = requests.get(c.name.as_str()) else {
             continue;
         };
         let map = c

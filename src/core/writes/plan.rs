@@ -43,7 +43,7 @@ fn owner_of(w: &Workload) -> Option<OwnerReference> {
     w.uid.as_ref().map(|uid| OwnerReference {
         api_version: w.key.kind.api_version().into(),
         kind: w.key.kind.as_str().into(),
-        name: w.key.name.clone(),
+        name: w.key.name.to_string(),
         uid: uid.clone(),
         ..Default::default()
     })
@@ -153,7 +153,7 @@ fn hpa_target(
     target: i32,
 ) -> HpaTarget {
     HpaTarget {
-        namespace: key.namespace.clone(),
+        namespace: key.namespace.to_string(),
         name: name.to_string(),
         resource: resource.to_string(),
         average_utilization: target,
@@ -301,7 +301,7 @@ fn restore_writes(
             let mut status = restored_status(status, kind);
             status.last_applied_time = Some(crate::core::model::rfc3339_secs(now));
             RecommendationWrite {
-                namespace: key.namespace.clone(),
+                namespace: key.namespace.to_string(),
                 name: recommendation_name(&key),
                 spec,
                 status: Some(status),
@@ -481,7 +481,7 @@ fn gpu_only_recommendation(
         .is_some_and(|o| RecommendationWrite::in_place(o, &spec, Some(&status), owner.as_ref()))
     {
         ops.push(WriteOp::Recommendation(Box::new(RecommendationWrite {
-            namespace: gpu.key.namespace.clone(),
+            namespace: gpu.key.namespace.to_string(),
             name: recommendation_name(&gpu.key),
             spec,
             status: Some(status),
@@ -538,12 +538,7 @@ pub fn plan_writes(
         let kerfs = [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
             .iter()
             .any(|k| w.annotations.contains_key(*k));
-        if kerfs
-            && !gpu_covered.contains(&w.key)
-            && !snapshot
-                .global
-                .protected_namespaces
-                .contains(&w.key.namespace)
+        if kerfs && !gpu_covered.contains(&w.key) && !snapshot.global.is_protected(&w.key.namespace)
         {
             ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
                 observed: Arc::clone(w),
@@ -663,7 +658,7 @@ pub fn plan_writes(
             add_gpu(&mut spec, g);
         }
         let recommendation = RecommendationWrite {
-            namespace: r.key.namespace.clone(),
+            namespace: r.key.namespace.to_string(),
             name,
             spec,
             status: Some(status),

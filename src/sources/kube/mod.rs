@@ -188,9 +188,9 @@ impl InvalidPolicy {
             .and_then(|s| serde_json::from_value::<PolicyStatus>(s.clone()).ok());
         InvalidPolicy {
             id: PolicyId {
-                kind: policy_type.as_str().to_string(),
-                namespace: r.namespace,
-                name: r.name,
+                kind: policy_type.as_str().into(),
+                namespace: r.namespace.map(Into::into),
+                name: r.name.into(),
             },
             policy_type,
             generation: r.generation,
@@ -1040,7 +1040,7 @@ impl Reader {
         for ((ns, name), job) in i.jobs.entries() {
             match job {
                 ListedJob::OfCronJob(cron) => {
-                    job_owners.insert((ns.unwrap_or_default(), name), cron);
+                    job_owners.insert((ns.unwrap_or_default().into(), name.into()), cron.into());
                 }
                 ListedJob::Workload(w) => workloads.push(w),
             }
@@ -1051,7 +1051,9 @@ impl Reader {
             .replicasets
             .entries()
             .into_iter()
-            .filter_map(|((ns, name), d)| Some(((ns.unwrap_or_default(), name), d?)))
+            .filter_map(|((ns, name), d)| {
+                Some(((ns.unwrap_or_default().into(), name.into()), d?.into()))
+            })
             .collect();
         // Both ordered by (namespace, name), as the indexes are.
         let pods = i.pods.values();

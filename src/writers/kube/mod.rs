@@ -804,7 +804,7 @@ impl Task {
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{}.{:x}", e.regarding.name, now.as_nanosecond())),
-                namespace: Some(e.regarding.namespace.clone()),
+                namespace: Some(e.regarding.namespace.to_string()),
                 annotations: (!e.details.is_empty()).then(|| e.details.clone()),
                 ..Default::default()
             },
@@ -818,8 +818,8 @@ impl Task {
             regarding: Some(ObjectReference {
                 api_version: Some(ar.api_version.clone()),
                 kind: Some(ar.kind.clone()),
-                name: Some(e.regarding.name.clone()),
-                namespace: Some(e.regarding.namespace.clone()),
+                name: Some(e.regarding.name.to_string()),
+                namespace: Some(e.regarding.namespace.to_string()),
                 uid: e.uid.clone(),
                 ..Default::default()
             }),

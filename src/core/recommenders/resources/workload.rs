@@ -706,7 +706,7 @@ pub fn recommendation_spec(
     RightsizingRecommendationSpec {
         workload: WorkloadRef {
             kind: workload.kind.as_str().to_string(),
-            name: workload.name.clone(),
+            name: workload.name.to_string(),
         },
         policies: policy.map(|p| vec![p.to_string()]).unwrap_or_default(),
         containers: held(
@@ -782,7 +782,7 @@ pub fn gpu_recommendation_spec(
     let mut spec = RightsizingRecommendationSpec {
         workload: WorkloadRef {
             kind: workload.kind.as_str().to_string(),
-            name: workload.name.clone(),
+            name: workload.name.to_string(),
         },
         containers: containers
             .iter()

@@ -113,7 +113,7 @@ impl PodB {
     fn build(self) -> Pod {
         Pod {
             metadata: Meta {
-                name: Some(self.name),
+                name: Some(self.name.into()),
                 namespace: Some("default".into()),
                 annotations: Some(self.annotations),
                 deletion_timestamp: self
