@@ -76,10 +76,10 @@ pub(crate) fn fnv1a(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
 pub(crate) fn add_bench_strategy(s: &mut Snapshot, ns: String) {
     s.strategies.insert(
         StrategyKey {
-            namespace: Some(ns),
+            namespace: Some(ns.into()),
             name: "bench".into(),
         },
-        StrategyView::default(),
+        Arc::new(StrategyView::default()),
     );
 }
 
@@ -263,7 +263,7 @@ impl MetricSource for SynthSource {
         self.queries.fetch_add(1, Ordering::Relaxed);
         let mut set = SeriesSet::default();
         let (start, end) = (q.start.as_second(), q.end.as_second());
-        for pod in &q.pods {
+        for pod in q.pods.iter() {
             let ns = pod_namespace(&self.spec, pod);
             let series = SeriesValues::new(&q.metric, pod);
             let samples = (0..)
@@ -471,7 +471,7 @@ mod tests {
             132
         );
         for (_, _, q) in &plan.queries {
-            for pod in &q.pods {
+            for pod in q.pods.iter() {
                 assert!(q.namespaces.contains(&pod_namespace(&spec, pod)));
             }
         }

@@ -405,8 +405,8 @@ pub struct WorkloadState {
     pub hpa: Option<CoordinatedHpa>,
     /// The policy that produced the state (shown in the `mutated` annotation).
     pub policy: Option<PolicyId>,
-    /// What the agent may do.
-    pub strategy: StrategyView,
+    /// What the agent may do (shared with the snapshot's strategy).
+    pub strategy: std::sync::Arc<StrategyView>,
 }
 
 #[cfg(test)]

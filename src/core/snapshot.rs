@@ -104,10 +104,10 @@ impl Snapshot {
     /// Resolves an `automationStrategyRef` of a policy in `namespace` (None: a cluster policy):
     /// a namespaced policy looks in its namespace, then among cluster strategies; a cluster
     /// policy among cluster strategies only.
-    pub fn strategy(&self, namespace: Option<&str>, name: &str) -> Option<&StrategyView> {
+    pub fn strategy(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<StrategyView>> {
         let key = |namespace: Option<&str>| StrategyKey {
-            namespace: namespace.map(str::to_string),
-            name: name.to_string(),
+            namespace: namespace.map(Name::from),
+            name: name.into(),
         };
         namespace
             .and_then(|ns| self.strategies.get(&key(Some(ns))))
@@ -201,8 +201,8 @@ impl From<CronJob> for Workload {
 /// Strategy lookup key: `namespace = None` for ClusterAutomationStrategy.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StrategyKey {
-    pub namespace: Option<String>,
-    pub name: String,
+    pub namespace: Option<Name>,
+    pub name: Name,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -211,7 +211,9 @@ pub struct Snapshot {
     pub precedence: PolicyEvaluationSpec,
     pub gpu_policies: Vec<GpuPolicy>,
     pub rightsizing_policies: Vec<RsPolicy>,
-    pub strategies: BTreeMap<StrategyKey, StrategyView>,
+    /// Shared: every workload's result and admission state names its strategy (a copy each
+    /// was 64 bytes, and more with KAI settings, per workload).
+    pub strategies: BTreeMap<StrategyKey, Arc<StrategyView>>,
     /// Shared with the reader's caches (a snapshot every cycle copies pointers, not objects).
     pub workloads: Vec<Arc<Workload>>,
     pub pods: Vec<Arc<Pod>>,

@@ -403,7 +403,7 @@ mod tests {
             pod_label: "pod".into(),
             container_label: "container".into(),
             namespaces: vec!["ns".into()],
-            pods: vec![],
+            pods: Default::default(),
             start: Timestamp::from_second(0).unwrap(),
             end: Timestamp::from_second(999).unwrap(),
             step_seconds: 1,

@@ -656,7 +656,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             pod_label: metric.pod_label.clone(),
             container_label: metric.container_label.clone(),
             namespaces: vec![self.key.namespace.to_string()],
-            pods,
+            pods: pods.into(),
             start: self.from,
             end: self.last,
             step_seconds: self.step,

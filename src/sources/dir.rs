@@ -251,14 +251,11 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 s.strategies.insert(
                     StrategyKey {
                         namespace: Some(
-                            p.metadata
-                                .namespace
-                                .clone()
-                                .unwrap_or_else(|| "default".into()),
+                            p.metadata.namespace.as_deref().unwrap_or("default").into(),
                         ),
-                        name: p.metadata.name.clone().unwrap_or_default(),
+                        name: p.metadata.name.as_deref().unwrap_or_default().into(),
                     },
-                    p.spec.view(),
+                    Arc::new(p.spec.view()),
                 );
             }
             (true, "ClusterAutomationStrategy") => {
@@ -267,9 +264,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 s.strategies.insert(
                     StrategyKey {
                         namespace: None,
-                        name: p.metadata.name.clone().unwrap_or_default(),
+                        name: p.metadata.name.as_deref().unwrap_or_default().into(),
                     },
-                    p.spec.view(),
+                    Arc::new(p.spec.view()),
                 );
             }
             (true, "GlobalConfiguration") => {

@@ -44,6 +44,8 @@ struct WorkloadFields {
     restarted_at: Option<String>,
     /// A rollback removed the `rollback` annotation.
     rollback_cleared: bool,
+    /// Rolling restarts kerf made (kept here, not in a second map by workload).
+    restarts: u32,
 }
 
 /// kerf's writes, kept in memory and laid over every fresh read of the objects.
@@ -55,7 +57,6 @@ pub struct MemoryWriter {
     /// (namespace, name) → the RightsizingRecommendation as written.
     recommendations: BTreeMap<(String, String), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
-    restarts: BTreeMap<WorkloadKey, u32>,
     events: Vec<EventWrite>,
 }
 
@@ -100,9 +101,9 @@ impl MemoryWriter {
         self.recommendations.values().cloned().collect()
     }
 
-    /// Rolling restarts kerf made, per workload.
-    pub fn restarts(&self) -> &BTreeMap<WorkloadKey, u32> {
-        &self.restarts
+    /// Rolling restarts kerf made to the workload `key`.
+    pub fn restarts(&self, key: &WorkloadKey) -> u32 {
+        self.workloads.get(key).map_or(0, |f| f.restarts)
     }
 
     /// The latest events (at most [`EVENTS_KEPT`]).
@@ -215,8 +216,9 @@ impl MemoryWriter {
 
     fn restart(&mut self, key: &WorkloadKey, now: Timestamp) {
         let at = crate::core::model::rfc3339_secs(now);
-        self.workloads.entry(key.clone()).or_default().restarted_at = Some(at);
-        *self.restarts.entry(key.clone()).or_default() += 1;
+        let fields = self.workloads.entry(key.clone()).or_default();
+        fields.restarted_at = Some(at);
+        fields.restarts += 1;
     }
 
     fn hpa(&mut self, h: &HpaTarget) {
@@ -448,15 +450,15 @@ mod tests {
         let key = embedder(None).key.clone();
         // 0.9 → 0.5 (scale-back to the baseline): the pods change.
         w.apply_all(vec![write(embedder(Some(0.9)), Some(0.5))], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&1));
+        assert_eq!(w.restarts(&key), 1);
         // 0.5 → nothing: the pods get the template's 0.5 either way.
         w.apply_all(vec![write(embedder(Some(0.5)), None)], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&1), "no pod would change");
+        assert_eq!(w.restarts(&key), 1, "no pod would change");
         // nothing → 0.9: the pods change.
         w.apply_all(vec![write(embedder(None), Some(0.9))], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&2));
+        assert_eq!(w.restarts(&key), 2);
         // 0.9 → 0.9: nothing changes.
         w.apply_all(vec![write(embedder(Some(0.9)), Some(0.9))], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&2));
+        assert_eq!(w.restarts(&key), 2);
     }
 }

@@ -1016,19 +1016,19 @@ impl Reader {
         for s in k.strategies.valid() {
             strategies.insert(
                 StrategyKey {
-                    namespace: s.metadata.namespace.clone(),
-                    name: s.name_any(),
+                    namespace: s.metadata.namespace.as_deref().map(Into::into),
+                    name: s.name_any().into(),
                 },
-                s.spec.view(),
+                Arc::new(s.spec.view()),
             );
         }
         for s in k.cluster_strategies.valid() {
             strategies.insert(
                 StrategyKey {
                     namespace: None,
-                    name: s.name_any(),
+                    name: s.name_any().into(),
                 },
-                s.spec.view(),
+                Arc::new(s.spec.view()),
             );
         }
 

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod recommender;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::core::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
@@ -47,7 +48,7 @@ pub fn pod_owner(
 pub fn resolve_strategy<'a>(
     snapshot: &'a Snapshot,
     policy: &GpuPolicy,
-) -> Option<&'a StrategyView> {
+) -> Option<&'a Arc<StrategyView>> {
     snapshot.strategy(
         policy.id.namespace.as_deref(),
         &policy.spec.automation_strategy_ref.name,
@@ -272,6 +273,14 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     for (pi, pods) in pods_per_policy {
         let policy = &snapshot.gpu_policies[pi];
         let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
+        // One list for both signals' queries.
+        let pod_names: Arc<[String]> = pods
+            .iter()
+            .map(|(_, p)| *p)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         for signal in Signal::BOTH {
             let cfg = policy.spec.metrics.signal(signal);
             let window = cfg
@@ -288,13 +297,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                     pod_label: cfg.prometheus.pod_label.clone(),
                     container_label: cfg.prometheus.container_label.clone(),
                     namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
-                    pods: pods
-                        .iter()
-                        .map(|(_, p)| *p)
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .map(str::to_string)
-                        .collect(),
+                    pods: Arc::clone(&pod_names),
                     start: now - SignedDuration::from_secs(window),
                     end: now,
                     step_seconds,
@@ -319,7 +322,7 @@ pub struct WorkloadResult {
     pub recommendation: Option<GpuRecommendation>,
     pub baseline: Option<GpuMap>,
     pub template_gpu: GpuMap,
-    pub strategy: StrategyView,
+    pub strategy: Arc<StrategyView>,
     pub reasons: Vec<String>,
     /// Set when a metric query for one of the workload's policies failed: nothing changes.
     pub metrics_unavailable: bool,
@@ -582,7 +585,7 @@ pub fn evaluate_workload(
         recommendation: None,
         baseline: baseline.clone(),
         template_gpu: tgpu,
-        strategy: StrategyView::default(),
+        strategy: Default::default(),
         reasons: Vec::new(),
         metrics_unavailable: false,
     };

@@ -138,7 +138,7 @@ fn replicas_query(
         pod_label: hpa::KSM_HPA_LABEL.into(),
         container_label: String::new(),
         namespaces: sorted(series.iter().map(|(ns, _)| ns.clone()).collect()),
-        pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()),
+        pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()).into(),
         start: now - SignedDuration::from_secs(window),
         end: now,
         step_seconds: step_for(window, step_seconds),
@@ -899,7 +899,7 @@ status:
             assert_eq!(q.namespace_label, "namespace");
             assert_eq!(q.pod_label, "horizontalpodautoscaler");
             assert_eq!(q.namespaces, ["shop"]);
-            assert_eq!(q.pods, ["api-hpa", "web"]);
+            assert_eq!(*q.pods, ["api-hpa", "web"]);
             assert_eq!(
                 q.start,
                 now - SignedDuration::from_hours(1),
