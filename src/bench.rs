@@ -13,7 +13,7 @@ use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::pod::{
-    Container, Meta, OwnerRef, Pod, PodSpec, PodStatus, PodTemplateSpec, Strings,
+    Container, Meta, OwnerRef, Pod, PodSpec, PodStatus, PodTemplateSpec, Strings, TemplateMeta,
 };
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
@@ -185,7 +185,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
             ns.clone(),
             format!("gpu-{w:05}"),
             PodTemplateSpec {
-                metadata: Some(Meta {
+                metadata: Some(TemplateMeta {
                     annotations: Some(annotations.clone()),
                     ..Default::default()
                 }),

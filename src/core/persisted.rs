@@ -5,13 +5,13 @@
 
 use crate::api::WorkloadKind;
 use crate::api::{RecommendationStatus, RightsizingRecommendation, RightsizingRecommendationSpec};
-use crate::core::model::WorkloadKey;
+use crate::core::model::{Name, WorkloadKey};
 
 /// One RightsizingRecommendation as persisted: what kerf reads of it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PersistedRecommendation {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
     /// The uids of its owner references (usually the workload's).
     pub owner_uids: Vec<String>,
     pub spec: RightsizingRecommendationSpec,
@@ -24,8 +24,8 @@ impl PersistedRecommendation {
     pub fn of(rec: RightsizingRecommendation) -> Option<Self> {
         let meta = rec.metadata;
         Some(Self {
-            namespace: meta.namespace?,
-            name: meta.name?,
+            namespace: meta.namespace?.into(),
+            name: meta.name?.into(),
             owner_uids: meta
                 .owner_references
                 .into_iter()

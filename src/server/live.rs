@@ -223,7 +223,7 @@ impl<S> Recording<'_, S> {
                 None => (None, None),
                 Some(policy) => {
                     let pods: Vec<(String, PodAlloc)> = pods_of
-                        .get(&w.key)
+                        .get(&w.key())
                         .into_iter()
                         .flatten()
                         .filter_map(|&pi| {
@@ -249,7 +249,7 @@ impl<S> Recording<'_, S> {
                         let totals = usage::pod_totals(&view, interp, |pod, c| {
                             let id = (
                                 m.metric.clone(),
-                                w.key.namespace.to_string(),
+                                w.key().namespace.to_string(),
                                 pod.to_string(),
                                 c.to_string(),
                             );
@@ -332,7 +332,7 @@ impl<S> Recording<'_, S> {
                         )
                     });
                     let chart = Chart {
-                        id: w.key.to_string(),
+                        id: w.key().to_string(),
                         unit: "GPUs per pod".into(),
                         from,
                         to: now.as_second(),
@@ -343,9 +343,9 @@ impl<S> Recording<'_, S> {
                 }
             };
             out.workloads.insert(
-                w.key.clone(),
+                w.key().clone(),
                 LiveWorkload {
-                    key: w.key.clone(),
+                    key: w.key().clone(),
                     policy: policy_id.map(|p| p.to_string()),
                     policy_status: conditions(status),
                     decision: decision.unwrap_or_else(|| "none".into()),

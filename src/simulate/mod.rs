@@ -377,7 +377,7 @@ pub async fn run<S: MetricSource>(
         let hpas = hpa::hpa_index(&after.hpas);
         let mut rescaled: Vec<usize> = Vec::new();
         for outcome in &cycle.workloads {
-            let key = &outcome.key;
+            let key = outcome.key();
             let Some(&wi) = workload_at.get(key) else {
                 continue;
             };

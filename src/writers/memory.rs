@@ -19,7 +19,7 @@ use crate::api::PolicyStatus;
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, ContainerRequests, PolicyId, RequestSet, WorkloadKey,
+    ANNOTATION_ROLLBACK, ContainerRequests, Name, PolicyId, RequestSet, WorkloadKey,
 };
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::pod::PodTemplateSpec;
@@ -55,7 +55,7 @@ pub struct MemoryWriter {
     /// (namespace, HPA name) → (resource, averageUtilization).
     hpa_targets: BTreeMap<(String, String), (String, i32)>,
     /// (namespace, name) → the RightsizingRecommendation as written.
-    recommendations: BTreeMap<(String, String), Arc<PersistedRecommendation>>,
+    recommendations: BTreeMap<(Name, Name), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
     events: Vec<EventWrite>,
 }
@@ -233,8 +233,8 @@ impl MemoryWriter {
         let status = r.status.or_else(|| r.observed.and_then(|o| o.status));
         let rec = PersistedRecommendation {
             owner_uids: r.owner.map(|o| o.uid).into_iter().collect(),
-            namespace: r.namespace,
-            name: r.name,
+            namespace: r.namespace.into(),
+            name: r.name.into(),
             spec: r.spec,
             status,
         };

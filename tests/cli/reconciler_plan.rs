@@ -520,8 +520,8 @@ async fn hpa_example_with_history(
 }
 
 fn web_json(c: &CycleOutput) -> serde_json::Value {
-    let w = c.workloads.iter().find(|w| w.key.name == "web").unwrap();
-    kerf::cli::recommend::workload_json(&w.key, w.gpu.as_deref(), w.resources.as_deref())
+    let w = c.workloads.iter().find(|w| w.key().name == "web").unwrap();
+    kerf::cli::recommend::workload_json(w.key(), w.gpu.as_deref(), w.resources.as_deref())
 }
 
 /// docs/design/hpa-coordination.md#h7: `max-replicas-reached` means the HPA was at

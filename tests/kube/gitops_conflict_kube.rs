@@ -584,8 +584,8 @@ async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
         ..Default::default()
     }));
     let rec = Arc::new(PersistedRecommendation {
-        name: written.name.clone(),
-        namespace: written.namespace.clone(),
+        name: written.name.as_str().into(),
+        namespace: written.namespace.as_str().into(),
         spec: written.spec.clone(),
         status: Some(status),
         ..Default::default()

@@ -370,8 +370,8 @@ impl<'a> Conflicts<'a> {
                 .workloads
                 .iter()
                 .filter_map(|wo| {
-                    let w = workloads.get(&wo.key)?;
-                    let previous = index.find(&wo.key).and_then(|r| r.status.as_ref());
+                    let w = workloads.get(wo.key())?;
+                    let previous = index.find(wo.key()).and_then(|r| r.status.as_ref());
                     let input = ConflictInput {
                         workload: w,
                         hpas: &snapshot.hpas,
@@ -379,7 +379,7 @@ impl<'a> Conflicts<'a> {
                         now,
                         rules: ConflictRules::default(),
                     };
-                    Some((&wo.key, assess(&input))).filter(|(_, a)| *a != QUIET)
+                    Some((wo.key(), assess(&input))).filter(|(_, a)| *a != QUIET)
                 })
                 .collect()
         };
@@ -523,7 +523,7 @@ pub fn plan_writes(
             observed: Arc::clone(w),
             gpu: Some(GpuAnnotations {
                 baseline: r.baseline.clone(),
-                recommendation: r.recommendation.clone(),
+                recommendation: r.recommendation.as_deref().cloned(),
             }),
             requests: None,
         };
@@ -555,7 +555,7 @@ pub fn plan_writes(
     // The RightsizingRecommendation of every workload kerf recommends for, then the CPU/memory
     // change (coordinated when an HPA is).
     for wo in &cycle.workloads {
-        let conflict = conflicts.of(&wo.key, &workloads);
+        let conflict = conflicts.of(wo.key(), &workloads);
         let Some(r) = &wo.resources else {
             if let Some(g) = &wo.gpu {
                 ops.extend(gpu_only_recommendation(

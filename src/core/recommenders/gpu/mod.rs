@@ -319,7 +319,8 @@ pub struct WorkloadResult {
     pub action: Action,
     pub driving_metric: Option<Signal>,
     pub containers: SmallMap<String, engine::ContainerOutcome>,
-    pub recommendation: Option<GpuRecommendation>,
+    /// Boxed: many workloads have none, and a result is held per workload for the cycle.
+    pub recommendation: Option<Box<GpuRecommendation>>,
     pub baseline: Option<GpuMap>,
     pub template_gpu: GpuMap,
     pub strategy: Arc<StrategyView>,
@@ -634,7 +635,7 @@ pub fn evaluate_workload(
         } else {
             Action::None
         };
-        result.recommendation = previous.clone();
+        result.recommendation = previous.clone().map(Box::new);
         result.driving_metric = previous.as_ref().and_then(|r| r.driving_metric);
         for (_, o) in outputs {
             result.containers.extend(o.containers);
@@ -701,14 +702,14 @@ fn merge_outputs(
         r.by_policy = parts;
     }
     result.baseline = baseline;
-    result.recommendation = rec;
+    result.recommendation = rec.map(Box::new);
 }
 
 impl WorkloadResult {
     /// What the admission path serves for this workload.
     pub fn to_state(&self) -> WorkloadState {
         WorkloadState {
-            gpu: self.recommendation.clone(),
+            gpu: self.recommendation.as_deref().cloned(),
             template_gpu: self.template_gpu.clone(),
             resources: Default::default(),
             hpa: None,

@@ -140,7 +140,7 @@ impl PodB {
 
 fn template_of(pod: &Pod) -> PodTemplateSpec {
     PodTemplateSpec {
-        metadata: Some(Meta {
+        metadata: Some(crate::core::pod::TemplateMeta {
             annotations: pod.metadata.annotations.clone(),
             ..Default::default()
         }),
