@@ -277,6 +277,11 @@ impl Selectors {
 
 pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
+    // Without a rightsizing policy nothing is covered: no owner index to build (a GPU-only
+    // cluster of 150,000 pods spent ≈3 % of its cycle on it).
+    if snapshot.rightsizing_policies.is_empty() {
+        return out;
+    }
     for (i, p) in snapshot.rightsizing_policies.iter().enumerate() {
         let name = &p.spec.automation_strategy_ref.name;
         if let Some(why) = snapshot.unresolved_strategy(p.id.namespace.as_deref(), name) {
