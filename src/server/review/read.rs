@@ -76,19 +76,12 @@ impl<'a> Reader<'a> {
 
     /// JSON whitespace, as serde_json skips it.
     fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
-            self.i += 1;
-        }
+        self.i = ws(self.b, self.i);
     }
 
     fn eat(&mut self, c: u8) -> Option<()> {
         self.ws();
         (self.peek() == Some(c)).then(|| self.i += 1)
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        let end = self.i + word.len();
-        (self.b.get(self.i..end) == Some(word)).then(|| self.i = end)
     }
 
     /// A map's entries, `each` reading the value of each key. Keys are compared as written, so
@@ -144,7 +137,7 @@ impl<'a> Reader<'a> {
     fn or_null<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         self.ws();
         if self.peek() == Some(b'n') {
-            self.literal(b"null")?;
+            self.i = literal(self.b, self.i, b"null")?;
             return Some(None);
         }
         read(self).map(Some)
@@ -161,93 +154,14 @@ impl<'a> Reader<'a> {
 
     /// Skips one value, accepting what serde_json's `ignore_value` accepts and no more.
     fn skip(&mut self) -> Option<()> {
-        self.ws();
-        match self.peek()? {
-            b'"' => {
-                self.i += 1;
-                self.string()
-            }
-            b'{' => self.object(|r, _| r.skip()),
-            b'[' => self.array(Reader::skip),
-            b'n' => self.literal(b"null"),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'-' | b'0'..=b'9' => self.number(),
-            _ => None,
-        }
-    }
-
-    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
-    fn number(&mut self) -> Option<()> {
-        if self.peek() == Some(b'-') {
-            self.i += 1;
-        }
-        match self.peek()? {
-            b'0' => self.i += 1,
-            b'1'..=b'9' => self.digits(),
-            _ => return None,
-        }
-        if self.peek() == Some(b'.') {
-            self.i += 1;
-            self.digit()?;
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.i += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.i += 1;
-            }
-            self.digit()?;
-        }
-        // A digit right after a leading zero is an error for serde_json too.
-        (!self.peek().is_some_and(|c| c.is_ascii_digit())).then_some(())
-    }
-
-    fn digit(&mut self) -> Option<()> {
-        self.peek().filter(u8::is_ascii_digit)?;
-        self.digits();
+        self.i = skip(self.b, self.i, self.depth)?;
         Some(())
     }
 
-    fn digits(&mut self) {
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.i += 1;
-        }
-    }
-
-    /// The rest of a string after its opening quote, up to and including the closing one:
-    /// control characters are refused, escapes must be JSON's (`\u` with four hex digits;
-    /// serde_json checks neither surrogates nor UTF-8 in strings it skips).
+    /// The rest of a string after its opening quote, up to and including the closing one.
     fn string(&mut self) -> Option<()> {
-        loop {
-            // Eight bytes at a time while none is a quote, a backslash or a control character.
-            while let Some(chunk) = self.b.get(self.i..self.i + 8) {
-                let found = special(u64::from_le_bytes(chunk.try_into().ok()?));
-                if found != 0 {
-                    // The lowest flagged byte is the first one to look at.
-                    self.i += (found.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                self.i += 8;
-            }
-            let c = self.peek()?;
-            self.i += 1;
-            match c {
-                b'"' => return Some(()),
-                b'\\' => match self.peek()? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
-                    b'u' => {
-                        let hex = self.b.get(self.i + 1..self.i + 5)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return None;
-                        }
-                        self.i += 5;
-                    }
-                    _ => return None,
-                },
-                0..0x20 => return None,
-                _ => {}
-            }
-        }
+        self.i = string(self.b, self.i)?;
+        Some(())
     }
 
     /// `request`: its envelope fields and, for a pod whose kind came first, the skeleton.
@@ -358,4 +272,153 @@ fn special(x: u64) -> u64 {
     let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v;
     (below(x, 0x20) | below(x ^ (ONES * u64::from(b'"')), 1) | below(x ^ (ONES * u64::from(b'\\')), 1))
         & HIGH
+}
+
+/// JSON whitespace, as serde_json skips it.
+fn ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the value starting at `i` (after whitespace), `depth` levels deep. A loop with
+/// the open brackets as a bit stack (1: object), not recursion: skipping is most of the
+/// reader's work and most of a large pod.
+fn skip(b: &[u8], mut i: usize, depth: usize) -> Option<usize> {
+    let mut open: u128 = 0;
+    let mut levels = 0;
+    'value: loop {
+        i = ws(b, i);
+        match *b.get(i)? {
+            b'"' => i = string(b, i + 1)?,
+            c @ (b'{' | b'[') => {
+                levels += 1;
+                if depth + levels > MAX_DEPTH {
+                    return None;
+                }
+                open = open << 1 | u128::from(c == b'{');
+                i = ws(b, i + 1);
+                if b.get(i) == Some(&(c + 2)) {
+                    // `{}` or `[]` (the closing bracket is the opening one + 2 in ASCII).
+                    i += 1;
+                    levels -= 1;
+                    open >>= 1;
+                } else {
+                    if c == b'{' {
+                        i = key(b, i)?;
+                    }
+                    continue 'value;
+                }
+            }
+            b'n' => i = literal(b, i, b"null")?,
+            b't' => i = literal(b, i, b"true")?,
+            b'f' => i = literal(b, i, b"false")?,
+            b'-' | b'0'..=b'9' => i = number(b, i)?,
+            _ => return None,
+        }
+        // After a value: a comma and the next entry, or the end of the enclosing brackets.
+        loop {
+            if levels == 0 {
+                return Some(i);
+            }
+            i = ws(b, i);
+            let object = open & 1 == 1;
+            match (*b.get(i)?, object) {
+                (b',', true) => {
+                    i = key(b, ws(b, i + 1))?;
+                    continue 'value;
+                }
+                (b',', false) => {
+                    i += 1;
+                    continue 'value;
+                }
+                (b'}', true) | (b']', false) => {
+                    i += 1;
+                    levels -= 1;
+                    open >>= 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// A key of a skipped map and its colon (serde_json skips such keys as it skips strings).
+fn key(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let i = ws(b, string(b, i + 1)?);
+    (b.get(i) == Some(&b':')).then_some(i + 1)
+}
+
+fn literal(b: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    let end = i + word.len();
+    (b.get(i..end) == Some(word)).then_some(end)
+}
+
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+fn number(b: &[u8], mut i: usize) -> Option<usize> {
+    let digits = |mut i: usize| {
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        i
+    };
+    let some_digits = |i: usize| b.get(i).filter(|c| c.is_ascii_digit()).map(|_| digits(i));
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    i = match b.get(i)? {
+        b'0' => i + 1,
+        b'1'..=b'9' => digits(i),
+        _ => return None,
+    };
+    if b.get(i) == Some(&b'.') {
+        i = some_digits(i + 1)?;
+    }
+    if let Some(b'e' | b'E') = b.get(i) {
+        i += 1;
+        if let Some(b'+' | b'-') = b.get(i) {
+            i += 1;
+        }
+        i = some_digits(i)?;
+    }
+    // A digit right after a leading zero is an error for serde_json too.
+    (!b.get(i).is_some_and(u8::is_ascii_digit)).then_some(i)
+}
+
+/// The end of a string whose opening quote is before `i` (just past its closing quote):
+/// control characters are refused, escapes must be JSON's (`\u` with four hex digits;
+/// serde_json checks neither surrogates nor UTF-8 in strings it skips).
+fn string(b: &[u8], mut i: usize) -> Option<usize> {
+    loop {
+        // Eight bytes at a time while none is a quote, a backslash or a control character.
+        while let Some(chunk) = b.get(i..i + 8) {
+            let found = special(u64::from_le_bytes(chunk.try_into().ok()?));
+            if found != 0 {
+                // The lowest flagged byte is the first one to look at.
+                i += (found.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        match *b.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => match *b.get(i + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let hex = b.get(i + 2..i + 6)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return None;
+                    }
+                    i += 6;
+                }
+                _ => return None,
+            },
+            0..0x20 => return None,
+            _ => i += 1,
+        }
+    }
 }
