@@ -27,15 +27,17 @@ const MAX_DEPTH: usize = 100;
 
 /// The envelope and, when the request's kind comes before its object, a pod's skeleton.
 pub(super) fn review(body: &[u8]) -> Option<(Review, Object)> {
-    let mut r = Reader { b: body, i: 0, depth: 0 };
+    let mut r = Reader {
+        b: body,
+        i: 0,
+        depth: 0,
+    };
     let (mut api_version, mut kind, mut request) = (None, None, None);
-    r.object(|r, key| {
-        match key {
-            b"apiVersion" => set(&mut api_version, r.decode::<Option<String>>()?),
-            b"kind" => set(&mut kind, r.decode::<Option<String>>()?),
-            b"request" => set(&mut request, r.or_null(Reader::request)?),
-            _ => r.skip(),
-        }
+    r.object(|r, key| match key {
+        b"apiVersion" => set(&mut api_version, r.decode::<Option<String>>()?),
+        b"kind" => set(&mut kind, r.decode::<Option<String>>()?),
+        b"request" => set(&mut request, r.or_null(Reader::request)?),
+        _ => r.skip(),
     })?;
     r.ws();
     if r.i != r.b.len() {
@@ -270,7 +272,9 @@ fn special(x: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v;
-    (below(x, 0x20) | below(x ^ (ONES * u64::from(b'"')), 1) | below(x ^ (ONES * u64::from(b'\\')), 1))
+    (below(x, 0x20)
+        | below(x ^ (ONES * u64::from(b'"')), 1)
+        | below(x ^ (ONES * u64::from(b'\\')), 1))
         & HIGH
 }
 
