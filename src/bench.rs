@@ -13,7 +13,7 @@ use crate::api::{GpuReactivePolicySpec, PolicyType, StrategyView, WorkloadKind};
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::pod::{
-    Container, Meta, OwnerRef, Pod, PodSpec, PodStatus, PodTemplateSpec, Strings,
+    Container, Meta, OwnerRef, Pod, PodSpec, PodStatus, PodTemplateSpec, Strings, TemplateMeta,
 };
 use crate::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
@@ -76,10 +76,10 @@ pub(crate) fn fnv1a(mut h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
 pub(crate) fn add_bench_strategy(s: &mut Snapshot, ns: String) {
     s.strategies.insert(
         StrategyKey {
-            namespace: Some(ns),
+            namespace: Some(ns.into()),
             name: "bench".into(),
         },
-        StrategyView::default(),
+        Arc::new(StrategyView::default()),
     );
 }
 
@@ -106,13 +106,13 @@ pub(crate) fn running_pod(
 ) -> Arc<Pod> {
     Arc::new(Pod {
         metadata: Meta {
-            name: Some(name),
-            namespace: Some(ns),
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
             annotations,
             owner_references: Some(vec![OwnerRef {
                 api_version: "apps/v1".into(),
                 kind: "ReplicaSet".into(),
-                name: replicaset,
+                name: replicaset.into(),
                 controller: Some(true),
             }]),
             ..Default::default()
@@ -154,7 +154,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
         s.gpu_policies.push(GpuPolicy {
             id: PolicyId {
                 kind: "GpuReactivePolicy".into(),
-                namespace: Some(ns.clone()),
+                namespace: Some(ns.as_str().into()),
                 name: "gpu".into(),
             },
             policy_type: PolicyType::GpuReactivePolicy,
@@ -185,7 +185,7 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
             ns.clone(),
             format!("gpu-{w:05}"),
             PodTemplateSpec {
-                metadata: Some(Meta {
+                metadata: Some(TemplateMeta {
                     annotations: Some(annotations.clone()),
                     ..Default::default()
                 }),
@@ -195,8 +195,10 @@ pub fn synth_snapshot(spec: &ScaleSpec, now: Timestamp) -> Snapshot {
                 }),
             },
         ));
-        s.replicaset_owners
-            .insert((ns, format!("gpu-{w:05}-rs")), format!("gpu-{w:05}"));
+        s.replicaset_owners.insert(
+            (ns.into(), format!("gpu-{w:05}-rs").into()),
+            format!("gpu-{w:05}").into(),
+        );
     }
     let started =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now - SignedDuration::from_hours(2));
@@ -261,7 +263,7 @@ impl MetricSource for SynthSource {
         self.queries.fetch_add(1, Ordering::Relaxed);
         let mut set = SeriesSet::default();
         let (start, end) = (q.start.as_second(), q.end.as_second());
-        for pod in &q.pods {
+        for pod in q.pods.iter() {
             let ns = pod_namespace(&self.spec, pod);
             let series = SeriesValues::new(&q.metric, pod);
             let samples = (0..)
@@ -469,7 +471,7 @@ mod tests {
             132
         );
         for (_, _, q) in &plan.queries {
-            for pod in &q.pods {
+            for pod in q.pods.iter() {
                 assert!(q.namespaces.contains(&pod_namespace(&spec, pod)));
             }
         }

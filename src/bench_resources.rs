@@ -114,7 +114,7 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
         s.rightsizing_policies.push(RsPolicy {
             id: PolicyId {
                 kind: "RightsizingPolicy".into(),
-                namespace: Some(ns.clone()),
+                namespace: Some(ns.as_str().into()),
                 name: "rs".into(),
             },
             policy_type: PolicyType::RightsizingPolicy,
@@ -163,8 +163,10 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
         now - jiff::SignedDuration::from_hours(72),
     );
     for (p, (w, ns, rs, pod)) in pods(spec).into_iter().enumerate() {
-        s.replicaset_owners
-            .insert((ns.clone(), rs.clone()), workload_name(w));
+        s.replicaset_owners.insert(
+            (ns.as_str().into(), rs.as_str().into()),
+            workload_name(w).into(),
+        );
         s.pods.push(running_pod(
             (ns, pod),
             rs,

@@ -476,6 +476,11 @@ impl Default for GlobalConfigurationSpec {
 impl GlobalConfigurationSpec {
     /// Adds `namespace` to `protectedNamespaces`: kerf's own namespace is protected whatever the
     /// list says (docs/design/runtime.md#r12).
+    /// kerf never mutates `namespace`.
+    pub fn is_protected(&self, namespace: &str) -> bool {
+        self.protected_namespaces.iter().any(|n| n == namespace)
+    }
+
     pub fn protect(&mut self, namespace: &str) {
         if !self.protected_namespaces.iter().any(|n| n == namespace) {
             self.protected_namespaces.push(namespace.to_string());

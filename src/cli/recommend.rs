@@ -181,7 +181,7 @@ pub fn to_json(cycle: &CycleOutput) -> Value {
     let entries: Vec<Value> = cycle
         .workloads
         .iter()
-        .map(|w| workload_json(&w.key, w.gpu.as_deref(), w.resources.as_deref()))
+        .map(|w| workload_json(w.key(), w.gpu.as_deref(), w.resources.as_deref()))
         .collect();
     json!({"recommendations": entries})
 }

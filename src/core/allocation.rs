@@ -58,7 +58,7 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
     if scope.is_empty() {
         return default_scope_containers(spec)
             .into_iter()
-            .map(|c| c.name.clone())
+            .map(|c| c.name.to_string())
             .collect();
     }
     let all = spec
@@ -66,7 +66,7 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
         .iter()
         .chain(spec.init_containers.iter().flatten());
     all.filter(|c| scope.iter().any(|s| s == &c.name))
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect()
 }
 
@@ -119,7 +119,7 @@ pub fn container_allocations(
                 _ => Allocation::Missing(Cow::Borrowed(NO_GPU.as_str())),
             }
         };
-        out.insert(c.name.clone(), alloc);
+        out.insert(c.name.to_string(), alloc);
     }
     out
 }

@@ -552,14 +552,14 @@ pub fn blocked_message(t: &FieldTakeback, count: usize, rules: ConflictRules) ->
 /// Workloads whose RightsizingRecommendation says kerf stopped writing them for a field
 /// conflict, with the `Conflict` condition's message.
 pub fn blocked_workloads(
-    recommendations: &[std::sync::Arc<crate::api::RightsizingRecommendation>],
+    recommendations: &[std::sync::Arc<crate::core::persisted::PersistedRecommendation>],
 ) -> Vec<(crate::core::model::WorkloadKey, String)> {
     let mut out: Vec<_> = recommendations
         .iter()
         .filter_map(|rec| {
             let status = rec.status.as_ref()?;
             let since = status.conflict.as_ref()?.blocked_since.as_deref()?;
-            let key = crate::core::recovery::recommendation_key(rec)?;
+            let key = rec.workload()?;
             let message = status
                 .conditions
                 .iter()

@@ -7,10 +7,10 @@ use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::RsResult;
 
-/// Everything the recommenders said about one workload this cycle.
+/// Everything the recommenders said about one workload this cycle: at least one result (the
+/// workload's key is the results', not a third copy).
 #[derive(Clone, Debug)]
 pub struct WorkloadOutcome {
-    pub key: WorkloadKey,
     /// The GPU recommender's result (a GPU reactive policy covers the workload). Boxed as the
     /// recommender built it: moving results into outcomes then copies no result.
     pub gpu: Option<Box<WorkloadResult>>,
@@ -19,6 +19,25 @@ pub struct WorkloadOutcome {
     /// per workload for the whole cycle.
     pub resources: Option<Box<RsResult>>,
 }
+
+impl WorkloadOutcome {
+    /// The workload.
+    pub fn key(&self) -> &WorkloadKey {
+        match (&self.gpu, &self.resources) {
+            (Some(g), _) => &g.key,
+            (None, Some(r)) => &r.key,
+            // `CycleOutput::add` makes an outcome only with a result.
+            (None, None) => &NO_RESULT,
+        }
+    }
+}
+
+/// The key of an outcome without a result (none is made).
+static NO_RESULT: WorkloadKey = WorkloadKey {
+    namespace: crate::core::model::Name::new_static(""),
+    kind: crate::api::WorkloadKind::Deployment,
+    name: crate::core::model::Name::new_static(""),
+};
 
 /// One policy's cycle.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -75,7 +94,7 @@ impl CycleOutput {
                 .workloads
                 .iter()
                 .enumerate()
-                .map(|(i, w)| (&w.key, i))
+                .map(|(i, w)| (w.key(), i))
                 .collect();
             let mut next = self.workloads.len();
             results
@@ -92,7 +111,6 @@ impl CycleOutput {
         for (r, i) in results.into_iter().zip(targets) {
             if i == self.workloads.len() {
                 self.workloads.push(WorkloadOutcome {
-                    key: key(&r).clone(),
                     gpu: None,
                     resources: None,
                 });

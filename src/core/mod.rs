@@ -9,6 +9,7 @@ pub mod cycle;
 pub mod hpa;
 pub mod model;
 pub mod owner;
+pub mod persisted;
 pub mod pod;
 pub mod quantity;
 pub mod recommenders;

@@ -19,16 +19,22 @@ pub const ANNOTATION_ROLLBACK: &str = "rightsizing.kubex.ai/rollback";
 /// resumes writing at once and forgets the count (docs/gitops.md).
 pub const ANNOTATION_CONFLICT_ACKNOWLEDGED: &str = "rightsizing.kubex.ai/conflict-acknowledged";
 
+/// A name kerf holds many times over (namespaces, object, owner and container names, policy
+/// ids): stored inline up to 23 bytes, so holding or copying one allocates nothing, where a
+/// `String` allocated for each. At 150,000 pods a cycle held millions of such copies
+/// (docs/performance.md). Compares, hashes, prints and serializes as the string it holds.
+pub type Name = smol_str::SmolStr;
+
 /// A workload: the pod's top owner.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct WorkloadKey {
-    pub namespace: String,
+    pub namespace: Name,
     pub kind: WorkloadKind,
-    pub name: String,
+    pub name: Name,
 }
 
 impl WorkloadKey {
-    pub fn new(namespace: impl Into<String>, kind: WorkloadKind, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Name>, kind: WorkloadKind, name: impl Into<Name>) -> Self {
         Self {
             namespace: namespace.into(),
             kind,
@@ -46,10 +52,10 @@ impl fmt::Display for WorkloadKey {
 /// A policy's identity, rendered `<kind>/<namespace>/<name>` (namespace empty for cluster kinds).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PolicyId {
-    pub kind: String,
+    pub kind: Name,
     #[serde(default)]
-    pub namespace: Option<String>,
-    pub name: String,
+    pub namespace: Option<Name>,
+    pub name: Name,
 }
 
 impl fmt::Display for PolicyId {
@@ -67,13 +73,13 @@ impl fmt::Display for PolicyId {
 impl PolicyId {
     pub fn parse(s: &str) -> Option<Self> {
         let mut parts = s.splitn(3, '/');
-        let kind = parts.next()?.to_string();
+        let kind = parts.next()?;
         let ns = parts.next()?;
-        let name = parts.next()?.to_string();
+        let name = parts.next()?;
         (!kind.is_empty() && !name.is_empty()).then(|| PolicyId {
-            kind,
-            namespace: (!ns.is_empty()).then(|| ns.to_string()),
-            name,
+            kind: kind.into(),
+            namespace: (!ns.is_empty()).then(|| ns.into()),
+            name: name.into(),
         })
     }
 }
@@ -399,8 +405,8 @@ pub struct WorkloadState {
     pub hpa: Option<CoordinatedHpa>,
     /// The policy that produced the state (shown in the `mutated` annotation).
     pub policy: Option<PolicyId>,
-    /// What the agent may do.
-    pub strategy: StrategyView,
+    /// What the agent may do (shared with the snapshot's strategy).
+    pub strategy: std::sync::Arc<StrategyView>,
 }
 
 #[cfg(test)]

@@ -115,25 +115,25 @@ pub fn pod_template_hash(labels: Option<&impl StrMap>) -> Option<&str> {
 /// `pod-template-hash` label. `replicaset_owner(rs)` and `job_owner(job)` look the links up
 /// (names in the pod's namespace). Returns `None` for a pod without a controller reference or
 /// controlled by something that is not a workload (see the module rules).
-pub fn top_owner(
+pub fn top_owner<R: AsRef<str>, J: AsRef<str>>(
     namespace: &str,
     owners: &[impl OwnerLink],
     pod_template_hash: Option<&str>,
-    replicaset_owner: impl Fn(&str) -> Option<String>,
-    job_owner: impl Fn(&str) -> Option<String>,
+    replicaset_owner: impl Fn(&str) -> Option<R>,
+    job_owner: impl Fn(&str) -> Option<J>,
 ) -> Option<WorkloadKey> {
     let key = |kind, name: &str| Some(WorkloadKey::new(namespace, kind, name));
     match controller_of(owners)? {
         Controller::ReplicaSet(rs) => {
             if let Some(dep) = replicaset_owner(rs) {
-                return key(WorkloadKind::Deployment, &dep);
+                return key(WorkloadKind::Deployment, dep.as_ref());
             }
             let hash = pod_template_hash.filter(|h| !h.is_empty())?;
             let dep = rs.strip_suffix(hash)?.strip_suffix('-')?;
             (!dep.is_empty()).then(|| WorkloadKey::new(namespace, WorkloadKind::Deployment, dep))
         }
         Controller::Workload(WorkloadKind::Job, job) => match job_owner(job) {
-            Some(cron) => key(WorkloadKind::CronJob, &cron),
+            Some(cron) => key(WorkloadKind::CronJob, cron.as_ref()),
             None => key(WorkloadKind::Job, job),
         },
         Controller::Workload(kind, name) => key(kind, name),
@@ -167,7 +167,7 @@ mod tests {
             "ns",
             &[rs("web-abc")],
             Some("abc"),
-            |n| (n == "web-abc").then(|| "web".into()),
+            |n| (n == "web-abc").then(|| "web".to_string()),
             none,
         );
         assert_eq!(
@@ -208,7 +208,7 @@ mod tests {
     fn job_resolves_to_cronjob_when_linked() {
         let job = oref("batch/v1", "Job", "nightly-2903040", true);
         let k = top_owner("ns", std::slice::from_ref(&job), None, none, |_| {
-            Some("nightly".into())
+            Some("nightly".to_string())
         });
         assert_eq!(
             k,
@@ -270,7 +270,7 @@ mod tests {
             oref("batch/v1", "Job", "once", false),
         ] {
             assert_eq!(
-                top_owner("ns", &[r], Some("abc"), |_| Some("web".into()), none),
+                top_owner("ns", &[r], Some("abc"), |_| Some("web".to_string()), none),
                 None
             );
         }
@@ -291,7 +291,13 @@ mod tests {
     fn a_replicaset_of_another_api_group_is_not_followed() {
         let foreign = oref("example.com/v1", "ReplicaSet", "web-abc", true);
         assert_eq!(
-            top_owner("ns", &[foreign], Some("abc"), |_| Some("web".into()), none),
+            top_owner(
+                "ns",
+                &[foreign],
+                Some("abc"),
+                |_| Some("web".to_string()),
+                none
+            ),
             None
         );
     }
@@ -309,7 +315,7 @@ mod tests {
         ] {
             let r = oref(api_version, kind, "x", true);
             assert_eq!(
-                top_owner("ns", &[r], None, none, |_| Some("c".into())),
+                top_owner("ns", &[r], None, none, |_| Some("c".to_string())),
                 None,
                 "{api_version} {kind}"
             );

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
+use crate::core::model::Name;
 use crate::core::small_map::SmallMap;
 
 /// Labels or annotations as kerf holds them: one sorted vector (same order as a `BTreeMap`).
@@ -45,9 +46,9 @@ impl StrMap for BTreeMap<String, String> {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
+    pub api_version: Name,
+    pub kind: Name,
+    pub name: Name,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<bool>,
 }
@@ -57,9 +58,9 @@ pub struct OwnerRef {
 #[serde(rename_all = "camelCase")]
 pub struct Meta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub name: Option<Name>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    pub namespace: Option<Name>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<Strings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,13 +84,13 @@ pub struct Resources {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Container {
-    pub name: String,
+    pub name: Name,
     /// Boxed: many containers have none, and a container is held for every pod and template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Box<Resources>>,
     /// `Always` on an init container makes it a sidecar (restartable init container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart_policy: Option<String>,
+    pub restart_policy: Option<Name>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -101,10 +102,29 @@ pub struct PodSpec {
     pub init_containers: Option<Vec<Container>>,
 }
 
+/// The metadata kerf reads of a pod template: its labels and annotations (a template's name,
+/// namespace and owners are never set; [`Meta`]'s fields for them were ≈100 bytes per workload).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TemplateMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Strings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Strings>,
+}
+
+impl From<ObjectMeta> for TemplateMeta {
+    fn from(m: ObjectMeta) -> Self {
+        TemplateMeta {
+            labels: strings(m.labels),
+            annotations: strings(m.annotations),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodTemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Meta>,
+    pub metadata: Option<TemplateMeta>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<PodSpec>,
 }
@@ -115,7 +135,7 @@ pub struct PodTemplateSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStateTerminated {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Name>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
 }
@@ -130,7 +150,7 @@ pub struct ContainerState {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
-    pub name: String,
+    pub name: Name,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<ContainerState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,7 +161,7 @@ pub struct ContainerStatus {
 #[serde(rename_all = "camelCase")]
 pub struct PodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Name>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,9 +210,9 @@ impl PodTemplateSpec {
 impl From<OwnerReference> for OwnerRef {
     fn from(o: OwnerReference) -> Self {
         OwnerRef {
-            api_version: o.api_version,
-            kind: o.kind,
-            name: o.name,
+            api_version: o.api_version.into(),
+            kind: o.kind.into(),
+            name: o.name.into(),
             controller: o.controller,
         }
     }
@@ -206,8 +226,8 @@ pub fn strings(map: Option<BTreeMap<String, String>>) -> Option<Strings> {
 impl From<ObjectMeta> for Meta {
     fn from(m: ObjectMeta) -> Self {
         Meta {
-            name: m.name,
-            namespace: m.namespace,
+            name: m.name.map(Name::from),
+            namespace: m.namespace.map(Name::from),
             labels: strings(m.labels),
             annotations: strings(m.annotations),
             owner_references: m
@@ -230,9 +250,9 @@ impl From<k8s::ResourceRequirements> for Resources {
 impl From<k8s::Container> for Container {
     fn from(c: k8s::Container) -> Self {
         Container {
-            name: c.name,
+            name: c.name.into(),
             resources: c.resources.map(|r| Box::new(r.into())),
-            restart_policy: c.restart_policy,
+            restart_policy: c.restart_policy.map(Name::from),
         }
     }
 }
@@ -251,7 +271,7 @@ impl From<k8s::PodSpec> for PodSpec {
 impl From<k8s::PodTemplateSpec> for PodTemplateSpec {
     fn from(t: k8s::PodTemplateSpec) -> Self {
         PodTemplateSpec {
-            metadata: t.metadata.map(Meta::from),
+            metadata: t.metadata.map(TemplateMeta::from),
             spec: t.spec.map(PodSpec::from),
         }
     }
@@ -261,7 +281,7 @@ impl From<k8s::ContainerState> for ContainerState {
     fn from(s: k8s::ContainerState) -> Self {
         ContainerState {
             terminated: s.terminated.map(|t| ContainerStateTerminated {
-                reason: t.reason,
+                reason: t.reason.map(Name::from),
                 finished_at: t.finished_at,
             }),
         }
@@ -271,7 +291,7 @@ impl From<k8s::ContainerState> for ContainerState {
 impl From<k8s::ContainerStatus> for ContainerStatus {
     fn from(s: k8s::ContainerStatus) -> Self {
         ContainerStatus {
-            name: s.name,
+            name: s.name.into(),
             state: s.state.map(ContainerState::from),
             last_state: s.last_state.map(ContainerState::from),
         }
@@ -284,7 +304,7 @@ impl From<k8s::PodStatus> for PodStatus {
             list.map(|l| l.into_iter().map(ContainerStatus::from).collect())
         };
         PodStatus {
-            phase: s.phase,
+            phase: s.phase.map(Name::from),
             start_time: s.start_time,
             container_statuses: statuses(s.container_statuses),
             init_container_statuses: statuses(s.init_container_statuses),

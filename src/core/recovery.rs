@@ -11,12 +11,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
-use crate::api::{RightsizingRecommendation, WorkloadKind};
 use crate::core::allocation::{container_allocations, scoped_container_names};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
     WorkloadKey, WorkloadState, parse_baseline,
 };
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::engine::check_baseline;
 use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
 use crate::core::recommenders::resources::workload::served_change;
@@ -45,7 +45,7 @@ pub fn store_entries_from_annotations(snapshot: &Snapshot) -> Vec<(WorkloadKey, 
 /// workload at a time (see [`recover_each`]).
 pub fn serving_state_each(
     snapshot: &Snapshot,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
     held: &BTreeSet<WorkloadKey>,
     mut emit: impl FnMut(WorkloadKey, WorkloadState),
 ) -> Vec<String> {
@@ -56,13 +56,10 @@ pub fn serving_state_each(
         let Some(change) = rec.status.as_ref().and_then(|s| s.applied.as_ref()) else {
             continue;
         };
-        let Some(key) = recommendation_key(rec) else {
+        let Some(key) = rec.workload() else {
             continue;
         };
-        let protected = snapshot
-            .global
-            .protected_namespaces
-            .contains(&key.namespace);
+        let protected = snapshot.global.is_protected(&key.namespace);
         if protected || held.contains(&key) || !workloads.contains(&key) {
             continue;
         }
@@ -87,15 +84,6 @@ pub fn serving_state_each(
     warnings
 }
 
-/// The workload a RightsizingRecommendation is about.
-pub fn recommendation_key(rec: &RightsizingRecommendation) -> Option<WorkloadKey> {
-    Some(WorkloadKey::new(
-        rec.metadata.namespace.clone()?,
-        WorkloadKind::parse(&rec.spec.workload.kind)?,
-        rec.spec.workload.name.clone(),
-    ))
-}
-
 /// Store entries for every workload carrying a usable `gpu-recommendation` annotation (see
 /// [`recover_each`]).
 pub fn recover(snapshot: &Snapshot) -> Recovered {
@@ -115,11 +103,7 @@ pub fn recover_each(
         let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
             continue;
         };
-        if snapshot
-            .global
-            .protected_namespaces
-            .contains(&w.key.namespace)
-        {
+        if snapshot.global.is_protected(&w.key.namespace) {
             continue;
         }
         let mut rec = match GpuRecommendation::parse(text) {
@@ -201,7 +185,7 @@ pub fn recover_each(
             spec.containers
                 .iter()
                 .chain(spec.init_containers.iter().flatten())
-                .map(|c| c.name.clone())
+                .map(|c| c.name.to_string())
                 .collect()
         };
         rec.containers.retain(|c, _| scope.contains(c));

@@ -15,7 +15,7 @@ use crate::api::{
     RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
 use crate::core::conflict::{FieldManager, project};
-use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::model::{Name, PolicyId, WorkloadKey};
 use crate::core::pod::{Pod, PodTemplateSpec, Strings, strings};
 
 /// A policy of either scope, normalized to its family's spec type.
@@ -44,9 +44,9 @@ impl<S> Policy<S> {
     ) -> Self {
         Policy {
             id: PolicyId {
-                kind: policy_type.as_str().to_string(),
-                namespace: meta.namespace.clone(),
-                name: meta.name.clone().unwrap_or_default(),
+                kind: policy_type.as_str().into(),
+                namespace: meta.namespace.as_deref().map(Name::from),
+                name: meta.name.as_deref().unwrap_or_default().into(),
             },
             policy_type,
             creation: meta.creation_timestamp.as_ref().map(|t| t.0),
@@ -104,10 +104,10 @@ impl Snapshot {
     /// Resolves an `automationStrategyRef` of a policy in `namespace` (None: a cluster policy):
     /// a namespaced policy looks in its namespace, then among cluster strategies; a cluster
     /// policy among cluster strategies only.
-    pub fn strategy(&self, namespace: Option<&str>, name: &str) -> Option<&StrategyView> {
+    pub fn strategy(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<StrategyView>> {
         let key = |namespace: Option<&str>| StrategyKey {
-            namespace: namespace.map(str::to_string),
-            name: name.to_string(),
+            namespace: namespace.map(Name::from),
+            name: name.into(),
         };
         namespace
             .and_then(|ns| self.strategies.get(&key(Some(ns))))
@@ -201,8 +201,8 @@ impl From<CronJob> for Workload {
 /// Strategy lookup key: `namespace = None` for ClusterAutomationStrategy.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StrategyKey {
-    pub namespace: Option<String>,
-    pub name: String,
+    pub namespace: Option<Name>,
+    pub name: Name,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -211,15 +211,17 @@ pub struct Snapshot {
     pub precedence: PolicyEvaluationSpec,
     pub gpu_policies: Vec<GpuPolicy>,
     pub rightsizing_policies: Vec<RsPolicy>,
-    pub strategies: BTreeMap<StrategyKey, StrategyView>,
+    /// Shared: every workload's result and admission state names its strategy (a copy each
+    /// was 64 bytes, and more with KAI settings, per workload).
+    pub strategies: BTreeMap<StrategyKey, Arc<StrategyView>>,
     /// Shared with the reader's caches (a snapshot every cycle copies pointers, not objects).
     pub workloads: Vec<Arc<Workload>>,
     pub pods: Vec<Arc<Pod>>,
     pub hpas: Vec<HorizontalPodAutoscaler>,
     /// (namespace, ReplicaSet name) → Deployment name.
-    pub replicaset_owners: BTreeMap<(String, String), String>,
+    pub replicaset_owners: BTreeMap<(Name, Name), Name>,
     /// (namespace, Job name) → CronJob name.
-    pub job_owners: BTreeMap<(String, String), String>,
+    pub job_owners: BTreeMap<(Name, Name), Name>,
 }
 
 /// A policy left out of the snapshot, with the message for its `Ready=False` condition.

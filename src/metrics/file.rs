@@ -360,7 +360,7 @@ mod tests {
             pod_label: "pod".into(),
             container_label: "container".into(),
             namespaces: vec!["a".into()],
-            pods: vec![],
+            pods: Default::default(),
             start: Timestamp::from_second(start).unwrap(),
             end: Timestamp::from_second(end).unwrap(),
             step_seconds: step,

@@ -47,8 +47,9 @@ pub struct RangeQuery {
     pub container_label: String,
     /// Namespaces selected (exact values).
     pub namespaces: Vec<String>,
-    /// Pod names selected (exact values); empty = every pod of the namespaces.
-    pub pods: Vec<String>,
+    /// Pod names selected (exact values); empty = every pod of the namespaces. Shared: a
+    /// policy's queries (one per signal) select the same pods, up to one per pod in the cluster.
+    pub pods: std::sync::Arc<[String]>,
     pub start: Timestamp,
     pub end: Timestamp,
     pub step_seconds: i64,

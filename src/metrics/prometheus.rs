@@ -796,7 +796,7 @@ mod tests {
             pod_label: "pod".into(),
             container_label: "ctr".into(),
             namespaces: vec!["a".into()],
-            pods: vec![],
+            pods: Default::default(),
             start: Timestamp::from_second(0).unwrap(),
             end: Timestamp::from_second(60).unwrap(),
             step_seconds: 60,

@@ -230,7 +230,7 @@ mod tests {
             pod_label: "pod".into(),
             container_label: "container".into(),
             namespaces: vec!["a.b".into(), "c".into()],
-            pods: vec![],
+            pods: Default::default(),
             start: Timestamp::from_second(1_767_225_600).unwrap(),
             end: Timestamp::from_second(1_767_229_200).unwrap(),
             step_seconds: 60,
@@ -253,7 +253,7 @@ mod tests {
             build_query(&q, false),
             r#"sum by (namespace,pod,container) (gpu_util{namespace=~"a\\.b|c"})"#
         );
-        q.pods = vec!["p(1)".into(), "q\"x".into()];
+        q.pods = ["p(1)".to_string(), "q\"x".to_string()].into();
         assert_eq!(
             build_query(&q, true),
             r#"sum by (namespace,pod,container) (rate(gpu_util{namespace=~"a\\.b|c",pod=~"p\\(1\\)|q\"x"}[240s]))"#

@@ -6,8 +6,8 @@ pub mod standalone;
 
 use jiff::Timestamp;
 
-use crate::api::RightsizingRecommendation;
 pub use crate::core::cycle::{CycleOutput, PolicyRun};
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::recommender::Gpu;
 use crate::core::recommenders::resources::Resources;
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
@@ -157,7 +157,7 @@ pub async fn run_cycle<S: MetricSource>(
 pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     snapshot: &Snapshot,
     invalid: &[InvalidPolicy],
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
     source: &S,
     now: Timestamp,
     step_seconds: i64,
@@ -182,7 +182,7 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
 pub fn serve_persisted(
     store: &Store,
     snapshot: &Snapshot,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
 ) -> Vec<String> {
     store.set_global(snapshot.global.clone());
     store.set_conflicts(crate::core::conflict::blocked_workloads(recommendations));

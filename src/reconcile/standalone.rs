@@ -21,11 +21,13 @@ fn fill_owners(store: &Store, snapshot: &Snapshot) {
     for ((ns, rs), d) in &snapshot.replicaset_owners {
         store
             .replicaset_owners
-            .insert(ObjectName::new(ns, rs), d.clone());
+            .insert(ObjectName::new(ns.as_str(), rs.as_str()), d.to_string());
     }
     store.job_owners.clear();
     for ((ns, job), c) in &snapshot.job_owners {
-        store.job_owners.insert(ObjectName::new(ns, job), c.clone());
+        store
+            .job_owners
+            .insert(ObjectName::new(ns.as_str(), job.as_str()), c.to_string());
     }
 }
 

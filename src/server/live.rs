@@ -223,12 +223,12 @@ impl<S> Recording<'_, S> {
                 None => (None, None),
                 Some(policy) => {
                     let pods: Vec<(String, PodAlloc)> = pods_of
-                        .get(&w.key)
+                        .get(&w.key())
                         .into_iter()
                         .flatten()
                         .filter_map(|&pi| {
                             let p = &snapshot.pods[pi];
-                            Some((p.metadata.name.clone()?, pod_alloc(p)))
+                            Some((p.metadata.name.as_deref()?.to_string(), pod_alloc(p)))
                         })
                         .collect();
                     let view: Vec<(&str, &PodAlloc)> =
@@ -249,7 +249,7 @@ impl<S> Recording<'_, S> {
                         let totals = usage::pod_totals(&view, interp, |pod, c| {
                             let id = (
                                 m.metric.clone(),
-                                w.key.namespace.clone(),
+                                w.key().namespace.to_string(),
                                 pod.to_string(),
                                 c.to_string(),
                             );
@@ -332,7 +332,7 @@ impl<S> Recording<'_, S> {
                         )
                     });
                     let chart = Chart {
-                        id: w.key.to_string(),
+                        id: w.key().to_string(),
                         unit: "GPUs per pod".into(),
                         from,
                         to: now.as_second(),
@@ -343,9 +343,9 @@ impl<S> Recording<'_, S> {
                 }
             };
             out.workloads.insert(
-                w.key.clone(),
+                w.key().clone(),
                 LiveWorkload {
-                    key: w.key.clone(),
+                    key: w.key().clone(),
                     policy: policy_id.map(|p| p.to_string()),
                     policy_status: conditions(status),
                     decision: decision.unwrap_or_else(|| "none".into()),
@@ -403,7 +403,7 @@ mod tests {
             pod_label: "pod".into(),
             container_label: "container".into(),
             namespaces: vec!["ns".into()],
-            pods: vec![],
+            pods: Default::default(),
             start: Timestamp::from_second(0).unwrap(),
             end: Timestamp::from_second(999).unwrap(),
             step_seconds: 1,

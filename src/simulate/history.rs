@@ -164,9 +164,9 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
             let query = RangeQuery {
                 namespaces: self.namespaces.clone(),
                 pods: if shape.by_pod {
-                    self.pods.clone()
+                    self.pods.as_slice().into()
                 } else {
-                    Vec::new()
+                    Default::default()
                 },
                 start: Timestamp::from_second(chunk_start).unwrap_or_default(),
                 end: Timestamp::from_second(chunk_end).unwrap_or_default(),
@@ -270,7 +270,9 @@ impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
             return self.answer(query, true).await;
         }
         let mut q = query.clone();
-        q.pods.sort();
+        let mut pods = q.pods.to_vec();
+        pods.sort();
+        q.pods = pods.into();
         self.answer(&q, true).await
     }
 

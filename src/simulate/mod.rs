@@ -310,15 +310,15 @@ pub async fn run<S: MetricSource>(
     let namespaces: Vec<String> = base
         .pods
         .iter()
-        .filter_map(|p| p.metadata.namespace.clone())
-        .chain(base.workloads.iter().map(|w| w.key.namespace.clone()))
+        .filter_map(|p| p.metadata.namespace.as_deref().map(str::to_string))
+        .chain(base.workloads.iter().map(|w| w.key.namespace.to_string()))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
     let pod_names: Vec<String> = base
         .pods
         .iter()
-        .filter_map(|p| p.metadata.name.clone())
+        .filter_map(|p| p.metadata.name.as_deref().map(str::to_string))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -377,7 +377,7 @@ pub async fn run<S: MetricSource>(
         let hpas = hpa::hpa_index(&after.hpas);
         let mut rescaled: Vec<usize> = Vec::new();
         for outcome in &cycle.workloads {
-            let key = &outcome.key;
+            let key = outcome.key();
             let Some(&wi) = workload_at.get(key) else {
                 continue;
             };
@@ -635,7 +635,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         let mut names: Vec<String> = self
             .pods
             .iter()
-            .filter_map(|&pi| self.real[pi].metadata.name.clone())
+            .filter_map(|&pi| self.real[pi].metadata.name.as_deref().map(str::to_string))
             .collect();
         names.sort();
         names
@@ -655,8 +655,8 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             namespace_label: metric.namespace_label.clone(),
             pod_label: metric.pod_label.clone(),
             container_label: metric.container_label.clone(),
-            namespaces: vec![self.key.namespace.clone()],
-            pods,
+            namespaces: vec![self.key.namespace.to_string()],
+            pods: pods.into(),
             start: self.from,
             end: self.last,
             step_seconds: self.step,

@@ -44,11 +44,11 @@ pub fn pod_alloc(pod: &Pod) -> PodAlloc {
                     .and_then(|m| m.get(name))
             };
             let alloc = ContainerAlloc {
-                gpu: gpus.get(&c.name).and_then(|a| a.gpus()),
+                gpu: gpus.get(c.name.as_str()).and_then(|a| a.gpus()),
                 cpu_millis: request("cpu").and_then(|q| quantity::cpu_millis(q).ok()),
                 memory_bytes: request("memory").and_then(|q| quantity::memory_bytes(q).ok()),
             };
-            (c.name.clone(), alloc)
+            (c.name.to_string(), alloc)
         })
         .collect()
 }

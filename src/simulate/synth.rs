@@ -64,7 +64,7 @@ impl MetricSource for ExampleHistory {
         let mut set = SeriesSet::default();
         let containers = ["inference", "encoder"];
         for ns in &q.namespaces {
-            for pod in &q.pods {
+            for pod in q.pods.iter() {
                 for container in containers {
                     let samples: Vec<(i64, f64)> = (0..)
                         .map(|i| q.start.as_second() + i * q.step_seconds)

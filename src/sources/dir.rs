@@ -105,9 +105,9 @@ fn rejected_policy(
     });
     InvalidPolicy {
         id: PolicyId {
-            kind: policy_type.as_str().to_string(),
-            namespace,
-            name: name.to_string(),
+            kind: policy_type.as_str().into(),
+            namespace: namespace.map(Into::into),
+            name: name.into(),
         },
         policy_type,
         generation: None,
@@ -251,14 +251,11 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 s.strategies.insert(
                     StrategyKey {
                         namespace: Some(
-                            p.metadata
-                                .namespace
-                                .clone()
-                                .unwrap_or_else(|| "default".into()),
+                            p.metadata.namespace.as_deref().unwrap_or("default").into(),
                         ),
-                        name: p.metadata.name.clone().unwrap_or_default(),
+                        name: p.metadata.name.as_deref().unwrap_or_default().into(),
                     },
-                    p.spec.view(),
+                    Arc::new(p.spec.view()),
                 );
             }
             (true, "ClusterAutomationStrategy") => {
@@ -267,9 +264,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 s.strategies.insert(
                     StrategyKey {
                         namespace: None,
-                        name: p.metadata.name.clone().unwrap_or_default(),
+                        name: p.metadata.name.as_deref().unwrap_or_default().into(),
                     },
-                    p.spec.view(),
+                    Arc::new(p.spec.view()),
                 );
             }
             (true, "GlobalConfiguration") => {
@@ -318,8 +315,11 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 match owner::cronjob_of(&j.metadata) {
                     Some(c) => {
                         s.job_owners.insert(
-                            (ns, j.metadata.name.clone().unwrap_or_default()),
-                            c.to_string(),
+                            (
+                                ns.into(),
+                                j.metadata.name.as_deref().unwrap_or_default().into(),
+                            ),
+                            c.into(),
                         );
                     }
                     None => s.workloads.push(Arc::new(Workload::from(j))),
@@ -338,8 +338,11 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                     .unwrap_or_else(|| "default".into());
                 if let Some(d) = owner::deployment_of(&r.metadata) {
                     s.replicaset_owners.insert(
-                        (ns, r.metadata.name.clone().unwrap_or_default()),
-                        d.to_string(),
+                        (
+                            ns.into(),
+                            r.metadata.name.as_deref().unwrap_or_default().into(),
+                        ),
+                        d.into(),
                     );
                 }
             }
@@ -428,14 +431,14 @@ spec:
             &mut m,
         )
         .unwrap();
-        let name = |n: &str| ("shop".to_string(), n.to_string());
+        let name = |n: &str| ("shop".into(), n.into());
         assert_eq!(
             m.snapshot.replicaset_owners,
-            BTreeMap::from([(name("web-abc"), "web".to_string())])
+            BTreeMap::from([(name("web-abc"), "web".into())])
         );
         assert_eq!(
             m.snapshot.job_owners,
-            BTreeMap::from([(name("nightly-1"), "nightly".to_string())])
+            BTreeMap::from([(name("nightly-1"), "nightly".into())])
         );
         let workloads: Vec<String> = m
             .snapshot

@@ -14,14 +14,14 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{PolicyStatus, RightsizingRecommendation};
+use crate::api::PolicyStatus;
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, ContainerRequests, PolicyId, RequestSet, WorkloadKey,
+    ANNOTATION_ROLLBACK, ContainerRequests, Name, PolicyId, RequestSet, WorkloadKey,
 };
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
@@ -44,6 +44,8 @@ struct WorkloadFields {
     restarted_at: Option<String>,
     /// A rollback removed the `rollback` annotation.
     rollback_cleared: bool,
+    /// Rolling restarts kerf made (kept here, not in a second map by workload).
+    restarts: u32,
 }
 
 /// kerf's writes, kept in memory and laid over every fresh read of the objects.
@@ -53,9 +55,8 @@ pub struct MemoryWriter {
     /// (namespace, HPA name) → (resource, averageUtilization).
     hpa_targets: BTreeMap<(String, String), (String, i32)>,
     /// (namespace, name) → the RightsizingRecommendation as written.
-    recommendations: BTreeMap<(String, String), Arc<RightsizingRecommendation>>,
+    recommendations: BTreeMap<(Name, Name), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
-    restarts: BTreeMap<WorkloadKey, u32>,
     events: Vec<EventWrite>,
 }
 
@@ -96,13 +97,13 @@ impl MemoryWriter {
     }
 
     /// The RightsizingRecommendations written so far, in name order.
-    pub fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+    pub fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.recommendations.values().cloned().collect()
     }
 
-    /// Rolling restarts kerf made, per workload.
-    pub fn restarts(&self) -> &BTreeMap<WorkloadKey, u32> {
-        &self.restarts
+    /// Rolling restarts kerf made to the workload `key`.
+    pub fn restarts(&self, key: &WorkloadKey) -> u32 {
+        self.workloads.get(key).map_or(0, |f| f.restarts)
     }
 
     /// The latest events (at most [`EVENTS_KEPT`]).
@@ -215,8 +216,9 @@ impl MemoryWriter {
 
     fn restart(&mut self, key: &WorkloadKey, now: Timestamp) {
         let at = crate::core::model::rfc3339_secs(now);
-        self.workloads.entry(key.clone()).or_default().restarted_at = Some(at);
-        *self.restarts.entry(key.clone()).or_default() += 1;
+        let fields = self.workloads.entry(key.clone()).or_default();
+        fields.restarted_at = Some(at);
+        fields.restarts += 1;
     }
 
     fn hpa(&mut self, h: &HpaTarget) {
@@ -228,16 +230,16 @@ impl MemoryWriter {
 
     /// Takes the write over (a first cycle writes one per workload: no second copy of each).
     fn recommendation(&mut self, r: RecommendationWrite) {
-        let mut rec = RightsizingRecommendation::new(&r.name, r.spec);
-        rec.metadata = ObjectMeta {
-            name: Some(r.name.clone()),
-            namespace: Some(r.namespace.clone()),
-            owner_references: r.owner.map(|o| vec![o]),
-            ..Default::default()
+        let status = r.status.or_else(|| r.observed.and_then(|o| o.status));
+        let rec = PersistedRecommendation {
+            owner_uids: r.owner.map(|o| o.uid).into_iter().collect(),
+            namespace: r.namespace.into(),
+            name: r.name.into(),
+            spec: r.spec,
+            status,
         };
-        rec.status = r.status.or_else(|| r.observed.and_then(|o| o.status));
         self.recommendations
-            .insert((r.namespace, r.name), Arc::new(rec));
+            .insert((rec.namespace.clone(), rec.name.clone()), Arc::new(rec));
     }
 
     fn event(&mut self, e: EventWrite) {
@@ -361,7 +363,7 @@ fn set_template_requests(template: &mut PodTemplateSpec, requests: &ContainerReq
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten());
     for c in containers {
-        let Some(want) = requests.get(&c.name) else {
+        let Some(want) = requests.get(c.name.as_str()) else {
             continue;
         };
         let map = c
@@ -448,15 +450,15 @@ mod tests {
         let key = embedder(None).key.clone();
         // 0.9 → 0.5 (scale-back to the baseline): the pods change.
         w.apply_all(vec![write(embedder(Some(0.9)), Some(0.5))], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&1));
+        assert_eq!(w.restarts(&key), 1);
         // 0.5 → nothing: the pods get the template's 0.5 either way.
         w.apply_all(vec![write(embedder(Some(0.5)), None)], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&1), "no pod would change");
+        assert_eq!(w.restarts(&key), 1, "no pod would change");
         // nothing → 0.9: the pods change.
         w.apply_all(vec![write(embedder(None), Some(0.9))], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&2));
+        assert_eq!(w.restarts(&key), 2);
         // 0.9 → 0.9: nothing changes.
         w.apply_all(vec![write(embedder(Some(0.9)), Some(0.9))], false, now);
-        assert_eq!(w.restarts().get(&key), Some(&2));
+        assert_eq!(w.restarts(&key), 2);
     }
 }

@@ -282,7 +282,7 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
     let first = dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
     assert_eq!(llm(&first).action.as_str(), "upsize");
     assert_eq!(condition(&dir_loop, &first).status, "True");
-    assert_eq!(dir_loop.writer().restarts().get(&key), Some(&1));
+    assert_eq!(dir_loop.writer().restarts(&key), 1);
 
     let down = dir_loop.run_once(&Down, at(), 15, &store).await.unwrap();
     let r = llm(&down);
@@ -309,8 +309,8 @@ async fn dir_loop_feeds_its_own_writes_to_the_next_cycle() {
     assert_eq!(condition(&dir_loop, &back).status, "True");
     assert!((llm(&back).recommendation.unwrap().containers["inference"] - 0.84).abs() < 1e-9);
     assert_eq!(
-        dir_loop.writer().restarts().get(&key),
-        Some(&1),
+        dir_loop.writer().restarts(&key),
+        1,
         "the same recommendation again is no new rollout"
     );
 }
@@ -520,8 +520,8 @@ async fn hpa_example_with_history(
 }
 
 fn web_json(c: &CycleOutput) -> serde_json::Value {
-    let w = c.workloads.iter().find(|w| w.key.name == "web").unwrap();
-    kerf::cli::recommend::workload_json(&w.key, w.gpu.as_deref(), w.resources.as_deref())
+    let w = c.workloads.iter().find(|w| w.key().name == "web").unwrap();
+    kerf::cli::recommend::workload_json(w.key(), w.gpu.as_deref(), w.resources.as_deref())
 }
 
 /// docs/design/hpa-coordination.md#h7: `max-replicas-reached` means the HPA was at

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::Deployment;
-use kerf::api::{RecommendationPhase, RightsizingRecommendation};
+use kerf::api::RecommendationPhase;
 use kerf::core::model::ANNOTATION_CONFLICT_ACKNOWLEDGED;
+use kerf::core::persisted::PersistedRecommendation;
 use kerf::core::snapshot::{Snapshot, Workload};
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::reconcile::{plan_writes, run_cycle, serve_persisted};
@@ -172,16 +173,18 @@ impl Cluster {
         s
     }
 
-    fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+    fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.state()
             .recommendations
             .into_values()
             .filter(|rec| rec.get("spec").is_some())
-            .map(|rec| Arc::new(serde_json::from_value(rec).unwrap()))
+            .map(|rec| {
+                Arc::new(PersistedRecommendation::of(serde_json::from_value(rec).unwrap()).unwrap())
+            })
             .collect()
     }
 
-    fn recommendation(&self) -> RightsizingRecommendation {
+    fn recommendation(&self) -> PersistedRecommendation {
         let recs = self.recommendations();
         assert_eq!(recs.len(), 1);
         (*recs[0]).clone()
@@ -246,7 +249,7 @@ fn events(st: &State) -> Vec<Value> {
 }
 
 /// What admission does to a new pod of `web` (requests 1000m): the cpu it sets, if any.
-fn admitted_cpu(s: &Snapshot, recs: &[Arc<RightsizingRecommendation>]) -> Option<String> {
+fn admitted_cpu(s: &Snapshot, recs: &[Arc<PersistedRecommendation>]) -> Option<String> {
     let store = Store::new();
     serve_persisted(&store, s, recs);
     store
@@ -580,14 +583,12 @@ async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
         blocked_since: Some(at(-5).to_string()),
         ..Default::default()
     }));
-    let rec = Arc::new(RightsizingRecommendation {
-        metadata: kube::api::ObjectMeta {
-            name: Some(written.name.clone()),
-            namespace: Some(written.namespace.clone()),
-            ..Default::default()
-        },
+    let rec = Arc::new(PersistedRecommendation {
+        name: written.name.as_str().into(),
+        namespace: written.namespace.as_str().into(),
         spec: written.spec.clone(),
         status: Some(status),
+        ..Default::default()
     });
     let ops = plan_writes(&m.snapshot, &c, &[], std::slice::from_ref(&rec), at(0));
     assert!(!ops.iter().any(llm), "{ops:#?}");

@@ -15,6 +15,7 @@ use kerf::api::{
     WorkloadKind,
 };
 use kerf::core::model::{ANNOTATION_ROLLBACK, WorkloadKey};
+use kerf::core::persisted::PersistedRecommendation;
 use kerf::core::snapshot::Snapshot;
 use kerf::reconcile::{CycleOutput, run_cycle};
 use kerf::reconcile::{held_back, plan_writes, serve_persisted};
@@ -210,15 +211,15 @@ fn serves_no_cpu_memory_or_hpa_target(store: &kerf::state::Store) {
     );
 }
 
-fn as_written(w: &RecommendationWrite) -> Arc<RightsizingRecommendation> {
+fn as_written(w: &RecommendationWrite) -> Arc<PersistedRecommendation> {
     let mut rec = RightsizingRecommendation::new(&w.name, w.spec.clone());
     rec.metadata.namespace = Some(w.namespace.clone());
     rec.status = w.status.clone();
-    Arc::new(rec)
+    Arc::new(PersistedRecommendation::of(rec).unwrap())
 }
 
 /// Cycle one on the example: kerf applies 700m and 71 % and records what it replaced.
-async fn applied_recommendation() -> Arc<RightsizingRecommendation> {
+async fn applied_recommendation() -> Arc<PersistedRecommendation> {
     let s = example();
     let ops = plan_writes(&s, &cycle(&s).await, &[], &[], now());
     as_written(recommendation_write(&ops))

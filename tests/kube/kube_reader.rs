@@ -242,11 +242,11 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
 
     // Owner maps, in the snapshot and kept live in the webhook's store.
     assert_eq!(
-        snap.replicaset_owners[&("shop".to_string(), "web-5d4f".to_string())],
+        snap.replicaset_owners[&("shop".into(), "web-5d4f".into())],
         "web"
     );
     assert_eq!(
-        snap.job_owners[&("shop".to_string(), "nightly-29000".to_string())],
+        snap.job_owners[&("shop".into(), "nightly-29000".into())],
         "nightly"
     );
     assert_eq!(

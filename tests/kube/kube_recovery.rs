@@ -99,7 +99,7 @@ fn snapshot(workloads: Vec<Workload>, scope: &[&str]) -> Snapshot {
                 namespace: Some("shop".into()),
                 name: "s".into(),
             },
-            strategy().view(),
+            std::sync::Arc::new(strategy().view()),
         )]),
         workloads: workloads.into_iter().map(std::sync::Arc::new).collect(),
         ..Default::default()
@@ -111,7 +111,7 @@ fn expected(r: GpuRecommendation) -> WorkloadState {
         policy: r.policy.clone(),
         gpu: Some(r),
         template_gpu: GpuMap::from([("app".into(), 1.0), ("worker".into(), 1.0)]),
-        strategy: strategy().view(),
+        strategy: std::sync::Arc::new(strategy().view()),
         ..Default::default()
     }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use kerf::api::RightsizingRecommendation;
 use kerf::core::model::ContainerRequests;
+use kerf::core::persisted::PersistedRecommendation;
 use kerf::core::snapshot::{Snapshot, Workload};
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::reconcile::plan_writes;
@@ -174,12 +174,14 @@ impl Cluster {
         s
     }
 
-    fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+    fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.state()
             .recommendations
             .into_values()
             .filter(|rec| rec.get("spec").is_some())
-            .map(|rec| Arc::new(serde_json::from_value(rec).unwrap()))
+            .map(|rec| {
+                Arc::new(PersistedRecommendation::of(serde_json::from_value(rec).unwrap()).unwrap())
+            })
             .collect()
     }
 

@@ -411,7 +411,7 @@ fn gpu_query() -> RangeQuery {
         pod_label: "pod".into(),
         container_label: "container".into(),
         namespaces: vec!["ml".into()],
-        pods: vec![],
+        pods: Default::default(),
         start: Timestamp::from_second(1_767_268_800 - 3600).unwrap(),
         end: Timestamp::from_second(1_767_268_800).unwrap(),
         step_seconds: 15,

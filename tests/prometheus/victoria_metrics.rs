@@ -233,7 +233,7 @@ fn query(metric: &str, step: i64, counter: bool) -> RangeQuery {
         pod_label: "pod".into(),
         container_label: "container".into(),
         namespaces: vec!["shop".into()],
-        pods: vec![],
+        pods: Default::default(),
         start: Timestamp::from_second(END - 3600).unwrap(),
         end: Timestamp::from_second(END).unwrap(),
         step_seconds: step,

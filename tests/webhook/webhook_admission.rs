@@ -135,7 +135,7 @@ async fn whole_gpu_statefulset_pod_becomes_fraction_over_devices() {
     let store = Store::new();
     let mut st = gpu_state(&[("trainer", 1.5)]);
     st.template_gpu.insert("trainer".into(), 2.0);
-    st.strategy = StrategyView {
+    st.strategy = std::sync::Arc::new(StrategyView {
         enablement: Enablement {
             override_scheduler: Some(OverrideScheduler::Kai),
             ..Default::default()
@@ -145,7 +145,7 @@ async fn whole_gpu_statefulset_pod_becomes_fraction_over_devices() {
             set_queue_when_specified: false,
         }),
         ..Default::default()
-    };
+    });
     store.put(
         WorkloadKey::new("ml", WorkloadKind::StatefulSet, "trainer"),
         st,

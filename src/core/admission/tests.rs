@@ -205,7 +205,7 @@ fn kai_annotations_switch_scheduler_and_set_queue() {
 #[test]
 fn override_scheduler_kai_sets_scheduler_for_whole_gpus() {
     let mut s = state(&[("main", 2.0)]);
-    s.strategy = StrategyView {
+    s.strategy = std::sync::Arc::new(StrategyView {
         enablement: Enablement {
             override_scheduler: Some(OverrideScheduler::Kai),
             ..Default::default()
@@ -215,7 +215,7 @@ fn override_scheduler_kai_sets_scheduler_for_whole_gpus() {
             set_queue_when_specified: false,
         }),
         ..Default::default()
-    };
+    });
     let out = run(&pod(json!({}), json!([gpu_container("main", 1)])), &s);
     assert_eq!(out["spec"]["schedulerName"], "kai-scheduler");
     assert_eq!(out["metadata"]["labels"]["kai.scheduler/queue"], "team-a");
@@ -239,7 +239,7 @@ fn queue_label_kept_unless_set_queue_when_specified() {
     assert_eq!(out["metadata"]["labels"]["kai.scheduler/queue"], "mine");
 
     let mut s = state(&[("main", 0.6)]);
-    s.strategy.kai = Some(KaiStrategy {
+    std::sync::Arc::make_mut(&mut s.strategy).kai = Some(KaiStrategy {
         queue: "theirs".into(),
         set_queue_when_specified: true,
     });
@@ -262,7 +262,7 @@ fn updown(upsize: bool, downsize: bool) -> StrategyView {
 #[test]
 fn downsize_disabled_keeps_template_allocation() {
     let mut s = state(&[("main", 0.5)]);
-    s.strategy = updown(true, false);
+    s.strategy = updown(true, false).into();
     s.template_gpu = GpuMap::from([("main".to_string(), 1.0)]);
     let p = pod(json!({}), json!([gpu_container("main", 1)]));
     let m = mutate_pod(&p, &s, "kai-scheduler").unwrap();
@@ -277,14 +277,14 @@ fn downsize_disabled_keeps_template_allocation() {
 #[test]
 fn upsize_disabled_keeps_template_allocation() {
     let mut s = state(&[("main", 0.8)]);
-    s.strategy = updown(false, true);
+    s.strategy = updown(false, true).into();
     s.template_gpu = GpuMap::from([("main".to_string(), 0.5)]);
     let p = pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}]));
     let out = run(&p, &s);
     assert_eq!(ann(&out, "gpu-fraction"), Some("0.5"));
     // Downsize still allowed.
     let mut s = state(&[("main", 0.3)]);
-    s.strategy = updown(false, true);
+    s.strategy = updown(false, true).into();
     s.template_gpu = GpuMap::from([("main".to_string(), 0.5)]);
     assert_eq!(ann(&run(&p, &s), "gpu-fraction"), Some("0.3"));
 }

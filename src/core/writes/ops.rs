@@ -8,14 +8,13 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::fields::requests_match;
-use crate::api::{
-    PolicyStatus, RecommendationStatus, RightsizingRecommendation, RightsizingRecommendationSpec,
-};
+use crate::api::{PolicyStatus, RecommendationStatus, RightsizingRecommendationSpec};
 use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ContainerRequests, CoordinatedHpa,
     GpuMap, GpuRecommendation, PolicyId, RequestSet, WorkloadKey, render_baseline,
 };
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::snapshot::Workload;
 
 /// The GPU annotations kerf wants on a workload (`None` = the annotation is absent).
@@ -95,7 +94,7 @@ pub struct RecommendationWrite {
     pub status: Option<RecommendationStatus>,
     /// Usually the workload, so the recommendation goes away with it.
     pub owner: Option<OwnerReference>,
-    pub observed: Option<RightsizingRecommendation>,
+    pub observed: Option<PersistedRecommendation>,
 }
 
 impl WorkloadWrite {
@@ -121,21 +120,14 @@ impl RecommendationWrite {
     /// writer would send nothing, so planning leaves the write out (a steady cluster then plans
     /// no recommendation writes, and the in-memory writer keeps the object it holds).
     pub fn in_place(
-        observed: &RightsizingRecommendation,
+        observed: &PersistedRecommendation,
         spec: &RightsizingRecommendationSpec,
         status: Option<&RecommendationStatus>,
         owner: Option<&OwnerReference>,
     ) -> bool {
         observed.spec == *spec
             && status.is_none_or(|s| observed.status.as_ref() == Some(s))
-            && owner.is_none_or(|own| {
-                observed
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|x| x.uid == own.uid)
-            })
+            && owner.is_none_or(|own| observed.owned_by(&own.uid))
     }
 }
 

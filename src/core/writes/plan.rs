@@ -17,20 +17,20 @@ use super::{
 };
 use crate::api::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
-    REASON_CONFLICT, RecommendationPhase, RecommendationStatus, RightsizingRecommendation,
+    REASON_CONFLICT, RecommendationPhase, RecommendationStatus,
 };
 use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
 };
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::workload::{
     RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
     recommendation_spec, recommendation_status,
 };
-use crate::core::recovery::recommendation_key;
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::reconcile::CycleOutput;
 
@@ -43,7 +43,7 @@ fn owner_of(w: &Workload) -> Option<OwnerReference> {
     w.uid.as_ref().map(|uid| OwnerReference {
         api_version: w.key.kind.api_version().into(),
         kind: w.key.kind.as_str().into(),
-        name: w.key.name.clone(),
+        name: w.key.name.to_string(),
         uid: uid.clone(),
         ..Default::default()
     })
@@ -153,7 +153,7 @@ fn hpa_target(
     target: i32,
 ) -> HpaTarget {
     HpaTarget {
-        namespace: key.namespace.clone(),
+        namespace: key.namespace.to_string(),
         name: name.to_string(),
         resource: resource.to_string(),
         average_utilization: target,
@@ -170,26 +170,20 @@ fn restore_target(snapshot: &Snapshot, key: &WorkloadKey, h: &RestoreHpa) -> Opt
 
 /// The RightsizingRecommendations by (namespace, name): looked up once per workload, so a
 /// cycle stays linear in the number of workloads.
-struct RecommendationIndex<'a>(HashMap<(&'a str, &'a str), &'a RightsizingRecommendation>);
+struct RecommendationIndex<'a>(HashMap<(&'a str, &'a str), &'a PersistedRecommendation>);
 
 impl<'a> RecommendationIndex<'a> {
-    fn new(recommendations: &'a [Arc<RightsizingRecommendation>]) -> Self {
+    fn new(recommendations: &'a [Arc<PersistedRecommendation>]) -> Self {
         Self(
             recommendations
                 .iter()
-                .filter_map(|rec| {
-                    let key = (
-                        rec.metadata.namespace.as_deref()?,
-                        rec.metadata.name.as_deref()?,
-                    );
-                    Some((key, &**rec))
-                })
+                .map(|rec| ((rec.namespace.as_str(), rec.name.as_str()), &**rec))
                 .collect(),
         )
     }
 
     /// The recommendation of the workload `key`.
-    fn find(&self, key: &WorkloadKey) -> Option<&'a RightsizingRecommendation> {
+    fn find(&self, key: &WorkloadKey) -> Option<&'a PersistedRecommendation> {
         let name = recommendation_name(key);
         self.0
             .get(&(key.namespace.as_str(), name.as_str()))
@@ -201,7 +195,7 @@ impl<'a> RecommendationIndex<'a> {
 /// asked for or was done (see [`rolled_back`]).
 pub fn held_back(
     snapshot: &Snapshot,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
 ) -> BTreeSet<WorkloadKey> {
     let mut out: BTreeSet<WorkloadKey> = snapshot
         .workloads
@@ -213,7 +207,7 @@ pub fn held_back(
         recommendations
             .iter()
             .filter(|r| rolled_back(r.status.as_ref()))
-            .filter_map(|r| recommendation_key(r)),
+            .filter_map(|r| r.workload()),
     );
     out
 }
@@ -237,7 +231,7 @@ fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> Recom
 fn restore_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
     index: &RecommendationIndex<'_>,
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
     now: Timestamp,
@@ -255,7 +249,7 @@ fn restore_writes(
         .map(|w| (w.key.clone(), RestoreKind::Rollback))
         .collect();
     for rec in recommendations {
-        let Some(key) = recommendation_key(rec) else {
+        let Some(key) = rec.workload() else {
             continue;
         };
         if due.contains_key(&key)
@@ -307,7 +301,7 @@ fn restore_writes(
             let mut status = restored_status(status, kind);
             status.last_applied_time = Some(crate::core::model::rfc3339_secs(now));
             RecommendationWrite {
-                namespace: key.namespace.clone(),
+                namespace: key.namespace.to_string(),
                 name: recommendation_name(&key),
                 spec,
                 status: Some(status),
@@ -376,8 +370,8 @@ impl<'a> Conflicts<'a> {
                 .workloads
                 .iter()
                 .filter_map(|wo| {
-                    let w = workloads.get(&wo.key)?;
-                    let previous = index.find(&wo.key).and_then(|r| r.status.as_ref());
+                    let w = workloads.get(wo.key())?;
+                    let previous = index.find(wo.key()).and_then(|r| r.status.as_ref());
                     let input = ConflictInput {
                         workload: w,
                         hpas: &snapshot.hpas,
@@ -385,7 +379,7 @@ impl<'a> Conflicts<'a> {
                         now,
                         rules: ConflictRules::default(),
                     };
-                    Some((&wo.key, assess(&input))).filter(|(_, a)| *a != QUIET)
+                    Some((wo.key(), assess(&input))).filter(|(_, a)| *a != QUIET)
                 })
                 .collect()
         };
@@ -487,7 +481,7 @@ fn gpu_only_recommendation(
         .is_some_and(|o| RecommendationWrite::in_place(o, &spec, Some(&status), owner.as_ref()))
     {
         ops.push(WriteOp::Recommendation(Box::new(RecommendationWrite {
-            namespace: gpu.key.namespace.clone(),
+            namespace: gpu.key.namespace.to_string(),
             name: recommendation_name(&gpu.key),
             spec,
             status: Some(status),
@@ -504,7 +498,7 @@ pub fn plan_writes(
     snapshot: &Snapshot,
     cycle: &CycleOutput,
     invalid: &[InvalidPolicy],
-    recommendations: &[Arc<RightsizingRecommendation>],
+    recommendations: &[Arc<PersistedRecommendation>],
     now: Timestamp,
 ) -> Vec<WriteOp> {
     let mut ops = Vec::new();
@@ -529,7 +523,7 @@ pub fn plan_writes(
             observed: Arc::clone(w),
             gpu: Some(GpuAnnotations {
                 baseline: r.baseline.clone(),
-                recommendation: r.recommendation.clone(),
+                recommendation: r.recommendation.as_deref().cloned(),
             }),
             requests: None,
         };
@@ -544,12 +538,7 @@ pub fn plan_writes(
         let kerfs = [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
             .iter()
             .any(|k| w.annotations.contains_key(*k));
-        if kerfs
-            && !gpu_covered.contains(&w.key)
-            && !snapshot
-                .global
-                .protected_namespaces
-                .contains(&w.key.namespace)
+        if kerfs && !gpu_covered.contains(&w.key) && !snapshot.global.is_protected(&w.key.namespace)
         {
             ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
                 observed: Arc::clone(w),
@@ -566,7 +555,7 @@ pub fn plan_writes(
     // The RightsizingRecommendation of every workload kerf recommends for, then the CPU/memory
     // change (coordinated when an HPA is).
     for wo in &cycle.workloads {
-        let conflict = conflicts.of(&wo.key, &workloads);
+        let conflict = conflicts.of(wo.key(), &workloads);
         let Some(r) = &wo.resources else {
             if let Some(g) = &wo.gpu {
                 ops.extend(gpu_only_recommendation(
@@ -669,7 +658,7 @@ pub fn plan_writes(
             add_gpu(&mut spec, g);
         }
         let recommendation = RecommendationWrite {
-            namespace: r.key.namespace.clone(),
+            namespace: r.key.namespace.to_string(),
             name,
             spec,
             status: Some(status),

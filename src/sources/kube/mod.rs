@@ -43,6 +43,7 @@ use crate::api::{
 };
 use crate::core::model::PolicyId;
 use crate::core::owner;
+use crate::core::persisted::PersistedRecommendation;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
 use crate::health::{Health, LogLimit, error_chain, panic_message, redact};
 use crate::state::{ObjectName, Store};
@@ -153,7 +154,7 @@ type ObjKey = (Option<String>, String);
 /// The decoded objects of one kerf kind, maintained from watcher events.
 type KerfIndex<K> = Projected<Decoded<K>>;
 
-impl<K: KerfKind> KerfIndex<K> {
+impl<K> KerfIndex<K> {
     fn valid(&self) -> Vec<Arc<K>> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         st.live
@@ -187,9 +188,9 @@ impl InvalidPolicy {
             .and_then(|s| serde_json::from_value::<PolicyStatus>(s.clone()).ok());
         InvalidPolicy {
             id: PolicyId {
-                kind: policy_type.as_str().to_string(),
-                namespace: r.namespace,
-                name: r.name,
+                kind: policy_type.as_str().into(),
+                namespace: r.namespace.map(Into::into),
+                name: r.name.into(),
             },
             policy_type,
             generation: r.generation,
@@ -208,7 +209,7 @@ struct Indexes {
     cluster_strategies: KerfIndex<ClusterAutomationStrategy>,
     rightsizing: KerfIndex<RightsizingPolicy>,
     cluster_rightsizing: KerfIndex<ClusterRightsizingPolicy>,
-    recommendations: KerfIndex<RightsizingRecommendation>,
+    recommendations: KerfIndex<PersistedRecommendation>,
 }
 
 struct Inner {
@@ -476,6 +477,38 @@ fn spawn_kerf<K: KerfKind>(
     indexes: &Arc<Indexes>,
     sync: &SyncTracker,
 ) -> JoinHandle<()> {
+    spawn_kerf_as(client, get, std::convert::identity, indexes, sync)
+}
+
+/// A kerf RightsizingRecommendation as kept: its [`PersistedRecommendation`] projection.
+fn persisted(d: Decoded<RightsizingRecommendation>) -> Decoded<PersistedRecommendation> {
+    match d {
+        Decoded::Valid(rec) => {
+            let (namespace, name) = (rec.metadata.namespace.clone(), rec.name_any());
+            match PersistedRecommendation::of(Arc::unwrap_or_clone(rec)) {
+                Some(p) => Decoded::Valid(Arc::new(p)),
+                None => Decoded::Invalid(Rejected {
+                    kind: RightsizingRecommendation::KIND.into(),
+                    namespace,
+                    name,
+                    generation: None,
+                    error: "a RightsizingRecommendation needs a namespace and a name".into(),
+                    raw: serde_json::Value::Null,
+                }),
+            }
+        }
+        Decoded::Invalid(r) => Decoded::Invalid(r),
+    }
+}
+
+/// Watches one kerf kind, keeping each object as `project` turns its decoded form.
+fn spawn_kerf_as<K: KerfKind, T: Clone + Send + Sync + 'static>(
+    client: &Client,
+    get: fn(&Indexes) -> &KerfIndex<T>,
+    project: fn(Decoded<K>) -> Decoded<T>,
+    indexes: &Arc<Indexes>,
+    sync: &SyncTracker,
+) -> JoinHandle<()> {
     let index = K::KIND;
     let (indexes, tracker) = (indexes.clone(), sync.clone());
     let ar = ApiResource::erase::<K>(&());
@@ -491,7 +524,7 @@ fn spawn_kerf<K: KerfKind>(
                 Ok(ev) => {
                     errors.ok(&ev);
                     let done = matches!(ev, watcher::Event::InitDone);
-                    get(&indexes).apply(ev, decode::<K>);
+                    get(&indexes).apply(ev, |o| project(decode::<K>(o)));
                     if done {
                         tracker.done(index);
                     }
@@ -725,7 +758,7 @@ impl Reader {
             spawn_kerf(&client, |i| &i.cluster_strategies, &kerf, &sync),
             spawn_kerf(&client, |i| &i.rightsizing, &kerf, &sync),
             spawn_kerf(&client, |i| &i.cluster_rightsizing, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.recommendations, &kerf, &sync),
+            spawn_kerf_as(&client, |i| &i.recommendations, persisted, &kerf, &sync),
         ];
         let cfg = watcher::Config::default;
 
@@ -897,7 +930,7 @@ impl Reader {
     }
 
     /// Every RightsizingRecommendation kerf wrote (previous HPA targets, original requests).
-    pub fn recommendations(&self) -> Vec<Arc<RightsizingRecommendation>> {
+    pub fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.inner.kerf.recommendations.valid()
     }
 
@@ -983,19 +1016,19 @@ impl Reader {
         for s in k.strategies.valid() {
             strategies.insert(
                 StrategyKey {
-                    namespace: s.metadata.namespace.clone(),
-                    name: s.name_any(),
+                    namespace: s.metadata.namespace.as_deref().map(Into::into),
+                    name: s.name_any().into(),
                 },
-                s.spec.view(),
+                Arc::new(s.spec.view()),
             );
         }
         for s in k.cluster_strategies.valid() {
             strategies.insert(
                 StrategyKey {
                     namespace: None,
-                    name: s.name_any(),
+                    name: s.name_any().into(),
                 },
-                s.spec.view(),
+                Arc::new(s.spec.view()),
             );
         }
 
@@ -1007,7 +1040,7 @@ impl Reader {
         for ((ns, name), job) in i.jobs.entries() {
             match job {
                 ListedJob::OfCronJob(cron) => {
-                    job_owners.insert((ns.unwrap_or_default(), name), cron);
+                    job_owners.insert((ns.unwrap_or_default().into(), name.into()), cron.into());
                 }
                 ListedJob::Workload(w) => workloads.push(w),
             }
@@ -1018,7 +1051,9 @@ impl Reader {
             .replicasets
             .entries()
             .into_iter()
-            .filter_map(|((ns, name), d)| Some(((ns.unwrap_or_default(), name), d?)))
+            .filter_map(|((ns, name), d)| {
+                Some(((ns.unwrap_or_default().into(), name.into()), d?.into()))
+            })
             .collect();
         // Both ordered by (namespace, name), as the indexes are.
         let pods = i.pods.values();

@@ -12,14 +12,15 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> usize {
     reader.wait_synced().await;
     let (snapshot, _invalid) = reader.snapshot();
     for ((ns, rs), deployment) in &snapshot.replicaset_owners {
-        store
-            .replicaset_owners
-            .insert(ObjectName::new(ns, rs), deployment.clone());
+        store.replicaset_owners.insert(
+            ObjectName::new(ns.as_str(), rs.as_str()),
+            deployment.to_string(),
+        );
     }
     for ((ns, job), cron) in &snapshot.job_owners {
         store
             .job_owners
-            .insert(ObjectName::new(ns, job), cron.clone());
+            .insert(ObjectName::new(ns.as_str(), job.as_str()), cron.to_string());
     }
     for w in serve_persisted(store, &snapshot, &reader.recommendations()) {
         tracing::warn!("restart recovery: {w}");

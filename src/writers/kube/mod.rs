@@ -737,14 +737,7 @@ impl Task {
         let what = format!("RightsizingRecommendation {}/{}", r.namespace, r.name);
         let mut made = 0;
         let spec_same = r.observed.as_ref().is_some_and(|o| {
-            o.spec == r.spec
-                && r.owner.as_ref().is_none_or(|own| {
-                    o.metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .any(|x| x.uid == own.uid)
-                })
+            o.spec == r.spec && r.owner.as_ref().is_none_or(|own| o.owned_by(&own.uid))
         });
         if !spec_same {
             let mut metadata = json!({"name": r.name, "namespace": r.namespace});
@@ -811,7 +804,7 @@ impl Task {
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{}.{:x}", e.regarding.name, now.as_nanosecond())),
-                namespace: Some(e.regarding.namespace.clone()),
+                namespace: Some(e.regarding.namespace.to_string()),
                 annotations: (!e.details.is_empty()).then(|| e.details.clone()),
                 ..Default::default()
             },
@@ -825,8 +818,8 @@ impl Task {
             regarding: Some(ObjectReference {
                 api_version: Some(ar.api_version.clone()),
                 kind: Some(ar.kind.clone()),
-                name: Some(e.regarding.name.clone()),
-                namespace: Some(e.regarding.namespace.clone()),
+                name: Some(e.regarding.name.to_string()),
+                namespace: Some(e.regarding.namespace.to_string()),
                 uid: e.uid.clone(),
                 ..Default::default()
             }),

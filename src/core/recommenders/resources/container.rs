@@ -378,7 +378,7 @@ pub fn oom_killed_containers(pods: &[&Pod], start: Timestamp, end: Timestamp) ->
         {
             for s in list {
                 if oom_killed_in_window(std::slice::from_ref(s), &s.name, start, end) {
-                    out.insert(s.name.clone());
+                    out.insert(s.name.to_string());
                 }
             }
         }

@@ -138,7 +138,7 @@ fn replicas_query(
         pod_label: hpa::KSM_HPA_LABEL.into(),
         container_label: String::new(),
         namespaces: sorted(series.iter().map(|(ns, _)| ns.clone()).collect()),
-        pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()),
+        pods: sorted(series.iter().map(|(_, p)| p.clone()).collect()).into(),
         start: now - SignedDuration::from_secs(window),
         end: now,
         step_seconds: step_for(window, step_seconds),
@@ -267,9 +267,9 @@ impl Selectors {
             .into_iter()
             .collect();
         WorkloadSelector {
-            namespace: key.namespace.clone(),
+            namespace: key.namespace.to_string(),
             kind: key.kind,
-            name: key.name.clone(),
+            name: key.name.to_string(),
             other_pods,
         }
     }
@@ -290,11 +290,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     let mut per_policy: BTreeMap<usize, Vec<(usize, WorkloadSelector)>> = BTreeMap::new();
     let mut hpas_per_policy: BTreeMap<usize, BTreeSet<(String, String)>> = BTreeMap::new();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
-        if snapshot
-            .global
-            .protected_namespaces
-            .contains(&w.key.namespace)
-        {
+        if snapshot.global.is_protected(&w.key.namespace) {
             continue;
         }
         let covering: Vec<(usize, Candidate<'_>)> =
@@ -331,7 +327,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
         );
         if let Some(h) = hpas.get(&key) {
             hpas_per_policy.entry(policy).or_default().insert((
-                w.key.namespace.clone(),
+                w.key.namespace.to_string(),
                 h.metadata.name.clone().unwrap_or_default(),
             ));
         }
@@ -518,9 +514,9 @@ pub fn evaluate(
         let keys: Vec<WindowKey> = counted
             .iter()
             .map(|c| WindowKey {
-                namespace: w.key.namespace.clone(),
+                namespace: w.key.namespace.to_string(),
                 workload: workload_label.clone(),
-                container: c.name.clone(),
+                container: c.name.to_string(),
             })
             .collect();
         let mut containers = Vec::new();
@@ -535,11 +531,11 @@ pub fn evaluate(
                 }
             };
             let in_scope = policy.spec.scope.containers.is_empty()
-                || policy.spec.scope.containers.contains(&c.name);
-            let g = gpu_w.and_then(|m| m.get(&c.name));
+                || policy.spec.scope.containers.iter().any(|n| *n == c.name);
+            let g = gpu_w.and_then(|m| m.get(c.name.as_str()));
             containers.push(ContainerInput {
                 signals: ContainerSignals {
-                    name: c.name.clone(),
+                    name: c.name.to_string(),
                     current,
                     cpu: answers.value(RsSignal::Cpu, key),
                     memory: answers.value(RsSignal::Memory, key),
@@ -547,7 +543,7 @@ pub fn evaluate(
                         answers.value(RsSignal::Throttled, key),
                         THROTTLED_RATIO,
                     ),
-                    oom_killed: oom.contains(&c.name)
+                    oom_killed: oom.contains(c.name.as_str())
                         || container::oom_killed_in_history(
                             answers.value(RsSignal::OomKilled, key),
                         ),
@@ -903,7 +899,7 @@ status:
             assert_eq!(q.namespace_label, "namespace");
             assert_eq!(q.pod_label, "horizontalpodautoscaler");
             assert_eq!(q.namespaces, ["shop"]);
-            assert_eq!(q.pods, ["api-hpa", "web"]);
+            assert_eq!(*q.pods, ["api-hpa", "web"]);
             assert_eq!(
                 q.start,
                 now - SignedDuration::from_hours(1),

@@ -706,7 +706,7 @@ pub fn recommendation_spec(
     RightsizingRecommendationSpec {
         workload: WorkloadRef {
             kind: workload.kind.as_str().to_string(),
-            name: workload.name.clone(),
+            name: workload.name.to_string(),
         },
         policies: policy.map(|p| vec![p.to_string()]).unwrap_or_default(),
         containers: held(
@@ -750,6 +750,8 @@ pub fn add_gpu(spec: &mut RightsizingRecommendationSpec, gpu: &WorkloadResult) {
             spec.policies.push(p);
         }
     }
+    // Held by the recommendation: no growth slack (a push grows the list to four).
+    spec.policies.shrink_to_fit();
 }
 
 /// The `RightsizingRecommendation` spec of a workload only GPU reactive policies cover: per
@@ -780,7 +782,7 @@ pub fn gpu_recommendation_spec(
     let mut spec = RightsizingRecommendationSpec {
         workload: WorkloadRef {
             kind: workload.kind.as_str().to_string(),
-            name: workload.name.clone(),
+            name: workload.name.to_string(),
         },
         containers: containers
             .iter()

@@ -113,7 +113,7 @@ impl PodB {
     fn build(self) -> Pod {
         Pod {
             metadata: Meta {
-                name: Some(self.name),
+                name: Some(self.name.into()),
                 namespace: Some("default".into()),
                 annotations: Some(self.annotations),
                 deletion_timestamp: self
@@ -140,7 +140,7 @@ impl PodB {
 
 fn template_of(pod: &Pod) -> PodTemplateSpec {
     PodTemplateSpec {
-        metadata: Some(Meta {
+        metadata: Some(crate::core::pod::TemplateMeta {
             annotations: pod.metadata.annotations.clone(),
             ..Default::default()
         }),
