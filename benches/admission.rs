@@ -10,6 +10,8 @@
 //! `cargo bench --bench admission -- kerf ADDR CERT KEY FIXTURE` serves kerf's real server with a
 //! store holding a GPU and CPU/memory recommendation for the fixture pod's workload, so every
 //! request goes through owner resolution, the patch builder and the diff.
+//! `cargo bench --bench admission -- handler FIXTURE N` runs kerf's handler alone N times (for
+//! `perf record`) and prints its time per review.
 //! `cargo bench --bench admission -- openloop URL RATE SECONDS CONNECTIONS BODY` is the load
 //! generator for latency at a fixed offered rate (see [`open_loop`]).
 
@@ -54,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
         ["null", addr, cert, key] => rt.block_on(null(addr.parse()?, cert.into(), key.into())),
         ["profile", fixture] => profile(fixture),
+        ["handler", fixture, n] => handler(fixture, n.parse()?),
         ["openloop", url, rate, secs, conns, body] => open_loop(
             url.parse()?,
             rate.parse()?,
@@ -66,7 +69,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | openloop URL RATE SECONDS CONNECTIONS BODY"
+                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
             );
             std::process::exit(2)
         }
@@ -137,6 +140,21 @@ async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<(
     );
     eprintln!("null serving on {addr}");
     kerf::server::serve_app(addr, &cert, &key, app).await
+}
+
+/// kerf's handler alone, `n` reviews in a loop (to time it or to run it under `perf record`).
+fn handler(fixture: &str, n: u32) -> anyhow::Result<()> {
+    let review: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture)?)?;
+    let body = serde_json::to_vec(&review)?;
+    let store = bench_store(&review);
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        let r = kerf::server::handle_review(std::hint::black_box(&body), &store);
+        assert_eq!(r.status, 200);
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+    println!("kerf handle_review {us:.1} us/review");
+    Ok(())
 }
 
 /// CPU per review without the network: kerf's handler vs the floor's typed parse.

@@ -5,28 +5,36 @@
 # time. Each server, each round, gets two runs:
 #   1. saturated: wrk (closed loop) -- throughput, and the p99 at saturation (mostly queueing:
 #      connections / throughput);
-#   2. fixed rate: the bench binary's open-loop generator (`admission openloop`) offers the same
-#      RATE requests/s to every server and times each request from when it was due (no
-#      coordinated omission) -- the p99 at the same load.
-# Prints throughput, both p99s and kerf's ratios to the null and floor servers.
+#   2. fixed rates: the bench binary's open-loop generator (`admission openloop`) offers the same
+#      rates (requests/s) to every server, one run per rate, and times each request from when it
+#      was due (no coordinated omission) -- the p99 at the same load, at several loads.
+# Prints throughput, the p99s and kerf's ratios to the null and floor servers.
 #
-# Usage: scripts/bench-admission.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WRK_THREADS=1] [ROUNDS=3] [RATE=auto]
-# RATE (requests/s) defaults to half of kerf's saturated throughput in a 5 s calibration run
-# before the rounds; the same RATE is used for all servers and printed. Reports the median over
-# ROUNDS runs of each server, the order rotating every round.
-# Needs: wrk (Debian package `wrk`), curl, python3. Builds the bench binary with the bench
-# (release) profile.
+# Usage: scripts/bench-admission.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WRK_THREADS=1] [ROUNDS=3] [RATES=1000,2500,5000,auto]
+# RATES is a comma-separated list of offered rates; `auto` is half of kerf's saturated
+# throughput in a 5 s calibration run before the rounds. The same rates are used for all
+# servers and printed. Reports the median over ROUNDS runs of each server, the order rotating
+# every round.
+# Pinning: the server under test runs on the CPUs in SERVER_CPUS (default 0) and the load
+# generators (wrk, openloop, curl) on LOAD_CPUS (default 1), with `taskset`, so the server and
+# the generator do not take turns on the same core (which made the fixed-rate p99 mostly
+# scheduling). Set both empty to run unpinned. Other processes on the machine are not pinned
+# away: run on a quiet machine and read `uptime`.
+# Needs: wrk (Debian package `wrk`), curl, python3, taskset (util-linux). Builds the bench
+# binary with the bench (release) profile.
 set -euo pipefail
 
 DURATION="${1:-20}"
 CONNS="${2:-16}"
 THREADS="${3:-1}"
 ROUNDS="${4:-3}"
-RATE="${5:-auto}"
+RATES="${5:-1000,2500,5000,auto}"
+SERVER_CPUS="${SERVER_CPUS-0}"
+LOAD_CPUS="${LOAD_CPUS-1}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 FIXTURE="$ROOT/tests/fixtures/admission/pod-large.json"
 
-for tool in wrk curl python3; do
+for tool in wrk curl python3 taskset; do
     command -v "$tool" >/dev/null || { echo "error: $tool is required (apt-get install $tool)" >&2; exit 1; }
 done
 
@@ -40,6 +48,12 @@ for l in sys.stdin:
 [ -x "$BIN" ] || { echo "error: could not build the admission bench binary" >&2; exit 1; }
 
 WORK="$(mktemp -d)"
+
+# `on CPUS cmd…`: cmd pinned to CPUS, or as is when CPUS is empty.
+on() {
+    local cpus="$1"; shift
+    if [ -n "$cpus" ]; then taskset -c "$cpus" "$@"; else "$@"; fi
+}
 
 "$BIN" certs "$WORK"
 python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' "$FIXTURE" > "$WORK/body.json"
@@ -68,43 +82,56 @@ trap cleanup EXIT
 
 start_server() { # name port args...
     local name="$1" port="$2"; shift 2
-    "$BIN" "$@" 2>"$WORK/$name.log" &
+    # taskset execs the server, so $! is the server's pid (cleanup stops it).
+    if [ -n "$SERVER_CPUS" ]; then
+        taskset -c "$SERVER_CPUS" "$BIN" "$@" 2>"$WORK/$name.log" &
+    else
+        "$BIN" "$@" 2>"$WORK/$name.log" &
+    fi
     PIDS+=($!)
     local url="https://localhost:$port/mutate" ok=""
     for _ in $(seq 1 100); do
-        if curl -sk --fail -o "$WORK/$name.resp" -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$url" 2>/dev/null; then ok=1; break; fi
+        if on "$LOAD_CPUS" curl -sk --fail -o "$WORK/$name.resp" -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$url" 2>/dev/null; then ok=1; break; fi
         sleep 0.1
     done
     [ -n "$ok" ] || { echo "error: $name did not answer; log:" >&2; cat "$WORK/$name.log" >&2; exit 1; }
     grep -q '"patch"' "$WORK/$name.resp" || { echo "error: $name answered without a patch: $(cat "$WORK/$name.resp")" >&2; exit 1; }
-    wrk -t"$THREADS" -c"$CONNS" -d3s -s "$WORK/post.lua" "$url" >/dev/null   # warm-up
+    on "$LOAD_CPUS" wrk -t"$THREADS" -c"$CONNS" -d3s -s "$WORK/post.lua" "$url" >/dev/null   # warm-up
 }
 
-measure() { # name port round → appends "rps p99ms fixed_p50ms fixed_p99ms" to $WORK/name.results
+measure() { # name port round → appends "rps p99ms [p50ms p99ms per rate]" to $WORK/name.results
     local name="$1" port="$2" round="$3" url="https://localhost:$2/mutate"
-    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "$url" > "$WORK/$name.$round.wrk"
+    on "$LOAD_CPUS" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "$url" > "$WORK/$name.$round.wrk"
     if grep -q "Non-2xx" "$WORK/$name.$round.wrk"; then echo "error: $name returned non-2xx responses" >&2; cat "$WORK/$name.$round.wrk" >&2; exit 1; fi
-    local rps p99 open
+    local rps p99 open row rate line
     rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/$name.$round.wrk")
     p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$WORK/$name.$round.wrk")")
-    open=$("$BIN" openloop "$url" "$RATE" "$DURATION" "$CONNS" "$WORK/body.json")
-    field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $open"; }
-    [ "$(field errors)" = 0 ] || { echo "error: $name failed requests at $RATE req/s: $open" >&2; exit 1; }
-    python3 -c 'import sys; a,r=map(float,sys.argv[1:]); sys.exit(a < 0.95*r)' "$(field answered_per_s)" "$RATE" \
-        || echo "warning: $name answered fewer than 95 % of $RATE req/s: $open" >&2
-    echo "$rps $p99 $(field p50) $(field p99)" >> "$WORK/$name.results"
-    echo "round $round $name: $rps req/s, p99 $p99 ms saturated; at $RATE req/s p50 $(field p50) ms, p99 $(field p99) ms (generator's own lateness p99 $(field pacer_late_p99) ms)" >&2
+    row="$rps $p99"
+    line="round $round $name: $rps req/s, p99 $p99 ms saturated"
+    for rate in ${RATES//,/ }; do
+        open=$(on "$LOAD_CPUS" "$BIN" openloop "$url" "$rate" "$DURATION" "$CONNS" "$WORK/body.json")
+        field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $open"; }
+        [ "$(field errors)" = 0 ] || { echo "error: $name failed requests at $rate req/s: $open" >&2; exit 1; }
+        python3 -c 'import sys; a,r=map(float,sys.argv[1:]); sys.exit(a < 0.95*r)' "$(field answered_per_s)" "$rate" \
+            || echo "warning: $name answered fewer than 95 % of $rate req/s: $open" >&2
+        row="$row $(field p50) $(field p99)"
+        line="$line; at $rate req/s p50 $(field p50) p99 $(field p99) ms (pacer late p99 $(field pacer_late_p99) ms)"
+    done
+    echo "$row" >> "$WORK/$name.results"
+    echo "$line" >&2
 }
 
 # All servers up; the order rotates every round so background load drifts hit each alike.
 start_server floor 18443 floor 127.0.0.1:18443 "$WORK/tls.crt" "$WORK/tls.key"
 start_server null 18445 null 127.0.0.1:18445 "$WORK/tls.crt" "$WORK/tls.key"
 start_server kerf 18444 kerf 127.0.0.1:18444 "$WORK/tls.crt" "$WORK/tls.key" "$FIXTURE"
-if [ "$RATE" = auto ]; then
-    calib=$(wrk -t"$THREADS" -c"$CONNS" -d5s -s "$WORK/post.lua" "https://localhost:18444/mutate" | awk '/^Requests\/sec:/ {print $2}')
-    RATE=$(python3 -c 'import sys; print(int(float(sys.argv[1]) / 2))' "$calib")
-    echo "fixed offered rate: $RATE req/s (half of kerf's $calib req/s in a 5 s calibration run)" >&2
+if [[ ",$RATES," == *,auto,* ]]; then
+    calib=$(on "$LOAD_CPUS" wrk -t"$THREADS" -c"$CONNS" -d5s -s "$WORK/post.lua" "https://localhost:18444/mutate" | awk '/^Requests\/sec:/ {print $2}')
+    half=$(python3 -c 'import sys; print(int(float(sys.argv[1]) / 2))' "$calib")
+    RATES=$(sed "s/\bauto\b/$half/" <<<"$RATES")
+    echo "auto rate: $half req/s (half of kerf's $calib req/s in a 5 s calibration run)" >&2
 fi
+echo "fixed offered rates: $RATES req/s; server on CPUs ${SERVER_CPUS:-any}, load generators on CPUs ${LOAD_CPUS:-any}; $(uptime)" >&2
 for round in $(seq 1 "$ROUNDS"); do
     case $((round % 3)) in
         1) order="floor:18443 null:18445 kerf:18444" ;;
@@ -114,24 +141,28 @@ for round in $(seq 1 "$ROUNDS"); do
     for s in $order; do measure "${s%%:*}" "${s##*:}" "$round"; done
 done
 
-python3 - "$WORK/floor.results" "$WORK/null.results" "$WORK/kerf.results" "$BODY_BYTES" "$DURATION" "$CONNS" "$THREADS" "$ROUNDS" "$RATE" <<'PY'
+python3 - "$WORK/floor.results" "$WORK/null.results" "$WORK/kerf.results" "$BODY_BYTES" "$DURATION" "$CONNS" "$THREADS" "$ROUNDS" "$RATES" "${SERVER_CPUS:-any}" "${LOAD_CPUS:-any}" <<'PY'
 import statistics, sys
 def load(p):
     rows = [tuple(map(float, l.split())) for l in open(p) if l.strip()]
-    return [statistics.median(r[i] for r in rows) for i in range(4)]
+    return [statistics.median(r[i] for r in rows) for i in range(len(rows[0]))]
 f, n, k = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
-body, dur, conns, threads, rounds, rate = sys.argv[4:10]
-print(f"body {body} bytes, HTTP/1.1 keep-alive over TLS, {conns} connections, {dur} s per run, median of {rounds} rounds (order rotating)")
-print(f"saturated: wrk -t{threads} -c{conns} (closed loop); fixed rate: open loop at {rate} req/s for every server, latency from each request's due time")
-print(f"| server | saturated req/s | saturated p99 (ms) | p50 at {rate} req/s (ms) | p99 at {rate} req/s (ms) |")
-print("|---|---:|---:|---:|---:|")
-print(f"| null (kerf's TLS/HTTP stack, body read, fixed answer) | {n[0]:.0f} | {n[1]:.2f} | {n[2]:.2f} | {n[3]:.2f} |")
-print(f"| floor (axum + rustls, typed Pod, fixed patch) | {f[0]:.0f} | {f[1]:.2f} | {f[2]:.2f} | {f[3]:.2f} |")
-print(f"| kerf /mutate | {k[0]:.0f} | {k[1]:.2f} | {k[2]:.2f} | {k[3]:.2f} |")
+body, dur, conns, threads, rounds, rates, scpu, lcpu = sys.argv[4:12]
+rates = rates.split(",")
+print(f"body {body} bytes, HTTP/1.1 keep-alive over TLS, {conns} connections, {dur} s per run, median of {rounds} rounds (order rotating); server on CPUs {scpu}, load generators on CPUs {lcpu}")
+print(f"saturated: wrk -t{threads} -c{conns} (closed loop); fixed rates: open loop at {', '.join(rates)} req/s for every server, latency from each request's due time")
+head = "| server | saturated req/s | saturated p99 (ms) |" + "".join(f" p50 / p99 at {r} req/s (ms) |" for r in rates)
+print(head)
+print("|---|---:|---:|" + "---:|" * len(rates))
+def row(name, v):
+    return f"| {name} | {v[0]:.0f} | {v[1]:.2f} |" + "".join(f" {v[2+2*i]:.2f} / {v[3+2*i]:.2f} |" for i in range(len(rates)))
+print(row("null (kerf's TLS/HTTP stack, body read, fixed answer)", n))
+print(row("floor (axum + rustls, typed Pod, fixed patch)", f))
+print(row("kerf /mutate", k))
 for name, o in (("null", n), ("floor", f)):
-    print(f"| ratio kerf/{name} | {k[0]/o[0]:.2f}x | {k[1]/o[1]:.2f}x | {k[2]/o[2]:.2f}x | {k[3]/o[3]:.2f}x |")
-ok_floor = k[0]/f[0] >= 0.8 and k[3]/f[3] <= 1.5
-ok_null = k[0]/n[0] >= 0.5 and k[3]/n[3] <= 1.2
-print("goal vs floor (throughput >= 0.8x, p99 at the fixed rate <= 1.5x):", "met" if ok_floor else "NOT met")
-print("goal vs null (throughput >= 0.5x, p99 at the fixed rate <= 1.2x):", "met" if ok_null else "NOT met")
+    print(f"| ratio kerf/{name} | {k[0]/o[0]:.2f}x | {k[1]/o[1]:.2f}x |" + "".join(f" {k[2+2*i]/o[2+2*i]:.2f}x / {k[3+2*i]/o[3+2*i]:.2f}x |" for i in range(len(rates))))
+for name, o, tp, lat in (("floor", f, 0.8, 1.5), ("null", n, 0.5, 1.2)):
+    ok_tp = k[0] / o[0] >= tp
+    held = [r for i, r in enumerate(rates) if k[3+2*i] / o[3+2*i] <= lat]
+    print(f"goal vs {name}: throughput >= {tp}x {'met' if ok_tp else 'NOT met'}; p99 <= {lat}x at the fixed rates: met at {', '.join(held) or 'none'} req/s" + (f", not at {', '.join(r for r in rates if r not in held)}" if len(held) < len(rates) else ""))
 PY

@@ -483,7 +483,7 @@ pub struct PodSkeleton {
     #[serde(default, deserialize_with = "object_only")]
     pub metadata: Option<MetaSkeleton>,
     #[serde(default, deserialize_with = "object_only")]
-    spec: Option<SpecSkeleton>,
+    pub(crate) spec: Option<SpecSkeleton>,
 }
 
 /// Accepts only a JSON object (or null) for a struct. serde's derived structs also accept an
@@ -542,21 +542,21 @@ pub struct MetaSkeleton {
 
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SpecSkeleton {
+pub(crate) struct SpecSkeleton {
     #[serde(default)]
-    scheduler_name: Option<Value>,
+    pub(crate) scheduler_name: Option<Value>,
     #[serde(default, deserialize_with = "objects_only")]
-    containers: Option<Vec<ContainerSkeleton>>,
+    pub(crate) containers: Option<Vec<ContainerSkeleton>>,
     #[serde(default, deserialize_with = "objects_only")]
-    init_containers: Option<Vec<ContainerSkeleton>>,
+    pub(crate) init_containers: Option<Vec<ContainerSkeleton>>,
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
-struct ContainerSkeleton {
+pub(crate) struct ContainerSkeleton {
     #[serde(default)]
-    name: Option<Value>,
+    pub(crate) name: Option<Value>,
     #[serde(default)]
-    resources: Option<Value>,
+    pub(crate) resources: Option<Value>,
 }
 
 impl PodSkeleton {

@@ -65,7 +65,7 @@ pub fn scoped_container_names(spec: &PodSpec, scope: &[String]) -> Vec<String> {
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten());
-    all.filter(|c| scope.iter().any(|s| s == &c.name))
+    all.filter(|c| scope.iter().any(|s| s == c.name))
         .map(|c| c.name.to_string())
         .collect()
 }

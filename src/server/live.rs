@@ -223,7 +223,7 @@ impl<S> Recording<'_, S> {
                 None => (None, None),
                 Some(policy) => {
                     let pods: Vec<(String, PodAlloc)> = pods_of
-                        .get(&w.key())
+                        .get(w.key())
                         .into_iter()
                         .flatten()
                         .filter_map(|&pi| {

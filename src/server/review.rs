@@ -10,7 +10,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use base64::Engine as _;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use serde::Deserialize;
-use serde::de::{IgnoredAny, MapAccess};
 use serde_json::Value;
 
 use crate::api::WorkloadKind;
@@ -115,172 +114,13 @@ struct ObjectRequest<T> {
     object: Option<T>,
 }
 
-/// `request.object` as the one pass left it.
+/// `request.object` as the one pass ([`read`]) left it.
 enum Object {
     /// Not read: not a pod, or the object came before the kind. Read by a second pass over the
     /// body ([`object_of`]) when the decision needs it.
     Later,
     /// A pod's object read straight into its skeleton (`None`: `"object": null`).
     Pod(Option<Box<PodSkeleton>>),
-}
-
-/// The review in one pass over the body: the envelope as [`Review`] reads it and, when the kind
-/// comes before the object (as the API server writes it), a pod's object straight into its
-/// skeleton; every other field is skipped without allocating. It reads exactly what the two
-/// passes ([`Review`], then [`ObjectOnly`]) read, so their answers are the same; anything it
-/// does not take (an error anywhere, a sequence instead of a map) goes to those two passes.
-struct OnePass {
-    review: Review,
-    object: Object,
-}
-
-/// Field names as serde's derive matches them (escapes decoded, the rest ignored).
-#[derive(Deserialize)]
-#[serde(field_identifier)]
-enum ReviewField {
-    #[serde(rename = "apiVersion")]
-    ApiVersion,
-    #[serde(rename = "kind")]
-    Kind,
-    #[serde(rename = "request")]
-    Request,
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "lowercase")]
-enum RequestField {
-    Uid,
-    Kind,
-    Namespace,
-    Operation,
-    Object,
-    #[serde(other)]
-    Other,
-}
-
-impl<'de> Deserialize<'de> for OnePass {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = OnePass;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an AdmissionReview object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OnePass, A::Error> {
-                let (mut api_version, mut kind, mut request) = (None, None, None);
-                while let Some(field) = map.next_key::<ReviewField>()? {
-                    match field {
-                        ReviewField::ApiVersion => {
-                            once::<_, A::Error>(&api_version, "apiVersion")?;
-                            api_version = Some(map.next_value::<Option<String>>()?);
-                        }
-                        ReviewField::Kind => {
-                            once::<_, A::Error>(&kind, "kind")?;
-                            kind = Some(map.next_value::<Option<String>>()?);
-                        }
-                        ReviewField::Request => {
-                            once::<_, A::Error>(&request, "request")?;
-                            request = Some(map.next_value::<Option<OneRequest>>()?);
-                        }
-                        ReviewField::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                let (request, object) = match request.flatten() {
-                    Some(OneRequest(r, o)) => (Some(r), o),
-                    None => (None, Object::Later),
-                };
-                Ok(OnePass {
-                    review: Review {
-                        api_version: api_version.flatten(),
-                        kind: kind.flatten(),
-                        request,
-                    },
-                    object,
-                })
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// `request` with its object (see [`OnePass`]).
-struct OneRequest(Request, Object);
-
-impl<'de> Deserialize<'de> for OneRequest {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = OneRequest;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an AdmissionReview request object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OneRequest, A::Error> {
-                let (mut uid, mut kind, mut namespace, mut operation, mut object) =
-                    (None, None::<Gvk>, None, None, None);
-                while let Some(field) = map.next_key::<RequestField>()? {
-                    match field {
-                        RequestField::Uid => {
-                            once::<_, A::Error>(&uid, "uid")?;
-                            uid = Some(map.next_value::<String>()?);
-                        }
-                        RequestField::Kind => {
-                            once::<_, A::Error>(&kind, "kind")?;
-                            kind = Some(map.next_value::<Gvk>()?);
-                        }
-                        RequestField::Namespace => {
-                            once::<_, A::Error>(&namespace, "namespace")?;
-                            namespace = Some(map.next_value::<Option<String>>()?);
-                        }
-                        RequestField::Operation => {
-                            once::<_, A::Error>(&operation, "operation")?;
-                            operation = Some(map.next_value::<String>()?);
-                        }
-                        RequestField::Object => {
-                            once::<_, A::Error>(&object, "object")?;
-                            let pod = kind
-                                .as_ref()
-                                .is_some_and(|k| k.group.is_empty() && k.kind == "Pod");
-                            object = Some(if pod {
-                                Object::Pod(map.next_value::<Option<Box<PodSkeleton>>>()?)
-                            } else {
-                                map.next_value::<IgnoredAny>()?;
-                                Object::Later
-                            });
-                        }
-                        RequestField::Other => {
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                    }
-                }
-                let uid =
-                    uid.ok_or_else(|| <A::Error as serde::de::Error>::missing_field("uid"))?;
-                let kind =
-                    kind.ok_or_else(|| <A::Error as serde::de::Error>::missing_field("kind"))?;
-                Ok(OneRequest(
-                    Request {
-                        uid,
-                        kind,
-                        namespace: namespace.flatten(),
-                        operation: operation.unwrap_or_default(),
-                    },
-                    object.unwrap_or(Object::Later),
-                ))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// A field seen twice is an error, as in serde's derive.
-fn once<T, E: serde::de::Error>(seen: &Option<T>, name: &'static str) -> Result<(), E> {
-    match seen {
-        Some(_) => Err(E::duplicate_field(name)),
-        None => Ok(()),
-    }
 }
 
 fn object_of<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, String> {
@@ -322,15 +162,15 @@ impl Decision {
 
 /// Handles one AdmissionReview body.
 pub fn handle_review(body: &[u8], store: &Store) -> Reply {
-    // The usual review in one pass; whatever that pass does not take is read as before, in two.
-    match serde_json::from_slice::<OnePass>(body) {
-        Ok(OnePass { review, object }) => respond(review, object, body, store),
-        Err(_) => handle_in_two_passes(body, store),
+    // The usual review in one pass; whatever that pass does not take is read by serde, in two.
+    match read::review(body) {
+        Some((review, object)) => respond(review, object, body, store),
+        None => handle_in_two_passes(body, store),
     }
 }
 
 /// The envelope, then (in [`decide`]) the object: the reading every body gets the same answer
-/// from, and the only one for a body the one pass does not take.
+/// from, and the only one for a body the one pass ([`read`]) does not take.
 fn handle_in_two_passes(body: &[u8], store: &Store) -> Reply {
     let review: Review = match serde_json::from_slice(body) {
         Ok(r) => r,
@@ -580,5 +420,6 @@ fn decide_hpa(req: &Request, body: &[u8], store: &Store) -> Decision {
     finish(mutate_hpa(obj, &coordinated), "the HorizontalPodAutoscaler")
 }
 
+mod read;
 #[cfg(test)]
 mod tests;

@@ -258,13 +258,13 @@ pub fn workload_body(
             continue;
         }
         let entry = json!({"name": name, "resources": {"requests": req}});
-        if spec.containers.iter().any(|c| &c.name == name) {
+        if spec.containers.iter().any(|c| c.name == name) {
             containers.push(entry);
         } else if spec
             .init_containers
             .iter()
             .flatten()
-            .any(|c| &c.name == name)
+            .any(|c| c.name == name)
         {
             init_containers.push(entry);
         } else {
