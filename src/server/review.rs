@@ -335,7 +335,7 @@ fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -
             if req
                 .namespace
                 .as_ref()
-                .is_some_and(|ns| global.protected_namespaces.contains(ns)) =>
+                .is_some_and(|ns| global.is_protected(ns)) =>
         {
             return Decision::skip("namespace is protected");
         }
@@ -350,7 +350,7 @@ fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -
         .filter(|s| !s.is_empty())
         .or_else(|| req.namespace.clone())
         .unwrap_or_default();
-    if global.protected_namespaces.contains(&ns) {
+    if global.is_protected(&ns) {
         return Decision::skip(format!("namespace {ns:?} is protected"));
     }
     if global.read_only {
@@ -392,7 +392,7 @@ fn decide_hpa(req: &Request, body: &[u8], store: &Store) -> Decision {
     let obj = &obj;
     let global = store.global();
     let ns = object_namespace(obj, req);
-    if global.protected_namespaces.contains(&ns) {
+    if global.is_protected(&ns) {
         return Decision::skip(format!("namespace {ns:?} is protected"));
     }
     if global.read_only {
