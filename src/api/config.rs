@@ -474,15 +474,15 @@ impl Default for GlobalConfigurationSpec {
 }
 
 impl GlobalConfigurationSpec {
-    /// Adds `namespace` to `protectedNamespaces`: kerf's own namespace is protected whatever the
-    /// list says (docs/design/runtime.md#r12).
-    /// kerf never mutates `namespace`.
+    /// kerf never mutates `namespace` (the one reader of `protectedNamespaces`).
     pub fn is_protected(&self, namespace: &str) -> bool {
         self.protected_namespaces.iter().any(|n| n == namespace)
     }
 
+    /// Adds `namespace` to `protectedNamespaces`: kerf's own namespace is protected whatever the
+    /// list says (docs/design/runtime.md#r12).
     pub fn protect(&mut self, namespace: &str) {
-        if !self.protected_namespaces.iter().any(|n| n == namespace) {
+        if !self.is_protected(namespace) {
             self.protected_namespaces.push(namespace.to_string());
         }
     }
