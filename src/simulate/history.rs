@@ -87,7 +87,8 @@ pub struct HistorySource<'a, S> {
     anchor: i64,
     last: i64,
     namespaces: Vec<String>,
-    pods: Vec<String>,
+    /// Shared by every chunk query that selects pods (no copy of the list per query).
+    pods: Arc<[String]>,
     fetched: Mutex<HashMap<Shape, Arc<Fetched>>>,
     fetches: AtomicUsize,
     /// Metrics whose values are percentages of the pod's allocation.
@@ -111,7 +112,7 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
             anchor: anchor.as_second(),
             last: last.as_second(),
             namespaces,
-            pods,
+            pods: pods.into(),
             fetched: Mutex::new(HashMap::new()),
             fetches: AtomicUsize::new(0),
             relative,
@@ -164,7 +165,7 @@ impl<'a, S: MetricSource> HistorySource<'a, S> {
             let query = RangeQuery {
                 namespaces: self.namespaces.clone(),
                 pods: if shape.by_pod {
-                    self.pods.as_slice().into()
+                    Arc::clone(&self.pods)
                 } else {
                     Default::default()
                 },

@@ -150,6 +150,13 @@ pub struct WorkloadPlan {
     pub reasons: Vec<String>,
 }
 
+impl WorkloadPlan {
+    /// The distinct policies assigned to the workload.
+    pub fn policies(&self) -> BTreeSet<usize> {
+        self.assignments.iter().map(|a| a.policy).collect()
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub workloads: Vec<WorkloadPlan>,
@@ -455,9 +462,8 @@ impl<'a> StreamingEvaluation<'a> {
             .iter()
             .enumerate()
             .map(|(wi, wp)| {
-                let policies: BTreeSet<usize> = wp.assignments.iter().map(|a| a.policy).collect();
                 let mut waiting = 0;
-                for p in policies {
+                for p in wp.policies() {
                     *pending.entry(p).or_default() += 1;
                     if unanswered.contains_key(&p) {
                         covers.entry(p).or_default().push(wi);
@@ -543,18 +549,15 @@ impl<'a> StreamingEvaluation<'a> {
             &self.failed,
             self.now,
         )));
-        for (k, a) in wp.assignments.iter().enumerate() {
-            // Each policy once (the counts are per distinct policy).
-            if wp.assignments[..k].iter().any(|b| b.policy == a.policy) {
-                continue;
-            }
-            let Some(left) = self.pending.get_mut(&a.policy) else {
+        // Each policy once: the counts are per distinct policy.
+        for policy in wp.policies() {
+            let Some(left) = self.pending.get_mut(&policy) else {
                 continue;
             };
             *left -= 1;
             if *left == 0 {
-                self.pending.remove(&a.policy);
-                self.index.remove_policy(a.policy);
+                self.pending.remove(&policy);
+                self.index.remove_policy(policy);
             }
         }
     }
