@@ -261,7 +261,8 @@ async fn kerf_server(
 /// One client thread (like `wrk -t1`) holds `conns` keep-alive HTTP/1.1 connections over TLS
 /// (hyper's client on rustls, the stack the servers run). A pacing thread releases requests at
 /// `rate` per second into one queue; a free connection takes the oldest. The first second is
-/// warm-up, not counted. Prints one line of `key=value` pairs (latencies in milliseconds).
+/// warm-up, not counted. Prints one line of `key=value` pairs (latencies in milliseconds);
+/// with `OPENLOOP_DUMP=FILE`, also writes every counted request's due time and latency to FILE.
 fn open_loop(
     url: http::Uri,
     rate: f64,
@@ -352,6 +353,11 @@ fn open_loop(
     })?;
     let counted_from = start + warm_up;
     let mut latencies: Vec<Duration> = Vec::new();
+    // `due offset (s)  latency (ms)` per counted request, when OPENLOOP_DUMP names a file: shows
+    // when the slow requests were due (one stall, a queue draining, or spread out).
+    let mut dump = std::env::var_os("OPENLOOP_DUMP")
+        .filter(|path| !path.is_empty())
+        .map(|path| (path, Vec::new()));
     let (mut errors, mut last) = (0, start);
     for (done, e) in results {
         errors += e;
@@ -359,8 +365,25 @@ fn open_loop(
             last = last.max(at);
             if due >= counted_from {
                 latencies.push(at - due);
+                if let Some((_, rows)) = &mut dump {
+                    rows.push((due - start, at - due));
+                }
             }
         }
+    }
+    if let Some((path, mut rows)) = dump {
+        rows.sort_unstable();
+        let text: String = rows
+            .iter()
+            .map(|(due, latency)| {
+                format!(
+                    "{:.6} {:.3}\n",
+                    due.as_secs_f64(),
+                    latency.as_secs_f64() * 1e3
+                )
+            })
+            .collect();
+        std::fs::write(path, text)?;
     }
     anyhow::ensure!(
         !latencies.is_empty(),

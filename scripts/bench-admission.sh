@@ -20,6 +20,8 @@
 # the generator do not take turns on the same core (which made the fixed-rate p99 mostly
 # scheduling). Set both empty to run unpinned. Other processes on the machine are not pinned
 # away: run on a quiet machine and read `uptime`.
+# DUMP_DIR (optional, an existing directory): every fixed-rate run also writes each request's
+# due time and latency there (`<server>.<round>.<rate>.txt`), to see when the slow ones were due.
 # Needs: wrk (Debian package `wrk`), curl, python3, taskset (util-linux). Builds the bench
 # binary with the bench (release) profile.
 set -euo pipefail
@@ -109,7 +111,8 @@ measure() { # name port round → appends "rps p99ms [p50ms p99ms per rate]" to 
     row="$rps $p99"
     line="round $round $name: $rps req/s, p99 $p99 ms saturated"
     for rate in ${RATES//,/ }; do
-        open=$(on "$LOAD_CPUS" "$BIN" openloop "$url" "$rate" "$DURATION" "$CONNS" "$WORK/body.json")
+        open=$(OPENLOOP_DUMP="${DUMP_DIR:+$DUMP_DIR/$name.$round.$rate.txt}" \
+            on "$LOAD_CPUS" "$BIN" openloop "$url" "$rate" "$DURATION" "$CONNS" "$WORK/body.json")
         field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $open"; }
         [ "$(field errors)" = 0 ] || { echo "error: $name failed requests at $rate req/s: $open" >&2; exit 1; }
         python3 -c 'import sys; a,r=map(float,sys.argv[1:]); sys.exit(a < 0.95*r)' "$(field answered_per_s)" "$rate" \
