@@ -2,13 +2,13 @@
 //! `v1alpha1-2026-07`), and which containers a policy's scope includes.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use crate::core::pod::{Container, PodSpec, StrMap};
 use crate::core::quantity::{self, QuantityError};
 
 use crate::core::accelerator::NVIDIA_KAI;
+use crate::core::small_map::SmallMap;
 
 /// A container's allocation, or why it has none.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,12 +87,13 @@ fn whole_gpus(c: &Container) -> Option<Result<f64, QuantityError>> {
 
 /// Allocation of every container of a pod (or pod template) keyed by name, following the KAI
 /// contract: a fractional pod gives its fraction × devices to one container; otherwise
-/// `nvidia.com/gpu` limits (else requests); anything else has no allocation.
+/// `nvidia.com/gpu` limits (else requests); anything else has no allocation. A [`SmallMap`]: it
+/// is read for every pod and template each cycle, and a pod has a few containers.
 pub fn container_allocations(
     spec: &PodSpec,
     annotations: &impl StrMap,
-) -> BTreeMap<String, Allocation> {
-    let mut out = BTreeMap::new();
+) -> SmallMap<String, Allocation> {
+    let mut out = SmallMap::new();
     let fraction = NVIDIA_KAI.stated_fraction(
         annotations,
         spec.containers.first().map(|c| c.name.as_str()),

@@ -8,7 +8,7 @@
 //! recorded baseline — an entry that differs, or a container the template no longer has —
 //! resets the recommendation (docs/design/gpu-engine.md#g7, the engine's `check_baseline`).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::core::allocation::{container_allocations, scoped_container_names};
@@ -99,6 +99,14 @@ pub fn recover_each(
     mut emit: impl FnMut(WorkloadKey, WorkloadState),
 ) -> Vec<String> {
     let mut warnings = Vec::new();
+    // By id, so a workload's policy is one lookup, not a scan of every policy; reversed so the
+    // first of equal ids wins, as a scan would find it.
+    let policies: HashMap<&PolicyId, &GpuPolicy> = snapshot
+        .gpu_policies
+        .iter()
+        .rev()
+        .map(|p| (&p.id, p))
+        .collect();
     for w in &snapshot.workloads {
         let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
             continue;
@@ -134,7 +142,7 @@ pub fn recover_each(
         };
         let spec = w.template.pod_spec();
         let policy = match &rec.policy {
-            Some(id) => match snapshot.gpu_policies.iter().find(|p| &p.id == id) {
+            Some(id) => match policies.get(id).copied() {
                 Some(p) => Some(p),
                 // Several policies' parts: each is checked on its own below.
                 None if !rec.by_policy.is_empty() => None,
@@ -164,7 +172,7 @@ pub fn recover_each(
             // Multi-policy: each policy's part stands or falls with that policy.
             let mut scope = Vec::new();
             for (id, part) in &rec.by_policy {
-                match snapshot.gpu_policies.iter().find(|p| &p.id == id).map(covered) {
+                match policies.get(id).map(|p| covered(p)) {
                     Some(Some(s)) => {
                         scope.extend(s.into_iter().filter(|c| part.containers.contains(c)))
                     }

@@ -8,7 +8,7 @@
 //! exactly as the in-cluster loop does, and a cycle whose queries fail keeps them.
 //! Like the cluster writer, it writes nothing to workloads or HPAs under `readOnly`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -51,7 +51,8 @@ struct WorkloadFields {
 /// kerf's writes, kept in memory and laid over every fresh read of the objects.
 #[derive(Debug, Default)]
 pub struct MemoryWriter {
-    workloads: BTreeMap<WorkloadKey, WorkloadFields>,
+    /// Hashed: every workload of every read is looked up here (never walked in key order).
+    workloads: HashMap<WorkloadKey, WorkloadFields>,
     /// (namespace, HPA name) → (resource, averageUtilization).
     hpa_targets: BTreeMap<(String, String), (String, i32)>,
     /// (namespace, name) → the RightsizingRecommendation as written.

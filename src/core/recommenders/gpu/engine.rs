@@ -1,18 +1,61 @@
 //! The GPU reactive engine (docs/design/gpu-engine.md#g2 to #g10): a pure function of
 //! (policy, pods with their allocations, metric samples, baseline, previous recommendation, now).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::core::pod::{Pod, PodSpec, PodTemplateSpec, Strings};
 use jiff::Timestamp;
 
 use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
 use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
-use crate::core::model::{GpuMap, GpuRecommendation, PolicyId};
+use crate::core::model::{Fixed, GpuMap, GpuRecommendation, PolicyId};
 use crate::core::small_map::SmallMap;
 
-/// Raw metric values of one signal keyed by (pod, container): (unix seconds, value) ascending.
-pub type SignalSamples = BTreeMap<(String, String), Vec<(i64, f64)>>;
+/// One pod's series of one signal by container: (unix seconds, value) ascending.
+pub type PodSamples = SmallMap<String, Vec<(i64, f64)>>;
+
+/// Raw metric values of one signal by pod, then container. Keyed by pod first so the engine
+/// finds a pod's series with one lookup by its borrowed name (a `(pod, container)` key had to be
+/// built as two owned strings per lookup).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SignalSamples {
+    by_pod: HashMap<String, PodSamples>,
+}
+
+impl SignalSamples {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the series of (`pod`, `container`); a series already there is replaced.
+    pub fn insert(&mut self, pod: String, container: String, samples: Vec<(i64, f64)>) {
+        self.by_pod
+            .entry(pod)
+            .or_default()
+            .insert(container, samples);
+    }
+
+    /// The pod's series by container.
+    pub fn pod(&self, pod: &str) -> Option<&PodSamples> {
+        self.by_pod.get(pod)
+    }
+}
+
+impl FromIterator<((String, String), Vec<(i64, f64)>)> for SignalSamples {
+    fn from_iter<I: IntoIterator<Item = ((String, String), Vec<(i64, f64)>)>>(iter: I) -> Self {
+        let mut out = Self::new();
+        for ((pod, container), samples) in iter {
+            out.insert(pod, container, samples);
+        }
+        out
+    }
+}
+
+impl<const N: usize> From<[((String, String), Vec<(i64, f64)>); N]> for SignalSamples {
+    fn from(entries: [((String, String), Vec<(i64, f64)>); N]) -> Self {
+        entries.into_iter().collect()
+    }
+}
 
 /// Totals closer than this are equal (GPU units; far below any meaningful allocation step).
 const EPSILON: f64 = 1e-9;
@@ -110,22 +153,22 @@ fn pod_is_terminating(p: &Pod) -> bool {
 /// The highest pod total over the sample timestamps within (now − window, now]
 /// (docs/design/gpu-engine.md#g2, docs/design/gpu-engine.md#g3); `None` without samples.
 /// The containers' usages are summed per timestamp in container order, as a map keyed by
-/// timestamp would (same floating-point sums), from one sorted vector instead of a map per pod.
+/// timestamp would (same floating-point sums), from one sorted sequence instead of a map per pod.
 fn max_pod_total(
     pod: &PodView<'_>,
-    samples: &SignalSamples,
+    samples: Option<&PodSamples>,
     interpretation: Interpretation,
     from: i64,
     to: i64,
 ) -> Option<f64> {
-    let mut usages: Vec<(i64, f64)> = Vec::new();
-    for (container, alloc) in &pod.alloc {
-        let Some(series) = samples.get(&(pod.name.to_string(), container.clone())) else {
-            continue;
-        };
-        // At most the whole series: one allocation instead of growing sample by sample.
-        usages.reserve(series.len());
-        usages.extend(series.iter().filter_map(|&(t, v)| {
+    let samples = samples?;
+    fn usages_of(
+        series: &[(i64, f64)],
+        alloc: f64,
+        interpretation: Interpretation,
+        (from, to): (i64, i64),
+    ) -> impl Iterator<Item = (i64, f64)> + '_ {
+        series.iter().filter_map(move |&(t, v)| {
             if t <= from || t > to || !v.is_finite() {
                 return None;
             }
@@ -134,32 +177,69 @@ fn max_pod_total(
                 Interpretation::CurrentAllocation => v / 100.0 * alloc,
             };
             Some((t, usage))
-        }));
+        })
     }
-    // Stable: equal timestamps keep container (then sample) order. One container's samples
-    // are sorted already (no scratch buffer then).
+    let mut series = pod
+        .alloc
+        .iter()
+        .filter_map(|(c, alloc)| Some((samples.get(c.as_str())?, *alloc)));
+    // The usual pod: one container with a series, sorted already; its usages are the sorted
+    // sequence as they are (no buffer per pod and signal).
+    if let (Some((only, alloc)), None) = (series.next(), series.next())
+        && only.is_sorted_by_key(|&(t, _)| t)
+    {
+        // Sorted: the window's samples are one run, found by binary search.
+        let start = only.partition_point(|&(t, _)| t <= from);
+        let end = start + only[start..].partition_point(|&(t, _)| t <= to);
+        return max_timestamp_total(usages_of(
+            &only[start..end],
+            alloc,
+            interpretation,
+            (from, to),
+        ));
+    }
+    let mut usages: Vec<(i64, f64)> = Vec::new();
+    for (container, alloc) in &pod.alloc {
+        let Some(series) = samples.get(container.as_str()) else {
+            continue;
+        };
+        // At most the whole series: one allocation instead of growing sample by sample.
+        usages.reserve(series.len());
+        usages.extend(usages_of(series, *alloc, interpretation, (from, to)));
+    }
+    // Stable: equal timestamps keep container (then sample) order.
     if !usages.is_sorted_by_key(|&(t, _)| t) {
         usages.sort_by_key(|&(t, _)| t);
     }
+    max_timestamp_total(usages.into_iter())
+}
+
+/// The highest sum of the usages sharing a timestamp, over usages sorted by timestamp.
+fn max_timestamp_total(usages: impl Iterator<Item = (i64, f64)>) -> Option<f64> {
     let mut max: Option<f64> = None;
-    let mut i = 0;
-    while i < usages.len() {
-        let t = usages[i].0;
-        let mut total = 0.0;
-        while i < usages.len() && usages[i].0 == t {
-            total += usages[i].1;
-            i += 1;
+    let mut current: Option<(i64, f64)> = None;
+    for (t, u) in usages {
+        match current.as_mut() {
+            Some((ct, total)) if *ct == t => *total += u,
+            _ => {
+                if let Some((_, total)) = current {
+                    max = Some(max.map_or(total, |m| m.max(total)));
+                }
+                current = Some((t, 0.0 + u));
+            }
         }
+    }
+    if let Some((_, total)) = current {
         max = Some(max.map_or(total, |m| m.max(total)));
     }
     max
 }
 
 /// Every included container of the pod has at least one sample in the window.
-fn complete_samples(pod: &PodView<'_>, samples: &SignalSamples, from: i64, to: i64) -> bool {
+fn complete_samples(pod: &PodView<'_>, samples: Option<&PodSamples>, from: i64, to: i64) -> bool {
     pod.alloc.keys().all(|c| {
         samples
-            .get(&(pod.name.to_string(), c.clone()))
+            .and_then(|s| s.get(c.as_str()))
             .is_some_and(|s| s.iter().any(|&(t, v)| t > from && t <= to && v.is_finite()))
     })
 }
@@ -193,7 +273,7 @@ pub struct BaselineCheck {
 pub fn check_baseline(
     baseline: &GpuMap,
     spec: &PodSpec,
-    alloc: &BTreeMap<String, Allocation>,
+    alloc: &SmallMap<String, Allocation>,
     scope: &BTreeSet<String>,
 ) -> BaselineCheck {
     let in_template = |c: &str| {
@@ -370,12 +450,16 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         };
         let interp = cfg.prometheus.interpretation;
         let name = signal.as_str();
+        // Each pod's series looked up once per signal.
+        let pod_samples: Vec<Option<&PodSamples>> =
+            views.iter().map(|p| samples.pod(p.name)).collect();
 
         // Upsize: pod-level.
         let up_from = now_s - cfg.upsize.metrics_window.seconds() as i64;
         let up_values: Vec<Option<f64>> = views
             .iter()
-            .map(|p| max_pod_total(p, samples, interp, up_from, now_s))
+            .zip(&pod_samples)
+            .map(|(p, s)| max_pod_total(p, *s, interp, up_from, now_s))
             .collect();
         let triggered = views.iter().zip(&up_values).any(|(p, v)| {
             v.is_some_and(|v| v > p.total_alloc() * cfg.upsize.threshold_percent / 100.0 + EPSILON)
@@ -394,11 +478,17 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                 summed_baseline(&views[i], baseline.as_ref()) * cfg.upsize.max_percent / 100.0;
             let total = wanted.min(cap);
             reasons.push(format!(
-                "{name}: pod {} uses {hot:.4} GPU, above {}% of its allocation {:.4}: upsize candidate {total:.4}{}",
+                "{name}: pod {} uses {} GPU, above {}% of its allocation {}: upsize candidate {}{}",
                 views[i].name,
+                Fixed(hot, 4),
                 cfg.upsize.threshold_percent,
-                views[i].total_alloc(),
-                if wanted > cap { format!(" (capped at {}% of baseline)", cfg.upsize.max_percent) } else { String::new() }
+                Fixed(views[i].total_alloc(), 4),
+                Fixed(total, 4),
+                if wanted > cap {
+                    format!(" (capped at {}% of baseline)", cfg.upsize.max_percent)
+                } else {
+                    String::new()
+                }
             ));
             candidates.push(Candidate {
                 signal,
@@ -420,9 +510,10 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             continue;
         }
         let sb_from = now_s - cfg.scale_back.metrics_window.seconds() as i64;
-        if let Some(p) = views
+        if let Some((p, _)) = views
             .iter()
-            .find(|p| !complete_samples(p, samples, sb_from, now_s))
+            .zip(&pod_samples)
+            .find(|(p, s)| !complete_samples(p, **s, sb_from, now_s))
         {
             reasons.push(format!(
                 "{name}: no scale-back: pod {} lacks samples for an included container in the scale-back window",
@@ -432,7 +523,8 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         }
         let sb_values: Vec<f64> = views
             .iter()
-            .map(|p| max_pod_total(p, samples, interp, sb_from, now_s).unwrap_or(0.0))
+            .zip(&pod_samples)
+            .map(|(p, s)| max_pod_total(p, *s, interp, sb_from, now_s).unwrap_or(0.0))
             .collect();
         let all_below = views
             .iter()
@@ -454,9 +546,11 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         let floor = summed_baseline(&views[i], Some(base));
         let total = wanted.max(floor);
         reasons.push(format!(
-            "{name}: every pod stays below {}% of its allocation (hottest {} at {hot:.4} GPU): scale-back candidate {total:.4}{}",
+            "{name}: every pod stays below {}% of its allocation (hottest {} at {} GPU): scale-back candidate {}{}",
             cfg.scale_back.threshold_percent,
             views[i].name,
+            Fixed(hot, 4),
+            Fixed(total, 4),
             if wanted < floor { " (floored at baseline)" } else { "" }
         ));
         candidates.push(Candidate {
@@ -492,8 +586,9 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                         accepted = Some((w, w.signal));
                     }
                     None => reasons.push(format!(
-                        "existing recommendation {r_total:.4} has no driving metric: never lowered (candidate {:.4})",
-                        w.total
+                        "existing recommendation {} has no driving metric: never lowered (candidate {})",
+                        Fixed(r_total, 4),
+                        Fixed(w.total, 4)
                     )),
                     Some(d) if same(w.total, r_total) => accepted = Some((w, d)),
                     Some(_) if w.total > r_total => accepted = Some((w, w.signal)),
@@ -502,9 +597,9 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                         Some(dc) if same(dc.total, w.total) => accepted = Some((w, d)),
                         Some(_) => accepted = Some((w, w.signal)),
                         None => reasons.push(format!(
-                            "lower {} candidate {:.4} not accepted: the driving metric {} emitted no candidate",
+                            "lower {} candidate {} not accepted: the driving metric {} emitted no candidate",
                             w.signal.as_str(),
-                            w.total,
+                            Fixed(w.total, 4),
                             d.as_str()
                         )),
                     },

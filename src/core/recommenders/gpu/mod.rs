@@ -55,28 +55,19 @@ pub fn resolve_strategy<'a>(
     )
 }
 
-/// Indexes of `snapshot.pods` by the workload that owns them.
-pub fn pods_by_owner(snapshot: &Snapshot) -> BTreeMap<WorkloadKey, Vec<usize>> {
-    // Sorted once and grouped, then built at once: cheaper than a map entry per pod, and the
-    // same map (each owner's pods in snapshot order).
-    let mut owned: Vec<(WorkloadKey, usize)> = snapshot
-        .pods
-        .iter()
-        .enumerate()
-        .filter_map(|(i, pod)| {
-            let k = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners)?;
-            Some((k, i))
-        })
-        .collect();
-    owned.sort_unstable();
-    let mut grouped: Vec<(WorkloadKey, Vec<usize>)> = Vec::new();
-    for (k, i) in owned {
-        match grouped.last_mut() {
-            Some((last, pods)) if *last == k => pods.push(i),
-            _ => grouped.push((k, vec![i])),
+/// Indexes of `snapshot.pods` by the workload that owns them (each owner's pods in snapshot
+/// order). Hashed: its readers look workloads up, never in key order, and a hash per pod is
+/// cheaper than sorting every pod by its key.
+pub fn pods_by_owner(snapshot: &Snapshot) -> HashMap<WorkloadKey, Vec<usize>> {
+    // About one owner per workload: sized once instead of rehashing every key as it grows.
+    let mut out: HashMap<WorkloadKey, Vec<usize>> =
+        HashMap::with_capacity(snapshot.workloads.len());
+    for (i, pod) in snapshot.pods.iter().enumerate() {
+        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
+            out.entry(k).or_default().push(i);
         }
     }
-    grouped.into_iter().collect()
+    out
 }
 
 /// The policies (index, selection view) whose scope covers the workload.
@@ -186,8 +177,9 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
         }
     }
     let pods_by_owner = pods_by_owner(snapshot);
-    // (namespace, pod) borrowed from the snapshot: owned only once, in the queries.
-    let mut pods_per_policy: BTreeMap<usize, BTreeSet<(&str, &str)>> = BTreeMap::new();
+    // (namespace, pod) borrowed from the snapshot: owned only once, in the queries. Gathered,
+    // then sorted and deduplicated once per policy (cheaper than a set insert per pod).
+    let mut pods_per_policy: BTreeMap<usize, Vec<(&str, &str)>> = BTreeMap::new();
     let by_namespace = PoliciesByNamespace::new(&snapshot.gpu_policies);
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if snapshot.global.is_protected(&w.key.namespace) {
@@ -261,7 +253,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
             for &pi in &pods {
                 let pod = &snapshot.pods[pi];
                 if is_eligible(pod, policy, now) {
-                    pods_per_policy.entry(a.policy).or_default().insert((
+                    pods_per_policy.entry(a.policy).or_default().push((
                         w.key.namespace.as_str(),
                         pod.metadata.name.as_deref().unwrap_or_default(),
                     ));
@@ -277,7 +269,9 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     }
     // Held while the cycle's queries are answered: no growth slack.
     out.workloads.shrink_to_fit();
-    for (pi, pods) in pods_per_policy {
+    for (pi, mut pods) in pods_per_policy {
+        pods.sort_unstable();
+        pods.dedup();
         let policy = &snapshot.gpu_policies[pi];
         let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
         // One list for both signals' queries.
@@ -390,7 +384,7 @@ impl SampleIndex {
             by_ns
                 .entry(key.namespace)
                 .or_default()
-                .insert((key.pod, key.container), samples);
+                .insert(key.pod, key.container, samples);
         }
     }
 
@@ -797,7 +791,7 @@ mod tests {
         ];
         assert_eq!(
             pods_by_owner(&s),
-            BTreeMap::from([(
+            HashMap::from([(
                 WorkloadKey::new("ml", crate::api::WorkloadKind::Deployment, "llm"),
                 vec![0]
             )])
