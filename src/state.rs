@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use dashmap::DashMap;
 
 use crate::api::GlobalConfigurationSpec;
+use crate::core::hash::RandomState;
 use crate::core::model::{WorkloadKey, WorkloadState};
 use crate::health::Health;
 
@@ -31,11 +32,11 @@ impl ObjectName {
 
 #[derive(Default)]
 pub struct Store {
-    workloads: DashMap<WorkloadKey, Arc<WorkloadState>>,
+    workloads: DashMap<WorkloadKey, Arc<WorkloadState>, RandomState>,
     /// ReplicaSet → owning Deployment name.
-    pub replicaset_owners: DashMap<ObjectName, String>,
+    pub replicaset_owners: DashMap<ObjectName, String, RandomState>,
     /// Job → owning CronJob name.
-    pub job_owners: DashMap<ObjectName, String>,
+    pub job_owners: DashMap<ObjectName, String, RandomState>,
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,

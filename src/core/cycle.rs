@@ -1,7 +1,9 @@
 //! What one cycle produced: one outcome per workload (GPU, CPU/memory and HPA from the
 //! recommenders) and, per policy, the status of its queries and of its strategy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::core::hash::HashMap;
 
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::recommenders::gpu::WorkloadResult;

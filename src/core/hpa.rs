@@ -30,7 +30,9 @@
 //!   trimmed (an OOM-driven memory increase pushing the target under 40 %), coordination is blocked. Containers without a recommendation, or outside the policy's scope, keep their
 //!   request. When no factor can satisfy the bounds, coordination is blocked.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::core::hash::{HashMap, HashMapExt};
 
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
 use serde_json::{Value, json};

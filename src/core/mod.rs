@@ -6,6 +6,7 @@ pub mod admission;
 pub mod allocation;
 pub mod conflict;
 pub mod cycle;
+pub mod hash;
 pub mod hpa;
 pub mod model;
 pub mod owner;

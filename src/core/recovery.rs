@@ -8,7 +8,9 @@
 //! recorded baseline — an entry that differs, or a container the template no longer has —
 //! resets the recommendation (docs/design/gpu-engine.md#g7, the engine's `check_baseline`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::core::allocation::{container_allocations, scoped_container_names};

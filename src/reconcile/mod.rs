@@ -7,6 +7,7 @@ pub mod standalone;
 use jiff::Timestamp;
 
 pub use crate::core::cycle::{CycleOutput, PolicyRun};
+use crate::core::hash::{HashSet, HashSetExt};
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::recommender::Gpu;
 use crate::core::recommenders::resources::Resources;
@@ -18,7 +19,6 @@ pub use crate::core::writes::{
     held_back, plan_writes, recommendation_name, rollback_requested, rolled_back,
 };
 use crate::state::Store;
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::metrics::{MetricError, MetricSource, window_query_splitting};

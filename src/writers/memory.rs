@@ -8,7 +8,9 @@
 //! exactly as the in-cluster loop does, and a cycle whose queries fail keeps them.
 //! Like the cluster writer, it writes nothing to workloads or HPAs under `readOnly`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::core::hash::HashMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;

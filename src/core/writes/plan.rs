@@ -3,7 +3,9 @@
 //! annotations, coordinated changes, rollbacks and releases, events and policy conditions. The
 //! writer (cluster or in-memory) skips what the objects already have.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::hash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::Arc;
 
 use jiff::Timestamp;

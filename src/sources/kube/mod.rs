@@ -648,7 +648,7 @@ where
 /// its ReplicaSet (or Job) can be traced to its workload without waiting for a reconcile.
 fn owner_hook<K>(
     owner_of: fn(&ObjectMeta) -> Option<&str>,
-    map: fn(&Store) -> &dashmap::DashMap<ObjectName, String>,
+    map: fn(&Store) -> &dashmap::DashMap<ObjectName, String, crate::core::hash::RandomState>,
     store: Arc<Store>,
 ) -> Hook<K>
 where

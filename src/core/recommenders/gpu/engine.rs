@@ -1,7 +1,9 @@
 //! The GPU reactive engine (docs/design/gpu-engine.md#g2 to #g10): a pure function of
 //! (policy, pods with their allocations, metric samples, baseline, previous recommendation, now).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::core::hash::HashMap;
 
 use crate::core::pod::{Pod, PodSpec, PodTemplateSpec, Strings};
 use jiff::Timestamp;

@@ -5,7 +5,9 @@
 pub mod engine;
 pub mod recommender;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::hash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use crate::core::pod::Pod;
@@ -791,7 +793,7 @@ mod tests {
         ];
         assert_eq!(
             pods_by_owner(&s),
-            HashMap::from([(
+            HashMap::from_iter([(
                 WorkloadKey::new("ml", crate::api::WorkloadKind::Deployment, "llm"),
                 vec![0]
             )])

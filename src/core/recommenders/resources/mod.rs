@@ -13,7 +13,9 @@
 pub mod container;
 pub mod workload;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::core::hash::{HashMap, HashSet};
 
 use crate::core::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
@@ -696,6 +698,7 @@ impl Evaluation for ResourcesEvaluation<'_> {
 mod tests {
 
     use super::*;
+    use crate::core::hash::HashMapExt;
     use crate::sources::dir::{load_dir, load_text};
 
     /// A Deployment the HPA example's policy covers (`app: web`), with an HPA of its own.
