@@ -1,6 +1,8 @@
 //! The hash maps and sets of kerf's own keys (workloads, pods, policies, series): foldhash, not
-//! std's SipHash, which was a seventh of the work of a 150,000-pod cycle. The keys are object
-//! names users choose; foldhash seeds itself at random per process, so collisions cannot be
-//! prepared ahead of time (the same trade-off as hashbrown's default hasher).
+//! std's SipHash, which was a seventh of the work of a 150,000-pod cycle. foldhash seeds itself
+//! once per process (from addresses and the clock): its resistance to keys chosen to collide is
+//! minimal, the trade hashbrown's default hasher makes too, and acceptable for names that only
+//! users allowed to create workloads choose. No output depends on the seed: nothing kerf
+//! prints or writes follows these maps' order (with std's hasher it was random per process too).
 pub use foldhash::fast::RandomState;
 pub use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};

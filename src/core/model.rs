@@ -147,7 +147,8 @@ pub fn format_gpu(v: f64) -> String {
 /// round-trip text instead of the exact (big-number) conversion: annotations, recommendation
 /// specs and the engine's reasons print GPU values for every workload each cycle.
 ///
-/// Below 1e9 an f64's spacing is under 1e-7, so the shortest text `s` rounds as `v` does: a
+/// Below 1e9 an f64's spacing is at most 2^-23 ≈ 1.2e-7, far under the 1e-6 the six decimals
+/// need, so the shortest text `s` rounds as `v` does: a
 /// rounding boundary strictly between them would itself round-trip and be shorter (or as short
 /// and closer), which the shortest text is not. When `s` is the boundary itself (its digits past
 /// the precision are exactly `5`), which way `v` rounds needs its exact value: the exact
@@ -160,7 +161,10 @@ impl fmt::Display for Fixed {
         let Fixed(v, prec) = *self;
         match (1..=6).contains(&prec) && v.is_finite() && v.abs() < 1e9 {
             true => match fixed_from_shortest(v, prec) {
-                Some((text, len)) => f.write_str(std::str::from_utf8(&text[..len]).unwrap_or("")),
+                // Digits, a sign and a dot: ASCII, taken from `{v}`'s own text.
+                Some((text, len)) => f.write_str(
+                    std::str::from_utf8(&text[..len]).expect("a number's text is ASCII"),
+                ),
                 None => write!(f, "{v:.prec$}"),
             },
             false => write!(f, "{v:.prec$}"),

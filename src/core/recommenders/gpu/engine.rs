@@ -43,6 +43,8 @@ impl SignalSamples {
     }
 }
 
+/// Tests build samples from `((pod, container), series)` entries.
+#[cfg(test)]
 impl FromIterator<((String, String), Vec<(i64, f64)>)> for SignalSamples {
     fn from_iter<I: IntoIterator<Item = ((String, String), Vec<(i64, f64)>)>>(iter: I) -> Self {
         let mut out = Self::new();
@@ -53,6 +55,7 @@ impl FromIterator<((String, String), Vec<(i64, f64)>)> for SignalSamples {
     }
 }
 
+#[cfg(test)]
 impl<const N: usize> From<[((String, String), Vec<(i64, f64)>); N]> for SignalSamples {
     fn from(entries: [((String, String), Vec<(i64, f64)>); N]) -> Self {
         entries.into_iter().collect()
@@ -227,6 +230,8 @@ fn max_timestamp_total(usages: impl Iterator<Item = (i64, f64)>) -> Option<f64> 
                 if let Some((_, total)) = current {
                     max = Some(max.map_or(total, |m| m.max(total)));
                 }
+                // `0.0 + u`, as the sum from 0.0 it replaces: a lone -0.0 usage totals +0.0
+                // (a reason would print "-0.0000" otherwise).
                 current = Some((t, 0.0 + u));
             }
         }
