@@ -17,6 +17,18 @@ pub enum Interpretation {
     CurrentAllocation,
 }
 
+impl Interpretation {
+    /// The GPU units a sample `value` (a percentage) stands for in a container holding
+    /// `allocation` GPUs (docs/design/gpu-engine.md#g2): the engine and the usage charts read
+    /// samples through this one conversion.
+    pub fn gpus(self, value: f64, allocation: f64) -> f64 {
+        match self {
+            Interpretation::FullGpu => value / 100.0,
+            Interpretation::CurrentAllocation => value / 100.0 * allocation,
+        }
+    }
+}
+
 fn default_namespace_label() -> String {
     "namespace".into()
 }

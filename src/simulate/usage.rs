@@ -24,13 +24,12 @@ pub fn pod_totals<'a>(
                 let (Some(gpus), Some(series)) = (a.gpu, samples(pod, container)) else {
                     continue;
                 };
-                used.extend(series.iter().filter(|(_, v)| v.is_finite()).map(|&(t, v)| {
-                    let used = match interpretation {
-                        Interpretation::FullGpu => v / 100.0,
-                        Interpretation::CurrentAllocation => v / 100.0 * gpus,
-                    };
-                    (t, used)
-                }));
+                used.extend(
+                    series
+                        .iter()
+                        .filter(|(_, v)| v.is_finite())
+                        .map(|&(t, v)| (t, interpretation.gpus(v, gpus))),
+                );
             }
             fold_by_time(used, 0.0, |total, v| total + v)
                 .into_iter()

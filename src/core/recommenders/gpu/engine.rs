@@ -177,11 +177,7 @@ fn max_pod_total(
             if t <= from || t > to || !v.is_finite() {
                 return None;
             }
-            let usage = match interpretation {
-                Interpretation::FullGpu => v / 100.0,
-                Interpretation::CurrentAllocation => v / 100.0 * alloc,
-            };
-            Some((t, usage))
+            Some((t, interpretation.gpus(v, alloc)))
         })
     }
     let mut series = pod
