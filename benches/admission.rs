@@ -201,8 +201,9 @@ fn profile(fixture: &str) -> anyhow::Result<()> {
     time("eq", &|| {
         std::hint::black_box(obj == std::hint::black_box(&obj).clone());
     });
+    let node = kerf::core::admission::Node::from(&obj);
     time("diff", &|| {
-        std::hint::black_box(kerf::core::admission::diff(&obj, &obj));
+        std::hint::black_box(kerf::core::admission::diff(&node, &node));
     });
     Ok(())
 }

@@ -29,7 +29,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
+
+mod node;
+pub use node::{Node, Obj};
 
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
@@ -55,7 +58,7 @@ fn shape(msg: impl Into<String>) -> ShapeError {
 pub struct Mutation {
     /// The desired state of what kerf manages: for a pod its [`pod_skeleton`], for an HPA the
     /// whole object. The patch turns the original into it.
-    pub desired: Value,
+    pub desired: Node,
     /// RFC 6902 operations; empty when nothing changes.
     pub patch: Vec<PatchOp>,
     /// Human-readable reasons for containers left alone.
@@ -63,7 +66,7 @@ pub struct Mutation {
 }
 
 impl Mutation {
-    fn from(original: &Value, desired: Value, notes: Vec<String>) -> Self {
+    fn from(original: &Node, desired: Node, notes: Vec<String>) -> Self {
         let patch = diff(original, &desired);
         Self {
             desired,
@@ -174,23 +177,23 @@ pub fn fmt_hundredths(h: u32) -> String {
 
 /// The text of a quantity in a JSON object: a string, or a bare number as Kubernetes also
 /// accepts. Parsed by [`quantity`], never through a float.
-fn quantity_text(v: &Value) -> Option<Cow<'_, str>> {
+fn quantity_text(v: &Node) -> Option<Cow<'_, str>> {
     match v {
-        Value::String(s) => Some(Cow::Borrowed(s)),
-        Value::Number(n) => Some(Cow::Owned(n.to_string())),
+        Node::String(s) => Some(Cow::Borrowed(s)),
+        Node::Number(n) => Some(Cow::Owned(n.to_string())),
         _ => None,
     }
 }
 
-fn cpu_millis_of(v: &Value) -> Option<i64> {
+fn cpu_millis_of(v: &Node) -> Option<i64> {
     quantity::parse_cpu_millis(&quantity_text(v)?).ok()
 }
 
-fn memory_bytes_of(v: &Value) -> Option<i64> {
+fn memory_bytes_of(v: &Node) -> Option<i64> {
     quantity::parse_memory_bytes(&quantity_text(v)?).ok()
 }
 
-fn gpus_of(v: &Value) -> Option<f64> {
+fn gpus_of(v: &Node) -> Option<f64> {
     quantity::parse_gpus(&quantity_text(v)?).ok()
 }
 
@@ -216,46 +219,35 @@ pub fn fmt_memory(bytes: i64) -> String {
 // JSON helpers
 
 /// `v[key]` as an object, created when missing or null (so missing parent maps get added).
-fn child_obj<'a>(
-    v: &'a mut Map<String, Value>,
-    key: &str,
-    at: &str,
-) -> Result<&'a mut Map<String, Value>, ShapeError> {
+fn child_obj<'a>(v: &'a mut Obj, key: &str, at: &str) -> Result<&'a mut Obj, ShapeError> {
     // Looked up before inserting: the key is copied only when the map is added.
-    if v.get(key).is_none_or(Value::is_null) {
-        v.insert(key.to_string(), Value::Object(Map::new()));
+    if v.get(key).is_none_or(Node::is_null) {
+        v.insert(key.to_string(), Node::Object(Obj::new()));
     }
     v.get_mut(key)
-        .and_then(Value::as_object_mut)
+        .and_then(Node::as_object_mut)
         .ok_or_else(|| shape(format!("{at}.{key} is not an object")))
 }
 
-fn get_obj<'a>(
-    v: &'a Value,
-    key: &str,
-    at: &str,
-) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
+fn get_obj<'a>(v: &'a Node, key: &str, at: &str) -> Result<Option<&'a Obj>, ShapeError> {
     match v.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m)),
+        None | Some(Node::Null) => Ok(None),
+        Some(Node::Object(m)) => Ok(Some(m)),
         Some(_) => Err(shape(format!("{at}.{key} is not an object"))),
     }
 }
 
 /// String map (`annotations`, `labels`) of `metadata`, validated.
-fn string_map(
-    meta: Option<&Map<String, Value>>,
-    key: &str,
-) -> Result<BTreeMap<String, String>, ShapeError> {
+fn string_map(meta: Option<&Obj>, key: &str) -> Result<BTreeMap<String, String>, ShapeError> {
     let Some(m) = meta.and_then(|m| m.get(key)) else {
         return Ok(BTreeMap::new());
     };
     match m {
-        Value::Null => Ok(BTreeMap::new()),
-        Value::Object(m) => m
+        Node::Null => Ok(BTreeMap::new()),
+        Node::Object(m) => m
             .iter()
             .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
+                Node::String(s) => Ok((k.clone(), s.clone())),
                 _ => Err(shape(format!("metadata.{key}[{k:?}] is not a string"))),
             })
             .collect(),
@@ -263,17 +255,14 @@ fn string_map(
     }
 }
 
-fn containers<'a>(
-    spec: &'a Map<String, Value>,
-    key: &str,
-) -> Result<Vec<(String, &'a Value)>, ShapeError> {
+fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(String, &'a Node)>, ShapeError> {
     match spec.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => a
+        None | Some(Node::Null) => Ok(Vec::new()),
+        Some(Node::Array(a)) => a
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let name = c.get("name").and_then(Value::as_str).ok_or_else(|| {
+                let name = c.get("name").and_then(Node::as_str).ok_or_else(|| {
                     shape(format!("spec.{key}[{i}].name is missing or not a string"))
                 })?;
                 if !c.is_object() {
@@ -286,28 +275,21 @@ fn containers<'a>(
     }
 }
 
-fn container_mut<'a>(
-    pod: &'a mut Value,
-    list: &str,
-    idx: usize,
-) -> Result<&'a mut Map<String, Value>, ShapeError> {
+fn container_mut<'a>(pod: &'a mut Node, list: &str, idx: usize) -> Result<&'a mut Obj, ShapeError> {
     pod.get_mut("spec")
         .and_then(|s| s.get_mut(list))
-        .and_then(|l| l.get_mut(idx))
-        .and_then(Value::as_object_mut)
+        .and_then(|l| l.at_mut(idx))
+        .and_then(Node::as_object_mut)
         .ok_or_else(|| shape(format!("spec.{list}[{idx}] is not an object")))
 }
 
 /// The container's `resources.<which>` map, created when missing.
-fn resources_mut<'a>(
-    c: &'a mut Map<String, Value>,
-    which: &str,
-) -> Result<&'a mut Map<String, Value>, ShapeError> {
+fn resources_mut<'a>(c: &'a mut Obj, which: &str) -> Result<&'a mut Obj, ShapeError> {
     let res = child_obj(c, "resources", "container")?;
     child_obj(res, which, "container.resources")
 }
 
-fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value> {
+fn resource_value<'a>(c: &'a Node, which: &str, name: &str) -> Option<&'a Node> {
     c.get("resources")?.get(which)?.get(name)
 }
 
@@ -348,7 +330,7 @@ fn current_fraction(
 }
 
 /// GPU units container `c` has on the pod as admitted.
-fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<f64> {
+fn current_units(c_name: &str, c: &Node, frac: Option<&KaiFraction>) -> Option<f64> {
     if let Some(f) = frac.filter(|f| f.container == c_name) {
         return Some(f.nanos as f64 / NANOS as f64 * f64::from(f.devices));
     }
@@ -373,16 +355,11 @@ impl Changes {
 }
 
 /// Sets `map[key] = value` unless an equivalent value is there; true when it changed.
-fn set_str(
-    map: &mut Map<String, Value>,
-    key: &str,
-    value: String,
-    same: impl Fn(&Value) -> bool,
-) -> bool {
+fn set_str(map: &mut Obj, key: &str, value: String, same: impl Fn(&Node) -> bool) -> bool {
     if map.get(key).is_some_and(same) {
         return false;
     }
-    map.insert(key.to_string(), Value::String(value));
+    map.insert(key.to_string(), Node::String(value));
     true
 }
 
@@ -390,26 +367,26 @@ fn set_str(
 /// `spec.schedulerName`, and `name`/`resources` of every (init) container — at their original
 /// paths (container indices kept). Diffing skeletons gives the same patch as diffing whole pods
 /// without cloning or comparing the rest (env, volumes, probes…), which dominates large pods.
-pub fn pod_skeleton(pod: &Value) -> Result<Value, ShapeError> {
+pub fn pod_skeleton(pod: &Value) -> Result<Node, ShapeError> {
     let root = pod
         .as_object()
         .ok_or_else(|| shape("the pod is not a JSON object"))?;
-    let pick = |m: &Map<String, Value>, keys: &[&str]| -> Map<String, Value> {
+    let pick = |m: &serde_json::Map<String, Value>, keys: &[&str]| -> Obj {
         keys.iter()
-            .filter_map(|k| m.get(*k).map(|v| ((*k).to_string(), v.clone())))
+            .filter_map(|k| m.get(*k).map(|v| ((*k).to_string(), Node::from(v))))
             .collect()
     };
-    let mut out = Map::new();
+    let mut out = Obj::new();
     match root.get("metadata") {
         None => {}
         Some(Value::Object(m)) => {
             out.insert(
                 "metadata".into(),
-                Value::Object(pick(m, &["annotations", "labels"])),
+                Node::Object(pick(m, &["annotations", "labels"])),
             );
         }
         Some(Value::Null) => {
-            out.insert("metadata".into(), Value::Null);
+            out.insert("metadata".into(), Node::Null);
         }
         Some(_) => return Err(shape("pod.metadata is not an object")),
     }
@@ -425,21 +402,21 @@ pub fn pod_skeleton(pod: &Value) -> Result<Value, ShapeError> {
                     let items = a
                         .iter()
                         .map(|c| match c {
-                            Value::Object(cm) => Value::Object(pick(cm, &["name", "resources"])),
-                            other => other.clone(),
+                            Value::Object(cm) => Node::Object(pick(cm, &["name", "resources"])),
+                            other => Node::from(other),
                         })
                         .collect();
-                    ss.insert(list.into(), Value::Array(items));
+                    ss.insert(list.into(), Node::Array(items));
                 }
                 // Kept as is: the builder reports the shape problem.
                 Some(other) => {
-                    ss.insert(list.into(), other.clone());
+                    ss.insert(list.into(), Node::from(other));
                 }
             }
         }
-        out.insert("spec".into(), Value::Object(ss));
+        out.insert("spec".into(), Node::Object(ss));
     }
-    Ok(Value::Object(out))
+    Ok(Node::Object(out))
 }
 
 /// Where a container sits in the pod: `spec.containers[i]` or `spec.initContainers[i]`.
@@ -537,14 +514,14 @@ pub struct MetaSkeleton {
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    annotations: Option<Map<String, Value>>,
+    annotations: Option<Obj>,
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SpecSkeleton {
     #[serde(default)]
-    pub(crate) scheduler_name: Option<Value>,
+    pub(crate) scheduler_name: Option<Node>,
     #[serde(default, deserialize_with = "objects_only")]
     pub(crate) containers: Option<Vec<ContainerSkeleton>>,
     #[serde(default, deserialize_with = "objects_only")]
@@ -554,49 +531,49 @@ pub(crate) struct SpecSkeleton {
 #[derive(Clone, Debug, serde::Deserialize)]
 pub(crate) struct ContainerSkeleton {
     #[serde(default)]
-    pub(crate) name: Option<Value>,
+    pub(crate) name: Option<Node>,
     #[serde(default)]
-    pub(crate) resources: Option<Value>,
+    pub(crate) resources: Option<Node>,
 }
 
 impl PodSkeleton {
     /// The same JSON [`pod_skeleton`] builds from the whole pod (null maps count as missing).
-    pub fn to_value(&self) -> Value {
-        self.clone().into_value()
+    pub fn to_node(&self) -> Node {
+        self.clone().into_node()
     }
 
-    /// [`Self::to_value`], moving the decoded parts instead of copying them (the webhook's path).
-    pub fn into_value(self) -> Value {
-        let mut out = Map::new();
+    /// [`Self::to_node`], moving the decoded parts instead of copying them (the webhook's path).
+    pub fn into_node(self) -> Node {
+        let mut out = Obj::new();
         if let Some(m) = self.metadata {
-            let mut mm = Map::new();
+            let mut mm = Obj::new();
             if let Some(a) = m.annotations {
-                mm.insert("annotations".into(), Value::Object(a));
+                mm.insert("annotations".into(), Node::Object(a));
             }
             if let Some(l) = m.labels {
                 // In the map's (sorted) order, as serializing it would give.
-                let l = l.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-                mm.insert("labels".into(), Value::Object(l));
+                let l = l.into_iter().map(|(k, v)| (k, Node::String(v))).collect();
+                mm.insert("labels".into(), Node::Object(l));
             }
-            out.insert("metadata".into(), Value::Object(mm));
+            out.insert("metadata".into(), Node::Object(mm));
         }
         if let Some(sp) = self.spec {
-            let mut ss = Map::new();
+            let mut ss = Obj::new();
             if let Some(n) = sp.scheduler_name {
                 ss.insert("schedulerName".into(), n);
             }
             let list = |cs: Vec<ContainerSkeleton>| {
-                Value::Array(
+                Node::Array(
                     cs.into_iter()
                         .map(|c| {
-                            let mut cm = Map::new();
+                            let mut cm = Obj::new();
                             if let Some(n) = c.name {
                                 cm.insert("name".into(), n);
                             }
                             if let Some(r) = c.resources {
                                 cm.insert("resources".into(), r);
                             }
-                            Value::Object(cm)
+                            Node::Object(cm)
                         })
                         .collect(),
                 )
@@ -607,15 +584,15 @@ impl PodSkeleton {
             if let Some(cs) = sp.init_containers {
                 ss.insert("initContainers".into(), list(cs));
             }
-            out.insert("spec".into(), Value::Object(ss));
+            out.insert("spec".into(), Node::Object(ss));
         }
-        Value::Object(out)
+        Node::Object(out)
     }
 }
 
-/// [`mutate_pod`] on a skeleton (from [`pod_skeleton`] or [`PodSkeleton::to_value`]).
+/// [`mutate_pod`] on a skeleton (from [`pod_skeleton`] or [`PodSkeleton::to_node`]).
 pub fn mutate_skeleton(
-    pod: &Value,
+    pod: &Node,
     state: &WorkloadState,
     kai_scheduler_name: &str,
 ) -> Result<Mutation, ShapeError> {
@@ -627,7 +604,7 @@ pub fn mutate_skeleton(
     let labels = string_map(meta, "labels")?;
     let spec = root
         .get("spec")
-        .and_then(Value::as_object)
+        .and_then(Node::as_object)
         .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
     let regular = containers(spec, "containers")?;
     let init = containers(spec, "initContainers")?;
@@ -743,7 +720,7 @@ pub fn mutate_skeleton(
                             if let Some(m) = c
                                 .get_mut("resources")
                                 .and_then(|r| r.get_mut(which))
-                                .and_then(Value::as_object_mut)
+                                .and_then(Node::as_object_mut)
                             {
                                 changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
                             }
@@ -766,7 +743,7 @@ pub fn mutate_skeleton(
                         ));
                     }
                     GpuTarget::Whole(n) => {
-                        let same = |v: &Value| gpus_of(v) == Some(f64::from(n));
+                        let same = |v: &Node| gpus_of(v) == Some(f64::from(n));
                         for which in ["requests", "limits"] {
                             changed |= set_str(
                                 resources_mut(c, which)?,
@@ -829,7 +806,7 @@ pub fn mutate_skeleton(
                 }
                 _ => m,
             };
-            let same = |v: &Value| cpu_millis_of(v) == Some(m);
+            let same = |v: &Node| cpu_millis_of(v) == Some(m);
             if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
                 changes.note(name, "cpu", fmt_cpu(m));
             }
@@ -846,7 +823,7 @@ pub fn mutate_skeleton(
                 }
                 _ => b,
             };
-            let same = |v: &Value| memory_bytes_of(v) == Some(b);
+            let same = |v: &Node| memory_bytes_of(v) == Some(b);
             if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
                 changes.note(name, "memory", fmt_memory(b));
             }
@@ -860,10 +837,10 @@ pub fn mutate_skeleton(
             .as_object_mut()
             .ok_or_else(|| shape("the pod is not a JSON object"))?;
         let spec = child_obj(d, "spec", "pod")?;
-        if spec.get("schedulerName").and_then(Value::as_str) != Some(kai_scheduler_name) {
+        if spec.get("schedulerName").and_then(Node::as_str) != Some(kai_scheduler_name) {
             spec.insert(
                 "schedulerName".into(),
-                Value::String(kai_scheduler_name.to_string()),
+                Node::String(kai_scheduler_name.to_string()),
             );
             changes
                 .top
@@ -895,7 +872,7 @@ pub fn mutate_skeleton(
         if !label_sets.is_empty() {
             let l = child_obj(meta, "labels", "metadata")?;
             for (k, v) in label_sets {
-                l.insert(k.to_string(), Value::String(v));
+                l.insert(k.to_string(), Node::String(v));
             }
         }
         let a = child_obj(meta, "annotations", "metadata")?;
@@ -904,11 +881,11 @@ pub fn mutate_skeleton(
                 Some(v)
                     if !same_fraction_text(
                         k,
-                        a.get(k).and_then(Value::as_str),
+                        a.get(k).and_then(Node::as_str),
                         Some(v.as_str()),
                     ) =>
                 {
-                    a.insert(k.to_string(), Value::String(v));
+                    a.insert(k.to_string(), Node::String(v));
                 }
                 Some(_) => {}
                 None => {
@@ -919,15 +896,22 @@ pub fn mutate_skeleton(
     }
 
     if !same(&desired, pod) {
-        let mut summary = Map::new();
+        let mut summary = Obj::new();
         if let Some(p) = &state.policy {
-            summary.insert("policy".into(), Value::String(p.to_string()));
+            summary.insert("policy".into(), Node::String(p.to_string()));
         }
         if !changes.containers.is_empty() {
-            summary.insert("containers".into(), json!(changes.containers));
+            let containers = changes.containers.iter().map(|(c, what)| {
+                let what = what
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), Node::String(v.clone())))
+                    .collect();
+                (c.clone(), Node::Object(what))
+            });
+            summary.insert("containers".into(), Node::Object(containers.collect()));
         }
         for (k, v) in &changes.top {
-            summary.insert((*k).into(), Value::String(v.clone()));
+            summary.insert((*k).into(), Node::String(v.clone()));
         }
         let d = desired
             .as_object_mut()
@@ -936,7 +920,7 @@ pub fn mutate_skeleton(
         a.insert(
             ANNOTATION_MUTATED.into(),
             // Compact JSON, as `to_string` writes it, without going through `fmt`.
-            Value::String(serde_json::to_string(&summary).unwrap_or_default()),
+            Node::String(serde_json::to_string(&summary).unwrap_or_default()),
         );
     }
     Ok(Mutation::from(pod, desired, notes))
@@ -976,10 +960,11 @@ fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState) -> bool 
 /// without metrics (the default, CPU 80 %) that metric is written out. Any other shape, or an HPA
 /// other than the coordinated one, is left alone (empty patch, with a note).
 pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation, ShapeError> {
+    let hpa = &Node::from(hpa);
     let meta = get_obj(hpa, "metadata", "hpa")?;
     let name = meta
         .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
+        .and_then(Node::as_str)
         .unwrap_or("");
     let unchanged = |note: String| Ok(Mutation::from(hpa, hpa.clone(), vec![note]));
     if name != coordinated.hpa_name {
@@ -990,12 +975,12 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
     }
     let spec = hpa
         .get("spec")
-        .and_then(Value::as_object)
+        .and_then(Node::as_object)
         .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
     let metrics: Option<Vec<MetricSpec>> = match spec.get("metrics") {
-        None | Some(Value::Null) => None,
+        None | Some(Node::Null) => None,
         Some(m) => Some(
-            serde_json::from_value(m.clone())
+            serde_json::from_value(m.to_value())
                 .map_err(|e| shape(format!("hpa.spec.metrics: {e}")))?,
         ),
     };
@@ -1017,18 +1002,28 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
     let mut desired = hpa.clone();
     if listed {
         let target = desired
-            .pointer_mut("/spec/metrics/0/resource/target")
-            .and_then(Value::as_object_mut)
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("metrics"))
+            .and_then(|m| m.at_mut(0))
+            .and_then(|m| m.get_mut("resource"))
+            .and_then(|r| r.get_mut("target"))
+            .and_then(Node::as_object_mut)
             .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
-        target.insert("averageUtilization".into(), json!(coordinated.target_after));
+        target.insert(
+            "averageUtilization".into(),
+            Node::Number(coordinated.target_after.into()),
+        );
     } else {
         let spec = desired
             .get_mut("spec")
-            .and_then(Value::as_object_mut)
+            .and_then(Node::as_object_mut)
             .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
         spec.insert(
             "metrics".into(),
-            utilization_metrics(resource.as_str(), coordinated.target_after),
+            Node::from(&utilization_metrics(
+                resource.as_str(),
+                coordinated.target_after,
+            )),
         );
     }
     Ok(Mutation::from(hpa, desired, Vec::new()))
@@ -1045,17 +1040,17 @@ pub struct PatchOp {
     pub op: &'static str,
     pub path: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
+    pub value: Option<Node>,
 }
 
 impl PatchOp {
     /// The operation as a JSON object (what `json_patch` and the tests read).
     pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
+        let mut m = serde_json::Map::new();
         m.insert("op".into(), Value::String(self.op.into()));
         m.insert("path".into(), Value::String(self.path.clone()));
         if let Some(v) = &self.value {
-            m.insert("value".into(), v.clone());
+            m.insert("value".into(), v.to_value());
         }
         Value::Object(m)
     }
@@ -1088,7 +1083,7 @@ fn push_escaped(out: &mut String, t: &str) {
 /// RFC 6902 operations turning `a` into `b`. Objects are diffed key by key (a missing parent
 /// map is added whole, so it comes before anything inside it); arrays of the same length
 /// element by element; anything else is replaced.
-pub fn diff(a: &Value, b: &Value) -> Vec<PatchOp> {
+pub fn diff(a: &Node, b: &Node) -> Vec<PatchOp> {
     let mut ops = Vec::new();
     diff_at(&mut String::new(), a, b, &mut ops);
     ops
@@ -1096,9 +1091,9 @@ pub fn diff(a: &Value, b: &Value) -> Vec<PatchOp> {
 
 /// `a == b`, comparing an object's keys at the same position in the other first (a desired
 /// object is a copy of the original with changes) and looking them up (hashed) only otherwise.
-fn same(a: &Value, b: &Value) -> bool {
+fn same(a: &Node, b: &Node) -> bool {
     match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
+        (Node::Object(x), Node::Object(y)) => {
             let mut ys = y.iter();
             x.len() == y.len()
                 && x.iter().all(|(k, vx)| {
@@ -1109,7 +1104,7 @@ fn same(a: &Value, b: &Value) -> bool {
                     vy.is_some_and(|vy| same(vx, vy))
                 })
         }
-        (Value::Array(x), Value::Array(y)) => {
+        (Node::Array(x), Node::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, vy))
         }
         _ => a == b,
@@ -1122,10 +1117,10 @@ fn push_token(path: &mut String, t: &str) {
     push_escaped(path, t);
 }
 
-fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<PatchOp>) {
+fn diff_at(path: &mut String, a: &Node, b: &Node, ops: &mut Vec<PatchOp>) {
     // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
+        (Node::Object(x), Node::Object(y)) => {
             // The desired object is a copy of the original with changes, so a key mostly sits
             // at the same position in both: compared there first, looked up (hashed) otherwise.
             let mut ys = y.keys();
@@ -1142,7 +1137,7 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<PatchOp>) {
                 });
             }
             let mut xs = x.iter();
-            for (k, vy) in y {
+            for (k, vy) in y.iter() {
                 let len = path.len();
                 push_token(path, k);
                 let vx = match xs.next() {
@@ -1160,7 +1155,7 @@ fn diff_at(path: &mut String, a: &Value, b: &Value, ops: &mut Vec<PatchOp>) {
                 path.truncate(len);
             }
         }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+        (Node::Array(x), Node::Array(y)) if x.len() == y.len() => {
             for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
                 let len = path.len();
                 // Writing to a String cannot fail.

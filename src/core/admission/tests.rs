@@ -342,7 +342,7 @@ fn missing_parent_maps_are_added() {
             && op
                 .value
                 .as_ref()
-                .is_some_and(|v| v["gpu-fraction"] == "0.5")),
+                .is_some_and(|v| v.get("gpu-fraction").and_then(Node::as_str) == Some("0.5"))),
         "{:?}",
         m.patch
     );
@@ -542,7 +542,12 @@ fn hpa_target_set_to_coordinated_value() {
             {"op": "replace", "path": "/spec/metrics/0/resource/target/averageUtilization", "value": 72}
         ])
     );
-    assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
+    assert!(
+        mutate_hpa(&m.desired.to_value(), &c)
+            .unwrap()
+            .patch
+            .is_empty()
+    );
     let other = CoordinatedHpa {
         hpa_name: "other".into(),
         ..c.clone()
@@ -586,7 +591,12 @@ fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
             ops(&m),
             json!([{"op": op, "path": "/spec/metrics", "value": metric}])
         );
-        assert!(mutate_hpa(&m.desired, &c).unwrap().patch.is_empty());
+        assert!(
+            mutate_hpa(&m.desired.to_value(), &c)
+                .unwrap()
+                .patch
+                .is_empty()
+        );
         // Already at the coordinated target: nothing to write.
         let at_80 = CoordinatedHpa {
             target_after: 80,
@@ -607,33 +617,36 @@ fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
 #[test]
 fn parse_quantity_handles_suffixes() {
     // Read through core/quantity.rs, exactly, in the unit of each resource.
-    assert_eq!(cpu_millis_of(&json!("700m")), Some(700));
-    assert_eq!(memory_bytes_of(&json!("1Gi")), Some(1073741824));
-    assert_eq!(gpus_of(&json!("2")), Some(2.0));
-    assert_eq!(memory_bytes_of(&json!("1e3")), Some(1000));
-    assert_eq!(memory_bytes_of(&json!("Mi")), None);
-    assert_eq!(cpu_millis_of(&json!("abc")), None);
+    assert_eq!(cpu_millis_of(&Node::from(&json!("700m"))), Some(700));
+    assert_eq!(
+        memory_bytes_of(&Node::from(&json!("1Gi"))),
+        Some(1073741824)
+    );
+    assert_eq!(gpus_of(&Node::from(&json!("2"))), Some(2.0));
+    assert_eq!(memory_bytes_of(&Node::from(&json!("1e3"))), Some(1000));
+    assert_eq!(memory_bytes_of(&Node::from(&json!("Mi"))), None);
+    assert_eq!(cpu_millis_of(&Node::from(&json!("abc"))), None);
 }
 
 /// Admission reads quantities with core/quantity.rs, as the engine does: a bare JSON number is a
 /// quantity too, suffixes are exact, and GPUs are GPU units.
 #[test]
 fn quantities_are_read_by_the_one_quantity_parser() {
-    assert_eq!(cpu_millis_of(&json!(2)), Some(2000));
-    assert_eq!(cpu_millis_of(&json!(0.25)), Some(250));
+    assert_eq!(cpu_millis_of(&Node::from(&json!(2))), Some(2000));
+    assert_eq!(cpu_millis_of(&Node::from(&json!(0.25))), Some(250));
     assert_eq!(
-        cpu_millis_of(&json!("0.1m")),
+        cpu_millis_of(&Node::from(&json!("0.1m"))),
         Some(1),
         "rounded up, as Kubernetes does"
     );
-    assert_eq!(memory_bytes_of(&json!(1024)), Some(1024));
-    assert_eq!(gpus_of(&json!("2000m")), Some(2.0));
-    assert_eq!(gpus_of(&json!(3)), Some(3.0));
-    assert_eq!(gpus_of(&json!("500m")), Some(0.5));
+    assert_eq!(memory_bytes_of(&Node::from(&json!(1024))), Some(1024));
+    assert_eq!(gpus_of(&Node::from(&json!("2000m"))), Some(2.0));
+    assert_eq!(gpus_of(&Node::from(&json!(3))), Some(3.0));
+    assert_eq!(gpus_of(&Node::from(&json!("500m"))), Some(0.5));
     for invalid in [json!("-1"), json!("1 GPU"), json!(true)] {
-        assert_eq!(gpus_of(&invalid), None, "{invalid}");
+        assert_eq!(gpus_of(&Node::from(&invalid)), None, "{invalid}");
     }
-    assert_eq!(cpu_millis_of(&json!(null)), None);
+    assert_eq!(cpu_millis_of(&Node::from(&json!(null))), None);
 }
 
 #[test]
@@ -649,14 +662,14 @@ fn decoded_skeleton_equals_skeleton_of_whole_pod() {
                  "volumes": [{"name": "v", "emptyDir": {}}]}
     });
     let decoded: PodSkeleton = serde_json::from_value(p.clone()).unwrap();
-    assert_eq!(decoded.to_value(), pod_skeleton(&p).unwrap());
+    assert_eq!(decoded.to_node(), pod_skeleton(&p).unwrap());
     let meta = decoded.metadata.as_ref().unwrap();
     assert_eq!(meta.namespace.as_deref(), Some("ml"));
     assert_eq!(meta.owner_references.as_ref().unwrap()[0].name, "r");
     // Same patch either way.
     let s = state(&[("main", 0.5)]);
     assert_eq!(
-        mutate_skeleton(&decoded.to_value(), &s, "kai")
+        mutate_skeleton(&decoded.to_node(), &s, "kai")
             .unwrap()
             .patch,
         mutate_pod(&p, &s, "kai").unwrap().patch
@@ -737,7 +750,7 @@ fn a_gpu_fraction_is_compared_as_the_patch_would_write_it() {
 fn patch_ops_serialize_as_json_objects() {
     let a = json!({"gone": 1, "kept": {"x": 1, "y/~": null}, "list": [1, 2]});
     let b = json!({"kept": {"x": null, "y/~": "s"}, "list": [1, 3], "new": {"n": [true]}});
-    let patch = diff(&a, &b);
+    let patch = diff(&Node::from(&a), &Node::from(&b));
     assert_eq!(patch.len(), 5, "{patch:?}");
     let values = Value::Array(patch.iter().map(PatchOp::to_value).collect());
     assert_eq!(

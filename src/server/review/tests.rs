@@ -1,5 +1,6 @@
 use super::*;
 
+use crate::core::admission::Node;
 use crate::core::model::{GpuRecommendation, ResourceRequests, WorkloadState};
 
 fn store() -> std::sync::Arc<Store> {
@@ -133,8 +134,8 @@ fn request_values(request: &Value) -> Vec<Value> {
 #[test]
 fn answer_is_the_compact_json_of_the_review() {
     let patch = crate::core::admission::diff(
-        &serde_json::json!({"gone": 1, "a": {"x": "1"}}),
-        &serde_json::json!({"a": {"x": "2/~\"\u{7f}"}, "new": [null, {"n": 1.5}]}),
+        &Node::from(&serde_json::json!({"gone": 1, "a": {"x": "1"}})),
+        &Node::from(&serde_json::json!({"a": {"x": "2/~\"\u{7f}"}, "new": [null, {"n": 1.5}]})),
     );
     let warnings = ["kerf: w \"1\"; admitted unchanged".to_string()];
     for uid in ["705ab4f5-6393-11e8-b7cc-42010a800002", "u\"\\\n\u{1}é"] {
