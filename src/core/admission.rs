@@ -36,6 +36,7 @@ pub use node::{Node, Obj};
 
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
+use crate::core::json_text;
 use crate::core::quantity;
 
 use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, WorkloadState};
@@ -171,8 +172,16 @@ impl GpuTarget {
 
 /// `84` → `0.84`, `50` → `0.5`, `5` → `0.05`.
 pub fn fmt_hundredths(h: u32) -> String {
-    let s = format!("{}.{:02}", h / 100, h % 100);
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
+    let mut s = (h / 100).to_string();
+    let (tenths, hundredths) = ((h % 100) / 10, h % 10);
+    if tenths + hundredths > 0 {
+        s.push('.');
+        s.push(char::from(b'0' + tenths as u8));
+        if hundredths > 0 {
+            s.push(char::from(b'0' + hundredths as u8));
+        }
+    }
+    s
 }
 
 /// The text of a quantity in a JSON object: a string, or a bare number as Kubernetes also
@@ -199,20 +208,25 @@ fn gpus_of(v: &Node) -> Option<f64> {
 
 /// CPU request text for `millis` millicores.
 pub fn fmt_cpu(millis: i64) -> String {
-    format!("{millis}m")
+    let mut s = millis.to_string();
+    s.push('m');
+    s
 }
 
 /// Memory request text for `bytes`.
 pub fn fmt_memory(bytes: i64) -> String {
     const MI: i64 = 1 << 20;
     const GI: i64 = 1 << 30;
-    if bytes != 0 && bytes % GI == 0 {
-        format!("{}Gi", bytes / GI)
+    let (n, unit) = if bytes != 0 && bytes % GI == 0 {
+        (bytes / GI, "Gi")
     } else if bytes != 0 && bytes % MI == 0 {
-        format!("{}Mi", bytes / MI)
+        (bytes / MI, "Mi")
     } else {
-        bytes.to_string()
-    }
+        (bytes, "")
+    };
+    let mut s = n.to_string();
+    s.push_str(unit);
+    s
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -895,7 +909,7 @@ pub fn mutate_skeleton(
         }
     }
 
-    if !same(&desired, pod) {
+    if desired != *pod {
         let mut summary = Obj::new();
         if let Some(p) = &state.policy {
             summary.insert("policy".into(), Node::String(p.to_string()));
@@ -919,11 +933,18 @@ pub fn mutate_skeleton(
         let a = child_obj(child_obj(d, "metadata", "pod")?, "annotations", "metadata")?;
         a.insert(
             ANNOTATION_MUTATED.into(),
-            // Compact JSON, as `to_string` writes it, without going through `fmt`.
-            Node::String(serde_json::to_string(&summary).unwrap_or_default()),
+            Node::String(summary_text(summary)),
         );
     }
     Ok(Mutation::from(pod, desired, notes))
+}
+
+/// The `mutated` annotation's compact JSON.
+fn summary_text(summary: Obj) -> String {
+    let mut out = Vec::with_capacity(256);
+    Node::Object(summary).write_json(&mut out);
+    // Written from strings, so always UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// `gpu-fraction` texts of the same value (`0.5` vs `0.50`) count as equal so a reinvocation
@@ -1056,6 +1077,27 @@ impl PatchOp {
     }
 }
 
+/// Appends `ops` as a JSON array: the bytes serde_json writes for them (test
+/// `patch_ops_serialize_as_json_objects`), without going through a serializer.
+pub fn write_patch(out: &mut Vec<u8>, ops: &[PatchOp]) {
+    out.push(b'[');
+    for (i, op) in ops.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"op\":");
+        json_text::push_str(out, op.op);
+        out.extend_from_slice(b",\"path\":");
+        json_text::push_str(out, &op.path);
+        if let Some(v) = &op.value {
+            out.extend_from_slice(b",\"value\":");
+            v.write_json(out);
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
 /// RFC 6901 reference token escaping.
 pub fn escape_token(t: &str) -> String {
     let mut out = String::with_capacity(t.len() + 2);
@@ -1063,9 +1105,8 @@ pub fn escape_token(t: &str) -> String {
     out
 }
 
-/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string. The
-/// diff calls it for every key it walks, so it scans bytes (both are ASCII) and copies the runs
-/// between them whole.
+/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string,
+/// copying the runs between those two (ASCII) bytes whole.
 fn push_escaped(out: &mut String, t: &str) {
     let mut rest = t;
     while let Some(i) = rest.bytes().position(|b| b == b'~' || b == b'/') {
@@ -1085,30 +1126,8 @@ fn push_escaped(out: &mut String, t: &str) {
 /// element by element; anything else is replaced.
 pub fn diff(a: &Node, b: &Node) -> Vec<PatchOp> {
     let mut ops = Vec::new();
-    diff_at(&mut String::new(), a, b, &mut ops);
+    diff_at(&mut Vec::new(), a, b, &mut ops);
     ops
-}
-
-/// `a == b`, comparing an object's keys at the same position in the other first (a desired
-/// object is a copy of the original with changes) and looking them up (hashed) only otherwise.
-fn same(a: &Node, b: &Node) -> bool {
-    match (a, b) {
-        (Node::Object(x), Node::Object(y)) => {
-            let mut ys = y.iter();
-            x.len() == y.len()
-                && x.iter().all(|(k, vx)| {
-                    let vy = match ys.next() {
-                        Some((ky, vy)) if ky == k => Some(vy),
-                        _ => y.get(k),
-                    };
-                    vy.is_some_and(|vy| same(vx, vy))
-                })
-        }
-        (Node::Array(x), Node::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, vy))
-        }
-        _ => a == b,
-    }
 }
 
 /// Appends `/` and the token `t` (escaped) to `path`.
@@ -1117,29 +1136,51 @@ fn push_token(path: &mut String, t: &str) {
     push_escaped(path, t);
 }
 
-fn diff_at(path: &mut String, a: &Node, b: &Node, ops: &mut Vec<PatchOp>) {
+/// One step of a JSON Pointer while the diff walks: escaped and joined only for the paths of
+/// the operations it emits, not for every key it passes.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The JSON Pointer (RFC 6901) of `steps`.
+fn pointer(steps: &[Step<'_>]) -> String {
+    let mut out = String::with_capacity(64);
+    for step in steps {
+        match step {
+            Step::Key(k) => push_token(&mut out, k),
+            // Writing to a String cannot fail.
+            Step::Index(i) => {
+                let _ = write!(out, "/{i}");
+            }
+        }
+    }
+    out
+}
+
+fn diff_at<'a>(path: &mut Vec<Step<'a>>, a: &'a Node, b: &'a Node, ops: &mut Vec<PatchOp>) {
     // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
         (Node::Object(x), Node::Object(y)) => {
             // The desired object is a copy of the original with changes, so a key mostly sits
-            // at the same position in both: compared there first, looked up (hashed) otherwise.
+            // at the same position in both: compared there first, searched for otherwise.
             let mut ys = y.keys();
             for k in x.keys() {
                 if ys.next().is_some_and(|ky| ky == k) || y.contains_key(k) {
                     continue;
                 }
-                let mut at = path.clone();
-                push_token(&mut at, k);
+                path.push(Step::Key(k));
                 ops.push(PatchOp {
                     op: "remove",
-                    path: at,
+                    path: pointer(path),
                     value: None,
                 });
+                path.pop();
             }
             let mut xs = x.iter();
             for (k, vy) in y.iter() {
-                let len = path.len();
-                push_token(path, k);
+                path.push(Step::Key(k));
                 let vx = match xs.next() {
                     Some((kx, vx)) if kx == k => Some(vx),
                     _ => x.get(k),
@@ -1148,26 +1189,24 @@ fn diff_at(path: &mut String, a: &Node, b: &Node, ops: &mut Vec<PatchOp>) {
                     Some(vx) => diff_at(path, vx, vy, ops),
                     None => ops.push(PatchOp {
                         op: "add",
-                        path: path.clone(),
+                        path: pointer(path),
                         value: Some(vy.clone()),
                     }),
                 }
-                path.truncate(len);
+                path.pop();
             }
         }
         (Node::Array(x), Node::Array(y)) if x.len() == y.len() => {
             for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
-                let len = path.len();
-                // Writing to a String cannot fail.
-                let _ = write!(path, "/{i}");
+                path.push(Step::Index(i));
                 diff_at(path, vx, vy, ops);
-                path.truncate(len);
+                path.pop();
             }
         }
         _ if a == b => {}
         _ => ops.push(PatchOp {
             op: "replace",
-            path: path.clone(),
+            path: pointer(path),
             value: Some(b.clone()),
         }),
     }

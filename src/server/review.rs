@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::WorkloadKind;
-use crate::core::admission::{PatchOp, PodSkeleton, mutate_hpa, mutate_skeleton};
+use crate::core::admission::{PatchOp, PodSkeleton, mutate_hpa, mutate_skeleton, write_patch};
+use crate::core::json_text;
 use crate::core::model::WorkloadKey;
 use crate::core::owner::{pod_template_hash, top_owner};
 use crate::state::{ObjectName, Store};
@@ -201,12 +202,11 @@ fn answer(uid: &str, patch: &[PatchOp], warnings: &[String]) -> Vec<u8> {
     ] {
         out.extend_from_slice(part.as_bytes());
     }
-    // Writing JSON into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut out, uid);
+    json_text::push_str(&mut out, uid);
     out.extend_from_slice(br#","allowed":true"#);
     if !patch.is_empty() {
         let mut ops = Vec::with_capacity(1024);
-        let _ = serde_json::to_writer(&mut ops, patch);
+        write_patch(&mut ops, patch);
         out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
         let at = out.len();
         out.resize(at + ops.len().div_ceil(3) * 4, 0);
@@ -214,8 +214,14 @@ fn answer(uid: &str, patch: &[PatchOp], warnings: &[String]) -> Vec<u8> {
         out.push(b'"');
     }
     if !warnings.is_empty() {
-        out.extend_from_slice(br#","warnings":"#);
-        let _ = serde_json::to_writer(&mut out, warnings);
+        out.extend_from_slice(br#","warnings":["#);
+        for (i, w) in warnings.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json_text::push_str(&mut out, w);
+        }
+        out.push(b']');
     }
     out.extend_from_slice(b"}}");
     out

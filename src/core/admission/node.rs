@@ -19,6 +19,8 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Number, Value};
 
+use crate::core::json_text;
+
 /// A JSON value (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum Node {
@@ -162,6 +164,42 @@ impl Node {
         match self {
             Node::Array(a) => a.get_mut(i),
             _ => None,
+        }
+    }
+
+    /// Appends the value's compact JSON, the bytes `serde_json::to_writer` writes for it.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Node::Null => out.extend_from_slice(b"null"),
+            Node::Bool(true) => out.extend_from_slice(b"true"),
+            Node::Bool(false) => out.extend_from_slice(b"false"),
+            // Writing into a Vec cannot fail.
+            Node::Number(n) => {
+                let _ = serde_json::to_writer(&mut *out, n);
+            }
+            Node::String(s) => json_text::push_str(out, s),
+            Node::Array(a) => {
+                out.push(b'[');
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    v.write_json(out);
+                }
+                out.push(b']');
+            }
+            Node::Object(m) => {
+                out.push(b'{');
+                for (i, (k, v)) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    json_text::push_str(out, k);
+                    out.push(b':');
+                    v.write_json(out);
+                }
+                out.push(b'}');
+            }
         }
     }
 

@@ -744,12 +744,13 @@ fn a_gpu_fraction_is_compared_as_the_patch_would_write_it() {
     );
 }
 
-/// The typed operations serialize to exactly the bytes of the JSON objects they stand for
-/// (remove without a value, replace with null, escaped tokens, an added subtree).
+/// The typed operations serialize, and [`write_patch`] writes them, to exactly the bytes of the
+/// JSON objects they stand for (remove without a value, replace with null, escaped tokens, an
+/// added subtree).
 #[test]
 fn patch_ops_serialize_as_json_objects() {
     let a = json!({"gone": 1, "kept": {"x": 1, "y/~": null}, "list": [1, 2]});
-    let b = json!({"kept": {"x": null, "y/~": "s"}, "list": [1, 3], "new": {"n": [true]}});
+    let b = json!({"kept": {"x": null, "y/~": "s\"\\\n\u{1}é"}, "list": [1, 3.5], "new": {"n": [true, false, -2]}});
     let patch = diff(&Node::from(&a), &Node::from(&b));
     assert_eq!(patch.len(), 5, "{patch:?}");
     let values = Value::Array(patch.iter().map(PatchOp::to_value).collect());
@@ -757,4 +758,33 @@ fn patch_ops_serialize_as_json_objects() {
         serde_json::to_string(&patch).unwrap(),
         serde_json::to_string(&values).unwrap()
     );
+    let mut written = Vec::new();
+    write_patch(&mut written, &patch);
+    assert_eq!(written, serde_json::to_vec(&values).unwrap());
+}
+
+/// The texts kerf writes: hundredths without trailing zeros (`0.5`, `0.05`, `1`), CPU in
+/// millicores, memory in whole Gi or Mi or else bytes — the same as the format strings they
+/// stand for, over every size kerf can write.
+#[test]
+fn sizes_are_written_as_their_shortest_texts() {
+    for h in 0..=(MAX_GPUS as u32 * 100) {
+        let formatted = format!("{}.{:02}", h / 100, h % 100);
+        let expected = formatted.trim_end_matches('0').trim_end_matches('.');
+        assert_eq!(fmt_hundredths(h), expected, "{h}");
+    }
+    for m in [0, 1, 7, 700, 1000, 123_456, i64::MAX, -5] {
+        assert_eq!(fmt_cpu(m), format!("{m}m"));
+    }
+    for (b, text) in [
+        (0, "0"),
+        (1, "1"),
+        (48 << 20, "48Mi"),
+        (1 << 30, "1Gi"),
+        (1536 << 20, "1536Mi"),
+        ((1 << 30) + 1, "1073741825"),
+        (3 << 40, "3072Gi"),
+    ] {
+        assert_eq!(fmt_memory(b), text);
+    }
 }

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 
 use super::{Gvk, Object, Request, Review};
 use crate::core::admission::{ContainerSkeleton, MetaSkeleton, PodSkeleton, SpecSkeleton};
+use crate::core::json_text::next_special;
 
 /// Deepest nesting taken. serde_json refuses values nested more than 128 deep where it decodes
 /// them (not where it skips), and a slice decoded on its own starts that count afresh, so the
@@ -265,19 +266,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The bytes of `x` (little-endian) that are a quote, a backslash or below 0x20 have their high
-/// bit set in the result: zero when there is none, and the lowest set bit is exact (bytes
-/// above it may be flagged wrongly; the caller only looks at the lowest).
-fn special(x: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let below = |v: u64, n: u64| v.wrapping_sub(ONES * n) & !v;
-    (below(x, 0x20)
-        | below(x ^ (ONES * u64::from(b'"')), 1)
-        | below(x ^ (ONES * u64::from(b'\\')), 1))
-        & HIGH
-}
-
 /// JSON whitespace, as serde_json skips it.
 fn ws(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(i) {
@@ -396,18 +384,10 @@ fn number(b: &[u8], mut i: usize) -> Option<usize> {
 /// The end of a string whose opening quote is before `i` (just past its closing quote):
 /// control characters are refused, escapes must be JSON's (`\u` with four hex digits;
 /// serde_json checks neither surrogates nor UTF-8 in strings it skips).
+#[inline(always)]
 fn string(b: &[u8], mut i: usize) -> Option<usize> {
     loop {
-        // Eight bytes at a time while none is a quote, a backslash or a control character.
-        while let Some(chunk) = b.get(i..i + 8) {
-            let found = special(u64::from_le_bytes(chunk.try_into().ok()?));
-            if found != 0 {
-                // The lowest flagged byte is the first one to look at.
-                i += (found.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
-        }
+        i = next_special(b, i);
         match *b.get(i)? {
             b'"' => return Some(i + 1),
             b'\\' => match *b.get(i + 1)? {
