@@ -26,7 +26,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::Value;
@@ -39,7 +38,7 @@ use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
 use crate::core::json_text;
 use crate::core::quantity;
 
-use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, WorkloadState};
+use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, PolicyId, WorkloadState};
 
 /// Largest GPU count kerf will write; anything above is treated as a broken recommendation.
 const MAX_GPUS: f64 = 4096.0;
@@ -910,39 +909,57 @@ pub fn mutate_skeleton(
     }
 
     if desired != *pod {
-        let mut summary = Obj::new();
-        if let Some(p) = &state.policy {
-            summary.insert("policy".into(), Node::String(p.to_string()));
-        }
-        if !changes.containers.is_empty() {
-            let containers = changes.containers.iter().map(|(c, what)| {
-                let what = what
-                    .iter()
-                    .map(|(k, v)| ((*k).to_string(), Node::String(v.clone())))
-                    .collect();
-                (c.clone(), Node::Object(what))
-            });
-            summary.insert("containers".into(), Node::Object(containers.collect()));
-        }
-        for (k, v) in &changes.top {
-            summary.insert((*k).into(), Node::String(v.clone()));
-        }
+        let summary = summary_text(state.policy.as_ref(), &changes);
         let d = desired
             .as_object_mut()
             .ok_or_else(|| shape("the pod is not a JSON object"))?;
         let a = child_obj(child_obj(d, "metadata", "pod")?, "annotations", "metadata")?;
-        a.insert(
-            ANNOTATION_MUTATED.into(),
-            Node::String(summary_text(summary)),
-        );
+        a.insert(ANNOTATION_MUTATED.into(), Node::String(summary));
     }
     Ok(Mutation::from(pod, desired, notes))
 }
 
-/// The `mutated` annotation's compact JSON.
-fn summary_text(summary: Obj) -> String {
+/// The `mutated` annotation: compact JSON `{"policy":…,"containers":{c:{what:…}},` then the
+/// pod-level changes (`queue`, `schedulerName`) in key order, each part only when present.
+fn summary_text(policy: Option<&PolicyId>, changes: &Changes) -> String {
     let mut out = Vec::with_capacity(256);
-    Node::Object(summary).write_json(&mut out);
+    let mut entries = 0;
+    let mut key = |out: &mut Vec<u8>, k: &str| {
+        out.push(if entries == 0 { b'{' } else { b',' });
+        entries += 1;
+        json_text::push_str(out, k);
+        out.push(b':');
+    };
+    if let Some(p) = policy {
+        key(&mut out, "policy");
+        json_text::push_str(&mut out, &p.to_string());
+    }
+    if !changes.containers.is_empty() {
+        key(&mut out, "containers");
+        for (i, (c, what)) in changes.containers.iter().enumerate() {
+            out.push(if i == 0 { b'{' } else { b',' });
+            json_text::push_str(&mut out, c);
+            out.extend_from_slice(b":{");
+            for (j, (k, v)) in what.iter().enumerate() {
+                if j > 0 {
+                    out.push(b',');
+                }
+                json_text::push_str(&mut out, k);
+                out.push(b':');
+                json_text::push_str(&mut out, v);
+            }
+            out.push(b'}');
+        }
+        out.push(b'}');
+    }
+    for (k, v) in &changes.top {
+        key(&mut out, k);
+        json_text::push_str(&mut out, v);
+    }
+    if entries == 0 {
+        out.push(b'{');
+    }
+    out.push(b'}');
     // Written from strings, so always UTF-8.
     String::from_utf8(out).unwrap_or_default()
 }
@@ -1108,6 +1125,10 @@ pub fn escape_token(t: &str) -> String {
 /// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string,
 /// copying the runs between those two (ASCII) bytes whole.
 fn push_escaped(out: &mut String, t: &str) {
+    if !t.bytes().any(|b| b == b'~' || b == b'/') {
+        out.push_str(t);
+        return;
+    }
     let mut rest = t;
     while let Some(i) = rest.bytes().position(|b| b == b'~' || b == b'/') {
         out.push_str(&rest[..i]);
@@ -1150,9 +1171,12 @@ fn pointer(steps: &[Step<'_>]) -> String {
     for step in steps {
         match step {
             Step::Key(k) => push_token(&mut out, k),
-            // Writing to a String cannot fail.
             Step::Index(i) => {
-                let _ = write!(out, "/{i}");
+                out.push('/');
+                match u8::try_from(*i) {
+                    Ok(d @ 0..=9) => out.push(char::from(b'0' + d)),
+                    _ => out.push_str(&i.to_string()),
+                }
             }
         }
     }

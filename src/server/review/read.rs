@@ -337,6 +337,8 @@ fn skip(b: &[u8], mut i: usize, depth: usize) -> Option<usize> {
 }
 
 /// A key of a skipped map and its colon (serde_json skips such keys as it skips strings).
+/// Inlined, as [`string`] is, into the skip loop: a large pod has a few hundred of them.
+#[inline(always)]
 fn key(b: &[u8], i: usize) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
         return None;
