@@ -266,13 +266,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// JSON whitespace, as serde_json skips it. A compact body has none between tokens, so the
-/// first comparison (above a space) usually ends it.
+/// JSON whitespace, as serde_json skips it.
 fn ws(b: &[u8], mut i: usize) -> usize {
-    while let Some(&c) = b.get(i) {
-        if c > b' ' || !matches!(c, b' ' | b'\n' | b'\t' | b'\r') {
-            break;
-        }
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(i) {
         i += 1;
     }
     i
