@@ -39,6 +39,7 @@ use crate::core::json_text;
 use crate::core::quantity;
 
 use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, PolicyId, WorkloadState};
+use crate::core::pod::StrMap;
 
 /// Largest GPU count kerf will write; anything above is treated as a broken recommendation.
 const MAX_GPUS: f64 = 4096.0;
@@ -250,25 +251,43 @@ fn get_obj<'a>(v: &'a Node, key: &str, at: &str) -> Result<Option<&'a Obj>, Shap
     }
 }
 
-/// String map (`annotations`, `labels`) of `metadata`, validated.
-fn string_map(meta: Option<&Obj>, key: &str) -> Result<BTreeMap<String, String>, ShapeError> {
+/// A string map (`annotations`, `labels`) of `metadata`, every value checked to be a string,
+/// read in place.
+#[derive(Clone, Copy)]
+struct StrObj<'a>(Option<&'a Obj>);
+
+impl<'a> StrObj<'a> {
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.0?.get(key).and_then(Node::as_str)
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.0.is_some_and(|m| m.contains_key(key))
+    }
+}
+
+impl StrMap for StrObj<'_> {
+    fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+/// The string map `key` of `metadata` (missing or null: empty).
+fn string_map<'a>(meta: Option<&'a Obj>, key: &str) -> Result<StrObj<'a>, ShapeError> {
     let Some(m) = meta.and_then(|m| m.get(key)) else {
-        return Ok(BTreeMap::new());
+        return Ok(StrObj(None));
     };
     match m {
-        Node::Null => Ok(BTreeMap::new()),
-        Node::Object(m) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Node::String(s) => Ok((k.clone(), s.clone())),
-                _ => Err(shape(format!("metadata.{key}[{k:?}] is not a string"))),
-            })
-            .collect(),
+        Node::Null => Ok(StrObj(None)),
+        Node::Object(m) => match m.iter().find(|(_, v)| v.as_str().is_none()) {
+            Some((k, _)) => Err(shape(format!("metadata.{key}[{k:?}] is not a string"))),
+            None => Ok(StrObj(Some(m))),
+        },
         _ => Err(shape(format!("metadata.{key} is not an object"))),
     }
 }
 
-fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(String, &'a Node)>, ShapeError> {
+fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(&'a str, &'a Node)>, ShapeError> {
     match spec.get(key) {
         None | Some(Node::Null) => Ok(Vec::new()),
         Some(Node::Array(a)) => a
@@ -281,7 +300,7 @@ fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(String, &'a Node)>, S
                 if !c.is_object() {
                     return Err(shape(format!("spec.{key}[{i}] is not an object")));
                 }
-                Ok((name.to_string(), c))
+                Ok((name, c))
             })
             .collect(),
         Some(_) => Err(shape(format!("spec.{key} is not an array"))),
@@ -329,11 +348,8 @@ impl KaiFraction {
     }
 }
 
-fn current_fraction(
-    annotations: &BTreeMap<String, String>,
-    first: Option<&str>,
-) -> Option<KaiFraction> {
-    let stated = NVIDIA_KAI.stated_fraction(annotations, first)?;
+fn current_fraction(annotations: StrObj<'_>, first: Option<&str>) -> Option<KaiFraction> {
+    let stated = NVIDIA_KAI.stated_fraction(&annotations, first)?;
     let (f, devices) = stated.size.ok()?;
     Some(KaiFraction {
         container: stated.container,
@@ -621,13 +637,13 @@ pub fn mutate_skeleton(
         .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
     let regular = containers(spec, "containers")?;
     let init = containers(spec, "initContainers")?;
-    let first = regular.first().map(|(n, _)| n.as_str());
+    let first = regular.first().map(|(n, _)| *n);
 
     let uses_kai = NVIDIA_KAI
         .sharing_annotations()
         .iter()
-        .any(|k| annotations.contains_key(*k));
-    let frac = current_fraction(&annotations, first);
+        .any(|k| annotations.contains_key(k));
+    let frac = current_fraction(annotations, first);
 
     let mut desired = pod.clone();
     let mut notes = Vec::new();
@@ -657,7 +673,7 @@ pub fn mutate_skeleton(
                 );
             let mut plan: Vec<(ContainerAt, &str, GpuTarget, Option<f64>)> = Vec::new();
             for (idx, (name, c)) in all {
-                let Some(&r) = rec.containers.get(name) else {
+                let Some(&r) = rec.containers.get(*name) else {
                     continue;
                 };
                 let Some(target) = GpuTarget::from_units(r) else {
@@ -668,7 +684,7 @@ pub fn mutate_skeleton(
                 };
                 let base = state
                     .template_gpu
-                    .get(name)
+                    .get(*name)
                     .copied()
                     .or_else(|| current_units(name, c, frac.as_ref()));
                 if !allowed(target, base, state) {
@@ -682,7 +698,7 @@ pub fn mutate_skeleton(
                     ));
                     continue;
                 }
-                plan.push((idx, name.as_str(), target, base));
+                plan.push((idx, *name, target, base));
             }
             for c in rec
                 .containers
@@ -862,7 +878,7 @@ pub fn mutate_skeleton(
         let kai = state.strategy.kai();
         let has_queue = labels.contains_key(NVIDIA_KAI.queue_label);
         if (!has_queue || kai.set_queue_when_specified)
-            && labels.get(NVIDIA_KAI.queue_label) != Some(&kai.queue)
+            && labels.get(NVIDIA_KAI.queue_label) != Some(kai.queue.as_str())
         {
             label_sets.push((NVIDIA_KAI.queue_label, kai.queue.clone()));
             changes.top.insert("queue", kai.queue.clone());
@@ -870,9 +886,9 @@ pub fn mutate_skeleton(
     }
 
     // --- metadata ---
-    let ann_changed = annotation_sets.iter().any(|(k, v)| {
-        !same_fraction_text(k, annotations.get(*k).map(String::as_str), v.as_deref())
-    });
+    let ann_changed = annotation_sets
+        .iter()
+        .any(|(k, v)| !same_fraction_text(k, annotations.get(k), v.as_deref()));
     if ann_changed
         || !label_sets.is_empty()
         || !changes.containers.is_empty()

@@ -43,6 +43,7 @@ pub fn next_special(b: &[u8], mut i: usize) -> usize {
 /// `\"`, `\\`, `\b \t \n \f \r`, other control bytes as `\u00xx`; everything else as is.
 pub fn push_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
+    out.reserve(b.len() + 2);
     out.push(b'"');
     let mut start = 0;
     loop {
