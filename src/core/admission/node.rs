@@ -267,6 +267,16 @@ impl Serialize for Obj {
 /// turns on): an object whose first key is this decodes the string after it as JSON.
 const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
+impl Obj {
+    /// Inserts the rest of a map being decoded, as `Map<String, Value>` does.
+    fn fill<'de, A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some((k, v)) = map.next_entry()? {
+            self.insert(k, v);
+        }
+        Ok(())
+    }
+}
+
 impl<'de> Deserialize<'de> for Node {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct NodeVisitor;
@@ -319,9 +329,7 @@ impl<'de> Deserialize<'de> for Node {
                 }
                 let mut m = Obj::new();
                 m.insert(first, map.next_value()?);
-                while let Some((k, v)) = map.next_entry()? {
-                    m.insert(k, v);
-                }
+                m.fill(map)?;
                 Ok(Node::Object(m))
             }
         }
@@ -342,11 +350,9 @@ impl<'de> Deserialize<'de> for Obj {
             fn visit_unit<E>(self) -> Result<Obj, E> {
                 Ok(Obj::new())
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Obj, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Obj, A::Error> {
                 let mut m = Obj::new();
-                while let Some((k, v)) = map.next_entry()? {
-                    m.insert(k, v);
-                }
+                m.fill(map)?;
                 Ok(m)
             }
         }
