@@ -1086,9 +1086,9 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
 // ---------------------------------------------------------------------------------------------
 // JSON Patch
 
-/// One RFC 6902 operation. Serializes as `{"op":…,"path":…,"value":…}` (no `value` for
-/// `remove`): the bytes of a JSON object with those keys in that order, without building one
-/// (a map per operation, its keys hashed) for every answer.
+/// One RFC 6902 operation: `{"op":…,"path":…,"value":…}` (no `value` for `remove`), written
+/// by [`write_patch`] (the webhook's answer) or serialized, to the same bytes, without a JSON
+/// object built per operation.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct PatchOp {
     pub op: &'static str,
@@ -1141,10 +1141,6 @@ pub fn escape_token(t: &str) -> String {
 /// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string,
 /// copying the runs between those two (ASCII) bytes whole.
 fn push_escaped(out: &mut String, t: &str) {
-    if !t.bytes().any(|b| b == b'~' || b == b'/') {
-        out.push_str(t);
-        return;
-    }
     let mut rest = t;
     while let Some(i) = rest.bytes().position(|b| b == b'~' || b == b'/') {
         out.push_str(&rest[..i]);

@@ -19,6 +19,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Number, Value};
 
+use crate::core::hash::HashMap;
 use crate::core::json_text;
 
 /// A JSON value (see the module docs).
@@ -96,10 +97,43 @@ impl Obj {
 impl FromIterator<(String, Node)> for Obj {
     fn from_iter<I: IntoIterator<Item = (String, Node)>>(iter: I) -> Self {
         let mut m = Obj::new();
+        let mut index = Index::default();
         for (k, v) in iter {
-            m.insert(k, v);
+            index.insert(&mut m, k, v);
         }
         m
+    }
+}
+
+/// Inserting many entries one by one: up to [`Index::LINEAR`] entries each key is searched
+/// linearly, beyond it through a map of positions, so a map of any size is built in linear time
+/// (a body may hold hundreds of thousands of annotation keys: the API server checks their size
+/// only after mutating webhooks).
+#[derive(Default)]
+struct Index(Option<HashMap<String, usize>>);
+
+impl Index {
+    const LINEAR: usize = 32;
+
+    /// [`Obj::insert`] on `m`, whose entries all went through this index.
+    fn insert(&mut self, m: &mut Obj, key: String, value: Node) {
+        if self.0.is_none() && m.len() < Self::LINEAR {
+            m.insert(key, value);
+            return;
+        }
+        let positions = self.0.get_or_insert_with(|| {
+            m.0.iter()
+                .enumerate()
+                .map(|(i, (k, _))| (k.clone(), i))
+                .collect()
+        });
+        match positions.get(&key) {
+            Some(&i) => m.0[i].1 = value,
+            None => {
+                positions.insert(key.clone(), m.0.len());
+                m.0.push((key, value));
+            }
+        }
     }
 }
 
@@ -267,11 +301,36 @@ impl Serialize for Obj {
 /// turns on): an object whose first key is this decodes the string after it as JSON.
 const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
+/// The string after [`RAW_VALUE_KEY`], read as serde_json reads it (its errors say
+/// "expected raw value", as `Value`'s do).
+struct RawText;
+
+impl<'de> de::DeserializeSeed<'de> for RawText {
+    type Value = String;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RawText {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("raw value")
+    }
+    fn visit_str<E>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
+    fn visit_string<E>(self, v: String) -> Result<String, E> {
+        Ok(v)
+    }
+}
+
 impl Obj {
     /// Inserts the rest of a map being decoded, as `Map<String, Value>` does.
     fn fill<'de, A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
+        let mut index = Index::default();
         while let Some((k, v)) = map.next_entry()? {
-            self.insert(k, v);
+            index.insert(self, k, v);
         }
         Ok(())
     }
@@ -324,7 +383,7 @@ impl<'de> Deserialize<'de> for Node {
                     return Ok(Node::Object(Obj::new()));
                 };
                 if first == RAW_VALUE_KEY {
-                    let raw: String = map.next_value()?;
+                    let raw = map.next_value_seed(RawText)?;
                     return serde_json::from_str(&raw).map_err(de::Error::custom);
                 }
                 let mut m = Obj::new();
@@ -388,6 +447,33 @@ mod tests {
             assert_eq!(n.to_value(), v, "{t}");
             assert_eq!(Node::from(&v), n, "{t}");
         }
+        // A raw-value key with a non-string value fails with `Value`'s words.
+        let bad = r#"{"x":{"$serde_json::private::RawValue":5}}"#;
+        assert_eq!(
+            serde_json::from_str::<Node>(bad).unwrap_err().to_string(),
+            serde_json::from_str::<Value>(bad).unwrap_err().to_string()
+        );
+        // Large maps with repeated keys (indexed beyond 32 entries) keep `Map`'s order and values.
+        let mut big = String::from("{");
+        for i in 0..200 {
+            big.push_str(&format!(r#""k{}":{i},"#, (i * 7) % 90));
+        }
+        big.push_str(r#""end":true}"#);
+        let n: Node = serde_json::from_str(&big).unwrap();
+        let v: Value = serde_json::from_str(&big).unwrap();
+        assert_eq!(
+            serde_json::to_string(&n).unwrap(),
+            serde_json::to_string(&v).unwrap()
+        );
+        let o: Obj = serde_json::from_str(&big).unwrap();
+        let m: Map<String, Value> = serde_json::from_str(&big).unwrap();
+        assert_eq!(
+            serde_json::to_string(&o).unwrap(),
+            serde_json::to_string(&m).unwrap()
+        );
+        let collected: Obj = m.iter().map(|(k, v)| (k.clone(), Node::from(v))).collect();
+        assert_eq!(Node::Object(collected).to_value(), Value::Object(m));
+
         let a: Obj = serde_json::from_str(r#"{"a":1,"b":2,"a":3}"#).unwrap();
         let m: Map<String, Value> = serde_json::from_str(r#"{"a":1,"b":2,"a":3}"#).unwrap();
         assert_eq!(

@@ -404,6 +404,7 @@ fn string(b: &[u8], mut i: usize) -> Option<usize> {
                 _ => return None,
             },
             0..0x20 => return None,
+            // `next_special` stops only at the bytes above (or the end); kept total.
             _ => i += 1,
         }
     }
