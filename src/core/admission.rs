@@ -1199,11 +1199,10 @@ fn diff_at<'a>(path: &mut Vec<Step<'a>>, a: &'a Node, b: &'a Node, ops: &mut Vec
     // Containers recurse without comparing first, so each node is visited once.
     match (a, b) {
         (Node::Object(x), Node::Object(y)) => {
-            // The desired object is a copy of the original with changes, so a key mostly sits
-            // at the same position in both: compared there first, searched for otherwise.
-            let mut ys = y.keys();
-            for k in x.keys() {
-                if ys.next().is_some_and(|ky| ky == k) || y.contains_key(k) {
+            // Keys are looked up near their own position (`get_near`): the desired object is
+            // a copy of the original with changes.
+            for (i, k) in x.keys().enumerate() {
+                if y.get_near(i, k).is_some() {
                     continue;
                 }
                 path.push(Step::Key(k));
@@ -1214,14 +1213,9 @@ fn diff_at<'a>(path: &mut Vec<Step<'a>>, a: &'a Node, b: &'a Node, ops: &mut Vec
                 });
                 path.pop();
             }
-            let mut xs = x.iter();
-            for (k, vy) in y.iter() {
+            for (i, (k, vy)) in y.iter().enumerate() {
                 path.push(Step::Key(k));
-                let vx = match xs.next() {
-                    Some((kx, vx)) if kx == k => Some(vx),
-                    _ => x.get(k),
-                };
-                match vx {
+                match x.get_near(i, k) {
                     Some(vx) => diff_at(path, vx, vy, ops),
                     None => ops.push(PatchOp {
                         op: "add",

@@ -63,6 +63,15 @@ impl Obj {
         self.0.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// `self[key]`, looked for at position `at` first: a copy with changes (the desired object
+    /// against the original) mostly keeps each key where it was, so the search is rarely needed.
+    pub fn get_near(&self, at: usize, key: &str) -> Option<&Node> {
+        match self.0.get(at) {
+            Some((k, v)) if k == key => Some(v),
+            _ => self.get(key),
+        }
+    }
+
     pub fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_some()
     }
@@ -140,17 +149,12 @@ impl Index {
 /// Equal when both have the same keys with equal values, in any order (as `Map`'s equality).
 impl PartialEq for Obj {
     fn eq(&self, other: &Self) -> bool {
-        let mut others = other.0.iter();
         self.len() == other.len()
-            && self.0.iter().all(|(k, v)| {
-                // A copy with changes mostly keeps each key at its position: compared there
-                // first, searched otherwise.
-                let theirs = match others.next() {
-                    Some((ko, vo)) if ko == k => Some(vo),
-                    _ => other.get(k),
-                };
-                theirs == Some(v)
-            })
+            && self
+                .0
+                .iter()
+                .enumerate()
+                .all(|(i, (k, v))| other.get_near(i, k) == Some(v))
     }
 }
 
