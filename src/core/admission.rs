@@ -1087,13 +1087,11 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
 // JSON Patch
 
 /// One RFC 6902 operation: `{"op":…,"path":…,"value":…}` (no `value` for `remove`), written
-/// by [`write_patch`] (the webhook's answer) or serialized, to the same bytes, without a JSON
-/// object built per operation.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+/// by [`write_patch`] without a JSON object built per operation.
+#[derive(Clone, Debug, PartialEq)]
 pub struct PatchOp {
     pub op: &'static str,
     pub path: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Node>,
 }
 

@@ -744,9 +744,8 @@ fn a_gpu_fraction_is_compared_as_the_patch_would_write_it() {
     );
 }
 
-/// The typed operations serialize, and [`write_patch`] writes them, to exactly the bytes of the
-/// JSON objects they stand for (remove without a value, replace with null, escaped tokens, an
-/// added subtree).
+/// [`write_patch`] writes the typed operations as exactly the bytes of the JSON objects they
+/// stand for (remove without a value, replace with null, escaped tokens, an added subtree).
 #[test]
 fn patch_ops_serialize_as_json_objects() {
     let a = json!({"gone": 1, "kept": {"x": 1, "y/~": null}, "list": [1, 2]});
@@ -754,10 +753,6 @@ fn patch_ops_serialize_as_json_objects() {
     let patch = diff(&Node::from(&a), &Node::from(&b));
     assert_eq!(patch.len(), 5, "{patch:?}");
     let values = Value::Array(patch.iter().map(PatchOp::to_value).collect());
-    assert_eq!(
-        serde_json::to_string(&patch).unwrap(),
-        serde_json::to_string(&values).unwrap()
-    );
     let mut written = Vec::new();
     write_patch(&mut written, &patch);
     assert_eq!(written, serde_json::to_vec(&values).unwrap());
