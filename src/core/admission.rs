@@ -30,8 +30,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::Value;
 
+mod draft;
 mod node;
-pub use node::{Node, Obj};
+use draft::{Draft, DraftObj};
+pub use node::{Node, Obj, ObjDecoder, RAW_VALUE_KEY};
 
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
@@ -57,21 +59,24 @@ fn shape(msg: impl Into<String>) -> ShapeError {
 /// Result of building a mutation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mutation {
-    /// The desired state of what kerf manages: for a pod its [`pod_skeleton`], for an HPA the
-    /// whole object. The patch turns the original into it.
-    pub desired: Node,
-    /// RFC 6902 operations; empty when nothing changes.
+    /// RFC 6902 operations turning the original into the desired state of what kerf manages
+    /// (for a pod its [`pod_skeleton`], for an HPA the whole object); empty when nothing changes.
     pub patch: Vec<PatchOp>,
     /// Human-readable reasons for containers left alone.
     pub notes: Vec<String>,
 }
 
 impl Mutation {
-    fn from(original: &Node, desired: Node, notes: Vec<String>) -> Self {
-        let patch = diff(original, &desired);
+    fn from(original: &Node, desired: &Draft<'_>, notes: Vec<String>) -> Self {
         Self {
-            desired,
-            patch,
+            patch: diff_draft(original, desired),
+            notes,
+        }
+    }
+
+    fn unchanged(notes: Vec<String>) -> Self {
+        Self {
+            patch: Vec::new(),
             notes,
         }
     }
@@ -233,13 +238,12 @@ pub fn fmt_memory(bytes: i64) -> String {
 // JSON helpers
 
 /// `v[key]` as an object, created when missing or null (so missing parent maps get added).
-fn child_obj<'a>(v: &'a mut Obj, key: &str, at: &str) -> Result<&'a mut Obj, ShapeError> {
-    // Looked up before inserting: the key is copied only when the map is added.
-    if v.get(key).is_none_or(Node::is_null) {
-        v.insert(key.to_string(), Node::Object(Obj::new()));
-    }
-    v.get_mut(key)
-        .and_then(Node::as_object_mut)
+fn child_obj<'d, 'a>(
+    v: &'d mut DraftObj<'a>,
+    key: &'a str,
+    at: &str,
+) -> Result<&'d mut DraftObj<'a>, ShapeError> {
+    v.child_obj(key)
         .ok_or_else(|| shape(format!("{at}.{key} is not an object")))
 }
 
@@ -307,16 +311,25 @@ fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(&'a str, &'a Node)>, 
     }
 }
 
-fn container_mut<'a>(pod: &'a mut Node, list: &str, idx: usize) -> Result<&'a mut Obj, ShapeError> {
+fn container_mut<'d, 'a>(
+    pod: &'d mut DraftObj<'a>,
+    list: &str,
+    idx: usize,
+) -> Result<&'d mut DraftObj<'a>, ShapeError> {
     pod.get_mut("spec")
+        .and_then(Draft::obj_mut)
         .and_then(|s| s.get_mut(list))
-        .and_then(|l| l.at_mut(idx))
-        .and_then(Node::as_object_mut)
+        .and_then(Draft::arr_mut)
+        .and_then(|l| l.get_mut(idx))
+        .and_then(Draft::obj_mut)
         .ok_or_else(|| shape(format!("spec.{list}[{idx}] is not an object")))
 }
 
 /// The container's `resources.<which>` map, created when missing.
-fn resources_mut<'a>(c: &'a mut Obj, which: &str) -> Result<&'a mut Obj, ShapeError> {
+fn resources_mut<'d, 'a>(
+    c: &'d mut DraftObj<'a>,
+    which: &'a str,
+) -> Result<&'d mut DraftObj<'a>, ShapeError> {
     let res = child_obj(c, "resources", "container")?;
     child_obj(res, which, "container.resources")
 }
@@ -384,11 +397,16 @@ impl Changes {
 }
 
 /// Sets `map[key] = value` unless an equivalent value is there; true when it changed.
-fn set_str(map: &mut Obj, key: &str, value: String, same: impl Fn(&Node) -> bool) -> bool {
-    if map.get(key).is_some_and(same) {
+fn set_str<'a>(
+    map: &mut DraftObj<'a>,
+    key: &'a str,
+    value: String,
+    same: impl Fn(&Node) -> bool,
+) -> bool {
+    if map.node(key).is_some_and(same) {
         return false;
     }
-    map.insert(key.to_string(), Node::String(value));
+    map.insert(key, Draft::New(Node::String(value)));
     true
 }
 
@@ -543,7 +561,7 @@ pub struct MetaSkeleton {
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    annotations: Option<Obj>,
+    pub(crate) annotations: Option<Obj>,
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -625,6 +643,16 @@ pub fn mutate_skeleton(
     state: &WorkloadState,
     kai_scheduler_name: &str,
 ) -> Result<Mutation, ShapeError> {
+    let (desired, notes) = desired_pod(pod, state, kai_scheduler_name)?;
+    Ok(Mutation::from(pod, &Draft::Obj(desired), notes))
+}
+
+/// The desired skeleton (a draft of `pod`) and the notes on what was left alone.
+fn desired_pod<'a>(
+    pod: &'a Node,
+    state: &WorkloadState,
+    kai_scheduler_name: &str,
+) -> Result<(DraftObj<'a>, Vec<String>), ShapeError> {
     let root = pod
         .as_object()
         .ok_or_else(|| shape("the pod is not a JSON object"))?;
@@ -645,7 +673,7 @@ pub fn mutate_skeleton(
         .any(|k| annotations.contains_key(k));
     let frac = current_fraction(annotations, first);
 
-    let mut desired = pod.clone();
+    let mut desired = DraftObj::of(root);
     let mut notes = Vec::new();
     let mut changes = Changes::default();
     let mut annotation_sets: Vec<(&'static str, Option<String>)> = Vec::new();
@@ -748,10 +776,11 @@ pub fn mutate_skeleton(
                         for which in ["requests", "limits"] {
                             if let Some(m) = c
                                 .get_mut("resources")
+                                .and_then(Draft::obj_mut)
                                 .and_then(|r| r.get_mut(which))
-                                .and_then(Node::as_object_mut)
+                                .and_then(Draft::obj_mut)
                             {
-                                changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
+                                changed |= m.remove(NVIDIA_KAI.resource_name);
                             }
                         }
                         let same_fraction = frac
@@ -814,15 +843,14 @@ pub fn mutate_skeleton(
             notes.push(format!("container {name}: not in the pod"));
             continue;
         };
-        let c = container_mut(&mut desired, slot.list(), slot.index())?;
-        // The limits as admitted, read before the requests change.
-        let limit = |key: &str| {
-            c.get("resources")
-                .and_then(|r| r.get("limits"))
-                .and_then(|l| l.get(key))
+        // The limits as admitted: kerf never writes a CPU or memory limit.
+        let admitted = match slot {
+            ContainerAt::Regular(i) => regular[i].1,
+            ContainerAt::Init(i) => init[i].1,
         };
-        let cpu_limit = limit("cpu").and_then(cpu_millis_of);
-        let memory_limit = limit("memory").and_then(memory_bytes_of);
+        let cpu_limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);
+        let memory_limit = resource_value(admitted, "limits", "memory").and_then(memory_bytes_of);
+        let c = container_mut(&mut desired, slot.list(), slot.index())?;
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
             let limit = cpu_limit;
             let m = match limit {
@@ -862,14 +890,11 @@ pub fn mutate_skeleton(
     // --- scheduler / queue ---
     let mut label_sets: Vec<(&'static str, String)> = Vec::new();
     if state.gpu.is_some() && (state.strategy.override_kai() || uses_kai || result_has_fraction) {
-        let d = desired
-            .as_object_mut()
-            .ok_or_else(|| shape("the pod is not a JSON object"))?;
-        let spec = child_obj(d, "spec", "pod")?;
-        if spec.get("schedulerName").and_then(Node::as_str) != Some(kai_scheduler_name) {
+        let spec = child_obj(&mut desired, "spec", "pod")?;
+        if spec.node("schedulerName").and_then(Node::as_str) != Some(kai_scheduler_name) {
             spec.insert(
-                "schedulerName".into(),
-                Node::String(kai_scheduler_name.to_string()),
+                "schedulerName",
+                Draft::New(Node::String(kai_scheduler_name.to_string())),
             );
             changes
                 .top
@@ -894,14 +919,11 @@ pub fn mutate_skeleton(
         || !changes.containers.is_empty()
         || !changes.top.is_empty()
     {
-        let d = desired
-            .as_object_mut()
-            .ok_or_else(|| shape("the pod is not a JSON object"))?;
-        let meta = child_obj(d, "metadata", "pod")?;
+        let meta = child_obj(&mut desired, "metadata", "pod")?;
         if !label_sets.is_empty() {
             let l = child_obj(meta, "labels", "metadata")?;
             for (k, v) in label_sets {
-                l.insert(k.to_string(), Node::String(v));
+                l.insert(k, Draft::New(Node::String(v)));
             }
         }
         let a = child_obj(meta, "annotations", "metadata")?;
@@ -910,11 +932,11 @@ pub fn mutate_skeleton(
                 Some(v)
                     if !same_fraction_text(
                         k,
-                        a.get(k).and_then(Node::as_str),
+                        a.node(k).and_then(Node::as_str),
                         Some(v.as_str()),
                     ) =>
                 {
-                    a.insert(k.to_string(), Node::String(v));
+                    a.insert(k, Draft::New(Node::String(v)));
                 }
                 Some(_) => {}
                 None => {
@@ -924,15 +946,16 @@ pub fn mutate_skeleton(
         }
     }
 
-    if desired != *pod {
+    if !same_obj(root, &desired) {
         let summary = summary_text(state.policy.as_ref(), &changes);
-        let d = desired
-            .as_object_mut()
-            .ok_or_else(|| shape("the pod is not a JSON object"))?;
-        let a = child_obj(child_obj(d, "metadata", "pod")?, "annotations", "metadata")?;
-        a.insert(ANNOTATION_MUTATED.into(), Node::String(summary));
+        let a = child_obj(
+            child_obj(&mut desired, "metadata", "pod")?,
+            "annotations",
+            "metadata",
+        )?;
+        a.insert(ANNOTATION_MUTATED, Draft::New(Node::String(summary)));
     }
-    Ok(Mutation::from(pod, desired, notes))
+    Ok((desired, notes))
 }
 
 /// The `mutated` annotation: compact JSON `{"policy":…,"containers":{c:{what:…}},` then the
@@ -1020,7 +1043,7 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
         .and_then(|m| m.get("name"))
         .and_then(Node::as_str)
         .unwrap_or("");
-    let unchanged = |note: String| Ok(Mutation::from(hpa, hpa.clone(), vec![note]));
+    let unchanged = |note: String| Ok(Mutation::unchanged(vec![note]));
     if name != coordinated.hpa_name {
         return unchanged(format!(
             "HPA {name:?} is not the coordinated HPA {:?}",
@@ -1051,36 +1074,39 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
         ));
     }
     if target == coordinated.target_after {
-        return Ok(Mutation::from(hpa, hpa.clone(), Vec::new()));
+        return Ok(Mutation::unchanged(Vec::new()));
     }
-    let mut desired = hpa.clone();
+    let mut desired = Draft::Orig(hpa);
+    let spec = desired
+        .obj_mut()
+        .and_then(|h| h.get_mut("spec"))
+        .and_then(Draft::obj_mut)
+        .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
     if listed {
-        let target = desired
-            .get_mut("spec")
-            .and_then(|s| s.get_mut("metrics"))
-            .and_then(|m| m.at_mut(0))
+        let target = spec
+            .get_mut("metrics")
+            .and_then(Draft::arr_mut)
+            .and_then(|m| m.get_mut(0))
+            .and_then(Draft::obj_mut)
             .and_then(|m| m.get_mut("resource"))
+            .and_then(Draft::obj_mut)
             .and_then(|r| r.get_mut("target"))
-            .and_then(Node::as_object_mut)
+            .and_then(Draft::obj_mut)
             .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
         target.insert(
-            "averageUtilization".into(),
-            Node::Number(coordinated.target_after.into()),
+            "averageUtilization",
+            Draft::New(Node::Number(coordinated.target_after.into())),
         );
     } else {
-        let spec = desired
-            .get_mut("spec")
-            .and_then(Node::as_object_mut)
-            .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
         spec.insert(
-            "metrics".into(),
-            Node::from(&utilization_metrics(
+            "metrics",
+            Draft::New(Node::from(&utilization_metrics(
                 resource.as_str(),
                 coordinated.target_after,
-            )),
+            ))),
         );
     }
-    Ok(Mutation::from(hpa, desired, Vec::new()))
+    Ok(Mutation::from(hpa, &desired, Vec::new()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1157,7 +1183,14 @@ fn push_escaped(out: &mut String, t: &str) {
 /// element by element; anything else is replaced.
 pub fn diff(a: &Node, b: &Node) -> Vec<PatchOp> {
     let mut ops = Vec::new();
-    diff_at(&mut Vec::new(), a, b, &mut ops);
+    diff_at(&mut Vec::new(), a, Want::Node(b), &mut ops);
+    ops
+}
+
+/// [`diff`] against a draft of the desired object.
+fn diff_draft(a: &Node, b: &Draft<'_>) -> Vec<PatchOp> {
+    let mut ops = Vec::new();
+    diff_at(&mut Vec::new(), a, Want::Draft(b), &mut ops);
     ops
 }
 
@@ -1193,50 +1226,159 @@ fn pointer(steps: &[Step<'_>]) -> String {
     out
 }
 
-fn diff_at<'a>(path: &mut Vec<Step<'a>>, a: &'a Node, b: &'a Node, ops: &mut Vec<PatchOp>) {
-    // Containers recurse without comparing first, so each node is visited once.
-    match (a, b) {
-        (Node::Object(x), Node::Object(y)) => {
-            // Keys are looked up near their own position (`get_near`): the desired object is
-            // a copy of the original with changes.
-            for (i, k) in x.keys().enumerate() {
-                if y.get_near(i, k).is_some() {
-                    continue;
-                }
-                path.push(Step::Key(k));
-                ops.push(PatchOp {
-                    op: "remove",
-                    path: pointer(path),
-                    value: None,
-                });
-                path.pop();
-            }
-            for (i, (k, vy)) in y.iter().enumerate() {
-                path.push(Step::Key(k));
-                match x.get_near(i, k) {
-                    Some(vx) => diff_at(path, vx, vy, ops),
-                    None => ops.push(PatchOp {
-                        op: "add",
-                        path: pointer(path),
-                        value: Some(vy.clone()),
-                    }),
-                }
-                path.pop();
-            }
+/// The desired side of a diff: a plain value, or a draft whose untouched parts are the
+/// original's own values.
+#[derive(Clone, Copy)]
+enum Want<'d, 'a> {
+    Node(&'d Node),
+    Draft(&'d Draft<'a>),
+}
+
+/// The desired side's object, plain or drafted.
+#[derive(Clone, Copy)]
+enum WantObj<'d, 'a> {
+    Node(&'d Obj),
+    Draft(&'d DraftObj<'a>),
+}
+
+impl<'d, 'a> Want<'d, 'a> {
+    /// A draft's plain values as plain values, so each shape has one case below.
+    fn plain(self) -> Self {
+        match self {
+            Want::Draft(d) => d.node().map_or(self, Want::Node),
+            Want::Node(_) => self,
         }
-        (Node::Array(x), Node::Array(y)) if x.len() == y.len() => {
+    }
+
+    fn to_node(self) -> Node {
+        match self {
+            Want::Node(n) => n.clone(),
+            Want::Draft(d) => d.to_node(),
+        }
+    }
+}
+
+impl<'d, 'a> WantObj<'d, 'a> {
+    fn has_near(self, at: usize, key: &str) -> bool {
+        match self {
+            WantObj::Node(o) => o.get_near(at, key).is_some(),
+            WantObj::Draft(o) => o.get_near(at, key).is_some(),
+        }
+    }
+
+    fn entries(self) -> impl Iterator<Item = (&'d str, Want<'d, 'a>)> {
+        let (plain, drafted) = match self {
+            WantObj::Node(o) => (
+                Some(o.iter().map(|(k, v)| (k.as_str(), Want::Node(v)))),
+                None,
+            ),
+            WantObj::Draft(o) => (None, Some(o.iter().map(|(k, v)| (k, Want::Draft(v))))),
+        };
+        plain
+            .into_iter()
+            .flatten()
+            .chain(drafted.into_iter().flatten())
+    }
+}
+
+/// Whether `b` holds the same value as `a` (objects in any order, as [`Node`]'s equality).
+fn same(a: &Node, b: Want<'_, '_>) -> bool {
+    match (a, b.plain()) {
+        (_, Want::Node(n)) => std::ptr::eq(a, n) || a == n,
+        (Node::Object(x), Want::Draft(Draft::Obj(y))) => same_obj(x, y),
+        (Node::Array(x), Want::Draft(Draft::Arr(y))) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, Want::Draft(vy)))
+        }
+        _ => false,
+    }
+}
+
+/// [`same`] for a drafted object.
+fn same_obj(x: &Obj, y: &DraftObj<'_>) -> bool {
+    // As in `diff_objects`: an entry of a draft of `x` that is still `x`'s own value is equal.
+    let draft_of_x = y.drafts(x);
+    x.len() == y.len()
+        && y.iter().enumerate().all(|(i, (k, vy))| {
+            (draft_of_x && matches!(vy, Draft::Orig(_)))
+                || x.get_near(i, k).is_some_and(|vx| same(vx, Want::Draft(vy)))
+        })
+}
+
+fn diff_at<'d>(path: &mut Vec<Step<'d>>, a: &'d Node, b: Want<'d, '_>, ops: &mut Vec<PatchOp>) {
+    // Containers recurse without comparing first, so each node is visited once; an untouched
+    // part of a draft is the original's own value, passed over at once.
+    match (a, b.plain()) {
+        (_, Want::Node(n)) if std::ptr::eq(a, n) => {}
+        (Node::Object(x), Want::Node(Node::Object(y))) => {
+            diff_objects(path, x, WantObj::Node(y), ops)
+        }
+        (Node::Object(x), Want::Draft(Draft::Obj(y))) => {
+            diff_objects(path, x, WantObj::Draft(y), ops)
+        }
+        (Node::Array(x), Want::Node(Node::Array(y))) if x.len() == y.len() => {
             for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
                 path.push(Step::Index(i));
-                diff_at(path, vx, vy, ops);
+                diff_at(path, vx, Want::Node(vy), ops);
                 path.pop();
             }
         }
-        _ if a == b => {}
-        _ => ops.push(PatchOp {
+        (Node::Array(x), Want::Draft(Draft::Arr(y))) if x.len() == y.len() => {
+            for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
+                path.push(Step::Index(i));
+                diff_at(path, vx, Want::Draft(vy), ops);
+                path.pop();
+            }
+        }
+        (_, Want::Node(n)) if a == n => {}
+        (_, b) => ops.push(PatchOp {
             op: "replace",
             path: pointer(path),
-            value: Some(b.clone()),
+            value: Some(b.to_node()),
         }),
+    }
+}
+
+/// Keys of `x` missing from `y` are removed (in `x`'s order), then `y`'s entries in its order
+/// are diffed or added. Keys are looked up near their own position (`get_near`): the desired
+/// object is the original with changes.
+fn diff_objects<'d>(
+    path: &mut Vec<Step<'d>>,
+    x: &'d Obj,
+    y: WantObj<'d, '_>,
+    ops: &mut Vec<PatchOp>,
+) {
+    // A draft of `x` knows what it kept: no key of `x` to look for when none was removed, and
+    // nothing to compare where an entry is still `x`'s own value.
+    let (draft_of_x, every_key_kept) = match y {
+        WantObj::Draft(d) => (d.drafts(x), d.keeps_every_key_of(x)),
+        WantObj::Node(_) => (false, false),
+    };
+    for (i, k) in x.keys().enumerate() {
+        if every_key_kept || y.has_near(i, k) {
+            continue;
+        }
+        path.push(Step::Key(k));
+        ops.push(PatchOp {
+            op: "remove",
+            path: pointer(path),
+            value: None,
+        });
+        path.pop();
+    }
+    for (i, (k, vy)) in y.entries().enumerate() {
+        if draft_of_x && matches!(vy, Want::Draft(Draft::Orig(_))) {
+            continue;
+        }
+        path.push(Step::Key(k));
+        match x.get_near(i, k) {
+            Some(vx) => diff_at(path, vx, vy, ops),
+            None => ops.push(PatchOp {
+                op: "add",
+                path: pointer(path),
+                value: Some(vy.to_node()),
+            }),
+        }
+        path.pop();
     }
 }
 

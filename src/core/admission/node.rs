@@ -101,6 +101,10 @@ impl Obj {
     pub fn keys(&self) -> impl Iterator<Item = &String> {
         self.0.iter().map(|(k, _)| k)
     }
+
+    pub fn into_entries(self) -> impl Iterator<Item = (String, Node)> {
+        self.0.into_iter()
+    }
 }
 
 impl FromIterator<(String, Node)> for Obj {
@@ -303,7 +307,7 @@ impl Serialize for Obj {
 
 /// The key serde_json's `Value` takes for a raw value (feature `raw_value`, which a dependency
 /// turns on): an object whose first key is this decodes the string after it as JSON.
-const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
+pub const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
 /// The string after [`RAW_VALUE_KEY`], read as serde_json reads it (its errors say
 /// "expected raw value", as `Value`'s do).
@@ -329,13 +333,35 @@ impl<'de> Visitor<'de> for RawText {
     }
 }
 
+/// An object being decoded entry by entry, as `Map<String, Value>` decodes one: a repeated key
+/// keeps its first position and its last value, in linear time for any size ([`Index`]).
+#[derive(Default)]
+pub struct ObjDecoder {
+    obj: Obj,
+    index: Index,
+}
+
+impl ObjDecoder {
+    pub fn insert(&mut self, key: String, value: Node) {
+        self.index.insert(&mut self.obj, key, value);
+    }
+
+    pub fn finish(self) -> Obj {
+        self.obj
+    }
+}
+
 impl Obj {
     /// Inserts the rest of a map being decoded, as `Map<String, Value>` does.
     fn fill<'de, A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        let mut index = Index::default();
+        let mut decoder = ObjDecoder {
+            obj: std::mem::take(self),
+            index: Index::default(),
+        };
         while let Some((k, v)) = map.next_entry()? {
-            index.insert(self, k, v);
+            decoder.insert(k, v);
         }
+        *self = decoder.finish();
         Ok(())
     }
 }

@@ -41,16 +41,25 @@ fn ops(m: &Mutation) -> Value {
     Value::Array(m.patch.iter().map(PatchOp::to_value).collect())
 }
 
-/// Applies the mutation's patch to the original with json-patch (proves the patch is valid and
-/// equals the desired object) and checks that a second invocation yields no patch.
+/// `doc` with the mutation's patch applied by json-patch (which checks the patch is valid RFC
+/// 6902 and applies to it).
+fn applied(doc: &Value, m: &Mutation) -> Value {
+    let patch: json_patch::Patch = serde_json::from_value(ops(m)).expect("valid RFC 6902");
+    let mut doc = doc.clone();
+    json_patch::patch(&mut doc, &patch).expect("patch applies");
+    doc
+}
+
+/// Applies the mutation's patch to the original (proves the patch is valid and equals the
+/// desired object the builder drafted) and checks that a second invocation yields no patch.
 fn run(p: &Value, s: &WorkloadState) -> Value {
     let m = mutate_pod(p, s, "kai-scheduler").expect("mutation builds");
-    let patch: json_patch::Patch = serde_json::from_value(ops(&m)).expect("valid RFC 6902");
-    let mut doc = p.clone();
-    json_patch::patch(&mut doc, &patch).expect("patch applies");
+    let doc = applied(p, &m);
+    let skeleton = pod_skeleton(p).unwrap();
+    let (desired, _) = desired_pod(&skeleton, s, "kai-scheduler").unwrap();
     assert_eq!(
         pod_skeleton(&doc).unwrap(),
-        m.desired,
+        desired.to_node(),
         "patch result equals the desired state"
     );
     let again = mutate_pod(&doc, s, "kai-scheduler").expect("second mutation builds");
@@ -542,12 +551,7 @@ fn hpa_target_set_to_coordinated_value() {
             {"op": "replace", "path": "/spec/metrics/0/resource/target/averageUtilization", "value": 72}
         ])
     );
-    assert!(
-        mutate_hpa(&m.desired.to_value(), &c)
-            .unwrap()
-            .patch
-            .is_empty()
-    );
+    assert!(mutate_hpa(&applied(&hpa, &m), &c).unwrap().patch.is_empty());
     let other = CoordinatedHpa {
         hpa_name: "other".into(),
         ..c.clone()
@@ -591,12 +595,7 @@ fn an_hpa_without_metrics_is_cpu_utilization_80_percent() {
             ops(&m),
             json!([{"op": op, "path": "/spec/metrics", "value": metric}])
         );
-        assert!(
-            mutate_hpa(&m.desired.to_value(), &c)
-                .unwrap()
-                .patch
-                .is_empty()
-        );
+        assert!(mutate_hpa(&applied(&hpa, &m), &c).unwrap().patch.is_empty());
         // Already at the coordinated target: nothing to write.
         let at_80 = CoordinatedHpa {
             target_after: 80,

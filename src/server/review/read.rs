@@ -4,9 +4,12 @@
 //! pod most of its time went to skipping env, probes and volumes. This reader walks the body
 //! once with a small scanner that accepts exactly JSON's grammar (as serde_json does:
 //! whitespace, literals, numbers, strings with their escapes; no depth limit needed below
-//! [`MAX_DEPTH`]) and hands only the values kerf reads (a few strings, the request's kind, the
-//! pod's metadata, `schedulerName`, each container's `name` and `resources`) to serde_json,
-//! each as its own slice, decoded into the same types the two passes decode into.
+//! [`MAX_DEPTH`]) and reads only the values kerf uses (a few strings, the request's kind, the
+//! pod's metadata, `schedulerName`, each container's `name` and `resources`) into the same
+//! types the two passes decode into. The pod's labels and annotations, and the `Node` values
+//! (`schedulerName`, names, resources), it decodes itself as it walks them, as serde would:
+//! maps, arrays and strings without escapes. Everything else (numbers, escaped strings, the
+//! envelope's few fields, owner references) goes to serde_json, each value as its own slice.
 //!
 //! It never decides an answer: whatever it does not take plainly (a value of an unexpected
 //! type, an escaped or non-ASCII key, a duplicate field, the object before the kind, deep
@@ -18,7 +21,11 @@
 use serde::de::DeserializeOwned;
 
 use super::{Gvk, Object, Request, Review};
-use crate::core::admission::{ContainerSkeleton, MetaSkeleton, PodSkeleton, SpecSkeleton};
+use std::collections::BTreeMap;
+
+use crate::core::admission::{
+    ContainerSkeleton, MetaSkeleton, Node, ObjDecoder, PodSkeleton, RAW_VALUE_KEY, SpecSkeleton,
+};
 use crate::core::json_text::next_special;
 
 /// Deepest nesting taken. serde_json refuses values nested more than 128 deep where it decodes
@@ -213,7 +220,7 @@ impl<'a> Reader<'a> {
     fn pod(&mut self) -> Option<PodSkeleton> {
         let (mut metadata, mut spec) = (None, None);
         self.object(|r, key| match key {
-            b"metadata" => set(&mut metadata, r.or_null(Reader::map::<MetaSkeleton>)?),
+            b"metadata" => set(&mut metadata, r.or_null(Reader::meta)?),
             b"spec" => set(&mut spec, r.or_null(Reader::spec)?),
             _ => r.skip(),
         })?;
@@ -223,19 +230,107 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A struct from a map only (what `object_only` takes), decoded by serde.
-    fn map<T: DeserializeOwned>(&mut self) -> Option<T> {
+    /// The pod's metadata: what `MetaSkeleton`'s serde derive reads (from a map only, as
+    /// `object_only` takes it), the string maps read here, the rest by serde.
+    fn meta(&mut self) -> Option<MetaSkeleton> {
+        let (mut namespace, mut owner_references, mut labels, mut annotations) =
+            (None, None, None, None);
+        self.object(|r, key| match key {
+            b"namespace" => set(&mut namespace, r.decode::<Option<String>>()?),
+            b"ownerReferences" => set(&mut owner_references, r.decode()?),
+            b"labels" => set(&mut labels, r.or_null(Reader::labels)?),
+            b"annotations" => set(
+                &mut annotations,
+                r.or_null(|r| r.entries().map(ObjDecoder::finish))?,
+            ),
+            _ => r.skip(),
+        })?;
+        Some(MetaSkeleton {
+            namespace: namespace.flatten(),
+            owner_references: owner_references.flatten(),
+            labels: labels.flatten(),
+            annotations: annotations.flatten(),
+        })
+    }
+
+    /// A map of strings as serde decodes a `BTreeMap<String, String>`: a repeated key keeps its
+    /// last value; anything but a string value is refused.
+    fn labels(&mut self) -> Option<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        self.object(|r, key| {
+            let value = r.plain_string()?;
+            out.insert(std::str::from_utf8(key).ok()?.to_owned(), value);
+            Some(())
+        })?;
+        Some(out)
+    }
+
+    /// A map's entries as serde_json decodes a `Map` (see [`ObjDecoder`]), each value a [`Node`].
+    fn entries(&mut self) -> Option<ObjDecoder> {
+        let mut out = ObjDecoder::default();
+        self.object(|r, key| {
+            let value = r.node()?;
+            out.insert(std::str::from_utf8(key).ok()?.to_owned(), value);
+            Some(())
+        })?;
+        Some(out)
+    }
+
+    /// Any value as serde decodes a [`Node`]: maps, arrays and strings without escapes read
+    /// here, everything else (numbers, escaped strings, the raw-value key) by serde on its own
+    /// slice.
+    fn node(&mut self) -> Option<Node> {
         self.ws();
-        if self.peek() != Some(b'{') {
+        let start = self.i;
+        match self.peek()? {
+            b'{' => {
+                let map = self.entries()?;
+                let obj = map.finish();
+                // serde_json reads a map whose first key is this as the JSON text after it.
+                if obj.keys().next().is_some_and(|k| k == RAW_VALUE_KEY) {
+                    self.i = start;
+                    return self.decode();
+                }
+                Some(Node::Object(obj))
+            }
+            b'[' => {
+                let mut items = Vec::new();
+                self.array(|r| {
+                    items.push(r.node()?);
+                    Some(())
+                })?;
+                Some(Node::Array(items))
+            }
+            b'"' => match self.plain_string() {
+                Some(s) => Some(Node::String(s)),
+                None => {
+                    self.i = start;
+                    self.decode()
+                }
+            },
+            b't' | b'f' | b'n' | b'-' | b'0'..=b'9' => self.decode(),
+            _ => None,
+        }
+    }
+
+    /// A string without escapes, checked as serde_json checks it (valid UTF-8; the scanner
+    /// refuses control characters); `None` for anything else.
+    fn plain_string(&mut self) -> Option<String> {
+        self.eat(b'"')?;
+        let start = self.i;
+        self.string()?;
+        let body = self.b;
+        let text = &body[start..self.i - 1];
+        if text.contains(&b'\\') {
             return None;
         }
-        self.decode()
+        Some(std::str::from_utf8(text).ok()?.to_owned())
     }
 
     fn spec(&mut self) -> Option<SpecSkeleton> {
         let (mut scheduler_name, mut containers, mut init_containers) = (None, None, None);
         self.object(|r, key| match key {
-            b"schedulerName" => set(&mut scheduler_name, r.decode()?),
+            b"schedulerName" => set(&mut scheduler_name, r.or_null(Reader::node)?),
             b"containers" => set(&mut containers, r.or_null(Reader::containers)?),
             b"initContainers" => set(&mut init_containers, r.or_null(Reader::containers)?),
             _ => r.skip(),
@@ -252,8 +347,8 @@ impl<'a> Reader<'a> {
         self.array(|r| {
             let (mut name, mut resources) = (None, None);
             r.object(|r, key| match key {
-                b"name" => set(&mut name, r.decode()?),
-                b"resources" => set(&mut resources, r.decode()?),
+                b"name" => set(&mut name, r.or_null(Reader::node)?),
+                b"resources" => set(&mut resources, r.or_null(Reader::node)?),
                 _ => r.skip(),
             })?;
             out.push(ContainerSkeleton {

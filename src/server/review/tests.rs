@@ -227,6 +227,13 @@ fn one_pass_takes_no_body_serde_refuses() {
         "}",
         ":",
         ",",
+        // Maps as a `Node` reads them: a repeated key, and serde_json's raw-value key (first
+        // or not, with a string or another value after it).
+        r#"{"a":1,"a":{"b":[2,"c"]}}"#,
+        r#"{"$serde_json::private::RawValue":"[1,{\"x\":2}]"}"#,
+        r#"{"$serde_json::private::RawValue":"[1"}"#,
+        r#"{"$serde_json::private::RawValue":3}"#,
+        r#"{"a":1,"$serde_json::private::RawValue":"2"}"#,
     ];
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
     let mut snippets: Vec<String> = snippets.iter().map(|s| s.to_string()).collect();
@@ -253,6 +260,11 @@ fn one_pass_takes_no_body_serde_refuses() {
                         format!("\"schedulerName\":{s},\"x\":"),
                     ),
                     ("\"metadata\":", format!("\"metadata\":{s},\"x\":")),
+                    // Values inside the maps the reader decodes itself.
+                    ("\"labels\":{", format!("\"labels\":{{\"x\":{s},")),
+                    ("\"annotations\":{", format!("\"annotations\":{{\"x\":{s},")),
+                    ("\"requests\":{", format!("\"requests\":{{\"x\":{s},")),
+                    ("\"containers\":[", format!("\"containers\":[{s},")),
                 ] {
                     assert_same(text.replacen(from, &to, 1).as_bytes(), &store);
                 }
@@ -266,6 +278,32 @@ fn one_pass_takes_no_body_serde_refuses() {
             ("\"resources\":", "\"r\\u0065sources\":"),
             ("\"namespace\":", "\"namésp\":\"x\",\"namespace\":"),
             ("\"apiVersion\":", "\"apiVersion\":null,\"apiVersion\":"),
+            // Repeated keys in the maps that decide the answer (the last value counts), and
+            // values serde reads for the reader (escapes, bare numbers).
+            (
+                "\"labels\":{",
+                r#""labels":{"pod-template-hash":"0","pod-template-hash":"1","#,
+            ),
+            (
+                r#""pod-template-hash":"5c7d9b8f6d""#,
+                r#""pod-template-hash":"5c7d9b8f6d","pod-template-hash":"0""#,
+            ),
+            (
+                r#""gpu-fraction":"0.5""#,
+                r#""gpu-fraction":"0.5","gpu-fraction":"0.3""#,
+            ),
+            ("\"labels\":{", r#""labels":{"kai.scheduler/queue":"q","#),
+            (
+                "\"annotations\":{",
+                r#""annotations":{"gpu-fraction":"0.3","gpu-fraction":"0.5","#,
+            ),
+            (
+                "\"annotations\":{",
+                r#""annotations":{"gpu-fraction":"0.6","#,
+            ),
+            ("\"labels\":{", r#""labels":{"a":"\u0041","#),
+            ("\"limits\":{", r#""limits":{"cpu":2,"memory":1e9,"#),
+            ("\"requests\":{", r#""requests":{"cpu":"1\u0030m","#),
         ] {
             assert_same(text.replacen(from, to, 1).as_bytes(), &store);
         }
