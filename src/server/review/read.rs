@@ -42,8 +42,8 @@ pub(super) fn review(body: &[u8]) -> Option<(Review, Object)> {
     };
     let (mut api_version, mut kind, mut request) = (None, None, None);
     r.object(|r, key| match key {
-        b"apiVersion" => set(&mut api_version, r.decode::<Option<String>>()?),
-        b"kind" => set(&mut kind, r.decode::<Option<String>>()?),
+        b"apiVersion" => set(&mut api_version, r.or_null(Reader::text)?),
+        b"kind" => set(&mut kind, r.or_null(Reader::text)?),
         b"request" => set(&mut request, r.or_null(Reader::request)?),
         _ => r.skip(),
     })?;
@@ -179,17 +179,17 @@ impl<'a> Reader<'a> {
         let (mut uid, mut kind, mut namespace, mut operation, mut object) =
             (None, None::<Gvk>, None, None, None);
         self.object(|r, key| match key {
-            b"uid" => set(&mut uid, r.decode::<String>()?),
+            b"uid" => set(&mut uid, r.text()?),
             b"kind" => {
                 r.ws();
                 // serde's derived structs also read a sequence; only a map is taken here.
                 if r.peek() != Some(b'{') {
                     return None;
                 }
-                set(&mut kind, r.decode::<Gvk>()?)
+                set(&mut kind, r.gvk()?)
             }
-            b"namespace" => set(&mut namespace, r.decode::<Option<String>>()?),
-            b"operation" => set(&mut operation, r.decode::<String>()?),
+            b"namespace" => set(&mut namespace, r.or_null(Reader::text)?),
+            b"operation" => set(&mut operation, r.text()?),
             b"object" => {
                 let pod = kind
                     .as_ref()
@@ -236,7 +236,7 @@ impl<'a> Reader<'a> {
         let (mut namespace, mut owner_references, mut labels, mut annotations) =
             (None, None, None, None);
         self.object(|r, key| match key {
-            b"namespace" => set(&mut namespace, r.decode::<Option<String>>()?),
+            b"namespace" => set(&mut namespace, r.or_null(Reader::text)?),
             b"ownerReferences" => set(&mut owner_references, r.decode()?),
             b"labels" => set(&mut labels, r.or_null(Reader::labels)?),
             b"annotations" => set(
@@ -311,6 +311,33 @@ impl<'a> Reader<'a> {
             b't' | b'f' | b'n' | b'-' | b'0'..=b'9' => self.decode(),
             _ => None,
         }
+    }
+
+    /// A string as serde decodes a `String`: read here when it has no escape, else by serde.
+    fn text(&mut self) -> Option<String> {
+        self.ws();
+        let start = self.i;
+        self.plain_string().or_else(|| {
+            self.i = start;
+            self.decode()
+        })
+    }
+
+    /// The request's `kind` as `Gvk`'s serde derive reads it from a map: each field a string
+    /// (missing: empty), unknown fields skipped.
+    fn gvk(&mut self) -> Option<Gvk> {
+        let (mut group, mut version, mut kind) = (None, None, None);
+        self.object(|r, key| match key {
+            b"group" => set(&mut group, r.text()?),
+            b"version" => set(&mut version, r.text()?),
+            b"kind" => set(&mut kind, r.text()?),
+            _ => r.skip(),
+        })?;
+        Some(Gvk {
+            group: group.unwrap_or_default(),
+            version: version.unwrap_or_default(),
+            kind: kind.unwrap_or_default(),
+        })
     }
 
     /// A string without escapes, checked as serde_json checks it (valid UTF-8; the scanner

@@ -260,6 +260,12 @@ fn one_pass_takes_no_body_serde_refuses() {
                         format!("\"schedulerName\":{s},\"x\":"),
                     ),
                     ("\"metadata\":", format!("\"metadata\":{s},\"x\":")),
+                    // The envelope's strings and the request's kind, read by the reader.
+                    ("\"uid\":", format!("\"uid\":{s},\"x\":")),
+                    ("\"operation\":", format!("\"operation\":{s},\"x\":")),
+                    ("\"apiVersion\":", format!("\"apiVersion\":{s},\"x\":")),
+                    ("\"group\":", format!("\"group\":{s},\"x\":")),
+                    ("\"kind\":{", format!("\"kind\":{{\"x\":{s},")),
                     // Values inside the maps the reader decodes itself.
                     ("\"labels\":{", format!("\"labels\":{{\"x\":{s},")),
                     ("\"annotations\":{", format!("\"annotations\":{{\"x\":{s},")),
