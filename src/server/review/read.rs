@@ -257,10 +257,8 @@ impl<'a> Reader<'a> {
     /// last value; anything but a string value is refused.
     fn labels(&mut self) -> Option<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
-        self.object(|r, key| {
-            let value = r.plain_string()?;
-            out.insert(std::str::from_utf8(key).ok()?.to_owned(), value);
-            Some(())
+        self.each_entry(Reader::plain_string, |k, v| {
+            out.insert(k, v);
         })?;
         Some(out)
     }
@@ -268,12 +266,21 @@ impl<'a> Reader<'a> {
     /// A map's entries as serde_json decodes a `Map` (see [`ObjDecoder`]), each value a [`Node`].
     fn entries(&mut self) -> Option<ObjDecoder> {
         let mut out = ObjDecoder::default();
-        self.object(|r, key| {
-            let value = r.node()?;
-            out.insert(std::str::from_utf8(key).ok()?.to_owned(), value);
-            Some(())
-        })?;
+        self.each_entry(Reader::node, |k, v| out.insert(k, v))?;
         Some(out)
+    }
+
+    /// A map's entries in order, each key owned and each value as `value` reads it.
+    fn each_entry<V>(
+        &mut self,
+        mut value: impl FnMut(&mut Self) -> Option<V>,
+        mut put: impl FnMut(String, V),
+    ) -> Option<()> {
+        self.object(|r, key| {
+            let v = value(r)?;
+            put(std::str::from_utf8(key).ok()?.to_owned(), v);
+            Some(())
+        })
     }
 
     /// Any value as serde decodes a [`Node`]: maps, arrays and strings without escapes read
