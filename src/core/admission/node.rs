@@ -109,12 +109,11 @@ impl Obj {
 
 impl FromIterator<(String, Node)> for Obj {
     fn from_iter<I: IntoIterator<Item = (String, Node)>>(iter: I) -> Self {
-        let mut m = Obj::new();
-        let mut index = Index::default();
+        let mut m = ObjDecoder::default();
         for (k, v) in iter {
-            index.insert(&mut m, k, v);
+            m.insert(k, v);
         }
-        m
+        m.finish()
     }
 }
 
@@ -349,20 +348,13 @@ impl ObjDecoder {
     pub fn finish(self) -> Obj {
         self.obj
     }
-}
 
-impl Obj {
     /// Inserts the rest of a map being decoded, as `Map<String, Value>` does.
-    fn fill<'de, A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
-        let mut decoder = ObjDecoder {
-            obj: std::mem::take(self),
-            index: Index::default(),
-        };
+    fn fill<'de, A: MapAccess<'de>>(mut self, mut map: A) -> Result<Obj, A::Error> {
         while let Some((k, v)) = map.next_entry()? {
-            decoder.insert(k, v);
+            self.insert(k, v);
         }
-        *self = decoder.finish();
-        Ok(())
+        Ok(self.finish())
     }
 }
 
@@ -416,10 +408,9 @@ impl<'de> Deserialize<'de> for Node {
                     let raw = map.next_value_seed(RawText)?;
                     return serde_json::from_str(&raw).map_err(de::Error::custom);
                 }
-                let mut m = Obj::new();
+                let mut m = ObjDecoder::default();
                 m.insert(first, map.next_value()?);
-                m.fill(map)?;
-                Ok(Node::Object(m))
+                Ok(Node::Object(m.fill(map)?))
             }
         }
         d.deserialize_any(NodeVisitor)
@@ -440,9 +431,7 @@ impl<'de> Deserialize<'de> for Obj {
                 Ok(Obj::new())
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Obj, A::Error> {
-                let mut m = Obj::new();
-                m.fill(map)?;
-                Ok(m)
+                ObjDecoder::default().fill(map)
             }
         }
         d.deserialize_map(ObjVisitor)

@@ -101,11 +101,7 @@ impl<'a> Reader<'a> {
         self.nest()?;
         if self.eat(b'}').is_none() {
             loop {
-                self.eat(b'"')?;
-                let start = self.i;
-                self.string()?;
-                let body = self.b;
-                let key = &body[start..self.i - 1];
+                let key = self.raw_string()?;
                 if key.iter().any(|&c| c == b'\\' || c >= 0x80) {
                     return None;
                 }
@@ -308,13 +304,7 @@ impl<'a> Reader<'a> {
                 })?;
                 Some(Node::Array(items))
             }
-            b'"' => match self.plain_string() {
-                Some(s) => Some(Node::String(s)),
-                None => {
-                    self.i = start;
-                    self.decode()
-                }
-            },
+            b'"' => self.text().map(Node::String),
             b't' | b'f' | b'n' | b'-' | b'0'..=b'9' => self.decode(),
             _ => None,
         }
@@ -350,15 +340,20 @@ impl<'a> Reader<'a> {
     /// A string without escapes, checked as serde_json checks it (valid UTF-8; the scanner
     /// refuses control characters); `None` for anything else.
     fn plain_string(&mut self) -> Option<String> {
-        self.eat(b'"')?;
-        let start = self.i;
-        self.string()?;
-        let body = self.b;
-        let text = &body[start..self.i - 1];
+        let text = self.raw_string()?;
         if text.contains(&b'\\') {
             return None;
         }
         Some(std::str::from_utf8(text).ok()?.to_owned())
+    }
+
+    /// A string's bytes as written, between its quotes (escapes not decoded).
+    fn raw_string(&mut self) -> Option<&'a [u8]> {
+        self.eat(b'"')?;
+        let start = self.i;
+        self.string()?;
+        let body = self.b;
+        Some(&body[start..self.i - 1])
     }
 
     fn spec(&mut self) -> Option<SpecSkeleton> {
