@@ -7,14 +7,14 @@
 //! paths the builder writes are copied (and only as references), and the diff skips every
 //! untouched value at once (it is the original's own value).
 //!
-//! A [`DraftObj`] keeps [`Obj`]'s semantics, which are `serde_json::Map`'s with
-//! `preserve_order`: inserting an existing key replaces its value in place, a new key is
-//! appended, removing a key moves the last entry into its place. The order of the patch
-//! follows from them, so it is the one the copy gave, byte for byte.
+//! A [`DraftObj`] keeps its entries in the same map type as [`Obj`] ([`Entries`]), with
+//! `serde_json::Map`'s semantics under `preserve_order`: inserting an existing key replaces its
+//! value in place, a new key is appended, removing a key moves the last entry into its place.
+//! The order of the patch follows from them, so it is the one the copy gave, byte for byte.
 
 use std::borrow::Cow;
 
-use super::node::{Node, Obj};
+use super::node::{Entries, Node, Obj};
 
 /// A value of the desired object (see the module docs).
 #[derive(Debug)]
@@ -29,10 +29,10 @@ pub enum Draft<'a> {
     New(Node),
 }
 
-/// An object being written into: its entries in [`Obj`]'s order.
+/// An object being written into: its entries in [`Obj`]'s order ([`Entries`]).
 #[derive(Debug, Default)]
 pub struct DraftObj<'a> {
-    entries: Vec<(Cow<'a, str>, Draft<'a>)>,
+    entries: Entries<Cow<'a, str>, Draft<'a>>,
     /// The original object it was made from ([`DraftObj::of`]): under each of its keys an
     /// [`Draft::Orig`] entry is that object's own value.
     source: Option<&'a Obj>,
@@ -44,10 +44,11 @@ impl<'a> DraftObj<'a> {
     /// The original object `o`, every entry still the original's.
     pub fn of(o: &'a Obj) -> Self {
         Self {
-            entries: o
-                .iter()
-                .map(|(k, v)| (Cow::Borrowed(k.as_str()), Draft::Orig(v)))
-                .collect(),
+            entries: Entries::from_distinct(
+                o.iter()
+                    .map(|(k, v)| (Cow::Borrowed(k.as_str()), Draft::Orig(v)))
+                    .collect(),
+            ),
             source: Some(o),
             removed: false,
         }
@@ -56,10 +57,11 @@ impl<'a> DraftObj<'a> {
     /// An object the builder wrote whole, taken over entry by entry.
     fn owned(o: Obj) -> Self {
         Self {
-            entries: o
-                .into_entries()
-                .map(|(k, v)| (Cow::Owned(k), Draft::New(v)))
-                .collect(),
+            entries: Entries::from_distinct(
+                o.into_entries()
+                    .map(|(k, v)| (Cow::Owned(k), Draft::New(v)))
+                    .collect(),
+            ),
             ..Self::default()
         }
     }
@@ -78,19 +80,12 @@ impl<'a> DraftObj<'a> {
         !self.removed && self.drafts(x)
     }
 
-    fn position(&self, key: &str) -> Option<usize> {
-        self.entries.iter().position(|(k, _)| k == key)
-    }
-
     pub fn get(&self, key: &str) -> Option<&Draft<'a>> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.entries.get(key)
     }
 
     pub fn get_mut(&mut self, key: &str) -> Option<&mut Draft<'a>> {
-        self.entries
-            .iter_mut()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
+        self.entries.get_mut(key)
     }
 
     /// The plain value at `key` (`None` for an object or array being written into, which no
@@ -101,23 +96,15 @@ impl<'a> DraftObj<'a> {
 
     /// Replaces the value of an existing key in place, else appends (as [`Obj::insert`]).
     pub fn insert(&mut self, key: &'a str, value: Draft<'a>) {
-        match self.position(key) {
-            Some(i) => self.entries[i].1 = value,
-            None => self.entries.push((Cow::Borrowed(key), value)),
-        }
+        self.entries.insert(Cow::Borrowed(key), value);
     }
 
     /// Removes `key`, moving the last entry into its place (as [`Obj::remove`]); whether it
     /// was there.
     pub fn remove(&mut self, key: &str) -> bool {
-        match self.position(key) {
-            Some(i) => {
-                self.entries.swap_remove(i);
-                self.removed = true;
-                true
-            }
-            None => false,
-        }
+        let found = self.entries.remove(key).is_some();
+        self.removed |= found;
+        found
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Draft<'a>)> {
@@ -126,10 +113,7 @@ impl<'a> DraftObj<'a> {
 
     /// `self[key]`, looked for at position `at` first (see [`Obj::get_near`]).
     pub fn get_near(&self, at: usize, key: &str) -> Option<&Draft<'a>> {
-        match self.entries.get(at) {
-            Some((k, v)) if k == key => Some(v),
-            _ => self.get(key),
-        }
+        self.entries.get_near(at, key)
     }
 
     /// `self[key]` as an object to write into, created when missing or null (so missing parent

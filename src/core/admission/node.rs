@@ -35,12 +35,29 @@ pub enum Node {
 }
 
 /// A JSON object: entries in insertion order, as serde_json's `preserve_order` map keeps them.
-#[derive(Clone, Debug, Default)]
-pub struct Obj(Vec<(String, Node)>);
+pub type Obj = Entries<String, Node>;
 
-impl Obj {
-    pub fn new() -> Self {
+/// Keyed entries with the semantics of serde_json's `Map` under `preserve_order`: insertion
+/// order, inserting an existing key replaces its value in place, removing a key moves the last
+/// entry into its place. [`Obj`] and the builder's draft of one (`draft::DraftObj`) share it,
+/// so the draft orders its entries as the object would.
+#[derive(Clone, Debug)]
+pub struct Entries<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for Entries<K, V> {
+    fn default() -> Self {
         Self(Vec::new())
+    }
+}
+
+impl<K: AsRef<str>, V> Entries<K, V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Entries whose keys are already distinct (taken from another map), kept as they are.
+    pub(super) fn from_distinct(entries: Vec<(K, V)>) -> Self {
+        Self(entries)
     }
 
     pub fn len(&self) -> usize {
@@ -52,22 +69,28 @@ impl Obj {
     }
 
     fn position(&self, key: &str) -> Option<usize> {
-        self.0.iter().position(|(k, _)| k == key)
+        self.0.iter().position(|(k, _)| k.as_ref() == key)
     }
 
-    pub fn get(&self, key: &str) -> Option<&Node> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.as_ref() == key)
+            .map(|(_, v)| v)
     }
 
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut Node> {
-        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.0
+            .iter_mut()
+            .find(|(k, _)| k.as_ref() == key)
+            .map(|(_, v)| v)
     }
 
     /// `self[key]`, looked for at position `at` first: a copy with changes (the desired object
     /// against the original) mostly keeps each key where it was, so the search is rarely needed.
-    pub fn get_near(&self, at: usize, key: &str) -> Option<&Node> {
+    pub fn get_near(&self, at: usize, key: &str) -> Option<&V> {
         match self.0.get(at) {
-            Some((k, v)) if k == key => Some(v),
+            Some((k, v)) if k.as_ref() == key => Some(v),
             _ => self.get(key),
         }
     }
@@ -77,8 +100,8 @@ impl Obj {
     }
 
     /// Replaces the value of an existing key in place, else appends; the old value if any.
-    pub fn insert(&mut self, key: String, value: Node) -> Option<Node> {
-        match self.position(&key) {
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.position(key.as_ref()) {
             Some(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             None => {
                 self.0.push((key, value));
@@ -89,20 +112,20 @@ impl Obj {
 
     /// Removes `key`, moving the last entry into its place (`Map::remove` with
     /// `preserve_order` does exactly this, and the order decides the order of the patch).
-    pub fn remove(&mut self, key: &str) -> Option<Node> {
+    pub fn remove(&mut self, key: &str) -> Option<V> {
         let i = self.position(key)?;
         Some(self.0.swap_remove(i).1)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Node)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.0.iter().map(|(k, v)| (k, v))
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
         self.0.iter().map(|(k, _)| k)
     }
 
-    pub fn into_entries(self) -> impl Iterator<Item = (String, Node)> {
+    pub fn into_entries(self) -> impl Iterator<Item = (K, V)> {
         self.0.into_iter()
     }
 }
@@ -267,10 +290,9 @@ impl From<&Value> for Node {
             Value::Number(n) => Node::Number(n.clone()),
             Value::String(s) => Node::String(s.clone()),
             Value::Array(a) => Node::Array(a.iter().map(Node::from).collect()),
-            Value::Object(m) => Node::Object(Obj(m
-                .iter()
-                .map(|(k, v)| (k.clone(), Node::from(v)))
-                .collect())),
+            Value::Object(m) => Node::Object(Obj::from_distinct(
+                m.iter().map(|(k, v)| (k.clone(), Node::from(v))).collect(),
+            )),
         }
     }
 }
@@ -333,7 +355,8 @@ impl<'de> Visitor<'de> for RawText {
 }
 
 /// An object being decoded entry by entry, as `Map<String, Value>` decodes one: a repeated key
-/// keeps its first position and its last value, in linear time for any size ([`Index`]).
+/// keeps its first position and its last value, in linear time for any size (a position
+/// index past 32 entries).
 #[derive(Default)]
 pub struct ObjDecoder {
     obj: Obj,
