@@ -18,16 +18,16 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
     /// `Pod`, `HorizontalPodAutoscaler`, or `unknown`.
-    pub kind: String,
+    pub kind: &'static str,
     /// `CREATE`, `UPDATE`, …
-    pub operation: String,
+    pub operation: &'static str,
     /// `patched`, `unchanged`, `skipped`, `error`, `bad_request`.
-    pub outcome: String,
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
-    pub kind: String,
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -131,9 +131,9 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     let m = app.store.metrics();
     m.admission_requests
         .get_or_create(&AdmissionLabels {
-            kind: reply.kind.clone(),
-            operation: reply.operation.clone(),
-            outcome: reply.outcome.as_str().into(),
+            kind: reply.kind,
+            operation: reply.operation,
+            outcome: reply.outcome.as_str(),
         })
         .inc();
     m.admission_duration_seconds
@@ -141,9 +141,7 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     match reply.outcome {
         review::Outcome::Patched => {
             m.admission_patches
-                .get_or_create(&KindLabel {
-                    kind: reply.kind.clone(),
-                })
+                .get_or_create(&KindLabel { kind: reply.kind })
                 .inc();
         }
         review::Outcome::Error => {

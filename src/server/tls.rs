@@ -144,16 +144,14 @@ impl CertReloader {
                     tracing::info!(cert = %self.cert_path.display(), "TLS certificate reloaded");
                     metrics
                         .tls_reloads
-                        .get_or_create(&KindLabel { kind: "ok".into() })
+                        .get_or_create(&KindLabel { kind: "ok" })
                         .inc();
                 }
                 Reload::Rejected(why) => {
                     tracing::warn!(cert = %self.cert_path.display(), "TLS certificate not reloaded, keeping the previous one: {why}");
                     metrics
                         .tls_reloads
-                        .get_or_create(&KindLabel {
-                            kind: "error".into(),
-                        })
+                        .get_or_create(&KindLabel { kind: "error" })
                         .inc();
                 }
             }
