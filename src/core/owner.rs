@@ -14,7 +14,10 @@
 //!   snapshot, filled by [`deployment_of`] / [`cronjob_of`]). When the ReplicaSet link is unknown
 //!   (a pod created before the cache saw its ReplicaSet) the Deployment name is derived from the
 //!   ReplicaSet name minus `-<pod-template-hash>`, which is how the Deployment controller names
-//!   ReplicaSets.
+//!   ReplicaSets. When the Job link is unknown, the webhook, and only when the Job has no
+//!   recommendation of its own, tries the CronJob the Job's name gives ([`cronjob_named_in`]):
+//!   the CronJob controller creates a Job and the Job controller its pods within milliseconds,
+//!   so a CronJob's pods routinely reach admission before the watch has delivered their Job.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -104,6 +107,15 @@ pub fn cronjob_of(job: &ObjectMeta) -> Option<&str> {
     controlling(job, WorkloadKind::CronJob)
 }
 
+/// The CronJob a Job's name says scheduled it: the CronJob controller names each Job
+/// `<cronjob>-<scheduled time in minutes>`. A hint for when the link ([`cronjob_of`]) is not
+/// known yet, never a replacement for it.
+pub fn cronjob_named_in(job: &str) -> Option<&str> {
+    let (cronjob, minutes) = job.rsplit_once('-')?;
+    let digits = !minutes.is_empty() && minutes.bytes().all(|b| b.is_ascii_digit());
+    (digits && !cronjob.is_empty()).then_some(cronjob)
+}
+
 /// A pod's `pod-template-hash` label.
 pub fn pod_template_hash(labels: Option<&impl StrMap>) -> Option<&str> {
     labels?.get_str(POD_TEMPLATE_HASH_LABEL)
@@ -159,6 +171,19 @@ mod tests {
     }
     fn none(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn cronjob_named_in_takes_the_name_before_the_scheduled_minutes() {
+        assert_eq!(
+            cronjob_named_in("nightly-eval-29034720"),
+            Some("nightly-eval")
+        );
+        assert_eq!(cronjob_named_in("nightly-eval-manual"), None);
+        assert_eq!(cronjob_named_in("nightly-eval-"), None);
+        assert_eq!(cronjob_named_in("-29034720"), None);
+        assert_eq!(cronjob_named_in("29034720"), None);
+        assert_eq!(cronjob_named_in("eval-2903472x"), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::api::WorkloadKind;
 use crate::core::admission::{PatchOp, PodSkeleton, mutate_hpa, mutate_skeleton, write_patch};
 use crate::core::json_text;
 use crate::core::model::WorkloadKey;
-use crate::core::owner::{pod_template_hash, top_owner};
+use crate::core::owner::{cronjob_named_in, pod_template_hash, top_owner};
 use crate::state::{ObjectName, Store};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -336,20 +336,25 @@ fn finish(
 
 fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -> Decision {
     let global = store.global();
+    // A pod kerf cannot read in a protected namespace is none of its business: skipped, not
+    // reported as kerf's problem.
+    let unreadable = |why: String| {
+        if req
+            .namespace
+            .as_ref()
+            .is_some_and(|ns| global.is_protected(ns))
+        {
+            Decision::skip("namespace is protected")
+        } else {
+            Decision::error(why)
+        }
+    };
     let skel = match skel {
         Ok(s) => s,
-        Err(_)
-            if req
-                .namespace
-                .as_ref()
-                .is_some_and(|ns| global.is_protected(ns)) =>
-        {
-            return Decision::skip("namespace is protected");
-        }
-        Err(e) => return Decision::error(e),
+        Err(e) => return unreadable(e),
     };
     let Some(meta) = skel.metadata.as_ref() else {
-        return Decision::error("the pod has no metadata".into());
+        return unreadable("the pod has no metadata".into());
     };
     let ns = meta
         .namespace
@@ -382,7 +387,12 @@ fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -
     ) else {
         return Decision::skip("pod has no workload owner");
     };
-    let Some(state) = store.get(&key) else {
+    let state = store.get(&key).or_else(|| {
+        // The Job's link to its CronJob may not have arrived yet (see `core::owner`).
+        let cronjob = cronjob_named_in(&key.name).filter(|_| key.kind == WorkloadKind::Job)?;
+        store.get(&WorkloadKey::new(&ns, WorkloadKind::CronJob, cronjob))
+    });
+    let Some(state) = state else {
         return Decision::skip(format!("no recommendation for {key}"));
     };
     finish(

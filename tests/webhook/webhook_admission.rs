@@ -331,6 +331,69 @@ async fn dry_run_is_patched_the_same_way() {
     assert_eq!(a["response"]["patch"], b["response"]["patch"]);
 }
 
+/// docs/design/kai-admission.md#k10: a CronJob's pods come within milliseconds of their Job, often
+/// before the watch has delivered the Job; the Job's name (`<cronjob>-<minutes>`) still finds
+/// the CronJob's recommendation, and a Job's own recommendation still comes first.
+#[tokio::test]
+async fn cronjob_pod_before_its_job_is_known_gets_the_cronjob_recommendation() {
+    let store = Store::new();
+    store.put(
+        WorkloadKey::new("ml", WorkloadKind::CronJob, "nightly-eval"),
+        gpu_state(&[("evaluator", 0.3)]),
+    );
+    let e = env(store.clone()).await;
+    let body = fixture("pod-sidecar-init.json");
+    let out = admit(&e, &body).await;
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.3"));
+    assert_eq!(ann(&out, "gpu-fraction-container-name"), Some("evaluator"));
+
+    // A Job named otherwise is not taken for the CronJob's.
+    let mut manual = body.clone();
+    manual["request"]["object"]["metadata"]["ownerReferences"][0]["name"] =
+        json!("nightly-eval-manual");
+    let resp = review(&e.client, e.server.webhook, &manual).await;
+    assert!(resp["response"].get("patch").is_none(), "{resp}");
+
+    // The Job's own recommendation wins over the name's CronJob.
+    store.put(
+        WorkloadKey::new("ml", WorkloadKind::Job, "nightly-eval-29034720"),
+        gpu_state(&[("evaluator", 0.5)]),
+    );
+    let out = admit(&e, &body).await;
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.5"));
+}
+
+/// docs/design/runtime.md#r12: a pod kerf cannot read in a protected namespace is skipped, with
+/// no warning and no internal error counted; elsewhere it is kerf's problem, and says so.
+#[tokio::test]
+async fn unreadable_pod_in_a_protected_namespace_is_skipped_without_a_warning() {
+    let e = env(Store::new()).await;
+    let internal_errors = "kerf_admission_internal_errors_total";
+    let (_, before) = get_text(e.server.health, "/metrics").await;
+    let mut body = fixture("pod-kai-fraction.json");
+    body["request"]["namespace"] = json!("kube-system");
+    body["request"]["object"] = json!({"spec": {"containers": []}});
+    let resp = review(&e.client, e.server.webhook, &body).await;
+    assert_eq!(resp["response"]["allowed"], true);
+    assert!(resp["response"].get("patch").is_none(), "{resp}");
+    assert!(resp["response"].get("warnings").is_none(), "{resp}");
+    body["request"]["object"] = json!({"metadata": "nope"});
+    let resp = review(&e.client, e.server.webhook, &body).await;
+    assert!(resp["response"].get("warnings").is_none(), "{resp}");
+    let (_, after) = get_text(e.server.health, "/metrics").await;
+    assert_eq!(
+        process_metrics::value(&after, internal_errors),
+        process_metrics::value(&before, internal_errors),
+        "{after}"
+    );
+
+    body["request"]["namespace"] = json!("ml");
+    body["request"]["object"] = json!({"spec": {"containers": []}});
+    let resp = review(&e.client, e.server.webhook, &body).await;
+    let w = resp["response"]["warnings"][0].as_str().unwrap_or_default();
+    assert!(w.contains("the pod has no metadata"), "{resp}");
+}
+
 #[tokio::test]
 async fn protected_namespace_and_unknown_workload_are_not_patched() {
     let store = Store::new();
