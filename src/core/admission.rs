@@ -715,7 +715,7 @@ fn desired_pod<'a>(
                     .get(*name)
                     .copied()
                     .or_else(|| current_units(name, c, frac.as_ref()));
-                if !allowed(target, base, state) {
+                if !allowed(target, base, state, name) {
                     notes.push(format!(
                         "container {name}: {} not allowed by the automation strategy",
                         if target.units() > base.unwrap_or(0.0) {
@@ -747,7 +747,7 @@ fn desired_pod<'a>(
                 let target = match target {
                     GpuTarget::Fraction { .. } if slot.is_some() => {
                         let whole = GpuTarget::Whole(target.devices());
-                        if !allowed(whole, base, state) {
+                        if !allowed(whole, base, state, name) {
                             notes.push(format!(
                                 "container {name}: another container holds the pod's KAI fraction and whole GPUs are not allowed"
                             ));
@@ -1015,13 +1015,15 @@ fn same_fraction_text(key: &str, old: Option<&str>, new: Option<&str>) -> bool {
     }
 }
 
-fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState) -> bool {
+/// Whether `container` may go from `base` to `target` under its strategy's upsize/downsize.
+fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState, container: &str) -> bool {
     let Some(base) = base else { return true };
     let units = target.units();
+    let strategy = state.gpu_strategy_of(container);
     if units > base + 1e-9 {
-        state.strategy.gpu_upsize()
+        strategy.gpu_upsize()
     } else if units < base - 1e-9 {
-        state.strategy.gpu_downsize()
+        strategy.gpu_downsize()
     } else {
         true
     }

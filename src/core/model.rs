@@ -525,8 +525,26 @@ pub struct WorkloadState {
     pub hpa: Option<CoordinatedHpa>,
     /// The policy that produced the state (shown in the `mutated` annotation).
     pub policy: Option<PolicyId>,
-    /// What the agent may do (shared with the snapshot's strategy).
+    /// What the agent may do (shared with the snapshot's strategy): the strategy of the policy
+    /// that produced the state, the largest contributor's when several did.
     pub strategy: std::sync::Arc<StrategyView>,
+    /// Multi-policy container rightsizing: each contributing policy's strategy (empty
+    /// otherwise). A container's GPU upsize/downsize follow the strategy of the policy whose
+    /// part it is ([`Self::gpu_strategy_of`]).
+    pub gpu_strategies: BTreeMap<PolicyId, std::sync::Arc<StrategyView>>,
+}
+
+impl WorkloadState {
+    /// The strategy that governs `container`'s GPU size: its policy's when several policies
+    /// share the recommendation, else the state's.
+    pub fn gpu_strategy_of(&self, container: &str) -> &StrategyView {
+        self.gpu
+            .iter()
+            .flat_map(|g| &g.by_policy)
+            .find(|(_, part)| part.containers.contains(container))
+            .and_then(|(policy, _)| self.gpu_strategies.get(policy))
+            .unwrap_or(&self.strategy)
+    }
 }
 
 #[cfg(test)]

@@ -170,19 +170,31 @@ pub fn recover_each(
             selection::covers(&candidate, &w.key, &w.labels, w.template.labels())
                 .then(|| scoped_container_names(spec, &p.spec.scope.containers))
         };
+        // Multi-policy: each part's policy's strategy, for its containers.
+        let mut gpu_strategies = BTreeMap::new();
         let scope: Vec<String> = if !rec.by_policy.is_empty() {
-            // Multi-policy: each policy's part stands or falls with that policy.
+            // Multi-policy: each policy's part stands or falls with that policy and its strategy
+            // (docs/design/runtime.md#r8).
             let mut scope = Vec::new();
             for (id, part) in &rec.by_policy {
-                match policies.get(id).map(|p| covered(p)) {
-                    Some(Some(s)) => {
-                        scope.extend(s.into_iter().filter(|c| part.containers.contains(c)))
-                    }
-                    _ => warnings.push(format!(
+                let Some(Some(s)) = policies.get(id).map(|p| covered(p)) else {
+                    warnings.push(format!(
                         "{}: policy {id} no longer exists or covers it: its containers are not served",
                         w.key
-                    )),
-                }
+                    ));
+                    continue;
+                };
+                let p = policies[id];
+                let Some(strategy) = resolve_strategy(snapshot, p) else {
+                    warnings.push(format!(
+                        "{}: policy {id}: {}: its containers are not served",
+                        w.key,
+                        unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
+                    ));
+                    continue;
+                };
+                gpu_strategies.insert(id.clone(), strategy.clone());
+                scope.extend(s.into_iter().filter(|c| part.containers.contains(c)));
             }
             scope
         } else if let Some(p) = policy {
@@ -213,8 +225,15 @@ pub fn recover_each(
         if rec.containers.is_empty() {
             continue;
         }
-        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
+        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8);
+        // with several parts, each was checked above and the pod follows the main part's.
         let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
+            _ if !rec.by_policy.is_empty() => rec
+                .policy
+                .as_ref()
+                .and_then(|id| gpu_strategies.get(id))
+                .cloned()
+                .unwrap_or_default(),
             Some((p, None)) => {
                 warnings.push(format!(
                     "{}: policy {}: {}",
@@ -234,6 +253,7 @@ pub fn recover_each(
                 gpu: Some(rec),
                 template_gpu: template,
                 strategy,
+                gpu_strategies,
                 ..Default::default()
             },
         );

@@ -796,3 +796,149 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
     );
     assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
 }
+
+/// The multi-policy workload `w` with policy `b` on strategy `no-up` (GPU upsize off); `a` keeps
+/// strategy `s` (everything allowed).
+fn multi_policy_manifests_b_without_upsize() -> String {
+    let no_up = r#"apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: AutomationStrategy
+metadata: {name: no-up, namespace: ml}
+spec:
+  experimental: {gpuKaiContract: v1alpha1-2026-07}
+  enablement: {gpu: {requests: {upsize: false, downsize: true}}}
+"#;
+    let docs: Vec<String> = multi_policy_manifests()
+        .split("---\n")
+        .map(|d| {
+            if d.contains("metadata: {name: b, namespace: ml}") {
+                d.replace(
+                    "automationStrategyRef: {name: s}",
+                    "automationStrategyRef: {name: no-up}",
+                )
+            } else {
+                d.to_string()
+            }
+        })
+        .chain([no_up.to_string()])
+        .collect();
+    docs.join("---\n")
+}
+
+/// A pod of `w` as admission gets it (`a` at the KAI fraction 0.5, `b` at one GPU), answered
+/// from `store`; the admitted pod.
+fn admit_multi_policy_pod(store: &kerf::state::Store) -> serde_json::Value {
+    let pod = serde_json::json!({
+        "metadata": {
+            "namespace": "ml",
+            "labels": {"app": "w", "pod-template-hash": "abc"},
+            "annotations": {"gpu-fraction": "0.5"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w-abc",
+                                 "uid": "u2", "controller": true}]
+        },
+        "spec": {"containers": [
+            {"name": "a", "image": "a"},
+            {"name": "b", "image": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ]}
+    });
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": "ml", "object": pod}
+    });
+    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), store);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    let mut admitted = review["request"]["object"].clone();
+    if let Some(p) = answer["response"]["patch"].as_str() {
+        use base64::Engine as _;
+        let ops = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+        let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+        json_patch::patch(&mut admitted, &ops).unwrap();
+    }
+    admitted
+}
+
+/// docs/design/gpu-engine.md#g11 with runtime.md#r8: when several policies share a workload, a
+/// container's GPU upsize/downsize follow the strategy of the policy whose part it is — in the
+/// cycle's state and in the state recovered from the annotation after a restart — and a part
+/// whose policy's strategy no longer resolves is not served while the others still are.
+#[tokio::test]
+async fn each_policys_strategy_governs_its_own_containers_at_admission() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("objects.yaml"),
+        multi_policy_manifests_b_without_upsize(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("pods.yaml"),
+        multi_policy_pod("w-abc-1", "0.5", "1", "2026-01-01T10:00:00Z"),
+    )
+    .unwrap();
+    let t1 = at().as_second();
+    let mut om = String::from("# TYPE sm gauge\n");
+    // a: memory at 140 % of its 0.5 (upsize to 0.6, capped at 120 %); b: compute at 1.9 GPUs
+    // (upsize to 2).
+    om_series(&mut om, "sm", "w-abc-1", "a", 20.0, t1 - 1200, t1);
+    om_series(&mut om, "sm", "w-abc-1", "b", 190.0, t1 - 1200, t1);
+    om += "# TYPE mem gauge\n";
+    om_series(&mut om, "mem", "w-abc-1", "a", 140.0, t1 - 1200, t1);
+    om_series(&mut om, "mem", "w-abc-1", "b", 50.0, t1 - 1200, t1);
+    om += "# EOF\n";
+    let src = FileSource::from_str(&om).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
+    let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");
+    let first = dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let rec = gpu_result(&first, &key).recommendation.unwrap();
+    assert_eq!(rec.by_policy.len(), 2, "{rec:?}");
+    assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
+
+    let check = |store: &kerf::state::Store, when: &str| {
+        let pod = admit_multi_policy_pod(store);
+        let annotations = &pod["metadata"]["annotations"];
+        assert_eq!(
+            annotations["gpu-fraction"], "0.6",
+            "{when}: a upsized under s: {pod}"
+        );
+        assert_eq!(
+            pod["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"], "1",
+            "{when}: b not upsized under no-up: {pod}"
+        );
+    };
+    check(&store, "cycle");
+
+    // A restart: the state comes back from the annotation alone.
+    let mut m = load_dir(dir.path()).unwrap();
+    let w = m
+        .snapshot
+        .workloads
+        .iter_mut()
+        .find(|w| w.key == key)
+        .unwrap();
+    std::sync::Arc::make_mut(w).annotations.insert(
+        kerf::core::model::ANNOTATION_GPU_RECOMMENDATION.into(),
+        rec.render(),
+    );
+    let recovered = kerf::state::Store::new();
+    let warnings = kerf::reconcile::serve_persisted(&recovered, &m.snapshot, &[]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    check(&recovered, "recovered");
+
+    // Policy b's strategy is gone: b's part is not served, a's still is.
+    let b = m
+        .snapshot
+        .gpu_policies
+        .iter_mut()
+        .find(|p| p.id.to_string().ends_with("/b"))
+        .unwrap();
+    b.spec.automation_strategy_ref.name = "missing".into();
+    let recovered = kerf::state::Store::new();
+    let warnings = kerf::reconcile::serve_persisted(&recovered, &m.snapshot, &[]);
+    assert!(
+        warnings.iter().any(|w| w.contains("does not resolve")),
+        "{warnings:?}"
+    );
+    let served = recovered.get(&key).expect("a's part still served");
+    let served = &served.gpu.as_ref().unwrap().containers;
+    assert_eq!(served.keys().collect::<Vec<_>>(), ["a"], "{served:?}");
+}

@@ -298,6 +298,43 @@ fn upsize_disabled_keeps_template_allocation() {
     assert_eq!(ann(&run(&p, &s), "gpu-fraction"), Some("0.3"));
 }
 
+/// docs/design/gpu-engine.md#g11: with several policies sharing the recommendation, each
+/// container's upsize/downsize follow its own policy's strategy, not the main one's.
+#[test]
+fn upsize_and_downsize_follow_each_containers_policy_strategy() {
+    let (a, b) = (
+        PolicyId::parse("GpuReactivePolicy/ml/a").unwrap(),
+        PolicyId::parse("GpuReactivePolicy/ml/b").unwrap(),
+    );
+    let mut s = state(&[("a", 2.0), ("b", 3.0)]);
+    let part = |c: &str| crate::core::model::PolicyPart {
+        containers: [c.to_string()].into(),
+        ..Default::default()
+    };
+    s.gpu.as_mut().unwrap().by_policy = [(a.clone(), part("a")), (b.clone(), part("b"))].into();
+    // The main strategy would allow both; b's own forbids its upsize.
+    s.strategy = updown(true, true).into();
+    s.gpu_strategies = [
+        (a, updown(true, true).into()),
+        (b, updown(false, true).into()),
+    ]
+    .into();
+    s.template_gpu = GpuMap::from([("a".to_string(), 1.0), ("b".to_string(), 1.0)]);
+    let p = pod(
+        json!({}),
+        json!([gpu_container("a", 1), gpu_container("b", 1)]),
+    );
+    let out = run(&p, &s);
+    let gpus =
+        |i: usize| out["spec"]["containers"][i]["resources"]["limits"]["nvidia.com/gpu"].clone();
+    assert_eq!(gpus(0), "2", "a upsized under its policy's strategy: {out}");
+    assert_eq!(
+        gpus(1),
+        "1",
+        "b kept: its policy's strategy forbids upsize: {out}"
+    );
+}
+
 #[test]
 fn one_fraction_per_pod_second_container_gets_whole_gpus() {
     let containers = json!([gpu_container("a", 1), gpu_container("b", 1)]);

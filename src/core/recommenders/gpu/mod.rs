@@ -326,7 +326,12 @@ pub struct WorkloadResult {
     pub recommendation: Option<Box<GpuRecommendation>>,
     pub baseline: Option<GpuMap>,
     pub template_gpu: GpuMap,
+    /// The strategy of the recommendation's policy (the largest contributor's when several
+    /// policies share it), else of the main policy.
     pub strategy: Arc<StrategyView>,
+    /// Each contributing policy's strategy when several share the recommendation (else empty):
+    /// their containers' upsize/downsize follow their own (`WorkloadState::gpu_strategy_of`).
+    pub gpu_strategies: BTreeMap<PolicyId, Arc<StrategyView>>,
     pub reasons: Vec<String>,
     /// Set when a metric query for one of the workload's policies failed: nothing changes.
     pub metrics_unavailable: bool,
@@ -586,6 +591,7 @@ pub fn evaluate_workload(
         baseline: baseline.clone(),
         template_gpu: tgpu,
         strategy: Default::default(),
+        gpu_strategies: BTreeMap::new(),
         reasons: Vec::new(),
         metrics_unavailable: false,
     };
@@ -622,11 +628,6 @@ pub fn evaluate_workload(
         };
         outputs.push((a.policy, engine::evaluate(&input)));
     }
-    if let Some(first) = wp.assignments.first() {
-        result.strategy = resolve_strategy(snapshot, &snapshot.gpu_policies[first.policy])
-            .cloned()
-            .unwrap_or_default();
-    }
     if result.metrics_unavailable {
         // Nothing flaps: the persisted state stays in force untouched.
         result.action = if previous.is_some() {
@@ -645,6 +646,25 @@ pub fn evaluate_workload(
         }
     } else {
         merge_outputs(&mut result, outputs, &mut reasons);
+    }
+    // The strategies: the recommendation's policy's for the pod, each part's for its containers.
+    let strategy_of = |id: &PolicyId| {
+        let a = wp
+            .assignments
+            .iter()
+            .find(|a| snapshot.gpu_policies[a.policy].id == *id)?;
+        resolve_strategy(snapshot, &snapshot.gpu_policies[a.policy]).cloned()
+    };
+    result.strategy = result
+        .main_policy()
+        .and_then(strategy_of)
+        .unwrap_or_default();
+    if let Some(r) = &result.recommendation {
+        result.gpu_strategies = r
+            .by_policy
+            .keys()
+            .filter_map(|id| Some((id.clone(), strategy_of(id)?)))
+            .collect();
     }
     result.reasons = reasons;
     // A result is held per workload until the writes are planned: no growth slack.
@@ -705,6 +725,17 @@ fn merge_outputs(
 }
 
 impl WorkloadResult {
+    /// The policy the workload's pods are admitted under: the recommendation's (the largest
+    /// contributor's when several policies share it) when it still covers the workload, else
+    /// the first.
+    pub fn main_policy(&self) -> Option<&PolicyId> {
+        self.recommendation
+            .as_ref()
+            .and_then(|r| r.policy.as_ref())
+            .filter(|p| self.policies.contains(p))
+            .or(self.policies.first())
+    }
+
     /// What the admission path serves for this workload.
     pub fn to_state(&self) -> WorkloadState {
         WorkloadState {
@@ -712,8 +743,9 @@ impl WorkloadResult {
             template_gpu: self.template_gpu.clone(),
             resources: Default::default(),
             hpa: None,
-            policy: self.policies.first().cloned(),
+            policy: self.main_policy().cloned(),
             strategy: self.strategy.clone(),
+            gpu_strategies: self.gpu_strategies.clone(),
         }
     }
 }
