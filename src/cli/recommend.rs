@@ -139,7 +139,7 @@ pub fn workload_json(
     rs: Option<&RsResult>,
 ) -> Value {
     let policy = gpu
-        .and_then(|g| g.policies.first())
+        .and_then(|g| g.main_policy())
         .or_else(|| rs.map(|r| &r.policy));
     let mut reasons: Vec<String> = gpu.map(|g| g.reasons.clone()).unwrap_or_default();
     let outcome = rs.map(|r| &r.outcome);

@@ -108,12 +108,13 @@ pub fn cronjob_of(job: &ObjectMeta) -> Option<&str> {
 }
 
 /// The CronJob a Job's name says scheduled it: the CronJob controller names each Job
-/// `<cronjob>-<scheduled time in minutes>`. A hint for when the link ([`cronjob_of`]) is not
-/// known yet, never a replacement for it.
+/// `<cronjob>-<scheduled time in Unix minutes>`, eight digits from 1970 to 2160, so a user's
+/// `migrate-42` or `eval-2024` is not taken for one. A hint for when the link ([`cronjob_of`])
+/// is not known yet, never a replacement for it.
 pub fn cronjob_named_in(job: &str) -> Option<&str> {
     let (cronjob, minutes) = job.rsplit_once('-')?;
-    let digits = !minutes.is_empty() && minutes.bytes().all(|b| b.is_ascii_digit());
-    (digits && !cronjob.is_empty()).then_some(cronjob)
+    let scheduled = minutes.len() == 8 && minutes.bytes().all(|b| b.is_ascii_digit());
+    (scheduled && !cronjob.is_empty()).then_some(cronjob)
 }
 
 /// A pod's `pod-template-hash` label.
@@ -184,6 +185,9 @@ mod tests {
         assert_eq!(cronjob_named_in("-29034720"), None);
         assert_eq!(cronjob_named_in("29034720"), None);
         assert_eq!(cronjob_named_in("eval-2903472x"), None);
+        assert_eq!(cronjob_named_in("migrate-42"), None);
+        assert_eq!(cronjob_named_in("eval-2024"), None);
+        assert_eq!(cronjob_named_in("eval-290347200"), None);
     }
 
     #[test]

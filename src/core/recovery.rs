@@ -13,10 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::core::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::api::StrategyView;
+
 use crate::core::allocation::{container_allocations, scoped_container_names};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
-    WorkloadKey, WorkloadState, parse_baseline,
+    PolicyPart, WorkloadKey, WorkloadState, parse_baseline,
 };
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::engine::check_baseline;
@@ -225,11 +227,20 @@ pub fn recover_each(
         if rec.containers.is_empty() {
             continue;
         }
-        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8);
-        // with several parts, each was checked above and the pod follows the main part's.
+        // With several parts, each was checked above; the pod follows the main part's policy,
+        // or, when that part is not served, the largest served part's (the one the cycle would
+        // now name, as it plans only the policies still in force).
+        let main = if rec.by_policy.is_empty() {
+            rec.policy.clone()
+        } else {
+            rec.policy
+                .clone()
+                .filter(|id| gpu_strategies.contains_key(id))
+                .or_else(|| largest_served_part(&rec, &gpu_strategies))
+        };
+        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
         let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
-            _ if !rec.by_policy.is_empty() => rec
-                .policy
+            _ if !rec.by_policy.is_empty() => main
                 .as_ref()
                 .and_then(|id| gpu_strategies.get(id))
                 .cloned()
@@ -249,7 +260,7 @@ pub fn recover_each(
         emit(
             w.key.clone(),
             WorkloadState {
-                policy: rec.policy.clone(),
+                policy: main,
                 gpu: Some(rec),
                 template_gpu: template,
                 strategy,
@@ -259,4 +270,23 @@ pub fn recover_each(
         );
     }
     warnings
+}
+
+/// Of a shared recommendation's served parts (those with a strategy), the one whose containers
+/// get the most GPUs.
+fn largest_served_part(
+    rec: &GpuRecommendation,
+    served: &BTreeMap<PolicyId, Arc<StrategyView>>,
+) -> Option<PolicyId> {
+    let total = |part: &PolicyPart| -> f64 {
+        part.containers
+            .iter()
+            .filter_map(|c| rec.containers.get(c))
+            .sum()
+    };
+    rec.by_policy
+        .iter()
+        .filter(|(id, _)| served.contains_key(*id))
+        .max_by(|a, b| total(a.1).total_cmp(&total(b.1)))
+        .map(|(id, _)| id.clone())
 }

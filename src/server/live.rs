@@ -146,7 +146,7 @@ impl<S> Recording<'_, S> {
             let gpu = w.gpu.as_ref();
             let rs = w.resources.as_ref();
             let policy_id = gpu
-                .and_then(|g| g.policies.first())
+                .and_then(|g| g.main_policy())
                 .or_else(|| rs.map(|r| &r.policy));
             let status = policy_id.and_then(|id| {
                 snapshot
@@ -217,7 +217,7 @@ impl<S> Recording<'_, S> {
                 }
             }
             let (chart, chart_note) = match gpu.and_then(|g| {
-                let id = g.policies.first()?;
+                let id = g.main_policy()?;
                 snapshot.gpu_policies.iter().find(|p| &p.id == id)
             }) {
                 None => (None, None),

@@ -385,7 +385,7 @@ pub async fn run<S: MetricSource>(
                 let gpu_policy = outcome
                     .gpu
                     .as_ref()
-                    .and_then(|g| g.policies.first())
+                    .and_then(|g| g.main_policy())
                     .and_then(|id| base.gpu_policies.iter().find(|p| &p.id == id))
                     .cloned();
                 let rs_policy = outcome.resources.as_ref().map(|r| r.policy.clone());

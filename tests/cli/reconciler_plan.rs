@@ -938,7 +938,17 @@ async fn each_policys_strategy_governs_its_own_containers_at_admission() {
         warnings.iter().any(|w| w.contains("does not resolve")),
         "{warnings:?}"
     );
-    let served = recovered.get(&key).expect("a's part still served");
-    let served = &served.gpu.as_ref().unwrap().containers;
+    let state = recovered.get(&key).expect("a's part still served");
+    let served = &state.gpu.as_ref().unwrap().containers;
     assert_eq!(served.keys().collect::<Vec<_>>(), ["a"], "{served:?}");
+    // b was the main part: the pod now follows a, the part still served.
+    assert_eq!(
+        state.policy.as_ref().map(ToString::to_string).as_deref(),
+        Some("GpuReactivePolicy/ml/a"),
+        "{state:?}"
+    );
+    assert!(
+        state.strategy.gpu_upsize(),
+        "a's strategy, not b's: {state:?}"
+    );
 }

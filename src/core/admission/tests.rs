@@ -312,8 +312,8 @@ fn upsize_and_downsize_follow_each_containers_policy_strategy() {
         ..Default::default()
     };
     s.gpu.as_mut().unwrap().by_policy = [(a.clone(), part("a")), (b.clone(), part("b"))].into();
-    // The main strategy would allow both; b's own forbids its upsize.
-    s.strategy = updown(true, true).into();
+    // The main strategy forbids upsizing; a's own allows it, b's forbids it too.
+    s.strategy = updown(false, true).into();
     s.gpu_strategies = [
         (a, updown(true, true).into()),
         (b, updown(false, true).into()),

@@ -761,7 +761,8 @@ pub fn plan_writes(
     // Policy status conditions.
     let mut matched: HashMap<PolicyId, i64> = HashMap::new();
     for r in cycle.gpu_results() {
-        if let Some(p) = r.policies.first() {
+        // Every policy that sizes some of the workload's containers matched it.
+        for p in &r.policies {
             *matched.entry(p.clone()).or_default() += 1;
         }
     }

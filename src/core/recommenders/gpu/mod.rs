@@ -317,7 +317,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
 #[derive(Clone, Debug)]
 pub struct WorkloadResult {
     pub key: WorkloadKey,
-    /// The policies that contributed (first = the main one).
+    /// The policies that contributed, in plan order (the one the pods are admitted under is
+    /// [`Self::main_policy`]).
     pub policies: Vec<PolicyId>,
     pub action: Action,
     pub driving_metric: Option<Signal>,
@@ -738,8 +739,20 @@ impl WorkloadResult {
 
     /// What the admission path serves for this workload.
     pub fn to_state(&self) -> WorkloadState {
+        let mut gpu = self.recommendation.as_deref().cloned();
+        if let Some(g) = gpu.as_mut().filter(|g| !g.by_policy.is_empty()) {
+            // A reused recommendation's part whose policy is no longer planned (gone, or its
+            // strategy does not resolve) is not served, as after a restart (`recover`).
+            let unserved: Vec<String> = g
+                .by_policy
+                .iter()
+                .filter(|(id, _)| !self.gpu_strategies.contains_key(*id))
+                .flat_map(|(_, part)| part.containers.iter().cloned())
+                .collect();
+            g.containers.retain(|c, _| !unserved.contains(c));
+        }
         WorkloadState {
-            gpu: self.recommendation.as_deref().cloned(),
+            gpu,
             template_gpu: self.template_gpu.clone(),
             resources: Default::default(),
             hpa: None,
@@ -958,5 +971,48 @@ mod tests {
         let got = StreamingEvaluation::new(&s, &plan, now).finish();
         assert_eq!(got.len(), 60);
         assert!(got.iter().all(|r| r.metrics_unavailable));
+    }
+
+    /// docs/design/gpu-engine.md#g11 with runtime.md#r8: when a cycle reuses a shared
+    /// recommendation (its queries failed), a part whose policy is no longer planned is not
+    /// served, as after a restart; the other parts are, each under its own strategy.
+    #[test]
+    fn a_reused_part_whose_policy_is_no_longer_planned_is_not_served() {
+        let (a, b) = (
+            PolicyId::parse("GpuReactivePolicy/ml/a").unwrap(),
+            PolicyId::parse("GpuReactivePolicy/ml/b").unwrap(),
+        );
+        let part = |c: &str| PolicyPart {
+            containers: [c.to_string()].into(),
+            ..Default::default()
+        };
+        let rec = GpuRecommendation {
+            containers: [("a".to_string(), 0.6), ("b".to_string(), 2.0)].into(),
+            policy: Some(b.clone()),
+            by_policy: [(a.clone(), part("a")), (b, part("b"))].into(),
+            ..Default::default()
+        };
+        let result = WorkloadResult {
+            key: WorkloadKey::new("ml", crate::api::WorkloadKind::Deployment, "w"),
+            policies: vec![a.clone()],
+            action: Action::Reuse,
+            driving_metric: None,
+            containers: SmallMap::new(),
+            recommendation: Some(Box::new(rec)),
+            baseline: None,
+            template_gpu: GpuMap::new(),
+            strategy: Default::default(),
+            gpu_strategies: [(a.clone(), Arc::new(StrategyView::default()))].into(),
+            reasons: Vec::new(),
+            metrics_unavailable: true,
+        };
+        let state = result.to_state();
+        let served = &state.gpu.as_ref().unwrap().containers;
+        assert_eq!(served.keys().collect::<Vec<_>>(), ["a"], "{served:?}");
+        assert_eq!(
+            state.policy,
+            Some(a),
+            "b is no longer planned: a is the main policy"
+        );
     }
 }
