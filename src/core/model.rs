@@ -303,6 +303,25 @@ impl GpuRecommendation {
     /// of the shared one — its containers, its driving metric, its time — so each policy is
     /// compared with the driver of the containers it owns (docs/design/gpu-engine.md#g8);
     /// otherwise (one contributor, or a policy without a part) the whole of it.
+    /// The policy the pods follow, among the policies `in_force`: the recommendation's own (the
+    /// largest contributor's) when it is in force, else, of a shared recommendation, the part
+    /// in force whose containers get the most GPUs. The cycle and recovery both read it here.
+    pub fn main_policy_among(&self, in_force: impl Fn(&PolicyId) -> bool) -> Option<&PolicyId> {
+        let total = |part: &PolicyPart| -> f64 {
+            part.containers
+                .iter()
+                .filter_map(|c| self.containers.get(c))
+                .sum()
+        };
+        self.policy.as_ref().filter(|p| in_force(p)).or_else(|| {
+            self.by_policy
+                .iter()
+                .filter(|(id, _)| in_force(id))
+                .max_by(|a, b| total(a.1).total_cmp(&total(b.1)))
+                .map(|(id, _)| id)
+        })
+    }
+
     pub fn part_of(&self, policy: &PolicyId) -> GpuRecommendation {
         match self.by_policy.get(policy) {
             Some(part) => GpuRecommendation {

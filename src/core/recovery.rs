@@ -13,12 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::core::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::api::StrategyView;
-
 use crate::core::allocation::{container_allocations, scoped_container_names};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
-    PolicyPart, WorkloadKey, WorkloadState, parse_baseline,
+    WorkloadKey, WorkloadState, parse_baseline,
 };
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::engine::check_baseline;
@@ -179,14 +177,13 @@ pub fn recover_each(
             // (docs/design/runtime.md#r8).
             let mut scope = Vec::new();
             for (id, part) in &rec.by_policy {
-                let Some(Some(s)) = policies.get(id).map(|p| covered(p)) else {
+                let Some((p, s)) = policies.get(id).and_then(|&p| Some((p, covered(p)?))) else {
                     warnings.push(format!(
                         "{}: policy {id} no longer exists or covers it: its containers are not served",
                         w.key
                     ));
                     continue;
                 };
-                let p = policies[id];
                 let Some(strategy) = resolve_strategy(snapshot, p) else {
                     warnings.push(format!(
                         "{}: policy {id}: {}: its containers are not served",
@@ -227,35 +224,31 @@ pub fn recover_each(
         if rec.containers.is_empty() {
             continue;
         }
-        // With several parts, each was checked above; the pod follows the main part's policy,
-        // or, when that part is not served, the largest served part's (the one the cycle would
-        // now name, as it plans only the policies still in force).
-        let main = if rec.by_policy.is_empty() {
-            rec.policy.clone()
+        let (main, strategy) = if rec.by_policy.is_empty() {
+            // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
+            let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
+                Some((p, None)) => {
+                    warnings.push(format!(
+                        "{}: policy {}: {}",
+                        w.key,
+                        p.id,
+                        unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
+                    ));
+                    continue;
+                }
+                Some((_, Some(s))) => s.clone(),
+                None => Default::default(),
+            };
+            (rec.policy.clone(), strategy)
         } else {
-            rec.policy
-                .clone()
-                .filter(|id| gpu_strategies.contains_key(id))
-                .or_else(|| largest_served_part(&rec, &gpu_strategies))
-        };
-        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
-        let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
-            _ if !rec.by_policy.is_empty() => main
-                .as_ref()
-                .and_then(|id| gpu_strategies.get(id))
-                .cloned()
-                .unwrap_or_default(),
-            Some((p, None)) => {
-                warnings.push(format!(
-                    "{}: policy {}: {}",
-                    w.key,
-                    p.id,
-                    unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
-                ));
-                continue;
-            }
-            Some((_, Some(s))) => s.clone(),
-            None => Default::default(),
+            // Each part was checked above. The pod follows the main part, or the largest part
+            // still served when that one is not (as the cycle, which plans only the policies
+            // still in force).
+            let main = rec
+                .main_policy_among(|id| gpu_strategies.contains_key(id))
+                .cloned();
+            let strategy = main.as_ref().and_then(|id| gpu_strategies.get(id));
+            (main, strategy.cloned().unwrap_or_default())
         };
         emit(
             w.key.clone(),
@@ -270,23 +263,4 @@ pub fn recover_each(
         );
     }
     warnings
-}
-
-/// Of a shared recommendation's served parts (those with a strategy), the one whose containers
-/// get the most GPUs.
-fn largest_served_part(
-    rec: &GpuRecommendation,
-    served: &BTreeMap<PolicyId, Arc<StrategyView>>,
-) -> Option<PolicyId> {
-    let total = |part: &PolicyPart| -> f64 {
-        part.containers
-            .iter()
-            .filter_map(|c| rec.containers.get(c))
-            .sum()
-    };
-    rec.by_policy
-        .iter()
-        .filter(|(id, _)| served.contains_key(*id))
-        .max_by(|a, b| total(a.1).total_cmp(&total(b.1)))
-        .map(|(id, _)| id.clone())
 }

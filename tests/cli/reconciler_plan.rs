@@ -729,6 +729,30 @@ fn om_series(
     }
 }
 
+/// The multi-policy workload's samples. Cycle 1 (pod w-abc-1, a at 0.5, b at 1, ending at
+/// `t1`): a's memory runs at 140 % (0.7 GPU: upsize, capped at 120 % of 0.5 = 0.6,
+/// memory-driven); b's compute at 1.9 GPUs (upsize, capped at 200 % of 1 = 2.0,
+/// compute-driven). Cycle 2 when `t2` is given (pod w-abc-2 at a 0.6, b 2): a's compute has no
+/// samples (no compute candidate), its memory is at 50 % of 0.6 (scale-back, floored at the
+/// baseline 0.5); b stays put.
+fn multi_policy_samples(t1: i64, t2: Option<i64>) -> FileSource {
+    let mut om = String::from("# TYPE sm gauge\n");
+    om_series(&mut om, "sm", "w-abc-1", "a", 20.0, t1 - 1200, t1);
+    om_series(&mut om, "sm", "w-abc-1", "b", 190.0, t1 - 1200, t1);
+    if let Some(t2) = t2 {
+        om_series(&mut om, "sm", "w-abc-2", "b", 190.0, t2 - 1200, t2);
+    }
+    om += "# TYPE mem gauge\n";
+    om_series(&mut om, "mem", "w-abc-1", "a", 140.0, t1 - 1200, t1);
+    om_series(&mut om, "mem", "w-abc-1", "b", 50.0, t1 - 1200, t1);
+    if let Some(t2) = t2 {
+        om_series(&mut om, "mem", "w-abc-2", "a", 50.0, t2 - 1200, t2);
+        om_series(&mut om, "mem", "w-abc-2", "b", 90.0, t2 - 1200, t2);
+    }
+    om += "# EOF\n";
+    FileSource::from_str(&om).unwrap()
+}
+
 /// docs/design/gpu-engine.md#g8 with #g11 (multi-policy): each policy's engine compares its
 /// candidate with the driver of the containers *that policy* owns. Check: policy A owns `a`
 /// (memory-driven 0.6), B owns `b` (compute-driven 2.0); A's memory scale-back to 0.5 is
@@ -739,22 +763,7 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
     std::fs::write(dir.path().join("objects.yaml"), multi_policy_manifests()).unwrap();
     let t1 = at().as_second();
     let t2 = t1 + 3600;
-    let mut om = String::from("# TYPE sm gauge\n");
-    // Cycle 1 (pod w-abc-1, a at 0.5, b at 1): a's memory runs at 140 % (0.7 GPU: upsize,
-    // capped at 120 % of 0.5 = 0.6, memory-driven); b's compute at 1.9 GPUs (upsize, capped at
-    // 200 % of 1 = 2.0, compute-driven).
-    om_series(&mut om, "sm", "w-abc-1", "a", 20.0, t1 - 1200, t1);
-    om_series(&mut om, "sm", "w-abc-1", "b", 190.0, t1 - 1200, t1);
-    // Cycle 2 (pod w-abc-2 at a 0.6, b 2): a's compute has no samples (no compute candidate),
-    // its memory is at 50 % of 0.6 (scale-back, floored at the baseline 0.5); b stays put.
-    om_series(&mut om, "sm", "w-abc-2", "b", 190.0, t2 - 1200, t2);
-    om += "# TYPE mem gauge\n";
-    om_series(&mut om, "mem", "w-abc-1", "a", 140.0, t1 - 1200, t1);
-    om_series(&mut om, "mem", "w-abc-1", "b", 50.0, t1 - 1200, t1);
-    om_series(&mut om, "mem", "w-abc-2", "a", 50.0, t2 - 1200, t2);
-    om_series(&mut om, "mem", "w-abc-2", "b", 90.0, t2 - 1200, t2);
-    om += "# EOF\n";
-    let src = FileSource::from_str(&om).unwrap();
+    let src = multi_policy_samples(t1, Some(t2));
     let store = kerf::state::Store::new();
     let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");
@@ -874,17 +883,8 @@ async fn each_policys_strategy_governs_its_own_containers_at_admission() {
         multi_policy_pod("w-abc-1", "0.5", "1", "2026-01-01T10:00:00Z"),
     )
     .unwrap();
-    let t1 = at().as_second();
-    let mut om = String::from("# TYPE sm gauge\n");
-    // a: memory at 140 % of its 0.5 (upsize to 0.6, capped at 120 %); b: compute at 1.9 GPUs
-    // (upsize to 2).
-    om_series(&mut om, "sm", "w-abc-1", "a", 20.0, t1 - 1200, t1);
-    om_series(&mut om, "sm", "w-abc-1", "b", 190.0, t1 - 1200, t1);
-    om += "# TYPE mem gauge\n";
-    om_series(&mut om, "mem", "w-abc-1", "a", 140.0, t1 - 1200, t1);
-    om_series(&mut om, "mem", "w-abc-1", "b", 50.0, t1 - 1200, t1);
-    om += "# EOF\n";
-    let src = FileSource::from_str(&om).unwrap();
+    // a upsized to 0.6 (memory-driven), b to 2 (compute-driven).
+    let src = multi_policy_samples(at().as_second(), None);
     let store = kerf::state::Store::new();
     let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
     let key = WorkloadKey::new("ml", kerf::api::WorkloadKind::Deployment, "w");

@@ -726,14 +726,12 @@ fn merge_outputs(
 }
 
 impl WorkloadResult {
-    /// The policy the workload's pods are admitted under: the recommendation's (the largest
-    /// contributor's when several policies share it) when it still covers the workload, else
-    /// the first.
+    /// The policy the workload's pods are admitted under, among the policies planned for it
+    /// ([`GpuRecommendation::main_policy_among`]), else the first.
     pub fn main_policy(&self) -> Option<&PolicyId> {
         self.recommendation
             .as_ref()
-            .and_then(|r| r.policy.as_ref())
-            .filter(|p| self.policies.contains(p))
+            .and_then(|r| r.main_policy_among(|p| self.policies.contains(p)))
             .or(self.policies.first())
     }
 
