@@ -7,6 +7,9 @@
 //! `cargo bench --bench admission -- null ADDR CERT KEY` serves the null server: kerf's own TLS
 //! and HTTP stack (`kerf::server::serve_app`) with a handler that reads the body and answers a
 //! fixed AdmissionReview without parsing anything — the floor of the stack itself.
+//! `cargo bench --bench admission -- validate ADDR CERT KEY` serves the validate server: the null
+//! server plus kerf's JSON scanner over the whole body (a malformed body gets a 400) — the least
+//! any webhook that turns malformed reviews away must do on kerf's stack.
 //! `cargo bench --bench admission -- kerf ADDR CERT KEY FIXTURE` serves kerf's real server with a
 //! store holding a GPU and CPU/memory recommendation for the fixture pod's workload, so every
 //! request goes through owner resolution, the patch builder and the diff.
@@ -55,6 +58,9 @@ fn main() -> anyhow::Result<()> {
         ["certs", dir] => certs(Path::new(dir)),
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
         ["null", addr, cert, key] => rt.block_on(null(addr.parse()?, cert.into(), key.into())),
+        ["validate", addr, cert, key] => {
+            rt.block_on(validate(addr.parse()?, cert.into(), key.into()))
+        }
         ["profile", fixture] => profile(fixture),
         ["handler", fixture, n] => handler(fixture, n.parse()?),
         ["openloop", url, rate, secs, conns, body] => open_loop(
@@ -69,7 +75,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
+                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | validate ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
             );
             std::process::exit(2)
         }
@@ -139,6 +145,25 @@ async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<(
         axum::extract::DefaultBodyLimit::max(kerf::server::MAX_BODY_BYTES),
     );
     eprintln!("null serving on {addr}");
+    kerf::server::serve_app(addr, &cert, &key, app).await
+}
+
+async fn validate_mutate(body: Bytes) -> axum::response::Response {
+    // The null server plus the one check every answer needs: the body is JSON (else a 400).
+    if kerf::server::review::body_is_json(&body) {
+        ([(header::CONTENT_TYPE, "application/json")], NULL_RESPONSE).into_response()
+    } else {
+        (StatusCode::BAD_REQUEST, "request body is not JSON\n").into_response()
+    }
+}
+
+/// The validate server: the null server that also checks the body is JSON with kerf's own
+/// scanner (what any webhook that answers a malformed body with a 400 must do at least).
+async fn validate(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
+    let app = Router::new().route("/mutate", post(validate_mutate)).layer(
+        axum::extract::DefaultBodyLimit::max(kerf::server::MAX_BODY_BYTES),
+    );
+    eprintln!("validate serving on {addr}");
     kerf::server::serve_app(addr, &cert, &key, app).await
 }
 

@@ -65,6 +65,11 @@ pub(super) fn review(body: &[u8]) -> Option<(Review, Object)> {
     ))
 }
 
+/// Whether `body` is exactly one JSON value, surrounded by whitespace only.
+pub(super) fn is_json(body: &[u8]) -> bool {
+    skip(body, 0, 0).is_some_and(|end| ws(body, end) == body.len())
+}
+
 /// Sets a field read once; a second occurrence is a serde error, so the reader gives up.
 fn set<T>(field: &mut Option<T>, value: T) -> Option<()> {
     match field.replace(value) {

@@ -75,13 +75,7 @@ fn assert_same(body: &[u8], store: &Store) {
 #[test]
 fn one_pass_answers_as_the_two_passes() {
     let store = store();
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut next = random_below(0x2545_f491_4f6c_dd1d);
     for raw in fixtures() {
         let mut review: Value = serde_json::from_slice(&raw).unwrap();
         let compact = serde_json::to_vec(&review).unwrap();
@@ -107,17 +101,68 @@ fn one_pass_answers_as_the_two_passes() {
         assert_same(&serde_json::to_vec(&review).unwrap(), &store);
         for _ in 0..200 {
             let mut b = compact.clone();
-            for _ in 0..=next(3) {
-                let at = next(b.len());
-                match next(3) {
-                    0 => b[at] = 0x20 + next(0x5f) as u8,
-                    1 => b.insert(at, 0x20 + next(0x5f) as u8),
-                    _ => {
-                        b.remove(at);
-                    }
-                }
-            }
+            let edits = 1 + next(3);
+            damage(&mut b, edits, &mut next);
             assert_same(&b, &store);
+        }
+    }
+}
+
+/// The bench's validate server checks bodies with the reader's scanner: it accepts a body
+/// exactly when serde_json reads it as one JSON value, on every fixture and on bytes changed,
+/// inserted and removed at random in them.
+#[test]
+fn body_is_json_accepts_what_serde_json_accepts() {
+    let mut next = random_below(0x9e37_79b9_7f4a_7c15);
+    let (mut accepted, mut refused) = (0, 0);
+    for raw in fixtures() {
+        let compact = serde_json::to_vec(&serde_json::from_slice::<Value>(&raw).unwrap()).unwrap();
+        for round in 0..300 {
+            let mut b = if round % 2 == 0 {
+                compact.clone()
+            } else {
+                raw.clone()
+            };
+            let edits = next(3);
+            damage(&mut b, edits, &mut next);
+            let serde = serde_json::from_slice::<serde::de::IgnoredAny>(&b).is_ok();
+            assert_eq!(
+                super::body_is_json(&b),
+                serde,
+                "{}",
+                String::from_utf8_lossy(&b)
+            );
+            if serde { accepted += 1 } else { refused += 1 }
+        }
+    }
+    // Both answers were exercised, not only one.
+    assert!(
+        accepted > 100 && refused > 100,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+/// A seeded xorshift: each call gives a number below its argument (repeatable cases).
+fn random_below(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
+/// `edits` random one-byte changes to `b`: a byte replaced, inserted or removed (printable
+/// ASCII), so the text stays UTF-8 and mostly near JSON.
+fn damage(b: &mut Vec<u8>, edits: usize, next: &mut impl FnMut(usize) -> usize) {
+    for _ in 0..edits {
+        let at = next(b.len());
+        match next(3) {
+            0 => b[at] = 0x20 + next(0x5f) as u8,
+            1 => b.insert(at, 0x20 + next(0x5f) as u8),
+            _ => {
+                b.remove(at);
+            }
         }
     }
 }
