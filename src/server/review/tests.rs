@@ -142,6 +142,63 @@ fn body_is_json_accepts_what_serde_json_accepts() {
     );
 }
 
+/// Owner references in the shapes `OwnerReference`'s serde impl accepts (fields missing or
+/// `null`, flags `null` or `false`, unknown fields, any order) are taken by the one pass, and
+/// every shape, accepted or not, gets the answer the two passes give.
+#[test]
+fn one_pass_reads_owner_references_as_serde_does() {
+    let store = store();
+    let raw = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/admission/pod-large.json"),
+    )
+    .unwrap();
+    let review: Value = serde_json::from_slice(&raw).unwrap();
+    let with = |refs: &str| {
+        let mut r = review.clone();
+        r["request"]["object"]["metadata"]["ownerReferences"] = serde_json::from_str(refs).unwrap();
+        serde_json::to_vec(&r).unwrap()
+    };
+    let rs = r#""apiVersion":"apps/v1","kind":"ReplicaSet","name":"llm-serve-5c7d9b8f6d""#;
+    let taken = [
+        format!(r#"[{{{rs},"uid":"u","controller":true,"blockOwnerDeletion":true}}]"#),
+        format!(r#"[{{"controller":true,{rs}}}]"#),
+        format!(r#"[{{{rs},"uid":null,"controller":true,"blockOwnerDeletion":null}}]"#),
+        format!(r#"[{{{rs},"controller":false}},{{{rs},"controller":null,"extra":[1,{{}}]}}]"#),
+        format!(r#"[{{"kind":null,"name":"x","controller":true}},{{{rs}}}]"#),
+        "[]".to_string(),
+        "null".to_string(),
+    ];
+    for refs in &taken {
+        let body = with(refs);
+        assert!(
+            read::review(&body).is_some(),
+            "not taken in one pass: {refs}"
+        );
+        assert_same(&body, &store);
+    }
+    // Patched when the controller reference is readable, as the two passes answer.
+    let first = handle_review(&with(&taken[0]), &store);
+    assert_eq!(first.outcome, Outcome::Patched);
+    let text = String::from_utf8(with(&taken[0])).unwrap();
+    let at = text.find(r#""controller":true"#).unwrap();
+    for changed in [
+        // A repeated field: the impl takes the last; the one pass leaves it to the two.
+        text.replacen(
+            r#""controller":true"#,
+            r#""controller":false,"controller":true"#,
+            1,
+        ),
+        // Not a flag, not a string, not a list of maps.
+        text.replacen(r#""controller":true"#, r#""controller":1"#, 1),
+        text.replacen(r#""uid":"u""#, r#""uid":7"#, 1),
+        text.replacen(r#""ownerReferences":["#, r#""ownerReferences":[1,"#, 1),
+        format!("{}\"controller\":tru{}", &text[..at], &text[at + 17..]),
+    ] {
+        assert_same(changed.as_bytes(), &store);
+    }
+}
+
 /// A seeded xorshift: each call gives a number below its argument (repeatable cases).
 fn random_below(mut seed: u64) -> impl FnMut(usize) -> usize {
     move |n| {
