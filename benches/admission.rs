@@ -6,7 +6,8 @@
 //! one-operation patch — the least any Rust webhook must do.
 //! `cargo bench --bench admission -- null ADDR CERT KEY` serves the null server: kerf's own TLS
 //! and HTTP stack (`kerf::server::serve_app`) with a handler that reads the body and answers a
-//! fixed AdmissionReview without parsing anything — the floor of the stack itself.
+//! fixed AdmissionReview without parsing anything — the floor of the stack itself. With
+//! `NULL_ANSWER_FILE=FILE` it answers that file's bytes instead (kerf's own answer, say).
 //! `cargo bench --bench admission -- validate ADDR CERT KEY` serves the validate server: the null
 //! server plus kerf's JSON scanner over the whole body (a malformed body gets a 400) — the least
 //! any webhook that turns malformed reviews away must do on kerf's stack.
@@ -134,10 +135,21 @@ async fn floor(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<
 /// (`[{"op":"add","path":"/metadata/annotations/null","value":"1"}]`).
 const NULL_RESPONSE: &[u8] = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"00000000-0000-0000-0000-000000000000","allowed":true,"patchType":"JSONPatch","patch":"W3sib3AiOiJhZGQiLCJwYXRoIjoiL21ldGFkYXRhL2Fubm90YXRpb25zL251bGwiLCJ2YWx1ZSI6IjEifV0="}}"#;
 
+/// The null server's answer: [`NULL_RESPONSE`], or the bytes of the file `NULL_ANSWER_FILE`
+/// names (to see what the size of kerf's own answer costs the stack).
+static NULL_ANSWER: std::sync::LazyLock<Bytes> =
+    std::sync::LazyLock::new(|| match std::env::var_os("NULL_ANSWER_FILE") {
+        Some(file) => Bytes::from(std::fs::read(file).expect("NULL_ANSWER_FILE is readable")),
+        None => Bytes::from_static(NULL_RESPONSE),
+    });
+
 async fn null_mutate(body: Bytes) -> impl IntoResponse {
     // The body is read whole (as kerf's handler gets it), then ignored.
     std::hint::black_box(body.len());
-    ([(header::CONTENT_TYPE, "application/json")], NULL_RESPONSE)
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        NULL_ANSWER.clone(),
+    )
 }
 
 async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
