@@ -153,17 +153,13 @@ async fn null_mutate(body: Bytes) -> impl IntoResponse {
 }
 
 async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
-    let app = Router::new().route("/mutate", post(null_mutate)).layer(
-        axum::extract::DefaultBodyLimit::max(kerf::server::MAX_BODY_BYTES),
-    );
-    eprintln!("null serving on {addr}");
-    kerf::server::serve_app(addr, &cert, &key, app).await
+    serve_on_kerfs_stack("null", post(null_mutate), addr, cert, key).await
 }
 
+/// The null server plus the one check every answer needs: the body is JSON (else a 400).
 async fn validate_mutate(body: Bytes) -> axum::response::Response {
-    // The null server plus the one check every answer needs: the body is JSON (else a 400).
     if kerf::server::review::body_is_json(&body) {
-        ([(header::CONTENT_TYPE, "application/json")], NULL_RESPONSE).into_response()
+        null_mutate(body).await.into_response()
     } else {
         (StatusCode::BAD_REQUEST, "request body is not JSON\n").into_response()
     }
@@ -172,10 +168,23 @@ async fn validate_mutate(body: Bytes) -> axum::response::Response {
 /// The validate server: the null server that also checks the body is JSON with kerf's own
 /// scanner (what any webhook that answers a malformed body with a 400 must do at least).
 async fn validate(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
-    let app = Router::new().route("/mutate", post(validate_mutate)).layer(
-        axum::extract::DefaultBodyLimit::max(kerf::server::MAX_BODY_BYTES),
-    );
-    eprintln!("validate serving on {addr}");
+    serve_on_kerfs_stack("validate", post(validate_mutate), addr, cert, key).await
+}
+
+/// `mutate` as `POST /mutate` on kerf's own TLS/HTTP stack, with the webhook's body limit.
+async fn serve_on_kerfs_stack(
+    name: &str,
+    mutate: axum::routing::MethodRouter,
+    addr: SocketAddr,
+    cert: PathBuf,
+    key: PathBuf,
+) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route("/mutate", mutate)
+        .layer(axum::extract::DefaultBodyLimit::max(
+            kerf::server::MAX_BODY_BYTES,
+        ));
+    eprintln!("{name} serving on {addr}");
     kerf::server::serve_app(addr, &cert, &key, app).await
 }
 

@@ -299,10 +299,6 @@ impl GpuRecommendation {
         self.containers.values().sum()
     }
 
-    /// The recommendation as `policy`'s engine last made it: in multi-policy mode its own part
-    /// of the shared one — its containers, its driving metric, its time — so each policy is
-    /// compared with the driver of the containers it owns (docs/design/gpu-engine.md#g8);
-    /// otherwise (one contributor, or a policy without a part) the whole of it.
     /// The policy the pods follow, among the policies `in_force`: the recommendation's own (the
     /// largest contributor's) when it is in force, else, of a shared recommendation, the part
     /// in force whose containers get the most GPUs. The cycle and recovery both read it here.
@@ -322,6 +318,10 @@ impl GpuRecommendation {
         })
     }
 
+    /// The recommendation as `policy`'s engine last made it: in multi-policy mode its own part
+    /// of the shared one — its containers, its driving metric, its time — so each policy is
+    /// compared with the driver of the containers it owns (docs/design/gpu-engine.md#g8);
+    /// otherwise (one contributor, or a policy without a part) the whole of it.
     pub fn part_of(&self, policy: &PolicyId) -> GpuRecommendation {
         match self.by_policy.get(policy) {
             Some(part) => GpuRecommendation {

@@ -125,14 +125,18 @@ fn body_is_json_accepts_what_serde_json_accepts() {
             };
             let edits = next(3);
             damage(&mut b, edits, &mut next);
-            let serde = serde_json::from_slice::<serde::de::IgnoredAny>(&b).is_ok();
+            let serde_accepts = serde_json::from_slice::<serde::de::IgnoredAny>(&b).is_ok();
             assert_eq!(
                 super::body_is_json(&b),
-                serde,
+                serde_accepts,
                 "{}",
                 String::from_utf8_lossy(&b)
             );
-            if serde { accepted += 1 } else { refused += 1 }
+            if serde_accepts {
+                accepted += 1
+            } else {
+                refused += 1
+            }
         }
     }
     // Both answers were exercised, not only one.
