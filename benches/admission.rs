@@ -8,6 +8,8 @@
 //! and HTTP stack (`kerf::server::serve_app`) with a handler that reads the body and answers a
 //! fixed AdmissionReview without parsing anything — the floor of the stack itself. With
 //! `NULL_ANSWER_FILE=FILE` it answers that file's bytes instead (kerf's own answer, say).
+//! `cargo bench --bench admission -- stepped ADDR CERT KEY` serves the null server's answer
+//! between the two yields kerf's `mutate` makes around its review (the stack in kerf's steps).
 //! `cargo bench --bench admission -- validate ADDR CERT KEY` serves the validate server: the null
 //! server plus kerf's JSON scanner over the whole body (a malformed body gets a 400) — the least
 //! any webhook that turns malformed reviews away must do on kerf's stack.
@@ -59,6 +61,9 @@ fn main() -> anyhow::Result<()> {
         ["certs", dir] => certs(Path::new(dir)),
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
         ["null", addr, cert, key] => rt.block_on(null(addr.parse()?, cert.into(), key.into())),
+        ["stepped", addr, cert, key] => {
+            rt.block_on(stepped(addr.parse()?, cert.into(), key.into()))
+        }
         ["validate", addr, cert, key] => {
             rt.block_on(validate(addr.parse()?, cert.into(), key.into()))
         }
@@ -76,7 +81,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | validate ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
+                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | stepped ADDR CERT KEY | validate ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
             );
             std::process::exit(2)
         }
@@ -154,6 +159,21 @@ async fn null_mutate(body: Bytes) -> impl IntoResponse {
 
 async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
     serve_on_kerfs_stack("null", post(null_mutate), addr, cert, key).await
+}
+
+/// The null server's answer given as kerf's `mutate` gives its own: between two yields to the
+/// scheduler, so the stack's reads and writes of requests that are ready together run back to
+/// back as they do in kerf's server (see `kerf::server`'s `mutate`).
+async fn stepped_mutate(body: Bytes) -> impl IntoResponse {
+    tokio::task::yield_now().await;
+    let answer = null_mutate(body).await;
+    tokio::task::yield_now().await;
+    answer
+}
+
+/// The stepped null server: what kerf's stack, run in kerf's steps, costs without a review.
+async fn stepped(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
+    serve_on_kerfs_stack("stepped", post(stepped_mutate), addr, cert, key).await
 }
 
 /// The null server plus the one check every answer needs: the body is JSON (else a 400).
