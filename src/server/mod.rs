@@ -130,9 +130,9 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     // The review runs as its own step between two yields, so under load the worker reads every
     // ready request, then decides every review, then writes every answer, instead of
     // alternating the TLS/HTTP stack and the handler request by request. Each then finds its
-    // code and data still in the caches: the handler alone takes about 2.5 times as long right
-    // after the stack ran as right after another review (docs/performance.md, "Reviews in
-    // steps"). Unloaded, a yield costs one extra turn of the scheduler.
+    // code and data still in the caches: the handler took about 2.7 times as long right after
+    // the stack ran as right after another review (docs/performance.md, "Reviews in steps").
+    // Unloaded, a yield costs one extra turn of the scheduler.
     tokio::task::yield_now().await;
     let reply = handle_review(&body, &app.store);
     tokio::task::yield_now().await;
