@@ -16,10 +16,10 @@
 # 400: the least any webhook that turns malformed reviews away must do), so the report splits
 # kerf's cost into validating the body and the rest, and the stepped server (the null server
 # answering between the two yields kerf makes around its review), so the part of kerf's gain
-# from running requests in steps that the stack alone would get is shown too. The VM's speed drifts over minutes (the same
-# server's saturated rate moved by a third between rounds), and the rounds run a server's
-# saturated and fixed-rate runs in one block, so a round's two saturated runs are a minute or
-# more apart; adjacent runs see the same machine.
+# from running requests in steps that the stack alone would get is shown too. The VM's speed
+# drifts over minutes (the same server's saturated rate moved by a third between rounds), and
+# the rounds run a server's saturated and fixed-rate runs in one block, so a round's two
+# saturated runs are a minute or more apart; adjacent runs see the same machine.
 #
 # Usage: scripts/bench-admission.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WRK_THREADS=1] [ROUNDS=3] [RATES=1000,2500,5000,auto]
 # RATES is a comma-separated list of offered rates; `auto` is half of kerf's saturated
