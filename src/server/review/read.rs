@@ -9,8 +9,8 @@
 //! types the two passes decode into. The pod's labels and annotations, and the `Node` values
 //! (`schedulerName`, names, resources), it decodes itself as it walks them, as serde would:
 //! maps, arrays and strings without escapes, and the owner references as k8s-openapi reads
-//! them. Everything else (numbers, escaped strings) goes to serde_json, each value as its own
-//! slice.
+//! them. Everything else (numbers, literals, escaped strings, raw-value maps) goes to
+//! serde_json, each value as its own slice.
 //!
 //! It never decides an answer: whatever it does not take plainly (a value of an unexpected
 //! type, an escaped or non-ASCII key, a duplicate field, the object before the kind, deep
