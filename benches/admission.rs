@@ -8,8 +8,8 @@
 //! and HTTP stack (`kerf::server::serve_app`) with a handler that reads the body and answers a
 //! fixed AdmissionReview without parsing anything — the floor of the stack itself. With
 //! `NULL_ANSWER_FILE=FILE` it answers that file's bytes instead (kerf's own answer, say).
-//! `cargo bench --bench admission -- stepped ADDR CERT KEY` serves the null server's answer
-//! between the two yields kerf's `mutate` makes around its review (the stack in kerf's steps).
+//! `cargo bench --bench admission -- stepped ADDR CERT KEY` serves the null server's answer in
+//! a step of its own, as kerf's `mutate` decides its review (the stack in kerf's steps).
 //! `cargo bench --bench admission -- validate ADDR CERT KEY` serves the validate server: the null
 //! server plus kerf's JSON scanner over the whole body (a malformed body gets a 400) — the least
 //! any webhook that turns malformed reviews away must do on kerf's stack.
@@ -148,8 +148,8 @@ static NULL_ANSWER: std::sync::LazyLock<Bytes> =
         None => Bytes::from_static(NULL_RESPONSE),
     });
 
-async fn null_mutate(body: Bytes) -> impl IntoResponse {
-    // The body is read whole (as kerf's handler gets it), then ignored.
+/// The null server's answer to a body read whole (as kerf's handler gets it), then ignored.
+fn null_answer(body: &[u8]) -> impl IntoResponse + use<> {
     std::hint::black_box(body.len());
     (
         [(header::CONTENT_TYPE, "application/json")],
@@ -157,18 +157,19 @@ async fn null_mutate(body: Bytes) -> impl IntoResponse {
     )
 }
 
+async fn null_mutate(body: Bytes) -> impl IntoResponse {
+    null_answer(&body)
+}
+
 async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
     serve_on_kerfs_stack("null", post(null_mutate), addr, cert, key).await
 }
 
-/// The null server's answer given as kerf's `mutate` gives its own: between two yields to the
-/// scheduler, so the stack's reads and writes of requests that are ready together run back to
-/// back as they do in kerf's server (see `kerf::server`'s `mutate`).
+/// The null server's answer given as kerf's `mutate` gives its own: in a step of its own
+/// (`kerf::server::in_own_step`), so the stack's reads and writes of requests that are ready
+/// together run back to back as they do in kerf's server.
 async fn stepped_mutate(body: Bytes) -> impl IntoResponse {
-    tokio::task::yield_now().await;
-    let answer = null_mutate(body).await;
-    tokio::task::yield_now().await;
-    answer
+    kerf::server::in_own_step(|| null_answer(&body)).await
 }
 
 /// The stepped null server: what kerf's stack, run in kerf's steps, costs without a review.
@@ -179,7 +180,7 @@ async fn stepped(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Resul
 /// The null server plus the one check every answer needs: the body is JSON (else a 400).
 async fn validate_mutate(body: Bytes) -> axum::response::Response {
     if kerf::server::review::body_is_json(&body) {
-        null_mutate(body).await.into_response()
+        null_answer(&body).into_response()
     } else {
         (StatusCode::BAD_REQUEST, "request body is not JSON\n").into_response()
     }

@@ -127,15 +127,26 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     if !app.review_delay.is_zero() {
         tokio::time::sleep(app.review_delay).await;
     }
-    // The review runs as its own step between two yields, so under load the worker reads every
-    // ready request, then decides every review, then writes every answer, instead of
-    // alternating the TLS/HTTP stack and the handler request by request. Each then finds its
-    // code and data still in the caches: the handler took almost twice as long right after
-    // the stack ran as right after another review (docs/performance.md, "Reviews in steps").
-    // Unloaded, a yield costs one extra turn of the scheduler.
-    tokio::task::yield_now().await;
-    let reply = handle_review(&body, &app.store);
-    let m = app.store.metrics();
+    // Counted and logged inside the step: a client that gives up while its answer waits drops
+    // this future at the step's second yield, and the review it got must still be counted.
+    let reply = in_own_step(|| {
+        let reply = handle_review(&body, &app.store);
+        count_review(&app.store, &reply, started);
+        reply
+    })
+    .await;
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(header::CONTENT_TYPE, reply.content_type)],
+        reply.body,
+    )
+        .into_response()
+}
+
+/// The review's metrics and log line.
+fn count_review(store: &Store, reply: &review::Reply, started: Instant) {
+    let m = store.metrics();
     m.admission_requests
         .get_or_create(&AdmissionLabels {
             kind: reply.kind,
@@ -167,16 +178,20 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
                 "{}", reply.detail.as_deref().unwrap_or(""));
         }
     }
-    // Counted and logged before this yield: a client that gives up while the answer waits
-    // drops this future here, and the review it got must still be in the metrics.
+}
+
+/// Runs `step` between two yields to the scheduler. `/mutate` decides each review this way, so
+/// under load the worker reads every ready request, then decides every review, then writes
+/// every answer, instead of alternating the TLS/HTTP stack and the handler request by request.
+/// Each then finds its code and data still in the caches: the handler took almost twice as
+/// long right after the stack ran as right after another review (docs/performance.md,
+/// "Reviews in steps"). Unloaded, a yield costs one extra turn of the scheduler. Public for
+/// the admission bench's stepped server.
+pub async fn in_own_step<T>(step: impl FnOnce() -> T) -> T {
     tokio::task::yield_now().await;
-    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        status,
-        [(header::CONTENT_TYPE, reply.content_type)],
-        reply.body,
-    )
-        .into_response()
+    let out = step();
+    tokio::task::yield_now().await;
+    out
 }
 
 /// Liveness: fails once a required background task stopped (`docs/design/runtime.md#r14`).

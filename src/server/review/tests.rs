@@ -185,7 +185,8 @@ fn one_pass_reads_owner_references_as_serde_does() {
     let first = handle_review(&with(&taken[0]), &store);
     assert_eq!(first.outcome, Outcome::Patched);
     let text = String::from_utf8(with(&taken[0])).unwrap();
-    let at = text.find(r#""controller":true"#).unwrap();
+    let flag = r#""controller":true"#;
+    let at = text.find(flag).unwrap();
     for changed in [
         // A repeated field: the impl takes the last; the one pass leaves it to the two.
         text.replacen(
@@ -197,7 +198,11 @@ fn one_pass_reads_owner_references_as_serde_does() {
         text.replacen(r#""controller":true"#, r#""controller":1"#, 1),
         text.replacen(r#""uid":"u""#, r#""uid":7"#, 1),
         text.replacen(r#""ownerReferences":["#, r#""ownerReferences":[1,"#, 1),
-        format!("{}\"controller\":tru{}", &text[..at], &text[at + 17..]),
+        format!(
+            "{}\"controller\":tru{}",
+            &text[..at],
+            &text[at + flag.len()..]
+        ),
     ] {
         assert_same(changed.as_bytes(), &store);
     }
