@@ -79,7 +79,7 @@ patches:
   - target:
       group: admissionregistration.k8s.io
       kind: MutatingWebhookConfiguration
-      name: kerf
+      name: 00-kerf
     patch: |-
       - op: add
         path: /webhooks/0/clientConfig/caBundle

@@ -416,12 +416,22 @@ pub struct KaiSettings {
     #[serde(default = "default_kai_scheduler")]
     #[schemars(length(min = 1))]
     pub scheduler_name: String,
+    /// The pod label KAI reads a pod's queue from: KAI's own `global.queueLabelKey` (default
+    /// `kai.scheduler/queue`). kerf reads and writes the queue under this key.
+    #[serde(default = "default_queue_label_key")]
+    #[schemars(length(min = 1))]
+    pub queue_label_key: String,
+}
+
+fn default_queue_label_key() -> String {
+    crate::core::accelerator::NVIDIA_KAI.queue_label.into()
 }
 
 impl Default for KaiSettings {
     fn default() -> Self {
         Self {
             scheduler_name: default_kai_scheduler(),
+            queue_label_key: default_queue_label_key(),
         }
     }
 }
@@ -509,6 +519,11 @@ impl GlobalConfigurationSpec {
             !self.kai.scheduler_name.is_empty(),
             "spec.kai.schedulerName",
             "must not be empty",
+        );
+        v.check(
+            !self.kai.queue_label_key.is_empty(),
+            "spec.kai.queueLabelKey",
+            "must not be empty (KAI's default is kai.scheduler/queue)",
         );
         v.finish()
     }

@@ -25,7 +25,13 @@ pub struct Accelerator {
     pub fraction_container_annotation: &'static str,
     /// Pod annotation: a share sized in memory, which kerf does not size.
     pub memory_annotation: &'static str,
-    /// Pod label: the scheduler queue.
+    /// Pod annotation: `"true"` asks for CUDA MPS, which KAI allows only with a fraction.
+    pub mps_annotation: &'static str,
+    /// Prefix of KAI's per-container GPU memory annotations ("NvFractions":
+    /// `nvidia.com/container.<name>.gpu-memory.request|limit`), which kerf does not size.
+    pub nv_fractions_prefix: &'static str,
+    /// Pod label: the scheduler queue — KAI's default key; GlobalConfiguration
+    /// `kai.queueLabelKey` names the one in force.
     pub queue_label: &'static str,
 }
 
@@ -37,8 +43,20 @@ pub const NVIDIA_KAI: Accelerator = Accelerator {
     fraction_devices_annotation: "gpu-fraction-num-devices",
     fraction_container_annotation: "gpu-fraction-container-name",
     memory_annotation: "gpu-memory",
+    mps_annotation: "mps",
+    nv_fractions_prefix: "nvidia.com/container.",
     queue_label: "kai.scheduler/queue",
 };
+
+/// What a container holds of the accelerator as a pod (or template) states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    Nothing,
+    /// `nvidia.com/gpu` in its requests or limits.
+    Whole,
+    /// The pod's fraction (`gpu-fraction` naming it, or it is the first container).
+    Fraction,
+}
 
 /// A pod's fractional allocation as its annotations state it (docs/design/gpu-engine.md#g1).
 #[derive(Clone, Debug, PartialEq)]
@@ -95,6 +113,24 @@ impl Accelerator {
             self.fraction_devices_annotation,
             self.fraction_container_annotation,
         ]
+    }
+
+    /// Whether a pod shares GPUs by memory — `gpu-memory` or the per-container "NvFractions"
+    /// annotations — which kerf does not size (contract `v1alpha1-2026-07` sizes `gpu-fraction`
+    /// only) and never turns into a fraction.
+    pub fn shares_by_memory(&self, annotations: &impl StrMap) -> Option<&'static str> {
+        if annotations.get_str(self.memory_annotation).is_some() {
+            return Some("KAI gpu-memory");
+        }
+        let nv_fraction = |k: &str| {
+            k.strip_prefix(self.nv_fractions_prefix)
+                .is_some_and(|rest| {
+                    rest.ends_with(".gpu-memory.request") || rest.ends_with(".gpu-memory.limit")
+                })
+        };
+        annotations
+            .any_key(&nv_fraction)
+            .then_some("KAI per-container GPU memory (nvidia.com/container.<name>.gpu-memory.*)")
     }
 
     /// Annotations that say a pod already uses the scheduler's GPU sharing.

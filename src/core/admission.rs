@@ -31,11 +31,13 @@ use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::Value;
 
 mod draft;
+pub mod kai;
 mod node;
 use draft::{Draft, DraftObj};
 pub use node::{Node, Obj, ObjDecoder, RAW_VALUE_KEY};
 
-use crate::core::accelerator::NVIDIA_KAI;
+use crate::api::KaiSettings;
+use crate::core::accelerator::{Holds, NVIDIA_KAI};
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
 use crate::core::json_text;
 use crate::core::quantity;
@@ -274,6 +276,9 @@ impl StrMap for StrObj<'_> {
     fn get_str(&self, key: &str) -> Option<&str> {
         self.get(key)
     }
+    fn any_key(&self, f: &dyn Fn(&str) -> bool) -> bool {
+        self.0.is_some_and(|m| m.keys().any(|k| f(k)))
+    }
 }
 
 /// The string map `key` of `metadata` (missing or null: empty).
@@ -490,13 +495,13 @@ impl ContainerAt {
 
 /// Builds the mutation of a Pod being created.
 ///
-/// `kai_scheduler_name` is GlobalConfiguration `kai.schedulerName`.
+/// `kai` is GlobalConfiguration `kai` (the scheduler name and the queue label key).
 pub fn mutate_pod(
     pod: &Value,
     state: &WorkloadState,
-    kai_scheduler_name: &str,
+    kai: &KaiSettings,
 ) -> Result<Mutation, ShapeError> {
-    mutate_skeleton(&pod_skeleton(pod)?, state, kai_scheduler_name)
+    mutate_skeleton(&pod_skeleton(pod)?, state, kai)
 }
 
 /// A pod decoded straight into its skeleton: everything [`pod_skeleton`] keeps, plus the owner
@@ -641,9 +646,9 @@ impl PodSkeleton {
 pub fn mutate_skeleton(
     pod: &Node,
     state: &WorkloadState,
-    kai_scheduler_name: &str,
+    kai: &KaiSettings,
 ) -> Result<Mutation, ShapeError> {
-    let (desired, notes) = desired_pod(pod, state, kai_scheduler_name)?;
+    let (desired, notes) = desired_pod(pod, state, kai)?;
     Ok(Mutation::from(pod, &Draft::Obj(desired), notes))
 }
 
@@ -651,7 +656,7 @@ pub fn mutate_skeleton(
 fn desired_pod<'a>(
     pod: &'a Node,
     state: &WorkloadState,
-    kai_scheduler_name: &str,
+    kai: &'a KaiSettings,
 ) -> Result<(DraftObj<'a>, Vec<String>), ShapeError> {
     let root = pod
         .as_object()
@@ -679,153 +684,21 @@ fn desired_pod<'a>(
     let mut annotation_sets: Vec<(&'static str, Option<String>)> = Vec::new();
     let mut result_has_fraction = frac.is_some();
 
-    // --- GPU ---
     if let Some(rec) = &state.gpu {
-        if annotations.contains_key(NVIDIA_KAI.memory_annotation) {
-            notes.push(format!(
-                "pod uses KAI {}: GPU size left as is",
-                NVIDIA_KAI.memory_annotation
-            ));
-        } else {
-            // Regular containers, then init containers: the engine sizes restartable init
-            // containers (sidecars) too, and KAI places a fraction on whichever container
-            // `gpu-fraction-container-name` names (docs/design/kai-admission.md#k2).
-            let all = regular
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (ContainerAt::Regular(i), c))
-                .chain(
-                    init.iter()
-                        .enumerate()
-                        .map(|(i, c)| (ContainerAt::Init(i), c)),
-                );
-            let mut plan: Vec<(ContainerAt, &str, GpuTarget, Option<f64>)> = Vec::new();
-            for (idx, (name, c)) in all {
-                let Some(&r) = rec.containers.get(*name) else {
-                    continue;
-                };
-                let Some(target) = GpuTarget::from_units(r) else {
-                    notes.push(format!(
-                        "container {name}: recommendation {r} is not a usable GPU size"
-                    ));
-                    continue;
-                };
-                let base = state
-                    .template_gpu
-                    .get(*name)
-                    .copied()
-                    .or_else(|| current_units(name, c, frac.as_ref()));
-                if !allowed(target, base, state, name) {
-                    notes.push(format!(
-                        "container {name}: {} not allowed by the automation strategy",
-                        if target.units() > base.unwrap_or(0.0) {
-                            "upsize"
-                        } else {
-                            "downsize"
-                        }
-                    ));
-                    continue;
-                }
-                plan.push((idx, *name, target, base));
-            }
-            for c in rec
-                .containers
-                .keys()
-                .filter(|c| !regular.iter().chain(&init).any(|(n, _)| n == *c))
-            {
-                notes.push(format!("container {c}: not in the pod"));
-            }
-
-            // One fractional container per pod: a kept fraction holds the slot.
-            let kept = frac
-                .as_ref()
-                .filter(|f| !plan.iter().any(|(_, n, _, _)| *n == f.container))
-                .map(|f| f.container.clone());
-            let mut slot = kept.clone();
-            let mut final_plan = Vec::new();
-            for (idx, name, target, base) in plan {
-                let target = match target {
-                    GpuTarget::Fraction { .. } if slot.is_some() => {
-                        let whole = GpuTarget::Whole(target.devices());
-                        if !allowed(whole, base, state, name) {
-                            notes.push(format!(
-                                "container {name}: another container holds the pod's KAI fraction and whole GPUs are not allowed"
-                            ));
-                            continue;
-                        }
-                        whole
-                    }
-                    GpuTarget::Fraction { .. } => {
-                        slot = Some(name.to_string());
-                        target
-                    }
-                    t => t,
-                };
-                final_plan.push((idx, name, target));
-            }
-            result_has_fraction = slot.is_some();
-
-            for (idx, name, target) in &final_plan {
-                let c = container_mut(&mut desired, idx.list(), idx.index())?;
-                let mut changed = false;
-                match *target {
-                    GpuTarget::Fraction {
-                        hundredths,
-                        devices,
-                    } => {
-                        for which in ["requests", "limits"] {
-                            if let Some(m) = c
-                                .get_mut("resources")
-                                .and_then(Draft::obj_mut)
-                                .and_then(|r| r.get_mut(which))
-                                .and_then(Draft::obj_mut)
-                            {
-                                changed |= m.remove(NVIDIA_KAI.resource_name);
-                            }
-                        }
-                        let same_fraction = frac
-                            .as_ref()
-                            .is_some_and(|f| f.is(name, hundredths, devices));
-                        changed |= !same_fraction;
-                        annotation_sets.push((
-                            NVIDIA_KAI.fraction_annotation,
-                            Some(fmt_hundredths(hundredths)),
-                        ));
-                        annotation_sets.push((
-                            NVIDIA_KAI.fraction_devices_annotation,
-                            (devices > 1).then(|| devices.to_string()),
-                        ));
-                        annotation_sets.push((
-                            NVIDIA_KAI.fraction_container_annotation,
-                            (*idx != ContainerAt::Regular(0)).then(|| name.to_string()),
-                        ));
-                    }
-                    GpuTarget::Whole(n) => {
-                        let same = |v: &Node| gpus_of(v) == Some(f64::from(n));
-                        for which in ["requests", "limits"] {
-                            changed |= set_str(
-                                resources_mut(c, which)?,
-                                NVIDIA_KAI.resource_name,
-                                n.to_string(),
-                                same,
-                            );
-                        }
-                        if frac.as_ref().is_some_and(|f| f.container == *name) {
-                            changed = true;
-                        }
-                    }
-                }
-                if changed {
-                    changes.note(name, "gpu", target.describe());
-                }
-            }
-            if slot.is_none() && frac.is_some() {
-                // The fractional container became whole: the fraction annotations go.
-                for k in NVIDIA_KAI.fraction_annotations() {
-                    annotation_sets.push((k, None));
-                }
-            }
-        }
+        result_has_fraction = gpu_targets(
+            &mut desired,
+            GpuPod {
+                regular: &regular,
+                init: &init,
+                annotations,
+                frac: frac.as_ref(),
+            },
+            rec,
+            state,
+            &mut notes,
+            &mut changes,
+            &mut annotation_sets,
+        )?;
     }
 
     // --- CPU / memory requests ---
@@ -888,26 +761,42 @@ fn desired_pod<'a>(
     }
 
     // --- scheduler / queue ---
-    let mut label_sets: Vec<(&'static str, String)> = Vec::new();
+    let mut label_sets: Vec<(&'a str, String)> = Vec::new();
+    let mut to_kai = false;
     if state.gpu.is_some() && (state.strategy.override_kai() || uses_kai || result_has_fraction) {
         let spec = child_obj(&mut desired, "spec", "pod")?;
-        if spec.node("schedulerName").and_then(Node::as_str) != Some(kai_scheduler_name) {
+        if spec.node("schedulerName").and_then(Node::as_str) != Some(kai.scheduler_name.as_str()) {
             spec.insert(
                 "schedulerName",
-                Draft::New(Node::String(kai_scheduler_name.to_string())),
+                Draft::New(Node::String(kai.scheduler_name.clone())),
             );
             changes
                 .top
-                .insert("schedulerName", kai_scheduler_name.to_string());
+                .insert("schedulerName", kai.scheduler_name.clone());
+            to_kai = true;
         }
-        let kai = state.strategy.kai();
-        let has_queue = labels.contains_key(NVIDIA_KAI.queue_label);
-        if (!has_queue || kai.set_queue_when_specified)
-            && labels.get(NVIDIA_KAI.queue_label) != Some(kai.queue.as_str())
+        // KAI's pod grouper reads the top owner's queue label before the pod's: with one on
+        // the workload, a label on the pod would be ignored (docs/design/kai-admission.md#k5).
+        let key = kai.queue_label_key.as_str();
+        let queue = state.strategy.kai();
+        let has_queue = labels.contains_key(key);
+        if state.owner_queue.is_none()
+            && (!has_queue || queue.set_queue_when_specified)
+            && labels.get(key) != Some(queue.queue.as_str())
         {
-            label_sets.push((NVIDIA_KAI.queue_label, kai.queue.clone()));
-            changes.top.insert("queue", kai.queue.clone());
+            label_sets.push((key, queue.queue.clone()));
+            changes.top.insert("queue", queue.queue);
         }
+    }
+    // KAI refuses `mps: "true"` without a fraction: it goes with the fraction kerf removed, or
+    // when kerf sends a pod without one to KAI.
+    if !result_has_fraction
+        && (frac.is_some() || to_kai)
+        && annotations.get(NVIDIA_KAI.mps_annotation) == Some("true")
+    {
+        annotation_sets.push((NVIDIA_KAI.mps_annotation, None));
+        changes.top.insert("mps", "removed".into());
+        notes.push("mps removed: KAI accepts MPS only with a GPU fraction".into());
     }
 
     // --- metadata ---
@@ -946,7 +835,11 @@ fn desired_pod<'a>(
         }
     }
 
-    if !same_obj(root, &desired) {
+    // A pod kept as it is because of KAI's rules still records why (once: a reinvocation
+    // finds the record).
+    let shape_only =
+        changes.top.contains_key("gpuShape") && !annotations.contains_key(ANNOTATION_MUTATED);
+    if shape_only || !same_obj(root, &desired) {
         let summary = summary_text(state.policy.as_ref(), &changes);
         let a = child_obj(
             child_obj(&mut desired, "metadata", "pod")?,
@@ -956,6 +849,174 @@ fn desired_pod<'a>(
         a.insert(ANNOTATION_MUTATED, Draft::New(Node::String(summary)));
     }
     Ok((desired, notes))
+}
+
+/// The pod as admitted, as the GPU concern reads it.
+struct GpuPod<'p, 'a> {
+    regular: &'p [(&'a str, &'a Node)],
+    init: &'p [(&'a str, &'a Node)],
+    annotations: StrObj<'a>,
+    frac: Option<&'p KaiFraction>,
+}
+
+impl GpuPod<'_, '_> {
+    /// Regular containers, then init containers: the engine sizes restartable init containers
+    /// (sidecars) too, and KAI places a fraction on whichever container
+    /// `gpu-fraction-container-name` names (docs/design/kai-admission.md#k2).
+    fn containers(&self) -> impl Iterator<Item = (ContainerAt, &str, &Node)> {
+        let regular = self.regular.iter().enumerate();
+        let init = self.init.iter().enumerate();
+        regular
+            .map(|(i, (n, c))| (ContainerAt::Regular(i), *n, *c))
+            .chain(init.map(|(i, (n, c))| (ContainerAt::Init(i), *n, *c)))
+    }
+
+    fn holds(&self, name: &str, c: &Node) -> Holds {
+        let whole = ["limits", "requests"]
+            .iter()
+            .any(|w| resource_value(c, w, NVIDIA_KAI.resource_name).is_some());
+        if self.frac.is_some_and(|f| f.container == name) {
+            Holds::Fraction
+        } else if whole {
+            Holds::Whole
+        } else {
+            Holds::Nothing
+        }
+    }
+}
+
+/// The GPU concern (docs/design/kai-admission.md#k2–#k4, #k6, #k10): each recommended
+/// container's size in the shape KAI accepts, written into `desired`; returns whether the
+/// patched pod holds a fraction.
+#[allow(clippy::too_many_arguments)]
+fn gpu_targets<'a>(
+    desired: &mut DraftObj<'a>,
+    pod: GpuPod<'_, 'a>,
+    rec: &crate::core::model::GpuRecommendation,
+    state: &WorkloadState,
+    notes: &mut Vec<String>,
+    changes: &mut Changes,
+    annotation_sets: &mut Vec<(&'static str, Option<String>)>,
+) -> Result<bool, ShapeError> {
+    if let Some(what) = NVIDIA_KAI.shares_by_memory(&pod.annotations) {
+        notes.push(format!(
+            "pod shares its GPU by memory ({what}): GPU size left as is, kerf sizes gpu-fraction pods only"
+        ));
+        return Ok(pod.frac.is_some());
+    }
+    let mut slots = Vec::new();
+    let mut bases = Vec::new();
+    for (at, name, c) in pod.containers() {
+        let base = state
+            .template_gpu
+            .get(name)
+            .copied()
+            .or_else(|| current_units(name, c, pod.frac));
+        let target = rec.containers.get(name).and_then(|&r| {
+            let Some(target) = GpuTarget::from_units(r) else {
+                notes.push(format!(
+                    "container {name}: recommendation {r} is not a usable GPU size"
+                ));
+                return None;
+            };
+            if !allowed(target, base, state, name) {
+                notes.push(format!(
+                    "container {name}: {} not allowed by the automation strategy",
+                    if target.units() > base.unwrap_or(0.0) {
+                        "upsize"
+                    } else {
+                        "downsize"
+                    }
+                ));
+                return None;
+            }
+            Some(target)
+        });
+        slots.push(kai::Slot {
+            name,
+            holds: pod.holds(name, c),
+            target,
+        });
+        bases.push((at, base));
+    }
+    for c in rec
+        .containers
+        .keys()
+        .filter(|c| !pod.containers().any(|(_, n, _)| n == c.as_str()))
+    {
+        notes.push(format!("container {c}: not in the pod"));
+    }
+    let shape = kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |i, whole| {
+        allowed(whole, bases[i].1, state, slots[i].name)
+    });
+    let mut has_fraction = false;
+    for (i, slot) in slots.iter().enumerate() {
+        let Some(target) = shape.targets[i] else {
+            has_fraction |= slot.holds == Holds::Fraction;
+            continue;
+        };
+        let (at, name) = (bases[i].0, slot.name);
+        let c = container_mut(desired, at.list(), at.index())?;
+        let mut changed = false;
+        match target {
+            GpuTarget::Fraction {
+                hundredths,
+                devices,
+            } => {
+                has_fraction = true;
+                for which in ["requests", "limits"] {
+                    if let Some(m) = c
+                        .get_mut("resources")
+                        .and_then(Draft::obj_mut)
+                        .and_then(|r| r.get_mut(which))
+                        .and_then(Draft::obj_mut)
+                    {
+                        changed |= m.remove(NVIDIA_KAI.resource_name);
+                    }
+                }
+                changed |= !pod.frac.is_some_and(|f| f.is(name, hundredths, devices));
+                annotation_sets.push((
+                    NVIDIA_KAI.fraction_annotation,
+                    Some(fmt_hundredths(hundredths)),
+                ));
+                annotation_sets.push((
+                    NVIDIA_KAI.fraction_devices_annotation,
+                    (devices > 1).then(|| devices.to_string()),
+                ));
+                annotation_sets.push((
+                    NVIDIA_KAI.fraction_container_annotation,
+                    (at != ContainerAt::Regular(0)).then(|| name.to_string()),
+                ));
+            }
+            GpuTarget::Whole(n) => {
+                let same = |v: &Node| gpus_of(v) == Some(f64::from(n));
+                for which in ["requests", "limits"] {
+                    changed |= set_str(
+                        resources_mut(c, which)?,
+                        NVIDIA_KAI.resource_name,
+                        n.to_string(),
+                        same,
+                    );
+                }
+                changed |= slot.holds == Holds::Fraction;
+            }
+        }
+        if changed {
+            changes.note(name, "gpu", target.describe());
+        }
+    }
+    if let Some(why) = shape.why {
+        changes.top.insert("gpuShape", why.clone());
+        notes.push(why);
+    }
+    if !has_fraction && pod.frac.is_some() {
+        // The fractional container became whole: the fraction annotations go, and with them
+        // `mps`, which KAI accepts only beside a fraction.
+        for k in NVIDIA_KAI.fraction_annotations() {
+            annotation_sets.push((k, None));
+        }
+    }
+    Ok(has_fraction)
 }
 
 /// The `mutated` annotation: compact JSON `{"policy":…,"containers":{c:{what:…}},` then the
@@ -1016,7 +1077,12 @@ fn same_fraction_text(key: &str, old: Option<&str>, new: Option<&str>) -> bool {
 }
 
 /// Whether `container` may go from `base` to `target` under its strategy's upsize/downsize.
-fn allowed(target: GpuTarget, base: Option<f64>, state: &WorkloadState, container: &str) -> bool {
+pub(crate) fn allowed(
+    target: GpuTarget,
+    base: Option<f64>,
+    state: &WorkloadState,
+    container: &str,
+) -> bool {
     let Some(base) = base else { return true };
     let units = target.units();
     let strategy = state.gpu_strategy_of(container);

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use crate::core::pod::{Container, PodSpec, StrMap};
 use crate::core::quantity::{self, QuantityError};
 
-use crate::core::accelerator::NVIDIA_KAI;
+use crate::core::accelerator::{Holds, NVIDIA_KAI};
 use crate::core::small_map::SmallMap;
 
 /// A container's allocation, or why it has none.
@@ -23,6 +23,12 @@ static KAI_MEMORY_NOT_SIZED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "KAI {} allocations are not sized by kerf",
         NVIDIA_KAI.memory_annotation
+    )
+});
+static KAI_NV_FRACTIONS_NOT_SIZED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "KAI per-container GPU memory ({}<name>.gpu-memory.*) allocations are not sized by kerf",
+        NVIDIA_KAI.nv_fractions_prefix
     )
 });
 static NO_GPU: LazyLock<String> = LazyLock::new(|| {
@@ -117,10 +123,37 @@ pub fn container_allocations(
                 _ if annotations.get_str(NVIDIA_KAI.memory_annotation).is_some() => {
                     Allocation::Missing(Cow::Borrowed(KAI_MEMORY_NOT_SIZED.as_str()))
                 }
+                _ if NVIDIA_KAI.shares_by_memory(annotations).is_some() => {
+                    Allocation::Missing(Cow::Borrowed(KAI_NV_FRACTIONS_NOT_SIZED.as_str()))
+                }
                 _ => Allocation::Missing(Cow::Borrowed(NO_GPU.as_str())),
             }
         };
         out.insert(c.name.to_string(), alloc);
     }
     out
+}
+
+/// What each container of a pod (or pod template) holds of the GPU, regular then init
+/// containers in pod order: the fraction's container, else whoever states `nvidia.com/gpu`
+/// (docs/design/kai-admission.md#k4 reads these, as KAI's validator does).
+pub fn gpu_holdings<'s>(spec: &'s PodSpec, annotations: &impl StrMap) -> Vec<(&'s str, Holds)> {
+    let fraction = NVIDIA_KAI.stated_fraction(
+        annotations,
+        spec.containers.first().map(|c| c.name.as_str()),
+    );
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| {
+            let holds = if fraction.as_ref().is_some_and(|f| f.container == c.name) {
+                Holds::Fraction
+            } else if whole_gpus(c).is_some() {
+                Holds::Whole
+            } else {
+                Holds::Nothing
+            };
+            (c.name.as_str(), holds)
+        })
+        .collect()
 }

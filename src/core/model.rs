@@ -551,6 +551,9 @@ pub struct WorkloadState {
     /// otherwise). A container's GPU upsize/downsize follow the strategy of the policy whose
     /// part it is ([`Self::gpu_strategy_of`]).
     pub gpu_strategies: BTreeMap<PolicyId, std::sync::Arc<StrategyView>>,
+    /// The workload's (top owner's) own KAI queue label, under GlobalConfiguration
+    /// `kai.queueLabelKey`: KAI reads it before the pod's, so kerf sets none on the pod.
+    pub owner_queue: Option<String>,
 }
 
 impl WorkloadState {

@@ -28,17 +28,25 @@ pub type Strings = SmallMap<String, String>;
 /// annotations (owner, allocation, selection) take either.
 pub trait StrMap {
     fn get_str(&self, key: &str) -> Option<&str>;
+    /// Whether a key satisfies `f` (annotation families named by a prefix).
+    fn any_key(&self, f: &dyn Fn(&str) -> bool) -> bool;
 }
 
 impl StrMap for Strings {
     fn get_str(&self, key: &str) -> Option<&str> {
         self.get(key).map(String::as_str)
     }
+    fn any_key(&self, f: &dyn Fn(&str) -> bool) -> bool {
+        self.keys().any(|k| f(k))
+    }
 }
 
 impl StrMap for BTreeMap<String, String> {
     fn get_str(&self, key: &str) -> Option<&str> {
         self.get(key).map(String::as_str)
+    }
+    fn any_key(&self, f: &dyn Fn(&str) -> bool) -> bool {
+        self.keys().any(|k| f(k))
     }
 }
 

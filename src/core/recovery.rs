@@ -258,6 +258,7 @@ pub fn recover_each(
                 template_gpu: template,
                 strategy,
                 gpu_strategies,
+                owner_queue: w.labels.get(&snapshot.global.kai.queue_label_key).cloned(),
                 ..Default::default()
             },
         );

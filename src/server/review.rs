@@ -404,7 +404,7 @@ fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -
         return Decision::skip(format!("no recommendation for {key}"));
     };
     finish(
-        mutate_skeleton(&skel.into_node(), &state, &global.kai.scheduler_name),
+        mutate_skeleton(&skel.into_node(), &state, &global.kai),
         "the pod",
     )
 }

@@ -323,7 +323,7 @@ pub async fn run<S: MetricSource>(
         .into_iter()
         .collect();
     let mut history = HistorySource::new(source, opts.from, last, namespaces, pod_names, relative);
-    let kai = base.global.kai.scheduler_name.clone();
+    let kai = base.global.kai.clone();
     let mut writer = MemoryWriter::new();
     let store = Store::default();
     // What a rollout would give each workload's pods before the replay: the manifests' templates

@@ -61,7 +61,7 @@ pub fn rolled_out(
     recorded: &Pod,
     template: &PodTemplateSpec,
     state: Option<&WorkloadState>,
-    kai_scheduler_name: &str,
+    kai: &crate::api::KaiSettings,
     at: Timestamp,
 ) -> Pod {
     let mut pod = recorded.clone();
@@ -92,18 +92,18 @@ pub fn rolled_out(
         }
     }
     if let Some(state) = state {
-        pod = admitted(pod, state, kai_scheduler_name);
+        pod = admitted(pod, state, kai);
     }
     pod.status.get_or_insert_with(Default::default).start_time = Some(Time(at));
     pod
 }
 
 /// `pod` with the webhook's patch applied (unchanged if the webhook would not patch it).
-fn admitted(pod: Pod, state: &WorkloadState, kai_scheduler_name: &str) -> Pod {
+fn admitted(pod: Pod, state: &WorkloadState, kai: &crate::api::KaiSettings) -> Pod {
     let Ok(mut value) = serde_json::to_value(&pod) else {
         return pod;
     };
-    let Ok(mutation) = mutate_pod(&value, state, kai_scheduler_name) else {
+    let Ok(mutation) = mutate_pod(&value, state, kai) else {
         return pod;
     };
     let ops = mutation.patch.iter().map(PatchOp::to_value).collect();
@@ -154,7 +154,13 @@ mod tests {
             template_gpu: GpuMap::from([("inference".to_string(), 0.5)]),
             ..Default::default()
         };
-        let new = rolled_out(&pod(), &template("700m"), Some(&state), "kai-scheduler", at);
+        let new = rolled_out(
+            &pod(),
+            &template("700m"),
+            Some(&state),
+            &Default::default(),
+            at,
+        );
         let alloc = pod_alloc(&new);
         assert_eq!(alloc["inference"].gpu, Some(0.84));
         assert_eq!(alloc["inference"].cpu_millis, Some(700));
@@ -165,7 +171,7 @@ mod tests {
         assert_eq!(started.0, at);
 
         // Without a recommendation the template's own 0.5 comes back.
-        let back = rolled_out(&new, &template("700m"), None, "kai-scheduler", at);
+        let back = rolled_out(&new, &template("700m"), None, &Default::default(), at);
         assert_eq!(pod_alloc(&back)["inference"].gpu, Some(0.5));
     }
 }

@@ -269,10 +269,49 @@ fn kubernetes_validate_really_rejects_bad_objects() {
     );
 }
 
+/// kerf's MutatingWebhookConfiguration: named to sort before KAI's.
+const WEBHOOK_CONFIGURATION: &str = "00-kerf";
+
+/// The API server calls mutating webhook configurations in name order (k8s.io/apiserver
+/// `pkg/admission/configuration/mutating_webhook_manager.go` sorts them by name), and
+/// reinvocation calls again only webhooks that were called before. KAI's mutating webhook
+/// matches on `schedulerName == kai-scheduler`, which kerf may be the one to set, so kerf must
+/// come first: before `kai` and before KAI's configuration, whose default name is
+/// `mutating-kai-admission` (KAI-Scheduler `pkg/apis/kai/v1/admission/admission.go`,
+/// `defaultMutatingWebhookName`, commit 72de64f; the operator's RBAC names the same).
+#[test]
+fn the_webhook_configuration_sorts_before_kais() {
+    for dir in [
+        "manifests",
+        "manifests/overlays/cert-manager",
+        "manifests/overlays/read-only",
+    ] {
+        let docs = kustomize(&root().join(dir));
+        let names: Vec<&str> = docs
+            .iter()
+            .filter(|d| d["kind"] == "MutatingWebhookConfiguration")
+            .filter_map(|d| d["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, [WEBHOOK_CONFIGURATION], "{dir}");
+        for kai in [
+            "kai",
+            "mutating-kai-admission",
+            "kai-scheduler",
+            "kai-admission",
+        ] {
+            assert!(
+                names[0].as_bytes() < kai.as_bytes(),
+                "{dir}: {} must sort before {kai}",
+                names[0]
+            );
+        }
+    }
+}
+
 #[test]
 fn webhook_configuration_is_as_specified() {
     let docs = kustomize(&root().join("manifests"));
-    let cfg = find(&docs, "MutatingWebhookConfiguration", "kerf");
+    let cfg = find(&docs, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION);
     let hooks = cfg["webhooks"].as_array().expect("webhooks");
     assert_eq!(hooks.len(), 1);
     let w = &hooks[0];
@@ -662,7 +701,7 @@ fn cert_manager_overlay_issues_the_mounted_secret_and_injects_the_ca() {
         "self-signed Issuer"
     );
     assert_eq!(issuer["metadata"]["namespace"], "kerf-system");
-    let hook = find(&docs, "MutatingWebhookConfiguration", "kerf");
+    let hook = find(&docs, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION);
     assert_eq!(
         hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
         "kerf-system/kerf-webhook-tls"
@@ -749,7 +788,7 @@ fn gen_sh_creates_a_serving_certificate_secret_and_ca_bundle() {
             .unwrap(),
         key
     );
-    let hook = find(&docs, "MutatingWebhookConfiguration", "kerf");
+    let hook = find(&docs, "MutatingWebhookConfiguration", WEBHOOK_CONFIGURATION);
     assert_eq!(
         b64.decode(
             hook["webhooks"][0]["clientConfig"]["caBundle"]

@@ -804,6 +804,15 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
         r.reasons
     );
     assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
+    // The recommendation keeps a's 0.6; its reasons say the pods take whole GPUs under KAI.
+    assert!((rec.containers["a"] - 0.6).abs() < 1e-9, "{rec:?}");
+    let reasons = gpu_result(&first, &key).reasons;
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("KAI accepts one fractional container per pod")),
+        "{reasons:?}"
+    );
 }
 
 /// The multi-policy workload `w` with policy `b` on strategy `no-up` (GPU upsize off); `a` keeps
@@ -896,9 +905,19 @@ async fn each_policys_strategy_governs_its_own_containers_at_admission() {
     let check = |store: &kerf::state::Store, when: &str| {
         let pod = admit_multi_policy_pod(store);
         let annotations = &pod["metadata"]["annotations"];
+        // a's 0.6 cannot be a fraction beside b's whole GPU (KAI refuses that pod,
+        // docs/design/kai-admission.md#k4): a is upsized under s to one whole GPU.
+        assert!(annotations.get("gpu-fraction").is_none(), "{when}: {pod}");
         assert_eq!(
-            annotations["gpu-fraction"], "0.6",
+            pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1",
             "{when}: a upsized under s: {pod}"
+        );
+        assert!(
+            annotations["rightsizing.kubex.ai/mutated"]
+                .as_str()
+                .unwrap()
+                .contains("a gets 1 whole GPU instead of 0.6"),
+            "{when}: {pod}"
         );
         assert_eq!(
             pod["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"], "1",

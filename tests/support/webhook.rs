@@ -172,8 +172,22 @@ pub fn fixture(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// POSTs a review and returns the decoded AdmissionReview response (asserting HTTP 200).
+#[path = "kai_oracle.rs"]
+pub mod kai_oracle;
+
+/// POSTs a review and returns the decoded AdmissionReview response (asserting HTTP 200). A
+/// patched Pod is checked against KAI's own admission rule ([`kai_oracle`]): kerf must never
+/// turn a pod KAI accepts into one it refuses.
 pub async fn review(client: &reqwest::Client, addr: SocketAddr, body: &Value) -> Value {
+    let resp = post_review(client, addr, body).await;
+    let object = &body["request"]["object"];
+    if object["kind"] == "Pod" && patch_of(&resp).is_some() {
+        kai_oracle::assert_kai_accepts_patched(object, &apply(object, &resp));
+    }
+    resp
+}
+
+async fn post_review(client: &reqwest::Client, addr: SocketAddr, body: &Value) -> Value {
     let resp = client
         .post(url(addr, "/mutate"))
         .header("content-type", "application/json")

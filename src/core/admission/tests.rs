@@ -3,8 +3,15 @@
 use serde_json::{Value, json};
 
 use super::*;
+
+#[path = "../../../tests/support/kai_oracle.rs"]
+mod kai_oracle;
 use crate::api::{Enablement, GpuEnablement, KaiStrategy, OverrideScheduler, StrategyView, UpDown};
 use crate::core::model::{GpuMap, GpuRecommendation, PolicyId, ResourceRequests};
+
+fn kai() -> KaiSettings {
+    KaiSettings::default()
+}
 
 fn rec(pairs: &[(&str, f64)]) -> GpuRecommendation {
     GpuRecommendation {
@@ -53,16 +60,17 @@ fn applied(doc: &Value, m: &Mutation) -> Value {
 /// Applies the mutation's patch to the original (proves the patch is valid and equals the
 /// desired object the builder drafted) and checks that a second invocation yields no patch.
 fn run(p: &Value, s: &WorkloadState) -> Value {
-    let m = mutate_pod(p, s, "kai-scheduler").expect("mutation builds");
+    let m = mutate_pod(p, s, &kai()).expect("mutation builds");
     let doc = applied(p, &m);
     let skeleton = pod_skeleton(p).unwrap();
-    let (desired, _) = desired_pod(&skeleton, s, "kai-scheduler").unwrap();
+    let settings = kai();
+    let (desired, _) = desired_pod(&skeleton, s, &settings).unwrap();
     assert_eq!(
         pod_skeleton(&doc).unwrap(),
         desired.to_node(),
         "patch result equals the desired state"
     );
-    let again = mutate_pod(&doc, s, "kai-scheduler").expect("second mutation builds");
+    let again = mutate_pod(&doc, s, &kai()).expect("second mutation builds");
     assert!(
         again.patch.is_empty(),
         "reinvocation must be a no-op, got {:?}",
@@ -274,7 +282,7 @@ fn downsize_disabled_keeps_template_allocation() {
     s.strategy = updown(true, false).into();
     s.template_gpu = GpuMap::from([("main".to_string(), 1.0)]);
     let p = pod(json!({}), json!([gpu_container("main", 1)]));
-    let m = mutate_pod(&p, &s, "kai-scheduler").unwrap();
+    let m = mutate_pod(&p, &s, &kai()).unwrap();
     assert!(m.patch.is_empty(), "no change: {:?}", m.patch);
     assert!(
         m.notes.iter().any(|n| n.contains("downsize not allowed")),
@@ -335,27 +343,224 @@ fn upsize_and_downsize_follow_each_containers_policy_strategy() {
     );
 }
 
+/// The patched pod as KAI's own validating webhook judges it ([`kai_oracle`]): `run` plus the
+/// check that KAI accepts the result.
+fn run_kai(p: &Value, s: &WorkloadState) -> Value {
+    let out = run(p, s);
+    kai_oracle::assert_kai_accepts_patched(p, &out);
+    out
+}
+
+fn mutated(p: &Value) -> Value {
+    serde_json::from_str(ann(p, "rightsizing.kubex.ai/mutated").expect("mutated annotation"))
+        .unwrap()
+}
+
+/// docs/design/kai-admission.md#k4: KAI refuses a fraction beside any whole GPU, so two GPU
+/// containers of which one would end fractional both get whole GPUs, each rounded up; the
+/// recommendation stays as it was and the annotation says why.
 #[test]
-fn one_fraction_per_pod_second_container_gets_whole_gpus() {
-    let containers = json!([gpu_container("a", 1), gpu_container("b", 1)]);
-    let out = run(
-        &pod(json!({}), containers),
-        &state(&[("a", 0.4), ("b", 0.6)]),
+fn one_fraction_and_no_whole_gpus_beside_it() {
+    let containers = json!([gpu_container("a", 2), gpu_container("b", 2)]);
+    let p = pod(json!({}), containers);
+    let s = state(&[("a", 1.8), ("b", 2.0)]);
+    let out = run_kai(&p, &s);
+    assert_eq!(ann(&out, "gpu-fraction"), None, "{out}");
+    assert_eq!(ann(&out, "gpu-fraction-num-devices"), None);
+    for i in 0..2 {
+        assert_eq!(
+            out["spec"]["containers"][i]["resources"]["limits"]["nvidia.com/gpu"],
+            "2"
+        );
+    }
+    let why = mutated(&out)["gpuShape"].as_str().unwrap().to_string();
+    assert!(
+        why.contains("KAI accepts one fractional container per pod")
+            && why.contains("a gets 2 whole GPUs instead of 2x0.9"),
+        "{why}"
     );
-    assert_eq!(ann(&out, "gpu-fraction"), Some("0.4"));
-    assert_eq!(ann(&out, "gpu-fraction-container-name"), None);
+
+    // Two containers that would both be fractional: both whole, nothing fractional is left.
+    let p = pod(
+        json!({}),
+        json!([gpu_container("a", 1), gpu_container("b", 1)]),
+    );
+    let out = run_kai(&p, &state(&[("a", 0.4), ("b", 0.6)]));
+    assert_eq!(ann(&out, "gpu-fraction"), None);
+    for i in 0..2 {
+        assert_eq!(
+            out["spec"]["containers"][i]["resources"]["limits"]["nvidia.com/gpu"],
+            "1"
+        );
+    }
+}
+
+/// K4 counts init containers: a GPU sidecar keeping `nvidia.com/gpu: 2` leaves no room for a
+/// fraction on the main container.
+#[test]
+fn a_gpu_sidecar_keeps_the_pod_on_whole_gpus() {
+    let mut p = pod(json!({}), json!([gpu_container("main", 1)]));
+    p["spec"]["initContainers"] = json!([{"name": "side", "restartPolicy": "Always",
+        "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"nvidia.com/gpu": "2"}}}]);
+    let out = run_kai(&p, &state(&[("main", 0.5), ("side", 2.0)]));
+    assert_eq!(ann(&out, "gpu-fraction"), None, "{out}");
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
+    assert_eq!(
+        out["spec"]["initContainers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "2"
+    );
+}
+
+/// K4 counts containers kerf does not size: one outside `scope.containers` holding a whole GPU
+/// keeps the recommended container on whole GPUs.
+#[test]
+fn a_container_out_of_scope_holding_gpus_keeps_the_pod_on_whole_gpus() {
+    let p = pod(
+        json!({}),
+        json!([gpu_container("main", 1), gpu_container("other", 1)]),
+    );
+    let out = run_kai(&p, &state(&[("main", 0.5)]));
+    assert_eq!(ann(&out, "gpu-fraction"), None, "{out}");
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
     assert_eq!(
         out["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpu"],
         "1"
     );
 }
 
+/// K4: when whole GPUs are the only shape KAI accepts and the strategy does not allow them
+/// (upsize off), the pod's GPU setup is left as admitted, and the reason says so.
+#[test]
+fn whole_gpus_the_strategy_refuses_leave_the_pods_gpu_as_is() {
+    let p = pod(
+        json!({"gpu-fraction": "0.5"}),
+        json!([{"name": "a"}, {"name": "b"}]),
+    );
+    let mut s = state(&[("a", 0.4), ("b", 0.4)]);
+    s.template_gpu = GpuMap::from([("a".to_string(), 0.5), ("b".to_string(), 0.5)]);
+    s.strategy = std::sync::Arc::new(updown(false, true));
+    let m = mutate_pod(&p, &s, &kai()).unwrap();
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains("whole GPUs for a are not allowed") && n.contains("left as is")),
+        "{:?}",
+        m.notes
+    );
+    let out = run_kai(&p, &s);
+    assert_eq!(ann(&out, "gpu-fraction"), Some("0.5"));
+    assert!(out["spec"]["containers"][1].get("resources").is_none());
+}
+
+/// KAI accepts `mps: "true"` only with a fraction: a pod leaving its fraction for whole GPUs
+/// loses `mps`, and so does a pod without a fraction that kerf sends to KAI.
+#[test]
+fn mps_goes_with_the_fraction() {
+    let p = pod(
+        json!({"gpu-fraction": "0.5", "mps": "true"}),
+        json!([{"name": "main"}]),
+    );
+    let out = run_kai(&p, &state(&[("main", 1.0)]));
+    assert_eq!(ann(&out, "gpu-fraction"), None);
+    assert_eq!(ann(&out, "mps"), None, "{out}");
+    assert_eq!(mutated(&out)["mps"], "removed");
+
+    let mut s = state(&[("main", 2.0)]);
+    std::sync::Arc::make_mut(&mut s.strategy)
+        .enablement
+        .override_scheduler = Some(OverrideScheduler::Kai);
+    let p = pod(json!({"mps": "true"}), json!([gpu_container("main", 1)]));
+    let out = run_kai(&p, &s);
+    assert_eq!(out["spec"]["schedulerName"], "kai-scheduler");
+    assert_eq!(ann(&out, "mps"), None, "{out}");
+
+    // A fraction that stays keeps its mps.
+    let p = pod(
+        json!({"gpu-fraction": "0.5", "mps": "true"}),
+        json!([{"name": "main"}]),
+    );
+    let out = run_kai(&p, &state(&[("main", 0.7)]));
+    assert_eq!(ann(&out, "mps"), Some("true"));
+}
+
+/// KAI's per-container GPU memory annotations ("NvFractions") share a GPU by memory, as
+/// `gpu-memory` does: kerf never adds `gpu-fraction` to such a pod and says why.
+#[test]
+fn kerf_never_adds_a_fraction_to_pods_sharing_by_memory() {
+    let p = pod(
+        json!({"nvidia.com/container.main.gpu-memory.request": "4096"}),
+        json!([gpu_container("main", 1)]),
+    );
+    let s = state(&[("main", 0.5)]);
+    let m = mutate_pod(&p, &s, &kai()).unwrap();
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains("per-container GPU memory") && n.contains("left as is")),
+        "{:?}",
+        m.notes
+    );
+    let out = run_kai(&p, &s);
+    assert_eq!(ann(&out, "gpu-fraction"), None);
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+        "1"
+    );
+}
+
+/// K5: the queue label key is GlobalConfiguration `kai.queueLabelKey` (KAI's
+/// `global.queueLabelKey`), for reading and for writing.
+#[test]
+fn the_queue_label_key_is_kais_configured_one() {
+    let settings = KaiSettings {
+        queue_label_key: "runai/queue".into(),
+        ..KaiSettings::default()
+    };
+    let p = pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}]));
+    let m = mutate_pod(&p, &state(&[("main", 0.7)]), &settings).unwrap();
+    let out = applied(&p, &m);
+    assert_eq!(out["metadata"]["labels"]["runai/queue"], "kerf-gpu-queue");
+    assert!(
+        out["metadata"]["labels"]
+            .get("kai.scheduler/queue")
+            .is_none()
+    );
+
+    let mut p = p;
+    p["metadata"]["labels"] = json!({"runai/queue": "mine"});
+    let m = mutate_pod(&p, &state(&[("main", 0.7)]), &settings).unwrap();
+    assert_eq!(applied(&p, &m)["metadata"]["labels"]["runai/queue"], "mine");
+}
+
+/// K5: KAI's pod grouper reads the top owner's queue label before the pod's, so with one on
+/// the workload kerf sets none on the pod, even with `setQueueWhenSpecified`.
+#[test]
+fn an_owner_queue_label_wins_so_the_pod_gets_none() {
+    let p = pod(json!({"gpu-fraction": "0.5"}), json!([{"name": "main"}]));
+    let mut s = state(&[("main", 0.7)]);
+    s.owner_queue = Some("team-a".into());
+    std::sync::Arc::make_mut(&mut s.strategy).kai = Some(KaiStrategy {
+        queue: "theirs".into(),
+        set_queue_when_specified: true,
+    });
+    let out = run_kai(&p, &s);
+    assert!(out["metadata"].get("labels").is_none(), "{out}");
+    assert_eq!(out["spec"]["schedulerName"], "kai-scheduler");
+}
+
 #[test]
 fn gpu_memory_pods_keep_their_gpu_setup() {
     let p = pod(json!({"gpu-memory": "4096"}), json!([{"name": "main"}]));
     let s = state(&[("main", 0.5)]);
-    let m = mutate_pod(&p, &s, "kai-scheduler").unwrap();
+    let m = mutate_pod(&p, &s, &kai()).unwrap();
     assert!(m.notes.iter().any(|n| n.contains("gpu-memory")));
+    kai_oracle::assert_kai_accepts_patched(&p, &applied(&p, &m));
     // No GPU size (no gpu-fraction, no nvidia.com/gpu, gpu-memory kept): only the KAI
     // scheduler and queue a pod with KAI annotations gets (K5), and the record of it.
     assert_eq!(
@@ -381,7 +586,7 @@ fn missing_parent_maps_are_added() {
         out["metadata"]["labels"]["kai.scheduler/queue"],
         "kerf-gpu-queue"
     );
-    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), &kai()).unwrap();
     assert!(
         m.patch.iter().any(|op| op.op == "add"
             && op.path == "/metadata/annotations"
@@ -411,7 +616,7 @@ fn patch_paths_escape_tilde_and_slash() {
         json!({"example.com/a~b": "keep"}),
         json!([{"name": "main"}]),
     );
-    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), &kai()).unwrap();
     let paths: Vec<&str> = m.patch.iter().map(|o| o.path.as_str()).collect();
     assert!(
         paths.contains(&"/metadata/annotations/rightsizing.kubex.ai~1mutated"),
@@ -468,7 +673,7 @@ fn cpu_and_memory_requests_set_in_consistent_units() {
     );
     let mut s2 = s.clone();
     s2.resources.remove("side");
-    assert!(mutate_pod(&p, &s2, "kai").unwrap().patch.is_empty());
+    assert!(mutate_pod(&p, &s2, &kai()).unwrap().patch.is_empty());
 }
 
 #[test]
@@ -530,14 +735,14 @@ fn unchanged_pod_gets_no_patch_and_no_annotation() {
     let mut p2 = p.clone();
     p2["spec"]["schedulerName"] = json!("kai-scheduler");
     p2["metadata"]["labels"] = json!({"kai.scheduler/queue": "q"});
-    let m = mutate_pod(&p2, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    let m = mutate_pod(&p2, &state(&[("main", 0.5)]), &kai()).unwrap();
     assert!(m.patch.is_empty(), "{:?}", m.patch);
 }
 
 #[test]
 fn recommendation_for_unknown_container_is_noted() {
     let p = pod(json!({}), json!([{"name": "main"}]));
-    let m = mutate_pod(&p, &state(&[("ghost", 0.5)]), "kai").unwrap();
+    let m = mutate_pod(&p, &state(&[("ghost", 0.5)]), &kai()).unwrap();
     assert!(m.patch.is_empty());
     assert!(m.notes.iter().any(|n| n.contains("ghost")));
 }
@@ -560,10 +765,10 @@ fn malformed_pods_are_shape_errors_not_panics() {
         json!({"metadata": {"annotations": {"a": 1}}, "spec": {"containers": []}}),
         json!({"metadata": [], "spec": {"containers": []}}),
     ] {
-        assert!(mutate_pod(&p, &s, "kai").is_err(), "{p}");
+        assert!(mutate_pod(&p, &s, &kai()).is_err(), "{p}");
     }
     let p = json!({"spec": {"containers": [{"name": "main", "resources": {"limits": 5}}]}});
-    assert!(mutate_pod(&p, &state(&[("main", 2.0)]), "kai").is_err());
+    assert!(mutate_pod(&p, &state(&[("main", 2.0)]), &kai()).is_err());
 }
 
 #[test]
@@ -705,10 +910,10 @@ fn decoded_skeleton_equals_skeleton_of_whole_pod() {
     // Same patch either way.
     let s = state(&[("main", 0.5)]);
     assert_eq!(
-        mutate_skeleton(&decoded.to_node(), &s, "kai")
+        mutate_skeleton(&decoded.to_node(), &s, &kai())
             .unwrap()
             .patch,
-        mutate_pod(&p, &s, "kai").unwrap().patch
+        mutate_pod(&p, &s, &kai()).unwrap().patch
     );
 }
 
@@ -729,7 +934,7 @@ fn a_restartable_init_containers_gpu_recommendation_is_applied() {
             }
         })
     };
-    let m = mutate_pod(&sidecar_pod(), &state(&[("warmup", 0.5)]), "kai-scheduler").unwrap();
+    let m = mutate_pod(&sidecar_pod(), &state(&[("warmup", 0.5)]), &kai()).unwrap();
     assert!(
         !m.notes.iter().any(|n| n.contains("not in the pod")),
         "{:?}",
@@ -770,7 +975,7 @@ fn a_gpu_fraction_is_compared_as_the_patch_would_write_it() {
         json!({"gpu-fraction": "0.50"}),
         json!([{"name": "main", "image": "x"}]),
     );
-    let m = mutate_pod(&p, &state(&[("main", 0.5)]), "kai-scheduler").unwrap();
+    let m = mutate_pod(&p, &state(&[("main", 0.5)]), &kai()).unwrap();
     assert!(
         !m.patch
             .iter()
@@ -817,5 +1022,197 @@ fn sizes_are_written_as_their_shortest_texts() {
         (3 << 40, "3072Gi"),
     ] {
         assert_eq!(fmt_memory(b), text);
+    }
+}
+
+mod kai_property {
+    //! docs/design/kai-admission.md#k4: whatever a pod's containers hold — in the
+    //! recommendation or not, regular, init or sidecar; whole, fractional, `gpu-memory`,
+    //! `mps`, per-container GPU memory, nothing — and whatever kerf recommends, a pod KAI
+    //! accepts before kerf's patch is one KAI accepts after it ([`kai_oracle`]).
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Holding {
+        Nothing,
+        Whole(u32),
+        LimitOnly(u32),
+    }
+
+    #[derive(Clone, Debug)]
+    enum Sharing {
+        None,
+        /// `gpu-fraction` (hundredths) on container i, on n devices.
+        Fraction(u32, usize, u32),
+        Memory,
+        NvFractions,
+    }
+
+    fn holding() -> impl Strategy<Value = Holding> {
+        prop_oneof![
+            3 => Just(Holding::Nothing),
+            2 => (1u32..4).prop_map(Holding::Whole),
+            1 => (1u32..3).prop_map(Holding::LimitOnly),
+        ]
+    }
+
+    fn sharing() -> impl Strategy<Value = Sharing> {
+        prop_oneof![
+            2 => Just(Sharing::None),
+            3 => (1u32..100, 0usize..6, 1u32..3).prop_map(|(h, i, n)| Sharing::Fraction(h, i, n)),
+            1 => Just(Sharing::Memory),
+            1 => Just(Sharing::NvFractions),
+        ]
+    }
+
+    fn container(name: &str, h: &Holding, sidecar: bool) -> Value {
+        let mut c = json!({"name": name, "image": "x"});
+        match h {
+            Holding::Nothing => {}
+            Holding::Whole(n) => {
+                c["resources"] = json!({"requests": {"nvidia.com/gpu": n.to_string(), "cpu": "1"},
+                    "limits": {"nvidia.com/gpu": n.to_string()}});
+            }
+            Holding::LimitOnly(n) => {
+                c["resources"] = json!({"limits": {"nvidia.com/gpu": n.to_string()}});
+            }
+        }
+        if sidecar {
+            c["restartPolicy"] = json!("Always");
+        }
+        c
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn case() -> impl Strategy<
+        Value = (
+            Vec<Holding>,
+            Vec<(Holding, bool)>,
+            Sharing,
+            Option<&'static str>,
+            Option<&'static str>,
+            Vec<Option<u32>>,
+            (bool, bool, bool),
+        ),
+    > {
+        (
+            prop::collection::vec(holding(), 1..5),
+            prop::collection::vec((holding(), any::<bool>()), 0..3),
+            sharing(),
+            prop::option::of(prop_oneof![Just("true"), Just("false")]),
+            prop::option::of(prop_oneof![
+                Just("kai-scheduler"),
+                Just("default-scheduler")
+            ]),
+            // A recommendation per container (hundredths of a GPU), the last for a ghost.
+            prop::collection::vec(prop::option::of(1u32..450), 7),
+            (any::<bool>(), any::<bool>(), any::<bool>()),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_patched_pod_passes_kais_admission_rule(
+            (regular, init, sharing, mps, scheduler, recs, (override_kai, up, down)) in case()
+        ) {
+            let names: Vec<String> = (0..regular.len() + init.len())
+                .map(|i| format!("c{i}"))
+                .collect();
+            let mut p = pod(json!({}), Value::Array(
+                regular.iter().enumerate().map(|(i, h)| container(&names[i], h, false)).collect(),
+            ));
+            if !init.is_empty() {
+                p["spec"]["initContainers"] = Value::Array(
+                    init.iter()
+                        .enumerate()
+                        .map(|(i, (h, sidecar))| container(&names[regular.len() + i], h, *sidecar))
+                        .collect(),
+                );
+            }
+            let a = &mut p["metadata"]["annotations"];
+            match sharing {
+                Sharing::None => {}
+                Sharing::Fraction(h, i, n) => {
+                    a["gpu-fraction"] = json!(fmt_hundredths(h));
+                    if n > 1 {
+                        a["gpu-fraction-num-devices"] = json!(n.to_string());
+                    }
+                    if i > 0 && i < names.len() {
+                        a["gpu-fraction-container-name"] = json!(names[i]);
+                    }
+                }
+                Sharing::Memory => a["gpu-memory"] = json!("2048"),
+                Sharing::NvFractions => {
+                    a[format!("nvidia.com/container.{}.gpu-memory.request", names[0])] = json!("2048");
+                }
+            }
+            if let Some(m) = mps {
+                a["mps"] = json!(m);
+            }
+            if let Some(s) = scheduler {
+                p["spec"]["schedulerName"] = json!(s);
+            }
+            let pairs: Vec<(String, f64)> = recs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let name = names.get(i).cloned().unwrap_or_else(|| "ghost".into());
+                    r.map(|h| (name, f64::from(h) / 100.0))
+                })
+                .collect();
+            let refs: Vec<(&str, f64)> = pairs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+            let mut s = state(&refs);
+            let mut view = updown(up, down);
+            if override_kai {
+                view.enablement.override_scheduler = Some(OverrideScheduler::Kai);
+            }
+            s.strategy = std::sync::Arc::new(view);
+            let m = mutate_pod(&p, &s, &kai()).expect("mutation builds");
+            let out = applied(&p, &m);
+            kai_oracle::assert_kai_accepts_patched(&p, &out);
+            let again = mutate_pod(&out, &s, &kai()).expect("second mutation builds");
+            prop_assert!(again.patch.is_empty(), "reinvocation is a no-op: {:?}", again.patch);
+        }
+    }
+
+    /// The generator reaches the shapes the rule is about: without kerf's rule, many patched
+    /// pods here would hold a fraction beside whole GPUs.
+    #[test]
+    fn the_oracle_refuses_what_kerf_must_never_make() {
+        let refused = |p: Value| kai_oracle::kai_validate_gpu_requests(&p).unwrap_err();
+        let mut p = pod(
+            json!({"gpu-fraction": "0.9", "gpu-fraction-num-devices": "2"}),
+            json!([{"name": "a"}, gpu_container("b", 2)]),
+        );
+        assert!(refused(p.clone()).contains("cannot have both GPU fraction request and whole GPU"));
+        p["spec"]["containers"] = json!([{"name": "a"}]);
+        p["spec"]["initContainers"] = json!([gpu_container("side", 2)]);
+        assert!(refused(p.clone()).contains("cannot have both"));
+        let p = pod(json!({"mps": "true"}), json!([gpu_container("a", 1)]));
+        assert_eq!(
+            refused(p),
+            "MPS is only supported with GPU fraction request"
+        );
+        let p = pod(json!({"gpu-fraction": "1.0"}), json!([{"name": "a"}]));
+        assert!(refused(p).contains("smaller than 1.0"));
+        let p = pod(
+            json!({"gpu-memory": "100", "gpu-fraction": "0.5"}),
+            json!([{"name": "a"}]),
+        );
+        assert_eq!(refused(p), "cannot request both GPU and GPU memory");
+        let p = pod(
+            json!({"gpu-fraction-num-devices": "2"}),
+            json!([{"name": "a"}]),
+        );
+        assert!(refused(p).contains("without specifying fraction portion"));
+        let ok = pod(
+            json!({"gpu-fraction": "0.5", "mps": "true"}),
+            json!([{"name": "a"}]),
+        );
+        assert_eq!(kai_oracle::kai_validate_gpu_requests(&ok), Ok(()));
     }
 }

@@ -15,7 +15,9 @@ use jiff::{SignedDuration, Timestamp};
 
 use self::engine::{Action, EngineInput, EngineOutput, SignalSamples};
 use crate::api::{Signal, StrategyView};
-use crate::core::allocation::{container_allocations, default_scope_containers};
+use crate::core::accelerator::NVIDIA_KAI;
+use crate::core::admission::{GpuTarget, allowed, kai};
+use crate::core::allocation::{container_allocations, default_scope_containers, gpu_holdings};
 use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, Name};
 use crate::core::model::{
     GpuMap, GpuRecommendation, PolicyId, PolicyPart, WorkloadKey, WorkloadState, parse_baseline,
@@ -336,6 +338,8 @@ pub struct WorkloadResult {
     pub reasons: Vec<String>,
     /// Set when a metric query for one of the workload's policies failed: nothing changes.
     pub metrics_unavailable: bool,
+    /// The workload's own KAI queue label (`WorkloadState::owner_queue`).
+    pub owner_queue: Option<String>,
 }
 
 /// Annotations that failed to parse are reported and treated as absent.
@@ -595,6 +599,7 @@ pub fn evaluate_workload(
         gpu_strategies: BTreeMap::new(),
         reasons: Vec::new(),
         metrics_unavailable: false,
+        owner_queue: w.labels.get(&snapshot.global.kai.queue_label_key).cloned(),
     };
     let mut outputs: Vec<(usize, EngineOutput)> = Vec::new();
     for a in &wp.assignments {
@@ -667,12 +672,54 @@ pub fn evaluate_workload(
             .filter_map(|id| Some((id.clone(), strategy_of(id)?)))
             .collect();
     }
+    reasons.extend(kai_shape_reason(w, &result));
+    if let Some(q) = &result.owner_queue {
+        if result.recommendation.is_some() && result.strategy.kai().set_queue_when_specified {
+            reasons.push(format!(
+                "the workload's own label {}={q} sets its pods' queue: KAI reads the top owner's queue label before the pod's, so setQueueWhenSpecified sets no queue on its pods",
+                snapshot.global.kai.queue_label_key
+            ));
+        }
+    }
     result.reasons = reasons;
     // A result is held per workload until the writes are planned: no growth slack.
     result.reasons.shrink_to_fit();
     result.policies.shrink_to_fit();
     result.containers.shrink_to_fit();
     result
+}
+
+/// Why the pods cannot take the recommendation as it is under KAI's admission rules, and the
+/// shape they get instead (docs/design/kai-admission.md#k4), read on the workload's template:
+/// the recommendation itself stays as computed.
+fn kai_shape_reason(w: &Workload, result: &WorkloadResult) -> Option<String> {
+    let rec = result.recommendation.as_deref()?;
+    if NVIDIA_KAI
+        .shares_by_memory(w.template.annotations())
+        .is_some()
+    {
+        return None;
+    }
+    let slots: Vec<kai::Slot<'_>> = gpu_holdings(w.template.pod_spec(), w.template.annotations())
+        .into_iter()
+        .map(|(name, holds)| kai::Slot {
+            name,
+            holds,
+            target: rec
+                .containers
+                .get(name)
+                .and_then(|&r| GpuTarget::from_units(r)),
+        })
+        .collect();
+    // Most workloads need no change of shape: only then is the served state built.
+    kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |_, _| true).why?;
+    let all_planned: Vec<_> = slots.iter().map(|s| s.target).collect();
+    let state = result.to_state();
+    let shape = kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |i, t| {
+        let name = slots[i].name;
+        allowed(t, result.template_gpu.get(name).copied(), &state, name)
+    });
+    shape.why.filter(|_| shape.targets != all_planned)
 }
 
 /// Combines the engine outputs of the policies sharing a workload (one in the default mode).
@@ -757,6 +804,7 @@ impl WorkloadResult {
             policy: self.main_policy().cloned(),
             strategy: self.strategy.clone(),
             gpu_strategies: self.gpu_strategies.clone(),
+            owner_queue: self.owner_queue.clone(),
         }
     }
 }
@@ -1003,6 +1051,7 @@ mod tests {
             gpu_strategies: [(a.clone(), Arc::new(StrategyView::default()))].into(),
             reasons: Vec::new(),
             metrics_unavailable: true,
+            owner_queue: None,
         };
         let state = result.to_state();
         let served = &state.gpu.as_ref().unwrap().containers;
