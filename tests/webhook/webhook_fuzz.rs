@@ -13,6 +13,7 @@ use kerf::server::handle_review;
 use kerf::server::review::Outcome;
 use kerf::state::Store;
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use serde_json::Value;
 
 fn store() -> Arc<Store> {
@@ -351,4 +352,79 @@ fn array_in_place_of_an_object_is_not_patched() {
         2 * FIXTURES.len() + FIXTURES.iter().filter(|f| f.starts_with("pod-")).count(),
         "{replaced:#?}"
     );
+}
+
+/// What a review body comes to: `400`, or the outcome and the object with the patch applied
+/// (as a 64-bit FNV-1a digest of its compact JSON, so the record stays small).
+fn admitted_digest(body: &[u8], store: &Store) -> String {
+    let reply = handle_review(body, store);
+    if reply.status != 200 {
+        return format!("{}", reply.status);
+    }
+    let resp: Value = serde_json::from_slice(&reply.body).unwrap();
+    let review: Value = serde_json::from_slice(body).unwrap();
+    let object = &review["request"]["object"];
+    let applied = support::apply(object, &resp);
+    let text = serde_json::to_string(&applied).unwrap();
+    let digest = text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    format!("{} {digest:016x}", reply.outcome.as_str())
+}
+
+/// Every review body of the record: the fixtures, the fuzz regressions, and 600 structural
+/// variants of the fixtures from a fixed seed — only bodies that are JSON (what the API server
+/// sends).
+fn recorded_bodies() -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for f in FIXTURES.iter().chain(&["pod-web.json"]) {
+        out.push((f.to_string(), serde_json::to_vec(&support::fixture(f)).unwrap()));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let mut regressions: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    regressions.sort();
+    for p in regressions {
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        out.push((name, std::fs::read(p).unwrap()));
+    }
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let bodies = arb_body();
+    let mut i = 0;
+    while out.len() < 600 + 9 {
+        let body = bodies.new_tree(&mut runner).unwrap().current();
+        i += 1;
+        if serde_json::from_slice::<Value>(&body).is_ok() {
+            out.push((format!("variant-{i}"), body));
+        }
+    }
+    out
+}
+
+/// The patched objects are those the previous admission builder made (recorded in
+/// `tests/fixtures/admission-record.txt` with `KERF_RECORD_ADMISSION=1`): a change of how the
+/// patch is computed may change its operations, never the pod or HPA they produce.
+#[test]
+fn patched_objects_are_those_on_record() {
+    let store = store();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission-record.txt");
+    let now: Vec<String> = recorded_bodies()
+        .iter()
+        .map(|(name, body)| format!("{name} {}", admitted_digest(body, &store)))
+        .collect();
+    if std::env::var_os("KERF_RECORD_ADMISSION").is_some() {
+        std::fs::write(&path, now.join("\n") + "\n").unwrap();
+        return;
+    }
+    let record = std::fs::read_to_string(&path).expect("the record exists");
+    let record: Vec<&str> = record.lines().collect();
+    assert_eq!(record.len(), now.len());
+    let patched = record.iter().filter(|l| l.contains(" patched ")).count();
+    assert!(patched >= 100, "only {patched} patched objects on record");
+    for (want, got) in record.iter().zip(&now) {
+        assert_eq!(*want, got, "the admitted object differs from the record");
+    }
 }
