@@ -8,11 +8,6 @@
 //! and HTTP stack (`kerf::server::serve_app`) with a handler that reads the body and answers a
 //! fixed AdmissionReview without parsing anything — the floor of the stack itself. With
 //! `NULL_ANSWER_FILE=FILE` it answers that file's bytes instead (kerf's own answer, say).
-//! `cargo bench --bench admission -- stepped ADDR CERT KEY` serves the null server's answer in
-//! a step of its own, as kerf's `mutate` decides its review (the stack in kerf's steps).
-//! `cargo bench --bench admission -- validate ADDR CERT KEY` serves the validate server: the null
-//! server plus kerf's JSON scanner over the whole body (a malformed body gets a 400) — the least
-//! any webhook that turns malformed reviews away must do on kerf's stack.
 //! `cargo bench --bench admission -- kerf ADDR CERT KEY FIXTURE` serves kerf's real server with a
 //! store holding a GPU and CPU/memory recommendation for the fixture pod's workload, so every
 //! request goes through owner resolution, the patch builder and the diff.
@@ -61,12 +56,6 @@ fn main() -> anyhow::Result<()> {
         ["certs", dir] => certs(Path::new(dir)),
         ["floor", addr, cert, key] => rt.block_on(floor(addr.parse()?, cert.into(), key.into())),
         ["null", addr, cert, key] => rt.block_on(null(addr.parse()?, cert.into(), key.into())),
-        ["stepped", addr, cert, key] => {
-            rt.block_on(stepped(addr.parse()?, cert.into(), key.into()))
-        }
-        ["validate", addr, cert, key] => {
-            rt.block_on(validate(addr.parse()?, cert.into(), key.into()))
-        }
         ["profile", fixture] => profile(fixture),
         ["handler", fixture, n] => handler(fixture, n.parse()?),
         ["openloop", url, rate, secs, conns, body] => open_loop(
@@ -81,7 +70,7 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | stepped ADDR CERT KEY | validate ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
+                "usage: admission certs DIR | floor ADDR CERT KEY | null ADDR CERT KEY | kerf ADDR CERT KEY FIXTURE | profile FIXTURE | handler FIXTURE N | openloop URL RATE SECONDS CONNECTIONS BODY"
             );
             std::process::exit(2)
         }
@@ -165,33 +154,6 @@ async fn null(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<(
     serve_on_kerfs_stack("null", post(null_mutate), addr, cert, key).await
 }
 
-/// The null server's answer given as kerf's `mutate` gives its own: in a step of its own
-/// (`kerf::server::in_own_step`), so the stack's reads and writes of requests that are ready
-/// together run back to back as they do in kerf's server.
-async fn stepped_mutate(body: Bytes) -> impl IntoResponse {
-    kerf::server::in_own_step(|| null_answer(&body)).await
-}
-
-/// The stepped null server: what kerf's stack, run in kerf's steps, costs without a review.
-async fn stepped(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
-    serve_on_kerfs_stack("stepped", post(stepped_mutate), addr, cert, key).await
-}
-
-/// The null server plus the one check every answer needs: the body is JSON (else a 400).
-async fn validate_mutate(body: Bytes) -> axum::response::Response {
-    if kerf::server::review::body_is_json(&body) {
-        null_answer(&body).into_response()
-    } else {
-        (StatusCode::BAD_REQUEST, "request body is not JSON\n").into_response()
-    }
-}
-
-/// The validate server: the null server that also checks the body is JSON with kerf's own
-/// scanner (what any webhook that answers a malformed body with a 400 must do at least).
-async fn validate(addr: SocketAddr, cert: PathBuf, key: PathBuf) -> anyhow::Result<()> {
-    serve_on_kerfs_stack("validate", post(validate_mutate), addr, cert, key).await
-}
-
 /// `mutate` as `POST /mutate` on kerf's own TLS/HTTP stack, with the webhook's body limit.
 async fn serve_on_kerfs_stack(
     name: &str,
@@ -262,18 +224,14 @@ fn profile(fixture: &str) -> anyhow::Result<()> {
     time("Pod from &Value", &|| {
         std::hint::black_box(<Pod as serde::Deserialize>::deserialize(&obj).unwrap());
     });
-    // The patch builder's tree (`Node`): copy, equality and diff of the whole pod.
-    let node = kerf::core::admission::Node::from(&obj);
-    time("clone Node", &|| {
-        std::hint::black_box(node.clone());
+    // The patch builder's own costs: a copy of the pod, and the json-patch diff of two equal
+    // pods (the diff passes over every field).
+    time("clone Value", &|| {
+        std::hint::black_box(obj.clone());
     });
-    time("eq Node", &|| {
-        std::hint::black_box(node == std::hint::black_box(&node).clone());
-    });
-    // Against a copy: the diff passes over a value that is the original's own at once.
-    let copy = node.clone();
-    time("diff Node", &|| {
-        std::hint::black_box(kerf::core::admission::diff(&node, &copy));
+    let copy = obj.clone();
+    time("json_patch::diff", &|| {
+        std::hint::black_box(json_patch::diff(&obj, &copy));
     });
     Ok(())
 }

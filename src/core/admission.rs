@@ -1,45 +1,27 @@
 //! The admission patch builder (pure): from an object being admitted and what the store knows
 //! about its workload, the desired object and the JSON Patch that turns one into the other.
 //!
-//! Objects are handled as JSON values so fields kerf does not know survive untouched. The patch
-//! is a diff between the original and the desired object, so a second invocation on an
-//! already-patched object yields an empty patch (`reinvocationPolicy: IfNeeded`).
-//!
-//! kerf's readings beyond the rules of docs/design/kai-admission.md (written there too):
-//! - GPU sizes go through [`GpuTarget::from_units`]: noise removal (round to 9 decimals) before
-//!   rounding up to 0.01. A fraction that rounds up to 1.00 becomes whole GPUs.
-//! - The KAI contract carries one fractional container per pod. If several containers would need
-//!   a fraction, the first (pod order) gets it and the others get whole GPUs (⌈r⌉, never below
-//!   the recommendation).
-//! - `enablement.gpu.requests.upsize/downsize` compare the size that would be applied (after
-//!   rounding) with the template's allocation (`WorkloadState.template_gpu`, else the pod's own).
-//! - The scheduler is overridden when the strategy says `kai`, when the pod already carries KAI
-//!   annotations, or when the patched pod carries `gpu-fraction` (only KAI honours it).
-//! - A pod with KAI `gpu-memory` keeps its GPU setup: kerf has no current allocation for it.
-//! - CPU is written in millicores (`700m`); memory as `<n>Gi` when a whole number of GiB, else
-//!   `<n>Mi` when a whole number of MiB, else plain bytes. A request above the container's
-//!   existing limit is capped at the limit (the API server would reject the pod otherwise).
-//! - `rightsizing.kubex.ai/mutated` is `{"policy": …, "containers": {c: {"gpu": …, "cpu": …,
-//!   "memory": …}}, "schedulerName": …, "queue": …}` listing only what this admission changed;
-//!   GPU values are `0.84` (fraction of one device), `2x0.84` (fraction on each of 2 devices)
-//!   or `2` (whole GPUs).
+//! Objects are handled as `serde_json` values so fields kerf does not know survive untouched.
+//! Each concern of a pod's patch is a function of its own, as in VPA's admission controller:
+//! the GPU target ([`gpu_targets`], over KAI's one-fractional-container rule in [`kai`]),
+//! CPU/memory requests ([`resource_requests`]), scheduler and queue ([`scheduler_and_queue`]),
+//! and the metadata they imply ([`metadata`]). The patch is the `json-patch` crate's diff
+//! between the original and the desired object, so a second invocation on an already-patched
+//! object yields an empty patch (`reinvocationPolicy: IfNeeded`). The rules and kerf's readings
+//! of them are docs/design/kai-admission.md.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use json_patch::PatchOperation;
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-mod draft;
 pub mod kai;
-mod node;
-use draft::{Draft, DraftObj};
-pub use node::{Node, Obj, ObjDecoder, RAW_VALUE_KEY};
 
 use crate::api::KaiSettings;
 use crate::core::accelerator::{Holds, NVIDIA_KAI};
 use crate::core::hpa::{analyze_metric_specs, utilization_metrics};
-use crate::core::json_text;
 use crate::core::quantity;
 
 use crate::core::model::{ANNOTATION_MUTATED, CoordinatedHpa, PolicyId, WorkloadState};
@@ -63,15 +45,15 @@ fn shape(msg: impl Into<String>) -> ShapeError {
 pub struct Mutation {
     /// RFC 6902 operations turning the original into the desired state of what kerf manages
     /// (for a pod its [`pod_skeleton`], for an HPA the whole object); empty when nothing changes.
-    pub patch: Vec<PatchOp>,
+    pub patch: Vec<PatchOperation>,
     /// Human-readable reasons for containers left alone.
     pub notes: Vec<String>,
 }
 
 impl Mutation {
-    fn from(original: &Node, desired: &Draft<'_>, notes: Vec<String>) -> Self {
+    fn from(original: &Value, desired: &Value, notes: Vec<String>) -> Self {
         Self {
-            patch: diff_draft(original, desired),
+            patch: json_patch::diff(original, desired).0,
             notes,
         }
     }
@@ -193,23 +175,23 @@ pub fn fmt_hundredths(h: u32) -> String {
 
 /// The text of a quantity in a JSON object: a string, or a bare number as Kubernetes also
 /// accepts. Parsed by [`quantity`], never through a float.
-fn quantity_text(v: &Node) -> Option<Cow<'_, str>> {
+fn quantity_text(v: &Value) -> Option<Cow<'_, str>> {
     match v {
-        Node::String(s) => Some(Cow::Borrowed(s)),
-        Node::Number(n) => Some(Cow::Owned(n.to_string())),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
         _ => None,
     }
 }
 
-fn cpu_millis_of(v: &Node) -> Option<i64> {
+fn cpu_millis_of(v: &Value) -> Option<i64> {
     quantity::parse_cpu_millis(&quantity_text(v)?).ok()
 }
 
-fn memory_bytes_of(v: &Node) -> Option<i64> {
+fn memory_bytes_of(v: &Value) -> Option<i64> {
     quantity::parse_memory_bytes(&quantity_text(v)?).ok()
 }
 
-fn gpus_of(v: &Node) -> Option<f64> {
+fn gpus_of(v: &Value) -> Option<f64> {
     quantity::parse_gpus(&quantity_text(v)?).ok()
 }
 
@@ -239,20 +221,28 @@ pub fn fmt_memory(bytes: i64) -> String {
 // ---------------------------------------------------------------------------------------------
 // JSON helpers
 
-/// `v[key]` as an object, created when missing or null (so missing parent maps get added).
-fn child_obj<'d, 'a>(
-    v: &'d mut DraftObj<'a>,
-    key: &'a str,
+/// `m[key]` as an object, created when missing or null (so missing parent maps get added).
+fn child_obj<'m>(
+    m: &'m mut Map<String, Value>,
+    key: &str,
     at: &str,
-) -> Result<&'d mut DraftObj<'a>, ShapeError> {
-    v.child_obj(key)
+) -> Result<&'m mut Map<String, Value>, ShapeError> {
+    let v = m.entry(key).or_insert(Value::Null);
+    if v.is_null() {
+        *v = Value::Object(Map::new());
+    }
+    v.as_object_mut()
         .ok_or_else(|| shape(format!("{at}.{key} is not an object")))
 }
 
-fn get_obj<'a>(v: &'a Node, key: &str, at: &str) -> Result<Option<&'a Obj>, ShapeError> {
-    match v.get(key) {
-        None | Some(Node::Null) => Ok(None),
-        Some(Node::Object(m)) => Ok(Some(m)),
+fn get_obj<'a>(
+    m: &'a Map<String, Value>,
+    key: &str,
+    at: &str,
+) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) => Ok(Some(o)),
         Some(_) => Err(shape(format!("{at}.{key} is not an object"))),
     }
 }
@@ -260,11 +250,11 @@ fn get_obj<'a>(v: &'a Node, key: &str, at: &str) -> Result<Option<&'a Obj>, Shap
 /// A string map (`annotations`, `labels`) of `metadata`, every value checked to be a string,
 /// read in place.
 #[derive(Clone, Copy)]
-struct StrObj<'a>(Option<&'a Obj>);
+struct StrObj<'a>(Option<&'a Map<String, Value>>);
 
 impl<'a> StrObj<'a> {
     fn get(&self, key: &str) -> Option<&'a str> {
-        self.0?.get(key).and_then(Node::as_str)
+        self.0?.get(key).and_then(Value::as_str)
     }
 
     fn contains_key(&self, key: &str) -> bool {
@@ -282,33 +272,45 @@ impl StrMap for StrObj<'_> {
 }
 
 /// The string map `key` of `metadata` (missing or null: empty).
-fn string_map<'a>(meta: Option<&'a Obj>, key: &str) -> Result<StrObj<'a>, ShapeError> {
-    let Some(m) = meta.and_then(|m| m.get(key)) else {
-        return Ok(StrObj(None));
-    };
-    match m {
-        Node::Null => Ok(StrObj(None)),
-        Node::Object(m) => match m.iter().find(|(_, v)| v.as_str().is_none()) {
+fn string_map<'a>(
+    meta: Option<&'a Map<String, Value>>,
+    key: &str,
+) -> Result<StrObj<'a>, ShapeError> {
+    match get_obj_or_shape(meta, key)? {
+        None => Ok(StrObj(None)),
+        Some(m) => match m.iter().find(|(_, v)| !v.is_string()) {
             Some((k, _)) => Err(shape(format!("metadata.{key}[{k:?}] is not a string"))),
             None => Ok(StrObj(Some(m))),
         },
-        _ => Err(shape(format!("metadata.{key} is not an object"))),
     }
 }
 
-fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(&'a str, &'a Node)>, ShapeError> {
+fn get_obj_or_shape<'a>(
+    meta: Option<&'a Map<String, Value>>,
+    key: &str,
+) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
+    match meta {
+        None => Ok(None),
+        Some(m) => get_obj(m, key, "metadata"),
+    }
+}
+
+fn containers<'a>(
+    spec: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Vec<(&'a str, &'a Value)>, ShapeError> {
     match spec.get(key) {
-        None | Some(Node::Null) => Ok(Vec::new()),
-        Some(Node::Array(a)) => a
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let name = c.get("name").and_then(Node::as_str).ok_or_else(|| {
-                    shape(format!("spec.{key}[{i}].name is missing or not a string"))
-                })?;
                 if !c.is_object() {
                     return Err(shape(format!("spec.{key}[{i}] is not an object")));
                 }
+                let name = c.get("name").and_then(Value::as_str).ok_or_else(|| {
+                    shape(format!("spec.{key}[{i}].name is missing or not a string"))
+                })?;
                 Ok((name, c))
             })
             .collect(),
@@ -316,31 +318,47 @@ fn containers<'a>(spec: &'a Obj, key: &str) -> Result<Vec<(&'a str, &'a Node)>, 
     }
 }
 
-fn container_mut<'d, 'a>(
-    pod: &'d mut DraftObj<'a>,
-    list: &str,
-    idx: usize,
-) -> Result<&'d mut DraftObj<'a>, ShapeError> {
+fn container_mut(pod: &mut Value, at: ContainerAt) -> Result<&mut Map<String, Value>, ShapeError> {
+    let (list, idx) = (at.list(), at.index());
     pod.get_mut("spec")
-        .and_then(Draft::obj_mut)
         .and_then(|s| s.get_mut(list))
-        .and_then(Draft::arr_mut)
         .and_then(|l| l.get_mut(idx))
-        .and_then(Draft::obj_mut)
+        .and_then(Value::as_object_mut)
         .ok_or_else(|| shape(format!("spec.{list}[{idx}] is not an object")))
 }
 
 /// The container's `resources.<which>` map, created when missing.
-fn resources_mut<'d, 'a>(
-    c: &'d mut DraftObj<'a>,
-    which: &'a str,
-) -> Result<&'d mut DraftObj<'a>, ShapeError> {
+fn resources_mut<'d>(
+    c: &'d mut Map<String, Value>,
+    which: &str,
+) -> Result<&'d mut Map<String, Value>, ShapeError> {
     let res = child_obj(c, "resources", "container")?;
     child_obj(res, which, "container.resources")
 }
 
-fn resource_value<'a>(c: &'a Node, which: &str, name: &str) -> Option<&'a Node> {
+fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value> {
     c.get("resources")?.get(which)?.get(name)
+}
+
+/// The pod's `metadata` in the desired object, created when missing.
+fn metadata_mut(desired: &mut Value) -> Result<&mut Map<String, Value>, ShapeError> {
+    let root = desired
+        .as_object_mut()
+        .ok_or_else(|| shape("the pod is not a JSON object"))?;
+    child_obj(root, "metadata", "pod")
+}
+
+fn set_str(
+    map: &mut Map<String, Value>,
+    key: &str,
+    value: String,
+    same: impl Fn(&Value) -> bool,
+) -> bool {
+    if map.get(key).is_some_and(same) {
+        return false;
+    }
+    map.insert(key.to_string(), Value::String(value));
+    true
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -377,7 +395,7 @@ fn current_fraction(annotations: StrObj<'_>, first: Option<&str>) -> Option<KaiF
 }
 
 /// GPU units container `c` has on the pod as admitted.
-fn current_units(c_name: &str, c: &Node, frac: Option<&KaiFraction>) -> Option<f64> {
+fn current_units(c_name: &str, c: &Value, frac: Option<&KaiFraction>) -> Option<f64> {
     if let Some(f) = frac.filter(|f| f.container == c_name) {
         return Some(f.nanos as f64 / NANOS as f64 * f64::from(f.devices));
     }
@@ -386,6 +404,7 @@ fn current_units(c_name: &str, c: &Node, frac: Option<&KaiFraction>) -> Option<f
         .and_then(gpus_of)
 }
 
+/// What this admission changed, for the `mutated` annotation.
 #[derive(Default)]
 struct Changes {
     containers: BTreeMap<String, BTreeMap<&'static str, String>>,
@@ -401,44 +420,30 @@ impl Changes {
     }
 }
 
-/// Sets `map[key] = value` unless an equivalent value is there; true when it changed.
-fn set_str<'a>(
-    map: &mut DraftObj<'a>,
-    key: &'a str,
-    value: String,
-    same: impl Fn(&Node) -> bool,
-) -> bool {
-    if map.node(key).is_some_and(same) {
-        return false;
-    }
-    map.insert(key, Draft::New(Node::String(value)));
-    true
-}
-
 /// The parts of a pod the builder reads or writes — `metadata.annotations`, `metadata.labels`,
 /// `spec.schedulerName`, and `name`/`resources` of every (init) container — at their original
 /// paths (container indices kept). Diffing skeletons gives the same patch as diffing whole pods
 /// without cloning or comparing the rest (env, volumes, probes…), which dominates large pods.
-pub fn pod_skeleton(pod: &Value) -> Result<Node, ShapeError> {
+pub fn pod_skeleton(pod: &Value) -> Result<Value, ShapeError> {
     let root = pod
         .as_object()
         .ok_or_else(|| shape("the pod is not a JSON object"))?;
-    let pick = |m: &serde_json::Map<String, Value>, keys: &[&str]| -> Obj {
+    let pick = |m: &Map<String, Value>, keys: &[&str]| -> Map<String, Value> {
         keys.iter()
-            .filter_map(|k| m.get(*k).map(|v| ((*k).to_string(), Node::from(v))))
+            .filter_map(|k| m.get(*k).map(|v| ((*k).to_string(), v.clone())))
             .collect()
     };
-    let mut out = Obj::new();
+    let mut out = Map::new();
     match root.get("metadata") {
         None => {}
         Some(Value::Object(m)) => {
             out.insert(
                 "metadata".into(),
-                Node::Object(pick(m, &["annotations", "labels"])),
+                Value::Object(pick(m, &["annotations", "labels"])),
             );
         }
         Some(Value::Null) => {
-            out.insert("metadata".into(), Node::Null);
+            out.insert("metadata".into(), Value::Null);
         }
         Some(_) => return Err(shape("pod.metadata is not an object")),
     }
@@ -454,21 +459,21 @@ pub fn pod_skeleton(pod: &Value) -> Result<Node, ShapeError> {
                     let items = a
                         .iter()
                         .map(|c| match c {
-                            Value::Object(cm) => Node::Object(pick(cm, &["name", "resources"])),
-                            other => Node::from(other),
+                            Value::Object(cm) => Value::Object(pick(cm, &["name", "resources"])),
+                            other => other.clone(),
                         })
                         .collect();
-                    ss.insert(list.into(), Node::Array(items));
+                    ss.insert(list.into(), Value::Array(items));
                 }
                 // Kept as is: the builder reports the shape problem.
                 Some(other) => {
-                    ss.insert(list.into(), Node::from(other));
+                    ss.insert(list.into(), other.clone());
                 }
             }
         }
-        out.insert("spec".into(), Node::Object(ss));
+        out.insert("spec".into(), Value::Object(ss));
     }
-    Ok(Node::Object(out))
+    Ok(Value::Object(out))
 }
 
 /// Where a container sits in the pod: `spec.containers[i]` or `spec.initContainers[i]`.
@@ -566,14 +571,14 @@ pub struct MetaSkeleton {
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
-    pub(crate) annotations: Option<Obj>,
+    pub(crate) annotations: Option<Map<String, Value>>,
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SpecSkeleton {
     #[serde(default)]
-    pub(crate) scheduler_name: Option<Node>,
+    pub(crate) scheduler_name: Option<Value>,
     #[serde(default, deserialize_with = "objects_only")]
     pub(crate) containers: Option<Vec<ContainerSkeleton>>,
     #[serde(default, deserialize_with = "objects_only")]
@@ -583,49 +588,49 @@ pub(crate) struct SpecSkeleton {
 #[derive(Clone, Debug, serde::Deserialize)]
 pub(crate) struct ContainerSkeleton {
     #[serde(default)]
-    pub(crate) name: Option<Node>,
+    pub(crate) name: Option<Value>,
     #[serde(default)]
-    pub(crate) resources: Option<Node>,
+    pub(crate) resources: Option<Value>,
 }
 
 impl PodSkeleton {
     /// The same JSON [`pod_skeleton`] builds from the whole pod (null maps count as missing).
-    pub fn to_node(&self) -> Node {
-        self.clone().into_node()
+    pub fn to_value(&self) -> Value {
+        self.clone().into_value()
     }
 
-    /// [`Self::to_node`], moving the decoded parts instead of copying them (the webhook's path).
-    pub fn into_node(self) -> Node {
-        let mut out = Obj::new();
+    /// [`Self::to_value`], moving the decoded parts instead of copying them (the webhook's path).
+    pub fn into_value(self) -> Value {
+        let mut out = Map::new();
         if let Some(m) = self.metadata {
-            let mut mm = Obj::new();
+            let mut mm = Map::new();
             if let Some(a) = m.annotations {
-                mm.insert("annotations".into(), Node::Object(a));
+                mm.insert("annotations".into(), Value::Object(a));
             }
             if let Some(l) = m.labels {
                 // In the map's (sorted) order, as serializing it would give.
-                let l = l.into_iter().map(|(k, v)| (k, Node::String(v))).collect();
-                mm.insert("labels".into(), Node::Object(l));
+                let l = l.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                mm.insert("labels".into(), Value::Object(l));
             }
-            out.insert("metadata".into(), Node::Object(mm));
+            out.insert("metadata".into(), Value::Object(mm));
         }
         if let Some(sp) = self.spec {
-            let mut ss = Obj::new();
+            let mut ss = Map::new();
             if let Some(n) = sp.scheduler_name {
                 ss.insert("schedulerName".into(), n);
             }
             let list = |cs: Vec<ContainerSkeleton>| {
-                Node::Array(
+                Value::Array(
                     cs.into_iter()
                         .map(|c| {
-                            let mut cm = Obj::new();
+                            let mut cm = Map::new();
                             if let Some(n) = c.name {
                                 cm.insert("name".into(), n);
                             }
                             if let Some(r) = c.resources {
                                 cm.insert("resources".into(), r);
                             }
-                            Node::Object(cm)
+                            Value::Object(cm)
                         })
                         .collect(),
                 )
@@ -636,234 +641,66 @@ impl PodSkeleton {
             if let Some(cs) = sp.init_containers {
                 ss.insert("initContainers".into(), list(cs));
             }
-            out.insert("spec".into(), Node::Object(ss));
+            out.insert("spec".into(), Value::Object(ss));
         }
-        Node::Object(out)
+        Value::Object(out)
     }
 }
 
-/// [`mutate_pod`] on a skeleton (from [`pod_skeleton`] or [`PodSkeleton::to_node`]).
+/// [`mutate_pod`] on a skeleton (from [`pod_skeleton`] or [`PodSkeleton::to_value`]).
 pub fn mutate_skeleton(
-    pod: &Node,
+    pod: &Value,
     state: &WorkloadState,
     kai: &KaiSettings,
 ) -> Result<Mutation, ShapeError> {
     let (desired, notes) = desired_pod(pod, state, kai)?;
-    Ok(Mutation::from(pod, &Draft::Obj(desired), notes))
+    Ok(Mutation::from(pod, &desired, notes))
 }
 
-/// The desired skeleton (a draft of `pod`) and the notes on what was left alone.
-fn desired_pod<'a>(
-    pod: &'a Node,
-    state: &WorkloadState,
-    kai: &'a KaiSettings,
-) -> Result<(DraftObj<'a>, Vec<String>), ShapeError> {
-    let root = pod
-        .as_object()
-        .ok_or_else(|| shape("the pod is not a JSON object"))?;
-    let meta = get_obj(pod, "metadata", "pod")?;
-    let annotations = string_map(meta, "annotations")?;
-    let labels = string_map(meta, "labels")?;
-    let spec = root
-        .get("spec")
-        .and_then(Node::as_object)
-        .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
-    let regular = containers(spec, "containers")?;
-    let init = containers(spec, "initContainers")?;
-    let first = regular.first().map(|(n, _)| *n);
-
-    let uses_kai = NVIDIA_KAI
-        .sharing_annotations()
-        .iter()
-        .any(|k| annotations.contains_key(k));
-    let frac = current_fraction(annotations, first);
-
-    let mut desired = DraftObj::of(root);
-    let mut notes = Vec::new();
-    let mut changes = Changes::default();
-    let mut annotation_sets: Vec<(&'static str, Option<String>)> = Vec::new();
-    let mut result_has_fraction = frac.is_some();
-
-    if let Some(rec) = &state.gpu {
-        result_has_fraction = gpu_targets(
-            &mut desired,
-            GpuPod {
-                regular: &regular,
-                init: &init,
-                annotations,
-                frac: frac.as_ref(),
-            },
-            rec,
-            state,
-            &mut notes,
-            &mut changes,
-            &mut annotation_sets,
-        )?;
-    }
-
-    // --- CPU / memory requests ---
-    for (name, req) in &state.resources {
-        let found = regular
-            .iter()
-            .position(|(n, _)| n == name)
-            .map(ContainerAt::Regular)
-            .or_else(|| {
-                init.iter()
-                    .position(|(n, _)| n == name)
-                    .map(ContainerAt::Init)
-            });
-        let Some(slot) = found else {
-            notes.push(format!("container {name}: not in the pod"));
-            continue;
-        };
-        // The limits as admitted: kerf never writes a CPU or memory limit.
-        let admitted = match slot {
-            ContainerAt::Regular(i) => regular[i].1,
-            ContainerAt::Init(i) => init[i].1,
-        };
-        let cpu_limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);
-        let memory_limit = resource_value(admitted, "limits", "memory").and_then(memory_bytes_of);
-        let c = container_mut(&mut desired, slot.list(), slot.index())?;
-        if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
-            let limit = cpu_limit;
-            let m = match limit {
-                Some(l) if l < m => {
-                    notes.push(format!(
-                        "container {name}: cpu request capped at its limit {}",
-                        fmt_cpu(l)
-                    ));
-                    l
-                }
-                _ => m,
-            };
-            let same = |v: &Node| cpu_millis_of(v) == Some(m);
-            if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
-                changes.note(name, "cpu", fmt_cpu(m));
-            }
-        }
-        if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
-            let limit = memory_limit;
-            let b = match limit {
-                Some(l) if l < b => {
-                    notes.push(format!(
-                        "container {name}: memory request capped at its limit {}",
-                        fmt_memory(l)
-                    ));
-                    l
-                }
-                _ => b,
-            };
-            let same = |v: &Node| memory_bytes_of(v) == Some(b);
-            if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
-                changes.note(name, "memory", fmt_memory(b));
-            }
-        }
-    }
-
-    // --- scheduler / queue ---
-    let mut label_sets: Vec<(&'a str, String)> = Vec::new();
-    let mut to_kai = false;
-    if state.gpu.is_some() && (state.strategy.override_kai() || uses_kai || result_has_fraction) {
-        let spec = child_obj(&mut desired, "spec", "pod")?;
-        if spec.node("schedulerName").and_then(Node::as_str) != Some(kai.scheduler_name.as_str()) {
-            spec.insert(
-                "schedulerName",
-                Draft::New(Node::String(kai.scheduler_name.clone())),
-            );
-            changes
-                .top
-                .insert("schedulerName", kai.scheduler_name.clone());
-            to_kai = true;
-        }
-        // KAI's pod grouper reads the top owner's queue label before the pod's: with one on
-        // the workload, a label on the pod would be ignored (docs/design/kai-admission.md#k5).
-        let key = kai.queue_label_key.as_str();
-        let queue = state.strategy.kai();
-        let has_queue = labels.contains_key(key);
-        if state.owner_queue.is_none()
-            && (!has_queue || queue.set_queue_when_specified)
-            && labels.get(key) != Some(queue.queue.as_str())
-        {
-            label_sets.push((key, queue.queue.clone()));
-            changes.top.insert("queue", queue.queue);
-        }
-    }
-    // KAI refuses `mps: "true"` without a fraction: it goes with the fraction kerf removed, or
-    // when kerf sends a pod without one to KAI.
-    if !result_has_fraction
-        && (frac.is_some() || to_kai)
-        && annotations.get(NVIDIA_KAI.mps_annotation) == Some("true")
-    {
-        annotation_sets.push((NVIDIA_KAI.mps_annotation, None));
-        changes.top.insert("mps", "removed".into());
-        notes.push("mps removed: KAI accepts MPS only with a GPU fraction".into());
-    }
-
-    // --- metadata ---
-    let ann_changed = annotation_sets
-        .iter()
-        .any(|(k, v)| !same_fraction_text(k, annotations.get(k), v.as_deref()));
-    if ann_changed
-        || !label_sets.is_empty()
-        || !changes.containers.is_empty()
-        || !changes.top.is_empty()
-    {
-        let meta = child_obj(&mut desired, "metadata", "pod")?;
-        if !label_sets.is_empty() {
-            let l = child_obj(meta, "labels", "metadata")?;
-            for (k, v) in label_sets {
-                l.insert(k, Draft::New(Node::String(v)));
-            }
-        }
-        let a = child_obj(meta, "annotations", "metadata")?;
-        for (k, v) in annotation_sets {
-            match v {
-                Some(v)
-                    if !same_fraction_text(
-                        k,
-                        a.node(k).and_then(Node::as_str),
-                        Some(v.as_str()),
-                    ) =>
-                {
-                    a.insert(k, Draft::New(Node::String(v)));
-                }
-                Some(_) => {}
-                None => {
-                    a.remove(k);
-                }
-            }
-        }
-    }
-
-    // A pod kept as it is because of KAI's rules still records why (once: a reinvocation
-    // finds the record).
-    let shape_only =
-        changes.top.contains_key("gpuShape") && !annotations.contains_key(ANNOTATION_MUTATED);
-    if shape_only || !same_obj(root, &desired) {
-        let summary = summary_text(state.policy.as_ref(), &changes);
-        let a = child_obj(
-            child_obj(&mut desired, "metadata", "pod")?,
-            "annotations",
-            "metadata",
-        )?;
-        a.insert(ANNOTATION_MUTATED, Draft::New(Node::String(summary)));
-    }
-    Ok((desired, notes))
-}
-
-/// The pod as admitted, as the GPU concern reads it.
-struct GpuPod<'p, 'a> {
-    regular: &'p [(&'a str, &'a Node)],
-    init: &'p [(&'a str, &'a Node)],
+/// The pod as admitted, as the concerns read it.
+struct Admitted<'a> {
+    regular: Vec<(&'a str, &'a Value)>,
+    init: Vec<(&'a str, &'a Value)>,
     annotations: StrObj<'a>,
-    frac: Option<&'p KaiFraction>,
+    labels: StrObj<'a>,
+    frac: Option<KaiFraction>,
+    /// The pod already uses KAI's GPU sharing annotations.
+    uses_kai: bool,
 }
 
-impl GpuPod<'_, '_> {
+impl<'a> Admitted<'a> {
+    fn read(pod: &'a Value) -> Result<Self, ShapeError> {
+        let root = pod
+            .as_object()
+            .ok_or_else(|| shape("the pod is not a JSON object"))?;
+        let meta = get_obj(root, "metadata", "pod")?;
+        let annotations = string_map(meta, "annotations")?;
+        let labels = string_map(meta, "labels")?;
+        let spec = root
+            .get("spec")
+            .and_then(Value::as_object)
+            .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
+        let regular = containers(spec, "containers")?;
+        let init = containers(spec, "initContainers")?;
+        let first = regular.first().map(|(n, _)| *n);
+        let uses_kai = NVIDIA_KAI
+            .sharing_annotations()
+            .iter()
+            .any(|k| annotations.contains_key(k));
+        Ok(Self {
+            frac: current_fraction(annotations, first),
+            regular,
+            init,
+            annotations,
+            labels,
+            uses_kai,
+        })
+    }
+
     /// Regular containers, then init containers: the engine sizes restartable init containers
     /// (sidecars) too, and KAI places a fraction on whichever container
     /// `gpu-fraction-container-name` names (docs/design/kai-admission.md#k2).
-    fn containers(&self) -> impl Iterator<Item = (ContainerAt, &str, &Node)> {
+    fn containers(&self) -> impl Iterator<Item = (ContainerAt, &'a str, &'a Value)> + '_ {
         let regular = self.regular.iter().enumerate();
         let init = self.init.iter().enumerate();
         regular
@@ -871,11 +708,17 @@ impl GpuPod<'_, '_> {
             .chain(init.map(|(i, (n, c))| (ContainerAt::Init(i), *n, *c)))
     }
 
-    fn holds(&self, name: &str, c: &Node) -> Holds {
+    fn find(&self, name: &str) -> Option<(ContainerAt, &'a Value)> {
+        self.containers()
+            .find(|(_, n, _)| *n == name)
+            .map(|(at, _, c)| (at, c))
+    }
+
+    fn holds(&self, name: &str, c: &Value) -> Holds {
         let whole = ["limits", "requests"]
             .iter()
             .any(|w| resource_value(c, w, NVIDIA_KAI.resource_name).is_some());
-        if self.frac.is_some_and(|f| f.container == name) {
+        if self.frac.as_ref().is_some_and(|f| f.container == name) {
             Holds::Fraction
         } else if whole {
             Holds::Whole
@@ -885,25 +728,107 @@ impl GpuPod<'_, '_> {
     }
 }
 
+/// What the concerns decided beyond the containers' resources.
+#[derive(Default)]
+struct Decided {
+    notes: Vec<String>,
+    changes: Changes,
+    /// Annotations to set (`Some`) or remove (`None`).
+    annotations: Vec<(&'static str, Option<String>)>,
+    /// Labels to set.
+    labels: Vec<(String, String)>,
+}
+
+/// The desired skeleton (a copy of `pod` with kerf's changes) and the notes on what was left
+/// alone: each concern in turn, then the metadata they imply.
+fn desired_pod(
+    pod: &Value,
+    state: &WorkloadState,
+    kai: &KaiSettings,
+) -> Result<(Value, Vec<String>), ShapeError> {
+    let admitted = Admitted::read(pod)?;
+    let mut desired = pod.clone();
+    let mut decided = Decided::default();
+    let has_fraction = match &state.gpu {
+        Some(rec) => gpu_targets(&mut desired, &admitted, rec, state, &mut decided)?,
+        None => admitted.frac.is_some(),
+    };
+    resource_requests(&mut desired, &admitted, state, &mut decided)?;
+    let to_kai = scheduler_and_queue(
+        &mut desired,
+        &admitted,
+        state,
+        kai,
+        has_fraction,
+        &mut decided,
+    )?;
+    mps_with_the_fraction(&admitted, has_fraction, to_kai, &mut decided);
+    metadata(
+        &mut desired,
+        pod,
+        &admitted,
+        state,
+        decided.changes.top.contains_key("gpuShape"),
+        &mut decided,
+    )?;
+    Ok((desired, decided.notes))
+}
+
 /// The GPU concern (docs/design/kai-admission.md#k2–#k4, #k6, #k10): each recommended
 /// container's size in the shape KAI accepts, written into `desired`; returns whether the
 /// patched pod holds a fraction.
-#[allow(clippy::too_many_arguments)]
-fn gpu_targets<'a>(
-    desired: &mut DraftObj<'a>,
-    pod: GpuPod<'_, 'a>,
+fn gpu_targets(
+    desired: &mut Value,
+    pod: &Admitted<'_>,
     rec: &crate::core::model::GpuRecommendation,
     state: &WorkloadState,
-    notes: &mut Vec<String>,
-    changes: &mut Changes,
-    annotation_sets: &mut Vec<(&'static str, Option<String>)>,
+    decided: &mut Decided,
 ) -> Result<bool, ShapeError> {
     if let Some(what) = NVIDIA_KAI.shares_by_memory(&pod.annotations) {
-        notes.push(format!(
+        decided.notes.push(format!(
             "pod shares its GPU by memory ({what}): GPU size left as is, kerf sizes gpu-fraction pods only"
         ));
         return Ok(pod.frac.is_some());
     }
+    let (slots, bases) = planned_gpu_targets(pod, rec, state, &mut decided.notes);
+    let shape = kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |i, whole| {
+        allowed(whole, bases[i].1, state, slots[i].name)
+    });
+    let mut has_fraction = false;
+    for (i, slot) in slots.iter().enumerate() {
+        let Some(target) = shape.targets[i] else {
+            has_fraction |= slot.holds == Holds::Fraction;
+            continue;
+        };
+        has_fraction |= matches!(target, GpuTarget::Fraction { .. });
+        let c = container_mut(desired, bases[i].0)?;
+        let changed = write_gpu_target(c, bases[i].0, slot, target, pod, decided)?;
+        if changed {
+            decided.changes.note(slot.name, "gpu", target.describe());
+        }
+    }
+    if let Some(why) = shape.why {
+        decided.changes.top.insert("gpuShape", why.clone());
+        decided.notes.push(why);
+    }
+    if !has_fraction && pod.frac.is_some() {
+        // The fractional container became whole: the fraction annotations go.
+        for k in NVIDIA_KAI.fraction_annotations() {
+            decided.annotations.push((k, None));
+        }
+    }
+    Ok(has_fraction)
+}
+
+/// Each container's planned size (K1–K3, K6), before KAI's shape rule: its slot and its base
+/// (the template's allocation, else the pod's), with notes on what is not applied.
+#[allow(clippy::type_complexity)]
+fn planned_gpu_targets<'a>(
+    pod: &Admitted<'a>,
+    rec: &crate::core::model::GpuRecommendation,
+    state: &WorkloadState,
+    notes: &mut Vec<String>,
+) -> (Vec<kai::Slot<'a>>, Vec<(ContainerAt, Option<f64>)>) {
     let mut slots = Vec::new();
     let mut bases = Vec::new();
     for (at, name, c) in pod.containers() {
@@ -911,7 +836,7 @@ fn gpu_targets<'a>(
             .template_gpu
             .get(name)
             .copied()
-            .or_else(|| current_units(name, c, pod.frac));
+            .or_else(|| current_units(name, c, pod.frac.as_ref()));
         let target = rec.containers.get(name).and_then(|&r| {
             let Some(target) = GpuTarget::from_units(r) else {
                 notes.push(format!(
@@ -920,13 +845,13 @@ fn gpu_targets<'a>(
                 return None;
             };
             if !allowed(target, base, state, name) {
+                let which = if target.units() > base.unwrap_or(0.0) {
+                    "upsize"
+                } else {
+                    "downsize"
+                };
                 notes.push(format!(
-                    "container {name}: {} not allowed by the automation strategy",
-                    if target.units() > base.unwrap_or(0.0) {
-                        "upsize"
-                    } else {
-                        "downsize"
-                    }
+                    "container {name}: {which} not allowed by the automation strategy"
                 ));
                 return None;
             }
@@ -939,129 +864,261 @@ fn gpu_targets<'a>(
         });
         bases.push((at, base));
     }
-    for c in rec
-        .containers
-        .keys()
-        .filter(|c| !pod.containers().any(|(_, n, _)| n == c.as_str()))
-    {
+    for c in rec.containers.keys().filter(|c| pod.find(c).is_none()) {
         notes.push(format!("container {c}: not in the pod"));
     }
-    let shape = kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |i, whole| {
-        allowed(whole, bases[i].1, state, slots[i].name)
-    });
-    let mut has_fraction = false;
-    for (i, slot) in slots.iter().enumerate() {
-        let Some(target) = shape.targets[i] else {
-            has_fraction |= slot.holds == Holds::Fraction;
+    (slots, bases)
+}
+
+/// Writes one container's GPU target (K2, K3); returns whether the container changed.
+fn write_gpu_target(
+    c: &mut Map<String, Value>,
+    at: ContainerAt,
+    slot: &kai::Slot<'_>,
+    target: GpuTarget,
+    pod: &Admitted<'_>,
+    decided: &mut Decided,
+) -> Result<bool, ShapeError> {
+    let mut changed = false;
+    match target {
+        GpuTarget::Fraction {
+            hundredths,
+            devices,
+        } => {
+            for which in ["requests", "limits"] {
+                if let Some(m) = c
+                    .get_mut("resources")
+                    .and_then(|r| r.get_mut(which))
+                    .and_then(Value::as_object_mut)
+                {
+                    changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
+                }
+            }
+            changed |= !pod
+                .frac
+                .as_ref()
+                .is_some_and(|f| f.is(slot.name, hundredths, devices));
+            let a = &mut decided.annotations;
+            a.push((
+                NVIDIA_KAI.fraction_annotation,
+                Some(fmt_hundredths(hundredths)),
+            ));
+            a.push((
+                NVIDIA_KAI.fraction_devices_annotation,
+                (devices > 1).then(|| devices.to_string()),
+            ));
+            a.push((
+                NVIDIA_KAI.fraction_container_annotation,
+                (at != ContainerAt::Regular(0)).then(|| slot.name.to_string()),
+            ));
+        }
+        GpuTarget::Whole(n) => {
+            let same = |v: &Value| gpus_of(v) == Some(f64::from(n));
+            for which in ["requests", "limits"] {
+                changed |= set_str(
+                    resources_mut(c, which)?,
+                    NVIDIA_KAI.resource_name,
+                    n.to_string(),
+                    same,
+                );
+            }
+            changed |= slot.holds == Holds::Fraction;
+        }
+    }
+    Ok(changed)
+}
+
+/// The CPU/memory concern (docs/design/kai-admission.md#k10): requests from an auto-patch
+/// CPU/memory policy, capped at the container's limit as admitted (kerf never writes a limit).
+fn resource_requests(
+    desired: &mut Value,
+    pod: &Admitted<'_>,
+    state: &WorkloadState,
+    decided: &mut Decided,
+) -> Result<(), ShapeError> {
+    for (name, req) in &state.resources {
+        let Some((at, admitted)) = pod.find(name) else {
+            decided
+                .notes
+                .push(format!("container {name}: not in the pod"));
             continue;
         };
-        let (at, name) = (bases[i].0, slot.name);
-        let c = container_mut(desired, at.list(), at.index())?;
-        let mut changed = false;
-        match target {
-            GpuTarget::Fraction {
-                hundredths,
-                devices,
-            } => {
-                has_fraction = true;
-                for which in ["requests", "limits"] {
-                    if let Some(m) = c
-                        .get_mut("resources")
-                        .and_then(Draft::obj_mut)
-                        .and_then(|r| r.get_mut(which))
-                        .and_then(Draft::obj_mut)
-                    {
-                        changed |= m.remove(NVIDIA_KAI.resource_name);
-                    }
-                }
-                changed |= !pod.frac.is_some_and(|f| f.is(name, hundredths, devices));
-                annotation_sets.push((
-                    NVIDIA_KAI.fraction_annotation,
-                    Some(fmt_hundredths(hundredths)),
+        let c = container_mut(desired, at)?;
+        let capped = |want: i64,
+                      limit: Option<i64>,
+                      what: &str,
+                      fmt: fn(i64) -> String,
+                      notes: &mut Vec<String>| match limit {
+            Some(l) if l < want => {
+                notes.push(format!(
+                    "container {name}: {what} request capped at its limit {}",
+                    fmt(l)
                 ));
-                annotation_sets.push((
-                    NVIDIA_KAI.fraction_devices_annotation,
-                    (devices > 1).then(|| devices.to_string()),
-                ));
-                annotation_sets.push((
-                    NVIDIA_KAI.fraction_container_annotation,
-                    (at != ContainerAt::Regular(0)).then(|| name.to_string()),
-                ));
+                l
             }
-            GpuTarget::Whole(n) => {
-                let same = |v: &Node| gpus_of(v) == Some(f64::from(n));
-                for which in ["requests", "limits"] {
-                    changed |= set_str(
-                        resources_mut(c, which)?,
-                        NVIDIA_KAI.resource_name,
-                        n.to_string(),
-                        same,
-                    );
-                }
-                changed |= slot.holds == Holds::Fraction;
+            _ => want,
+        };
+        if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
+            let limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);
+            let m = capped(m, limit, "cpu", fmt_cpu, &mut decided.notes);
+            let same = |v: &Value| cpu_millis_of(v) == Some(m);
+            if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
+                decided.changes.note(name, "cpu", fmt_cpu(m));
             }
         }
-        if changed {
-            changes.note(name, "gpu", target.describe());
+        if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
+            let limit = resource_value(admitted, "limits", "memory").and_then(memory_bytes_of);
+            let b = capped(b, limit, "memory", fmt_memory, &mut decided.notes);
+            let same = |v: &Value| memory_bytes_of(v) == Some(b);
+            if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
+                decided.changes.note(name, "memory", fmt_memory(b));
+            }
         }
     }
-    if let Some(why) = shape.why {
-        changes.top.insert("gpuShape", why.clone());
-        notes.push(why);
+    Ok(())
+}
+
+/// The scheduler and queue concern (docs/design/kai-admission.md#k5); returns whether kerf
+/// sends the pod to KAI's scheduler in this admission.
+fn scheduler_and_queue(
+    desired: &mut Value,
+    pod: &Admitted<'_>,
+    state: &WorkloadState,
+    kai: &KaiSettings,
+    has_fraction: bool,
+    decided: &mut Decided,
+) -> Result<bool, ShapeError> {
+    if state.gpu.is_none() || !(state.strategy.override_kai() || pod.uses_kai || has_fraction) {
+        return Ok(false);
     }
-    if !has_fraction && pod.frac.is_some() {
-        // The fractional container became whole: the fraction annotations go, and with them
-        // `mps`, which KAI accepts only beside a fraction.
-        for k in NVIDIA_KAI.fraction_annotations() {
-            annotation_sets.push((k, None));
+    let root = desired
+        .as_object_mut()
+        .ok_or_else(|| shape("the pod is not a JSON object"))?;
+    let spec = child_obj(root, "spec", "pod")?;
+    let mut to_kai = false;
+    if spec.get("schedulerName").and_then(Value::as_str) != Some(kai.scheduler_name.as_str()) {
+        spec.insert(
+            "schedulerName".into(),
+            Value::String(kai.scheduler_name.clone()),
+        );
+        decided
+            .changes
+            .top
+            .insert("schedulerName", kai.scheduler_name.clone());
+        to_kai = true;
+    }
+    // KAI's pod grouper reads the top owner's queue label before the pod's: with one on the
+    // workload, a label on the pod would be ignored.
+    let key = kai.queue_label_key.as_str();
+    let queue = state.strategy.kai();
+    let has_queue = pod.labels.contains_key(key);
+    if state.owner_queue.is_none()
+        && (!has_queue || queue.set_queue_when_specified)
+        && pod.labels.get(key) != Some(queue.queue.as_str())
+    {
+        decided.labels.push((key.to_string(), queue.queue.clone()));
+        decided.changes.top.insert("queue", queue.queue);
+    }
+    Ok(to_kai)
+}
+
+/// KAI refuses `mps: "true"` without a fraction (docs/design/kai-admission.md#k10): it goes
+/// with the fraction kerf removed, or when kerf sends a pod without one to KAI.
+fn mps_with_the_fraction(
+    pod: &Admitted<'_>,
+    has_fraction: bool,
+    to_kai: bool,
+    decided: &mut Decided,
+) {
+    if !has_fraction
+        && (pod.frac.is_some() || to_kai)
+        && pod.annotations.get(NVIDIA_KAI.mps_annotation) == Some("true")
+    {
+        decided.annotations.push((NVIDIA_KAI.mps_annotation, None));
+        decided.changes.top.insert("mps", "removed".into());
+        decided
+            .notes
+            .push("mps removed: KAI accepts MPS only with a GPU fraction".into());
+    }
+}
+
+/// The metadata concern: the labels and annotations the others decided, then the `mutated`
+/// record of what changed (docs/design/kai-admission.md#k10).
+fn metadata(
+    desired: &mut Value,
+    original: &Value,
+    pod: &Admitted<'_>,
+    state: &WorkloadState,
+    shape_only: bool,
+    decided: &mut Decided,
+) -> Result<(), ShapeError> {
+    let ann_changed = decided
+        .annotations
+        .iter()
+        .any(|(k, v)| !same_fraction_text(k, pod.annotations.get(k), v.as_deref()));
+    let changes = &decided.changes;
+    if ann_changed
+        || !decided.labels.is_empty()
+        || !changes.containers.is_empty()
+        || !changes.top.is_empty()
+    {
+        let meta = metadata_mut(desired)?;
+        if !decided.labels.is_empty() {
+            let l = child_obj(meta, "labels", "metadata")?;
+            for (k, v) in decided.labels.drain(..) {
+                l.insert(k, Value::String(v));
+            }
+        }
+        let a = child_obj(meta, "annotations", "metadata")?;
+        for (k, v) in decided.annotations.drain(..) {
+            match v {
+                Some(v) if !same_fraction_text(k, a.get(k).and_then(Value::as_str), Some(&v)) => {
+                    a.insert(k.to_string(), Value::String(v));
+                }
+                Some(_) => {}
+                None => {
+                    a.remove(k);
+                }
+            }
         }
     }
-    Ok(has_fraction)
+    // A pod kept as it is because of KAI's rules still records why (once: a reinvocation
+    // finds the record).
+    let shape_only = shape_only && !pod.annotations.contains_key(ANNOTATION_MUTATED);
+    if shape_only || desired != original {
+        let summary = summary_text(state.policy.as_ref(), &decided.changes);
+        let a = child_obj(metadata_mut(desired)?, "annotations", "metadata")?;
+        a.insert(ANNOTATION_MUTATED.into(), Value::String(summary));
+    }
+    Ok(())
 }
 
 /// The `mutated` annotation: compact JSON `{"policy":…,"containers":{c:{what:…}},` then the
-/// pod-level changes (`queue`, `schedulerName`) in key order, each part only when present.
+/// pod-level changes (`gpuShape`, `mps`, `queue`, `schedulerName`) in key order, each part only
+/// when present.
 fn summary_text(policy: Option<&PolicyId>, changes: &Changes) -> String {
-    let mut out = Vec::with_capacity(256);
-    let mut entries = 0;
-    let mut key = |out: &mut Vec<u8>, k: &str| {
-        out.push(if entries == 0 { b'{' } else { b',' });
-        entries += 1;
-        json_text::push_str(out, k);
-        out.push(b':');
-    };
+    let mut out = Map::new();
     if let Some(p) = policy {
-        key(&mut out, "policy");
-        json_text::push_str(&mut out, &p.to_string());
+        out.insert("policy".into(), Value::String(p.to_string()));
     }
     if !changes.containers.is_empty() {
-        key(&mut out, "containers");
-        for (i, (c, what)) in changes.containers.iter().enumerate() {
-            out.push(if i == 0 { b'{' } else { b',' });
-            json_text::push_str(&mut out, c);
-            out.extend_from_slice(b":{");
-            for (j, (k, v)) in what.iter().enumerate() {
-                if j > 0 {
-                    out.push(b',');
-                }
-                json_text::push_str(&mut out, k);
-                out.push(b':');
-                json_text::push_str(&mut out, v);
-            }
-            out.push(b'}');
-        }
-        out.push(b'}');
+        let containers = changes
+            .containers
+            .iter()
+            .map(|(c, what)| {
+                let what = what
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), Value::String(v.clone())))
+                    .collect();
+                (c.clone(), Value::Object(what))
+            })
+            .collect();
+        out.insert("containers".into(), Value::Object(containers));
     }
     for (k, v) in &changes.top {
-        key(&mut out, k);
-        json_text::push_str(&mut out, v);
+        out.insert((*k).to_string(), Value::String(v.clone()));
     }
-    if entries == 0 {
-        out.push(b'{');
-    }
-    out.push(b'}');
-    // Written from strings, so always UTF-8.
-    String::from_utf8(out).unwrap_or_default()
+    Value::Object(out).to_string()
 }
 
 /// `gpu-fraction` texts of the same value (`0.5` vs `0.50`) count as equal so a reinvocation
@@ -1105,11 +1162,13 @@ pub(crate) fn allowed(
 /// without metrics (the default, CPU 80 %) that metric is written out. Any other shape, or an HPA
 /// other than the coordinated one, is left alone (empty patch, with a note).
 pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation, ShapeError> {
-    let hpa = &Node::from(hpa);
-    let meta = get_obj(hpa, "metadata", "hpa")?;
+    let root = hpa
+        .as_object()
+        .ok_or_else(|| shape("the hpa is not a JSON object"))?;
+    let meta = get_obj(root, "metadata", "hpa")?;
     let name = meta
         .and_then(|m| m.get("name"))
-        .and_then(Node::as_str)
+        .and_then(Value::as_str)
         .unwrap_or("");
     let unchanged = |note: String| Ok(Mutation::unchanged(vec![note]));
     if name != coordinated.hpa_name {
@@ -1118,14 +1177,14 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
             coordinated.hpa_name
         ));
     }
-    let spec = hpa
+    let spec = root
         .get("spec")
-        .and_then(Node::as_object)
+        .and_then(Value::as_object)
         .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
     let metrics: Option<Vec<MetricSpec>> = match spec.get("metrics") {
-        None | Some(Node::Null) => None,
+        None | Some(Value::Null) => None,
         Some(m) => Some(
-            serde_json::from_value(m.to_value())
+            serde_json::from_value(m.clone())
                 .map_err(|e| shape(format!("hpa.spec.metrics: {e}")))?,
         ),
     };
@@ -1144,310 +1203,30 @@ pub fn mutate_hpa(hpa: &Value, coordinated: &CoordinatedHpa) -> Result<Mutation,
     if target == coordinated.target_after {
         return Ok(Mutation::unchanged(Vec::new()));
     }
-    let mut desired = Draft::Orig(hpa);
+    let mut desired = hpa.clone();
     let spec = desired
-        .obj_mut()
-        .and_then(|h| h.get_mut("spec"))
-        .and_then(Draft::obj_mut)
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
         .ok_or_else(|| shape("hpa.spec is missing or not an object"))?;
     if listed {
         let target = spec
             .get_mut("metrics")
-            .and_then(Draft::arr_mut)
             .and_then(|m| m.get_mut(0))
-            .and_then(Draft::obj_mut)
             .and_then(|m| m.get_mut("resource"))
-            .and_then(Draft::obj_mut)
             .and_then(|r| r.get_mut("target"))
-            .and_then(Draft::obj_mut)
+            .and_then(Value::as_object_mut)
             .ok_or_else(|| shape("hpa.spec.metrics[0].resource.target is not an object"))?;
         target.insert(
-            "averageUtilization",
-            Draft::New(Node::Number(coordinated.target_after.into())),
+            "averageUtilization".into(),
+            Value::from(coordinated.target_after),
         );
     } else {
         spec.insert(
-            "metrics",
-            Draft::New(Node::from(&utilization_metrics(
-                resource.as_str(),
-                coordinated.target_after,
-            ))),
+            "metrics".into(),
+            utilization_metrics(resource.as_str(), coordinated.target_after),
         );
     }
     Ok(Mutation::from(hpa, &desired, Vec::new()))
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON Patch
-
-/// One RFC 6902 operation: `{"op":…,"path":…,"value":…}` (no `value` for `remove`), written
-/// by [`write_patch`] without a JSON object built per operation.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PatchOp {
-    pub op: &'static str,
-    pub path: String,
-    pub value: Option<Node>,
-}
-
-impl PatchOp {
-    /// The operation as a JSON object (what `json_patch` and the tests read).
-    pub fn to_value(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        m.insert("op".into(), Value::String(self.op.into()));
-        m.insert("path".into(), Value::String(self.path.clone()));
-        if let Some(v) = &self.value {
-            m.insert("value".into(), v.to_value());
-        }
-        Value::Object(m)
-    }
-}
-
-/// Appends `ops` as a JSON array: the bytes serde_json writes for them (test
-/// `patch_ops_serialize_as_json_objects`), without going through a serializer.
-pub fn write_patch(out: &mut Vec<u8>, ops: &[PatchOp]) {
-    out.push(b'[');
-    for (i, op) in ops.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"op\":");
-        json_text::push_str(out, op.op);
-        out.extend_from_slice(b",\"path\":");
-        json_text::push_str(out, &op.path);
-        if let Some(v) = &op.value {
-            out.extend_from_slice(b",\"value\":");
-            v.write_json(out);
-        }
-        out.push(b'}');
-    }
-    out.push(b']');
-}
-
-/// RFC 6901 reference token escaping.
-pub fn escape_token(t: &str) -> String {
-    let mut out = String::with_capacity(t.len() + 2);
-    push_escaped(&mut out, t);
-    out
-}
-
-/// Appends `t` escaped (RFC 6901: `~` → `~0`, `/` → `~1`) without an intermediate string,
-/// copying the runs between those two (ASCII) bytes whole.
-fn push_escaped(out: &mut String, t: &str) {
-    let mut rest = t;
-    while let Some(i) = rest.bytes().position(|b| b == b'~' || b == b'/') {
-        out.push_str(&rest[..i]);
-        out.push_str(if rest.as_bytes()[i] == b'~' {
-            "~0"
-        } else {
-            "~1"
-        });
-        rest = &rest[i + 1..];
-    }
-    out.push_str(rest);
-}
-
-/// RFC 6902 operations turning `a` into `b`. Objects are diffed key by key (a missing parent
-/// map is added whole, so it comes before anything inside it); arrays of the same length
-/// element by element; anything else is replaced.
-pub fn diff(a: &Node, b: &Node) -> Vec<PatchOp> {
-    let mut ops = Vec::new();
-    diff_at(&mut Vec::new(), a, Want::Node(b), &mut ops);
-    ops
-}
-
-/// [`diff`] against a draft of the desired object.
-fn diff_draft(a: &Node, b: &Draft<'_>) -> Vec<PatchOp> {
-    let mut ops = Vec::new();
-    diff_at(&mut Vec::new(), a, Want::Draft(b), &mut ops);
-    ops
-}
-
-/// Appends `/` and the token `t` (escaped) to `path`.
-fn push_token(path: &mut String, t: &str) {
-    path.push('/');
-    push_escaped(path, t);
-}
-
-/// One step of a JSON Pointer while the diff walks: escaped and joined only for the paths of
-/// the operations it emits, not for every key it passes.
-#[derive(Clone, Copy)]
-enum Step<'a> {
-    Key(&'a str),
-    Index(usize),
-}
-
-/// The JSON Pointer (RFC 6901) of `steps`.
-fn pointer(steps: &[Step<'_>]) -> String {
-    let mut out = String::with_capacity(64);
-    for step in steps {
-        match step {
-            Step::Key(k) => push_token(&mut out, k),
-            Step::Index(i) => {
-                out.push('/');
-                match u8::try_from(*i) {
-                    Ok(d @ 0..=9) => out.push(char::from(b'0' + d)),
-                    _ => out.push_str(&i.to_string()),
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The desired side of a diff: a plain value, or a draft whose untouched parts are the
-/// original's own values.
-#[derive(Clone, Copy)]
-enum Want<'d, 'a> {
-    Node(&'d Node),
-    Draft(&'d Draft<'a>),
-}
-
-/// The desired side's object, plain or drafted.
-#[derive(Clone, Copy)]
-enum WantObj<'d, 'a> {
-    Node(&'d Obj),
-    Draft(&'d DraftObj<'a>),
-}
-
-impl<'d, 'a> Want<'d, 'a> {
-    /// A draft's plain values as plain values, so each shape has one case below.
-    fn plain(self) -> Self {
-        match self {
-            Want::Draft(d) => d.node().map_or(self, Want::Node),
-            Want::Node(_) => self,
-        }
-    }
-
-    fn to_node(self) -> Node {
-        match self {
-            Want::Node(n) => n.clone(),
-            Want::Draft(d) => d.to_node(),
-        }
-    }
-}
-
-impl<'d, 'a> WantObj<'d, 'a> {
-    fn has_near(self, at: usize, key: &str) -> bool {
-        match self {
-            WantObj::Node(o) => o.get_near(at, key).is_some(),
-            WantObj::Draft(o) => o.get_near(at, key).is_some(),
-        }
-    }
-
-    fn entries(self) -> impl Iterator<Item = (&'d str, Want<'d, 'a>)> {
-        let (plain, drafted) = match self {
-            WantObj::Node(o) => (
-                Some(o.iter().map(|(k, v)| (k.as_str(), Want::Node(v)))),
-                None,
-            ),
-            WantObj::Draft(o) => (None, Some(o.iter().map(|(k, v)| (k, Want::Draft(v))))),
-        };
-        plain
-            .into_iter()
-            .flatten()
-            .chain(drafted.into_iter().flatten())
-    }
-}
-
-/// Whether `b` holds the same value as `a` (objects in any order, as [`Node`]'s equality).
-fn same(a: &Node, b: Want<'_, '_>) -> bool {
-    match (a, b.plain()) {
-        (_, Want::Node(n)) => std::ptr::eq(a, n) || a == n,
-        (Node::Object(x), Want::Draft(Draft::Obj(y))) => same_obj(x, y),
-        (Node::Array(x), Want::Draft(Draft::Arr(y))) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, Want::Draft(vy)))
-        }
-        _ => false,
-    }
-}
-
-/// [`same`] for a drafted object.
-fn same_obj(x: &Obj, y: &DraftObj<'_>) -> bool {
-    // As in `diff_objects`: an entry of a draft of `x` that is still `x`'s own value is equal.
-    let draft_of_x = y.drafts(x);
-    x.len() == y.len()
-        && y.iter().enumerate().all(|(i, (k, vy))| {
-            (draft_of_x && matches!(vy, Draft::Orig(_)))
-                || x.get_near(i, k).is_some_and(|vx| same(vx, Want::Draft(vy)))
-        })
-}
-
-fn diff_at<'d>(path: &mut Vec<Step<'d>>, a: &'d Node, b: Want<'d, '_>, ops: &mut Vec<PatchOp>) {
-    // Containers recurse without comparing first, so each node is visited once; an untouched
-    // part of a draft is the original's own value, passed over at once.
-    match (a, b.plain()) {
-        (_, Want::Node(n)) if std::ptr::eq(a, n) => {}
-        (Node::Object(x), Want::Node(Node::Object(y))) => {
-            diff_objects(path, x, WantObj::Node(y), ops)
-        }
-        (Node::Object(x), Want::Draft(Draft::Obj(y))) => {
-            diff_objects(path, x, WantObj::Draft(y), ops)
-        }
-        (Node::Array(x), Want::Node(Node::Array(y))) if x.len() == y.len() => {
-            for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
-                path.push(Step::Index(i));
-                diff_at(path, vx, Want::Node(vy), ops);
-                path.pop();
-            }
-        }
-        (Node::Array(x), Want::Draft(Draft::Arr(y))) if x.len() == y.len() => {
-            for (i, (vx, vy)) in x.iter().zip(y).enumerate() {
-                path.push(Step::Index(i));
-                diff_at(path, vx, Want::Draft(vy), ops);
-                path.pop();
-            }
-        }
-        (_, Want::Node(n)) if a == n => {}
-        (_, b) => ops.push(PatchOp {
-            op: "replace",
-            path: pointer(path),
-            value: Some(b.to_node()),
-        }),
-    }
-}
-
-/// Keys of `x` missing from `y` are removed (in `x`'s order), then `y`'s entries in its order
-/// are diffed or added. Keys are looked up near their own position (`get_near`): the desired
-/// object is the original with changes.
-fn diff_objects<'d>(
-    path: &mut Vec<Step<'d>>,
-    x: &'d Obj,
-    y: WantObj<'d, '_>,
-    ops: &mut Vec<PatchOp>,
-) {
-    // A draft of `x` knows what it kept: no key of `x` to look for when none was removed, and
-    // nothing to compare where an entry is still `x`'s own value.
-    let (draft_of_x, every_key_kept) = match y {
-        WantObj::Draft(d) => (d.drafts(x), d.keeps_every_key_of(x)),
-        WantObj::Node(_) => (false, false),
-    };
-    for (i, k) in x.keys().enumerate() {
-        if every_key_kept || y.has_near(i, k) {
-            continue;
-        }
-        path.push(Step::Key(k));
-        ops.push(PatchOp {
-            op: "remove",
-            path: pointer(path),
-            value: None,
-        });
-        path.pop();
-    }
-    for (i, (k, vy)) in y.entries().enumerate() {
-        if draft_of_x && matches!(vy, Want::Draft(Draft::Orig(_))) {
-            continue;
-        }
-        path.push(Step::Key(k));
-        match x.get_near(i, k) {
-            Some(vx) => diff_at(path, vx, vy, ops),
-            None => ops.push(PatchOp {
-                op: "add",
-                path: pointer(path),
-                value: Some(vy.to_node()),
-            }),
-        }
-        path.pop();
-    }
 }
 
 #[cfg(test)]

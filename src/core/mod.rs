@@ -8,7 +8,6 @@ pub mod conflict;
 pub mod cycle;
 pub mod hash;
 pub mod hpa;
-pub mod json_text;
 pub mod model;
 pub mod owner;
 pub mod persisted;

@@ -8,13 +8,14 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use base64::Engine as _;
+use json_patch::PatchOperation;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::api::WorkloadKind;
-use crate::core::admission::{PatchOp, PodSkeleton, mutate_hpa, mutate_skeleton, write_patch};
-use crate::core::json_text;
+use crate::core::admission::{PodSkeleton, mutate_hpa, mutate_skeleton};
 use crate::core::model::WorkloadKey;
 use crate::core::owner::{cronjob_named_in, pod_template_hash, top_owner};
 use crate::state::{ObjectName, Store};
@@ -75,12 +76,15 @@ impl Reply {
     }
 }
 
+/// The envelope kerf reads; `request.object` is kept as its raw text and decoded once the
+/// kind is known, so a pod is read straight into its skeleton.
 #[derive(Deserialize)]
-struct Review {
+struct Review<'a> {
     #[serde(rename = "apiVersion")]
     api_version: Option<String>,
     kind: Option<String>,
-    request: Option<Request>,
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -94,50 +98,31 @@ struct Gvk {
 }
 
 #[derive(Deserialize)]
-struct Request {
+struct Request<'a> {
     uid: String,
     kind: Gvk,
     #[serde(default)]
     namespace: Option<String>,
     #[serde(default)]
     operation: String,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
 }
 
-/// Second pass over the body for the object only, once the kind is known, so a pod is parsed
-/// straight into its skeleton instead of a full JSON tree.
-#[derive(Deserialize)]
-struct ObjectOnly<T> {
-    request: ObjectRequest<T>,
-}
-
-#[derive(Deserialize)]
-struct ObjectRequest<T> {
-    #[serde(default = "Option::default")]
-    object: Option<T>,
-}
-
-/// `request.object` as the one pass ([`read`]) left it.
-enum Object {
-    /// Not read: not a pod, or the object came before the kind. Read by a second pass over the
-    /// body ([`object_of`]) when the decision needs it.
-    Later,
-    /// A pod's object read straight into its skeleton (`None`: `"object": null`).
-    Pod(Option<Box<PodSkeleton>>),
-}
-
-fn object_of<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, String> {
-    match serde_json::from_slice::<ObjectOnly<T>>(body) {
-        Ok(ObjectOnly {
-            request: ObjectRequest { object: Some(o) },
-        }) => Ok(o),
-        Ok(_) => Err("request.object is missing".into()),
-        Err(e) => Err(format!("{what} could not be decoded: {e}")),
+impl Request<'_> {
+    /// `request.object` decoded as `T`.
+    fn object<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, String> {
+        let raw = self
+            .object
+            .filter(|o| o.get() != "null")
+            .ok_or("request.object is missing")?;
+        serde_json::from_str(raw.get()).map_err(|e| format!("{what} could not be decoded: {e}"))
     }
 }
 
 /// Result of the decision for one well-formed review.
 struct Decision {
-    patch: Vec<PatchOp>,
+    patch: Vec<PatchOperation>,
     outcome: Outcome,
     warnings: Vec<String>,
     detail: Option<String>,
@@ -162,27 +147,9 @@ impl Decision {
     }
 }
 
-/// Whether `body` is one JSON value (with surrounding whitespace), checked by the scanner the
-/// review reader skips with: what any answer that must turn malformed bodies away costs at
-/// least (the admission bench's `validate` server).
-#[doc(hidden)]
-pub fn body_is_json(body: &[u8]) -> bool {
-    read::is_json(body)
-}
-
 /// Handles one AdmissionReview body.
 pub fn handle_review(body: &[u8], store: &Store) -> Reply {
-    // The usual review in one pass; whatever that pass does not take is read by serde, in two.
-    match read::review(body) {
-        Some((review, object)) => respond(review, object, body, store),
-        None => handle_in_two_passes(body, store),
-    }
-}
-
-/// The envelope, then (in [`decide`]) the object: the reading every body gets the same answer
-/// from, and the only one for a body the one pass ([`read`]) does not take.
-fn handle_in_two_passes(body: &[u8], store: &Store) -> Reply {
-    let review: Review = match serde_json::from_slice(body) {
+    let review: Review<'_> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) if e.is_syntax() || e.is_eof() => {
             return Reply::bad_request(format!("request body is not JSON: {e}"));
@@ -191,53 +158,56 @@ fn handle_in_two_passes(body: &[u8], store: &Store) -> Reply {
             return Reply::bad_request(format!("request body is not an AdmissionReview: {e}"));
         }
     };
-    respond(review, Object::Later, body, store)
+    respond(review, store)
 }
 
 /// The AdmissionReview answer, compact: `{"apiVersion":…,"kind":…,"response":{"uid":…,
 /// "allowed":true,"patchType":"JSONPatch","patch":…,"warnings":[…]}}`, the patch fields only
-/// with a patch and `warnings` only when there are some. Written straight into one buffer, the
-/// patch base64-encoded in place (its alphabet needs no JSON escaping); the envelope is the one
-/// [`respond`] accepted, so its two strings are the constants.
-fn answer(uid: &str, patch: &[PatchOp], warnings: &[String]) -> Vec<u8> {
-    // Sized for a typical patch so the buffers rarely grow.
-    let mut out = Vec::with_capacity(2048);
-    for part in [
-        r#"{"apiVersion":""#,
-        ADMISSION_API_VERSION,
-        r#"","kind":""#,
-        REVIEW_KIND,
-        r#"","response":{"uid":"#,
-    ] {
-        out.extend_from_slice(part.as_bytes());
-    }
-    json_text::push_str(&mut out, uid);
-    out.extend_from_slice(br#","allowed":true"#);
-    if !patch.is_empty() {
-        let mut ops = Vec::with_capacity(1024);
-        write_patch(&mut ops, patch);
-        out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
-        let at = out.len();
-        out.resize(at + ops.len().div_ceil(3) * 4, 0);
-        let _ = base64::engine::general_purpose::STANDARD.encode_slice(&ops, &mut out[at..]);
-        out.push(b'"');
-    }
-    if !warnings.is_empty() {
-        out.extend_from_slice(br#","warnings":["#);
-        for (i, w) in warnings.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            json_text::push_str(&mut out, w);
-        }
-        out.push(b']');
-    }
-    out.extend_from_slice(b"}}");
-    out
+/// with a patch and `warnings` only when there are some. The patch is a base64 string, as the
+/// API documents (kube-core's own `AdmissionResponse` would write an array of numbers).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: AnswerResponse<'a>,
 }
 
-/// The answer to a decoded review (`object`: what the one pass read of `request.object`).
-fn respond(review: Review, object: Object, body: &[u8], store: &Store) -> Reply {
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AnswerResponse<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+fn answer(uid: &str, patch: &[PatchOperation], warnings: &[String]) -> Vec<u8> {
+    let patch = (!patch.is_empty()).then(|| {
+        let ops = serde_json::to_vec(patch).unwrap_or_default();
+        base64::engine::general_purpose::STANDARD.encode(ops)
+    });
+    let answer = Answer {
+        api_version: ADMISSION_API_VERSION,
+        kind: REVIEW_KIND,
+        response: AnswerResponse {
+            uid,
+            allowed: true,
+            patch_type: patch.is_some().then_some("JSONPatch"),
+            patch,
+            warnings,
+        },
+    };
+    // Strings, numbers and a bool: serializing cannot fail.
+    serde_json::to_vec(&answer).unwrap_or_default()
+}
+
+/// The answer to a decoded review.
+fn respond(review: Review<'_>, store: &Store) -> Reply {
     let api_version = review.api_version.unwrap_or_default();
     let kind = review.kind.unwrap_or_default();
     if api_version != ADMISSION_API_VERSION || kind != REVIEW_KIND {
@@ -252,14 +222,13 @@ fn respond(review: Review, object: Object, body: &[u8], store: &Store) -> Reply 
         return Reply::bad_request("AdmissionReview request.uid is empty".into());
     }
     // Last line of defence: a bug in the builder must not take the webhook down.
-    let (decision, caught_panic) =
-        match catch_unwind(AssertUnwindSafe(|| decide(&req, object, body, store))) {
-            Ok(d) => (d, false),
-            Err(_) => (
-                Decision::error("internal error while building the patch".into()),
-                true,
-            ),
-        };
+    let (decision, caught_panic) = match catch_unwind(AssertUnwindSafe(|| decide(&req, store))) {
+        Ok(d) => (d, false),
+        Err(_) => (
+            Decision::error("internal error while building the patch".into()),
+            true,
+        ),
+    };
 
     Reply {
         status: 200,
@@ -292,27 +261,22 @@ fn label_operation(op: &str) -> &'static str {
     }
 }
 
-fn decide(req: &Request, object: Object, body: &[u8], store: &Store) -> Decision {
+fn decide(req: &Request<'_>, store: &Store) -> Decision {
     match (req.kind.group.as_str(), req.kind.kind.as_str()) {
         ("", "Pod") if req.operation == "CREATE" => {
-            let skel = match object {
-                Object::Pod(Some(skel)) => Ok(*skel),
-                Object::Pod(None) => Err("request.object is missing".into()),
-                Object::Later => object_of::<PodSkeleton>(body, "the pod"),
-            };
-            decide_pod(req, skel, store)
+            decide_pod(req, req.object::<PodSkeleton>("the pod"), store)
         }
         ("autoscaling", "HorizontalPodAutoscaler")
             if req.kind.version == "v2"
                 && matches!(req.operation.as_str(), "CREATE" | "UPDATE") =>
         {
-            decide_hpa(req, body, store)
+            decide_hpa(req, store)
         }
         (g, k) => Decision::skip(format!("{} {g}/{k} is not mutated", req.operation)),
     }
 }
 
-fn object_namespace(obj: &Value, req: &Request) -> String {
+fn object_namespace(obj: &Value, req: &Request<'_>) -> String {
     obj.pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
@@ -342,7 +306,7 @@ fn finish(
     }
 }
 
-fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -> Decision {
+fn decide_pod(req: &Request<'_>, skel: Result<PodSkeleton, String>, store: &Store) -> Decision {
     let global = store.global();
     // A pod kerf cannot read in a protected namespace is none of its business: skipped, not
     // reported as kerf's problem.
@@ -404,13 +368,13 @@ fn decide_pod(req: &Request, skel: Result<PodSkeleton, String>, store: &Store) -
         return Decision::skip(format!("no recommendation for {key}"));
     };
     finish(
-        mutate_skeleton(&skel.into_node(), &state, &global.kai),
+        mutate_skeleton(&skel.into_value(), &state, &global.kai),
         "the pod",
     )
 }
 
-fn decide_hpa(req: &Request, body: &[u8], store: &Store) -> Decision {
-    let obj = match object_of::<Value>(body, "the HorizontalPodAutoscaler") {
+fn decide_hpa(req: &Request<'_>, store: &Store) -> Decision {
+    let obj = match req.object::<Value>("the HorizontalPodAutoscaler") {
         Ok(o) => o,
         Err(e) => return Decision::error(e),
     };
@@ -444,7 +408,3 @@ fn decide_hpa(req: &Request, body: &[u8], store: &Store) -> Decision {
     };
     finish(mutate_hpa(obj, &coordinated), "the HorizontalPodAutoscaler")
 }
-
-mod read;
-#[cfg(test)]
-mod tests;

@@ -4,10 +4,9 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use serde_json::Value;
 
 use crate::core::accelerator::NVIDIA_KAI;
-use crate::core::admission::{PatchOp, mutate_pod};
+use crate::core::admission::mutate_pod;
 use crate::core::allocation::container_allocations;
 use crate::core::model::{ANNOTATION_MUTATED, WorkloadState};
 use crate::core::pod::{Container, Pod, PodTemplateSpec};
@@ -106,11 +105,7 @@ fn admitted(pod: Pod, state: &WorkloadState, kai: &crate::api::KaiSettings) -> P
     let Ok(mutation) = mutate_pod(&value, state, kai) else {
         return pod;
     };
-    let ops = mutation.patch.iter().map(PatchOp::to_value).collect();
-    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) else {
-        return pod;
-    };
-    if json_patch::patch(&mut value, &patch).is_err() {
+    if json_patch::patch(&mut value, &mutation.patch).is_err() {
         return pod;
     }
     serde_json::from_value(value).unwrap_or(pod)

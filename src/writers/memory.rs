@@ -160,6 +160,7 @@ impl MemoryWriter {
             }
             WriteOp::Recommendation(r) => self.recommendation(*r),
             WriteOp::Event(e) => self.event(*e),
+            WriteOp::Warning(w) => tracing::warn!(workload = %w.workload, "{}", w.message),
             WriteOp::Restore(r) => {
                 let fields = self.workloads.entry(r.observed.key.clone()).or_default();
                 // A request kerf created goes: the manifest had none.

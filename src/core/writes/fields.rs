@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry};
-use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
 use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
@@ -22,6 +22,14 @@ use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity;
 use crate::core::recommenders::gpu::template_gpu;
 use crate::core::snapshot::Workload;
+
+/// A workload as the API server returned it: its metadata (managedFields included) and the
+/// rest of the object. Plain data, so the planning here needs no client types.
+#[derive(Clone, Copy, Debug)]
+pub struct Live<'a> {
+    pub metadata: &'a ObjectMeta,
+    pub data: &'a Value,
+}
 
 /// Where the pod template lives in each workload kind.
 pub fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
@@ -129,7 +137,7 @@ pub struct Owned {
 
 impl Owned {
     /// The live values of the annotations kerf owns.
-    pub fn annotation_values(&self, live: &DynamicObject) -> BTreeMap<String, String> {
+    pub fn annotation_values(&self, live: Live<'_>) -> BTreeMap<String, String> {
         let live_ann = live.metadata.annotations.as_ref();
         self.annotations
             .iter()
@@ -158,19 +166,19 @@ impl Owned {
     }
 }
 
-pub fn kerf_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+pub fn kerf_owned(obj: Live<'_>, kind: WorkloadKind) -> Owned {
     owned_where(obj, kind, |mf| {
         mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
     })
 }
 
 /// What every manager but `kerf` owns (a field kerf leaves out of its apply survives only then).
-pub fn others_owned(obj: &DynamicObject, kind: WorkloadKind) -> Owned {
+pub fn others_owned(obj: Live<'_>, kind: WorkloadKind) -> Owned {
     owned_where(obj, kind, |mf| mf.manager.as_deref() != Some(FIELD_MANAGER))
 }
 
 pub fn owned_where(
-    obj: &DynamicObject,
+    obj: Live<'_>,
     kind: WorkloadKind,
     manager: impl Fn(&ManagedFieldsEntry) -> bool,
 ) -> Owned {
@@ -221,8 +229,8 @@ pub fn owned_where(
     owned
 }
 
-pub fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec {
-    let mut v = Some(&obj.data);
+pub fn live_template(obj: Live<'_>, kind: WorkloadKind) -> PodTemplateSpec {
+    let mut v = Some(obj.data);
     for step in template_path(kind) {
         v = v.and_then(|x| x.get(*step));
     }
@@ -230,13 +238,15 @@ pub fn live_template(obj: &DynamicObject, kind: WorkloadKind) -> PodTemplateSpec
         .unwrap_or_default()
 }
 
-/// The server-side apply body for kerf's fields on a workload.
+/// The server-side apply body for kerf's fields on a workload, and the containers whose
+/// requests it leaves out because the template has no such container.
 pub fn workload_body(
     key: &WorkloadKey,
     annotations: &BTreeMap<String, String>,
     requests: &ContainerRequests,
     template: &PodTemplateSpec,
-) -> Value {
+) -> (Value, Vec<String>) {
+    let mut missing = Vec::new();
     let mut metadata = json!({"name": key.name, "namespace": key.namespace});
     if !annotations.is_empty() {
         metadata["annotations"] = json!(annotations);
@@ -268,7 +278,7 @@ pub fn workload_body(
         {
             init_containers.push(entry);
         } else {
-            tracing::warn!(workload = %key, container = %name, "template has no such container: requests not written");
+            missing.push(name.clone());
         }
     }
     if !containers.is_empty() || !init_containers.is_empty() {
@@ -286,7 +296,7 @@ pub fn workload_body(
             b.extend(s.clone());
         }
     }
-    body
+    (body, missing)
 }
 
 /// Requests a release gives back (docs/design/hpa-coordination.md#h13).
@@ -314,7 +324,8 @@ pub fn release_patch(
     restored: &ContainerRequests,
     template: &PodTemplateSpec,
 ) -> Option<Value> {
-    let full = workload_body(key, &BTreeMap::new(), restored, template);
+    // A restored container the template no longer has has nothing to restore.
+    let (full, _) = workload_body(key, &BTreeMap::new(), restored, template);
     let spec = full.get("spec")?;
     Some(json!({ "spec": spec }))
 }
@@ -325,6 +336,8 @@ pub struct KerfApply {
     pub body: Value,
     /// Restored requests (`<container> <resource>`) kerf is still the only owner of and keeps.
     pub still_kerfs: Vec<String>,
+    /// Containers with requests to set that the template does not have (not written).
+    pub not_in_template: Vec<String>,
 }
 
 /// kerf's server-side apply on the workload `live` (managedFields included), pure. Server-side
@@ -336,7 +349,7 @@ pub struct KerfApply {
 /// deleted. `annotations`: the annotations kerf wants (`None`: those it owns, as they are).
 pub fn kerf_apply(
     key: &WorkloadKey,
-    live: &DynamicObject,
+    live: Live<'_>,
     annotations: Option<&BTreeMap<String, String>>,
     set: &ContainerRequests,
     released: Released<'_>,
@@ -377,9 +390,11 @@ pub fn kerf_apply(
             e.memory_bytes = want.memory_bytes;
         }
     }
+    let (body, not_in_template) = workload_body(key, &annotations, &requests, &template);
     KerfApply {
-        body: workload_body(key, &annotations, &requests, &template),
+        body,
         still_kerfs,
+        not_in_template,
     }
 }
 

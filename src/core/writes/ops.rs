@@ -383,4 +383,14 @@ pub enum WriteOp {
     Event(Box<EventWrite>),
     /// Rollback or release of a workload's CPU/memory requests and HPA target.
     Restore(Box<RestoreWrite>),
+    /// Something the planning could not do, for the writer to log (planning itself logs
+    /// nothing).
+    Warning(Box<PlanWarning>),
+}
+
+/// A warning of the write planning about one workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanWarning {
+    pub workload: WorkloadKey,
+    pub message: String,
 }

@@ -13,7 +13,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::{
-    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept,
+    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
     PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
     merge_conditions, requests_match,
 };
@@ -603,7 +603,10 @@ pub fn plan_writes(
                 match plan_release(&rec.spec, prev, &outcome.managed) {
                     Ok(p) => p,
                     Err(e) => {
-                        tracing::warn!(workload = %r.key, "nothing released: {e}");
+                        ops.push(WriteOp::Warning(Box::new(PlanWarning {
+                            workload: r.key.clone(),
+                            message: format!("nothing released: {e}"),
+                        })));
                         RestorePlan::default()
                     }
                 }

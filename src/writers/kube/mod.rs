@@ -353,6 +353,10 @@ impl Task {
     }
 
     async fn execute(&mut self, op: WriteOp) -> WriteOutcome {
+        if let WriteOp::Warning(w) = &op {
+            tracing::warn!(workload = %w.workload, "{}", w.message);
+            return WriteOutcome::Unchanged;
+        }
         let read_only = *self.read_only.borrow();
         let result = match op {
             WriteOp::Workload(w) if read_only => {
@@ -369,6 +373,7 @@ impl Task {
             WriteOp::Recommendation(r) => self.recommendation(&r).await,
             WriteOp::Event(e) => self.event(&e).await.map(|()| 1),
             WriteOp::Restore(r) => self.restore(&r).await,
+            WriteOp::Warning(_) => Ok(0),
         };
         match result {
             Ok(0) => WriteOutcome::Unchanged,
@@ -422,7 +427,16 @@ impl Task {
             return Err(CallError::Gone(key.clone()));
         };
         let set = w.requests.clone().unwrap_or_default();
-        let body = kerf_apply(key, &live, desired_ann.as_ref(), &set, Released::NONE).body;
+        let body = self::applied_body(
+            key,
+            kerf_apply(
+                key,
+                live_of(&live),
+                desired_ann.as_ref(),
+                &set,
+                Released::NONE,
+            ),
+        );
         if !annotation_values_differ
             && !requests_differ
             && self.last_applied.get(key) == Some(&body)
@@ -569,7 +583,10 @@ impl Task {
             restored: &ContainerRequests::new(),
             removed: &r.removed,
         };
-        let body = kerf_apply(key, &live, None, &r.requests, released).body;
+        let body = applied_body(
+            key,
+            kerf_apply(key, live_of(&live), None, &r.requests, released),
+        );
         let params = apply_params();
         let patch = Patch::Apply(&body);
         self.call(Some("template"), &format!("rollback {key}"), || {
@@ -616,7 +633,10 @@ impl Task {
             restored: &r.requests,
             removed: &r.removed,
         };
-        let apply = kerf_apply(key, &live, None, set, released);
+        let apply = kerf_apply(key, live_of(&live), None, set, released);
+        for c in &apply.not_in_template {
+            tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
+        }
         for field in &apply.still_kerfs {
             tracing::warn!(workload = %key, request = %field, "only kerf owns a restored request: kerf keeps owning it");
         }
@@ -845,4 +865,20 @@ impl Task {
             Err(err) => Err(err),
         }
     }
+}
+
+/// The planning's view of a workload read from the API server.
+fn live_of(live: &DynamicObject) -> Live<'_> {
+    Live {
+        metadata: &live.metadata,
+        data: &live.data,
+    }
+}
+
+/// The body of kerf's apply, the containers it left out logged.
+fn applied_body(key: &WorkloadKey, apply: KerfApply) -> Value {
+    for c in &apply.not_in_template {
+        tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
+    }
+    apply.body
 }
