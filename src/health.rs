@@ -237,12 +237,16 @@ pub fn redact(message: &str) -> String {
 }
 
 /// Whether a word after `Bearer`/`Basic` outside an `Authorization:` header is a credential
-/// rather than prose: tokens and base64 carry digits or symbols, or are longer than words.
+/// rather than prose: tokens and base64 carry digits or symbols, mix cases inside the word
+/// (`dXNlcjpwYXNz`), or are longer than words; prose is `auth`, `Token`, `HTTP`.
 fn looks_like_credential(word: &str) -> bool {
+    let inner = word.get(1..).unwrap_or("");
     word.len() >= 20
         || word
             .chars()
             .any(|c| c.is_ascii_digit() || "._~+/=-".contains(c))
+        || (inner.chars().any(|c| c.is_ascii_uppercase())
+            && word.chars().any(|c| c.is_ascii_lowercase()))
 }
 
 /// The text of a panic payload (`panic!("…")` carries a `&str` or a `String`).

@@ -270,7 +270,9 @@ impl Activity {
         if seen.check(first) {
             self.http2.store(true, Ordering::Release);
         }
-        if self.http2.load(Ordering::Acquire)
+        // Until the first bytes told HTTP/1 from HTTP/2 they are not a head yet.
+        if !seen.decided
+            || self.http2.load(Ordering::Acquire)
             || self.in_flight.load(Ordering::Acquire) > 0
             || self.head_started.load(Ordering::Acquire) != NONE
         {
