@@ -59,6 +59,22 @@ pub struct WatchErrorLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionCloseLabels {
+    /// `webhook` (TLS, `/mutate`) or `health`.
+    pub listener: &'static str,
+    /// `handshake`, `first_request`, `headers`, `body`, `idle`.
+    pub phase: &'static str,
+    /// `timeout`, `too_large`, `memory_limit`.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// `webhook` or `health`.
+    pub listener: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub admission_requests: Family<AdmissionLabels, Counter>,
@@ -78,6 +94,10 @@ pub struct Metrics {
     pub watch_errors: Family<WatchErrorLabels, Counter>,
     pub field_takebacks: Family<ManagerLabel, Counter>,
     pub conflict_blocked_workloads: Gauge,
+    pub connections_closed: Family<ConnectionCloseLabels, Counter>,
+    pub connections_open: Family<ListenerLabel, Gauge>,
+    pub connections_max: Family<ListenerLabel, Gauge>,
+    pub request_body_bytes_buffered: Gauge,
 }
 
 fn query_histogram() -> Histogram {
@@ -90,10 +110,18 @@ impl Metrics {
         Arc::new(Self::default())
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The OpenMetrics 1.0 exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of every metric.
+    pub fn encode_prometheus_text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
     }
@@ -118,6 +146,10 @@ impl Metrics {
             watch_errors: Family::default(),
             field_takebacks: Family::default(),
             conflict_blocked_workloads: Gauge::default(),
+            connections_closed: Family::default(),
+            connections_open: Family::default(),
+            connections_max: Family::default(),
+            request_body_bytes_buffered: Gauge::default(),
         }
     }
 
@@ -207,6 +239,28 @@ impl Metrics {
             "kerf_conflict_blocked_workloads",
             "Workloads kerf does not write because another field manager keeps taking its fields back",
             self.conflict_blocked_workloads.clone(),
+        );
+        r.register(
+            "kerf_connections_closed",
+            "Connections closed or requests refused because a limit was reached, by listener, \
+             phase (handshake, first_request, headers, body, idle) and reason (timeout, \
+             too_large, memory_limit)",
+            self.connections_closed.clone(),
+        );
+        r.register(
+            "kerf_connections_open",
+            "Connections open on a listener",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "kerf_connections_max",
+            "Connections a listener serves at once; beyond it new connections wait",
+            self.connections_max.clone(),
+        );
+        r.register(
+            "kerf_request_body_bytes_buffered",
+            "Bytes of request bodies held in memory, both listeners together",
+            self.request_body_bytes_buffered.clone(),
         );
     }
 }

@@ -17,6 +17,7 @@ use jiff::Timestamp;
 
 use super::{MetricSourceArgs, PrometheusConnectionArgs};
 use crate::metrics::MetricSource;
+use crate::server::limits::Limits;
 use crate::server::{BoundServer, ServeConfig};
 use crate::state::Store;
 
@@ -79,6 +80,70 @@ pub struct ServeArgs {
         default_value = "/dev/termination-log"
     )]
     pub termination_log: PathBuf,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// What a client may hold on either listener, and for how long (docs/install.md, "Webhook
+/// limits").
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Seconds a TLS handshake may take on the webhook listener.
+    #[arg(long, env = "KERF_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub tls_handshake_timeout_seconds: u64,
+    /// Seconds from a new connection (after its TLS handshake) to the end of its first
+    /// request's headers, on either listener.
+    #[arg(long, env = "KERF_FIRST_REQUEST_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub first_request_timeout_seconds: u64,
+    /// Seconds from a request's first byte to the end of its headers (HTTP/1).
+    #[arg(long, env = "KERF_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub header_read_timeout_seconds: u64,
+    /// Seconds from the end of a request's headers to the end of its body (answered 408);
+    /// keep it above the webhook's timeoutSeconds.
+    #[arg(long, env = "KERF_BODY_READ_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub body_read_timeout_seconds: u64,
+    /// Seconds a connection may wait between an answer and its next request (HTTP/1
+    /// keep-alive and HTTP/2) before kerf closes it.
+    #[arg(long, env = "KERF_IDLE_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub idle_timeout_seconds: u64,
+    /// Connections the webhook listener serves at once; beyond it new connections wait.
+    #[arg(long, env = "KERF_MAX_CONNECTIONS", default_value_t = 512)]
+    pub max_connections: usize,
+    /// Connections the health listener serves at once; beyond it new connections wait.
+    #[arg(long, env = "KERF_HEALTH_MAX_CONNECTIONS", default_value_t = 32)]
+    pub health_max_connections: usize,
+    /// Largest request line and headers (HTTP/1) or header list (HTTP/2), bytes or a
+    /// quantity (`16Ki`); larger is answered 431. At least 8Ki.
+    #[arg(long, env = "KERF_MAX_HEADER_BYTES", default_value = "16Ki", value_parser = parse_bytes)]
+    pub max_header_bytes: usize,
+    /// Request bodies held in memory at once, both listeners together, bytes or a quantity
+    /// (`64Mi`); a body that does not fit is answered 503 at once. At least 3Mi.
+    #[arg(long, env = "KERF_MAX_BUFFERED_BODY_BYTES", default_value = "64Mi", value_parser = parse_bytes)]
+    pub max_buffered_body_bytes: usize,
+}
+
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let n = crate::core::quantity::parse_memory_bytes(text).map_err(|e| e.to_string())?;
+    usize::try_from(n).map_err(|_| format!("{text}: too large"))
+}
+
+impl LimitArgs {
+    /// The limits, or an error naming the flag that cannot work.
+    pub fn limits(&self) -> anyhow::Result<Limits> {
+        let l = Limits {
+            tls_handshake_timeout: Duration::from_secs(self.tls_handshake_timeout_seconds),
+            first_request_timeout: Duration::from_secs(self.first_request_timeout_seconds),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_seconds),
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
+            max_connections: self.max_connections,
+            health_max_connections: self.health_max_connections,
+            max_header_bytes: self.max_header_bytes,
+            max_buffered_body_bytes: self.max_buffered_body_bytes,
+        };
+        l.validate()?;
+        Ok(l)
+    }
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -101,12 +166,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     // The one registry of this process: every task reports to it, `/metrics` serves it.
     let store = Store::with_metrics(crate::telemetry::Metrics::new());
-    let config = ServeConfig::new(
+    let mut config = ServeConfig::new(
         args.listen,
         args.health_listen,
         args.tls_cert.clone(),
         args.tls_key.clone(),
     );
+    config.limits = args.limits.limits()?;
     let server = BoundServer::bind(config).await?;
     if args.standalone {
         let dir = args

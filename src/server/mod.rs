@@ -24,10 +24,13 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 
 use crate::state::Store;
-use crate::telemetry::{AdmissionLabels, KindLabel};
+use crate::telemetry::{AdmissionLabels, KindLabel, ListenerLabel, Metrics};
+use limits::{Activity, BodyBudget, Limits, Phase, Watched};
 
 pub mod chart;
 pub mod debug;
+pub mod exposition;
+pub mod limits;
 pub mod live;
 pub mod review;
 pub mod tls;
@@ -55,6 +58,8 @@ pub struct ServeConfig {
     /// Test hook: told when a `/mutate` request reaches its handler, before `review_delay`
     /// (none in production), so a test knows a review is in flight.
     pub review_started: Option<mpsc::UnboundedSender<()>>,
+    /// Timeouts of every phase of a connection, connection and memory caps.
+    pub limits: Limits,
 }
 
 impl ServeConfig {
@@ -73,6 +78,7 @@ impl ServeConfig {
             shutdown_timeout: Duration::from_secs(25),
             review_delay: Duration::ZERO,
             review_started: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -215,15 +221,17 @@ fn health_status(ok: bool) -> StatusCode {
     }
 }
 
-async fn metrics_text(State(app): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.store.metrics().encode(),
-    )
-        .into_response()
+/// `/metrics` in the format the scraper asks for (`exposition::negotiate`).
+async fn metrics_text(State(app): State<AppState>, headers: header::HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = exposition::negotiate(accept);
+    let m = app.store.metrics();
+    let body = if format.is_openmetrics() {
+        m.encode()
+    } else {
+        m.encode_prometheus_text()
+    };
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
 #[derive(serde::Deserialize)]
@@ -305,6 +313,10 @@ impl BoundServer {
         let (stop_tx, stop_rx) = watch::channel(false);
         // Every connection task holds a sender; all dropped = every connection finished.
         let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
+        let limits = Arc::new(self.config.limits.clone());
+        let metrics = store.metrics().clone();
+        // One budget for the bodies of both listeners: memory is one limit.
+        let budget = BodyBudget::new(limits.max_buffered_body_bytes, metrics.clone());
         let webhook = tokio::spawn(accept_loop(
             self.tls_listener,
             router_with_hooks(
@@ -313,6 +325,13 @@ impl BoundServer {
                 self.config.review_started.clone(),
             ),
             Some(acceptor),
+            Served {
+                listener: "webhook",
+                max_connections: limits.max_connections,
+                limits: limits.clone(),
+                budget: budget.clone(),
+                metrics: metrics.clone(),
+            },
             stop_rx.clone(),
             open_tx.clone(),
         ));
@@ -320,6 +339,13 @@ impl BoundServer {
             self.health_listener,
             health_router(store),
             None,
+            Served {
+                listener: "health",
+                max_connections: limits.health_max_connections,
+                limits,
+                budget,
+                metrics,
+            },
             stop_rx,
             open_tx,
         ));
@@ -369,7 +395,16 @@ pub async fn serve_app(
     // Held for the whole run: the accept loop stops once the sender is gone.
     let (_stop, stop_rx) = watch::channel(false);
     let (open, _open_rx) = mpsc::channel::<()>(1);
-    accept_loop(listener, app, Some(acceptor), stop_rx, open).await;
+    let limits = Arc::new(Limits::default());
+    let metrics = Metrics::new();
+    let served = Served {
+        listener: "webhook",
+        max_connections: limits.max_connections,
+        budget: BodyBudget::new(limits.max_buffered_body_bytes, metrics.clone()),
+        limits,
+        metrics,
+    };
+    accept_loop(listener, app, Some(acceptor), served, stop_rx, open).await;
     Ok(())
 }
 
@@ -398,21 +433,59 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// How one listener serves its connections (`limits.rs`).
+struct Served {
+    /// The `listener` label: `webhook` or `health`.
+    listener: &'static str,
+    max_connections: usize,
+    limits: Arc<Limits>,
+    budget: BodyBudget,
+    metrics: Arc<Metrics>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     app: Router,
     tls: Option<TlsAcceptor>,
+    served: Served,
     mut stop: watch::Receiver<bool>,
     open: mpsc::Sender<()>,
 ) {
+    let limits = served.limits.clone();
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The watchdog in `drive` times the headers: hyper's own header timer would also run while
+    // a keep-alive connection waits for its next request. The read buffer bounds the request
+    // line and headers (hyper answers 431 beyond it) and the size of a body's chunks.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+        .header_read_timeout(None)
+        .max_buf_size(limits.max_header_bytes)
         .keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    let label = ListenerLabel {
+        listener: served.listener,
+    };
+    served
+        .metrics
+        .connections_max
+        .get_or_create(&label)
+        .set(served.max_connections as i64);
+    let slots = Arc::new(tokio::sync::Semaphore::new(served.max_connections));
+    let served = Arc::new(served);
     loop {
+        // At the cap, stop accepting: new connections wait in the kernel's backlog until a
+        // served one closes (every phase has a deadline, so one does).
+        let slot = tokio::select! {
+            _ = stopped(&mut stop) => break,
+            s = slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+        };
         let (tcp, peer) = tokio::select! {
             _ = stopped(&mut stop) => break,
             r = listener.accept() => match r {
@@ -428,57 +501,159 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let open = open.clone();
         let stop = stop.clone();
-        let svc = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let builder = builder.clone();
         let tls = tls.clone();
+        let served = served.clone();
+        let gauge = served
+            .metrics
+            .connections_open
+            .get_or_create(&label)
+            .clone();
+        gauge.inc();
         tokio::spawn(async move {
             match tls {
                 Some(acceptor) => {
-                    let stream =
-                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-                            .await
-                        {
-                            Ok(Ok(s)) => s,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, "TLS handshake failed: {e}");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                return;
-                            }
-                        };
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                    drive(conn, stop, peer).await;
+                    let handshake = tokio::time::timeout(
+                        served.limits.tls_handshake_timeout,
+                        acceptor.accept(tcp),
+                    );
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(&builder, stream, app, &served, stop, peer).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            limits::count_closed(
+                                &served.metrics,
+                                served.listener,
+                                Phase::Handshake,
+                                "timeout",
+                            );
+                        }
+                    }
                 }
-                None => {
-                    let conn = builder.serve_connection(TokioIo::new(tcp), svc);
-                    drive(conn, stop, peer).await;
-                }
+                None => serve_connection(&builder, tcp, app, &served, stop, peer).await,
             }
+            gauge.dec();
+            drop(slot);
             drop(open);
         });
     }
 }
 
-/// Serves one connection; on shutdown asks it to finish gracefully (HTTP/1: close once the
-/// in-flight response is written, or at once when idle; HTTP/2: GOAWAY, then drain streams).
+/// Serves one connection through its watchdog: the stream is read through [`Watched`], every
+/// request passes [`LimitedService`] (body read whole within its deadline and budget).
+async fn serve_connection<S>(
+    builder: &auto::Builder<TokioExecutor>,
+    stream: S,
+    app: Router,
+    served: &Arc<Served>,
+    stop: watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Activity::new(Instant::now());
+    let svc = LimitedService {
+        inner: TowerToHyperService::new(app),
+        activity: activity.clone(),
+        served: served.clone(),
+    };
+    let conn = builder.serve_connection(TokioIo::new(Watched::new(stream, activity.clone())), svc);
+    drive(conn, stop, peer, &activity, served).await;
+}
+
+/// The router behind the connection limits of [`limits`].
+#[derive(Clone)]
+struct LimitedService {
+    inner: TowerToHyperService<Router>,
+    activity: Arc<Activity>,
+    served: Arc<Served>,
+}
+
+impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for LimitedService {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>>;
+
+    fn call(&self, req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        let in_flight = self.activity.request();
+        let inner = self.inner.clone();
+        let served = self.served.clone();
+        Box::pin(async move {
+            let _in_flight = in_flight;
+            match limits::read_body(req, &served.limits, &served.budget).await {
+                Ok((req, _reserved)) => inner.call(req).await,
+                Err((why, version)) => {
+                    if let Some(reason) = why.reason() {
+                        limits::count_closed(&served.metrics, served.listener, Phase::Body, reason);
+                    }
+                    tracing::debug!("request refused: {why:?}");
+                    Ok(limits::refusal(&why, version, &served.limits))
+                }
+            }
+        })
+    }
+}
+
+/// Serves one connection until it ends, its phase's deadline passes (`limits.rs`), or shutdown
+/// (HTTP/1: close once the in-flight response is written, or at once when idle; HTTP/2:
+/// GOAWAY, then drain streams).
 async fn drive<I>(
-    conn: auto::Connection<'_, I, TowerToHyperService<Router>, TokioExecutor>,
+    conn: auto::Connection<'_, I, LimitedService, TokioExecutor>,
     mut stop: watch::Receiver<bool>,
     peer: SocketAddr,
+    activity: &Activity,
+    served: &Served,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        _ = stopped(&mut stop) => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    let mut stopping = false;
+    let result = loop {
+        let deadline = activity.deadline(&served.limits);
+        let wake = deadline.map_or(
+            tokio::time::Instant::now() + Duration::from_secs(86_400),
+            |d| tokio::time::Instant::from_std(d.at),
+        );
+        tokio::select! {
+            r = conn.as_mut() => break r,
+            _ = stopped(&mut stop), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = activity.changed() => {}
+            _ = tokio::time::sleep_until(wake), if deadline.is_some() => {
+                // Still the same phase (a request may have started meanwhile: then it wakes
+                // `changed` and the next turn finds no deadline).
+                let Some(d) = activity.deadline(&served.limits) else { continue };
+                if d.at > Instant::now() {
+                    continue;
+                }
+                limits::count_closed(&served.metrics, served.listener, d.phase, "timeout");
+                tracing::debug!(%peer, phase = d.phase.as_str(), "closing a connection past its deadline");
+                conn.as_mut().graceful_shutdown();
+                match tokio::time::timeout(limits::CLOSE_GRACE, conn.as_mut()).await {
+                    Ok(r) => break r,
+                    Err(_) => return,
+                }
+            }
         }
     };
     if let Err(e) = result {
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            limits::count_closed(
+                &served.metrics,
+                served.listener,
+                Phase::Headers,
+                "too_large",
+            );
+        }
         tracing::debug!(%peer, "connection closed with error: {e}");
     }
 }

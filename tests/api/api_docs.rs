@@ -80,3 +80,74 @@ fn policies_doc_names_every_field_of_every_kind() {
         missing.join("\n  ")
     );
 }
+
+/// The "Webhook limits" table of docs/install.md: each row's flag, environment variable and
+/// default are what `kerf serve` has, and the defaults are the server's own.
+#[test]
+fn install_doc_lists_every_webhook_limit_with_its_default() {
+    use clap::{CommandFactory, Parser};
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        limits: kerf::cli::serve::LimitArgs,
+    }
+    let parsed = Serve::parse_from(["kerf"]).limits.limits().unwrap();
+    assert_eq!(parsed, kerf::server::limits::Limits::default());
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/install.md"))
+        .expect("docs/install.md");
+    let section = doc
+        .split_once("## Webhook limits\n")
+        .expect("a Webhook limits section")
+        .1;
+    let rows: BTreeSet<(String, String, String)> = section
+        .lines()
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("| `--"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+            (cells[1].into(), cells[2].into(), cells[3].into())
+        })
+        .collect();
+    let cmd = Serve::command();
+    let flags: BTreeSet<(String, String, String)> = cmd
+        .get_arguments()
+        .filter(|a| a.get_long().is_some())
+        .map(|a| {
+            (
+                format!("--{}", a.get_long().unwrap()),
+                a.get_env().unwrap().to_string_lossy().into_owned(),
+                a.get_default_values()[0].to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, flags);
+}
+
+/// The Deployment's memory limit holds the worst case of the default limits (docs/install.md,
+/// "Memory") over the cached state at 1,000 GPU workloads, with headroom.
+#[test]
+fn deployment_memory_limit_holds_the_worst_case_of_the_default_limits() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/manifests/install/deployment.yaml"
+    ))
+    .unwrap();
+    let deployment: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let limit =
+        deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+            .as_str()
+            .expect("a memory limit");
+    let limit = kerf::core::quantity::parse_memory_bytes(limit).unwrap() as usize;
+    let l = kerf::server::limits::Limits::default();
+    let mib = 1024 * 1024;
+    // Measured: ~39 KiB per open TLS connection; a review's decoded objects a few times its
+    // 3 MiB body, one review per CPU (the Deployment's limit is 1).
+    let worst = 28 * mib
+        + l.max_buffered_body_bytes
+        + (l.max_connections + l.health_max_connections) * 40 * 1024
+        + 4 * kerf::server::MAX_BODY_BYTES;
+    assert!(
+        limit >= worst + 64 * mib,
+        "limit {limit} B, worst case {worst} B: less than 64 MiB of headroom"
+    );
+}

@@ -12,4 +12,5 @@ mod support;
 mod webhook_admission;
 mod webhook_cli;
 mod webhook_fuzz;
+mod webhook_limits;
 mod webhook_tls;
