@@ -63,7 +63,10 @@ fn failed_queries(manifests: &str, args: &[&str], env: &[(&str, &str)]) -> Strin
     assert!(!out.status.success(), "{args:?}: {err}");
     assert!(err.contains("every metric query failed"), "{args:?}: {err}");
     assert!(err.contains("query failed"), "{args:?}: {err}");
-    assert!(!out.stdout.is_empty(), "{args:?}: the output is still printed");
+    assert!(
+        !out.stdout.is_empty(),
+        "{args:?}: the output is still printed"
+    );
     err
 }
 
