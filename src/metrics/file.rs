@@ -37,6 +37,9 @@ pub enum LoadError {
     Parse { path: PathBuf, source: ParseError },
 }
 
+/// Per grid point of one key: the accumulated value and how many series gave one.
+type Accumulated = BTreeMap<i64, (f64, usize)>;
+
 pub struct FileSource {
     data: OpenMetrics,
     by_name: HashMap<String, Vec<usize>>,
@@ -108,9 +111,7 @@ impl FileSource {
             .collect();
         let range_ms = promql::range_rate_window_seconds(step) * 1000;
 
-        // Per key and grid point: the accumulated value and how many series gave one.
-        let mut groups: BTreeMap<(String, String, String), BTreeMap<i64, (f64, usize)>> =
-            BTreeMap::new();
+        let mut groups: BTreeMap<(String, String, String), Accumulated> = BTreeMap::new();
         for series in self
             .by_name
             .get(&q.metric)
