@@ -208,7 +208,12 @@ fn overlays_and_examples_render_and_validate() {
 fn every_loose_example_and_seed_yaml_validates() {
     let checkers = kerf_checkers().expect("CRDs compile");
     let mut files = Vec::new();
-    for dir in ["manifests/examples", "examples", "tests/fixtures/seed"] {
+    for dir in [
+        "manifests/examples",
+        "examples",
+        "examples/gpu-process-exporter",
+        "tests/fixtures/seed",
+    ] {
         let Ok(entries) = std::fs::read_dir(root().join(dir)) else {
             continue;
         };
