@@ -290,11 +290,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
             .collect();
         for signal in Signal::BOTH {
             let cfg = policy.spec.metrics.signal(signal);
-            let window = cfg
-                .upsize
-                .metrics_window
-                .seconds()
-                .max(cfg.scale_back.metrics_window.seconds()) as i64;
+            // The window the no-samples count and message use too.
+            let window = samples::query_window(&policy.spec, signal).seconds() as i64;
             out.queries.push((
                 pi,
                 signal,
