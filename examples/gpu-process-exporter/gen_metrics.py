@@ -5,7 +5,7 @@ container, container_id, gpu_allocation_type, gpu_uuid, gpu_model; scraped every
 minute), plus the series the shipped recording rule (manifests/monitoring/gpu-rules.yaml)
 records from them, evaluated every 60 s by a real Prometheus:
 
-    python3 examples/gpu-process-exporter/gen_metrics.py   # needs promtool and prometheus
+    python3 examples/gpu-process-exporter/gen_metrics.py   # needs promtool, prometheus, PyYAML
 """
 import json, os, shutil, socket, subprocess, tempfile, time, urllib.parse, urllib.request
 
