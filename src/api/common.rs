@@ -269,7 +269,8 @@ pub struct Experimental {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
-    /// `Ready`, `AutomationStrategyResolved`, `PrometheusAvailable`.
+    /// `Ready`, `AutomationStrategyResolved`, `PrometheusAvailable`; GPU reactive policies
+    /// also `MetricsFound`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -282,6 +283,8 @@ pub struct PolicyStatus {
 pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_STRATEGY_RESOLVED: &str = "AutomationStrategyResolved";
 pub const CONDITION_PROMETHEUS_AVAILABLE: &str = "PrometheusAvailable";
+/// GPU reactive policies: whether every selected pod had samples of both metrics.
+pub const CONDITION_METRICS_FOUND: &str = "MetricsFound";
 
 /// A field-named validation problem, shared by every `validate()`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -48,12 +48,72 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     for (policy, e) in cycle.query_failures() {
         eprintln!("warning: {policy}: {e}");
     }
+    let statuses = policy_statuses(&evaluated.snapshot, dir_loop.writer());
     let out = match args.output {
-        OutputFormat::Json => serde_json::to_string_pretty(&to_json(&cycle))? + "\n",
-        OutputFormat::Table => to_table(&cycle, at),
+        OutputFormat::Json => {
+            let mut json = to_json(&cycle);
+            json["policies"] = policies_json(&statuses);
+            serde_json::to_string_pretty(&json)? + "\n"
+        }
+        OutputFormat::Table => to_table(&cycle, at) + &conditions_table(&statuses),
     };
     print!("{out}");
+    // Nothing was read: the output above holds no usage at all.
+    if cycle.every_query_failed() {
+        anyhow::bail!("every metric query failed (see the warnings above)");
+    }
     Ok(())
+}
+
+/// Every policy of the directory with its status as the cycle wrote it, in snapshot order.
+fn policy_statuses<'a>(
+    snapshot: &'a crate::core::snapshot::Snapshot,
+    writer: &'a crate::writers::memory::MemoryWriter,
+) -> Vec<(&'a PolicyId, Option<&'a crate::api::PolicyStatus>)> {
+    let gpu = snapshot.gpu_policies.iter().map(|p| &p.id);
+    let rs = snapshot.rightsizing_policies.iter().map(|p| &p.id);
+    gpu.chain(rs)
+        .map(|id| (id, writer.policy_status(id)))
+        .collect()
+}
+
+/// The top-level `policies` array: each policy's conditions as written to its status.
+fn policies_json(statuses: &[(&PolicyId, Option<&crate::api::PolicyStatus>)]) -> Value {
+    let entries: Vec<Value> = statuses
+        .iter()
+        .map(|(id, status)| {
+            let conditions: Vec<Value> = status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .map(|c| {
+                    json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
+                })
+                .collect();
+            json!({"kind": id.kind, "namespace": id.namespace, "name": id.name, "conditions": conditions})
+        })
+        .collect();
+    Value::Array(entries)
+}
+
+/// The conditions that are not `True`, printed under the recommendations.
+fn conditions_table(statuses: &[(&PolicyId, Option<&crate::api::PolicyStatus>)]) -> String {
+    let mut s = String::new();
+    for (id, status) in statuses {
+        for c in status.iter().flat_map(|s| &s.conditions) {
+            if c.status != "True" {
+                let _ = writeln!(
+                    s,
+                    "{id}: {}={} ({}): {}",
+                    c.type_, c.status, c.reason, c.message
+                );
+            }
+        }
+    }
+    if s.is_empty() {
+        s
+    } else {
+        format!("\nPolicy conditions\n{s}")
+    }
 }
 
 fn policy_json(p: Option<&PolicyId>) -> Value {

@@ -7,6 +7,7 @@ use crate::core::hash::HashMap;
 
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::recommenders::gpu::WorkloadResult;
+use crate::core::recommenders::gpu::samples::MissingSamples;
 use crate::core::recommenders::resources::RsResult;
 
 /// Everything the recommenders said about one workload this cycle: at least one result (the
@@ -48,6 +49,9 @@ pub struct PolicyRun {
     pub queries: Option<Result<(), String>>,
     /// Why its `automationStrategyRef` does not resolve (the policy is then not applied).
     pub unresolved_strategy: Option<String>,
+    /// GPU policies whose queries were answered: the signals some selected pod had no sample
+    /// of (empty: every pod had samples). `None`: nothing was read.
+    pub missing_samples: Option<Vec<MissingSamples>>,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +68,12 @@ pub struct CycleOutput {
     pub samples_loaded: u64,
     /// Non-fatal problems reported by the metric source.
     pub warnings: Vec<String>,
+    /// Planned queries answered and failed (a split window query counts once).
+    pub queries_answered: usize,
+    pub queries_failed: usize,
+    /// The first and last sample time of a metrics file (`--metrics`), said beside "no
+    /// samples"; none from Prometheus.
+    pub coverage: Option<(jiff::Timestamp, jiff::Timestamp)>,
 }
 
 impl CycleOutput {
@@ -140,6 +150,11 @@ impl CycleOutput {
     /// The status of `policy`'s queries, if it issued any.
     pub fn query_status(&self, policy: &PolicyId) -> Option<&Result<(), String>> {
         self.policies.get(policy).and_then(|p| p.queries.as_ref())
+    }
+
+    /// Every query of the cycle failed: nothing was read at all.
+    pub fn every_query_failed(&self) -> bool {
+        self.queries_failed > 0 && self.queries_answered == 0
     }
 
     /// Every policy whose queries failed this cycle, with the reason.

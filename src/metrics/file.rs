@@ -37,10 +37,15 @@ pub enum LoadError {
     Parse { path: PathBuf, source: ParseError },
 }
 
+/// Per grid point of one key: the accumulated value and how many series gave one.
+type Accumulated = BTreeMap<i64, (f64, usize)>;
+
 pub struct FileSource {
     data: OpenMetrics,
     by_name: HashMap<String, Vec<usize>>,
     semantics: Semantics,
+    /// The first and last sample time in the file.
+    coverage: Option<(jiff::Timestamp, jiff::Timestamp)>,
 }
 
 impl FileSource {
@@ -65,10 +70,19 @@ impl FileSource {
         for (i, s) in data.series.iter().enumerate() {
             by_name.entry(s.name.clone()).or_default().push(i);
         }
+        let times = data.series.iter().flat_map(|s| {
+            let first = s.samples.iter().map(|(t, _)| *t).min();
+            let last = s.samples.iter().map(|(t, _)| *t).max();
+            first.into_iter().chain(last)
+        });
+        let (lo, hi) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        let at = |ms: i64| jiff::Timestamp::from_millisecond(ms).ok();
+        let coverage = (lo <= hi).then(|| at(lo).zip(at(hi))).flatten();
         Self {
             data,
             by_name,
             semantics: Semantics::default(),
+            coverage,
         }
     }
 
@@ -95,9 +109,9 @@ impl FileSource {
             .map(|k| start + k * step)
             .take_while(|t| *t <= end)
             .collect();
-        let range_ms = promql::rate_window_seconds(step) * 1000;
+        let range_ms = promql::range_rate_window_seconds(step) * 1000;
 
-        let mut groups: BTreeMap<(String, String, String), BTreeMap<i64, f64>> = BTreeMap::new();
+        let mut groups: BTreeMap<(String, String, String), Accumulated> = BTreeMap::new();
         for series in self
             .by_name
             .get(&q.metric)
@@ -124,8 +138,11 @@ impl FileSource {
                 };
                 if let Some(v) = value {
                     sums.entry(t)
-                        .and_modify(|acc| *acc = q.aggregation.combine(*acc, v))
-                        .or_insert(v);
+                        .and_modify(|(acc, n)| {
+                            *acc = q.aggregation.combine(*acc, v);
+                            *n += 1;
+                        })
+                        .or_insert((v, 1));
                 }
             }
         }
@@ -136,7 +153,10 @@ impl FileSource {
                 namespace,
                 pod,
                 container,
-                points: points.into_iter().collect(),
+                points: points
+                    .into_iter()
+                    .map(|(t, (acc, n))| (t, q.aggregation.finish(acc, n)))
+                    .collect(),
             })
             .collect();
         Ok(promql::finish(q, groups, Vec::new()))
@@ -260,6 +280,10 @@ impl MetricSource for FileSource {
 
     async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
         self.evaluate_window(query)
+    }
+
+    fn coverage(&self) -> Option<(jiff::Timestamp, jiff::Timestamp)> {
+        self.coverage
     }
 }
 
@@ -397,32 +421,32 @@ mod tests {
 
     #[test]
     fn counter_rate_handles_reset_and_extrapolation() {
-        // 0,10,20,(reset)5,15 at 15 s spacing: increase 35 over 60 s sampled.
+        // 0,10,20,(reset)5,15 at 60 s spacing: increase 35 over 240 s sampled.
         let mut text = String::from("# TYPE r counter\n");
         for (i, v) in [0, 10, 20, 5, 15].iter().enumerate() {
             text.push_str(&format!(
                 "r_total{{namespace=\"a\",pod=\"p\",container=\"c\"}} {v} {}\n",
-                T0 + 15 * i as i64
+                T0 + 60 * i as i64
             ));
         }
         text.push_str("# EOF\n");
         let src = FileSource::from_str(&text).unwrap();
-        // step 15 → window 60 s; at T0+60 the window (T0, T0+60] holds 4 samples (v3).
-        let set = src.evaluate(&q("r_total", T0 + 60, T0 + 60, 15)).unwrap();
-        // v3: samples 10,20,5,15: increase 25 over 45 s, start 15 s away (< 1.1×15) → extrapolate
-        // to the whole 60 s: 25 × 60/45 / 60.
+        // step 15 → range window 240 s; at T0+240 the window (T0, T0+240] holds 4 samples (v3).
+        let set = src.evaluate(&q("r_total", T0 + 240, T0 + 240, 15)).unwrap();
+        // v3: samples 10,20,5,15: increase 25 over 180 s, start 60 s away (< 1.1×60) →
+        // extrapolate to the whole 240 s: 25 × 240/180 / 240.
         let got = set.series[&key("c")][0].1;
-        assert!((got - 25.0 * 60.0 / 45.0 / 60.0).abs() < 1e-12, "{got}");
+        assert!((got - 25.0 * 240.0 / 180.0 / 240.0).abs() < 1e-12, "{got}");
         let v2 = FileSource::from_str(&text)
             .unwrap()
             .with_semantics(Semantics::Prometheus2);
         let got = v2
-            .evaluate(&q("r_total", T0 + 60, T0 + 60, 15))
+            .evaluate(&q("r_total", T0 + 240, T0 + 240, 15))
             .unwrap()
             .series[&key("c")][0]
             .1;
-        // v2: all 5 samples, increase 35 over 60 s, zero point at 0 s → no extrapolation.
-        assert!((got - 35.0 / 60.0).abs() < 1e-12, "{got}");
+        // v2: all 5 samples, increase 35 over 240 s, zero point at 0 s → no extrapolation.
+        assert!((got - 35.0 / 240.0).abs() < 1e-12, "{got}");
     }
 
     #[test]
@@ -447,6 +471,29 @@ mod tests {
         );
     }
 
+    /// `avg by`: a container's per-device percentages of its share (docs/design/gpu-engine.md#g2)
+    /// are one percentage, whatever the number of devices; as Prometheus's `avg`.
+    #[test]
+    fn averages_series_of_one_container_for_avg() {
+        let text = format!(
+            "m{{namespace=\"a\",pod=\"p\",container=\"c\",gpu_uuid=\"GPU-0\"}} 40 {T0}\n\
+             m{{namespace=\"a\",pod=\"p\",container=\"c\",gpu_uuid=\"GPU-1\"}} 60 {T0}\n# EOF\n"
+        );
+        let src = FileSource::from_str(&text).unwrap();
+        let avg = RangeQuery {
+            aggregation: crate::metrics::Aggregation::Avg,
+            ..q("m", T0, T0, 60)
+        };
+        assert_eq!(
+            src.evaluate(&avg).unwrap().series[&key("c")],
+            vec![(T0, 50.0)]
+        );
+        assert_eq!(
+            src.evaluate(&q("m", T0, T0, 60)).unwrap().series[&key("c")],
+            vec![(T0, 100.0)]
+        );
+    }
+
     #[test]
     fn counter_detection_uses_name_family_type_and_caller_choice() {
         let mut text = String::from("# TYPE busy counter\n");
@@ -454,7 +501,7 @@ mod tests {
             text.push_str(&format!(
                 "busy{{namespace=\"a\",pod=\"p\",container=\"c\"}} {} {}\n",
                 10 * i,
-                T0 + 15 * i
+                T0 + 60 * i
             ));
         }
         text.push_str("# EOF\n");
@@ -462,16 +509,16 @@ mod tests {
         let at = |counter: Option<bool>| {
             let query = RangeQuery {
                 counter,
-                ..q("busy", T0 + 60, T0 + 60, 15)
+                ..q("busy", T0 + 240, T0 + 240, 15)
             };
             src.evaluate(&query).unwrap().series[&key("c")][0].1
         };
         assert!(
-            (at(None) - 10.0 / 15.0).abs() < 1e-12,
+            (at(None) - 10.0 / 60.0).abs() < 1e-12,
             "typed counter is rated"
         );
         assert_eq!(at(Some(false)), 40.0);
-        assert!((at(Some(true)) - 10.0 / 15.0).abs() < 1e-12);
+        assert!((at(Some(true)) - 10.0 / 60.0).abs() < 1e-12);
     }
 
     /// The OOM signal of the CPU/memory recommender: `max_over_time` of kube-state-metrics' last

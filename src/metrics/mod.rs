@@ -6,13 +6,16 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 /// How the series sharing one key (namespace, pod, container labels) are combined.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Aggregation {
-    /// `sum by (…)`: a container's series (cAdvisor, GPU exporters) add up.
+    /// `sum by (…)`: a container's series (cAdvisor, GPUs used on each device) add up.
     #[default]
     Sum,
     /// `max by (…)`: copies of one value (several kube-state-metrics replicas) are one value.
     Max,
+    /// `avg by (…)`: per-device percentages of one container's share (GPU Process Exporter's
+    /// memory footprint) are one percentage of the whole share (docs/design/gpu-engine.md#g2).
+    Avg,
 }
 
 impl Aggregation {
@@ -21,14 +24,24 @@ impl Aggregation {
         match self {
             Aggregation::Sum => "sum",
             Aggregation::Max => "max",
+            Aggregation::Avg => "avg",
         }
     }
 
-    /// Combines a value into the one already there.
+    /// Combines a value into the one already there; `Avg` accumulates the sum, which
+    /// [`Aggregation::finish`] divides by the count.
     pub fn combine(self, acc: f64, v: f64) -> f64 {
         match self {
-            Aggregation::Sum => acc + v,
+            Aggregation::Sum | Aggregation::Avg => acc + v,
             Aggregation::Max => acc.max(v),
+        }
+    }
+
+    /// The value of `count` combined values whose accumulator is `acc`.
+    pub fn finish(self, acc: f64, count: usize) -> f64 {
+        match self {
+            Aggregation::Avg => acc / count as f64,
+            Aggregation::Sum | Aggregation::Max => acc,
         }
     }
 }
@@ -117,6 +130,12 @@ pub trait MetricSource: Send + Sync {
         &self,
         query: &WindowQuery,
     ) -> impl std::future::Future<Output = Result<WindowSet, MetricError>> + Send;
+
+    /// The first and last sample time the source holds, when it is a file (said beside "no
+    /// samples": a file from another time than `--at` is the usual cause). `None`: unknown.
+    fn coverage(&self) -> Option<(Timestamp, Timestamp)> {
+        None
+    }
 
     /// A window query this source refused was split in two (counted where the source reports
     /// its metrics: `kerf_prometheus_query_splits_total`).
@@ -216,6 +235,13 @@ impl MetricSource for AnySource {
     fn record_split(&self) {
         if let AnySource::Prometheus(p) = self {
             p.record_split();
+        }
+    }
+
+    fn coverage(&self) -> Option<(Timestamp, Timestamp)> {
+        match self {
+            AnySource::File(f) => f.coverage(),
+            AnySource::Prometheus(p) => p.coverage(),
         }
     }
 

@@ -13,6 +13,11 @@ pub const MAX_POINTS: i64 = 11_000;
 /// Smallest rate window: with the common 15–30 s scrape interval, 60 s still holds ≥ 2 samples.
 pub const MIN_RATE_WINDOW_SECONDS: i64 = 60;
 
+/// Smallest rate window of a range query's counter (the GPU signals): four scrapes at GPU
+/// Process Exporter's default 60 s cadence (its `SCRAPE_INTERVAL`), so the window always holds
+/// at least two samples, and still two after a missed scrape (docs/design/gpu-engine.md#g2).
+pub const MIN_RANGE_RATE_WINDOW_SECONDS: i64 = 240;
+
 /// Window `R` of `rate(m[R])` for a counter queried at `step_seconds`.
 ///
 /// The product design converts counters with `rate()` "over the sample step". A window of
@@ -23,6 +28,15 @@ pub const MIN_RATE_WINDOW_SECONDS: i64 = 60;
 /// this one function, so the file source and Prometheus compute the same rates.
 pub fn rate_window_seconds(step_seconds: i64) -> i64 {
     (4 * step_seconds).max(MIN_RATE_WINDOW_SECONDS)
+}
+
+/// Window `R` of `rate(m[R])` for a counter read by a range query at `step_seconds`: four steps,
+/// never under [`MIN_RANGE_RATE_WINDOW_SECONDS`]. The GPU exporters are scraped every 60 s by
+/// default, where the window queries' 60 s floor ([`rate_window_seconds`]) holds one sample at
+/// most grid points and the counter silently yields nothing. Both sources use this one
+/// function; the shipped recording rule rates over the same 4 minutes.
+pub fn range_rate_window_seconds(step_seconds: i64) -> i64 {
+    (4 * step_seconds).max(MIN_RANGE_RATE_WINDOW_SECONDS)
 }
 
 /// Rejects queries neither source can answer, with the same message for both.
@@ -143,7 +157,10 @@ pub fn build_query_matching(q: &RangeQuery, counter: bool, extra: Option<&LabelM
     }
     selector.push('}');
     let inner = if counter {
-        format!("rate({selector}[{}s])", rate_window_seconds(q.step_seconds))
+        format!(
+            "rate({selector}[{}s])",
+            range_rate_window_seconds(q.step_seconds)
+        )
     } else {
         selector
     };
@@ -244,6 +261,15 @@ mod tests {
         assert_eq!(rate_window_seconds(5), 60);
         assert_eq!(rate_window_seconds(15), 60);
         assert_eq!(rate_window_seconds(60), 240);
+    }
+
+    /// A range query's counter at GPU Process Exporter's 60 s scrapes: at kerf's default 15 s
+    /// step the window holds four scrapes, never fewer.
+    #[test]
+    fn range_rate_window_holds_four_minute_scrapes() {
+        assert_eq!(range_rate_window_seconds(15), 240);
+        assert_eq!(range_rate_window_seconds(60), 240);
+        assert_eq!(range_rate_window_seconds(120), 480);
     }
 
     #[test]

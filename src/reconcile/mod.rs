@@ -78,12 +78,14 @@ fn record(
     let run = out.policies.entry(q.policy.clone()).or_default();
     match answer {
         Ok(a) => {
+            out.queries_answered += 1;
             run.queries.get_or_insert(Ok(()));
             let warnings = a.warnings().iter();
             out.warnings
                 .extend(warnings.map(|w| format!("{} {}: {w}", q.policy, q.what)));
         }
         Err(e) => {
+            out.queries_failed += 1;
             run.queries = Some(Err(format!("{} {} query failed: {e}", q.policy, q.what)));
         }
     }
@@ -133,7 +135,10 @@ pub async fn run_cycle<S: MetricSource>(
     now: Timestamp,
     step_seconds: i64,
 ) -> CycleOutput {
-    let mut out = CycleOutput::default();
+    let mut out = CycleOutput {
+        coverage: source.coverage(),
+        ..Default::default()
+    };
     run_recommender(&Gpu, snapshot, source, now, step_seconds, &mut out).await;
     run_recommender(&Resources, snapshot, source, now, step_seconds, &mut out).await;
     tracing::debug!(

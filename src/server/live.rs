@@ -92,6 +92,10 @@ impl<S: MetricSource> MetricSource for Recording<'_, S> {
     fn record_split(&self) {
         self.inner.record_split();
     }
+
+    fn coverage(&self) -> Option<(jiff::Timestamp, jiff::Timestamp)> {
+        self.inner.coverage()
+    }
 }
 
 /// One workload on the live page.

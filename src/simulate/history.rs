@@ -34,7 +34,7 @@ struct Shape {
     by_pod: bool,
     step_seconds: i64,
     counter: Option<bool>,
-    sum: bool,
+    aggregation: Aggregation,
 }
 
 impl Shape {
@@ -47,7 +47,7 @@ impl Shape {
             by_pod: !q.pods.is_empty(),
             step_seconds: q.step_seconds,
             counter: q.counter,
-            sum: q.aggregation == Aggregation::Sum,
+            aggregation: q.aggregation,
         }
     }
 }
@@ -284,6 +284,10 @@ impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
         query: &crate::metrics::WindowQuery,
     ) -> Result<crate::metrics::WindowSet, MetricError> {
         self.inner.window_query(query).await
+    }
+
+    fn coverage(&self) -> Option<(Timestamp, Timestamp)> {
+        self.inner.coverage()
     }
 }
 

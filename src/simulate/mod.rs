@@ -24,7 +24,7 @@ use crate::core::recommenders::gpu::engine::Action;
 use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::{CPU_USAGE_METRIC, MEMORY_METRIC};
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
-use crate::metrics::{Aggregation, MetricSource, RangeQuery, SeriesSet};
+use crate::metrics::{MetricSource, RangeQuery, SeriesSet};
 use crate::reconcile::standalone::in_memory_cycle;
 use crate::sources::dir::Manifests;
 use crate::state::Store;
@@ -661,7 +661,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             end: self.last,
             step_seconds: self.step,
             counter,
-            aggregation: Aggregation::Sum,
+            aggregation: metric.interpretation.aggregation(),
         };
         Ok(self.history.recorded(&q).await?)
     }

@@ -208,7 +208,12 @@ fn overlays_and_examples_render_and_validate() {
 fn every_loose_example_and_seed_yaml_validates() {
     let checkers = kerf_checkers().expect("CRDs compile");
     let mut files = Vec::new();
-    for dir in ["manifests/examples", "examples", "tests/fixtures/seed"] {
+    for dir in [
+        "manifests/examples",
+        "examples",
+        "examples/gpu-process-exporter",
+        "tests/fixtures/seed",
+    ] {
         let Ok(entries) = std::fs::read_dir(root().join(dir)) else {
             continue;
         };
@@ -864,4 +869,49 @@ fn the_image_runs_as_the_deployment_expects() {
         .map(|p| p["containerPort"].as_i64().unwrap())
         .collect();
     assert_eq!(ports, exposed);
+}
+
+/// `manifests/monitoring` is a kustomize component adding the GPU usage recording rules as a
+/// PrometheusRule next to kerf's install: it renders with the base, and its rules are exactly
+/// those of the plain rule file (`gpu-rules.yaml`, which `promtool test rules` checks).
+#[test]
+fn monitoring_component_adds_the_plain_rule_files_rules_as_a_prometheus_rule() {
+    // kustomize takes relative paths only: the overlay lives inside the repository.
+    let dir = tempfile::Builder::new()
+        .prefix(".monitoring-overlay-")
+        .tempdir_in(root())
+        .expect("tempdir");
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - ../manifests\ncomponents:\n  - ../manifests/monitoring\n",
+    )
+    .expect("write kustomization");
+    let docs = kustomize(dir.path());
+    let base = kustomize(&root().join("manifests"));
+    assert_eq!(docs.len(), base.len() + 1, "the component adds one object");
+    let rule = find(&docs, "PrometheusRule", "kerf-gpu-usage");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], "kerf-system");
+    let plain = &yaml_docs(
+        &std::fs::read_to_string(root().join("manifests/monitoring/gpu-rules.yaml"))
+            .expect("read gpu-rules.yaml"),
+    )[0];
+    assert_eq!(rule["spec"]["groups"], plain["groups"]);
+    let records: Vec<&str> = plain["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("rules"))
+        .map(|r| r["record"].as_str().expect("record"))
+        .collect();
+    // The two names the GPU reactive policies read.
+    assert_eq!(
+        records,
+        [
+            "kubex_gpu_container_sm_utilization_percent",
+            "kubex_gpu_container_sm_utilization_percent",
+            "kubex_gpu_container_memory_footprint_percent"
+        ]
+    );
 }

@@ -380,3 +380,79 @@ fn table_output_shows_the_hpa_column() {
         "{row}"
     );
 }
+
+/// A policy pointed at a metric the data does not hold — a DCGM name with the `exported_*`
+/// labels a new user tries — reads nothing, and says so: `MetricsFound=False` (`NoSamples`) in
+/// the `policies` array exactly as written to the status, the same message in the workloads'
+/// reasons and under the table, and never "no upsize or scale-back condition met".
+#[test]
+fn a_metric_that_does_not_exist_yields_metrics_found_false_in_json_and_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(root().join("examples/manifests")).unwrap() {
+        let f = f.unwrap().path();
+        let text = std::fs::read_to_string(&f).unwrap().replace(
+            "metric: kubex_gpu_container_sm_utilization_percent\n        interpretation: fullGPU\n        namespaceLabel: namespace\n        podLabel: pod\n        containerLabel: container",
+            "metric: DCGM_FI_PROF_GR_ENGINE_ACTIVE\n        interpretation: fullGPU\n        namespaceLabel: exported_namespace\n        podLabel: exported_pod\n        containerLabel: exported_container",
+        );
+        std::fs::write(dir.path().join(f.file_name().unwrap()), text).unwrap();
+    }
+    let v = recommend_json(dir.path(), &root().join("examples/metrics.om"));
+    let policies = v["policies"].as_array().expect("a policies array");
+    let gpu = policies
+        .iter()
+        .find(|p| p["kind"] == "GpuReactivePolicy" && p["name"] == "gpu-reactive")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(gpu["namespace"], "ml");
+    let message = "DCGM_FI_PROF_GR_ENGINE_ACTIVE{exported_namespace,exported_pod,exported_container}: \
+                   no samples for 3 of 3 pods in the 10m before 2026-01-01T12:00:00Z (the file \
+                   covers 11:40–12:00) — is the GPU exporter installed and scraped? see \
+                   docs/gpu-metrics.md";
+    let found = gpu["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "MetricsFound")
+        .unwrap_or_else(|| panic!("{gpu}"));
+    assert_eq!(
+        found,
+        &serde_json::json!({"type": "MetricsFound", "status": "False", "reason": "NoSamples", "message": message})
+    );
+    // Each workload counts its own pods.
+    for (name, pods) in [("llm", "2 of 2"), ("embedder", "1 of 1")] {
+        let reasons = entry(&v, name)["reasons"].as_array().unwrap();
+        let own = message.replace("3 of 3", pods);
+        assert!(reasons.iter().any(|r| *r == own), "{name}: {reasons:?}");
+        assert!(
+            !reasons
+                .iter()
+                .any(|r| r == "no upsize or scale-back condition met"),
+            "{name}: {reasons:?}"
+        );
+    }
+    // The memory signal still reads: the policy's other conditions are True.
+    let ready = gpu["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "PrometheusAvailable")
+        .unwrap();
+    assert_eq!(ready["status"], "True");
+
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        dir.path().to_str().unwrap(),
+        "--metrics",
+        "examples/metrics.om",
+        "--at",
+        AT,
+    ]);
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains(&format!(
+            "GpuReactivePolicy/ml/gpu-reactive: MetricsFound=False (NoSamples): {message}"
+        )),
+        "{table}"
+    );
+}

@@ -971,3 +971,69 @@ async fn each_policys_strategy_governs_its_own_containers_at_admission() {
         "a's strategy, not b's: {state:?}"
     );
 }
+
+/// The `MetricsFound` condition the cycle writes to a GPU policy's status
+/// (docs/design/gpu-engine.md#g13).
+fn metrics_found(ops: &[WriteOp], policy: &str) -> Option<kerf::writers::kube::ConditionUpdate> {
+    ops.iter()
+        .find_map(|op| match op {
+            WriteOp::PolicyStatus(p) if p.policy.name == policy => Some(p),
+            _ => None,
+        })
+        .expect("policy status")
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "MetricsFound")
+        .cloned()
+}
+
+/// Every selected pod read: `MetricsFound=True`. An evaluation time the file does not cover:
+/// `False`, reason `NoSamples`, naming both metrics, the labels, the counts, the window and
+/// the file's range. Prometheus down: not said (PrometheusAvailable is).
+#[tokio::test]
+async fn metrics_found_says_when_the_selected_pods_have_no_samples() {
+    let (m, c) = cycle("examples/manifests", "examples/metrics.om").await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let found = metrics_found(&ops, "gpu-reactive").expect("MetricsFound");
+    assert!(found.status, "{found:?}");
+    assert_eq!(found.reason, "SamplesFound");
+
+    let later: Timestamp = "2026-01-01T13:00:00Z".parse().unwrap();
+    let src = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, later, 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], later);
+    let found = metrics_found(&ops, "gpu-reactive").expect("MetricsFound");
+    assert!(!found.status);
+    assert_eq!(found.reason, "NoSamples");
+    let hint = "is the GPU exporter installed and scraped? see docs/gpu-metrics.md";
+    assert_eq!(
+        found.message,
+        format!(
+            "kubex_gpu_container_sm_utilization_percent{{namespace,pod,container}}: no samples \
+             for 3 of 3 pods in the 10m before 2026-01-01T13:00:00Z (the file covers \
+             11:40–12:00) — {hint}; kubex_gpu_container_memory_footprint_percent\
+             {{namespace,pod,container}}: no samples for 3 of 3 pods in the 10m before \
+             2026-01-01T13:00:00Z (the file covers 11:40–12:00) — {hint}"
+        )
+    );
+    // The workloads say the same, never "no condition met".
+    for r in c.gpu_results() {
+        assert!(
+            r.reasons.iter().any(|x| x.contains("no samples for")),
+            "{:?}",
+            r.reasons
+        );
+        assert!(
+            !r.reasons
+                .iter()
+                .any(|x| x.contains("no upsize or scale-back")),
+            "{:?}",
+            r.reasons
+        );
+    }
+
+    let c = run_cycle(&m.snapshot, &Down, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    assert_eq!(metrics_found(&ops, "gpu-reactive"), None);
+    assert!(c.every_query_failed());
+}

@@ -15,6 +15,7 @@ mod prometheus_support;
 #[path = "../support/victoria.rs"]
 mod victoria;
 
+mod gpu_metrics;
 mod prometheus_reach;
 mod prometheus_source;
 mod victoria_metrics;

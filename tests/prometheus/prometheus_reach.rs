@@ -55,12 +55,18 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// A run whose queries failed: exit 0 (the last recommendations stay), stderr says why.
+/// A run whose queries all failed: the recommendations are printed (the last ones stay),
+/// stderr says why, and the exit code is not 0 (nothing was read at all).
 fn failed_queries(manifests: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let out = kerf_recommend(manifests, args, env);
     let err = stderr(&out);
-    assert!(out.status.success(), "{args:?}: {err}");
+    assert!(!out.status.success(), "{args:?}: {err}");
+    assert!(err.contains("every metric query failed"), "{args:?}: {err}");
     assert!(err.contains("query failed"), "{args:?}: {err}");
+    assert!(
+        !out.stdout.is_empty(),
+        "{args:?}: the output is still printed"
+    );
     err
 }
 

@@ -15,7 +15,7 @@ use jiff::Timestamp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::openmetrics;
 use kerf::metrics::prometheus::PrometheusSource;
-use kerf::metrics::promql::rate_window_seconds;
+use kerf::metrics::promql::range_rate_window_seconds;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
 use kerf::telemetry::{Metrics, QueryLabels};
 use prometheus_support::{EPOCH, Lcg, TestPrometheus, promtool_load};
@@ -260,15 +260,16 @@ async fn counters_become_rates_across_a_reset() {
     }
     text += "# EOF\n";
     let (file, prom_src, _prom) = both(&text);
-    let q = query("gpu_seconds_total", &["a"], &[], T0 + 60, T0 + 600, 15);
-    assert_eq!(rate_window_seconds(15), 60);
+    // From T0+240 every range window (240 s at a 15 s step) lies inside the data.
+    let q = query("gpu_seconds_total", &["a"], &[], T0 + 240, T0 + 600, 15);
+    assert_eq!(range_rate_window_seconds(15), 240);
     let set = agree(&file, &prom_src, &q).await;
     let pts = &set.series[&key("a", "p", "c")];
-    assert_eq!(pts.len(), 37);
+    assert_eq!(pts.len(), 25);
     // A steady 3 per 15 s is 0.2/s; across the reset at T0+300 the rate must not go negative.
     for (t, r) in pts {
         assert!(*r >= 0.0, "negative rate {r} at {t}");
-        if !(T0 + 300..=T0 + 360).contains(t) {
+        if !(T0 + 300..=T0 + 540).contains(t) {
             assert!((r - 0.2).abs() < 1e-9, "rate {r} at {t}");
         }
     }
@@ -277,7 +278,7 @@ async fn counters_become_rates_across_a_reset() {
     let mut raw = q.clone();
     raw.counter = Some(false);
     let set = agree(&file, &prom_src, &raw).await;
-    assert_eq!(set.series[&key("a", "p", "c")][0], (T0 + 60, 12.0));
+    assert_eq!(set.series[&key("a", "p", "c")][0], (T0 + 240, 48.0));
 }
 
 #[tokio::test]
@@ -761,11 +762,12 @@ async fn raw_points(
         .collect()
 }
 
-/// docs/design/gpu-engine.md#g2 (kerf's reading) and docs/metrics.md: counters are rated over
-/// `max(4 × step, 60 s)`, not over one step. Against a real Prometheus: with short scrapes (every
-/// 5 s) every grid point has the exact rate; with sparse scrapes (every 30 s, twice the 15 s
-/// step) every grid point still has it, where a one-step window holds a single sample and
-/// `rate()` gives nothing at all. Scrapes every 60 s need a 30 s step (window 120 s).
+/// docs/design/gpu-engine.md#g2 (kerf's reading) and docs/metrics.md: counters read by range
+/// queries are rated over `max(4 × step, 240 s)`, not over one step. Against a real Prometheus:
+/// with short scrapes (every 5 s), sparse ones (30 s, twice the 15 s step) and GPU Process
+/// Exporter's default 60 s, every grid point at kerf's default 15 s step has the exact rate,
+/// where a one-step window holds a single sample and `rate()` gives nothing at all, and the
+/// window queries' 60 s floor leaves holes at 60 s scrapes.
 #[tokio::test]
 async fn the_counter_rate_window_holds_short_and_sparse_scrapes() {
     let mut text = String::from("# TYPE busy_seconds counter\n");
@@ -793,7 +795,7 @@ async fn the_counter_rate_window_holds_short_and_sparse_scrapes() {
         &query("busy_seconds_total", &["a"], &[], start, end, 15),
     )
     .await;
-    for pod in ["short", "sparse"] {
+    for pod in ["short", "sparse", "minute"] {
         let points = &at_15s.series[&key("a", pod, "c")];
         assert_eq!(points.len(), grid, "{pod}: a rate at every grid point");
         for (t, r) in points {
@@ -812,13 +814,20 @@ async fn the_counter_rate_window_holds_short_and_sparse_scrapes() {
         .await,
         Vec::<usize>::new()
     );
-    // Scrapes every 60 s leave holes at a 15 s step (a 60 s window holds one sample, or two
-    // exactly on a scrape), and none at a 30 s step (120 s window).
-    let minute = at_15s
-        .series
-        .get(&key("a", "minute", "c"))
-        .map_or(0, Vec::len);
-    assert!(minute < grid, "{minute} of {grid}");
+    // The 60 s floor of the window queries at 60 s scrapes: holes (one sample per window, or
+    // two exactly on a scrape).
+    let minute_60s = raw_points(
+        &prom,
+        r#"rate(busy_seconds_total{pod="minute"}[60s])"#,
+        start,
+        end,
+        15,
+    )
+    .await;
+    assert!(
+        minute_60s.iter().sum::<usize>() < grid,
+        "{minute_60s:?} of {grid}"
+    );
     let at_30s = agree(
         &file,
         &prom_src,

@@ -318,7 +318,7 @@ async fn where_the_engines_answers_differ() {
             "rate[{}s] step {step}s: {} points compared, {} only from Prometheus, {} only from \
              VictoriaMetrics; per point median {:.1} % max {:.1} % apart; mean {:.2} % and p95 \
              {:.2} % apart",
-            kerf::metrics::promql::rate_window_seconds(step),
+            kerf::metrics::promql::range_rate_window_seconds(step),
             rel.len(),
             pr.keys().filter(|k| !vr.contains_key(*k)).count(),
             vr.keys().filter(|k| !pr.contains_key(*k)).count(),

@@ -18,8 +18,9 @@ use super::{
     merge_conditions, requests_match,
 };
 use crate::api::{
-    CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus,
-    REASON_CONFLICT, RecommendationPhase, RecommendationStatus,
+    CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY,
+    CONDITION_STRATEGY_RESOLVED, PolicyStatus, REASON_CONFLICT, RecommendationPhase,
+    RecommendationStatus,
 };
 use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 use crate::core::model::{
@@ -28,6 +29,9 @@ use crate::core::model::{
 };
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::WorkloadResult;
+use crate::core::recommenders::gpu::samples::{
+    MissingSamples, REASON_NO_SAMPLES, REASON_SAMPLES_FOUND, condition_message,
+};
 use crate::core::recommenders::resources::workload::{
     RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
@@ -64,6 +68,7 @@ fn condition_writes(
     observed: Option<PolicyStatus>,
     strategy: Result<(), String>,
     prometheus: Option<&Result<(), String>>,
+    metrics_found: Option<ConditionUpdate>,
     matched: i64,
 ) -> WriteOp {
     let mut conditions = Vec::new();
@@ -92,6 +97,7 @@ fn condition_writes(
         )),
         None => {}
     }
+    conditions.extend(metrics_found);
     conditions.push(if strategy_ok {
         ConditionUpdate::new(
             CONDITION_READY,
@@ -114,6 +120,29 @@ fn condition_writes(
         conditions,
         matched_workloads: Some(matched),
     }))
+}
+
+/// `MetricsFound` of a GPU policy whose queries were answered (docs/design/gpu-engine.md#g13):
+/// `False` (`NoSamples`) naming each signal some selected pod had no sample of.
+fn metrics_found(
+    missing: &[MissingSamples],
+    coverage: Option<(Timestamp, Timestamp)>,
+) -> ConditionUpdate {
+    if missing.is_empty() {
+        ConditionUpdate::new(
+            CONDITION_METRICS_FOUND,
+            true,
+            REASON_SAMPLES_FOUND,
+            "every selected pod has samples of both metrics",
+        )
+    } else {
+        ConditionUpdate::new(
+            CONDITION_METRICS_FOUND,
+            false,
+            REASON_NO_SAMPLES,
+            condition_message(missing, coverage),
+        )
+    }
 }
 
 /// A rollback was asked for: the workload carries `rightsizing.kubex.ai/rollback` with a
@@ -788,12 +817,20 @@ pub fn plan_writes(
             Some(e) => Err(e),
             None => Ok(()),
         };
+        // Said only when every query was answered: a failed one is PrometheusAvailable's.
+        let answered = matches!(run.queries, Some(Ok(())));
+        let metrics_found = run
+            .missing_samples
+            .as_deref()
+            .filter(|_| answered)
+            .map(|missing| metrics_found(missing, cycle.coverage));
         ops.push(condition_writes(
             id,
             generation,
             status.clone(),
             strategy,
             run.queries.as_ref(),
+            metrics_found,
             matched.get(id).copied().unwrap_or(0),
         ));
     }

@@ -11,6 +11,7 @@ use jiff::Timestamp;
 use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
 use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
 use crate::core::model::{Fixed, GpuMap, GpuRecommendation, PolicyId};
+use crate::core::recommenders::gpu::samples::{MissingSamples, query_window};
 use crate::core::small_map::SmallMap;
 
 /// One pod's series of one signal by container: (unix seconds, value) ascending.
@@ -123,6 +124,10 @@ pub struct EngineOutput {
     pub baseline: Option<GpuMap>,
     /// Human-readable reasons, in evaluation order.
     pub reasons: Vec<String>,
+    /// Per signal whose metric some eligible pod had no sample of (docs/design/gpu-engine.md#g13):
+    /// said in the reasons instead of "no condition met", with the metric file's range once
+    /// the cycle knows it.
+    pub missing_samples: Vec<MissingSamples>,
 }
 
 /// One eligible pod as the engine sees it.
@@ -241,6 +246,15 @@ fn max_timestamp_total(usages: impl Iterator<Item = (i64, f64)>) -> Option<f64> 
 /// Every included container of the pod has at least one sample in the window.
 fn complete_samples(pod: &PodView<'_>, samples: Option<&PodSamples>, from: i64, to: i64) -> bool {
     pod.alloc.keys().all(|c| {
+        samples
+            .and_then(|s| s.get(c.as_str()))
+            .is_some_and(|s| s.iter().any(|&(t, v)| t > from && t <= to && v.is_finite()))
+    })
+}
+
+/// Some included container of the pod has a sample in the window.
+fn any_sample(pod: &PodView<'_>, samples: Option<&PodSamples>, from: i64, to: i64) -> bool {
+    pod.alloc.keys().any(|c| {
         samples
             .and_then(|s| s.get(c.as_str()))
             .is_some_and(|s| s.iter().any(|&(t, v)| t > from && t <= to && v.is_finite()))
@@ -445,6 +459,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
 
     // Upsize (docs/design/gpu-engine.md#g5) and scale-back (#g6), per signal.
     let mut candidates: Vec<Candidate> = Vec::new();
+    let mut missing_samples: Vec<MissingSamples> = Vec::new();
     for signal in Signal::BOTH {
         let cfg = policy.metrics.signal(signal);
         let samples = match signal {
@@ -456,6 +471,22 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         // Each pod's series looked up once per signal.
         let pod_samples: Vec<Option<&PodSamples>> =
             views.iter().map(|p| samples.pod(p.name)).collect();
+        // Pods with no sample at all in the window the query covers: "no data" is said.
+        let query_from = now_s - query_window(policy, signal).seconds() as i64;
+        let without = views
+            .iter()
+            .zip(&pod_samples)
+            .filter(|(p, s)| !any_sample(p, **s, query_from, now_s))
+            .count();
+        if without > 0 {
+            missing_samples.push(MissingSamples::of(
+                policy,
+                signal,
+                without,
+                views.len(),
+                input.now,
+            ));
+        }
 
         // Upsize: pod-level.
         let up_from = now_s - cfg.upsize.metrics_window.seconds() as i64;
@@ -682,7 +713,8 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                 (Action::Reuse, r.driving_metric, Some(r.clone()))
             }
             _ => {
-                if candidates.is_empty() {
+                // Without samples nothing was read: the missing samples are the reason.
+                if candidates.is_empty() && missing_samples.is_empty() {
                     reasons.push("no upsize or scale-back condition met".into());
                 }
                 (Action::None, None, None)
@@ -704,6 +736,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         recommendation,
         baseline: out_baseline,
         reasons,
+        missing_samples,
     }
 }
 

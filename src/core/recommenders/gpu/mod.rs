@@ -4,6 +4,7 @@
 
 pub mod engine;
 pub mod recommender;
+pub mod samples;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +27,7 @@ use crate::core::owner;
 use crate::core::selection::{self, Candidate};
 use crate::core::small_map::SmallMap;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
-use crate::metrics::{Aggregation, RangeQuery, SeriesSet};
+use crate::metrics::{RangeQuery, SeriesSet};
 
 /// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
 /// ReplicaSet → Deployment and Job → CronJob links.
@@ -159,6 +160,8 @@ pub struct Plan {
     pub queries: Vec<(usize, Signal, RangeQuery)>,
     /// Policies whose strategy does not resolve, with the message for their status.
     pub unresolved: BTreeMap<usize, String>,
+    /// Per policy with queries: how many (namespace, pod) its queries select.
+    pub query_pods: BTreeMap<usize, usize>,
 }
 
 fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: Timestamp) -> bool {
@@ -276,6 +279,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     for (pi, mut pods) in pods_per_policy {
         pods.sort_unstable();
         pods.dedup();
+        out.query_pods.insert(pi, pods.len());
         let policy = &snapshot.gpu_policies[pi];
         let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
         // One list for both signals' queries.
@@ -288,11 +292,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
             .collect();
         for signal in Signal::BOTH {
             let cfg = policy.spec.metrics.signal(signal);
-            let window = cfg
-                .upsize
-                .metrics_window
-                .seconds()
-                .max(cfg.scale_back.metrics_window.seconds()) as i64;
+            // The window the no-samples count and message use too.
+            let window = samples::query_window(&policy.spec, signal).seconds() as i64;
             out.queries.push((
                 pi,
                 signal,
@@ -307,7 +308,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                     end: now,
                     step_seconds,
                     counter: None,
-                    aggregation: Aggregation::Sum,
+                    aggregation: cfg.prometheus.interpretation.aggregation(),
                 },
             ));
         }
@@ -340,6 +341,9 @@ pub struct WorkloadResult {
     pub metrics_unavailable: bool,
     /// The workload's own KAI queue label (`WorkloadState::owner_queue`).
     pub owner_queue: Option<String>,
+    /// Signals some eligible pod had no sample of (docs/design/gpu-engine.md#g13); their
+    /// messages join the reasons once the cycle knows the metric file's range.
+    pub missing_samples: Vec<samples::MissingSamples>,
 }
 
 /// Annotations that failed to parse are reported and treated as absent.
@@ -453,6 +457,8 @@ pub struct StreamingEvaluation<'a> {
     /// Per policy: how many of its plan workloads are not evaluated yet.
     pending: BTreeMap<usize, usize>,
     results: Vec<Option<Box<WorkloadResult>>>,
+    /// Per answered (policy, signal): how many selected pods had samples.
+    found: BTreeMap<(usize, Signal), usize>,
 }
 
 impl<'a> StreamingEvaluation<'a> {
@@ -490,6 +496,7 @@ impl<'a> StreamingEvaluation<'a> {
             covers,
             pending,
             results: plan.workloads.iter().map(|_| None).collect(),
+            found: BTreeMap::new(),
         };
         // Workloads whose policies query nothing (no eligible pod) need no answer.
         let ready: Vec<usize> = (0..out.waiting_on.len())
@@ -504,7 +511,10 @@ impl<'a> StreamingEvaluation<'a> {
     /// Takes one query's answer (`None`: the query failed).
     pub fn answer(&mut self, policy: usize, signal: Signal, set: Option<SeriesSet>) {
         match set {
-            Some(set) => self.index.insert(policy, signal, set),
+            Some(set) => {
+                self.found.insert((policy, signal), pods_with_samples(&set));
+                self.index.insert(policy, signal, set);
+            }
             None => {
                 self.failed.insert(policy);
             }
@@ -525,6 +535,11 @@ impl<'a> StreamingEvaluation<'a> {
                 self.evaluate_now(wi);
             }
         }
+    }
+
+    /// Per answered (policy, signal), how many selected pods had samples.
+    pub fn pods_found(&self) -> &BTreeMap<(usize, Signal), usize> {
+        &self.found
     }
 
     /// Policies whose samples are still held.
@@ -569,6 +584,44 @@ impl<'a> StreamingEvaluation<'a> {
     }
 }
 
+/// Distinct (namespace, pod) with at least one sample in a query's answer.
+fn pods_with_samples(set: &SeriesSet) -> usize {
+    let mut pods: Vec<(&str, &str)> = set
+        .series
+        .iter()
+        .filter(|(_, points)| !points.is_empty())
+        .map(|(k, _)| (k.namespace.as_str(), k.pod.as_str()))
+        .collect();
+    // Keys are sorted by (namespace, pod, container): one pod's containers are adjacent.
+    pods.dedup();
+    pods.len()
+}
+
+/// Per policy and signal whose query was answered, the selected pods without samples
+/// (docs/design/gpu-engine.md#g13); empty for a policy whose pods all had samples.
+pub fn policy_missing_samples(
+    snapshot: &Snapshot,
+    plan: &Plan,
+    found: &BTreeMap<(usize, Signal), usize>,
+    now: Timestamp,
+) -> BTreeMap<usize, Vec<samples::MissingSamples>> {
+    let mut out: BTreeMap<usize, Vec<samples::MissingSamples>> = BTreeMap::new();
+    for (&(policy, signal), &with) in found {
+        let total = plan.query_pods.get(&policy).copied().unwrap_or(0);
+        let entry = out.entry(policy).or_default();
+        if with < total {
+            entry.push(samples::MissingSamples::of(
+                &snapshot.gpu_policies[policy].spec,
+                signal,
+                total - with,
+                total,
+                now,
+            ));
+        }
+    }
+    out
+}
+
 /// Runs the engine for one planned workload on the samples in `index`.
 pub fn evaluate_workload(
     snapshot: &Snapshot,
@@ -600,6 +653,7 @@ pub fn evaluate_workload(
         reasons: Vec::new(),
         metrics_unavailable: false,
         owner_queue: w.labels.get(&snapshot.global.kai.queue_label_key).cloned(),
+        missing_samples: Vec::new(),
     };
     let mut outputs: Vec<(usize, EngineOutput)> = Vec::new();
     for a in &wp.assignments {
@@ -734,6 +788,7 @@ fn merge_outputs(
     let mut parts = BTreeMap::new();
     for (_, o) in outputs {
         reasons.extend(o.reasons);
+        result.missing_samples.extend(o.missing_samples);
         result.containers.extend(o.containers);
         if let Some(b) = o.baseline {
             baseline.get_or_insert_with(GpuMap::new).extend(b);
@@ -1052,6 +1107,7 @@ mod tests {
             reasons: Vec::new(),
             metrics_unavailable: true,
             owner_queue: None,
+            missing_samples: Vec::new(),
         };
         let state = result.to_state();
         let served = &state.gpu.as_ref().unwrap().containers;

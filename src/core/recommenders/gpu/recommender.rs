@@ -15,6 +15,7 @@ pub struct Gpu;
 pub struct GpuEvaluation<'p> {
     plan: &'p Plan,
     snapshot: &'p Snapshot,
+    now: Timestamp,
     streaming: StreamingEvaluation<'p>,
 }
 
@@ -50,6 +51,7 @@ impl Recommender for Gpu {
         GpuEvaluation {
             plan,
             snapshot,
+            now,
             streaming: StreamingEvaluation::new(snapshot, plan, now),
         }
     }
@@ -66,12 +68,24 @@ impl Evaluation for GpuEvaluation<'_> {
     }
 
     fn finish(self, out: &mut CycleOutput) {
-        out.add_gpu(self.streaming.finish());
+        let mut missing = super::policy_missing_samples(
+            self.snapshot,
+            self.plan,
+            self.streaming.pods_found(),
+            self.now,
+        );
+        let mut results = self.streaming.finish();
+        // The missing samples are said with the file's range, known to the cycle only.
+        for r in &mut results {
+            for m in &r.missing_samples {
+                r.reasons.push(m.message(out.coverage));
+            }
+        }
+        out.add_gpu(results);
         for (i, p) in self.snapshot.gpu_policies.iter().enumerate() {
-            out.policies
-                .entry(p.id.clone())
-                .or_default()
-                .unresolved_strategy = self.plan.unresolved.get(&i).cloned();
+            let run = out.policies.entry(p.id.clone()).or_default();
+            run.unresolved_strategy = self.plan.unresolved.get(&i).cloned();
+            run.missing_samples = missing.remove(&i);
         }
     }
 }

@@ -1291,3 +1291,53 @@ fn prop_same_input_same_output_as_the_design_rules() {
     );
     assert_reached(reached, 50, "a recommendation");
 }
+
+// ---- docs/design/gpu-engine.md#g13: no samples is said, never "no condition met" -----------
+
+#[test]
+fn pods_without_samples_are_counted_per_signal_instead_of_no_condition_met() {
+    let mut case = Case::new(vec![half_gpu_pod("a"), half_gpu_pod("b")]);
+    // Compute: pod a has samples, b none; memory: nothing at all.
+    case.compute = samples(&[("a", "inference", 20.0)]);
+    let out = case.run();
+    assert_eq!(out.action, Action::None);
+    let counts: Vec<(Signal, usize, usize)> = out
+        .missing_samples
+        .iter()
+        .map(|m| (m.signal, m.missing, m.total))
+        .collect();
+    assert_eq!(counts, [(Signal::Compute, 1, 2), (Signal::Memory, 2, 2)]);
+    assert_eq!(out.missing_samples[1].metric, "mem");
+    assert_eq!(out.missing_samples[1].window, "10m");
+    assert!(
+        !out.reasons
+            .iter()
+            .any(|r| r.contains("no upsize or scale-back")),
+        "{:?}",
+        out.reasons
+    );
+    // Every pod read: "no condition met" is true again, and nothing is missing.
+    case.compute = samples(&[("a", "inference", 20.0), ("b", "inference", 20.0)]);
+    case.memory = samples(&[("a", "inference", 20.0), ("b", "inference", 20.0)]);
+    let out = case.run();
+    assert!(out.missing_samples.is_empty());
+    assert!(
+        out.reasons
+            .iter()
+            .any(|r| r == "no upsize or scale-back condition met"),
+        "{:?}",
+        out.reasons
+    );
+}
+
+/// Samples older than the query's window are no samples.
+#[test]
+fn samples_only_before_the_window_count_as_missing() {
+    let mut case = Case::new(vec![half_gpu_pod("a")]);
+    let old: Vec<(i64, f64)> = flat(20.0).into_iter().map(|(t, v)| (t - 3600, v)).collect();
+    case.compute = [(("a".to_string(), "inference".to_string()), old)].into();
+    case.memory = samples(&[("a", "inference", 20.0)]);
+    let out = case.run();
+    assert_eq!(out.missing_samples.len(), 1);
+    assert_eq!(out.missing_samples[0].signal, Signal::Compute);
+}
