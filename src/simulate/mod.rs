@@ -682,8 +682,8 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
                 ))
             })
             .collect();
-        // (signal, pod index in `pods`) → t → pod total.
-        let mut totals: BTreeMap<(Signal, usize), BTreeMap<i64, f64>> = BTreeMap::new();
+        // (signal, pod index in `pods`) → the pod's totals in time order.
+        let mut totals: BTreeMap<(Signal, usize), Points> = BTreeMap::new();
         let mut usage = Vec::new();
         for signal in Signal::BOTH {
             let m = &policy.spec.metrics.signal(signal).prometheus;
@@ -708,7 +708,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
                 .iter()
                 .filter_map(|signal| totals.get(&(*signal, pi)))
                 .flatten()
-                .map(|(&t, &v)| (t, v))
+                .copied()
                 .collect();
             per_pod.extend(usage::fold_by_time(both, 0.0, f64::max));
         }
