@@ -64,6 +64,8 @@ pub struct Chart {
     pub to: i64,
     pub lines: Vec<Line>,
     pub markers: Vec<Marker>,
+    /// The span the recorded data covers (from, to, what to say on hover), shaded.
+    pub covered: Option<(i64, i64, String)>,
 }
 
 pub const USAGE_COLORS: [&str; 2] = ["#1f77b4", "#9467bd"];
@@ -158,6 +160,15 @@ pub fn render(chart: &Chart) -> String {
         s,
         r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>"##
     );
+    if let Some((a, b, title)) = &chart.covered {
+        let _ = write!(
+            s,
+            r##"<rect class="covered" x="{:.1}" y="{TOP}" width="{:.1}" height="{plot_h}" fill="#e8f0fb"><title>{}</title></rect>"##,
+            x(*a),
+            (x(*b) - x(*a)).max(0.0),
+            esc(title)
+        );
+    }
     // Horizontal grid with values.
     for i in 0..=4 {
         let v = max * f64::from(i) / 4.0;
@@ -449,8 +460,17 @@ mod tests {
                     title: "scale back".into(),
                 },
             ],
+            covered: Some((150, 450, "data <here>".into())),
         };
         let svg = render(&chart);
+        // The covered span is shaded from x(150) to x(450): a quarter to three quarters of the
+        // plot's width (1048 px from x = 60).
+        assert!(
+            svg.contains(
+                r##"<rect class="covered" x="322.0" y="12" width="524.0" height="192" fill="#e8f0fb"><title>data &lt;here&gt;</title></rect>"##
+            ),
+            "{svg}"
+        );
         assert_eq!(svg.matches("<svg").count(), 1);
         assert_eq!(svg.matches(r#"class="marker upsize""#).count(), 1);
         assert_eq!(svg.matches(r#"class="marker scaleBack""#).count(), 1);

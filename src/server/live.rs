@@ -470,6 +470,8 @@ impl<S> Recording<'_, S> {
                         to: now.as_second(),
                         lines,
                         markers,
+                        // The window is what the cycle fetched: nothing to shade.
+                        covered: None,
                     };
                     (note.is_none().then_some(chart), note)
                 }

@@ -362,6 +362,7 @@ pub fn workload_chart(w: &WorkloadReport, from: i64, to: i64) -> Chart {
         to,
         lines,
         markers,
+        covered: covered_band(&w.gpu_hours),
     }
 }
 
@@ -378,6 +379,22 @@ pub fn usage_basis(
         ),
         format!("peak over {}", format_duration(params.memory.window_secs)),
     ]
+}
+
+/// The chart's shaded span: where the recorded usage the hours count covers.
+fn covered_band(h: &Hours) -> Option<(i64, i64, String)> {
+    h.coverage.map(|c| {
+        (
+            c.from.as_second(),
+            c.to.as_second(),
+            format!(
+                "recorded usage {} → {} ({} cycles): the hours count these",
+                time(c.from),
+                time(c.to),
+                c.cycles
+            ),
+        )
+    })
 }
 
 /// The step function's value at `t` (the last point at or before it).
@@ -458,6 +475,10 @@ pub fn resource_chart(w: &WorkloadReport, resource: &'static str, from: i64, to:
             ),
         });
     }
+    let hours = match resource {
+        "cpu" => &w.cpu_core_hours,
+        _ => &w.memory_gib_hours,
+    };
     Chart {
         id: name(w),
         resource,
@@ -466,6 +487,7 @@ pub fn resource_chart(w: &WorkloadReport, resource: &'static str, from: i64, to:
         to,
         lines,
         markers,
+        covered: covered_band(hours),
     }
 }
 

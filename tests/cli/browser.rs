@@ -175,7 +175,12 @@ fn the_simulate_report_renders_a_chart_per_workload_with_its_changes_and_totals(
     assert_eq!(count(&dom, "class=\"marker upsize\""), 1, "{dom}");
     assert_eq!(count(&dom, "class=\"marker scaleBack\""), 1, "{dom}");
     assert!(dom.contains("upsize candidate 0.8400</title>"), "{dom}");
-    // Which part of the range the data covers, above the table.
+    // Which part of the range the data covers: shaded in each chart, and above the table.
+    assert_eq!(count(&dom, "<rect class=\"covered\""), 2, "{dom}");
+    assert!(
+        dom.contains("recorded usage 2026-01-01T11:40:00Z → 2026-01-01T12:06:00Z (26 cycles)"),
+        "{dom}"
+    );
     assert!(
         dom.contains("11:40–12:06 of 11:30–12:30 (26 of 60 cycles)"),
         "{dom}"
