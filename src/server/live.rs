@@ -345,8 +345,10 @@ impl<S> Recording<'_, S> {
                         .get(w.key())
                         .into_iter()
                         .flatten()
-                        .filter_map(|&pi| {
-                            let p = &snapshot.pods[pi];
+                        .map(|&pi| &*snapshot.pods[pi])
+                        // The live pods, as the engine counts them: what runs now.
+                        .filter(|p| !crate::core::recommenders::gpu::engine::pod_is_terminating(p))
+                        .filter_map(|p| {
                             Some((p.metadata.name.as_deref()?.to_string(), pod_alloc(p)))
                         })
                         .collect();

@@ -147,7 +147,8 @@ struct Candidate {
     pod: usize,
 }
 
-fn pod_is_terminating(p: &Pod) -> bool {
+/// Terminating or finished: not a live pod of the workload (docs/design/gpu-engine.md#g4).
+pub fn pod_is_terminating(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_some()
         || matches!(
             p.status.as_ref().and_then(|s| s.phase.as_deref()),
