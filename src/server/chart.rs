@@ -30,6 +30,8 @@ pub struct Line {
 pub enum MarkerKind {
     Upsize,
     ScaleBack,
+    /// CPU/memory requests (and the HPA target with them) changed.
+    Requests,
 }
 
 impl MarkerKind {
@@ -37,6 +39,7 @@ impl MarkerKind {
         match self {
             MarkerKind::Upsize => "upsize",
             MarkerKind::ScaleBack => "scaleBack",
+            MarkerKind::Requests => "requests",
         }
     }
 }
@@ -54,18 +57,24 @@ pub struct Marker {
 pub struct Chart {
     /// Identifies the chart in the page (`data-workload`).
     pub id: String,
+    /// What it shows (`data-resource`): `gpu`, `cpu` or `memory`.
+    pub resource: &'static str,
     pub unit: String,
     pub from: i64,
     pub to: i64,
     pub lines: Vec<Line>,
     pub markers: Vec<Marker>,
+    /// The span the recorded data covers (from, to, what to say on hover), shaded.
+    pub covered: Option<(i64, i64, String)>,
 }
 
 pub const USAGE_COLORS: [&str; 2] = ["#1f77b4", "#9467bd"];
 pub const REAL_COLOR: &str = "#7f7f7f";
+pub const TEMPLATE_COLOR: &str = "#c7c7c7";
 pub const SIMULATED_COLOR: &str = "#2ca02c";
 pub const UPSIZE_COLOR: &str = "#d62728";
 pub const SCALE_BACK_COLOR: &str = "#ff7f0e";
+pub const REQUESTS_COLOR: &str = "#8c564b";
 
 const WIDTH: f64 = 1120.0;
 const HEIGHT: f64 = 260.0;
@@ -142,14 +151,24 @@ pub fn render(chart: &Chart) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg class="chart" data-workload="{}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" aria-label="{}" font-family="sans-serif" font-size="11">"#,
+        r#"<svg class="chart" data-workload="{}" data-resource="{}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" aria-label="{}" font-family="sans-serif" font-size="11">"#,
         esc(&chart.id),
+        chart.resource,
         esc(&format!("{} over time, {}", chart.id, chart.unit))
     );
     let _ = write!(
         s,
         r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>"##
     );
+    if let Some((a, b, title)) = &chart.covered {
+        let _ = write!(
+            s,
+            r##"<rect class="covered" x="{:.1}" y="{TOP}" width="{:.1}" height="{plot_h}" fill="#e8f0fb"><title>{}</title></rect>"##,
+            x(*a),
+            (x(*b) - x(*a)).max(0.0),
+            esc(title)
+        );
+    }
     // Horizontal grid with values.
     for i in 0..=4 {
         let v = max * f64::from(i) / 4.0;
@@ -256,6 +275,20 @@ pub fn render(chart: &Chart) -> String {
                     py - 4.0
                 ),
             ),
+            MarkerKind::Requests => (
+                REQUESTS_COLOR,
+                format!(
+                    "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
+                    px,
+                    py - 6.0,
+                    px + 6.0,
+                    py,
+                    px,
+                    py + 6.0,
+                    px - 6.0,
+                    py
+                ),
+            ),
         };
         let _ = write!(
             s,
@@ -283,6 +316,9 @@ pub fn render(chart: &Chart) -> String {
     {
         legend.push(("▼ scale-back", SCALE_BACK_COLOR, LineStyle::Steps));
     }
+    if chart.markers.iter().any(|m| m.kind == MarkerKind::Requests) {
+        legend.push(("◆ requests change", REQUESTS_COLOR, LineStyle::Steps));
+    }
     for (label, color, style) in legend {
         let dash = if style == LineStyle::Dashed {
             r#" stroke-dasharray="6 4""#
@@ -298,7 +334,80 @@ pub fn render(chart: &Chart) -> String {
             lx + 22.0,
             esc(label)
         );
-        lx += 30.0 + 6.2 * label.chars().count() as f64;
+        lx += 30.0 + 6.6 * label.chars().count() as f64;
+    }
+    s.push_str("</svg>");
+    s
+}
+
+/// One bar of a [`Bars`] chart.
+#[derive(Clone, Debug)]
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub color: &'static str,
+    /// The value as the page prints it (`700m`, `0.84`).
+    pub text: String,
+}
+
+/// A horizontal bar chart: per row (a container, or the pod for an HPA) its bars side by side
+/// — for figures with no time series behind them (the last cycle's requests and usage).
+#[derive(Clone, Debug, Default)]
+pub struct Bars {
+    /// `data-workload`.
+    pub id: String,
+    /// `data-resource`: `gpu`, `cpu` or `memory`.
+    pub resource: &'static str,
+    pub rows: Vec<(String, Vec<Bar>)>,
+}
+
+/// The bars as an inline `<svg class="bars">`, every bar titled with its label and value.
+pub fn render_bars(b: &Bars) -> String {
+    let max = b
+        .rows
+        .iter()
+        .flat_map(|(_, bars)| bars.iter().map(|x| x.value))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let max = if max > 0.0 { max } else { 1.0 };
+    let (label_w, bar_w, bar_h, text_w) = (150.0, 560.0, 13.0, 260.0);
+    let row_h = |n: usize| n as f64 * (bar_h + 3.0) + 10.0;
+    let height: f64 = b
+        .rows
+        .iter()
+        .map(|(_, bars)| row_h(bars.len()))
+        .sum::<f64>()
+        + 4.0;
+    let mut s = format!(
+        r#"<svg class="bars" data-workload="{}" data-resource="{}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {height}" width="{w}" role="img" font-family="sans-serif" font-size="11">"#,
+        esc(&b.id),
+        b.resource,
+        w = label_w + bar_w + text_w,
+    );
+    let mut y = 4.0;
+    for (row, bars) in &b.rows {
+        let _ = write!(
+            s,
+            r##"<text x="0" y="{:.1}" fill="#222">{}</text>"##,
+            y + bar_h,
+            esc(row)
+        );
+        for bar in bars {
+            let w = (bar.value / max).clamp(0.0, 1.0) * bar_w;
+            let _ = write!(
+                s,
+                r##"<rect class="bar" x="{label_w}" y="{y:.1}" width="{w:.1}" height="{bar_h}" fill="{}"><title>{}: {}</title></rect><text x="{:.1}" y="{:.1}" fill="#333">{} {}</text>"##,
+                bar.color,
+                esc(&bar.label),
+                esc(&bar.text),
+                label_w + w + 4.0,
+                y + bar_h - 2.0,
+                esc(&bar.label),
+                esc(&bar.text)
+            );
+            y += bar_h + 3.0;
+        }
+        y += 10.0;
     }
     s.push_str("</svg>");
     s
@@ -327,6 +436,7 @@ mod tests {
     fn a_chart_is_one_svg_with_a_titled_marker_per_change_and_escaped_text() {
         let chart = Chart {
             id: "ml/Deployment/llm".into(),
+            resource: "gpu",
             unit: "GPUs per pod".into(),
             from: 0,
             to: 600,
@@ -350,8 +460,17 @@ mod tests {
                     title: "scale back".into(),
                 },
             ],
+            covered: Some((150, 450, "data <here>".into())),
         };
         let svg = render(&chart);
+        // The covered span is shaded from x(150) to x(450): a quarter to three quarters of the
+        // plot's width (1048 px from x = 60).
+        assert!(
+            svg.contains(
+                r##"<rect class="covered" x="322.0" y="12" width="524.0" height="192" fill="#e8f0fb"><title>data &lt;here&gt;</title></rect>"##
+            ),
+            "{svg}"
+        );
         assert_eq!(svg.matches("<svg").count(), 1);
         assert_eq!(svg.matches(r#"class="marker upsize""#).count(), 1);
         assert_eq!(svg.matches(r#"class="marker scaleBack""#).count(), 1);

@@ -1,6 +1,7 @@
 //! `/debug/recommendations` (JSON) and the human page (`/debug`, `?format=html`): per workload,
-//! an inline SVG bar chart of current (template) vs recommended GPUs per container, and the
-//! last cycle's view: the window's chart, decision, reasons, requests, HPA, policy status.
+//! an inline SVG bar chart of the template's, the running pods' and the recommended GPUs per
+//! container, and the last cycle's view: the window's chart, decision, reasons, CPU/memory
+//! requests and usage with the HPA's scale-out point, policy status.
 
 use std::fmt::Write as _;
 
@@ -65,69 +66,63 @@ pub fn json(store: &Store) -> Value {
     json!({"ready": store.is_ready(), "workloads": items, "conflicts": conflicts})
 }
 
-use crate::server::chart::esc;
+use crate::server::chart::{self, Bar, Bars, esc};
 
-fn chart(s: &WorkloadState) -> String {
-    let mut containers: Vec<&String> = s.template_gpu.keys().collect();
+/// Per container with GPUs: the template's allocation, the running pods' (when this process
+/// ran the last cycle: the pods may differ from the template, kerf's admission sized them) and
+/// the recommendation.
+fn gpu_bars(key: &WorkloadKey, s: &WorkloadState, running: &[(String, f64, f64)]) -> String {
+    let mut containers: Vec<&str> = s.template_gpu.keys().map(String::as_str).collect();
     if let Some(g) = &s.gpu {
-        containers.extend(g.containers.keys());
+        containers.extend(g.containers.keys().map(String::as_str));
     }
+    containers.extend(running.iter().map(|(c, _, _)| c.as_str()));
     containers.sort();
     containers.dedup();
+    // No GPU anywhere (a CPU/memory workload): no GPU picture at all.
     if containers.is_empty() {
-        return "<p>no GPU data</p>".into();
+        return String::new();
     }
-    let rows: Vec<(&str, f64, Option<f64>)> = containers
-        .iter()
+    let rows = containers
+        .into_iter()
         .map(|c| {
-            let cur = s.template_gpu.get(*c).copied().unwrap_or(0.0);
-            let rec = s.gpu.as_ref().and_then(|g| g.containers.get(*c).copied());
-            (c.as_str(), cur, rec)
+            let mut bars = Vec::new();
+            if let Some(t) = s.template_gpu.get(c) {
+                bars.push(Bar {
+                    label: "template".into(),
+                    value: *t,
+                    color: chart::TEMPLATE_COLOR,
+                    text: format_gpu(*t),
+                });
+            }
+            if let Some((_, lo, hi)) = running.iter().find(|(name, _, _)| name == c) {
+                bars.push(Bar {
+                    label: "running pods".into(),
+                    value: *hi,
+                    color: chart::REAL_COLOR,
+                    text: if (hi - lo).abs() < 1e-9 {
+                        format_gpu(*hi)
+                    } else {
+                        format!("{}–{}", format_gpu(*lo), format_gpu(*hi))
+                    },
+                });
+            }
+            if let Some(r) = s.gpu.as_ref().and_then(|g| g.containers.get(c)) {
+                bars.push(Bar {
+                    label: "recommended".into(),
+                    value: *r,
+                    color: chart::SIMULATED_COLOR,
+                    text: format_gpu(*r),
+                });
+            }
+            (c.to_string(), bars)
         })
         .collect();
-    let max = rows
-        .iter()
-        .map(|(_, a, b)| a.max(b.unwrap_or(0.0)))
-        .fold(0.0f64, f64::max)
-        .max(1.0);
-    let (label_w, bar_w, row_h) = (140.0, 360.0, 36.0);
-    let h = row_h * rows.len() as f64 + 10.0;
-    let mut svg = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{h}" role="img">"#,
-        label_w + bar_w + 90.0
-    );
-    for (i, (c, cur, rec)) in rows.iter().enumerate() {
-        let y = i as f64 * row_h + 5.0;
-        let _ = write!(
-            svg,
-            r#"<text x="0" y="{}" font-size="12">{}</text>"#,
-            y + 20.0,
-            esc(c)
-        );
-        let wc = cur / max * bar_w;
-        let _ = write!(
-            svg,
-            r##"<rect x="{label_w}" y="{y}" width="{wc:.1}" height="12" fill="#9aa"><title>current {}</title></rect><text x="{}" y="{}" font-size="10">current {}</text>"##,
-            format_gpu(*cur),
-            label_w + wc + 4.0,
-            y + 10.0,
-            format_gpu(*cur)
-        );
-        if let Some(r) = rec {
-            let wr = r / max * bar_w;
-            let _ = write!(
-                svg,
-                r##"<rect x="{label_w}" y="{}" width="{wr:.1}" height="12" fill="#2a7"><title>recommended {}</title></rect><text x="{}" y="{}" font-size="10">recommended {}</text>"##,
-                y + 14.0,
-                format_gpu(*r),
-                label_w + wr + 4.0,
-                y + 24.0,
-                format_gpu(*r)
-            );
-        }
-    }
-    svg.push_str("</svg>");
-    svg
+    chart::render_bars(&Bars {
+        id: key.to_string(),
+        resource: "gpu",
+        rows,
+    })
 }
 
 /// The last cycle's view of one workload: status, decision, the window's chart, requests and
@@ -172,6 +167,12 @@ fn live_section(out: &mut String, w: &crate::server::live::LiveWorkload) {
             );
         }
         out.push_str("</table>");
+    }
+    for (title, bars) in [("CPU", &w.cpu_bars), ("memory", &w.memory_bars)] {
+        if let Some(b) = bars {
+            let _ = write!(out, "<p class=\"bars-title\">{title}, last cycle</p>");
+            out.push_str(&chart::render_bars(b));
+        }
     }
     if let Some(h) = &w.hpa {
         let _ = write!(out, "<p class=\"hpa\">HPA {}</p>", esc(h));
@@ -238,7 +239,8 @@ pub fn html(store: &Store) -> String {
             let _ = write!(out, "<p>policy <code>{}</code></p>", esc(p));
         }
         if let Some(s) = state {
-            out.push_str(&chart(s));
+            let running = lw.map(|w| w.running_gpu.as_slice()).unwrap_or_default();
+            out.push_str(&gpu_bars(k, s, running));
             if let Some(h) = &s.hpa {
                 let _ = write!(
                     out,

@@ -14,12 +14,18 @@ use jiff::Timestamp;
 
 use crate::api::{Interpretation, PolicyStatus, Signal};
 use crate::core::cycle::CycleOutput;
+use crate::core::hpa::HpaResource;
+use crate::core::model::ResourceRequests;
 use crate::core::model::{WorkloadKey, format_gpu};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::gpu::pods_by_owner;
+use crate::core::recommenders::resources::container::PolicyParams;
+use crate::core::recommenders::resources::workload::{
+    ContainerOutcome as ResourceOutcome, RightsizingOutcome,
+};
 use crate::core::snapshot::Snapshot;
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
-use crate::server::chart::{self, Chart, Line, LineStyle, Marker, MarkerKind};
+use crate::server::chart::{self, Bar, Bars, Chart, Line, LineStyle, Marker, MarkerKind};
 use crate::simulate::pods::{PodAlloc, pod_alloc};
 use crate::simulate::report::threshold_lines;
 use crate::simulate::usage;
@@ -116,6 +122,108 @@ pub struct LiveWorkload {
     pub requests: Vec<(String, [Option<String>; 4])>,
     /// HPA name, resource, target before, target after, skip reason.
     pub hpa: Option<String>,
+    /// Per container with a GPU allocation, the running pods' allocation (lowest, highest):
+    /// what the pods have now, which the template may not say (kerf's admission sized them).
+    pub running_gpu: Vec<(String, f64, f64)>,
+    /// CPU and memory per container (usage the recommendation rests on, request now, request
+    /// recommended) and the HPA's scale-out point per pod when kerf coordinates it.
+    pub cpu_bars: Option<Bars>,
+    pub memory_bars: Option<Bars>,
+}
+
+fn cpu_text(cores: f64) -> String {
+    format_cpu_millis((cores * 1000.0).round() as i64)
+}
+
+fn memory_text(bytes: f64) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    if bytes >= 1024.0 * MIB {
+        format!("{:.2}Gi", bytes / (1024.0 * MIB))
+    } else {
+        format!("{:.0}Mi", bytes / MIB)
+    }
+}
+
+/// How one resource is read from an outcome: the request (millicores, bytes), its text, the
+/// usage the recommendation rests on (same unit).
+type ReadersOf = (
+    fn(&ResourceRequests) -> Option<i64>,
+    fn(f64) -> String,
+    fn(&ResourceOutcome) -> Option<f64>,
+);
+
+/// The CPU (`cpu`) or memory bars of a CPU/memory outcome; `None` when no container has a
+/// figure for the resource.
+fn resource_bars(
+    key: &WorkloadKey,
+    o: &RightsizingOutcome,
+    resource: HpaResource,
+    basis: &str,
+) -> Option<Bars> {
+    let (get, text, usage): ReadersOf = match resource {
+        HpaResource::Cpu => (
+            |r| r.cpu_millis,
+            |v| cpu_text(v / 1000.0),
+            |c| c.cpu_usage.map(|v| v * 1000.0),
+        ),
+        HpaResource::Memory => (|r| r.memory_bytes, memory_text, |c| c.memory_usage),
+    };
+    let bar = |label: &str, v: f64, color: &'static str| Bar {
+        label: label.to_string(),
+        value: v,
+        color,
+        text: text(v),
+    };
+    let mut rows = Vec::new();
+    for c in o.containers.iter().filter(|c| c.in_scope) {
+        let mut bars = Vec::new();
+        if let Some(u) = usage(c) {
+            bars.push(bar(basis, u, chart::USAGE_COLORS[1]));
+        }
+        if let Some(v) = get(&c.current) {
+            bars.push(bar("request now", v as f64, chart::REAL_COLOR));
+        }
+        if let Some(v) = get(&c.recommended) {
+            bars.push(bar("recommended", v as f64, chart::SIMULATED_COLOR));
+        }
+        if !bars.is_empty() {
+            rows.push((c.name.clone(), bars));
+        }
+    }
+    // The HPA scales out when the pods' average usage passes target × Σrequests: kerf moves
+    // the target with the requests so that point stays where it was.
+    if let Some(h) = o
+        .hpa
+        .as_ref()
+        .filter(|h| o.managed.hpa_target && h.resource == Some(resource))
+    {
+        let before: i64 = o.containers.iter().filter_map(|c| get(&c.current)).sum();
+        let after: i64 = o
+            .containers
+            .iter()
+            .filter_map(|c| get(&c.recommended).or(get(&c.current)))
+            .sum();
+        let mut bars = Vec::new();
+        for (label, target, sum) in [
+            ("scales out at (now)", h.target_before, before),
+            ("scales out at (with kerf)", h.target_after, after),
+        ] {
+            if let Some(t) = target {
+                let v = sum as f64 * f64::from(t) / 100.0;
+                let mut b = bar(label, v, chart::UPSIZE_COLOR);
+                b.text = format!("{t}% of {} = {}", text(sum as f64), text(v));
+                bars.push(b);
+            }
+        }
+        if !bars.is_empty() {
+            rows.push((format!("HPA {} (per pod)", h.name), bars));
+        }
+    }
+    (!rows.is_empty()).then(|| Bars {
+        id: key.to_string(),
+        resource: resource.as_str(),
+        rows,
+    })
 }
 
 /// The last cycle, as `/debug` shows it.
@@ -171,9 +279,19 @@ impl<S> Recording<'_, S> {
             let mut decision = gpu.map(|g| g.action.as_str().to_string());
             let mut requests = Vec::new();
             let mut hpa = None;
+            let (mut cpu_bars, mut memory_bars) = (None, None);
             if let Some(r) = rs {
                 match &r.outcome {
                     Ok(o) => {
+                        let [cpu_basis, memory_basis] = snapshot
+                            .rightsizing_policies
+                            .iter()
+                            .find(|p| p.id == r.policy)
+                            .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
+                            .map(|p| crate::simulate::report::usage_basis(&p))
+                            .unwrap_or_default();
+                        cpu_bars = resource_bars(w.key(), o, HpaResource::Cpu, &cpu_basis);
+                        memory_bars = resource_bars(w.key(), o, HpaResource::Memory, &memory_basis);
                         if !o.message.is_empty() {
                             reasons.push(o.message.clone());
                         }
@@ -220,6 +338,7 @@ impl<S> Recording<'_, S> {
                     Err(e) => reasons.push(format!("{}: unusable policy: {e}", r.policy)),
                 }
             }
+            let mut running_gpu: Vec<(String, f64, f64)> = Vec::new();
             let (chart, chart_note) = match gpu.and_then(|g| {
                 let id = g.main_policy()?;
                 snapshot.gpu_policies.iter().find(|p| &p.id == id)
@@ -230,13 +349,27 @@ impl<S> Recording<'_, S> {
                         .get(w.key())
                         .into_iter()
                         .flatten()
-                        .filter_map(|&pi| {
-                            let p = &snapshot.pods[pi];
+                        .map(|&pi| &*snapshot.pods[pi])
+                        // The live pods, as the engine counts them: what runs now.
+                        .filter(|p| !crate::core::recommenders::gpu::engine::pod_is_terminating(p))
+                        .filter_map(|p| {
                             Some((p.metadata.name.as_deref()?.to_string(), pod_alloc(p)))
                         })
                         .collect();
                     let view: Vec<(&str, &PodAlloc)> =
                         pods.iter().map(|(n, a)| (n.as_str(), a)).collect();
+                    let mut by_container: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+                    for (c, g) in pods
+                        .iter()
+                        .flat_map(|(_, a)| a.iter().filter_map(|(c, x)| Some((c, x.gpu?))))
+                    {
+                        let e = by_container.entry(c).or_insert((g, g));
+                        *e = (e.0.min(g), e.1.max(g));
+                    }
+                    running_gpu = by_container
+                        .into_iter()
+                        .map(|(c, (lo, hi))| (c.to_string(), lo, hi))
+                        .collect();
                     let mut lines = Vec::new();
                     let mut any = false;
                     let mut window = 0;
@@ -337,11 +470,14 @@ impl<S> Recording<'_, S> {
                     });
                     let chart = Chart {
                         id: w.key().to_string(),
+                        resource: "gpu",
                         unit: "GPUs per pod".into(),
                         from,
                         to: now.as_second(),
                         lines,
                         markers,
+                        // The window is what the cycle fetched: nothing to shade.
+                        covered: None,
                     };
                     (note.is_none().then_some(chart), note)
                 }
@@ -359,6 +495,9 @@ impl<S> Recording<'_, S> {
                     chart_note,
                     requests,
                     hpa,
+                    running_gpu,
+                    cpu_bars,
+                    memory_bars,
                 },
             );
         }

@@ -22,6 +22,7 @@ use crate::core::model::{PolicyId, WorkloadKey, WorkloadState};
 use crate::core::pod::Pod;
 use crate::core::recommenders::gpu::engine::Action;
 use crate::core::recommenders::gpu::pods_by_owner;
+use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::recommenders::resources::{CPU_USAGE_METRIC, MEMORY_METRIC};
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{MetricSource, RangeQuery, SeriesSet};
@@ -77,19 +78,33 @@ pub struct ResourceChange {
     pub hpa_target: Option<i32>,
 }
 
-/// Resource-hours over the replay: as the pods really were, as kerf would have made them, and
-/// the recorded usage.
+/// The part of the replay a resource's recorded usage covers: the cycles whose tick takes a
+/// sample (the latest at or before it, not older than one tick).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Coverage {
+    /// The first covered tick.
+    pub from: Timestamp,
+    /// The end of the last covered tick's interval (the next tick, or `--to`).
+    pub to: Timestamp,
+    /// Covered cycles (fewer than the span holds when the data has gaps).
+    pub cycles: usize,
+}
+
+/// Resource-hours as the pods really were, as kerf would have made them, and the recorded
+/// usage — all three over the cycles the recorded usage covers, so they compare.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Hours {
     pub allocated_as_is: f64,
     pub allocated_with_kerf: f64,
     pub used: f64,
+    /// `None`: no recorded usage in the replay (the hours are then zero, not measured).
+    pub coverage: Option<Coverage>,
 }
 
 /// A time series for the chart: (unix seconds, value).
 pub type Points = Vec<(i64, f64)>;
 
-/// What the workload's chart shows, per pod (the hottest pod's usage, the largest pod's
+/// What the workload's GPU chart shows, per pod (the hottest pod's usage, the largest pod's
 /// allocation), in GPU units.
 #[derive(Clone, Debug, Default)]
 pub struct ChartData {
@@ -99,6 +114,24 @@ pub struct ChartData {
     pub simulated: Points,
     /// Upsize and scale-back thresholds, percent of the allocation, per signal.
     pub thresholds: Vec<(Signal, f64, f64)>,
+    /// The CPU (cores) and memory (GiB) charts of a workload a rightsizing policy covers.
+    pub cpu: ResourceChart,
+    pub memory: ResourceChart,
+}
+
+/// One CPU or memory chart, per pod: the hottest pod's recorded usage, the usage the
+/// recommendation rests on at each tick (CPU percentile, memory peak over the window), the
+/// largest pod's request as is and with kerf, and, when kerf coordinates the workload's HPA on
+/// this resource, the usage per pod at which the HPA scales out (target × request, with kerf).
+#[derive(Clone, Debug, Default)]
+pub struct ResourceChart {
+    pub usage: Points,
+    /// What `basis` is, e.g. `p95 over 1h`.
+    pub basis_label: String,
+    pub basis: Points,
+    pub real: Points,
+    pub simulated: Points,
+    pub hpa: Points,
 }
 
 /// One workload's replay.
@@ -111,6 +144,10 @@ pub struct WorkloadReport {
     pub changes: Vec<Change>,
     pub resource_changes: Vec<ResourceChange>,
     pub rollouts: usize,
+    /// A GPU reactive policy covers the workload (else its GPU figures mean nothing).
+    pub gpu_policy: bool,
+    /// A rightsizing policy covers the workload (it gets CPU and memory charts).
+    pub resources_policy: bool,
     pub gpu_hours: Hours,
     pub cpu_core_hours: Hours,
     pub memory_gib_hours: Hours,
@@ -127,6 +164,8 @@ pub struct Report {
     pub workloads: Vec<WorkloadReport>,
     /// Range queries sent to the metric source (the history, fetched once per query shape).
     pub fetches: usize,
+    /// The cycles any workload's recorded usage covers (`None`: no data in the range at all).
+    pub coverage: Option<Coverage>,
     pub warnings: Vec<String>,
 }
 
@@ -138,6 +177,18 @@ struct Track {
     /// What the last rollout check saw: the served state and the workload (its template).
     seen: Option<(Option<Arc<WorkloadState>>, Arc<Workload>)>,
     hpa_target: Option<i32>,
+    /// The HPA kerf coordinates (resource, target as kerf's writes left it this tick).
+    coordinated_hpa: Option<(hpa::HpaResource, i32)>,
+    /// The pods' summed allocation from each tick on (only where it changes).
+    allocations: Vec<(usize, TickAlloc)>,
+}
+
+/// The workload's allocation summed over its pods at one tick: (as is, with kerf).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct TickAlloc {
+    gpu: (f64, f64),
+    cores: (f64, f64),
+    gib: (f64, f64),
 }
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -171,11 +222,35 @@ struct AllocSums {
 }
 
 impl AllocSums {
+    const ZERO: Self = Self {
+        gpu: 0.0,
+        cores: 0.0,
+        gib: 0.0,
+    };
+
+    /// The larger of each figure (the chart's largest pod).
+    fn max(self, other: &Self) -> Self {
+        Self {
+            gpu: self.gpu.max(other.gpu),
+            cores: self.cores.max(other.cores),
+            gib: self.gib.max(other.gib),
+        }
+    }
+
     fn of(alloc: &PodAlloc) -> Self {
         Self {
             gpu: per_pod_gpu(alloc),
             cores: cores(alloc),
             gib: gib(alloc),
+        }
+    }
+}
+
+impl ChartData {
+    fn cpu_or_memory(&mut self, resource: hpa::HpaResource) -> &mut ResourceChart {
+        match resource {
+            hpa::HpaResource::Cpu => &mut self.cpu,
+            hpa::HpaResource::Memory => &mut self.memory,
         }
     }
 }
@@ -398,6 +473,13 @@ pub async fn run<S: MetricSource>(
                 {
                     notes.push(n.clone());
                 }
+                let [cpu_basis, memory_basis] = outcome
+                    .resources
+                    .as_ref()
+                    .and_then(|r| base.rightsizing_policies.iter().find(|p| p.id == r.policy))
+                    .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
+                    .map(|p| report::usage_basis(&p))
+                    .unwrap_or_default();
                 let thresholds = gpu_policy
                     .as_ref()
                     .map(|p| {
@@ -422,11 +504,21 @@ pub async fn run<S: MetricSource>(
                         changes: Vec::new(),
                         resource_changes: Vec::new(),
                         rollouts: 0,
+                        gpu_policy: gpu_policy.is_some(),
+                        resources_policy: outcome.resources.is_some(),
                         gpu_hours: Hours::default(),
                         cpu_core_hours: Hours::default(),
                         memory_gib_hours: Hours::default(),
                         chart: ChartData {
                             thresholds,
+                            cpu: ResourceChart {
+                                basis_label: cpu_basis,
+                                ..Default::default()
+                            },
+                            memory: ResourceChart {
+                                basis_label: memory_basis,
+                                ..Default::default()
+                            },
                             ..Default::default()
                         },
                     },
@@ -437,10 +529,33 @@ pub async fn run<S: MetricSource>(
                         .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
                         .and_then(|h| hpa::utilization_target(h))
                         .map(|(_, t)| t),
+                    coordinated_hpa: None,
+                    allocations: Vec::new(),
                 });
                 tracks.len() - 1
             });
             let track = &mut tracks[t];
+            // What the CPU/memory recommendation rests on this tick, and the HPA kerf
+            // coordinates as its writes left it: the charts draw them at every tick.
+            track.coordinated_hpa = None;
+            if let Some(Ok(o)) = outcome.resources.as_ref().map(|r| &r.outcome) {
+                let summed = |v: &mut dyn Iterator<Item = f64>| {
+                    v.fold(None, |acc: Option<f64>, x| Some(acc.unwrap_or(0.0) + x))
+                };
+                let scoped = || o.containers.iter().filter(|c| c.in_scope);
+                let chart = &mut track.report.chart;
+                if let Some(v) = summed(&mut scoped().filter_map(|c| c.cpu_usage)) {
+                    push_step(&mut chart.cpu.basis, tick.as_second(), v);
+                }
+                if let Some(v) = summed(&mut scoped().filter_map(|c| c.memory_usage)) {
+                    push_step(&mut chart.memory.basis, tick.as_second(), v / GIB);
+                }
+                if o.managed.hpa_target {
+                    track.coordinated_hpa = hpas
+                        .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
+                        .and_then(|h| hpa::utilization_target(h));
+                }
+            }
             let w = &after.workloads[wi];
             let state = store.get(key);
             let unchanged = track
@@ -530,40 +645,73 @@ pub async fn run<S: MetricSource>(
                 history.set_scale(ns, name, c, factor);
             }
         }
-        // Allocation integrals: each tick's allocation holds until the next tick (or --to).
-        let next = ticks.get(ti + 1).copied().unwrap_or(opts.to);
-        let hours = (next.as_second() - tick.as_second()) as f64 / 3600.0;
+        // Each tick's allocation holds until the next tick (or --to); the hours are counted
+        // at the end, over the ticks the recorded usage covers.
+        let at = tick.as_second();
         for track in &mut tracks {
-            let mut real_pod = 0f64;
-            let mut sim_pod = 0f64;
+            let mut sum = TickAlloc::default();
+            let (mut real_pod, mut sim_pod) = (AllocSums::ZERO, AllocSums::ZERO);
             for &pi in &track.pods {
                 // A pod counts from its recorded start (before it, it did not exist).
-                if real_start[pi].is_some_and(|s| s > tick.as_second()) {
+                if real_start[pi].is_some_and(|s| s > at) {
                     continue;
                 }
-                let r = &mut track.report;
                 let (real, sim) = (real_sums[pi], sim_sums[pi]);
-                r.gpu_hours.allocated_as_is += real.gpu * hours;
-                r.gpu_hours.allocated_with_kerf += sim.gpu * hours;
-                r.cpu_core_hours.allocated_as_is += real.cores * hours;
-                r.cpu_core_hours.allocated_with_kerf += sim.cores * hours;
-                r.memory_gib_hours.allocated_as_is += real.gib * hours;
-                r.memory_gib_hours.allocated_with_kerf += sim.gib * hours;
-                real_pod = real_pod.max(real.gpu);
-                sim_pod = sim_pod.max(sim.gpu);
+                sum.gpu.0 += real.gpu;
+                sum.gpu.1 += sim.gpu;
+                sum.cores.0 += real.cores;
+                sum.cores.1 += sim.cores;
+                sum.gib.0 += real.gib;
+                sum.gib.1 += sim.gib;
+                real_pod = real_pod.max(&real);
+                sim_pod = sim_pod.max(&sim);
+            }
+            if track
+                .allocations
+                .last()
+                .is_none_or(|(_, last)| *last != sum)
+            {
+                track.allocations.push((ti, sum));
             }
             let chart = &mut track.report.chart;
-            push_step(&mut chart.real, tick.as_second(), real_pod);
-            push_step(&mut chart.simulated, tick.as_second(), sim_pod);
+            push_step(&mut chart.real, at, real_pod.gpu);
+            push_step(&mut chart.simulated, at, sim_pod.gpu);
+            push_step(&mut chart.cpu.real, at, real_pod.cores);
+            push_step(&mut chart.cpu.simulated, at, sim_pod.cores);
+            push_step(&mut chart.memory.real, at, real_pod.gib);
+            push_step(&mut chart.memory.simulated, at, sim_pod.gib);
+            if let Some((resource, target)) = track.coordinated_hpa {
+                let request = match resource {
+                    hpa::HpaResource::Cpu => sim_pod.cores,
+                    hpa::HpaResource::Memory => sim_pod.gib,
+                };
+                push_step(
+                    &mut chart.cpu_or_memory(resource).hpa,
+                    at,
+                    request * f64::from(target) / 100.0,
+                );
+            }
         }
     }
 
     let mut workloads = Vec::with_capacity(tracks.len());
+    let mut covered = vec![false; ticks.len()];
     for mut track in tracks {
         let pods: Vec<usize> = track.pods.clone();
         let chart = &mut track.report.chart;
         // Close the step functions at the end of the replay.
-        for points in [&mut chart.real, &mut chart.simulated] {
+        for points in [
+            &mut chart.real,
+            &mut chart.simulated,
+            &mut chart.cpu.real,
+            &mut chart.cpu.simulated,
+            &mut chart.cpu.basis,
+            &mut chart.cpu.hpa,
+            &mut chart.memory.real,
+            &mut chart.memory.simulated,
+            &mut chart.memory.basis,
+            &mut chart.memory.hpa,
+        ] {
             if let Some(&(_, v)) = points.last() {
                 points.push((opts.to.as_second(), v));
             }
@@ -578,16 +726,26 @@ pub async fn run<S: MetricSource>(
             last,
             step: opts.step_seconds,
         };
+        let hours = |used: &BTreeMap<i64, f64>,
+                     pick: fn(&TickAlloc) -> (f64, f64),
+                     covered: &mut Vec<bool>| {
+            hours_over(used, &track.allocations, pick, &ticks, opts, covered)
+        };
         if let Some(policy) = &track.gpu_policy {
             let (usage, used) = ctx.gpu_usage(policy).await?;
             track.report.chart.usage = usage;
-            track.report.gpu_hours.used = integrate(&used, &ticks, opts);
+            track.report.gpu_hours = hours(&used, |a| a.gpu, &mut covered);
         }
-        let cpu = ctx.summed(CPU_USAGE_METRIC, Some(true)).await?;
-        track.report.cpu_core_hours.used = integrate(&cpu, &ticks, opts);
-        let memory = ctx.summed(MEMORY_METRIC, Some(false)).await?;
+        let (cpu, cpu_pod) = ctx.summed(CPU_USAGE_METRIC, Some(true)).await?;
+        track.report.cpu_core_hours = hours(&cpu, |a| a.cores, &mut covered);
+        let (memory, memory_pod) = ctx.summed(MEMORY_METRIC, Some(false)).await?;
         let memory: BTreeMap<i64, f64> = memory.into_iter().map(|(t, v)| (t, v / GIB)).collect();
-        track.report.memory_gib_hours.used = integrate(&memory, &ticks, opts);
+        track.report.memory_gib_hours = hours(&memory, |a| a.gib, &mut covered);
+        if track.report.resources_policy {
+            let chart = &mut track.report.chart;
+            chart.cpu.usage = cpu_pod;
+            chart.memory.usage = memory_pod.into_iter().map(|(t, v)| (t, v / GIB)).collect();
+        }
         workloads.push(track.report);
     }
     warnings.extend(history.warnings().await);
@@ -598,24 +756,69 @@ pub async fn run<S: MetricSource>(
         cycles: ticks.len(),
         workloads,
         fetches: history.fetches(),
+        coverage: coverage(&covered, &ticks, opts),
         warnings,
     })
 }
 
-/// Step integral at tick resolution: each tick's value (the latest sample at or before it,
-/// not older than one tick) held until the next tick. Hours.
-fn integrate(values: &BTreeMap<i64, f64>, ticks: &[Timestamp], opts: &Options) -> f64 {
-    let mut total = 0.0;
-    for (i, tick) in ticks.iter().enumerate() {
-        let t = tick.as_second();
-        let next = ticks.get(i + 1).copied().unwrap_or(opts.to).as_second();
-        if let Some((&at, &v)) = values.range(..=t).next_back()
-            && t - at < opts.every_seconds.max(opts.step_seconds)
-        {
-            total += v * (next - t) as f64 / 3600.0;
+/// The value tick `i` takes from `values`: the latest sample at or before it, not older than
+/// one tick (`None`: the tick is not covered).
+fn tick_value(values: &BTreeMap<i64, f64>, tick: Timestamp, opts: &Options) -> Option<f64> {
+    let t = tick.as_second();
+    let (&at, &v) = values.range(..=t).next_back()?;
+    (t - at < opts.every_seconds.max(opts.step_seconds)).then_some(v)
+}
+
+/// The tick's interval in hours: until the next tick, or `--to`.
+fn tick_hours(ticks: &[Timestamp], i: usize, opts: &Options) -> f64 {
+    let next = ticks.get(i + 1).copied().unwrap_or(opts.to);
+    (next.as_second() - ticks[i].as_second()) as f64 / 3600.0
+}
+
+/// Step integrals at tick resolution over the ticks `used` covers: the usage, and the
+/// allocation `pick` reads (as is, with kerf) from the change points `allocations`, each held
+/// until the next tick. Marks the covered ticks in `covered`.
+fn hours_over(
+    used: &BTreeMap<i64, f64>,
+    allocations: &[(usize, TickAlloc)],
+    pick: fn(&TickAlloc) -> (f64, f64),
+    ticks: &[Timestamp],
+    opts: &Options,
+    covered: &mut [bool],
+) -> Hours {
+    let mut h = Hours::default();
+    let mut mine = vec![false; ticks.len()];
+    let mut next_change = 0;
+    let mut alloc = (0.0, 0.0);
+    for (i, &tick) in ticks.iter().enumerate() {
+        while let Some((at, a)) = allocations.get(next_change).filter(|(at, _)| *at <= i) {
+            debug_assert!(*at <= i);
+            alloc = pick(a);
+            next_change += 1;
         }
+        let Some(v) = tick_value(used, tick, opts) else {
+            continue;
+        };
+        let dt = tick_hours(ticks, i, opts);
+        h.used += v * dt;
+        h.allocated_as_is += alloc.0 * dt;
+        h.allocated_with_kerf += alloc.1 * dt;
+        mine[i] = true;
+        covered[i] = true;
     }
-    total
+    h.coverage = coverage(&mine, ticks, opts);
+    h
+}
+
+/// The span of the covered ticks.
+fn coverage(covered: &[bool], ticks: &[Timestamp], opts: &Options) -> Option<Coverage> {
+    let first = covered.iter().position(|c| *c)?;
+    let last = covered.iter().rposition(|c| *c)?;
+    Some(Coverage {
+        from: ticks[first],
+        to: ticks.get(last + 1).copied().unwrap_or(opts.to),
+        cycles: covered.iter().filter(|c| **c).count(),
+    })
 }
 
 /// Reads a workload's recorded usage from the history.
@@ -682,8 +885,8 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
                 ))
             })
             .collect();
-        // (signal, pod index in `pods`) → t → pod total.
-        let mut totals: BTreeMap<(Signal, usize), BTreeMap<i64, f64>> = BTreeMap::new();
+        // (signal, pod index in `pods`) → the pod's totals in time order.
+        let mut totals: BTreeMap<(Signal, usize), Points> = BTreeMap::new();
         let mut usage = Vec::new();
         for signal in Signal::BOTH {
             let m = &policy.spec.metrics.signal(signal).prometheus;
@@ -708,7 +911,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
                 .iter()
                 .filter_map(|signal| totals.get(&(*signal, pi)))
                 .flatten()
-                .map(|(&t, &v)| (t, v))
+                .copied()
                 .collect();
             per_pod.extend(usage::fold_by_time(both, 0.0, f64::max));
         }
@@ -718,12 +921,13 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         Ok((usage, used))
     }
 
-    /// A cAdvisor metric summed over the workload's pods and containers, per sample.
+    /// A cAdvisor metric summed over the workload's pods and containers, per sample; and the
+    /// hottest pod's (its containers summed) at each sample.
     async fn summed(
         &self,
         metric: &str,
         counter: Option<bool>,
-    ) -> anyhow::Result<BTreeMap<i64, f64>> {
+    ) -> anyhow::Result<(BTreeMap<i64, f64>, Points)> {
         let m = crate::api::PrometheusMetric {
             metric: metric.to_string(),
             interpretation: Interpretation::FullGpu,
@@ -732,9 +936,21 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             container_label: "container".into(),
         };
         let set = self.recorded(&m, counter).await?;
-        let all: Vec<(i64, f64)> = set.series.into_values().flatten().collect();
-        Ok(usage::fold_by_time(all, 0.0, |total, v| total + v)
+        let mut by_pod: BTreeMap<&str, Vec<(i64, f64)>> = BTreeMap::new();
+        for (k, samples) in &set.series {
+            by_pod
+                .entry(k.pod.as_str())
+                .or_default()
+                .extend(samples.iter().copied());
+        }
+        let per_pod: Vec<Points> = by_pod
+            .into_values()
+            .map(|v| usage::fold_by_time(v, 0.0, |total, v| total + v))
+            .collect();
+        let all: Vec<(i64, f64)> = set.series.values().flatten().copied().collect();
+        let summed = usage::fold_by_time(all, 0.0, |total, v| total + v)
             .into_iter()
-            .collect())
+            .collect();
+        Ok((summed, usage::hottest(&per_pod)))
     }
 }

@@ -1,49 +1,44 @@
 //! Recorded GPU usage as the charts show it, shared by the replay report and the live `/debug`
-//! page: per pod and signal, the pod total at each sample (docs/design/gpu-engine.md#g2, #g3),
-//! and the hottest pod's.
-
-use std::collections::BTreeMap;
+//! page: per pod and signal, the pod total at each sample (the engine's own
+//! [`engine::pod_totals`], docs/design/gpu-engine.md#g2, #g3), and the hottest pod's.
 
 use crate::api::Interpretation;
+use crate::core::model::GpuMap;
+use crate::core::recommenders::gpu::engine;
 
 use super::Points;
 use super::pods::PodAlloc;
 
-/// Per pod (in `pods` order), the pod's total GPU usage at each sample time: the sum over its
-/// containers with a GPU allocation of value/100 (`fullGPU`) or value/100 × the container's
-/// allocation (`currentAllocation`). `samples(pod, container)` gives a container's samples.
+/// Per pod (in `pods` order), the pod's total GPU usage at each sample time, in time order:
+/// the engine's pod total over the pod's containers with a GPU allocation.
+/// `samples(pod, container)` gives a container's samples.
 pub fn pod_totals<'a>(
     pods: &[(&str, &PodAlloc)],
     interpretation: Interpretation,
     samples: impl Fn(&str, &str) -> Option<&'a [(i64, f64)]>,
-) -> Vec<BTreeMap<i64, f64>> {
+) -> Vec<Points> {
     pods.iter()
         .map(|(pod, alloc)| {
-            let mut used: Vec<(i64, f64)> = Vec::new();
-            for (container, a) in alloc.iter() {
-                let (Some(gpus), Some(series)) = (a.gpu, samples(pod, container)) else {
-                    continue;
-                };
-                used.extend(
-                    series
-                        .iter()
-                        .filter(|(_, v)| v.is_finite())
-                        .map(|&(t, v)| (t, interpretation.gpus(v, gpus))),
-                );
-            }
-            fold_by_time(used, 0.0, |total, v| total + v)
-                .into_iter()
-                .collect()
+            let gpus: GpuMap = alloc
+                .iter()
+                .filter_map(|(c, a)| Some((c.clone(), a.gpu?)))
+                .collect();
+            let mut totals = Points::new();
+            engine::pod_totals(
+                &gpus,
+                |c| samples(pod, c),
+                interpretation,
+                (i64::MIN, i64::MAX),
+                |t, v| totals.push((t, v)),
+            );
+            totals
         })
         .collect()
 }
 
-/// The hottest pod's total at each sample time.
-pub fn hottest(totals: &[BTreeMap<i64, f64>]) -> Points {
-    let all: Vec<(i64, f64)> = totals
-        .iter()
-        .flat_map(|per| per.iter().map(|(&t, &v)| (t, v)))
-        .collect();
+/// The highest of the per-pod series at each time (the hottest pod's value).
+pub fn hottest(per_pod: &[Points]) -> Points {
+    let all: Vec<(i64, f64)> = per_pod.iter().flatten().copied().collect();
     fold_by_time(all, f64::MIN, f64::max)
 }
 

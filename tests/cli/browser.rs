@@ -126,21 +126,20 @@ fn count(dom: &str, needle: &str) -> usize {
     dom.matches(needle).count()
 }
 
-#[test]
-fn the_simulate_report_renders_a_chart_per_workload_with_its_changes_and_totals() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("simulate.html");
+/// Writes `kerf simulate`'s HTML report of `manifests` over `metrics` into `dir`; its URL.
+fn simulate_report(dir: &Path, manifests: &str, metrics: &str, from: &str, to: &str) -> String {
+    let report = dir.join("simulate.html");
     let out = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args([
             "simulate",
             "--manifests",
-            "examples/manifests",
+            manifests,
             "--metrics",
-            "examples/metrics.om",
+            metrics,
             "--from",
-            "2026-01-01T11:30:00Z",
+            from,
             "--to",
-            "2026-01-01T12:30:00Z",
+            to,
             "-o",
             "html",
             "--output",
@@ -154,7 +153,19 @@ fn the_simulate_report_renders_a_chart_per_workload_with_its_changes_and_totals(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let url = format!("file://{}", report.display());
+    format!("file://{}", report.display())
+}
+
+#[test]
+fn the_simulate_report_renders_a_chart_per_workload_with_its_changes_and_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = simulate_report(
+        dir.path(),
+        "examples/manifests",
+        "examples/metrics.om",
+        "2026-01-01T11:30:00Z",
+        "2026-01-01T12:30:00Z",
+    );
     let dom = dump_dom(&dir.path().join("profile"), &url);
     // One chart per workload, in the rendered DOM (not only in the file).
     assert_eq!(count(&dom, "<svg class=\"chart\""), 2, "{dom}");
@@ -164,7 +175,17 @@ fn the_simulate_report_renders_a_chart_per_workload_with_its_changes_and_totals(
     assert_eq!(count(&dom, "class=\"marker upsize\""), 1, "{dom}");
     assert_eq!(count(&dom, "class=\"marker scaleBack\""), 1, "{dom}");
     assert!(dom.contains("upsize candidate 0.8400</title>"), "{dom}");
-    // The totals: 2 changes, 2 rollouts, 1.90 → 2.11 GPU-hours.
+    // Which part of the range the data covers: shaded in each chart, and above the table.
+    assert_eq!(count(&dom, "<rect class=\"covered\""), 2, "{dom}");
+    assert!(
+        dom.contains("recorded usage 2026-01-01T11:40:00Z → 2026-01-01T12:06:00Z (26 cycles)"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("11:40–12:06 of 11:30–12:30 (26 of 60 cycles)"),
+        "{dom}"
+    );
+    // The totals over the covered cycles: 2 changes, 2 rollouts, 0.82 → 0.92 GPU-hours.
     let total = dom
         .split("<tr class=\"total\">")
         .nth(1)
@@ -172,29 +193,79 @@ fn the_simulate_report_renders_a_chart_per_workload_with_its_changes_and_totals(
         .expect("a total row");
     for cell in [
         "<td>2</td><td>2</td>",
-        "<td>1.90</td>",
-        "<td>2.11</td>",
-        "+0.21",
+        "<td>0.82</td>",
+        "<td>0.92</td>",
+        "+0.10",
     ] {
         assert!(total.contains(cell), "{cell} not in {total}");
     }
     screenshot(&dir.path().join("shot"), &url, "simulate.png");
 }
 
-#[tokio::test]
-async fn the_live_debug_page_of_a_standalone_server_renders_each_workloads_window() {
-    install_provider();
+/// The HPA example's report: a CPU and a memory chart, each with the requests as is and with
+/// kerf, the usage the recommendation rests on and a marker at the rollout; the CPU chart
+/// with the HPA's scale-out point; no GPU chart and no GPU figures.
+#[test]
+fn the_simulate_report_of_a_cpu_workload_renders_its_cpu_and_memory_charts() {
     let dir = tempfile::tempdir().unwrap();
+    let url = simulate_report(
+        dir.path(),
+        "examples/hpa/manifests",
+        "examples/hpa/metrics.om",
+        "2026-01-01T11:00:00Z",
+        "2026-01-01T12:30:00Z",
+    );
+    let dom = dump_dom(&dir.path().join("profile"), &url);
+    assert_eq!(count(&dom, "<svg class=\"chart\""), 2, "{dom}");
+    assert_eq!(count(&dom, "data-resource=\"cpu\""), 1, "{dom}");
+    assert_eq!(count(&dom, "data-resource=\"memory\""), 1, "{dom}");
+    assert_eq!(count(&dom, "data-resource=\"gpu\""), 0, "{dom}");
+    for line in [
+        "request as is</title>",
+        "request with kerf</title>",
+        "used (hottest pod)</title>",
+        "p95 over 1h (recommendation's basis)</title>",
+        "peak over 1h (recommendation's basis)</title>",
+        "HPA target × request, with kerf</title>",
+    ] {
+        assert!(dom.contains(line), "{line} not drawn: {dom}");
+    }
+    assert_eq!(count(&dom, "class=\"marker requests\""), 2, "{dom}");
+    assert!(
+        dom.contains("CPU requests app 700m; HPA target 71%</title>"),
+        "{dom}"
+    );
+    // The data (10:55–12:00 and the lookback) covers 11:00–12:06 of the range.
+    assert!(dom.contains("11:00–12:06 of 11:00–12:30"), "{dom}");
+    let row = dom
+        .split("<tbody>")
+        .nth(1)
+        .and_then(|s| s.split("</tr>").next())
+        .expect("a workload row");
+    assert!(
+        row.contains("<td>-</td><td>-</td><td>-</td><td>-</td>"),
+        "no GPU figures: {row}"
+    );
+    screenshot(&dir.path().join("shot"), &url, "simulate-hpa.png");
+}
+
+/// Runs `kerf serve --standalone` on `manifests` at 12:00 until ready; the child and the
+/// health listener's address.
+async fn standalone(
+    dir: &Path,
+    manifests: &str,
+    metrics: &str,
+) -> (std::process::Child, std::net::SocketAddr) {
     let pki = Pki::new();
-    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
+    let (cert, key) = write_pair(dir, &pki.leaf("kerf"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
         .args([
             "serve",
             "--standalone",
             "--manifests",
-            "examples/manifests",
+            manifests,
             "--metrics",
-            "examples/metrics.om",
+            metrics,
             "--at",
             "2026-01-01T12:00:00Z",
             "--listen",
@@ -208,7 +279,7 @@ async fn the_live_debug_page_of_a_standalone_server_renders_each_workloads_windo
         .arg(&key)
         .current_dir(root())
         .env_remove("POD_NAMESPACE")
-        .env("KERF_NAMESPACE_FILE", dir.path().join("no-namespace-file"))
+        .env("KERF_NAMESPACE_FILE", dir.join("no-namespace-file"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -219,6 +290,15 @@ async fn the_live_debug_page_of_a_standalone_server_renders_each_workloads_windo
         assert!(start.elapsed() < Duration::from_secs(30), "never ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    (child, health)
+}
+
+#[tokio::test]
+async fn the_live_debug_page_of_a_standalone_server_renders_each_workloads_window() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, health) =
+        standalone(dir.path(), "examples/manifests", "examples/metrics.om").await;
     let url = format!("http://{health}/debug");
     let profile = dir.path().join("profile");
     let dom = tokio::task::spawn_blocking({
@@ -239,7 +319,66 @@ async fn the_live_debug_page_of_a_standalone_server_renders_each_workloads_windo
     assert_eq!(count(&dom, "<b class=\"decision\">"), 2);
     // The window's recorded usage is drawn: each chart has its two usage lines.
     assert!(count(&dom, "used (hottest pod)</title>") >= 4, "{dom}");
+    // The embedder's pods run at 0.9 (the template says 0.5, kerf's admission sized them):
+    // the bars show the running pods next to the template and the recommendation.
+    let embedder = dom
+        .split("<h2>ml/Deployment/embedder</h2>")
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .expect("the embedder's section");
+    for bar in [
+        "template: 0.5</title>",
+        "running pods: 0.9</title>",
+        "recommended: 0.5</title>",
+    ] {
+        assert!(embedder.contains(bar), "{bar} not in {embedder}");
+    }
     tokio::task::spawn_blocking(move || screenshot(&profile, &url, "debug.png"))
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The HPA example's /debug: CPU and memory bars per container (the p95 or peak the
+/// recommendation rests on, the request now, the recommendation) and the HPA's scale-out point
+/// per pod now and with kerf; no GPU picture.
+#[tokio::test]
+async fn the_live_debug_page_of_a_cpu_workload_renders_its_cpu_and_memory_bars() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, health) = standalone(
+        dir.path(),
+        "examples/hpa/manifests",
+        "examples/hpa/metrics.om",
+    )
+    .await;
+    let url = format!("http://{health}/debug");
+    let profile = dir.path().join("profile");
+    let dom = tokio::task::spawn_blocking({
+        let (profile, url) = (profile.clone(), url.clone());
+        move || dump_dom(&profile, &url)
+    })
+    .await
+    .unwrap();
+    assert_eq!(count(&dom, "<svg class=\"bars\""), 2, "{dom}");
+    assert_eq!(count(&dom, "data-resource=\"cpu\""), 1, "{dom}");
+    assert_eq!(count(&dom, "data-resource=\"memory\""), 1, "{dom}");
+    assert_eq!(count(&dom, "data-resource=\"gpu\""), 0, "{dom}");
+    assert!(!dom.contains("no GPU data"), "{dom}");
+    for bar in [
+        "p95 over 1h: 700m</title>",
+        "request now: 1</title>",
+        "recommended: 700m</title>",
+        "peak over 1h: 300Mi</title>",
+        "request now: 512Mi</title>",
+        "recommended: 360Mi</title>",
+        "scales out at (now): 50% of 1 = 500m</title>",
+        "scales out at (with kerf): 71% of 700m = 497m</title>",
+    ] {
+        assert!(dom.contains(bar), "{bar} not drawn: {dom}");
+    }
+    tokio::task::spawn_blocking(move || screenshot(&profile, &url, "debug-hpa.png"))
         .await
         .unwrap();
     let _ = child.kill();

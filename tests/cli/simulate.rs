@@ -51,7 +51,9 @@ fn examples() -> Report {
 }
 
 /// The shipped llm runs hot from 11:42 (0.7 GPU on a 0.5 share): one upsize to 0.84 and one
-/// rollout; the GPU-hours count 2 pods × 0.5 for the first 12 minutes and 2 × 0.84 after.
+/// rollout. Its GPU samples run 11:40–12:00, which a range query answers until 12:05 (the
+/// 5-minute lookback): the GPU-hours count the 26 covered cycles 11:40–12:05, 2 pods × 0.5
+/// for the first 2 of them and 2 × 0.84 after.
 #[test]
 fn the_shipped_llm_is_upsized_once_and_its_gpu_hours_follow_the_pods() {
     let r = examples();
@@ -71,8 +73,16 @@ fn the_shipped_llm_is_upsized_once_and_its_gpu_hours_follow_the_pods() {
         llm.resource_changes
     );
     let h = llm.gpu_hours;
-    assert!((h.allocated_as_is - 1.0).abs() < 1e-9, "{h:?}");
-    let with_kerf = 2.0 * 0.5 * 12.0 / 60.0 + 2.0 * 0.84 * 48.0 / 60.0;
+    let covered = h.coverage.expect("the llm has GPU samples");
+    assert_eq!(
+        (covered.from, covered.to, covered.cycles),
+        (t("2026-01-01T11:40:00Z"), t("2026-01-01T12:06:00Z"), 26)
+    );
+    assert!(
+        (h.allocated_as_is - 2.0 * 0.5 * 26.0 / 60.0).abs() < 1e-9,
+        "{h:?}"
+    );
+    let with_kerf = 2.0 * 0.5 * 2.0 / 60.0 + 2.0 * 0.84 * 24.0 / 60.0;
     assert!((h.allocated_with_kerf - with_kerf).abs() < 1e-9, "{h:?}");
     // Recorded usage: 20 minutes of samples (to 12:00 and 5 minutes of lookback).
     assert!(h.used > 0.3 && h.used < 0.6, "{h:?}");
@@ -295,9 +305,21 @@ fn the_binary_prints_a_table_and_writes_json_and_html() {
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(table.contains("60 cycles"), "{table}");
     let total = table.lines().find(|l| l.starts_with("TOTAL")).unwrap();
+    // GPU (as is, kerf, used, difference), CPU and memory (as is, kerf, used), over the
+    // covered cycles: GPU 26 of (2 × 0.5 + 0.9), CPU 21 of (2 × 2.1 + 1) cores, memory 26 of
+    // (2 × (8 + 1/16) + 4) GiB — the pods' requests, which kerf leaves as they are.
+    let cells: Vec<&str> = total.split_whitespace().collect();
     assert_eq!(
-        total.split_whitespace().collect::<Vec<_>>(),
-        ["TOTAL", "2", "2", "1.90", "2.11", "0.56", "+0.21"],
+        cells[..7],
+        ["TOTAL", "2", "2", "0.82", "0.92", "0.56", "+0.10"],
+        "{table}"
+    );
+    let cpu = format!("{:.2}", 21.0 / 60.0 * (2.0 * 2.1 + 1.0));
+    let memory = format!("{:.2}", 26.0 / 60.0 * (2.0 * (8.0 + 1.0 / 16.0) + 4.0));
+    assert_eq!(cells[7..9], [cpu.as_str(), cpu.as_str()], "{table}");
+    assert_eq!(cells[10..12], [memory.as_str(), memory.as_str()], "{table}");
+    assert!(
+        table.contains("Recorded usage covers 11:40–12:06 of 11:30–12:30 (26 of 60 cycles)"),
         "{table}"
     );
 
@@ -341,7 +363,14 @@ fn assert_contract(v: &Value) {
         k.sort();
         k
     };
-    assert_eq!(keys(v), ["cycles", "every", "from", "to", "workloads"]);
+    assert_eq!(
+        keys(v),
+        ["coverage", "cycles", "every", "from", "to", "workloads"]
+    );
+    assert_eq!(
+        v["coverage"],
+        serde_json::json!({"from": "2026-01-01T11:40:00Z", "to": "2026-01-01T12:06:00Z", "cycles": 26})
+    );
     assert_eq!(v["from"], "2026-01-01T11:30:00Z");
     assert_eq!(v["to"], "2026-01-01T12:30:00Z");
     assert_eq!(v["every"], "1m");
@@ -378,15 +407,184 @@ fn assert_contract(v: &Value) {
     for h in ["gpuHours", "cpuCoreHours", "memoryGiBHours"] {
         assert_eq!(
             keys(&llm[h]),
-            ["allocatedAsIs", "allocatedWithKerf", "used"],
+            ["allocatedAsIs", "allocatedWithKerf", "coverage", "used"],
             "{h}"
         );
+        assert_eq!(keys(&llm[h]["coverage"]), ["cycles", "from", "to"], "{h}");
     }
-    assert_eq!(llm["gpuHours"]["allocatedAsIs"], 1.0);
+    assert_eq!(llm["gpuHours"]["allocatedAsIs"], 0.4333);
+    assert_eq!(llm["cpuCoreHours"]["coverage"]["cycles"], 21);
     let embedder = &v["workloads"][1];
     assert_eq!(embedder["changes"][0]["action"], "scaleBack");
     assert_eq!(
         embedder["changes"][0]["gpu"],
         serde_json::json!({"encoder": "0.5"})
+    );
+}
+
+/// The replay of 11:30–12:30 over GPU data covering 11:40–12:05 (samples to 12:00 and the
+/// lookback) says so, and counts allocated and used hours over the same cycles: the figures
+/// equal those of a replay of the covered span alone.
+#[test]
+fn a_replay_says_what_its_data_covers_and_counts_every_hour_over_that_span() {
+    let full = examples();
+    let c = full.coverage.expect("the examples have data");
+    assert_eq!(
+        (c.from, c.to, c.cycles),
+        (t("2026-01-01T11:40:00Z"), t("2026-01-01T12:06:00Z"), 26)
+    );
+    let line = report::coverage_line(&full);
+    assert!(
+        line.contains("11:40–12:06 of 11:30–12:30 (26 of 60 cycles)"),
+        "{line}"
+    );
+    let metrics = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let span = replay(
+        &root().join("examples/manifests"),
+        &metrics,
+        &opts("2026-01-01T11:40:00Z", "2026-01-01T12:06:00Z"),
+    );
+    assert_eq!(span.coverage.map(|c| c.cycles), Some(span.cycles));
+    assert!(report::coverage_line(&span).contains("whole replay"));
+    for name in ["llm", "embedder"] {
+        let (a, b) = (workload(&full, name), workload(&span, name));
+        for (x, y) in [
+            (a.gpu_hours, b.gpu_hours),
+            (a.cpu_core_hours, b.cpu_core_hours),
+            (a.memory_gib_hours, b.memory_gib_hours),
+        ] {
+            assert!(
+                (x.allocated_as_is - y.allocated_as_is).abs() < 1e-9,
+                "{name}: {x:?} {y:?}"
+            );
+            assert!((x.used - y.used).abs() < 1e-9, "{name}: {x:?} {y:?}");
+            assert!(x.allocated_as_is > 0.0 && x.used > 0.0, "{name}: {x:?}");
+        }
+    }
+}
+
+/// A replay where there is no data at all says so and counts nothing: "no data" is not "no
+/// change".
+#[test]
+fn a_replay_without_data_says_so() {
+    let metrics = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let r = replay(
+        &root().join("examples/manifests"),
+        &metrics,
+        &opts("2026-01-02T11:30:00Z", "2026-01-02T12:30:00Z"),
+    );
+    assert_eq!(r.coverage, None);
+    let table = report::to_table(&r);
+    assert!(
+        table.contains("No recorded usage in 11:30–12:30"),
+        "{table}"
+    );
+    let llm = table
+        .lines()
+        .find(|l| l.starts_with("ml/Deployment/llm"))
+        .unwrap();
+    assert_eq!(
+        llm.split_whitespace().collect::<Vec<_>>(),
+        [
+            "ml/Deployment/llm",
+            "0",
+            "0",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-"
+        ],
+        "{table}"
+    );
+    assert!(table.contains("data: ml/Deployment/llm: recorded usage: GPU no data, CPU no data"));
+    assert_eq!(
+        report::to_json(&r)["workloads"][0]["gpuHours"]["coverage"],
+        Value::Null
+    );
+}
+
+/// No CPU/memory policy covers the shipped GPU workloads: their pods keep the requests they
+/// carry (the templates'), as is and with kerf — 2 pods × (2 + 0.1) cores over the 21 cycles
+/// the CPU counter covers (a rate needs two samples: 11:41–12:01).
+#[test]
+fn workloads_no_cpu_policy_covers_keep_their_requests() {
+    let r = examples();
+    let cpu = workload(&r, "llm").cpu_core_hours;
+    assert_eq!(cpu.coverage.map(|c| c.cycles), Some(21), "{cpu:?}");
+    let want = 21.0 / 60.0 * 2.0 * 2.1;
+    assert!((cpu.allocated_as_is - want).abs() < 1e-9, "{cpu:?}");
+    assert!((cpu.allocated_with_kerf - want).abs() < 1e-9, "{cpu:?}");
+    // Recorded: 1.25 cores per pod, below the requests.
+    assert!(cpu.used > 0.8 && cpu.used < want, "{cpu:?}");
+    let html = report::to_html(&r);
+    assert_eq!(html.matches("data-resource=\"gpu\"").count(), 2);
+    assert_eq!(
+        html.matches("data-resource=\"cpu\"").count(),
+        0,
+        "no CPU chart without a CPU policy"
+    );
+}
+
+/// The HPA example (no GPU policy) gets a CPU and a memory chart and no GPU figures: the CPU
+/// chart draws the request as is (1000m) and with kerf (700m from 11:55), the p95 the
+/// recommendation rests on, and the HPA's scale-out point target × request, 50 % × 1000m
+/// before the rollout and 71 % × 700m after.
+#[test]
+fn a_cpu_workload_gets_cpu_and_memory_charts_with_the_hpa_and_no_gpu_figures() {
+    let metrics = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let r = replay(
+        &root().join("examples/hpa/manifests"),
+        &metrics,
+        &opts("2026-01-01T11:00:00Z", "2026-01-01T12:00:00Z"),
+    );
+    let web = workload(&r, "web");
+    let (start, rollout) = (
+        t("2026-01-01T11:00:00Z").as_second(),
+        t("2026-01-01T11:55:00Z").as_second(),
+    );
+    let cpu = &web.chart.cpu;
+    assert_eq!(cpu.real.first(), Some(&(start, 1.0)));
+    assert_eq!(cpu.simulated[..2], [(start, 1.0), (rollout, 0.7)]);
+    assert_eq!(cpu.hpa.len(), 3, "{:?}", cpu.hpa);
+    assert_eq!(cpu.hpa[0], (start, 0.5));
+    assert_eq!(cpu.hpa[1].0, rollout);
+    assert!((cpu.hpa[1].1 - 0.7 * 0.71).abs() < 1e-9, "{:?}", cpu.hpa);
+    assert_eq!(cpu.basis_label, "p95 over 1h");
+    assert!(
+        cpu.basis.iter().all(|(_, v)| (v - 0.7).abs() < 0.01),
+        "{:?}",
+        cpu.basis
+    );
+    assert!(
+        cpu.usage.iter().any(|(_, v)| (v - 0.7).abs() < 0.01),
+        "{:?}",
+        cpu.usage
+    );
+    assert!(web.chart.memory.hpa.is_empty(), "the HPA measures CPU");
+    assert_eq!(web.chart.memory.simulated[1], (rollout, 360.0 / 1024.0));
+
+    let html = report::to_html(&r);
+    assert_eq!(html.matches("<svg class=\"chart\"").count(), 2);
+    assert_eq!(html.matches("data-resource=\"cpu\"").count(), 1);
+    assert_eq!(html.matches("data-resource=\"memory\"").count(), 1);
+    assert_eq!(html.matches("data-resource=\"gpu\"").count(), 0);
+    assert_eq!(html.matches("class=\"marker requests\"").count(), 2);
+    let table = report::to_table(&r);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("shop/Deployment/web"))
+        .unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // One change (requests and target), one rollout, no GPU figures, then CPU: 3 pods × 1 core.
+    assert_eq!(
+        cells[..8],
+        ["shop/Deployment/web", "1", "1", "-", "-", "-", "-", "3.00"],
+        "{table}"
     );
 }

@@ -152,7 +152,8 @@ struct Candidate {
     pod: usize,
 }
 
-fn pod_is_terminating(p: &Pod) -> bool {
+/// Terminating or finished: not a live pod of the workload (docs/design/gpu-engine.md#g4).
+pub fn pod_is_terminating(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_some()
         || matches!(
             p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -162,8 +163,6 @@ fn pod_is_terminating(p: &Pod) -> bool {
 
 /// The highest pod total over the sample timestamps within (now − window, now]
 /// (docs/design/gpu-engine.md#g2, docs/design/gpu-engine.md#g3); `None` without samples.
-/// The containers' usages are summed per timestamp in container order, as a map keyed by
-/// timestamp would (same floating-point sums), from one sorted sequence instead of a map per pod.
 fn max_pod_total(
     pod: &PodView<'_>,
     samples: Option<&PodSamples>,
@@ -172,6 +171,29 @@ fn max_pod_total(
     to: i64,
 ) -> Option<f64> {
     let samples = samples?;
+    let mut max: Option<f64> = None;
+    pod_totals(
+        &pod.alloc,
+        |c| samples.get(c).map(Vec::as_slice),
+        interpretation,
+        (from, to),
+        |_, total| max = Some(max.map_or(total, |m| m.max(total))),
+    );
+    max
+}
+
+/// A pod's total GPU usage at each sample timestamp within (from, to], in time order
+/// (docs/design/gpu-engine.md#g2, #g3): the usages of the containers of `alloc` (container →
+/// its allocation) that have a series, summed per timestamp in container order. The one
+/// reading of the rule: the engine takes the maximum, the charts (`kerf simulate`, `/debug`)
+/// draw every total.
+pub fn pod_totals<'s>(
+    alloc: &GpuMap,
+    series_of: impl Fn(&str) -> Option<&'s [(i64, f64)]>,
+    interpretation: Interpretation,
+    (from, to): (i64, i64),
+    each: impl FnMut(i64, f64),
+) {
     fn usages_of(
         series: &[(i64, f64)],
         alloc: f64,
@@ -185,10 +207,9 @@ fn max_pod_total(
             Some((t, interpretation.gpus(v, alloc)))
         })
     }
-    let mut series = pod
-        .alloc
+    let mut series = alloc
         .iter()
-        .filter_map(|(c, alloc)| Some((samples.get(c.as_str())?, *alloc)));
+        .filter_map(|(c, alloc)| Some((series_of(c.as_str())?, *alloc)));
     // The usual pod: one container with a series, sorted already; its usages are the sorted
     // sequence as they are (no buffer per pod and signal).
     if let (Some((only, alloc)), None) = (series.next(), series.next())
@@ -197,16 +218,15 @@ fn max_pod_total(
         // Sorted: the window's samples are one run, found by binary search.
         let start = only.partition_point(|&(t, _)| t <= from);
         let end = start + only[start..].partition_point(|&(t, _)| t <= to);
-        return max_timestamp_total(usages_of(
-            &only[start..end],
-            alloc,
-            interpretation,
-            (from, to),
-        ));
+        timestamp_totals(
+            usages_of(&only[start..end], alloc, interpretation, (from, to)),
+            each,
+        );
+        return;
     }
     let mut usages: Vec<(i64, f64)> = Vec::new();
-    for (container, alloc) in &pod.alloc {
-        let Some(series) = samples.get(container.as_str()) else {
+    for (container, alloc) in alloc {
+        let Some(series) = series_of(container.as_str()) else {
             continue;
         };
         // At most the whole series: one allocation instead of growing sample by sample.
@@ -217,19 +237,19 @@ fn max_pod_total(
     if !usages.is_sorted_by_key(|&(t, _)| t) {
         usages.sort_by_key(|&(t, _)| t);
     }
-    max_timestamp_total(usages.into_iter())
+    timestamp_totals(usages.into_iter(), each);
 }
 
-/// The highest sum of the usages sharing a timestamp, over usages sorted by timestamp.
-fn max_timestamp_total(usages: impl Iterator<Item = (i64, f64)>) -> Option<f64> {
-    let mut max: Option<f64> = None;
+/// The sums of the usages sharing a timestamp, over usages sorted by timestamp, each given to
+/// `each` in order.
+fn timestamp_totals(usages: impl Iterator<Item = (i64, f64)>, mut each: impl FnMut(i64, f64)) {
     let mut current: Option<(i64, f64)> = None;
     for (t, u) in usages {
         match current.as_mut() {
             Some((ct, total)) if *ct == t => *total += u,
             _ => {
-                if let Some((_, total)) = current {
-                    max = Some(max.map_or(total, |m| m.max(total)));
+                if let Some((ct, total)) = current {
+                    each(ct, total);
                 }
                 // `0.0 + u`, as the sum from 0.0 it replaces: a lone -0.0 usage totals +0.0
                 // (a reason would print "-0.0000" otherwise).
@@ -237,10 +257,9 @@ fn max_timestamp_total(usages: impl Iterator<Item = (i64, f64)>) -> Option<f64> 
             }
         }
     }
-    if let Some((_, total)) = current {
-        max = Some(max.map_or(total, |m| m.max(total)));
+    if let Some((ct, total)) = current {
+        each(ct, total);
     }
-    max
 }
 
 /// Every included container of the pod has at least one sample in the window.

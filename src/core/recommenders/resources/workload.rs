@@ -149,6 +149,10 @@ pub struct ContainerOutcome {
     pub recommended: ResourceRequests,
     pub cpu_source: Source,
     pub memory_source: Source,
+    /// The usage the recommendation rests on (the charts show it): the CPU percentile (cores)
+    /// and the peak memory working set (bytes) over their windows.
+    pub cpu_usage: Option<f64>,
+    pub memory_usage: Option<f64>,
     pub throttled: bool,
     pub oom_killed: bool,
     pub gpu_current: Option<f64>,
@@ -318,6 +322,8 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             recommended: recd.clone(),
             cpu_source: rec.map_or(Source::NoData, |r| r.cpu.source),
             memory_source: rec.map_or(Source::NoData, |r| r.memory.source),
+            cpu_usage: c.signals.cpu,
+            memory_usage: c.signals.memory,
             throttled: c.signals.throttled,
             oom_killed: c.signals.oom_killed,
             gpu_current: c.gpu_current,
@@ -773,6 +779,8 @@ pub fn gpu_recommendation_spec(
             recommended: ResourceRequests::default(),
             cpu_source: Source::NoData,
             memory_source: Source::NoData,
+            cpu_usage: None,
+            memory_usage: None,
             throttled: false,
             oom_killed: false,
             gpu_current: o.current,

@@ -1340,4 +1340,35 @@ fn samples_only_before_the_window_count_as_missing() {
     let out = case.run();
     assert_eq!(out.missing_samples.len(), 1);
     assert_eq!(out.missing_samples[0].signal, Signal::Compute);
+/// g2/g3 as the charts read them: per timestamp the sum over the containers of the
+/// allocation with a series (value/100 × allocation for `currentAllocation`), inside
+/// (from, to], in time order; a container without an allocation adds nothing.
+#[test]
+fn g3_pod_totals_sum_the_allocated_containers_per_timestamp_inside_the_window() {
+    let alloc = gm(&[("a", 0.5), ("b", 0.25)]);
+    let series: BTreeMap<&str, Vec<(i64, f64)>> = BTreeMap::from([
+        ("a", vec![(10, 40.0), (20, 80.0), (30, f64::NAN)]),
+        // Unsorted on purpose: the totals come out in time order anyway.
+        ("b", vec![(30, 100.0), (20, 20.0)]),
+        ("no-allocation", vec![(20, 100.0)]),
+    ]);
+    let mut got = Vec::new();
+    pod_totals(
+        &alloc,
+        |c| series.get(c).map(Vec::as_slice),
+        Interpretation::CurrentAllocation,
+        (10, 30),
+        |t, v| got.push((t, v)),
+    );
+    // t=10 is outside (from, to]; t=20: 0.8 × 0.5 + 0.2 × 0.25; t=30: a's NaN is skipped.
+    assert_eq!(got, vec![(20, 0.4 + 0.05), (30, 0.25)]);
+    let mut full = Vec::new();
+    pod_totals(
+        &alloc,
+        |c| series.get(c).map(Vec::as_slice),
+        Interpretation::FullGpu,
+        (i64::MIN, i64::MAX),
+        |t, v| full.push((t, v)),
+    );
+    assert_eq!(full, vec![(10, 0.4), (20, 0.8 + 0.2), (30, 1.0)]);
 }
