@@ -129,6 +129,12 @@ async fn run_recommender<R: Recommender, S: MetricSource>(
 /// One cycle: every registered recommender, in order, over the shared snapshot — the GPU one
 /// first, since the CPU/memory recommendation shows its values. Registering a recommender is
 /// one line here (docs: DEVELOPERS.md, `core::recommenders`).
+#[tracing::instrument(name = "cycle", skip_all, fields(
+    at = %now,
+    gpu_policies = snapshot.gpu_policies.len(),
+    workloads = snapshot.workloads.len(),
+    queries = tracing::field::Empty,
+))]
 pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
@@ -141,6 +147,7 @@ pub async fn run_cycle<S: MetricSource>(
     };
     run_recommender(&Gpu, snapshot, source, now, step_seconds, &mut out).await;
     run_recommender(&Resources, snapshot, source, now, step_seconds, &mut out).await;
+    tracing::Span::current().record("queries", out.queries);
     tracing::debug!(
         queries = out.queries,
         splits = out.query_splits,

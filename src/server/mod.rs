@@ -136,6 +136,15 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     // Counted and logged inside the step: a client that gives up while its answer waits drops
     // this future at the step's second yield, and the review it got must still be counted.
     let reply = in_own_step(|| {
+        // The review's span: its log lines name the request, the namespace and the pod's owner
+        // (filled in by the handler as it learns them).
+        let span = tracing::info_span!(
+            "review",
+            uid = tracing::field::Empty,
+            namespace = tracing::field::Empty,
+            owner = tracing::field::Empty
+        );
+        let _in_review = span.enter();
         let reply = handle_review(&body, &app.store);
         count_review(&app.store, &reply, started);
         reply

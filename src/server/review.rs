@@ -221,6 +221,11 @@ fn respond(review: Review<'_>, store: &Store) -> Reply {
     if req.uid.is_empty() {
         return Reply::bad_request("AdmissionReview request.uid is empty".into());
     }
+    let span = tracing::Span::current();
+    span.record("uid", req.uid.as_str());
+    if let Some(ns) = &req.namespace {
+        span.record("namespace", ns.as_str());
+    }
     // Last line of defence: a bug in the builder must not take the webhook down.
     let (decision, caught_panic) = match catch_unwind(AssertUnwindSafe(|| decide(&req, store))) {
         Ok(d) => (d, false),
@@ -359,6 +364,7 @@ fn decide_pod(req: &Request<'_>, skel: Result<PodSkeleton, String>, store: &Stor
     ) else {
         return Decision::skip("pod has no workload owner");
     };
+    tracing::Span::current().record("owner", tracing::field::display(&key));
     let state = store.get(&key).or_else(|| {
         // The Job's link to its CronJob may not have arrived yet (see `core::owner`).
         let cronjob = cronjob_named_in(&key.name).filter(|_| key.kind == WorkloadKind::Job)?;

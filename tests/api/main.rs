@@ -7,5 +7,6 @@ mod api_defaults;
 mod api_docs;
 mod api_seed;
 mod api_validation;
+mod design_docs;
 mod gitops_docs;
 mod manifests_validate;

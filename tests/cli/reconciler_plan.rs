@@ -804,15 +804,6 @@ async fn each_policy_compares_against_the_driving_metric_of_the_containers_it_ow
         r.reasons
     );
     assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
-    // The recommendation keeps a's 0.6; its reasons say the pods take whole GPUs under KAI.
-    assert!((rec.containers["a"] - 0.6).abs() < 1e-9, "{rec:?}");
-    let reasons = gpu_result(&first, &key).reasons;
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.contains("KAI accepts one fractional container per pod")),
-        "{reasons:?}"
-    );
 }
 
 /// The multi-policy workload `w` with policy `b` on strategy `no-up` (GPU upsize off); `a` keeps
@@ -901,6 +892,15 @@ async fn each_policys_strategy_governs_its_own_containers_at_admission() {
     let rec = gpu_result(&first, &key).recommendation.unwrap();
     assert_eq!(rec.by_policy.len(), 2, "{rec:?}");
     assert!((rec.containers["b"] - 2.0).abs() < 1e-9, "{rec:?}");
+    // The recommendation keeps a's 0.6; its reasons say the pods take whole GPUs under KAI.
+    assert!((rec.containers["a"] - 0.6).abs() < 1e-9, "{rec:?}");
+    let reasons = gpu_result(&first, &key).reasons;
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("KAI accepts one fractional container per pod")),
+        "{reasons:?}"
+    );
 
     let check = |store: &kerf::state::Store, when: &str| {
         let pod = admit_multi_policy_pod(store);

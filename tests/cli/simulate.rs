@@ -306,7 +306,7 @@ fn the_binary_prints_a_table_and_writes_json_and_html() {
     assert!(table.contains("60 cycles"), "{table}");
     let total = table.lines().find(|l| l.starts_with("TOTAL")).unwrap();
     // GPU (as is, kerf, used, difference), CPU and memory (as is, kerf, used), over the
-    // covered cycles: GPU 26 of (2 × 0.5 + 0.9), CPU 21 of (2 × 2.1 + 1) cores, memory 26 of
+    // covered cycles: GPU 26 of (2 × 0.5 + 0.9), CPU 24 of (2 × 2.1 + 1) cores, memory 26 of
     // (2 × (8 + 1/16) + 4) GiB — the pods' requests, which kerf leaves as they are.
     let cells: Vec<&str> = total.split_whitespace().collect();
     assert_eq!(
@@ -314,7 +314,7 @@ fn the_binary_prints_a_table_and_writes_json_and_html() {
         ["TOTAL", "2", "2", "0.82", "0.92", "0.56", "+0.10"],
         "{table}"
     );
-    let cpu = format!("{:.2}", 21.0 / 60.0 * (2.0 * 2.1 + 1.0));
+    let cpu = format!("{:.2}", 24.0 / 60.0 * (2.0 * 2.1 + 1.0));
     let memory = format!("{:.2}", 26.0 / 60.0 * (2.0 * (8.0 + 1.0 / 16.0) + 4.0));
     assert_eq!(cells[7..9], [cpu.as_str(), cpu.as_str()], "{table}");
     assert_eq!(cells[10..12], [memory.as_str(), memory.as_str()], "{table}");
@@ -413,7 +413,7 @@ fn assert_contract(v: &Value) {
         assert_eq!(keys(&llm[h]["coverage"]), ["cycles", "from", "to"], "{h}");
     }
     assert_eq!(llm["gpuHours"]["allocatedAsIs"], 0.4333);
-    assert_eq!(llm["cpuCoreHours"]["coverage"]["cycles"], 21);
+    assert_eq!(llm["cpuCoreHours"]["coverage"]["cycles"], 24);
     let embedder = &v["workloads"][1];
     assert_eq!(embedder["changes"][0]["action"], "scaleBack");
     assert_eq!(
@@ -510,14 +510,14 @@ fn a_replay_without_data_says_so() {
 }
 
 /// No CPU/memory policy covers the shipped GPU workloads: their pods keep the requests they
-/// carry (the templates'), as is and with kerf — 2 pods × (2 + 0.1) cores over the 21 cycles
-/// the CPU counter covers (a rate needs two samples: 11:41–12:01).
+/// carry (the templates'), as is and with kerf — 2 pods × (2 + 0.1) cores over the 24 cycles
+/// the CPU counter covers (a rate needs two samples in its 4-minute window: 11:41–12:05).
 #[test]
 fn workloads_no_cpu_policy_covers_keep_their_requests() {
     let r = examples();
     let cpu = workload(&r, "llm").cpu_core_hours;
-    assert_eq!(cpu.coverage.map(|c| c.cycles), Some(21), "{cpu:?}");
-    let want = 21.0 / 60.0 * 2.0 * 2.1;
+    assert_eq!(cpu.coverage.map(|c| c.cycles), Some(24), "{cpu:?}");
+    let want = 24.0 / 60.0 * 2.0 * 2.1;
     assert!((cpu.allocated_as_is - want).abs() < 1e-9, "{cpu:?}");
     assert!((cpu.allocated_with_kerf - want).abs() < 1e-9, "{cpu:?}");
     // Recorded: 1.25 cores per pod, below the requests.

@@ -388,6 +388,25 @@ pub enum WriteOp {
     Warning(Box<PlanWarning>),
 }
 
+impl WriteOp {
+    /// What the write is about — a workload, a policy or a RightsizingRecommendation — for the
+    /// writer's span.
+    pub fn subject(&self) -> String {
+        match self {
+            WriteOp::Workload(w) => w.observed.key.to_string(),
+            WriteOp::Restart(key) => key.to_string(),
+            WriteOp::PolicyStatus(s) => s.policy.to_string(),
+            WriteOp::Recommendation(r) => {
+                format!("RightsizingRecommendation/{}/{}", r.namespace, r.name)
+            }
+            WriteOp::Coordinated(c) => c.workload.observed.key.to_string(),
+            WriteOp::Event(e) => e.regarding.to_string(),
+            WriteOp::Restore(r) => r.observed.key.to_string(),
+            WriteOp::Warning(w) => w.workload.to_string(),
+        }
+    }
+}
+
 /// A warning of the write planning about one workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanWarning {

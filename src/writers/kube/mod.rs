@@ -352,7 +352,15 @@ impl Task {
         unreachable!("the loop returns on its last attempt")
     }
 
+    /// One write in a span naming what it is about, so its log lines (retries, conflicts,
+    /// refusals) say which workload.
     async fn execute(&mut self, op: WriteOp) -> WriteOutcome {
+        use tracing::Instrument as _;
+        let span = tracing::info_span!("write", subject = %op.subject());
+        self.execute_op(op).instrument(span).await
+    }
+
+    async fn execute_op(&mut self, op: WriteOp) -> WriteOutcome {
         if let WriteOp::Warning(w) = &op {
             tracing::warn!(workload = %w.workload, "{}", w.message);
             return WriteOutcome::Unchanged;

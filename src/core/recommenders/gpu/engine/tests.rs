@@ -1340,6 +1340,8 @@ fn samples_only_before_the_window_count_as_missing() {
     let out = case.run();
     assert_eq!(out.missing_samples.len(), 1);
     assert_eq!(out.missing_samples[0].signal, Signal::Compute);
+}
+
 /// g2/g3 as the charts read them: per timestamp the sum over the containers of the
 /// allocation with a series (value/100 × allocation for `currentAllocation`), inside
 /// (from, to], in time order; a container without an allocation adds nothing.
