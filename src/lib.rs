@@ -21,4 +21,5 @@ pub mod simulate;
 pub mod sources;
 pub mod state;
 pub mod telemetry;
+pub mod views;
 pub mod writers;

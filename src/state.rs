@@ -44,7 +44,7 @@ pub struct Store {
     /// Workloads kerf does not write for a field conflict, with why (docs/gitops.md).
     conflicts: ArcSwap<Vec<(WorkloadKey, String)>>,
     /// The last cycle as `/debug` shows it (set where this process runs cycles).
-    live: arc_swap::ArcSwapOption<crate::server::live::LiveView>,
+    live: arc_swap::ArcSwapOption<crate::views::live::LiveView>,
 }
 
 impl Store {
@@ -135,11 +135,11 @@ impl Store {
     }
 
     /// The last cycle as `/debug` shows it, if this process ran one.
-    pub fn live(&self) -> Option<Arc<crate::server::live::LiveView>> {
+    pub fn live(&self) -> Option<Arc<crate::views::live::LiveView>> {
         self.live.load_full()
     }
 
-    pub fn set_live(&self, view: crate::server::live::LiveView) {
+    pub fn set_live(&self, view: crate::views::live::LiveView) {
         self.live.store(Some(Arc::new(view)));
     }
 

@@ -100,7 +100,7 @@ pub async fn run(args: SimulateBenchArgs) -> anyhow::Result<()> {
             "workloads": report.workloads.len(),
             "pods": pods,
             "cycles": report.cycles,
-            "every": crate::simulate::report::format_duration(opts.every_seconds),
+            "every": crate::views::labels::format_duration(opts.every_seconds),
             "stepSeconds": opts.step_seconds,
             "historyQueries": source_queries,
             "changes": figures.0,

@@ -181,7 +181,7 @@ impl ReconcileCycle {
         if let Some((_, prom)) = &self.source {
             let recommendations = self.reader.recommendations();
             // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
-            let recording = crate::server::live::Recording::new(prom);
+            let recording = crate::views::live::Recording::new(prom);
             let now = Timestamp::now();
             let (cycle, ops) = reconcile_once(
                 snapshot,

@@ -126,7 +126,7 @@ impl DirLoop {
         }
         fill_owners(store, &snapshot);
         // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
-        let recording = crate::server::live::Recording::new(source);
+        let recording = crate::views::live::Recording::new(source);
         let (snapshot, cycle, _) = in_memory_cycle(
             &mut self.writer,
             snapshot,

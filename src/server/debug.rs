@@ -66,7 +66,7 @@ pub fn json(store: &Store) -> Value {
     json!({"ready": store.is_ready(), "workloads": items, "conflicts": conflicts})
 }
 
-use crate::server::chart::{self, Bar, Bars, esc};
+use crate::views::chart::{self, Bar, Bars, esc};
 
 /// Per container with GPUs: the template's allocation, the running pods' (when this process
 /// ran the last cycle: the pods may differ from the template, kerf's admission sized them) and
@@ -127,7 +127,7 @@ fn gpu_bars(key: &WorkloadKey, s: &WorkloadState, running: &[(String, f64, f64)]
 
 /// The last cycle's view of one workload: status, decision, the window's chart, requests and
 /// HPA target before → after, reasons.
-fn live_section(out: &mut String, w: &crate::server::live::LiveWorkload) {
+fn live_section(out: &mut String, w: &crate::views::live::LiveWorkload) {
     if !w.policy_status.is_empty() {
         out.push_str("<ul class=\"status\">");
         for c in &w.policy_status {
@@ -144,7 +144,7 @@ fn live_section(out: &mut String, w: &crate::server::live::LiveWorkload) {
             .unwrap_or_default()
     );
     if let Some(chart) = &w.chart {
-        out.push_str(&crate::server::chart::render(chart));
+        out.push_str(&crate::views::chart::render(chart));
     }
     if let Some(note) = &w.chart_note {
         let _ = write!(out, "<p class=\"note\">{}</p>", esc(note));
@@ -187,7 +187,7 @@ fn live_section(out: &mut String, w: &crate::server::live::LiveWorkload) {
 }
 
 /// The human page: every workload the store serves (current vs recommended GPUs) and, where
-/// this process runs the cycles, the last cycle's view of it (see [`crate::server::live`]).
+/// this process runs the cycles, the last cycle's view of it (see [`crate::views::live`]).
 pub fn html(store: &Store) -> String {
     let mut out = String::from(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>kerf recommendations</title>\

@@ -27,11 +27,9 @@ use crate::state::Store;
 use crate::telemetry::{AdmissionLabels, KindLabel, ListenerLabel, Metrics};
 use limits::{Activity, BodyBudget, Limits, Phase, Watched};
 
-pub mod chart;
 pub mod debug;
 pub mod exposition;
 pub mod limits;
-pub mod live;
 pub mod review;
 pub mod tls;
 

@@ -9,7 +9,6 @@ pub mod history;
 pub mod pods;
 pub mod report;
 pub mod synth;
-pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -32,7 +31,9 @@ use crate::state::Store;
 use crate::writers::memory::MemoryWriter;
 
 use self::history::HistorySource;
-use self::pods::{PodAlloc, pod_alloc, rolled_out};
+use self::pods::rolled_out;
+use crate::views::pods::{PodAlloc, pod_alloc};
+use crate::views::usage;
 
 /// What to replay.
 #[derive(Clone, Debug)]
@@ -102,7 +103,7 @@ pub struct Hours {
 }
 
 /// A time series for the chart: (unix seconds, value).
-pub type Points = Vec<(i64, f64)>;
+pub use crate::views::Points;
 
 /// What the workload's GPU chart shows, per pod (the hottest pod's usage, the largest pod's
 /// allocation), in GPU units.
@@ -318,20 +319,6 @@ fn as_auto_patch(snapshot: &mut Snapshot) -> (Option<String>, HashMap<PolicyId, 
     (global, per_policy)
 }
 
-/// The reason a GPU change gives: the driver's candidate line of the cycle's reasons.
-pub fn change_reason(reasons: &[String], driver: Option<Signal>) -> String {
-    let prefix = driver.map(|d| format!("{}: ", d.as_str()));
-    reasons
-        .iter()
-        .find(|r| {
-            r.contains("candidate") && prefix.as_ref().is_none_or(|p| r.starts_with(p.as_str()))
-        })
-        .or_else(|| reasons.iter().find(|r| r.contains("candidate")))
-        .or_else(|| reasons.last())
-        .cloned()
-        .unwrap_or_else(|| "the served recommendation changed".into())
-}
-
 /// Replays `manifests` over `source`'s history as [`Options`] say.
 pub async fn run<S: MetricSource>(
     manifests: Manifests,
@@ -478,7 +465,7 @@ pub async fn run<S: MetricSource>(
                     .as_ref()
                     .and_then(|r| base.rightsizing_policies.iter().find(|p| p.id == r.policy))
                     .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
-                    .map(|p| report::usage_basis(&p))
+                    .map(|p| crate::views::labels::usage_basis(&p))
                     .unwrap_or_default();
                 let thresholds = gpu_policy
                     .as_ref()
@@ -605,7 +592,7 @@ pub async fn run<S: MetricSource>(
                     gpu: gpu_map(&new),
                     action,
                     driver,
-                    reason: change_reason(reasons, driver),
+                    reason: crate::views::labels::change_reason(reasons, driver),
                     before,
                     after,
                 });

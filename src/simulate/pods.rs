@@ -1,56 +1,12 @@
-//! Simulated rollouts: the pod a rollout puts in place of a recorded one, and what a pod is
-//! allocated (GPUs and CPU/memory requests per container) — the facts a replay compares.
-
-use std::collections::BTreeMap;
+//! Simulated rollouts: the pod a rollout puts in place of a recorded one.
 
 use jiff::Timestamp;
 
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::admission::mutate_pod;
-use crate::core::allocation::container_allocations;
 use crate::core::model::{ANNOTATION_MUTATED, WorkloadState};
 use crate::core::pod::{Container, Pod, PodTemplateSpec};
-use crate::core::quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-/// What one container of a pod is allocated.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ContainerAlloc {
-    /// GPU units (None: no GPU allocation kerf can read).
-    pub gpu: Option<f64>,
-    pub cpu_millis: Option<i64>,
-    pub memory_bytes: Option<i64>,
-}
-
-/// Per container name.
-pub type PodAlloc = BTreeMap<String, ContainerAlloc>;
-
-/// What `pod` is allocated, per container (regular and init).
-pub fn pod_alloc(pod: &Pod) -> PodAlloc {
-    let Some(spec) = pod.spec.as_ref() else {
-        return PodAlloc::new();
-    };
-    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let gpus = container_allocations(spec, &annotations);
-    spec.containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .map(|c| {
-            let request = |name: &str| {
-                c.resources
-                    .as_ref()
-                    .and_then(|r| r.requests.as_ref())
-                    .and_then(|m| m.get(name))
-            };
-            let alloc = ContainerAlloc {
-                gpu: gpus.get(c.name.as_str()).and_then(|a| a.gpus()),
-                cpu_millis: request("cpu").and_then(|q| quantity::cpu_millis(q).ok()),
-                memory_bytes: request("memory").and_then(|q| quantity::memory_bytes(q).ok()),
-            };
-            (c.name.to_string(), alloc)
-        })
-        .collect()
-}
 
 /// The pod a rollout creates in place of `recorded` at `at`: same name and containers, the
 /// resources and GPU annotations of the workload's `template` (as kerf's writes left it), then
@@ -115,6 +71,7 @@ fn admitted(pod: Pod, state: &WorkloadState, kai: &crate::api::KaiSettings) -> P
 mod tests {
     use super::*;
     use crate::core::model::{GpuMap, GpuRecommendation};
+    use crate::views::pods::pod_alloc;
 
     fn pod() -> Pod {
         serde_json::from_value(serde_json::json!({

@@ -9,23 +9,11 @@ use super::{Coverage, Hours, Report, ResourceChart, WorkloadReport};
 use crate::core::model::format_gpu;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::gpu::engine::Action;
-use crate::server::chart::{self, Chart, Line, LineStyle, Marker, MarkerKind, esc};
+use crate::views::chart::{self, Chart, Line, LineStyle, Marker, MarkerKind, esc, threshold_lines};
+use crate::views::labels::format_duration;
 
 fn time(t: jiff::Timestamp) -> String {
     crate::core::model::rfc3339_secs(t)
-}
-
-/// `90s` → `1m30s`: the `--every` duration as the policies write durations.
-pub fn format_duration(seconds: i64) -> String {
-    let mut s = String::new();
-    let mut rest = seconds;
-    for (unit, len) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
-        if rest >= len {
-            let _ = write!(s, "{}{unit}", rest / len);
-            rest %= len;
-        }
-    }
-    if s.is_empty() { "0s".into() } else { s }
 }
 
 /// Hours rounded to 4 decimals (a stable, diffable contract).
@@ -366,21 +354,6 @@ pub fn workload_chart(w: &WorkloadReport, from: i64, to: i64) -> Chart {
     }
 }
 
-/// What the CPU and memory recommendations of a policy rest on, as the charts label it:
-/// `p95 over 1h`, `peak over 1h`.
-pub fn usage_basis(
-    params: &crate::core::recommenders::resources::container::PolicyParams,
-) -> [String; 2] {
-    [
-        format!(
-            "p{} over {}",
-            params.cpu.percentile,
-            format_duration(params.cpu.window_secs)
-        ),
-        format!("peak over {}", format_duration(params.memory.window_secs)),
-    ]
-}
-
 /// The chart's shaded span: where the recorded usage the hours count covers.
 fn covered_band(h: &Hours) -> Option<(i64, i64, String)> {
     h.coverage.map(|c| {
@@ -489,57 +462,6 @@ pub fn resource_chart(w: &WorkloadReport, resource: &'static str, from: i64, to:
         markers,
         covered: covered_band(hours),
     }
-}
-
-/// Upsize and scale-back thresholds over an allocation: one line per distinct percent.
-pub fn threshold_lines(
-    thresholds: &[(crate::api::Signal, f64, f64)],
-    allocation: &[(i64, f64)],
-) -> Vec<Line> {
-    let mut out = Vec::new();
-    let mut seen: Vec<(bool, f64)> = Vec::new();
-    for (signal, up, back) in thresholds {
-        for (is_up, pct) in [(true, *up), (false, *back)] {
-            if seen
-                .iter()
-                .any(|(u, p)| *u == is_up && (p - pct).abs() < 1e-9)
-            {
-                continue;
-            }
-            seen.push((is_up, pct));
-            let others_differ = thresholds.iter().any(|(_, u, b)| {
-                let other = if is_up { *u } else { *b };
-                (other - pct).abs() > 1e-9
-            });
-            let which = if others_differ {
-                format!(" ({})", signal.as_str())
-            } else {
-                String::new()
-            };
-            out.push(Line {
-                label: format!(
-                    "{} {}%{which}",
-                    if is_up {
-                        "upsize at"
-                    } else {
-                        "scale back below"
-                    },
-                    pct
-                ),
-                color: if is_up {
-                    chart::UPSIZE_COLOR
-                } else {
-                    chart::SCALE_BACK_COLOR
-                },
-                style: LineStyle::Dashed,
-                points: allocation
-                    .iter()
-                    .map(|(t, v)| (*t, v * pct / 100.0))
-                    .collect(),
-            });
-        }
-    }
-    out
 }
 
 pub const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px;color:#222}\

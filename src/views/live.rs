@@ -25,10 +25,10 @@ use crate::core::recommenders::resources::workload::{
 };
 use crate::core::snapshot::Snapshot;
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
-use crate::server::chart::{self, Bar, Bars, Chart, Line, LineStyle, Marker, MarkerKind};
-use crate::simulate::pods::{PodAlloc, pod_alloc};
-use crate::simulate::report::threshold_lines;
-use crate::simulate::usage;
+use crate::views::chart::threshold_lines;
+use crate::views::chart::{self, Bar, Bars, Chart, Line, LineStyle, Marker, MarkerKind};
+use crate::views::pods::{PodAlloc, pod_alloc};
+use crate::views::usage;
 
 /// Container series kept from one cycle.
 pub const MAX_SERIES: usize = 4_000;
@@ -288,7 +288,7 @@ impl<S> Recording<'_, S> {
                             .iter()
                             .find(|p| p.id == r.policy)
                             .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
-                            .map(|p| crate::simulate::report::usage_basis(&p))
+                            .map(|p| crate::views::labels::usage_basis(&p))
                             .unwrap_or_default();
                         cpu_bars = resource_bars(w.key(), o, HpaResource::Cpu, &cpu_basis);
                         memory_bars = resource_bars(w.key(), o, HpaResource::Memory, &memory_basis);
@@ -458,7 +458,7 @@ impl<S> Recording<'_, S> {
                                 g.action.as_str(),
                                 format_gpu(current),
                                 format_gpu(recommended.unwrap_or(current)),
-                                crate::simulate::change_reason(&g.reasons, g.driving_metric)
+                                crate::views::labels::change_reason(&g.reasons, g.driving_metric)
                             ),
                         })
                         .into_iter()

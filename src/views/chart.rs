@@ -419,6 +419,57 @@ fn trim(v: f64) -> String {
     if s.is_empty() { "0".into() } else { s.into() }
 }
 
+/// Upsize and scale-back thresholds over an allocation: one line per distinct percent.
+pub fn threshold_lines(
+    thresholds: &[(crate::api::Signal, f64, f64)],
+    allocation: &[(i64, f64)],
+) -> Vec<Line> {
+    let mut out = Vec::new();
+    let mut seen: Vec<(bool, f64)> = Vec::new();
+    for (signal, up, back) in thresholds {
+        for (is_up, pct) in [(true, *up), (false, *back)] {
+            if seen
+                .iter()
+                .any(|(u, p)| *u == is_up && (p - pct).abs() < 1e-9)
+            {
+                continue;
+            }
+            seen.push((is_up, pct));
+            let others_differ = thresholds.iter().any(|(_, u, b)| {
+                let other = if is_up { *u } else { *b };
+                (other - pct).abs() > 1e-9
+            });
+            let which = if others_differ {
+                format!(" ({})", signal.as_str())
+            } else {
+                String::new()
+            };
+            out.push(Line {
+                label: format!(
+                    "{} {}%{which}",
+                    if is_up {
+                        "upsize at"
+                    } else {
+                        "scale back below"
+                    },
+                    pct
+                ),
+                color: if is_up {
+                    UPSIZE_COLOR
+                } else {
+                    SCALE_BACK_COLOR
+                },
+                style: LineStyle::Dashed,
+                points: allocation
+                    .iter()
+                    .map(|(t, v)| (*t, v * pct / 100.0))
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use crate::core::model::GpuMap;
 use crate::core::recommenders::gpu::engine;
 
 use super::Points;
-use super::pods::PodAlloc;
+use crate::views::pods::PodAlloc;
 
 /// Per pod (in `pods` order), the pod's total GPU usage at each sample time, in time order:
 /// the engine's pod total over the pod's containers with a GPU allocation.
