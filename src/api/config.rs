@@ -382,7 +382,7 @@ impl PrometheusSettings {
         }
         if let Some(l) = &self.cluster_label {
             v.check(
-                crate::metrics::openmetrics::is_label_name(&l.name),
+                is_label_name(&l.name),
                 match names {
                     OptionNames::Fields => format!("{}.name", O::ClusterLabel.field()),
                     OptionNames::Flags => O::ClusterLabel.flag().to_string(),
@@ -423,8 +423,11 @@ pub struct KaiSettings {
     pub queue_label_key: String,
 }
 
+/// KAI's default queue label key (its chart's `global.queueLabelKey`).
+pub const KAI_DEFAULT_QUEUE_LABEL: &str = "kai.scheduler/queue";
+
 fn default_queue_label_key() -> String {
-    crate::core::accelerator::NVIDIA_KAI.queue_label.into()
+    KAI_DEFAULT_QUEUE_LABEL.into()
 }
 
 impl Default for KaiSettings {

@@ -27,18 +27,6 @@ impl Interpretation {
             Interpretation::CurrentAllocation => value / 100.0 * allocation,
         }
     }
-
-    /// How a container's series of one sample time combine — one per device with GPU Process
-    /// Exporter and DCGM exporter (docs/design/gpu-engine.md#g2): percentages of one GPU add
-    /// up to the GPUs used (`fullGPU`); percentages of the container's share of each device
-    /// average to a percentage of its whole allocation (`currentAllocation`), so a container
-    /// on two devices at 50 % of each is at 50 %, not 100 %.
-    pub fn aggregation(self) -> crate::metrics::Aggregation {
-        match self {
-            Interpretation::FullGpu => crate::metrics::Aggregation::Sum,
-            Interpretation::CurrentAllocation => crate::metrics::Aggregation::Avg,
-        }
-    }
 }
 
 fn default_namespace_label() -> String {

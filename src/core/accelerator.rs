@@ -8,7 +8,7 @@ use crate::core::pod::StrMap;
 #[cfg(test)]
 use crate::core::pod::Strings;
 
-use crate::api::GPU_KAI_CONTRACT;
+use crate::api::{GPU_KAI_CONTRACT, KAI_DEFAULT_QUEUE_LABEL};
 
 /// How pods ask for an accelerator: a resource for whole devices, annotations for fractions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub const NVIDIA_KAI: Accelerator = Accelerator {
     memory_annotation: "gpu-memory",
     mps_annotation: "mps",
     nv_fractions_prefix: "nvidia.com/container.",
-    queue_label: "kai.scheduler/queue",
+    queue_label: KAI_DEFAULT_QUEUE_LABEL,
 };
 
 /// What a container holds of the accelerator as a pod (or template) states it.

@@ -19,6 +19,18 @@ pub enum Aggregation {
 }
 
 impl Aggregation {
+    /// How a container's series of one sample time combine — one per device with GPU Process
+    /// Exporter and DCGM exporter (docs/design/gpu-engine.md#g2): percentages of one GPU add
+    /// up to the GPUs used (`fullGPU`); percentages of the container's share of each device
+    /// average to a percentage of its whole allocation (`currentAllocation`), so a container
+    /// on two devices at 50 % of each is at 50 %, not 100 %.
+    pub fn of(interpretation: crate::api::Interpretation) -> Self {
+        match interpretation {
+            crate::api::Interpretation::FullGpu => Aggregation::Sum,
+            crate::api::Interpretation::CurrentAllocation => Aggregation::Avg,
+        }
+    }
+
     /// The PromQL aggregation operator.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -6,6 +6,7 @@
 //! others), and timestamps that look like milliseconds are rejected (promtool reads them as
 //! seconds, placing the data thousands of years in the future).
 
+use crate::api::is_label_name;
 use std::collections::{BTreeMap, HashMap};
 
 /// Timestamps above this many seconds (year 5138) are almost certainly milliseconds.
@@ -371,12 +372,6 @@ pub fn is_metric_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-pub fn is_label_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

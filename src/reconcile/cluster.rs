@@ -59,7 +59,7 @@ pub async fn run(
     let writer_alive = writer.clone();
     let work = async {
         wait_for_caches(&reader, cfg.cache_sync_timeout).await?;
-        crate::sources::kube::recovery::prime_store(&reader, &store).await;
+        prime_store(&reader, &store).await;
         every_interval(&mut ReconcileCycle::new(
             reader.clone(),
             writer,
@@ -255,6 +255,37 @@ pub async fn every_interval(cycle: &mut impl Cycle) -> anyhow::Result<()> {
         let interval = cycle.run_once().await?;
         tokio::time::sleep(interval.saturating_sub(started.elapsed())).await;
     }
+}
+
+/// Waits for the reader's initial listings, then loads the store from the persisted state
+/// (workload annotations, RightsizingRecommendations), owner links and the GlobalConfiguration.
+/// Marks the store ready: from here on this replica answers admission like every other.
+/// Returns the number of workloads served.
+pub async fn prime_store(reader: &Reader, store: &Store) -> usize {
+    reader.wait_synced().await;
+    let (snapshot, _invalid) = reader.snapshot();
+    for ((ns, rs), deployment) in &snapshot.replicaset_owners {
+        store.replicaset_owners.insert(
+            crate::state::ObjectName::new(ns.as_str(), rs.as_str()),
+            deployment.to_string(),
+        );
+    }
+    for ((ns, job), cron) in &snapshot.job_owners {
+        store.job_owners.insert(
+            crate::state::ObjectName::new(ns.as_str(), job.as_str()),
+            cron.to_string(),
+        );
+    }
+    for w in super::serve_persisted(store, &snapshot, &reader.recommendations()) {
+        tracing::warn!("restart recovery: {w}");
+    }
+    store.health().annotations_read_back(store.len());
+    tracing::info!(
+        workloads = store.len(),
+        "store recovered from the persisted state"
+    );
+    store.set_ready(true);
+    store.len()
 }
 
 #[cfg(test)]

@@ -851,7 +851,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             end: self.last,
             step_seconds: self.step,
             counter,
-            aggregation: metric.interpretation.aggregation(),
+            aggregation: crate::metrics::Aggregation::of(metric.interpretation),
         };
         Ok(self.history.recorded(&q).await?)
     }

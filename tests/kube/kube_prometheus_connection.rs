@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use auth_proxy::AuthProxy;
+use kerf::reconcile::cluster::prime_store;
 use kerf::reconcile::cluster::{Cycle, ReconcileCycle};
 use kerf::sources::kube::Reader;
-use kerf::sources::kube::recovery::prime_store;
 use kerf::state::Store;
 use kerf::writers::kube::Writer;
 use kube_support::{Recorded, Reply, mock};

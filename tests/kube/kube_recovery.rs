@@ -13,8 +13,8 @@ use kerf::core::model::{
 };
 use kerf::core::recovery::{recover, store_entries_from_annotations};
 use kerf::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
+use kerf::reconcile::cluster::prime_store;
 use kerf::sources::kube::Reader;
-use kerf::sources::kube::recovery::prime_store;
 use kerf::state::Store;
 use kerf::writers::kube::{GpuAnnotations, WorkloadWrite};
 use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig};

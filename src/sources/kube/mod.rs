@@ -15,8 +15,6 @@
 //! `/readyz` until the resource works again (`docs/design/runtime.md#r14`). A watch task that
 //! ends or panics is reported by [`Reader::stopped`].
 
-pub mod recovery;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::panic::AssertUnwindSafe;

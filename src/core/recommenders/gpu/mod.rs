@@ -308,7 +308,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
                     end: now,
                     step_seconds,
                     counter: None,
-                    aggregation: cfg.prometheus.interpretation.aggregation(),
+                    aggregation: crate::metrics::Aggregation::of(cfg.prometheus.interpretation),
                 },
             ));
         }
