@@ -267,9 +267,8 @@ impl OwnNamespaceArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct RecommendArgs {
-    /// Directory of YAML manifests (policies, strategies, configuration, workloads, pods, HPAs).
-    #[arg(long, env = "KERF_MANIFESTS")]
-    pub manifests: PathBuf,
+    #[command(flatten)]
+    pub objects: ObjectSourceArgs,
     #[command(flatten)]
     pub source: MetricSourceArgs,
     #[command(flatten)]
@@ -280,10 +279,136 @@ pub struct RecommendArgs {
     /// Query step in seconds.
     #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
     pub step_seconds: i64,
-    #[arg(short = 'o', long, env = "KERF_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    /// Output format: table (for people) or json (the stable machine-readable contract).
+    #[arg(short = 'o', long, env = "KERF_FORMAT", value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+    #[command(flatten)]
+    pub output: OutputFileArgs,
     #[command(flatten)]
     pub own_namespace: OwnNamespaceArgs,
+}
+
+/// Where a one-shot command reads the cluster's objects: manifests, or a live cluster read-only.
+/// Exactly one is required, so a cluster is never read by surprise.
+#[derive(Args, Debug, Clone)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("objects").required(true).args(["manifests", "kubeconfig"])))]
+pub struct ObjectSourceArgs {
+    /// YAML manifests (policies, strategies, configuration, workloads, pods, HPAs): a directory
+    /// (read recursively), one file, or `kubectl get -o yaml` output (a `kind: List`).
+    #[arg(long, env = "KERF_MANIFESTS", value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+    /// Read the objects from the cluster of this kubeconfig instead, read-only: list calls only,
+    /// nothing is written.
+    #[arg(long, env = "KERF_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, env = "KERF_CONTEXT", value_name = "NAME", requires = "kubeconfig")]
+    pub context: Option<String>,
+    /// With --kubeconfig: list namespaced objects in this namespace only (cluster-scoped
+    /// policies and configuration are still read).
+    #[arg(
+        short = 'n',
+        long,
+        env = "KERF_NAMESPACE",
+        value_name = "NAMESPACE",
+        requires = "kubeconfig"
+    )]
+    pub namespace: Option<String>,
+}
+
+impl ObjectSourceArgs {
+    /// The objects, from the manifests or listed from the cluster, with kerf's own namespace
+    /// (when it has one) protected. A cluster without kerf's CRDs is said on stderr.
+    pub async fn read(&self, own_namespace: Option<&str>) -> anyhow::Result<crate::sources::dir::Manifests> {
+        let mut manifests = match (&self.manifests, &self.kubeconfig) {
+            (Some(path), _) => crate::sources::dir::load_dir(path)?,
+            (None, Some(kubeconfig)) => {
+                let client = self.client(kubeconfig).await?;
+                let listed =
+                    crate::sources::kube::list::list_cluster(&client, self.namespace.as_deref())
+                        .await?;
+                if !listed.missing_crds.is_empty() {
+                    eprintln!(
+                        "warning: the cluster does not serve {} (kerf's CRDs are not installed): \
+                         no such objects read; `kubectl apply -f manifests/crds/` and a policy \
+                         let kerf recommend without running in the cluster",
+                        listed.missing_crds.join(", ")
+                    );
+                }
+                listed.manifests
+            }
+            (None, None) => anyhow::bail!("give --manifests PATH or --kubeconfig PATH"),
+        };
+        if let Some(ns) = own_namespace {
+            manifests.snapshot.global.protect(ns);
+        }
+        Ok(manifests)
+    }
+
+    async fn client(&self, path: &std::path::Path) -> anyhow::Result<::kube::Client> {
+        let kubeconfig = ::kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
+        let options = ::kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| {
+                let what = match &self.context {
+                    Some(c) => format!("--kubeconfig {} --context {c}", path.display()),
+                    None => format!("--kubeconfig {}", path.display()),
+                };
+                anyhow::anyhow!("{what}: {e}")
+            })?;
+        ::kube::Client::try_from(config)
+            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))
+    }
+}
+
+/// Report formats: a value of `--output` that is one of these is a mistake for `-o`.
+const FORMAT_NAMES: [&str; 3] = ["table", "json", "html"];
+
+/// `--output FILE`, refusing a format name (`--output json` meant `-o json`).
+fn output_file(value: &str) -> Result<PathBuf, String> {
+    if FORMAT_NAMES.contains(&value) {
+        return Err(format!(
+            "{value:?} is a format: use -o {value} (--format {value}); --output takes a file \
+             (./{value} for a file of that name)"
+        ));
+    }
+    if value.is_empty() {
+        return Err("a file name is required".into());
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Where a command writes its report.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OutputFileArgs {
+    /// Write the report to this file instead of stdout (the format is -o).
+    #[arg(
+        long = "output",
+        env = "KERF_OUTPUT",
+        value_name = "FILE",
+        value_parser = output_file
+    )]
+    pub output: Option<PathBuf>,
+}
+
+impl OutputFileArgs {
+    /// Writes `report` to the file, or to stdout.
+    pub fn write(&self, report: &str) -> anyhow::Result<()> {
+        match &self.output {
+            Some(path) => std::fs::write(path, report)
+                .map_err(|e| anyhow::anyhow!("--output {}: cannot write: {e}", path.display())),
+            None => {
+                print!("{report}");
+                Ok(())
+            }
+        }
+    }
 }
 
 /// `--at` as a timestamp (default: now — the only clock read of a standalone run).

@@ -15,6 +15,7 @@
 //! `/readyz` until the resource works again (`docs/design/runtime.md#r14`). A watch task that
 //! ends or panics is reported by [`Reader::stopped`].
 
+pub mod list;
 pub mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet};
