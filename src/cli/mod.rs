@@ -24,7 +24,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Evaluate policies from a directory of manifests and a metric source; print recommendations.
+    /// Evaluate policies over manifests or a cluster (read-only) and a metric source; print
+    /// recommendations.
     Recommend(RecommendArgs),
     /// Run the admission webhook (and, in-cluster, the reconciler).
     Serve(serve::ServeArgs),
@@ -303,7 +304,8 @@ pub struct ObjectSourceArgs {
     #[arg(long, env = "KERF_KUBECONFIG", value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use (default: its current context).
-    #[arg(long, env = "KERF_CONTEXT", value_name = "NAME", requires = "kubeconfig")]
+    // Not `requires`: clap waives it when a conflicting flag (--manifests) is given.
+    #[arg(long, env = "KERF_CONTEXT", value_name = "NAME", conflicts_with = "manifests")]
     pub context: Option<String>,
     /// With --kubeconfig: list namespaced objects in this namespace only (cluster-scoped
     /// policies and configuration are still read).
@@ -312,7 +314,7 @@ pub struct ObjectSourceArgs {
         long,
         env = "KERF_NAMESPACE",
         value_name = "NAMESPACE",
-        requires = "kubeconfig"
+        conflicts_with = "manifests"
     )]
     pub namespace: Option<String>,
 }
