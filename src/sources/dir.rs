@@ -221,8 +221,15 @@ impl ManifestReader {
         if kind.ends_with("List")
             && let Some(items) = doc.get("items").and_then(|i| i.as_array())
         {
-            for (i, item) in items.iter().enumerate() {
-                self.object(item.clone(), &format!("{at} item {}", i + 1));
+            // A list is a cluster's dump (`kubectl get -o yaml`): read as a cluster is.
+            let mut items: Vec<(serde_json::Value, String)> = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| (item.clone(), format!("{at} item {}", i + 1)))
+                .collect();
+            in_creation_order(&mut items);
+            for (item, at) in items {
+                self.object(item, &at);
             }
             return;
         }
@@ -234,25 +241,26 @@ impl ManifestReader {
     /// What was read, or every error (and every invalid policy) in one.
     pub fn finish(self) -> anyhow::Result<Manifests> {
         let Self {
-            mut manifests,
+            manifests,
             mut errors,
         } = self;
         if !errors.is_empty() {
             errors.extend(manifests.invalid.iter().map(|p| p.error.clone()));
             return Err(all_errors(errors).expect("errors is not empty"));
         }
-        let s = &mut manifests.snapshot;
-        // The order the cluster reader's indexes give: the same objects read from files or
-        // from a cluster make the same cycle.
-        s.workloads.sort_by(|a, b| a.key.cmp(&b.key));
-        s.pods.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
-        s.hpas.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
         Ok(manifests)
     }
+}
+
+/// Objects from a cluster in the order they were created (`creationTimestamp`; the given order
+/// among equals and for objects without one), which is the order of the files they were applied
+/// from: a cluster's objects are then read in the order those files are.
+pub fn in_creation_order(objects: &mut [(serde_json::Value, String)]) {
+    objects.sort_by_key(|(doc, _)| {
+        doc.pointer("/metadata/creationTimestamp")
+            .and_then(|t| t.as_str())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    });
 }
 
 /// Reads one object into `m`: an error names the document (`at`), the object and the field.

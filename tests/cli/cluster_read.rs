@@ -40,6 +40,9 @@ fn as_served(mut o: Value, n: usize) -> Value {
     md.insert("uid".into(), json!(format!("00000000-0000-0000-0000-{n:012}")));
     md.insert("resourceVersion".into(), json!(format!("{}", 100 + n)));
     md.entry("namespace").or_insert(json!("default"));
+    // Created in the order the files list them, as `kubectl apply -f` does.
+    md.entry("creationTimestamp")
+        .or_insert(json!(format!("2025-12-02T00:{:02}:{:02}Z", n / 60, n % 60)));
     let kerf_kind = o["apiVersion"]
         .as_str()
         .unwrap()

@@ -1,7 +1,9 @@
 //! A live cluster read once, read-only, for `kerf recommend` and `kerf simulate`: the kinds the
 //! in-cluster [`Reader`](super::Reader) watches, each listed (list calls only, paged), and every
 //! object read by the manifests reader ([`ManifestReader`]) — so a cluster gives the same
-//! snapshot, and the same recommendations, as a directory holding the same objects.
+//! snapshot, and the same recommendations, as a directory holding the same objects. The objects
+//! are read in the order they were created (`creationTimestamp`; the API's order among equals),
+//! which is the order of the files they were applied from: the same order as reading those files.
 
 use std::any::TypeId;
 
@@ -21,6 +23,7 @@ use crate::api::{
 use crate::health::error_chain;
 use crate::sources::dir::{ManifestReader, Manifests};
 
+
 /// Objects per list page (the API server's own default page for `kubectl get` is 500).
 const PAGE: u32 = 500;
 
@@ -38,7 +41,7 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
     let mut l = Lister {
         client,
         namespace,
-        reader: ManifestReader::default(),
+        listed: Vec::new(),
         missing_crds: Vec::new(),
     };
     l.kerf::<GlobalConfiguration>().await?;
@@ -59,10 +62,15 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
     l.builtin::<Pod>().await?;
     l.builtin::<HorizontalPodAutoscaler>().await?;
     let Lister {
-        reader,
+        mut listed,
         missing_crds,
         ..
     } = l;
+    crate::sources::dir::in_creation_order(&mut listed);
+    let mut reader = ManifestReader::default();
+    for (doc, at) in listed {
+        reader.object(doc, &at);
+    }
     Ok(Listed {
         manifests: reader.finish()?,
         missing_crds,
@@ -72,7 +80,8 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
 struct Lister<'a> {
     client: &'a Client,
     namespace: Option<&'a str>,
-    reader: ManifestReader,
+    /// Every object listed, with where it is (for errors).
+    listed: Vec<(serde_json::Value, String)>,
     missing_crds: Vec<&'static str>,
 }
 
@@ -93,7 +102,7 @@ impl Lister<'_> {
         self.list::<K>(None).await
     }
 
-    /// Lists `K` page by page into the reader; `crd` names a kerf kind (absent when its CRD is
+    /// Lists `K` page by page; `crd` names a kerf kind (absent when its CRD is
     /// not installed).
     async fn list<K: Resource<DynamicType = ()>>(
         &mut self,
@@ -133,7 +142,7 @@ impl Lister<'_> {
                     None => "cluster".to_string(),
                 };
                 match serde_json::to_value(&obj) {
-                    Ok(doc) => self.reader.object(doc, &at),
+                    Ok(doc) => self.listed.push((doc, at)),
                     Err(e) => anyhow::bail!("{resource}: an object kerf cannot read back: {e}"),
                 }
             }
