@@ -151,7 +151,7 @@ pub fn load_dir(path: &Path) -> anyhow::Result<Manifests> {
     for file in files {
         match std::fs::read_to_string(&file) {
             Ok(text) => reader.text(&text, &file.display().to_string()),
-            Err(e) => reader.errors.push(format!("reading {}: {e}", file.display())),
+            Err(e) => reader.error(format!("reading {}: {e}", file.display())),
         }
     }
     reader.finish()
@@ -164,9 +164,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
         ..ManifestReader::default()
     };
     reader.text(text, origin);
-    let errors = std::mem::take(&mut reader.errors);
+    let failed = !reader.errors.is_empty();
     *m = reader.manifests;
-    match all_errors(errors) {
+    match all_errors(reader.all).filter(|_| failed) {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -197,15 +197,23 @@ impl Manifests {
 #[derive(Debug, Default)]
 pub struct ManifestReader {
     manifests: Manifests,
+    /// Documents that could not be read.
     errors: Vec<String>,
+    /// Those and the invalid policies' errors, in document order.
+    all: Vec<String>,
 }
 
 impl ManifestReader {
+    fn error(&mut self, e: String) {
+        self.all.push(e.clone());
+        self.errors.push(e);
+    }
+
     /// Reads one YAML text, `origin` naming it in errors.
     pub fn text(&mut self, text: &str, origin: &str) {
         let docs: Vec<serde_json::Value> = match serde_saphyr::from_multiple(text) {
             Ok(docs) => docs,
-            Err(e) => return self.errors.push(format!("{origin}: invalid YAML: {e}")),
+            Err(e) => return self.error(format!("{origin}: invalid YAML: {e}")),
         };
         for (n, doc) in docs.into_iter().enumerate() {
             self.object(doc, &format!("{origin}: document {}", n + 1));
@@ -233,22 +241,20 @@ impl ManifestReader {
             }
             return;
         }
+        let invalid = self.manifests.invalid.len();
         if let Err(e) = read_object(doc, at, &mut self.manifests) {
-            self.errors.push(format!("{e:#}"));
+            self.error(format!("{e:#}"));
         }
+        let new = &self.manifests.invalid[invalid..];
+        self.all.extend(new.iter().map(|p| p.error.clone()));
     }
 
     /// What was read, or every error (and every invalid policy) in one.
     pub fn finish(self) -> anyhow::Result<Manifests> {
-        let Self {
-            manifests,
-            mut errors,
-        } = self;
-        if !errors.is_empty() {
-            errors.extend(manifests.invalid.iter().map(|p| p.error.clone()));
-            return Err(all_errors(errors).expect("errors is not empty"));
+        match self.errors.is_empty() {
+            true => Ok(self.manifests),
+            false => Err(all_errors(self.all).expect("errors is not empty")),
         }
-        Ok(manifests)
     }
 }
 

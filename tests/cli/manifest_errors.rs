@@ -1,0 +1,76 @@
+//! Bad manifests as a user meets them: unknown fields of kerf's kinds are errors with their path
+//! and the nearest declared name (as `kubectl apply`'s strict field validation reports them), and
+//! every error of every file comes out in one run, each once.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::kerf_cli::{AT, root, stderr};
+
+/// The shipped example copied to `dir`, with `edit` applied to its policies file.
+fn example_with(dir: &Path, edit: impl Fn(String) -> String) {
+    for f in ["policies.yaml", "workloads.yaml", "pods.yaml"] {
+        let text = std::fs::read_to_string(root().join("examples/manifests").join(f)).unwrap();
+        let text = if f == "policies.yaml" { edit(text) } else { text };
+        std::fs::write(dir.join(f), text).unwrap();
+    }
+}
+
+fn recommend(dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["recommend", "--manifests"])
+        .arg(dir)
+        .args(["--metrics", "examples/metrics.om", "--at", AT])
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_typo_fails_with_its_path_and_the_field_it_meant() {
+    let tmp = tempfile::tempdir().unwrap();
+    example_with(tmp.path(), |t| {
+        t.replacen("upsize: {thresholdPercent: 125", "upsize: {thresholdPercnt: 150", 1)
+    });
+    let out = recommend(tmp.path());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    let line = "spec.metrics.compute.upsize.thresholdPercnt: unknown field; did you mean thresholdPercent?";
+    assert_eq!(err.matches(line).count(), 1, "{err}");
+    assert!(err.contains("policies.yaml: document 1 (GpuReactivePolicy gpu-reactive)"), "{err}");
+    assert!(!err.contains("WARN"), "printed once, not logged too: {err}");
+    assert!(out.stdout.is_empty(), "no recommendation from bad input");
+}
+
+#[test]
+fn every_error_of_every_file_is_reported_once_in_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    example_with(tmp.path(), |t| {
+        t.replacen("  metrics:\n    compute:", "  metrcs:\n    compute:", 1)
+            .replacen("  kai:\n    queue:", "  kai:\n    queu:", 1)
+    });
+    // A second file with a problem of its own, and a third one with a Kubernetes kind kerf
+    // does not read.
+    std::fs::write(
+        tmp.path().join("zz-more.yaml"),
+        "apiVersion: rightsizing.kubex.ai/v1alpha1\nkind: ClusterAutomationStrategy\n\
+         metadata: {name: c}\nspec: {enablemnt: {}}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n",
+    )
+    .unwrap();
+    let out = recommend(tmp.path());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    let expected = [
+        "spec.metrcs: unknown field; did you mean metrics?",
+        "spec.kai.queu: unknown field; did you mean queue?",
+        "spec.enablemnt: unknown field; did you mean enablement?",
+        "unsupported kind Secret (v1)",
+    ];
+    for e in expected {
+        assert_eq!(err.matches(e).count(), 1, "{e:?} once in:\n{err}");
+    }
+    assert!(err.starts_with("error: 4 errors:\n"), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+}
