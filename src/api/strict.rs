@@ -47,9 +47,8 @@ fn metadata_schema() -> &'static Value {
         let generator = schemars::generate::SchemaSettings::openapi3()
             .with(|s| s.inline_subschemas = true)
             .into_generator();
-        let schema = generator.into_root_schema_for::<
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-        >();
+        let schema = generator
+            .into_root_schema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
         serde_json::to_value(schema).unwrap_or(Value::Null)
     })
 }
@@ -205,7 +204,9 @@ spec:
         );
         assert_eq!(
             got,
-            ["spec.metrics.compute.upsize.thresholdPercnt: unknown field; did you mean thresholdPercent?"]
+            [
+                "spec.metrics.compute.upsize.thresholdPercnt: unknown field; did you mean thresholdPercent?"
+            ]
         );
     }
 

@@ -305,7 +305,12 @@ pub struct ObjectSourceArgs {
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use (default: its current context).
     // Not `requires`: clap waives it when a conflicting flag (--manifests) is given.
-    #[arg(long, env = "KERF_CONTEXT", value_name = "NAME", conflicts_with = "manifests")]
+    #[arg(
+        long,
+        env = "KERF_CONTEXT",
+        value_name = "NAME",
+        conflicts_with = "manifests"
+    )]
     pub context: Option<String>,
     /// With --kubeconfig: list namespaced objects in this namespace only (cluster-scoped
     /// policies and configuration are still read).
@@ -322,7 +327,10 @@ pub struct ObjectSourceArgs {
 impl ObjectSourceArgs {
     /// The objects, from the manifests or listed from the cluster, with kerf's own namespace
     /// (when it has one) protected. A cluster without kerf's CRDs is said on stderr.
-    pub async fn read(&self, own_namespace: Option<&str>) -> anyhow::Result<crate::sources::dir::Manifests> {
+    pub async fn read(
+        &self,
+        own_namespace: Option<&str>,
+    ) -> anyhow::Result<crate::sources::dir::Manifests> {
         let mut manifests = match (&self.manifests, &self.kubeconfig) {
             (Some(path), _) => crate::sources::dir::load_dir(path)?,
             (None, Some(kubeconfig)) => {
@@ -454,5 +462,111 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Simulate(args) => simulate::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Rollback(args) => rollback::run(args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every flag of every subcommand (nested ones included), as clap builds them.
+    fn flags(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            let generated = matches!(arg.get_id().as_str(), "help" | "version");
+            if !arg.is_positional() && !generated {
+                out.push((path.to_string(), arg.clone()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            flags(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// README promises an environment variable for every flag: each flag has a description and
+    /// a `KERF_*` variable, and no variable means two things within one command.
+    #[test]
+    fn every_flag_has_a_description_and_an_environment_variable() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut all = Vec::new();
+        flags(&cmd, "kerf", &mut all);
+        assert!(all.len() > 60, "{} flags", all.len());
+        let mut missing = Vec::new();
+        let mut by_command: std::collections::BTreeMap<(String, String), String> =
+            Default::default();
+        for (path, arg) in &all {
+            let long = arg.get_long().unwrap_or_default();
+            if arg
+                .get_help()
+                .is_none_or(|h| h.to_string().trim().is_empty())
+            {
+                missing.push(format!("{path} --{long}: no description"));
+            }
+            match arg.get_env().and_then(|e| e.to_str()) {
+                Some(env) if env.starts_with("KERF_") => {
+                    if let Some(other) =
+                        by_command.insert((path.clone(), env.to_string()), long.to_string())
+                    {
+                        missing.push(format!("{path}: {env} is both --{other} and --{long}"));
+                    }
+                }
+                Some(env) => missing.push(format!("{path} --{long}: {env} is not KERF_*")),
+                None => missing.push(format!("{path} --{long}: no environment variable")),
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// One vocabulary: `-o/--format` picks the format wherever a report is printed, `--output`
+    /// is always a file, and a format name given to `--output` is refused with the fix.
+    #[test]
+    fn format_and_output_mean_the_same_on_every_command() {
+        for command in ["recommend", "simulate"] {
+            let cmd = Cli::command();
+            let sub = cmd.find_subcommand(command).unwrap();
+            let format = sub
+                .get_arguments()
+                .find(|a| a.get_short() == Some('o'))
+                .unwrap_or_else(|| panic!("{command}: no -o"));
+            assert_eq!(format.get_long(), Some("format"), "{command}");
+            let output = sub
+                .get_arguments()
+                .find(|a| a.get_long() == Some("output"))
+                .unwrap_or_else(|| panic!("{command}: no --output"));
+            assert_eq!(
+                output.get_value_names().unwrap()[0].as_str(),
+                "FILE",
+                "{command}"
+            );
+            let base = match command {
+                "recommend" => vec!["kerf", "recommend", "--manifests", "m", "--metrics", "x"],
+                _ => vec![
+                    "kerf",
+                    "simulate",
+                    "--manifests",
+                    "m",
+                    "--metrics",
+                    "x",
+                    "--from",
+                    "a",
+                    "--to",
+                    "b",
+                ],
+            };
+            for name in ["json", "table", "html"] {
+                let mut argv = base.clone();
+                argv.extend(["--output", name]);
+                let err = Cli::try_parse_from(&argv).unwrap_err().to_string();
+                assert!(
+                    err.contains(&format!("use -o {name}")),
+                    "{command} --output {name}: {err}"
+                );
+            }
+            let mut argv = base.clone();
+            argv.extend(["-o", "json", "--output", "./json"]);
+            Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{command}: {e}"));
+        }
     }
 }

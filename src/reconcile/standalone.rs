@@ -119,7 +119,15 @@ impl DirLoop {
         for bad in &manifests.invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
-        Ok(run_in_memory(&mut self.writer, manifests, source, now, step_seconds, store).await)
+        Ok(run_in_memory(
+            &mut self.writer,
+            manifests,
+            source,
+            now,
+            step_seconds,
+            store,
+        )
+        .await)
     }
 }
 

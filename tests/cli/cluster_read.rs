@@ -37,12 +37,18 @@ async fn recommend(objects: &[&str], metrics: &str) -> Value {
 /// What the API server adds to what was applied: identity, version, a field manager, status.
 fn as_served(mut o: Value, n: usize) -> Value {
     let md = o["metadata"].as_object_mut().unwrap();
-    md.insert("uid".into(), json!(format!("00000000-0000-0000-0000-{n:012}")));
+    md.insert(
+        "uid".into(),
+        json!(format!("00000000-0000-0000-0000-{n:012}")),
+    );
     md.insert("resourceVersion".into(), json!(format!("{}", 100 + n)));
     md.entry("namespace").or_insert(json!("default"));
     // Created in the order the files list them, as `kubectl apply -f` does.
-    md.entry("creationTimestamp")
-        .or_insert(json!(format!("2025-12-02T00:{:02}:{:02}Z", n / 60, n % 60)));
+    md.entry("creationTimestamp").or_insert(json!(format!(
+        "2025-12-02T00:{:02}:{:02}Z",
+        n / 60,
+        n % 60
+    )));
     let kerf_kind = o["apiVersion"]
         .as_str()
         .unwrap()
@@ -85,7 +91,10 @@ fn served_objects(dirs: &[&str]) -> Vec<Value> {
 
 fn assert_read_only(fake: &FakeCluster) {
     let refused = fake.refused();
-    assert!(refused.is_empty(), "kerf sent writes or watches: {refused:?}");
+    assert!(
+        refused.is_empty(),
+        "kerf sent writes or watches: {refused:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,7 +107,12 @@ async fn a_cluster_through_a_kubeconfig_gives_the_same_recommendations_as_its_ma
         let tmp = tempfile::tempdir().unwrap();
         let kubeconfig = fake.kubeconfig(tmp.path());
         let from_cluster = recommend(
-            &["--kubeconfig", kubeconfig.to_str().unwrap(), "--context", "fake"],
+            &[
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--context",
+                "fake",
+            ],
             metrics,
         )
         .await;
@@ -127,8 +141,14 @@ async fn a_cluster_through_a_kubeconfig_gives_the_same_recommendations_as_its_ma
             );
         }
         for (_, crd) in kerf::api::crds() {
-            let path = format!("/apis/rightsizing.kubex.ai/v1alpha1/{}?", crd.spec.names.plural);
-            assert!(lists.iter().any(|l| l.starts_with(&path)), "{path}: {lists:?}");
+            let path = format!(
+                "/apis/rightsizing.kubex.ai/v1alpha1/{}?",
+                crd.spec.names.plural
+            );
+            assert!(
+                lists.iter().any(|l| l.starts_with(&path)),
+                "{path}: {lists:?}"
+            );
         }
         // …and page by page (the fake answers one object per page).
         assert!(lists.iter().any(|l| l.contains("continue=")), "{lists:?}");
@@ -137,8 +157,11 @@ async fn a_cluster_through_a_kubeconfig_gives_the_same_recommendations_as_its_ma
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_lists_one_namespace_and_still_reads_the_cluster_configuration() {
-    let fake =
-        FakeCluster::start(served_objects(&["examples/manifests", "examples/hpa/manifests"])).await;
+    let fake = FakeCluster::start(served_objects(&[
+        "examples/manifests",
+        "examples/hpa/manifests",
+    ]))
+    .await;
     let tmp = tempfile::tempdir().unwrap();
     let kubeconfig = fake.kubeconfig(tmp.path());
     let shop = recommend(
@@ -146,12 +169,18 @@ async fn namespace_lists_one_namespace_and_still_reads_the_cluster_configuration
         "examples/hpa/metrics.om",
     )
     .await;
-    let files = recommend(&["--manifests", "examples/hpa/manifests"], "examples/hpa/metrics.om").await;
+    let files = recommend(
+        &["--manifests", "examples/hpa/manifests"],
+        "examples/hpa/metrics.om",
+    )
+    .await;
     assert_eq!(shop, files);
     assert_read_only(&fake);
     let lists = fake.lists();
     assert!(
-        lists.iter().any(|l| l.starts_with("/api/v1/namespaces/shop/pods?")),
+        lists
+            .iter()
+            .any(|l| l.starts_with("/api/v1/namespaces/shop/pods?")),
         "{lists:?}"
     );
     assert!(
@@ -204,7 +233,11 @@ async fn kubectl_get_yaml_output_is_read_as_manifests() {
         "examples/metrics.om",
     )
     .await;
-    let from_files = recommend(&["--manifests", "examples/manifests"], "examples/metrics.om").await;
+    let from_files = recommend(
+        &["--manifests", "examples/manifests"],
+        "examples/metrics.om",
+    )
+    .await;
     assert_eq!(from_list, from_files);
 }
 
@@ -224,11 +257,23 @@ fn manifests_and_kubeconfig_exclude_each_other_and_one_is_required() {
         .to_vec(),
     );
     assert!(!both.status.success());
-    assert!(stderr(&both).contains("cannot be used with"), "{}", stderr(&both));
+    assert!(
+        stderr(&both).contains("cannot be used with"),
+        "{}",
+        stderr(&both)
+    );
     let none = kerf(
-        ["simulate", "--metrics", "examples/metrics.om", "--from", AT, "--to", AT]
-            .map(String::from)
-            .to_vec(),
+        [
+            "simulate",
+            "--metrics",
+            "examples/metrics.om",
+            "--from",
+            AT,
+            "--to",
+            AT,
+        ]
+        .map(String::from)
+        .to_vec(),
     );
     assert!(!none.status.success());
     let err = stderr(&none);
@@ -251,7 +296,11 @@ fn manifests_and_kubeconfig_exclude_each_other_and_one_is_required() {
         .to_vec(),
     );
     assert!(!context.status.success());
-    assert!(stderr(&context).contains("--kubeconfig"), "{}", stderr(&context));
+    assert!(
+        stderr(&context).contains("--kubeconfig"),
+        "{}",
+        stderr(&context)
+    );
 }
 
 /// The kubeconfig's problems name the flag: a missing file, an unknown context.

@@ -11,7 +11,11 @@ use crate::kerf_cli::{AT, root, stderr};
 fn example_with(dir: &Path, edit: impl Fn(String) -> String) {
     for f in ["policies.yaml", "workloads.yaml", "pods.yaml"] {
         let text = std::fs::read_to_string(root().join("examples/manifests").join(f)).unwrap();
-        let text = if f == "policies.yaml" { edit(text) } else { text };
+        let text = if f == "policies.yaml" {
+            edit(text)
+        } else {
+            text
+        };
         std::fs::write(dir.join(f), text).unwrap();
     }
 }
@@ -31,14 +35,21 @@ fn recommend(dir: &Path) -> std::process::Output {
 fn a_typo_fails_with_its_path_and_the_field_it_meant() {
     let tmp = tempfile::tempdir().unwrap();
     example_with(tmp.path(), |t| {
-        t.replacen("upsize: {thresholdPercent: 125", "upsize: {thresholdPercnt: 150", 1)
+        t.replacen(
+            "upsize: {thresholdPercent: 125",
+            "upsize: {thresholdPercnt: 150",
+            1,
+        )
     });
     let out = recommend(tmp.path());
     assert!(!out.status.success());
     let err = stderr(&out);
     let line = "spec.metrics.compute.upsize.thresholdPercnt: unknown field; did you mean thresholdPercent?";
     assert_eq!(err.matches(line).count(), 1, "{err}");
-    assert!(err.contains("policies.yaml: document 1 (GpuReactivePolicy gpu-reactive)"), "{err}");
+    assert!(
+        err.contains("policies.yaml: document 1 (GpuReactivePolicy gpu-reactive)"),
+        "{err}"
+    );
     assert!(!err.contains("WARN"), "printed once, not logged too: {err}");
     assert!(out.stdout.is_empty(), "no recommendation from bad input");
 }

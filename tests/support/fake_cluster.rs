@@ -93,7 +93,10 @@ impl FakeCluster {
         let kinds = served_kinds();
         let mut by_kind: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
         for o in objects {
-            let (gv, kind) = (o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap());
+            let (gv, kind) = (
+                o["apiVersion"].as_str().unwrap(),
+                o["kind"].as_str().unwrap(),
+            );
             let served = kinds
                 .iter()
                 .find(|s| s.group_version == gv && s.kind == kind)
@@ -106,7 +109,10 @@ impl FakeCluster {
         for list in by_kind.values_mut() {
             let key = |o: &Value| {
                 (
-                    o["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+                    o["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
                     o["metadata"]["name"].as_str().unwrap_or("").to_string(),
                 )
             };

@@ -23,7 +23,6 @@ use crate::api::{
 use crate::health::error_chain;
 use crate::sources::dir::{ManifestReader, Manifests};
 
-
 /// Objects per list page (the API server's own default page for `kubectl get` is 500).
 const PAGE: u32 = 500;
 
