@@ -16,7 +16,7 @@ mod support;
 mod bench_scale;
 mod browser;
 mod cluster_read;
-mod manifest_errors;
+mod input_errors;
 mod recommend_cli;
 mod reconciler_plan;
 mod serve_failures;
