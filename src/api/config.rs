@@ -678,9 +678,7 @@ pub fn check_http_url(text: &str) -> Result<url::Url, String> {
         return Err("empty: give an http:// or https:// URL".into());
     }
     if text.chars().any(char::is_whitespace) {
-        return Err(format!(
-            "contains a space: a URL has none (percent-encode it as %20)"
-        ));
+        return Err("contains a space: a URL has none (percent-encode it as %20)".into());
     }
     if !text.contains("://") {
         // Without a scheme, `redact` does not see `user:password@`.
