@@ -335,3 +335,43 @@ fn a_bad_kubeconfig_or_context_names_the_flag() {
     let err = stderr(&out);
     assert!(err.contains("--context nope"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulate_through_a_kubeconfig_is_the_same_replay_as_through_the_manifests() {
+    let fake = FakeCluster::start(served_objects(&["examples/manifests"])).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path()).display().to_string();
+    let replay = |objects: Vec<String>| {
+        let mut args: Vec<String> = vec!["simulate".into()];
+        args.extend(objects);
+        args.extend(
+            [
+                "--metrics",
+                "examples/metrics.om",
+                "--from",
+                "2026-01-01T11:40:00Z",
+                "--to",
+                "2026-01-01T12:00:00Z",
+                "-o",
+                "json",
+            ]
+            .map(String::from),
+        );
+        tokio::task::spawn_blocking(move || kerf(args))
+    };
+    let from_cluster = replay(vec!["--kubeconfig".into(), kubeconfig])
+        .await
+        .unwrap();
+    let from_files = replay(vec!["--manifests".into(), "examples/manifests".into()])
+        .await
+        .unwrap();
+    assert!(from_files.status.success(), "{}", stderr(&from_files));
+    assert!(from_cluster.status.success(), "{}", stderr(&from_cluster));
+    let (a, b): (Value, Value) = (
+        serde_json::from_slice(&from_cluster.stdout).unwrap(),
+        serde_json::from_slice(&from_files.stdout).unwrap(),
+    );
+    assert!(!b["workloads"].as_array().unwrap().is_empty(), "{b}");
+    assert_eq!(a, b);
+    assert_read_only(&fake);
+}
