@@ -1,15 +1,19 @@
 //! Strict field validation of kerf's own objects: a field the kind's schema does not declare is
 //! an error naming its path and the nearest declared name, as the API server's strict field
-//! validation reports it to `kubectl apply` (the default since Kubernetes 1.27: kubernetes
-//! `staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm.go`
-//! collects every field it would prune, and the strict decoder returns them all as
-//! `unknown field "spec.…"`).
+//! validation reports it to `kubectl apply` (the default since Kubernetes 1.27): the API server
+//! reports every field its pruning would drop as `unknown field "spec.…"`.
 //!
-//! The schema is the one the CRDs are generated from (`crds()`), and `metadata` is checked
-//! against `ObjectMeta`'s own schema, so a field is known here exactly when the API server would
-//! keep it. Like the pruning algorithm, a map (`additionalProperties`) and an object that
-//! preserves unknown fields accept any key; so does an object whose schema lists no properties
-//! (free-form, as `managedFields[].fieldsV1`).
+//! The rule is the pruning algorithm's (kubernetes/kubernetes
+//! `staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm.go`,
+//! commit 5e813c7ced0ff1902d8fe09a80cba36888740015): at the root `apiVersion`, `kind` and
+//! `metadata` are the server's; a key is kept when its object's schema declares it in
+//! `properties`, else when the schema has `additionalProperties`, else it is dropped — an object
+//! schema with neither drops every key; `x-kubernetes-preserve-unknown-fields` keeps unknown keys
+//! and still walks the declared ones.
+//!
+//! The schema is the one the CRDs are generated from (`crds()`). `metadata` is checked against
+//! `ObjectMeta`'s own schema (the server decodes it as `ObjectMeta`), where a property schema
+//! without properties is raw JSON (`managedFields[].fieldsV1`) and holds anything.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -65,9 +69,15 @@ pub fn unknown_fields(object: &Value) -> Vec<FieldError> {
     for (key, value) in map {
         match key.as_str() {
             "apiVersion" | "kind" => {}
-            "metadata" => walk(metadata_schema(), value, "metadata", &mut out),
+            "metadata" => walk(
+                metadata_schema(),
+                value,
+                "metadata",
+                Bare::RawJson,
+                &mut out,
+            ),
             _ => match schema.pointer(&format!("/properties/{}", escape(key))) {
-                Some(child) => walk(child, value, key, &mut out),
+                Some(child) => walk(child, value, key, Bare::DropsEverything, &mut out),
                 None => {
                     let mut known: Vec<&str> = vec!["apiVersion", "kind", "metadata"];
                     known.extend(property_names(schema));
@@ -100,21 +110,32 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn walk(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return;
-    }
+/// How an object schema with neither `properties` nor `additionalProperties` is read: as the
+/// pruning algorithm does (every key unknown), or as raw JSON (`ObjectMeta`'s `fieldsV1`).
+#[derive(Clone, Copy, PartialEq)]
+enum Bare {
+    DropsEverything,
+    RawJson,
+}
+
+fn walk(schema: &Value, value: &Value, path: &str, bare: Bare, out: &mut Vec<FieldError>) {
+    let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
     match value {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties");
+            let additional = schema
+                .get("additionalProperties")
+                .filter(|a| **a != Value::Bool(false));
+            if props.is_none() && additional.is_none() && bare == Bare::RawJson {
+                return;
+            }
             for (key, child) in map {
                 let child_path = join(path, key);
                 if let Some(s) = props.and_then(|p| p.get(key)) {
-                    walk(s, child, &child_path, out);
-                } else if let Some(extra) = additional.filter(|a| a.is_object()) {
-                    walk(extra, child, &child_path, out);
-                } else if props.is_some() && additional != Some(&Value::Bool(true)) {
+                    walk(s, child, &child_path, bare, out);
+                } else if let Some(extra) = additional {
+                    walk(extra, child, &child_path, bare, out);
+                } else if !preserve {
                     out.push(unknown(&child_path, key, &property_names(schema)));
                 }
             }
@@ -122,7 +143,7 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    walk(item_schema, item, &format!("{path}[{i}]"), out);
+                    walk(item_schema, item, &format!("{path}[{i}]"), bare, out);
                 }
             }
         }
@@ -236,6 +257,46 @@ spec: {kai: {queue: q}}
 "#,
         );
         assert_eq!(got, Vec::<String>::new());
+    }
+
+    /// The pruning algorithm's rule, encoded apart from the walk: a key is kept when declared,
+    /// else when the object has `additionalProperties` (a `true` there is a schema), else
+    /// dropped; preserve-unknown keeps undeclared keys but still walks the declared ones.
+    #[test]
+    fn fields_are_unknown_exactly_where_the_api_server_prunes_them() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "declared": {"type": "object", "properties": {"a": {"type": "string"}}},
+                "map": {"type": "object", "additionalProperties": {"type": "string"}},
+                "bare": {"type": "object"},
+                "kept": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                         "properties": {"inner": {"type": "object", "properties": {}}}},
+                "list": {"type": "array", "items": {"type": "object", "properties": {"b": {}}}}
+            }
+        });
+        let value = serde_json::json!({
+            "declared": {"a": "x", "z": 1},
+            "map": {"any": "v"},
+            "bare": {"k": 1},
+            "kept": {"free": 1, "inner": {"gone": 2}},
+            "list": [{"b": 1}, {"c": 2}],
+            "top": 3
+        });
+        let mut out = Vec::new();
+        walk(&schema, &value, "", Bare::DropsEverything, &mut out);
+        let mut fields: Vec<String> = out.into_iter().map(|e| e.field).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            [
+                "bare.k",
+                "declared.z",
+                "kept.inner.gone",
+                "list[1].c",
+                "top"
+            ]
+        );
     }
 
     #[test]
