@@ -375,3 +375,90 @@ async fn simulate_through_a_kubeconfig_is_the_same_replay_as_through_the_manifes
     assert_eq!(a, b);
     assert_read_only(&fake);
 }
+
+/// Before kerf's CRDs are installed the cluster has no policies: said on stderr, not an error,
+/// and nothing is recommended (no policy is not "no change").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_kerfs_crds_says_so() {
+    let workloads: Vec<Value> = served_objects(&["examples/manifests"])
+        .into_iter()
+        .filter(|o| {
+            !o["apiVersion"]
+                .as_str()
+                .unwrap()
+                .starts_with("rightsizing.kubex.ai/")
+        })
+        .collect();
+    let fake = FakeCluster::without_kerf_crds(workloads).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path()).display().to_string();
+    let args: Vec<String> = [
+        "recommend",
+        "--kubeconfig",
+        &kubeconfig,
+        "--metrics",
+        "examples/metrics.om",
+        "--at",
+        AT,
+    ]
+    .map(String::from)
+    .to_vec();
+    let out = tokio::task::spawn_blocking(move || kerf(args))
+        .await
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("kerf's CRDs are not installed"), "{err}");
+    assert!(err.contains("GpuReactivePolicy"), "{err}");
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("(no workload is matched by a GPU reactive policy)"),
+        "{table}"
+    );
+    // Nothing refused: every kerf kind was asked for by a list, and answered 404.
+    assert_read_only(&fake);
+}
+
+/// A list the kubeconfig's user may not make names the resource and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_list_names_the_resource_and_the_fix() {
+    use crate::apiserver::{Answer, MockApiServer};
+    let api = MockApiServer::start(|r| match r.path {
+        "/api/v1/pods" => Answer::Json(
+            403,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "pods is forbidden: User \"dev\" cannot list resource \"pods\"",
+                   "reason": "Forbidden", "code": 403}),
+        ),
+        _ => Answer::Json(
+            200,
+            json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []}),
+        ),
+    })
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = api
+        .kubeconfig(tmp.path(), "secret-token")
+        .display()
+        .to_string();
+    let args: Vec<String> = [
+        "recommend",
+        "--kubeconfig",
+        &kubeconfig,
+        "--metrics",
+        "examples/metrics.om",
+        "--at",
+        AT,
+    ]
+    .map(String::from)
+    .to_vec();
+    let out = tokio::task::spawn_blocking(move || kerf(args))
+        .await
+        .unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("listing pods in every namespace"), "{err}");
+    assert!(err.contains("cannot list resource"), "{err}");
+    assert!(err.contains("--namespace lists one namespace"), "{err}");
+    assert!(!err.contains("secret-token"), "{err}");
+}

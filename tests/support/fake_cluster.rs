@@ -90,7 +90,19 @@ struct State {
 impl FakeCluster {
     /// A fake serving `objects` (each with apiVersion, kind and metadata.name).
     pub async fn start(objects: Vec<Value>) -> Self {
-        let kinds = served_kinds();
+        Self::serving(objects, served_kinds()).await
+    }
+
+    /// A cluster where kerf's CRDs are not installed: its kinds are not served (404).
+    pub async fn without_kerf_crds(objects: Vec<Value>) -> Self {
+        let kinds = served_kinds()
+            .into_iter()
+            .filter(|k| !k.group_version.starts_with("rightsizing.kubex.ai/"))
+            .collect();
+        Self::serving(objects, kinds).await
+    }
+
+    async fn serving(objects: Vec<Value>, kinds: Vec<Served>) -> Self {
         let mut by_kind: BTreeMap<(String, String), Vec<Value>> = BTreeMap::new();
         for o in objects {
             let (gv, kind) = (
@@ -218,7 +230,13 @@ impl State {
         }
         match self.list(path, query) {
             Some(r) => r,
-            None => refuse("no such list"),
+            // As the API server answers a path nothing serves (a CRD not installed).
+            None => (
+                StatusCode::NOT_FOUND,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                "404 page not found",
+            )
+                .into_response(),
         }
     }
 
