@@ -105,6 +105,17 @@ fn query_histogram() -> Histogram {
 }
 
 impl Metrics {
+    /// One reconcile cycle ended (started at `started`): counted and timed together, so
+    /// `kerf_reconcile_cycles_total` and `kerf_reconcile_duration_seconds_count` always agree, in
+    /// every mode.
+    pub fn cycle_done(&self, started: std::time::Instant) {
+        self.reconcile_cycles.inc();
+        self.reconcile_duration_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+impl Metrics {
     /// A fresh registry with every kerf metric at zero, to share between the tasks of one process.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())

@@ -506,12 +506,9 @@ impl GlobalConfigurationSpec {
             &self.gpu_reactive_check_interval,
             "spec.gpuReactiveCheckInterval",
         );
-        v.check(
-            self.prometheus.url.starts_with("http://")
-                || self.prometheus.url.starts_with("https://"),
-            "spec.prometheus.url",
-            format!("must be an http(s) URL (got {:?})", self.prometheus.url),
-        );
+        if let Err(e) = check_http_url(&self.prometheus.url) {
+            v.check(false, "spec.prometheus.url", e);
+        }
         v.check(
             self.prometheus.request_timeout.seconds() > 0,
             "spec.prometheus.requestTimeout",
@@ -686,5 +683,73 @@ impl PolicyEvaluationSpec {
             );
         }
         v.finish()
+    }
+}
+
+/// An http(s) URL, or what is wrong with it, said for the user: `no scheme: did you mean
+/// http://localhost:9090?`, `empty host`, a space. The one check of every URL kerf is given
+/// (GlobalConfiguration `spec.prometheus.url`, `--prometheus`); credentials in it are never
+/// repeated.
+pub fn check_http_url(text: &str) -> Result<url::Url, String> {
+    let shown = crate::health::redact(text);
+    if text.trim().is_empty() {
+        return Err("empty: give an http:// or https:// URL".into());
+    }
+    if text.chars().any(char::is_whitespace) {
+        return Err("contains a space: a URL has none (percent-encode it as %20)".into());
+    }
+    if !text.contains("://") {
+        // Without a scheme, `redact` does not see `user:password@`.
+        let shown = match text.split_once('@') {
+            Some((user_info, host)) if !user_info.contains('/') => format!("***@{host}"),
+            _ => shown,
+        };
+        return Err(format!("no scheme: did you mean http://{shown}?"));
+    }
+    let url = url::Url::parse(text).map_err(|e| match e {
+        url::ParseError::EmptyHost => "empty host".to_string(),
+        e => format!("{shown:?} is not a URL: {e}"),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme {} is not http or https", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("empty host".into());
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::check_http_url;
+
+    /// Each way a URL goes wrong is named, with the fix where there is one.
+    #[test]
+    fn a_bad_url_says_what_is_wrong() {
+        for (text, expected) in [
+            (
+                "localhost:9090",
+                "no scheme: did you mean http://localhost:9090?",
+            ),
+            ("http://", "empty host"),
+            ("http://:9090", "empty host"),
+            (
+                "http://prom host:9090",
+                "contains a space: a URL has none (percent-encode it as %20)",
+            ),
+            ("ftp://prom:21", "scheme ftp is not http or https"),
+            ("", "empty: give an http:// or https:// URL"),
+        ] {
+            assert_eq!(check_http_url(text).unwrap_err(), expected, "{text}");
+        }
+        for good in ["http://127.0.0.1:9090", "https://prom.example/prefix/"] {
+            assert_eq!(
+                check_http_url(good).unwrap().as_str().trim_end_matches('/'),
+                good.trim_end_matches('/')
+            );
+        }
+        // Credentials are not repeated.
+        let e = check_http_url("user:secret@prom:9090").unwrap_err();
+        assert!(!e.contains("secret"), "{e}");
     }
 }

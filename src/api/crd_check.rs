@@ -419,7 +419,13 @@ fn structural(schema: &Value, value: &Value, path: &str, errors: &mut Vec<CrdVio
                 } else if additional != Some(&Value::Bool(true))
                     && !flag("x-kubernetes-preserve-unknown-fields")
                 {
-                    errors.push(violation(&child_path, "unknown field"));
+                    let known: Vec<&str> = props
+                        .map(|p| p.keys().map(String::as_str).collect())
+                        .unwrap_or_default();
+                    errors.push(violation(
+                        &child_path,
+                        super::strict::unknown_field_message(key, &known),
+                    ));
                 }
             }
         }

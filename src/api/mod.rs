@@ -10,6 +10,7 @@ pub mod object;
 pub mod recommendation;
 pub mod rightsizing;
 pub mod strategy;
+pub mod strict;
 
 pub use common::*;
 pub use config::*;

@@ -105,25 +105,15 @@ impl KerfObject {
         })
     }
 
-    /// Like [`from_value`](Self::from_value), but also rejects fields the types do not know (as
-    /// `kubectl apply`'s strict field validation does), naming them.
+    /// Like [`from_value`](Self::from_value), but also rejects fields the schema does not
+    /// declare (as `kubectl apply`'s strict field validation does), naming each with the nearest
+    /// declared name ([`super::strict`]).
     pub fn from_value_strict(value: &Value) -> Result<Self, ValidationError> {
-        let object = Self::from_value(value)?;
-        let mut unknown = Vec::new();
-        unknown_fields(value, &object.to_value(), "", &mut unknown);
-        if unknown.is_empty() {
-            Ok(object)
-        } else {
-            Err(ValidationError(
-                unknown
-                    .into_iter()
-                    .map(|field| FieldError {
-                        field,
-                        message: "unknown field".into(),
-                    })
-                    .collect(),
-            ))
+        let unknown = super::strict::unknown_fields(value);
+        if !unknown.is_empty() {
+            return Err(ValidationError(unknown));
         }
+        Self::from_value(value)
     }
 
     /// Deserializes and validates: what the CRD (OpenAPI + CEL) would accept.
@@ -205,41 +195,5 @@ impl KerfObject {
             Self::RightsizingRecommendation(o) => serde_json::to_value(o),
         };
         v.unwrap_or(Value::Null)
-    }
-}
-
-/// Keys of `input` that did not survive a typed round trip (`output`). Values the types omit when
-/// empty (`null`, `[]`, `{}`) are not reported: they carry nothing that could be lost.
-fn unknown_fields(input: &Value, output: &Value, path: &str, out: &mut Vec<String>) {
-    match (input, output) {
-        (Value::Object(i), Value::Object(o)) => {
-            for (key, child) in i {
-                let child_path = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                match o.get(key) {
-                    Some(kept) => unknown_fields(child, kept, &child_path, out),
-                    None if is_empty(child) => {}
-                    None => out.push(child_path),
-                }
-            }
-        }
-        (Value::Array(i), Value::Array(o)) if i.len() == o.len() => {
-            for (n, (a, b)) in i.iter().zip(o).enumerate() {
-                unknown_fields(a, b, &format!("{path}[{n}]"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        _ => false,
     }
 }

@@ -32,40 +32,47 @@ pub enum BenchCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct ResourcesArgs {
-    #[arg(long, default_value_t = 25_000)]
+    /// Synthetic workloads under a CPU/memory policy.
+    #[arg(long, env = "KERF_BENCH_WORKLOADS", default_value_t = 25_000)]
     pub workloads: usize,
-    #[arg(long, default_value_t = 33_000)]
+    /// Synthetic pods, spread over the workloads.
+    #[arg(long, env = "KERF_BENCH_PODS", default_value_t = 33_000)]
     pub pods: usize,
-    #[arg(long, default_value_t = 50)]
+    /// Namespaces the workloads are spread over.
+    #[arg(long, env = "KERF_BENCH_NAMESPACES", default_value_t = 50)]
     pub namespaces: usize,
     /// Evaluation time (RFC 3339) — the synthetic history ends here.
-    #[arg(long, default_value = "2026-01-08T00:00:00Z")]
+    #[arg(long, env = "KERF_BENCH_AT", default_value = "2026-01-08T00:00:00Z")]
     pub at: String,
     /// Seconds between two synthetic scrapes (coarse keeps the backfill small).
-    #[arg(long, default_value_t = 3_600)]
+    #[arg(long, env = "KERF_BENCH_SCRAPE_SECONDS", default_value_t = 3_600)]
     pub scrape_seconds: i64,
     /// The cycle's query step; the counters' rate window is 4 steps, so at least half the
     /// scrape interval.
-    #[arg(long, default_value_t = 1_800)]
+    #[arg(long, env = "KERF_BENCH_STEP_SECONDS", default_value_t = 1_800)]
     pub step_seconds: i64,
     /// The Prometheus holding the `--write-openmetrics` history.
-    #[arg(long, required_unless_present = "write_openmetrics")]
+    #[arg(
+        long,
+        env = "KERF_BENCH_PROMETHEUS",
+        required_unless_present = "write_openmetrics"
+    )]
     pub prometheus: Option<String>,
     /// Write the synthetic history as OpenMetrics to this file and exit.
-    #[arg(long)]
+    #[arg(long, env = "KERF_BENCH_WRITE_OPENMETRICS")]
     pub write_openmetrics: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct DecodeArgs {
     /// Series in the answer (one bench policy's pods: 33,000 / 50).
-    #[arg(long, default_value_t = 660)]
+    #[arg(long, env = "KERF_BENCH_SERIES", default_value_t = 660)]
     pub series: usize,
     /// Samples per series (20 minutes every 15 s).
-    #[arg(long, default_value_t = 81)]
+    #[arg(long, env = "KERF_BENCH_POINTS", default_value_t = 81)]
     pub points: usize,
     /// Repetitions per decoder (the fastest is reported).
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, env = "KERF_BENCH_ROUNDS", default_value_t = 7)]
     pub rounds: usize,
 }
 
@@ -117,24 +124,27 @@ fn decode_bench(args: &DecodeArgs) -> anyhow::Result<()> {
 
 #[derive(Args, Debug, Clone)]
 pub struct ScaleArgs {
-    #[arg(long, default_value_t = 25_000)]
+    /// Synthetic GPU workloads.
+    #[arg(long, env = "KERF_BENCH_WORKLOADS", default_value_t = 25_000)]
     pub workloads: usize,
-    #[arg(long, default_value_t = 33_000)]
+    /// Synthetic pods, spread over the workloads.
+    #[arg(long, env = "KERF_BENCH_PODS", default_value_t = 33_000)]
     pub pods: usize,
-    #[arg(long, default_value_t = 50)]
+    /// Namespaces the workloads are spread over.
+    #[arg(long, env = "KERF_BENCH_NAMESPACES", default_value_t = 50)]
     pub namespaces: usize,
     /// Evaluation time (RFC 3339) — the synthetic samples end here.
-    #[arg(long, default_value = "2026-01-01T12:00:00Z")]
+    #[arg(long, env = "KERF_BENCH_AT", default_value = "2026-01-01T12:00:00Z")]
     pub at: String,
     /// Query a real Prometheus (loaded from `--write-openmetrics` output) instead of in-memory samples.
-    #[arg(long)]
+    #[arg(long, env = "KERF_BENCH_PROMETHEUS")]
     pub prometheus: Option<String>,
     /// Cycles to run; figures are reported for the last (from the second on, the store holds
     /// the previous cycle's states, as in a running replica).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, env = "KERF_BENCH_CYCLES", default_value_t = 2)]
     pub cycles: usize,
     /// Write the synthetic samples as OpenMetrics to this file and exit.
-    #[arg(long)]
+    #[arg(long, env = "KERF_BENCH_WRITE_OPENMETRICS")]
     pub write_openmetrics: Option<std::path::PathBuf>,
 }
 

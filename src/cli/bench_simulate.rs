@@ -16,25 +16,29 @@ use crate::simulate::{Options, Report};
 pub struct SimulateBenchArgs {
     /// Replay a synthetic cluster of this many GPU workloads (4 pods per 3 workloads) instead
     /// of the shipped examples.
-    #[arg(long)]
+    #[arg(long, env = "KERF_BENCH_WORKLOADS")]
     pub workloads: Option<usize>,
     /// The examples' manifests (without --workloads).
-    #[arg(long, default_value = "examples/manifests")]
+    #[arg(
+        long,
+        env = "KERF_BENCH_MANIFESTS",
+        default_value = "examples/manifests"
+    )]
     pub manifests: std::path::PathBuf,
     /// Days replayed.
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, env = "KERF_BENCH_DAYS", default_value_t = 7)]
     pub days: i64,
     /// Seconds between ticks.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, env = "KERF_BENCH_EVERY_SECONDS", default_value_t = 60)]
     pub every_seconds: i64,
     /// Query step in seconds.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, env = "KERF_BENCH_STEP_SECONDS", default_value_t = 15)]
     pub step_seconds: i64,
     /// First tick (RFC 3339).
-    #[arg(long, default_value = "2026-01-01T12:00:00Z")]
+    #[arg(long, env = "KERF_BENCH_FROM", default_value = "2026-01-01T12:00:00Z")]
     pub from: String,
     /// Also write the replay's HTML report here.
-    #[arg(long)]
+    #[arg(long, env = "KERF_BENCH_HTML")]
     pub html: Option<std::path::PathBuf>,
 }
 

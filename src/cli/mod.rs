@@ -24,7 +24,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Evaluate policies from a directory of manifests and a metric source; print recommendations.
+    /// Evaluate policies over manifests or a cluster (read-only) and a metric source; print
+    /// recommendations.
     Recommend(RecommendArgs),
     /// Run the admission webhook (and, in-cluster, the reconciler).
     Serve(serve::ServeArgs),
@@ -267,9 +268,8 @@ impl OwnNamespaceArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct RecommendArgs {
-    /// Directory of YAML manifests (policies, strategies, configuration, workloads, pods, HPAs).
-    #[arg(long, env = "KERF_MANIFESTS")]
-    pub manifests: PathBuf,
+    #[command(flatten)]
+    pub objects: ObjectSourceArgs,
     #[command(flatten)]
     pub source: MetricSourceArgs,
     #[command(flatten)]
@@ -280,10 +280,145 @@ pub struct RecommendArgs {
     /// Query step in seconds.
     #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
     pub step_seconds: i64,
-    #[arg(short = 'o', long, env = "KERF_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    /// Output format: table (for people) or json (the stable machine-readable contract).
+    #[arg(short = 'o', long, env = "KERF_FORMAT", value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+    #[command(flatten)]
+    pub output: OutputFileArgs,
     #[command(flatten)]
     pub own_namespace: OwnNamespaceArgs,
+}
+
+/// Where a one-shot command reads the cluster's objects: manifests, or a live cluster read-only.
+/// Exactly one is required, so a cluster is never read by surprise.
+#[derive(Args, Debug, Clone)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("objects").required(true).args(["manifests", "kubeconfig"])))]
+pub struct ObjectSourceArgs {
+    /// YAML manifests (policies, strategies, configuration, workloads, pods, HPAs): a directory
+    /// (read recursively), one file, or `kubectl get -o yaml` output (a `kind: List`).
+    #[arg(long, env = "KERF_MANIFESTS", value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+    /// Read the objects from the cluster of this kubeconfig instead, read-only: list calls only,
+    /// nothing is written.
+    #[arg(long, env = "KERF_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    // Not `requires`: clap waives it when a conflicting flag (--manifests) is given.
+    #[arg(
+        long,
+        env = "KERF_CONTEXT",
+        value_name = "NAME",
+        conflicts_with = "manifests"
+    )]
+    pub context: Option<String>,
+    /// With --kubeconfig: list namespaced objects in this namespace only (cluster-scoped
+    /// policies and configuration are still read).
+    #[arg(
+        short = 'n',
+        long,
+        env = "KERF_NAMESPACE",
+        value_name = "NAMESPACE",
+        conflicts_with = "manifests"
+    )]
+    pub namespace: Option<String>,
+}
+
+impl ObjectSourceArgs {
+    /// The objects, from the manifests or listed from the cluster, with kerf's own namespace
+    /// (when it has one) protected. A cluster without kerf's CRDs is said on stderr.
+    pub async fn read(
+        &self,
+        own_namespace: Option<&str>,
+    ) -> anyhow::Result<crate::sources::dir::Manifests> {
+        let mut manifests = match (&self.manifests, &self.kubeconfig) {
+            (Some(path), _) => crate::sources::dir::load_dir(path)?,
+            (None, Some(kubeconfig)) => {
+                let client = self.client(kubeconfig).await?;
+                let listed =
+                    crate::sources::kube::list::list_cluster(&client, self.namespace.as_deref())
+                        .await?;
+                if !listed.missing_crds.is_empty() {
+                    eprintln!(
+                        "warning: the cluster does not serve {} (kerf's CRDs are not installed): \
+                         no such objects read; `kubectl apply -f manifests/crds/` and a policy \
+                         let kerf recommend without running in the cluster",
+                        listed.missing_crds.join(", ")
+                    );
+                }
+                listed.manifests
+            }
+            (None, None) => anyhow::bail!("give --manifests PATH or --kubeconfig PATH"),
+        };
+        if let Some(ns) = own_namespace {
+            manifests.snapshot.global.protect(ns);
+        }
+        Ok(manifests)
+    }
+
+    async fn client(&self, path: &std::path::Path) -> anyhow::Result<::kube::Client> {
+        let kubeconfig = ::kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
+        let options = ::kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|e| {
+                let what = match &self.context {
+                    Some(c) => format!("--kubeconfig {} --context {c}", path.display()),
+                    None => format!("--kubeconfig {}", path.display()),
+                };
+                anyhow::anyhow!("{what}: {e}")
+            })?;
+        ::kube::Client::try_from(config)
+            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))
+    }
+}
+
+/// Report formats: a value of `--output` that is one of these is a mistake for `-o`.
+const FORMAT_NAMES: [&str; 3] = ["table", "json", "html"];
+
+/// `--output FILE`, refusing a format name (`--output json` meant `-o json`).
+fn output_file(value: &str) -> Result<PathBuf, String> {
+    if FORMAT_NAMES.contains(&value) {
+        return Err(format!(
+            "{value:?} is a format: use -o {value} (--format {value}); --output takes a file \
+             (./{value} for a file of that name)"
+        ));
+    }
+    if value.is_empty() {
+        return Err("a file name is required".into());
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Where a command writes its report.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OutputFileArgs {
+    /// Write the report to this file instead of stdout (the format is -o).
+    #[arg(
+        long = "output",
+        env = "KERF_OUTPUT",
+        value_name = "FILE",
+        value_parser = output_file
+    )]
+    pub output: Option<PathBuf>,
+}
+
+impl OutputFileArgs {
+    /// Writes `report` to the file, or to stdout.
+    pub fn write(&self, report: &str) -> anyhow::Result<()> {
+        match &self.output {
+            Some(path) => std::fs::write(path, report)
+                .map_err(|e| anyhow::anyhow!("--output {}: cannot write: {e}", path.display())),
+            None => {
+                print!("{report}");
+                Ok(())
+            }
+        }
+    }
 }
 
 /// `--at` as a timestamp (default: now — the only clock read of a standalone run).
@@ -327,5 +462,111 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Simulate(args) => simulate::run(args).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Rollback(args) => rollback::run(args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every flag of every subcommand (nested ones included), as clap builds them.
+    fn flags(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            let generated = matches!(arg.get_id().as_str(), "help" | "version");
+            if !arg.is_positional() && !generated {
+                out.push((path.to_string(), arg.clone()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            flags(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// README promises an environment variable for every flag: each flag has a description and
+    /// a `KERF_*` variable, and no variable means two things within one command.
+    #[test]
+    fn every_flag_has_a_description_and_an_environment_variable() {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut all = Vec::new();
+        flags(&cmd, "kerf", &mut all);
+        assert!(all.len() > 60, "{} flags", all.len());
+        let mut missing = Vec::new();
+        let mut by_command: std::collections::BTreeMap<(String, String), String> =
+            Default::default();
+        for (path, arg) in &all {
+            let long = arg.get_long().unwrap_or_default();
+            if arg
+                .get_help()
+                .is_none_or(|h| h.to_string().trim().is_empty())
+            {
+                missing.push(format!("{path} --{long}: no description"));
+            }
+            match arg.get_env().and_then(|e| e.to_str()) {
+                Some(env) if env.starts_with("KERF_") => {
+                    if let Some(other) =
+                        by_command.insert((path.clone(), env.to_string()), long.to_string())
+                    {
+                        missing.push(format!("{path}: {env} is both --{other} and --{long}"));
+                    }
+                }
+                Some(env) => missing.push(format!("{path} --{long}: {env} is not KERF_*")),
+                None => missing.push(format!("{path} --{long}: no environment variable")),
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// One vocabulary: `-o/--format` picks the format wherever a report is printed, `--output`
+    /// is always a file, and a format name given to `--output` is refused with the fix.
+    #[test]
+    fn format_and_output_mean_the_same_on_every_command() {
+        for command in ["recommend", "simulate"] {
+            let cmd = Cli::command();
+            let sub = cmd.find_subcommand(command).unwrap();
+            let format = sub
+                .get_arguments()
+                .find(|a| a.get_short() == Some('o'))
+                .unwrap_or_else(|| panic!("{command}: no -o"));
+            assert_eq!(format.get_long(), Some("format"), "{command}");
+            let output = sub
+                .get_arguments()
+                .find(|a| a.get_long() == Some("output"))
+                .unwrap_or_else(|| panic!("{command}: no --output"));
+            assert_eq!(
+                output.get_value_names().unwrap()[0].as_str(),
+                "FILE",
+                "{command}"
+            );
+            let base = match command {
+                "recommend" => vec!["kerf", "recommend", "--manifests", "m", "--metrics", "x"],
+                _ => vec![
+                    "kerf",
+                    "simulate",
+                    "--manifests",
+                    "m",
+                    "--metrics",
+                    "x",
+                    "--from",
+                    "a",
+                    "--to",
+                    "b",
+                ],
+            };
+            for name in ["json", "table", "html"] {
+                let mut argv = base.clone();
+                argv.extend(["--output", name]);
+                let err = Cli::try_parse_from(&argv).unwrap_err().to_string();
+                assert!(
+                    err.contains(&format!("use -o {name}")),
+                    "{command} --output {name}: {err}"
+                );
+            }
+            let mut argv = base.clone();
+            argv.extend(["-o", "json", "--output", "./json"]);
+            Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{command}: {e}"));
+        }
     }
 }

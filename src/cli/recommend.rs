@@ -15,31 +15,26 @@ use crate::reconcile::CycleOutput;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let at = super::parse_at(args.at.as_deref())?;
-    // One cycle of the reconcile loop, printed. The directory is read once: its
+    // One cycle of the reconcile loop, printed. The objects are read once: their
     // GlobalConfiguration (the Prometheus timeout) opens the source the cycle then reads.
-    let mut dir_loop = crate::reconcile::standalone::DirLoop::protecting(
-        &args.manifests,
-        args.own_namespace.detect(),
-    );
-    let manifests = dir_loop.read()?;
+    let own_namespace = args.own_namespace.detect();
+    let manifests = args.objects.read(own_namespace.as_deref()).await?;
+    // The objects are the user's input: an invalid policy there is an error, not a status.
+    manifests.reject_invalid()?;
     let source =
         super::metric_source(&args.source, &args.connection, &manifests.snapshot.global).await?;
-    let evaluated = dir_loop
-        .run_on(
-            manifests,
-            &source,
-            at,
-            args.step_seconds,
-            &crate::state::Store::default(),
-        )
-        .await?;
+    let mut writer = crate::writers::memory::MemoryWriter::new();
+    let evaluated = crate::reconcile::standalone::run_in_memory(
+        &mut writer,
+        manifests,
+        &source,
+        at,
+        args.step_seconds,
+        &crate::state::Store::default(),
+    )
+    .await;
     for note in &evaluated.notes {
         tracing::debug!("{note}");
-    }
-    // The files are the user's input: an invalid policy there is an error, not a status.
-    if !evaluated.invalid.is_empty() {
-        let errors: Vec<&str> = evaluated.invalid.iter().map(|p| p.error.as_str()).collect();
-        anyhow::bail!("{}", errors.join("\n"));
     }
     let cycle = evaluated.cycle;
     for w in &cycle.warnings {
@@ -48,8 +43,8 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     for (policy, e) in cycle.query_failures() {
         eprintln!("warning: {policy}: {e}");
     }
-    let statuses = policy_statuses(&evaluated.snapshot, dir_loop.writer());
-    let out = match args.output {
+    let statuses = policy_statuses(&evaluated.snapshot, &writer);
+    let out = match args.format {
         OutputFormat::Json => {
             let mut json = to_json(&cycle);
             json["policies"] = policies_json(&statuses);
@@ -57,7 +52,7 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
         }
         OutputFormat::Table => to_table(&cycle, at) + &conditions_table(&statuses),
     };
-    print!("{out}");
+    args.output.write(&out)?;
     // Nothing was read: the output above holds no usage at all.
     if cycle.every_query_failed() {
         anyhow::bail!("every metric query failed (see the warnings above)");

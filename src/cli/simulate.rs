@@ -1,10 +1,8 @@
 //! `kerf simulate`: replay history through kerf's reconcile loop (docs/simulate.md).
 
-use std::path::PathBuf;
-
 use clap::{Args, ValueEnum};
 
-use super::{MetricSourceArgs, PrometheusConnectionArgs};
+use super::{MetricSourceArgs, ObjectSourceArgs, OutputFileArgs, PrometheusConnectionArgs};
 use crate::api::DurationStr;
 use crate::simulate::{Options, report};
 
@@ -18,37 +16,37 @@ pub enum SimulateOutput {
 
 #[derive(Args, Debug, Clone)]
 pub struct SimulateArgs {
-    /// Directory of YAML manifests (policies, strategies, configuration, workloads, pods, HPAs).
-    #[arg(long, env = "KERF_MANIFESTS")]
-    pub manifests: PathBuf,
+    #[command(flatten)]
+    pub objects: ObjectSourceArgs,
     #[command(flatten)]
     pub source: MetricSourceArgs,
     #[command(flatten)]
     pub connection: PrometheusConnectionArgs,
     /// First tick (RFC 3339), included.
-    #[arg(long)]
+    #[arg(long, env = "KERF_FROM")]
     pub from: String,
     /// End of the replay (RFC 3339), excluded: ticks are from, from+every, … before it.
-    #[arg(long)]
+    #[arg(long, env = "KERF_TO")]
     pub to: String,
     /// Time between ticks (e.g. 1m, 5m, 1h); default GlobalConfiguration gpuReactiveCheckInterval.
-    #[arg(long)]
+    #[arg(long, env = "KERF_EVERY")]
     pub every: Option<String>,
     /// Query step in seconds (as `kerf recommend`).
     #[arg(long, env = "KERF_STEP_SECONDS", default_value_t = 15)]
     pub step_seconds: i64,
-    /// table, json (the stable contract of docs/simulate.md) or html (one self-contained page).
-    #[arg(short = 'o', long = "format", value_enum, default_value_t = SimulateOutput::Table)]
+    /// Output format: table, json (the stable contract of docs/simulate.md) or html (one
+    /// self-contained page).
+    #[arg(short = 'o', long = "format", env = "KERF_FORMAT", value_enum, default_value_t = SimulateOutput::Table)]
     pub format: SimulateOutput,
-    /// Write the report to this file instead of stdout.
-    #[arg(long = "output", value_name = "FILE")]
-    pub output_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputFileArgs,
 }
 
 pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let from = super::parse_time_flag("--from", &args.from)?;
     let to = super::parse_time_flag("--to", &args.to)?;
-    let manifests = crate::sources::dir::load_dir(&args.manifests)?;
+    let manifests = args.objects.read(None).await?;
+    manifests.reject_invalid()?;
     let every = match &args.every {
         Some(e) => DurationStr::parse(e).map_err(|e| anyhow::anyhow!("--every: {e}"))?,
         None => manifests
@@ -74,10 +72,5 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
         SimulateOutput::Json => serde_json::to_string_pretty(&report::to_json(&report))? + "\n",
         SimulateOutput::Html => report::to_html(&report),
     };
-    match &args.output_file {
-        Some(path) => std::fs::write(path, out)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
-        None => print!("{out}"),
-    }
-    Ok(())
+    args.output.write(&out)
 }

@@ -472,12 +472,16 @@ impl GpuRecommendation {
 /// CPU/memory requests per container name (a few containers per workload: one sorted vector).
 pub type ContainerRequests = crate::core::small_map::SmallMap<String, ResourceRequests>;
 
-/// CPU/memory requests kerf wants a container to have (auto-patch resources only).
+/// CPU/memory requests kerf wants a container to have (auto-patch resources only). Keys in
+/// camelCase, as the CRDs' (`/debug/recommendations`); the snake_case ones are still read.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceRequests {
     /// Millicores.
+    #[serde(alias = "cpu_millis")]
     pub cpu_millis: Option<i64>,
     /// Bytes.
+    #[serde(alias = "memory_bytes")]
     pub memory_bytes: Option<i64>,
 }
 
@@ -519,13 +523,18 @@ impl RequestSet {
     }
 }
 
-/// A coordinated HPA utilization target for the workload's HPA.
+/// A coordinated HPA utilization target for the workload's HPA. Keys in camelCase, as the
+/// CRDs' (`/debug/recommendations`); the snake_case ones are still read.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CoordinatedHpa {
+    #[serde(alias = "hpa_name")]
     pub hpa_name: String,
     /// `cpu` or `memory`.
     pub resource: String,
+    #[serde(alias = "target_before")]
     pub target_before: i32,
+    #[serde(alias = "target_after")]
     pub target_after: i32,
 }
 

@@ -23,7 +23,7 @@ use crate::core::recommenders::gpu::engine::check_baseline;
 use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
 use crate::core::recommenders::resources::workload::served_change;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{GpuPolicy, Snapshot, unresolved_strategy_message};
+use crate::core::snapshot::{GpuPolicy, Snapshot};
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -188,7 +188,10 @@ pub fn recover_each(
                     warnings.push(format!(
                         "{}: policy {id}: {}: its containers are not served",
                         w.key,
-                        unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
+                        snapshot.unresolved_strategy_message(
+                            p.id.namespace.as_deref(),
+                            &p.spec.automation_strategy_ref.name
+                        )
                     ));
                     continue;
                 };
@@ -232,7 +235,10 @@ pub fn recover_each(
                         "{}: policy {}: {}",
                         w.key,
                         p.id,
-                        unresolved_strategy_message(&p.spec.automation_strategy_ref.name)
+                        snapshot.unresolved_strategy_message(
+                            p.id.namespace.as_deref(),
+                            &p.spec.automation_strategy_ref.name
+                        )
                     ));
                     continue;
                 }

@@ -115,11 +115,6 @@ impl Snapshot {
     }
 }
 
-/// The status message of a policy whose `automationStrategyRef` does not resolve.
-pub fn unresolved_strategy_message(name: &str) -> String {
-    format!("automationStrategyRef {name:?} does not resolve: policy not applied")
-}
-
 /// The reason a policy whose `automationStrategyRef` does not resolve gives — its `Ready`
 /// condition and its recommendations' `status.reason` (docs/design/runtime.md#r8).
 pub const REASON_STRATEGY_UNRESOLVED: &str = "StrategyUnresolved";
@@ -131,7 +126,50 @@ impl Snapshot {
     pub fn unresolved_strategy(&self, namespace: Option<&str>, name: &str) -> Option<String> {
         self.strategy(namespace, name)
             .is_none()
-            .then(|| unresolved_strategy_message(name))
+            .then(|| self.unresolved_strategy_message(namespace, name))
+    }
+
+    /// The status message of a policy in `namespace` whose `automationStrategyRef` `name` does
+    /// not resolve, listing the strategies it could name (the nearest first, when one is close).
+    pub fn unresolved_strategy_message(&self, namespace: Option<&str>, name: &str) -> String {
+        let mut names: Vec<String> = Vec::new();
+        if let Some(ns) = namespace {
+            names.extend(
+                self.strategies
+                    .keys()
+                    .filter(|k| k.namespace.as_deref() == Some(ns))
+                    .map(|k| k.name.to_string()),
+            );
+        }
+        let cluster: Vec<String> = self
+            .strategies
+            .keys()
+            .filter(|k| k.namespace.is_none())
+            .map(|k| k.name.to_string())
+            .collect();
+        let mut listed = Vec::new();
+        if let Some(ns) = namespace {
+            listed.push(match names.is_empty() {
+                true => format!("no AutomationStrategy in namespace {ns}"),
+                false => format!(
+                    "AutomationStrategies in namespace {ns}: {}",
+                    names.join(", ")
+                ),
+            });
+        }
+        listed.push(match cluster.is_empty() {
+            true => "no ClusterAutomationStrategy".to_string(),
+            false => format!("ClusterAutomationStrategies: {}", cluster.join(", ")),
+        });
+        names.extend(cluster);
+        let known: Vec<&str> = names.iter().map(String::as_str).collect();
+        let hint = crate::api::strict::nearest(name, &known)
+            .map(|n| format!("did you mean {n}? "))
+            .unwrap_or_default();
+        format!(
+            "automationStrategyRef {name:?} does not resolve: policy not applied ({hint}{})",
+            listed.join("; ")
+        )
     }
 }
 
@@ -233,4 +271,48 @@ pub struct InvalidPolicy {
     pub error: String,
     /// The policy's current status when it could be read (so conditions keep their times).
     pub status: Option<PolicyStatus>,
+}
+
+#[cfg(test)]
+mod strategy_tests {
+    use super::*;
+
+    /// A policy whose strategy does not resolve says which strategies it could name, the
+    /// nearest first.
+    #[test]
+    fn an_unresolved_strategy_lists_the_strategies_the_policy_can_name() {
+        let mut s = Snapshot::default();
+        for (ns, name) in [
+            (Some("ml"), "gpu-strategy"),
+            (Some("shop"), "web"),
+            (None, "shared"),
+        ] {
+            s.strategies.insert(
+                StrategyKey {
+                    namespace: ns.map(Name::from),
+                    name: name.into(),
+                },
+                Arc::new(Default::default()),
+            );
+        }
+        assert_eq!(s.unresolved_strategy(Some("ml"), "gpu-strategy"), None);
+        assert_eq!(
+            s.unresolved_strategy(Some("ml"), "gpu-stratgy").unwrap(),
+            "automationStrategyRef \"gpu-stratgy\" does not resolve: policy not applied \
+             (did you mean gpu-strategy? AutomationStrategies in namespace ml: gpu-strategy; \
+             ClusterAutomationStrategies: shared)"
+        );
+        assert_eq!(
+            s.unresolved_strategy(None, "gpu-strategy").unwrap(),
+            "automationStrategyRef \"gpu-strategy\" does not resolve: policy not applied \
+             (ClusterAutomationStrategies: shared)"
+        );
+        assert_eq!(
+            Snapshot::default()
+                .unresolved_strategy(Some("a"), "x")
+                .unwrap(),
+            "automationStrategyRef \"x\" does not resolve: policy not applied \
+             (no AutomationStrategy in namespace a; no ClusterAutomationStrategy)"
+        );
+    }
 }

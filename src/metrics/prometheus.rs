@@ -98,16 +98,8 @@ impl PrometheusSource {
         settings
             .check_connection(names)
             .map_err(|e| MetricError::Other(e.to_string()))?;
-        let base = Url::parse(&settings.url)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
-            .ok_or_else(|| {
-                MetricError::Other(format!(
-                    "{}: invalid Prometheus URL {:?}",
-                    names.of(O::Url),
-                    crate::health::redact(&settings.url)
-                ))
-            })?;
+        let base: Url = crate::api::check_http_url(&settings.url)
+            .map_err(|e| MetricError::Other(format!("{}: {e}", names.of(O::Url))))?;
         let url_credentials = !base.username().is_empty() || base.password().is_some();
         let auth = match (&settings.bearer_token_file, &settings.basic_auth) {
             (Some(file), _) => Some((

@@ -205,13 +205,10 @@ impl ReconcileCycle {
                 }
             }
         } else {
+            // No source to query: a failed cycle, counted as one.
             self.store.metrics().reconcile_errors.inc();
-            self.store.metrics().reconcile_cycles.inc();
+            self.store.metrics().cycle_done(started);
         }
-        self.store
-            .metrics()
-            .reconcile_duration_seconds
-            .observe(started.elapsed().as_secs_f64());
         Ok(())
     }
 }

@@ -175,6 +175,7 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     step_seconds: i64,
     metrics: &crate::telemetry::Metrics,
 ) -> (CycleOutput, Vec<WriteOp>) {
+    let started = std::time::Instant::now();
     let cycle = run_cycle(snapshot, source, now, step_seconds).await;
     let failures = cycle.query_failures();
     if !failures.is_empty() {
@@ -184,7 +185,7 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
         }
     }
     let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
-    metrics.reconcile_cycles.inc();
+    metrics.cycle_done(started);
     (cycle, ops)
 }
 

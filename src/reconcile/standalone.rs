@@ -116,35 +116,57 @@ impl DirLoop {
         step_seconds: i64,
         store: &Store,
     ) -> anyhow::Result<Evaluated> {
-        let Manifests {
-            snapshot,
-            notes,
-            invalid,
-        } = manifests;
-        for bad in &invalid {
+        for bad in &manifests.invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
-        fill_owners(store, &snapshot);
-        // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
-        let recording = crate::views::live::Recording::new(source);
-        let (snapshot, cycle, _) = in_memory_cycle(
+        Ok(run_in_memory(
             &mut self.writer,
-            snapshot,
-            &invalid,
-            &recording,
+            manifests,
+            source,
             now,
             step_seconds,
             store,
         )
-        .await;
-        store.set_live(recording.view(&snapshot, &cycle, now));
-        store.set_ready(true);
-        Ok(Evaluated {
-            snapshot,
-            cycle,
-            notes,
-            invalid,
-        })
+        .await)
+    }
+}
+
+/// One cycle over `manifests` with `writer` (kerf's earlier writes laid over them, this cycle's
+/// applied): refreshes `store` (marking it ready). `kerf recommend` runs it once with a fresh
+/// writer, over manifests or a cluster's objects.
+pub async fn run_in_memory<S: MetricSource>(
+    writer: &mut MemoryWriter,
+    manifests: Manifests,
+    source: &S,
+    now: Timestamp,
+    step_seconds: i64,
+    store: &Store,
+) -> Evaluated {
+    let Manifests {
+        snapshot,
+        notes,
+        invalid,
+    } = manifests;
+    fill_owners(store, &snapshot);
+    // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
+    let recording = crate::views::live::Recording::new(source);
+    let (snapshot, cycle, _) = in_memory_cycle(
+        writer,
+        snapshot,
+        &invalid,
+        &recording,
+        now,
+        step_seconds,
+        store,
+    )
+    .await;
+    store.set_live(recording.view(&snapshot, &cycle, now));
+    store.set_ready(true);
+    Evaluated {
+        snapshot,
+        cycle,
+        notes,
+        invalid,
     }
 }
 

@@ -330,14 +330,12 @@ pub async fn run<S: MetricSource>(
     anyhow::ensure!(opts.from < opts.to, "--from must be before --to");
     let ticks = opts.ticks();
     let last = *ticks.last().expect("from < to gives a tick");
+    manifests.reject_invalid()?;
     let Manifests {
         snapshot: mut base,
         invalid,
         ..
     } = manifests;
-    if let Some(bad) = invalid.first() {
-        anyhow::bail!("{}", bad.error);
-    }
     let (global_note, policy_notes) = as_auto_patch(&mut base);
     let pods_of = pods_by_owner(&base);
     let workload_at: HashMap<WorkloadKey, usize> = base

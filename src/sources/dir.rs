@@ -1,6 +1,13 @@
-//! Standalone mode: objects from a directory of YAML manifests instead of the API server.
-//! Every file and document is read; anything that cannot be understood is an error naming the
-//! file, the object and the field — nothing is skipped silently.
+//! Standalone mode: objects from YAML manifests instead of the API server — a directory (read
+//! recursively), one file, or what `kubectl get -o yaml` prints (a `kind: List`; the `items` of
+//! any `*List` are read as objects). Every file and document is read; anything that cannot be
+//! understood is an error naming the file, the object and the field, and every such error of
+//! every file is reported together — nothing is skipped silently.
+//!
+//! kerf's own kinds are read strictly ([`crate::api::strict`]): a field their schema does not
+//! declare is an error, as `kubectl apply` reports it. Kubernetes kinds are read as the
+//! Kubernetes types know them, fields unknown to those types ignored: the API server checks them
+//! against its own version's schema, which may be newer than the one kerf is built with.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,6 +74,16 @@ fn decode<T: DeserializeOwned>(doc: serde_json::Value, what: &str) -> anyhow::Re
     })
 }
 
+/// A kerf object decoded strictly: every unknown field (with the nearest declared name) is an
+/// error, then the shape.
+fn decode_strict<T: DeserializeOwned>(doc: &serde_json::Value, what: &str) -> anyhow::Result<T> {
+    let unknown = crate::api::strict::unknown_fields(doc);
+    if !unknown.is_empty() {
+        anyhow::bail!("{what}: {}", ValidationError(unknown));
+    }
+    decode(doc.clone(), what)
+}
+
 /// A policy document decoded and validated by `check`; an error names the document and the
 /// field.
 fn read_policy<P: DeserializeOwned, T>(
@@ -74,7 +91,7 @@ fn read_policy<P: DeserializeOwned, T>(
     what: &str,
     check: impl FnOnce(P) -> Result<T, ValidationError>,
 ) -> anyhow::Result<T> {
-    check(decode(doc.clone(), what)?).map_err(|e| anyhow::anyhow!("{what}: invalid: {e}"))
+    check(decode_strict(doc, what)?).map_err(|e| anyhow::anyhow!("{what}: invalid: {e}"))
 }
 
 /// A cluster-scoped object's metadata carries no namespace, whatever the manifest says.
@@ -116,29 +133,145 @@ fn rejected_policy(
     }
 }
 
-/// Reads every `*.yaml`/`*.yml` file under `dir` (multi-document files allowed).
-pub fn load_dir(dir: &Path) -> anyhow::Result<Manifests> {
-    let mut m = Manifests::default();
-    let files = yaml_files(dir)?;
-    if files.is_empty() {
-        anyhow::bail!("{}: no .yaml or .yml files", dir.display());
-    }
+/// Reads `path`: every `*.yaml`/`*.yml` file under it when it is a directory, else the one
+/// file (multi-document files and `*List` documents allowed). Every problem of every file is
+/// reported in the one error; invalid policies are returned in [`Manifests::invalid`] (a cluster
+/// reports them in their status).
+pub fn load_dir(path: &Path) -> anyhow::Result<Manifests> {
+    let files = if path.is_file() {
+        vec![path.to_path_buf()]
+    } else {
+        let files = yaml_files(path)?;
+        if files.is_empty() {
+            anyhow::bail!("{}: no .yaml or .yml files", path.display());
+        }
+        files
+    };
+    let mut reader = ManifestReader::default();
     for file in files {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?;
-        load_text(&text, &file.display().to_string(), &mut m)?;
+        match std::fs::read_to_string(&file) {
+            Ok(text) => reader.text(&text, &file.display().to_string()),
+            Err(e) => reader.error(format!("reading {}: {e}", file.display())),
+        }
     }
-    Ok(m)
+    reader.finish()
 }
 
-/// Reads one YAML text (`origin` names it in errors) into `m`.
+/// Reads one YAML text (`origin` names it in errors) into `m`; every problem in the one error.
 pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<()> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| anyhow::anyhow!("{origin}: invalid YAML: {e}"))?;
-    for (n, doc) in docs.into_iter().enumerate() {
-        if doc.is_null() {
-            continue;
+    let mut reader = ManifestReader {
+        manifests: std::mem::take(m),
+        ..ManifestReader::default()
+    };
+    reader.text(text, origin);
+    let failed = !reader.errors.is_empty();
+    *m = reader.manifests;
+    match all_errors(reader.all).filter(|_| failed) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Every error as one, each on its own line (none: `None`).
+fn all_errors(errors: Vec<String>) -> Option<anyhow::Error> {
+    match errors.len() {
+        0 => None,
+        1 => errors.into_iter().next().map(anyhow::Error::msg),
+        n => Some(anyhow::anyhow!("{n} errors:\n{}", errors.join("\n"))),
+    }
+}
+
+impl Manifests {
+    /// The invalid policies as one error (for a one-shot command, where the user's input must be
+    /// right): every one of them, each once.
+    pub fn reject_invalid(&self) -> anyhow::Result<()> {
+        match all_errors(self.invalid.iter().map(|p| p.error.clone()).collect()) {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
+    }
+}
+
+/// Objects read one at a time (documents of files, or objects listed from a cluster) into
+/// [`Manifests`], with every problem kept for the end.
+#[derive(Debug, Default)]
+pub struct ManifestReader {
+    manifests: Manifests,
+    /// Documents that could not be read.
+    errors: Vec<String>,
+    /// Those and the invalid policies' errors, in document order.
+    all: Vec<String>,
+}
+
+impl ManifestReader {
+    fn error(&mut self, e: String) {
+        self.all.push(e.clone());
+        self.errors.push(e);
+    }
+
+    /// Reads one YAML text, `origin` naming it in errors.
+    pub fn text(&mut self, text: &str, origin: &str) {
+        let docs: Vec<serde_json::Value> = match serde_saphyr::from_multiple(text) {
+            Ok(docs) => docs,
+            Err(e) => return self.error(format!("{origin}: invalid YAML: {e}")),
+        };
+        for (n, doc) in docs.into_iter().enumerate() {
+            self.object(doc, &format!("{origin}: document {}", n + 1));
+        }
+    }
+
+    /// Reads one object (or the items of a `*List`); `at` says where it is (`FILE: document 2`).
+    pub fn object(&mut self, doc: serde_json::Value, at: &str) {
+        if doc.is_null() {
+            return;
+        }
+        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        if kind.ends_with("List")
+            && let Some(items) = doc.get("items").and_then(|i| i.as_array())
+        {
+            // A list is a cluster's dump (`kubectl get -o yaml`): read as a cluster is.
+            let mut items: Vec<(serde_json::Value, String)> = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| (item.clone(), format!("{at} item {}", i + 1)))
+                .collect();
+            in_creation_order(&mut items);
+            for (item, at) in items {
+                self.object(item, &at);
+            }
+            return;
+        }
+        let invalid = self.manifests.invalid.len();
+        if let Err(e) = read_object(doc, at, &mut self.manifests) {
+            self.error(format!("{e:#}"));
+        }
+        let new = &self.manifests.invalid[invalid..];
+        self.all.extend(new.iter().map(|p| p.error.clone()));
+    }
+
+    /// What was read, or every error (and every invalid policy) in one.
+    pub fn finish(self) -> anyhow::Result<Manifests> {
+        match self.errors.is_empty() {
+            true => Ok(self.manifests),
+            false => Err(all_errors(self.all).expect("errors is not empty")),
+        }
+    }
+}
+
+/// Objects from a cluster in the order they were created (`creationTimestamp`; the given order
+/// among equals and for objects without one), which is the order of the files they were applied
+/// from: a cluster's objects are then read in the order those files are.
+pub fn in_creation_order(objects: &mut [(serde_json::Value, String)]) {
+    objects.sort_by_key(|(doc, _)| {
+        doc.pointer("/metadata/creationTimestamp")
+            .and_then(|t| t.as_str())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    });
+}
+
+/// Reads one object into `m`: an error names the document (`at`), the object and the field.
+fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::Result<()> {
+    {
         let kind = doc
             .get("kind")
             .and_then(|k| k.as_str())
@@ -155,9 +288,9 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
             .and_then(|n| n.as_str())
             .unwrap_or("<unnamed>")
             .to_string();
-        let what = format!("{origin}: document {} ({kind} {name})", n + 1);
+        let what = format!("{at} ({kind} {name})");
         if kind.is_empty() || api_version.is_empty() {
-            anyhow::bail!("{origin}: document {}: missing apiVersion or kind", n + 1);
+            anyhow::bail!("{at}: missing apiVersion or kind");
         }
         let s = &mut m.snapshot;
         let ours = api_version == format!("{GROUP}/{VERSION}");
@@ -246,7 +379,7 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 }
             }
             (true, "AutomationStrategy") => {
-                let p: AutomationStrategy = decode(doc, &what)?;
+                let p: AutomationStrategy = decode_strict(&doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 s.strategies.insert(
                     StrategyKey {
@@ -259,7 +392,7 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 );
             }
             (true, "ClusterAutomationStrategy") => {
-                let p: ClusterAutomationStrategy = decode(doc, &what)?;
+                let p: ClusterAutomationStrategy = decode_strict(&doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 s.strategies.insert(
                     StrategyKey {
@@ -270,7 +403,7 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 );
             }
             (true, "GlobalConfiguration") => {
-                let p: GlobalConfiguration = decode(doc, &what)?;
+                let p: GlobalConfiguration = decode_strict(&doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 if p.metadata.name.as_deref() != Some(GLOBAL_CONFIGURATION_NAME) {
                     anyhow::bail!(
@@ -280,7 +413,7 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
                 s.global = p.spec;
             }
             (true, "PolicyEvaluation") => {
-                let p: PolicyEvaluation = decode(doc, &what)?;
+                let p: PolicyEvaluation = decode_strict(&doc, &what)?;
                 p.spec.validate().map_err(invalid)?;
                 if p.metadata.name.as_deref() != Some(POLICY_EVALUATION_NAME) {
                     anyhow::bail!(

@@ -4,6 +4,8 @@
 
 #[path = "../support/apiserver.rs"]
 mod apiserver;
+#[path = "../support/fake_cluster.rs"]
+mod fake_cluster;
 #[path = "../support/kerf_cli.rs"]
 mod kerf_cli;
 #[path = "../support/prometheus.rs"]
@@ -13,6 +15,8 @@ mod support;
 
 mod bench_scale;
 mod browser;
+mod cluster_read;
+mod input_errors;
 mod recommend_cli;
 mod reconciler_plan;
 mod serve_failures;

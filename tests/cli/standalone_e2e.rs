@@ -279,7 +279,46 @@ async fn serve_standalone_sets_the_coordinated_hpa_target_at_admission() {
     );
     let (code, debug) = get_text(s.health, "/debug/recommendations").await;
     assert_eq!(code, 200);
-    assert!(debug.contains("web"), "{debug}");
+    // One key style, the CRDs' camelCase, all the way down.
+    let debug: serde_json::Value = serde_json::from_str(&debug).unwrap();
+    let web = &debug["workloads"][0];
+    assert_eq!(web["workload"]["name"], "web", "{debug}");
+    assert_eq!(web["resources"]["app"]["cpuMillis"], 700, "{debug}");
+    assert_eq!(web["hpa"]["hpaName"], "web", "{debug}");
+    assert_eq!(
+        (&web["hpa"]["targetBefore"], &web["hpa"]["targetAfter"]),
+        (&serde_json::json!(50), &serde_json::json!(71)),
+        "{debug}"
+    );
+    fn snake_keys(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, child) in m {
+                    // Container names and map keys are the user's; kerf's keys are camelCase.
+                    if k.contains('_') {
+                        out.push(format!("{path}.{k}"));
+                    }
+                    snake_keys(child, &format!("{path}.{k}"), out);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                for (i, child) in a.iter().enumerate() {
+                    snake_keys(child, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut snake = Vec::new();
+    snake_keys(&debug, "", &mut snake);
+    assert!(snake.is_empty(), "snake_case keys: {snake:?}");
+    // Every cycle counted is timed, in standalone mode as in-cluster.
+    let cycles = counter(s.health, "kerf_reconcile_cycles_total").await;
+    assert!(cycles >= 1.0);
+    assert_eq!(
+        counter(s.health, "kerf_reconcile_duration_seconds_count").await,
+        cycles
+    );
 }
 
 /// The value of an unlabelled counter on `/metrics`.

@@ -3,7 +3,7 @@
 //! test CA, basic auth, client certificates), a small authenticating proxy in front of one
 //! (bearer tokens, headers, query parameters), a Prometheus holding two clusters' series (the
 //! cluster label), the real `kerf` binary for the flags and their environment variables.
-//! Needs `prometheus`, `promtool` and `python3` (`scripts/test` installs them).
+//! Needs `prometheus` and `promtool` (`scripts/test` installs them).
 
 use crate::auth_proxy;
 use crate::kerf_cli;

@@ -2,8 +2,7 @@
 //! its own `--web.config.file` (TLS, client certificates, basic auth: [`WebConfig`]).
 //!
 //! Declared once in each test binary that uses it (`tests/<edge>/main.rs`) as `mod prometheus_support`.
-//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH` (and `python3`, which
-//! hashes basic-auth passwords). Backfilled data is fixed in time: query at explicit times around
+//! Binaries come from `KERF_PROMETHEUS_BIN` / `KERF_PROMTOOL_BIN` or `PATH`. Backfilled data is fixed in time: query at explicit times around
 //! [`EPOCH`], never "now".
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -82,31 +81,10 @@ impl WebConfig {
     }
 }
 
-/// A bcrypt hash of `password` (cost 4: quick to check), made by Python's `crypt`.
+/// A bcrypt hash of `password` (cost 4, the least bcrypt allows: quick to check), as
+/// Prometheus's `basic_auth_users` wants it.
 pub fn bcrypt(password: &str) -> String {
-    let out = Command::new("python3")
-        .args([
-            "-W",
-            "ignore",
-            "-c",
-            "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))",
-            password,
-        ])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run python3 to hash a basic-auth password ({e}); install it with \
-                 `scripts/test --setup-only` (or `apt-get install -y python3`)"
-            )
-        });
-    let hash = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(
-        out.status.success() && hash.starts_with("$2"),
-        "python3 made no bcrypt hash (its crypt module, Python 3.12 and older, with the C \
-         library's bcrypt as on Debian bookworm): {hash} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    hash
+    bcrypt::hash(password, 4).expect("bcrypt hashes any password")
 }
 
 pub fn promtool_bin() -> PathBuf {

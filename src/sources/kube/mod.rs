@@ -15,6 +15,8 @@
 //! `/readyz` until the resource works again (`docs/design/runtime.md#r14`). A watch task that
 //! ends or panics is reported by [`Reader::stopped`].
 
+pub mod list;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::panic::AssertUnwindSafe;

@@ -329,7 +329,7 @@ fn kai_gpu_memory_pod_has_no_allocation() {
     assert!(matches!(&a["a"], Allocation::Missing(why) if why.contains("gpu-memory")));
 }
 
-// ---- docs/design/gpu-engine.md#seed-behavior and #g2 to #g10 -------------------------------
+// ---- docs/design/gpu-engine.md#behavior and #g2 to #g10 -------------------------------
 
 #[test]
 fn full_gpu_interpretation_is_percent_of_one_whole_gpu() {

@@ -1,0 +1,180 @@
+//! A live cluster read once, read-only, for `kerf recommend` and `kerf simulate`: the kinds the
+//! in-cluster [`Reader`](super::Reader) watches, each listed (list calls only, paged), and every
+//! object read by the manifests reader ([`ManifestReader`]) — so a cluster gives the same
+//! snapshot, and the same recommendations, as a directory holding the same objects. The objects
+//! are read in the order they were created (`creationTimestamp`; the API's order among equals),
+//! which is the order of the files they were applied from: the same order as reading those files.
+
+use std::any::TypeId;
+
+use ::kube::api::{Api, ApiResource, DynamicObject, ListParams, TypeMeta};
+use ::kube::core::NamespaceResourceScope;
+use ::kube::{Client, Resource};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::api::{
+    AutomationStrategy, ClusterAutomationStrategy, ClusterGpuReactivePolicy,
+    ClusterRightsizingPolicy, GlobalConfiguration, GpuReactivePolicy, PolicyEvaluation,
+    RightsizingPolicy, RightsizingRecommendation,
+};
+use crate::health::error_chain;
+use crate::sources::dir::{ManifestReader, Manifests};
+
+/// Objects per list page (the API server's own default page for `kubectl get` is 500).
+const PAGE: u32 = 500;
+
+/// What was listed, and the kerf kinds the cluster does not serve (CRDs not installed).
+#[derive(Debug)]
+pub struct Listed {
+    pub manifests: Manifests,
+    pub missing_crds: Vec<&'static str>,
+}
+
+/// Lists every kind kerf reads (namespaced kinds in `namespace` only, when given; cluster-scoped
+/// ones always). A kerf kind whose CRD is not installed has no objects; any other failure is an
+/// error naming the resource and the fix.
+pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::Result<Listed> {
+    let mut l = Lister {
+        client,
+        namespace,
+        listed: Vec::new(),
+        missing_crds: Vec::new(),
+    };
+    l.kerf::<GlobalConfiguration>().await?;
+    l.kerf::<PolicyEvaluation>().await?;
+    l.kerf::<AutomationStrategy>().await?;
+    l.kerf::<ClusterAutomationStrategy>().await?;
+    l.kerf::<GpuReactivePolicy>().await?;
+    l.kerf::<ClusterGpuReactivePolicy>().await?;
+    l.kerf::<RightsizingPolicy>().await?;
+    l.kerf::<ClusterRightsizingPolicy>().await?;
+    l.kerf::<RightsizingRecommendation>().await?;
+    l.builtin::<Deployment>().await?;
+    l.builtin::<StatefulSet>().await?;
+    l.builtin::<DaemonSet>().await?;
+    l.builtin::<Job>().await?;
+    l.builtin::<CronJob>().await?;
+    l.builtin::<ReplicaSet>().await?;
+    l.builtin::<Pod>().await?;
+    l.builtin::<HorizontalPodAutoscaler>().await?;
+    let Lister {
+        mut listed,
+        missing_crds,
+        ..
+    } = l;
+    crate::sources::dir::in_creation_order(&mut listed);
+    let mut reader = ManifestReader::default();
+    for (doc, at) in listed {
+        reader.object(doc, &at);
+    }
+    Ok(Listed {
+        manifests: reader.finish()?,
+        missing_crds,
+    })
+}
+
+struct Lister<'a> {
+    client: &'a Client,
+    namespace: Option<&'a str>,
+    /// Every object listed, with where it is (for errors).
+    listed: Vec<(serde_json::Value, String)>,
+    missing_crds: Vec<&'static str>,
+}
+
+impl Lister<'_> {
+    async fn kerf<K: Resource<DynamicType = ()> + crate::sources::kube::KerfKind>(
+        &mut self,
+    ) -> anyhow::Result<()>
+    where
+        K::Scope: 'static,
+    {
+        self.list::<K>(Some(K::KIND)).await
+    }
+
+    async fn builtin<K: Resource<DynamicType = ()>>(&mut self) -> anyhow::Result<()>
+    where
+        K::Scope: 'static,
+    {
+        self.list::<K>(None).await
+    }
+
+    /// Lists `K` page by page; `crd` names a kerf kind (absent when its CRD is
+    /// not installed).
+    async fn list<K: Resource<DynamicType = ()>>(
+        &mut self,
+        crd: Option<&'static str>,
+    ) -> anyhow::Result<()>
+    where
+        K::Scope: 'static,
+    {
+        let ar = ApiResource::erase::<K>(&());
+        let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>();
+        let api: Api<DynamicObject> = match self.namespace {
+            Some(ns) if namespaced => Api::namespaced_with(self.client.clone(), ns, &ar),
+            _ => Api::all_with(self.client.clone(), &ar),
+        };
+        let resource = match ar.group.as_str() {
+            "" => ar.plural.clone(),
+            group => format!("{}.{group}", ar.plural),
+        };
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = match api.list(&params).await {
+                Ok(page) => page,
+                Err(::kube::Error::Api(s)) if s.code == 404 && crd.is_some() => {
+                    self.missing_crds.extend(crd);
+                    return Ok(());
+                }
+                Err(e) => return Err(list_error(&resource, self.namespace, &e)),
+            };
+            for mut obj in page.items {
+                // List items carry no type of their own: the list's.
+                obj.types = Some(TypeMeta {
+                    api_version: ar.api_version.clone(),
+                    kind: ar.kind.clone(),
+                });
+                let at = match &obj.metadata.namespace {
+                    Some(ns) => format!("cluster, namespace {ns}"),
+                    None => "cluster".to_string(),
+                };
+                match serde_json::to_value(&obj) {
+                    Ok(doc) => self.listed.push((doc, at)),
+                    Err(e) => anyhow::bail!("{resource}: an object kerf cannot read back: {e}"),
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+/// A failed list, said for the user whose kubeconfig kerf uses.
+fn list_error(resource: &str, namespace: Option<&str>, e: &::kube::Error) -> anyhow::Error {
+    let scope = namespace.map_or_else(
+        || "in every namespace".to_string(),
+        |ns| format!("in namespace {ns}"),
+    );
+    let fix = match e {
+        ::kube::Error::Api(s) if s.code == 401 => {
+            " (the API server rejected the kubeconfig's credentials)".to_string()
+        }
+        ::kube::Error::Api(s) if s.code == 403 => format!(
+            " (the kubeconfig's user needs list on {resource}{}; --namespace lists one namespace)",
+            if namespace.is_some() {
+                " there"
+            } else {
+                " cluster-wide"
+            }
+        ),
+        _ => String::new(),
+    };
+    anyhow::anyhow!(
+        "listing {resource} {scope}: {}{fix}",
+        crate::health::redact(&error_chain(e))
+    )
+}
