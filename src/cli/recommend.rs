@@ -77,9 +77,11 @@ fn policies_json(statuses: &[(&PolicyId, Option<&crate::api::PolicyStatus>)]) ->
     let entries: Vec<Value> = statuses
         .iter()
         .map(|(id, status)| {
-            let conditions: Vec<Value> = status
-                .iter()
-                .flat_map(|s| &s.conditions)
+            // By type: the order a status holds them in depends on the order they were first set.
+            let mut sorted: Vec<_> = status.iter().flat_map(|s| &s.conditions).collect();
+            sorted.sort_by(|a, b| a.type_.cmp(&b.type_));
+            let conditions: Vec<Value> = sorted
+                .into_iter()
                 .map(|c| {
                     json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message})
                 })
