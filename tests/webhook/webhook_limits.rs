@@ -603,8 +603,8 @@ async fn attack(
 /// The allocator settings the shipped Deployment gives kerf (`MIMALLOC_*` in its env), so the
 /// memory test runs kerf as it is deployed.
 fn deployment_allocator_env() -> Vec<(String, String)> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("manifests/install/deployment.yaml");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/install/deployment.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
