@@ -1,4 +1,4 @@
-//! GpuReactivePolicy and ClusterGpuReactivePolicy (seed `000`): fields exactly as in the seed,
+//! GpuReactivePolicy and ClusterGpuReactivePolicy (the GPU reactive policies document): fields exactly as in it,
 //! plus `spec.weight` and `spec.scope.workloadTypes`.
 
 use kube::{CustomResource, KubeSchema};

@@ -1,6 +1,6 @@
 //! CPU and memory recommendations of one container (pure).
 //!
-//! Decisions (the seeds are silent; docs/design/hpa-coordination.md#h15 is the rule):
+//! Decisions (the user documents are silent; docs/design/hpa-coordination.md#h15 is the rule):
 //! - **The usage is the workload's, per container name.** The metric source aggregates every
 //!   pod the workload had in the window — pods replaced by a rollout included — and matches
 //!   containers by name across them (`crate::metrics::window`, docs/metrics.md).

@@ -2,7 +2,7 @@
 //! outcome, risk flags, savings, phase, what the agent applies, the RightsizingRecommendation it
 //! is recorded as, and rollback/release planning.
 //!
-//! Decisions (the seeds are silent):
+//! Decisions (the user documents are silent):
 //! - **Which containers.** `WorkloadInput::containers` are the containers the HPA counts (regular
 //!   plus restartable init containers). Those outside the policy's `scope.containers` are not
 //!   rightsized but still count in the HPA sums with their current request.
