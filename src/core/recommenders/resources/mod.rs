@@ -46,6 +46,11 @@ pub const PERIODS_METRIC: &str = "container_cpu_cfs_periods_total";
 /// kube-state-metrics: a container's last termination reason (namespace/pod/container/reason
 /// labels), read with `reason="OOMKilled"` ([`container::OOM_KILLED`]).
 pub const LAST_TERMINATED_METRIC: &str = "kube_pod_container_status_last_terminated_reason";
+/// kube-state-metrics: the same for init containers, sidecars included (same labels; the
+/// regular metric never carries them: `internal/store/pod.go`,
+/// `createPodInitContainerStatusLastTerminatedReasonFamilyGenerator`).
+pub const INIT_LAST_TERMINATED_METRIC: &str =
+    "kube_pod_init_container_status_last_terminated_reason";
 pub const REASON_LABEL: &str = "reason";
 
 /// Throttled when at some point of the window at least this share of CFS periods was throttled.
@@ -72,6 +77,8 @@ pub enum RsSignal {
     /// kube-state-metrics: an OOM kill as a pod's last termination, at some step of the memory
     /// window (pods replaced since included).
     OomKilled,
+    /// The same for init containers (sidecars): asked only for batches with a sidecar.
+    InitOomKilled,
     /// kube-state-metrics: the HPAs' current replicas (docs/design/hpa-coordination.md#h7).
     HpaCurrentReplicas,
     /// kube-state-metrics: the HPAs' `spec.maxReplicas`.
@@ -96,6 +103,7 @@ impl RsSignal {
             RsSignal::Memory | RsSignal::History => MEMORY_METRIC,
             RsSignal::Throttled => THROTTLED_PERIODS_METRIC,
             RsSignal::OomKilled => LAST_TERMINATED_METRIC,
+            RsSignal::InitOomKilled => INIT_LAST_TERMINATED_METRIC,
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -109,6 +117,7 @@ impl RsSignal {
             RsSignal::Throttled => "cpu_throttling",
             RsSignal::History => "history",
             RsSignal::OomKilled => "oom_killed",
+            RsSignal::InitOomKilled => "init_oom_killed",
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -171,7 +180,7 @@ fn window_query(
             )
         }
         RsSignal::Memory => (WindowAggregate::Peak, mem_window),
-        RsSignal::OomKilled => {
+        RsSignal::OomKilled | RsSignal::InitOomKilled => {
             matchers.push(LabelMatcher {
                 name: REASON_LABEL.into(),
                 value: container::OOM_KILLED.into(),
@@ -350,7 +359,16 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             let batch = out.batches.len();
             out.batches.push(chunk.iter().map(|(i, _)| *i).collect());
             let selectors: Vec<WorkloadSelector> = chunk.iter().map(|(_, s)| s.clone()).collect();
-            for signal in RsSignal::WINDOW {
+            // Sidecars' terminations are another series: asked only where a sidecar is
+            // rightsized, so clusters without sidecars pay no extra query.
+            let sidecars = chunk.iter().any(|(i, _)| {
+                let spec = snapshot.workloads[out.workloads[*i].workload]
+                    .template
+                    .pod_spec();
+                container::counted_containers(spec).len() > spec.containers.len()
+            });
+            let init = sidecars.then_some(RsSignal::InitOomKilled);
+            for signal in RsSignal::WINDOW.into_iter().chain(init) {
                 let query = window_query(signal, spec, selectors.clone(), now, step_seconds);
                 out.queries
                     .push((pi, signal, RsQuery::Window { batch, query }));
@@ -550,10 +568,12 @@ pub fn evaluate(
                         answers.value(RsSignal::Throttled, key),
                         THROTTLED_RATIO,
                     ),
+                    // Names are unique across a pod's containers and init containers: the
+                    // two series never speak of the same container.
                     oom_killed: oom.contains(c.name.as_str())
-                        || container::oom_killed_in_history(
-                            answers.value(RsSignal::OomKilled, key),
-                        ),
+                        || [RsSignal::OomKilled, RsSignal::InitOomKilled]
+                            .into_iter()
+                            .any(|s| container::oom_killed_in_history(answers.value(s, key))),
                 },
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
