@@ -22,6 +22,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use self::container::{ContainerSignals, Sample};
 use self::workload::{ContainerInput, History, HpaInput, RightsizingOutcome, WorkloadInput};
+use crate::api::ResourceMetrics;
 use crate::core::cycle::CycleOutput;
 use crate::core::hpa::{self, ReplicaHistory};
 use crate::core::model::{PolicyId, WorkloadKey};
@@ -38,7 +39,8 @@ use crate::metrics::{
 };
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
-/// cAdvisor metric names kerf reads (namespace/pod/container labels).
+/// cAdvisor metric names kerf reads by default (namespace/pod/container labels): GlobalConfiguration
+/// `spec.prometheus.resourceMetrics` names others ([`crate::api::ResourceMetrics`]).
 pub const CPU_USAGE_METRIC: &str = "container_cpu_usage_seconds_total";
 pub const MEMORY_METRIC: &str = "container_memory_working_set_bytes";
 pub const THROTTLED_PERIODS_METRIC: &str = "container_cpu_cfs_throttled_periods_total";
@@ -97,11 +99,13 @@ impl RsSignal {
     /// The HPA replica history, queried for every policy whose workloads have an HPA.
     pub const REPLICAS: [RsSignal; 2] = [RsSignal::HpaCurrentReplicas, RsSignal::HpaMaxReplicas];
 
-    pub fn metric(self) -> &'static str {
+    /// The metric the signal reads: cAdvisor's as `metrics` names them, kube-state-metrics' as
+    /// they are.
+    pub fn metric(self, metrics: &ResourceMetrics) -> &str {
         match self {
-            RsSignal::Cpu => CPU_USAGE_METRIC,
-            RsSignal::Memory | RsSignal::History => MEMORY_METRIC,
-            RsSignal::Throttled => THROTTLED_PERIODS_METRIC,
+            RsSignal::Cpu => &metrics.cpu,
+            RsSignal::Memory | RsSignal::History => &metrics.memory,
+            RsSignal::Throttled => &metrics.throttling,
             RsSignal::OomKilled => LAST_TERMINATED_METRIC,
             RsSignal::InitOomKilled => INIT_LAST_TERMINATED_METRIC,
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
@@ -135,6 +139,7 @@ fn windows(spec: &crate::api::RightsizingPolicySpec) -> (i64, i64) {
 /// last `window` seconds.
 fn replicas_query(
     signal: RsSignal,
+    metrics: &ResourceMetrics,
     series: &BTreeSet<(String, String)>,
     window: i64,
     now: Timestamp,
@@ -144,7 +149,7 @@ fn replicas_query(
         v.into_iter().collect::<BTreeSet<_>>().into_iter().collect()
     };
     RangeQuery {
-        metric: signal.metric().into(),
+        metric: signal.metric(metrics).into(),
         namespace_label: "namespace".into(),
         pod_label: hpa::KSM_HPA_LABEL.into(),
         container_label: String::new(),
@@ -163,12 +168,25 @@ fn replicas_query(
 fn window_query(
     signal: RsSignal,
     spec: &crate::api::RightsizingPolicySpec,
+    metrics: &ResourceMetrics,
     workloads: Vec<WorkloadSelector>,
     now: Timestamp,
     step_seconds: i64,
 ) -> WindowQuery {
     let (cpu_window, mem_window) = windows(spec);
-    let mut matchers = Vec::new();
+    // The configured matchers pick one scrape of cAdvisor; kube-state-metrics' series are
+    // another job's and keep none of them.
+    let mut matchers: Vec<LabelMatcher> = match signal {
+        RsSignal::OomKilled | RsSignal::InitOomKilled => Vec::new(),
+        _ => metrics
+            .matchers
+            .iter()
+            .map(|m| LabelMatcher {
+                name: m.name.clone(),
+                value: m.value.clone(),
+            })
+            .collect(),
+    };
     let (aggregate, window) = match signal {
         RsSignal::Cpu => {
             let percentile = spec.resources.cpu.clone().unwrap_or_default().percentile;
@@ -189,14 +207,14 @@ fn window_query(
         }
         RsSignal::Throttled => (
             WindowAggregate::RateRatioPeak {
-                denominator: PERIODS_METRIC.into(),
+                denominator: metrics.periods.clone(),
             },
             cpu_window,
         ),
         _ => (WindowAggregate::FirstSeen, cpu_window.max(mem_window)),
     };
     WindowQuery {
-        metric: signal.metric().into(),
+        metric: signal.metric(metrics).into(),
         aggregate,
         matchers,
         namespace_label: "namespace".into(),
@@ -369,7 +387,14 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             });
             let init = sidecars.then_some(RsSignal::InitOomKilled);
             for signal in RsSignal::WINDOW.into_iter().chain(init) {
-                let query = window_query(signal, spec, selectors.clone(), now, step_seconds);
+                let query = window_query(
+                    signal,
+                    spec,
+                    &snapshot.global.prometheus.resource_metrics,
+                    selectors.clone(),
+                    now,
+                    step_seconds,
+                );
                 out.queries
                     .push((pi, signal, RsQuery::Window { batch, query }));
             }
@@ -380,7 +405,14 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     for (pi, hpas) in hpas_per_policy {
         let (cpu_window, mem_window) = windows(&snapshot.rightsizing_policies[pi].spec);
         for signal in RsSignal::REPLICAS {
-            let q = replicas_query(signal, &hpas, cpu_window.max(mem_window), now, step_seconds);
+            let q = replicas_query(
+                signal,
+                &snapshot.global.prometheus.resource_metrics,
+                &hpas,
+                cpu_window.max(mem_window),
+                now,
+                step_seconds,
+            );
             out.queries.push((pi, signal, RsQuery::Range(q)));
         }
     }
