@@ -617,6 +617,46 @@ fn evaluate_hpa(
         Coordination::Ok {
             target, requests, ..
         } => {
+            // Rounding the target to a whole percent moves the HPA's usage ratio a little; an
+            // HPA whose tolerance is smaller would change its replicas at unchanged usage
+            // (docs/hpa-coordination.md#tolerance): take requests that round exactly, or block.
+            let before: i64 = counted.iter().map(|c| c.current).sum();
+            let after: i64 = requests.iter().sum();
+            let (target, requests) = match hpa::rounding_beyond_tolerance(
+                old,
+                before,
+                target,
+                after,
+                hpa::tolerances(&h.hpa),
+            ) {
+                None => (target, requests),
+                Some((factor, tolerance, side)) => {
+                    let adjusted: Vec<CountedRequest> = counted
+                        .iter()
+                        .zip(&requests)
+                        .map(|(c, &r)| CountedRequest {
+                            recommended: r,
+                            ..c.clone()
+                        })
+                        .collect();
+                    match hpa::exact_requests(old, target, &adjusted, unit) {
+                        Some(exact) => exact,
+                        None => {
+                            out.target_after = Some(target);
+                            block(
+                                &mut out,
+                                Some(SkipReason::TargetOutOfBounds),
+                                format!(
+                                    "rounding the new HPA target to {target} % changes the HPA's usage ratio by {:.2} % at unchanged usage, beyond its {side} tolerance of {:.1} %, and no request up to a tenth above the recommendation rounds exactly",
+                                    (factor - 1.0) * 100.0,
+                                    tolerance * 100.0
+                                ),
+                            );
+                            return out;
+                        }
+                    }
+                }
+            };
             for ((r, c), v) in recommended.iter_mut().zip(&counted).zip(requests) {
                 if c.adjustable {
                     set(r, resource, Some(v));

@@ -1010,3 +1010,73 @@ fn short_history_is_flagged_and_holds_auto_patch_until_a_day() {
     assert_eq!(eval(&i).phase, RecommendationPhase::Applied);
     assert!(eval(&i).risk_flags.is_empty());
 }
+
+/// `cpu_hpa(target)` with `spec.behavior.scaleUp/scaleDown.tolerance` (KEP-4951).
+fn cpu_hpa_tolerance(target: i32, tolerance: &str) -> HpaInput {
+    let mut h = cpu_hpa(target);
+    h.hpa.spec.behavior = Some(
+        serde_json::from_value(json!({
+            "scaleUp": {"tolerance": tolerance}, "scaleDown": {"tolerance": tolerance}
+        }))
+        .unwrap(),
+    );
+    h
+}
+
+/// docs/hpa-coordination.md#tolerance: the worked example rounds 50 × 1000 / 700 = 71.43 to 71 %,
+/// which raises the HPA's usage ratio by 0.6 % at unchanged usage. The default 10 % tolerance
+/// absorbs it; a 0 tolerance does not, and no sum of requests from 700m to 770m rounds exactly
+/// (50 × 1000 has no divisor in 65–71): blocked, target-out-of-bounds, nothing applied.
+#[test]
+fn a_zero_tolerance_hpa_blocks_a_target_that_does_not_round_exactly() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa_tolerance(50, "0")),
+    ));
+    assert_blocked(&o, Some(SkipReason::TargetOutOfBounds));
+    let h = hpa_of(&o);
+    assert!(
+        h.message.contains("scaleUp tolerance of 0.0 %"),
+        "{}",
+        h.message
+    );
+    assert_eq!(h.target_after, Some(71));
+    // A tolerance above the rounding error (1 %) coordinates as the default does.
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa_tolerance(50, "0.01")),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+    assert_eq!(hpa_of(&o).target_after, Some(71));
+}
+
+/// With a 0 tolerance kerf takes the requests that round exactly when a sum at most a tenth above
+/// the recommendation has one: 60 % × 1000m at 790m rounds to 76 % (60,040 ≠ 60,000); 800m at
+/// 75 % keeps the product exactly, so the HPA's replicas do not move at unchanged usage.
+#[test]
+fn a_zero_tolerance_hpa_gets_the_requests_that_round_exactly() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 790, 256)],
+        Some(cpu_hpa_tolerance(60, "0")),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+    let h = hpa_of(&o);
+    assert_eq!((h.target_before, h.target_after), (Some(60), Some(75)));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(800));
+    assert_eq!(
+        75 * 800,
+        60 * 1000,
+        "the oracle: requests × target kept exactly"
+    );
+    // The default tolerance keeps the plain rounding.
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 790, 256)],
+        Some(cpu_hpa(60)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(76));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(790));
+}
