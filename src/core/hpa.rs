@@ -77,6 +77,8 @@ pub enum SkipReason {
     UnsupportedMetrics,
     MissingRequest,
     TargetOutOfBounds,
+    /// The pod template sets pod-level requests: the HPA divides usage by them.
+    PodLevelResources,
 }
 
 impl SkipReason {
@@ -86,6 +88,7 @@ impl SkipReason {
             SkipReason::UnsupportedMetrics => "unsupported-metrics",
             SkipReason::MissingRequest => "missing-request",
             SkipReason::TargetOutOfBounds => "target-out-of-bounds",
+            SkipReason::PodLevelResources => "pod-level-resources",
         }
     }
 }
@@ -302,6 +305,20 @@ pub fn new_target(old: i32, before: i64, after: i64) -> Option<i32> {
     }
     let num = 2 * i128::from(old) * i128::from(before) + i128::from(after);
     i32::try_from(num / (2 * i128::from(after))).ok()
+}
+
+/// Pod-level requests an HPA on `Resource` metrics divides usage by instead of the containers'
+/// (`IsPodLevelRequestsSet`, kubernetes `staging/src/k8s.io/component-helpers/resource/helpers.go`:
+/// a request of a supported pod-level resource, cpu, memory or hugepages; used by
+/// `calculateRequests` in `pkg/controller/podautoscaler/replica_calculator.go`).
+pub fn pod_level_requests_set(spec: &crate::core::pod::PodSpec) -> bool {
+    spec.resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|m| {
+            m.keys()
+                .any(|k| matches!(k.as_str(), "cpu" | "memory") || k.starts_with("hugepages-"))
+        })
 }
 
 /// The HPA controller's tolerance when an HPA sets none (`--horizontal-pod-autoscaler-tolerance`).

@@ -625,6 +625,7 @@ pub fn evaluate(
                     hpa: h.clone(),
                     max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
                     replica_history: history.is_some(),
+                    pod_level_requests: hpa::pod_level_requests_set(spec),
                 }
             });
         let metrics_unavailable = answers.failed.contains(&i);

@@ -122,6 +122,8 @@ pub struct HpaInput {
     /// `max_replicas_reached` comes from the kube-state-metrics replica history; `false`: from
     /// `status.currentReplicas` alone (no series), which the reasons then say.
     pub replica_history: bool,
+    /// The pod template sets pod-level requests ([`hpa::pod_level_requests_set`]).
+    pub pod_level_requests: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -535,6 +537,11 @@ fn evaluate_hpa(
         Some((
             SkipReason::UnsupportedMetrics,
             format!("the HPA's metrics are unsupported: {}", a.detail),
+        ))
+    } else if h.pod_level_requests {
+        Some((
+            SkipReason::PodLevelResources,
+            "the pod template sets pod-level requests (spec.resources.requests): the HPA divides usage by them, not by the containers' requests, and kerf sizes containers only".to_string(),
         ))
     } else if h.max_replicas_reached {
         Some((

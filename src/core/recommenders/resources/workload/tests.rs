@@ -77,6 +77,7 @@ fn hpa_with(metrics: serde_json::Value) -> HpaInput {
         .unwrap(),
         max_replicas_reached: false,
         replica_history: true,
+        pod_level_requests: false,
     }
 }
 
@@ -1079,4 +1080,23 @@ fn a_zero_tolerance_hpa_gets_the_requests_that_round_exactly() {
     ));
     assert_eq!(hpa_of(&o).target_after, Some(76));
     assert_eq!(o.containers[0].recommended.cpu_millis, Some(790));
+}
+
+/// Pod-level requests: the HPA's usage ratio is over them (kubernetes `calculateRequests`), so
+/// kerf's container math would move the HPA: blocked, `pod-level-resources`, even with
+/// coordination on.
+#[test]
+fn pod_level_requests_block_coordination() {
+    let mut h = cpu_hpa(50);
+    h.pod_level_requests = true;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(h),
+    ));
+    assert_blocked(&o, Some(SkipReason::PodLevelResources));
+    assert_eq!(
+        SkipReason::PodLevelResources.as_str(),
+        "pod-level-resources"
+    );
 }
