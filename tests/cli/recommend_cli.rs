@@ -357,6 +357,46 @@ fn a_zero_tolerance_hpa_blocks_the_worked_example() {
     assert_eq!(web["phase"], "blocked", "{web:#}");
 }
 
+/// A VerticalPodAutoscaler on the same Deployment that applies its recommendations (its default
+/// update mode) sets the same requests at admission: kerf publishes its recommendation and
+/// applies nothing, phase `blocked`, reason `VPAConflict`, naming the VPA and the requests. A VPA
+/// in `Off` mode, or one whose policy leaves the container alone, is no conflict.
+#[test]
+fn a_vpa_applying_to_the_workload_blocks_it_naming_the_vpa() {
+    let with_vpa = |spec: &'static str| {
+        hpa_example_edited(move |t| {
+            format!(
+                "{t}---\napiVersion: autoscaling.k8s.io/v1\nkind: VerticalPodAutoscaler\nmetadata: {{name: web-vpa, namespace: shop}}\nspec:\n  targetRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}\n{spec}"
+            )
+        })
+    };
+    let metrics = root().join("examples/hpa/metrics.om");
+    let dir = with_vpa("");
+    let v = recommend_json(dir.path(), &metrics);
+    let web = entry(&v, "web");
+    assert_eq!(web["phase"], "blocked", "{web:#}");
+    assert_eq!(web["reason"], "VPAConflict", "{web:#}");
+    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
+    let message = web["reasons"][0].as_str().unwrap();
+    assert!(
+        message.contains("VerticalPodAutoscaler shop/web-vpa"),
+        "{message}"
+    );
+    assert!(message.contains("app cpu"), "{message}");
+
+    for spec in [
+        "  updatePolicy: {updateMode: \"Off\"}\n",
+        "  resourcePolicy: {containerPolicies: [{containerName: app, mode: \"Off\"}]}\n",
+        "  resourcePolicy: {containerPolicies: [{containerName: \"*\", controlledResources: [memory]}]}\n",
+    ] {
+        let dir = with_vpa(spec);
+        let v = recommend_json(dir.path(), &metrics);
+        let web = entry(&v, "web");
+        assert_eq!(web["phase"], "applied", "{spec}: {web:#}");
+        assert_eq!(web["reason"], serde_json::Value::Null);
+    }
+}
+
 #[test]
 fn hpa_example_coordinates_the_target_with_the_requests() {
     let v = recommend_json(

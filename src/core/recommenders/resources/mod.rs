@@ -636,6 +636,13 @@ pub fn evaluate(
                 policy: policy.spec.clone(),
                 containers,
                 hpa,
+                vpa: crate::core::vpa::applying_vpa(
+                    &snapshot.vpas,
+                    &w.key.namespace,
+                    w.key.kind.as_str(),
+                    &w.key.name,
+                )
+                .cloned(),
                 replicas: w.replicas.unwrap_or(1),
                 history: history(answers, &keys, &policy.spec, now, step_seconds),
                 now,

@@ -135,6 +135,8 @@ pub struct WorkloadInput {
     pub strategy_unresolved: Option<String>,
     pub containers: Vec<ContainerInput>,
     pub hpa: Option<HpaInput>,
+    /// A VPA on the workload that applies its recommendations ([`crate::core::vpa`]).
+    pub vpa: Option<crate::core::vpa::Vpa>,
     /// Current replicas (for total savings).
     pub replicas: i32,
     /// How much usage history the recommendation rests on.
@@ -343,6 +345,18 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             RecommendationPhase::AuditOnly,
             Some(REASON_STRATEGY_UNRESOLVED.to_string()),
             format!("{why}: recommendation only"),
+            None,
+        )
+    } else if let Some((vpa, controlled)) = vpa_conflict(input, &containers, &auto) {
+        (
+            RecommendationPhase::Blocked,
+            Some(crate::core::vpa::REASON_VPA_CONFLICT.to_string()),
+            format!(
+                "VerticalPodAutoscaler {} (updateMode {}) sets {} at admission, as kerf would: kerf applies nothing while it does; set its updateMode to Off (recommendations only), or mode Off in its containerPolicies for these containers",
+                vpa.id(),
+                vpa.update_mode.as_deref().unwrap_or("default"),
+                controlled.join(", ")
+            ),
             None,
         )
     } else if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
@@ -693,6 +707,26 @@ fn evaluate_hpa(
         }
     }
     out
+}
+
+/// The VPA on the workload and the `container cpu|memory` requests it sets that kerf would
+/// apply (in scope, in auto-patch); `None` when there are none.
+fn vpa_conflict<'a>(
+    input: &'a WorkloadInput,
+    containers: &[ContainerOutcome],
+    auto: &[HpaResource],
+) -> Option<(&'a crate::core::vpa::Vpa, Vec<String>)> {
+    let vpa = input.vpa.as_ref()?;
+    let controlled: Vec<String> = containers
+        .iter()
+        .filter(|c| c.in_scope)
+        .flat_map(|c| {
+            auto.iter()
+                .filter(|r| vpa.controls(&c.name, r.as_str()))
+                .map(|r| format!("{} {}", c.name, r.as_str()))
+        })
+        .collect();
+    (!controlled.is_empty()).then_some((vpa, controlled))
 }
 
 fn savings(containers: &[ContainerOutcome], replicas: i32) -> Savings {

@@ -99,6 +99,7 @@ fn input(
         strategy_unresolved: None,
         containers,
         hpa,
+        vpa: None,
         replicas: 4,
         history: full_history(),
         now: now(),
