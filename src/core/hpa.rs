@@ -321,6 +321,16 @@ pub fn pod_level_requests_set(spec: &crate::core::pod::PodSpec) -> bool {
         })
 }
 
+/// The resources (cpu, memory) the pod template requests at pod level: for those the scheduler
+/// reserves the pod-level request, not the containers' sum (`PodRequests`, same file).
+pub fn pod_level_resources(spec: &crate::core::pod::PodSpec) -> Vec<HpaResource> {
+    let requests = spec.resources.as_ref().and_then(|r| r.requests.as_ref());
+    [HpaResource::Cpu, HpaResource::Memory]
+        .into_iter()
+        .filter(|r| requests.is_some_and(|m| m.get(r.as_str()).is_some()))
+        .collect()
+}
+
 /// The HPA controller's tolerance when an HPA sets none (`--horizontal-pod-autoscaler-tolerance`).
 pub const DEFAULT_HPA_TOLERANCE: f64 = 0.1;
 

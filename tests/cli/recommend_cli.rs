@@ -337,6 +337,8 @@ fn pod_level_requests_make_the_hpa_not_coordinable() {
     assert_eq!(web["hpa"]["blocked"], true);
     assert_eq!(web["hpa"]["reason"], "HPACoupled");
     assert_eq!(web["phase"], "blocked", "{web:#}");
+    // CPU is in auto-patch and requested at pod level: nothing applied, said so.
+    assert_eq!(web["reason"], "PodLevelResources", "{web:#}");
 }
 
 /// A 0 tolerance (`spec.behavior.scaleUp/scaleDown.tolerance`): the worked example's 71 % does

@@ -636,6 +636,7 @@ pub fn evaluate(
                 policy: policy.spec.clone(),
                 containers,
                 hpa,
+                pod_level_resources: hpa::pod_level_resources(spec),
                 vpa: crate::core::vpa::applying_vpa(
                     &snapshot.vpas,
                     &w.key.namespace,

@@ -64,6 +64,8 @@ use crate::core::recommenders::resources::container::{
 use crate::core::snapshot::REASON_STRATEGY_UNRESOLVED;
 
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
+/// The pod template requests a resource in auto-patch at pod level (docs/hpa-coordination.md#pod-level-resources).
+pub const REASON_POD_LEVEL_RESOURCES: &str = "PodLevelResources";
 /// Phase `pending`: less usage history than [`MIN_HISTORY_SECONDS`] (or the window, if
 /// shorter); nothing is applied yet.
 pub const REASON_INSUFFICIENT_HISTORY: &str = "InsufficientHistory";
@@ -135,6 +137,8 @@ pub struct WorkloadInput {
     pub strategy_unresolved: Option<String>,
     pub containers: Vec<ContainerInput>,
     pub hpa: Option<HpaInput>,
+    /// The resources the pod template requests at pod level ([`hpa::pod_level_resources`]).
+    pub pod_level_resources: Vec<HpaResource>,
     /// A VPA on the workload that applies its recommendations ([`crate::core::vpa`]).
     pub vpa: Option<crate::core::vpa::Vpa>,
     /// Current replicas (for total savings).
@@ -345,6 +349,23 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             RecommendationPhase::AuditOnly,
             Some(REASON_STRATEGY_UNRESOLVED.to_string()),
             format!("{why}: recommendation only"),
+            None,
+        )
+    } else if let Some(pod_level) = Some(
+        auto.iter()
+            .filter(|r| input.pod_level_resources.contains(r))
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .filter(|p| !p.is_empty())
+    {
+        (
+            RecommendationPhase::Blocked,
+            Some(REASON_POD_LEVEL_RESOURCES.to_string()),
+            format!(
+                "the pod template requests {} at pod level (spec.resources.requests): the scheduler reserves that request, not the containers', and kerf sizes containers only: recommendation only",
+                pod_level.join(" and ")
+            ),
             None,
         )
     } else if let Some((vpa, controlled)) = vpa_conflict(input, &containers, &auto) {

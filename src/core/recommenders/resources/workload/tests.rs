@@ -99,6 +99,7 @@ fn input(
         strategy_unresolved: None,
         containers,
         hpa,
+        pod_level_resources: Vec::new(),
         vpa: None,
         replicas: 4,
         history: full_history(),
@@ -1100,4 +1101,29 @@ fn pod_level_requests_block_coordination() {
         SkipReason::PodLevelResources.as_str(),
         "pod-level-resources"
     );
+}
+
+/// Without an HPA too: for a resource requested at pod level the scheduler reserves the
+/// pod-level request, so changing the containers' saves nothing (and a container above it is
+/// refused): recommendation only, blocked, `PodLevelResources`. A pod-level request of a resource
+/// not in auto-patch changes nothing.
+#[test]
+fn pod_level_requests_of_an_auto_patch_resource_apply_nothing() {
+    let mut i = input(
+        policy(AUTO, AUDIT, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        None,
+    );
+    i.pod_level_resources = vec![HpaResource::Cpu];
+    let o = eval(&i);
+    assert_eq!(o.phase, RecommendationPhase::Blocked, "{}", o.message);
+    assert_eq!(o.reason.as_deref(), Some("PodLevelResources"));
+    assert_eq!(o.apply, None);
+    assert_eq!(
+        o.containers[0].recommended.cpu_millis,
+        Some(700),
+        "still published"
+    );
+    i.pod_level_resources = vec![HpaResource::Memory];
+    assert_eq!(eval(&i).phase, RecommendationPhase::Applied);
 }
