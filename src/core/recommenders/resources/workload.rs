@@ -456,15 +456,35 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     // A policy that is not applied (its strategy does not resolve) manages nothing: what kerf
     // took under it is released (docs/design/hpa-coordination.md#h13).
     let applies = input.strategy_unresolved.is_none();
+    // What a VPA sets is not kerf's: the requests kerf took before the VPA came are released,
+    // and so is a coordinated target over them (docs/hpa-coordination.md#vpa).
+    let vpa_sets = |c: &str, r: HpaResource| {
+        input
+            .vpa
+            .as_ref()
+            .is_some_and(|v| v.controls(c, r.as_str()))
+    };
     let managed = Managed {
         requests: containers
             .iter()
-            .filter(|c| applies && c.in_scope && auto_set.any())
-            .map(|c| (c.name.clone(), auto_set))
+            .filter(|c| applies && c.in_scope)
+            .map(|c| {
+                let set = RequestSet {
+                    cpu: auto_set.cpu && !vpa_sets(&c.name, HpaResource::Cpu),
+                    memory: auto_set.memory && !vpa_sets(&c.name, HpaResource::Memory),
+                };
+                (c.name.clone(), set)
+            })
+            .filter(|(_, set)| set.any())
             .collect(),
         hpa_target: applies
             && input.policy.hpa.coordinate
-            && hpa_resource.is_some_and(|r| ctx.auto(r)),
+            && hpa_resource.is_some_and(|r| {
+                ctx.auto(r)
+                    && !containers
+                        .iter()
+                        .any(|c| c.in_scope && vpa_sets(&c.name, r))
+            }),
         hpa_resource,
     };
     Ok(RightsizingOutcome {

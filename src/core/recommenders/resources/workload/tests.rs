@@ -1127,3 +1127,54 @@ fn pod_level_requests_of_an_auto_patch_resource_apply_nothing() {
     i.pod_level_resources = vec![HpaResource::Memory];
     assert_eq!(eval(&i).phase, RecommendationPhase::Applied);
 }
+
+/// A VPA that comes after kerf applied: blocked, `VPAConflict`, and what the VPA sets is released
+/// (the recorded originals of `app`'s and `side`'s cpu and memory, and the coordinated target
+/// over cpu), so kerf's webhook stops setting it; a VPA that leaves `side`'s memory alone keeps
+/// that one kerf's.
+#[test]
+fn a_vpa_on_the_workload_blocks_and_releases_what_it_sets() {
+    let (spec, status) = taken();
+    let vpa = |policies: serde_json::Value| {
+        crate::core::vpa::Vpa::from_object(json!({
+            "metadata": {"name": "web-vpa", "namespace": "shop"},
+            "spec": {"targetRef": {"kind": "Deployment", "name": "web"},
+                     "resourcePolicy": {"containerPolicies": policies}}
+        }))
+        .unwrap()
+    };
+    let with = |v: crate::core::vpa::Vpa| {
+        let mut i = input(
+            policy(AUTO, AUTO, true),
+            vec![
+                container("app", 700, 256, 700, 256),
+                container("side", 100, 64, 100, 64),
+            ],
+            Some(cpu_hpa(67)),
+        );
+        i.vpa = Some(v);
+        eval(&i)
+    };
+    let o = with(vpa(json!([])));
+    assert_eq!(o.phase, RecommendationPhase::Blocked, "{}", o.message);
+    assert_eq!(o.reason.as_deref(), Some("VPAConflict"));
+    assert!(o.message.contains("shop/web-vpa"), "{}", o.message);
+    assert_eq!(o.apply, None);
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert_eq!(
+        plan,
+        plan_restore(&spec, &status).unwrap(),
+        "everything back"
+    );
+
+    let o = with(vpa(json!([
+        {"containerName": "side", "controlledResources": ["cpu"]}
+    ])));
+    assert_eq!(o.reason.as_deref(), Some("VPAConflict"));
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert!(
+        plan.removed.is_empty(),
+        "side's memory stays kerf's: {plan:?}"
+    );
+    assert_eq!(plan.hpa.as_ref().map(|h| h.target), Some(50));
+}
