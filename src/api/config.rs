@@ -63,6 +63,115 @@ pub struct PrometheusSettings {
     /// clusters (e.g. `cluster="prod-eu"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_label: Option<PrometheusClusterLabel>,
+    /// Which cAdvisor series the CPU/memory recommendations read: the metric names and label
+    /// matchers that pick one scrape of them (a cluster scraping cAdvisor twice, through the
+    /// kubelet and a standalone cAdvisor, otherwise counts both).
+    #[serde(default, skip_serializing_if = "ResourceMetrics::is_default")]
+    pub resource_metrics: ResourceMetrics,
+}
+
+fn default_cpu_metric() -> String {
+    crate::core::recommenders::resources::CPU_USAGE_METRIC.into()
+}
+fn default_memory_metric() -> String {
+    crate::core::recommenders::resources::MEMORY_METRIC.into()
+}
+fn default_throttling_metric() -> String {
+    crate::core::recommenders::resources::THROTTLED_PERIODS_METRIC.into()
+}
+fn default_periods_metric() -> String {
+    crate::core::recommenders::resources::PERIODS_METRIC.into()
+}
+
+/// The cAdvisor series kerf reads for CPU/memory (`namespace`, `pod`, `container` labels), as
+/// the VPA recommender makes its Prometheus names configurable. Defaults: cAdvisor's names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceMetrics {
+    /// CPU usage counter, in seconds (rated).
+    #[serde(default = "default_cpu_metric")]
+    #[x_kube(validation = Rule::new(CEL_METRIC_NAME).message("resourceMetrics.cpu must be a Prometheus metric name"))]
+    pub cpu: String,
+    /// Memory working-set gauge, in bytes.
+    #[serde(default = "default_memory_metric")]
+    #[x_kube(validation = Rule::new(CEL_METRIC_NAME).message("resourceMetrics.memory must be a Prometheus metric name"))]
+    pub memory: String,
+    /// Throttled CFS periods counter.
+    #[serde(default = "default_throttling_metric")]
+    #[x_kube(validation = Rule::new(CEL_METRIC_NAME).message("resourceMetrics.throttling must be a Prometheus metric name"))]
+    pub throttling: String,
+    /// CFS periods counter (the throttled share's denominator).
+    #[serde(default = "default_periods_metric")]
+    #[x_kube(validation = Rule::new(CEL_METRIC_NAME).message("resourceMetrics.periods must be a Prometheus metric name"))]
+    pub periods: String,
+    /// Label matchers `name="value"` added to every selector of these series (not to
+    /// kube-state-metrics'), e.g. `job="kubelet"`, `metrics_path="/metrics/cadvisor"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub matchers: Vec<PrometheusMatcher>,
+}
+
+/// A Prometheus metric name (the CRD's check; [`GlobalConfigurationSpec::validate`] the same).
+const CEL_METRIC_NAME: &str = "self.matches('^[a-zA-Z_:][a-zA-Z0-9_:]*$')";
+
+impl Default for ResourceMetrics {
+    fn default() -> Self {
+        Self {
+            cpu: default_cpu_metric(),
+            memory: default_memory_metric(),
+            throttling: default_throttling_metric(),
+            periods: default_periods_metric(),
+            matchers: Vec::new(),
+        }
+    }
+}
+
+impl ResourceMetrics {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn check(&self, v: &mut Validator) {
+        let field = "spec.prometheus.resourceMetrics";
+        for (name, value) in [
+            ("cpu", &self.cpu),
+            ("memory", &self.memory),
+            ("throttling", &self.throttling),
+            ("periods", &self.periods),
+        ] {
+            v.check(
+                crate::metrics::openmetrics::is_metric_name(value),
+                format!("{field}.{name}"),
+                format!("{value:?} is not a Prometheus metric name"),
+            );
+        }
+        for (i, m) in self.matchers.iter().enumerate() {
+            v.check(
+                crate::metrics::openmetrics::is_label_name(&m.name),
+                format!("{field}.matchers[{i}].name"),
+                format!("{:?} is not a Prometheus label name", m.name),
+            );
+            v.check(
+                !matches!(m.name.as_str(), "namespace" | "pod" | "container"),
+                format!("{field}.matchers[{i}].name"),
+                format!(
+                    "{:?} is selected by kerf itself (the workload's pods and containers)",
+                    m.name
+                ),
+            );
+        }
+    }
+}
+
+/// One equality matcher `name="value"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!(self.name in ['namespace', 'pod', 'container'])").message("matchers[].name: kerf selects namespace, pod and container itself").field_path(".name"))]
+pub struct PrometheusMatcher {
+    #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-zA-Z_][a-zA-Z0-9_]*$')").message("matchers[].name must be a Prometheus label name"))]
+    pub name: String,
+    #[schemars(length(max = 4096))]
+    pub value: String,
 }
 
 impl Default for PrometheusSettings {
@@ -76,6 +185,7 @@ impl Default for PrometheusSettings {
             headers: Vec::new(),
             query_params: Vec::new(),
             cluster_label: None,
+            resource_metrics: ResourceMetrics::default(),
         }
     }
 }
@@ -515,6 +625,7 @@ impl GlobalConfigurationSpec {
             "must be > 0",
         );
         v.merge(self.prometheus.check_connection(OptionNames::Fields));
+        self.prometheus.resource_metrics.check(&mut v);
         v.check(
             !self.kai.scheduler_name.is_empty(),
             "spec.kai.schedulerName",

@@ -45,7 +45,8 @@ pub struct HpaRecommendation {
     pub target_before: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_after: Option<i32>,
-    /// `max-replicas-reached`, `unsupported-metrics`, `missing-request`, `target-out-of-bounds`.
+    /// `max-replicas-reached`, `unsupported-metrics`, `pod-level-resources`, `missing-request`,
+    /// `target-out-of-bounds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_reason: Option<String>,
 }

@@ -240,6 +240,7 @@ impl PrometheusConnectionArgs {
             headers,
             query_params,
             cluster_label,
+            resource_metrics: global.prometheus.resource_metrics.clone(),
         };
         settings.check_connection(OptionNames::Flags)?;
         Ok(settings)

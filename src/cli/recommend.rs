@@ -228,6 +228,8 @@ pub fn workload_json(
         "riskFlags": ok.map(|o| o.risk_flags.clone()).unwrap_or_default(),
         "savings": ok.map(|o| serde_json::to_value(&o.savings).unwrap_or(Value::Null)).unwrap_or_else(|| json!({})),
         "phase": ok.map(|o| serde_json::to_value(o.phase).unwrap_or(Value::Null)),
+        // The phase's reason (`HPACoupled`, `VPAConflict`, …), as the recommendation's status says.
+        "reason": ok.and_then(|o| o.reason.clone()),
         "reasons": reasons,
     })
 }

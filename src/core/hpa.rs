@@ -77,6 +77,8 @@ pub enum SkipReason {
     UnsupportedMetrics,
     MissingRequest,
     TargetOutOfBounds,
+    /// The pod template sets pod-level requests: the HPA divides usage by them.
+    PodLevelResources,
 }
 
 impl SkipReason {
@@ -86,6 +88,7 @@ impl SkipReason {
             SkipReason::UnsupportedMetrics => "unsupported-metrics",
             SkipReason::MissingRequest => "missing-request",
             SkipReason::TargetOutOfBounds => "target-out-of-bounds",
+            SkipReason::PodLevelResources => "pod-level-resources",
         }
     }
 }
@@ -302,6 +305,119 @@ pub fn new_target(old: i32, before: i64, after: i64) -> Option<i32> {
     }
     let num = 2 * i128::from(old) * i128::from(before) + i128::from(after);
     i32::try_from(num / (2 * i128::from(after))).ok()
+}
+
+/// Pod-level requests an HPA on `Resource` metrics divides usage by instead of the containers'
+/// (`IsPodLevelRequestsSet`, kubernetes `staging/src/k8s.io/component-helpers/resource/helpers.go`:
+/// a request of a supported pod-level resource, cpu, memory or hugepages; used by
+/// `calculateRequests` in `pkg/controller/podautoscaler/replica_calculator.go`).
+pub fn pod_level_requests_set(spec: &crate::core::pod::PodSpec) -> bool {
+    spec.resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|m| {
+            m.keys()
+                .any(|k| matches!(k.as_str(), "cpu" | "memory") || k.starts_with("hugepages-"))
+        })
+}
+
+/// The resources (cpu, memory) the pod template requests at pod level: for those the scheduler
+/// reserves the pod-level request, not the containers' sum (`PodRequests`, same file).
+pub fn pod_level_resources(spec: &crate::core::pod::PodSpec) -> Vec<HpaResource> {
+    let requests = spec.resources.as_ref().and_then(|r| r.requests.as_ref());
+    [HpaResource::Cpu, HpaResource::Memory]
+        .into_iter()
+        .filter(|r| requests.is_some_and(|m| m.get(r.as_str()).is_some()))
+        .collect()
+}
+
+/// The HPA controller's tolerance when an HPA sets none (`--horizontal-pod-autoscaler-tolerance`).
+pub const DEFAULT_HPA_TOLERANCE: f64 = 0.1;
+
+/// An HPA's tolerances on its usage ratio, (scale-down, scale-up): `spec.behavior.scaleDown` /
+/// `.scaleUp` `.tolerance` (KEP-4951), else [`DEFAULT_HPA_TOLERANCE`]. The controller keeps its
+/// replicas while `1 − down ≤ ratio ≤ 1 + up` (`Tolerances.isWithin`, kubernetes
+/// `pkg/controller/podautoscaler/replica_calculator.go`). Read to the thousandth, rounded up.
+pub fn tolerances(h: &HorizontalPodAutoscaler) -> (f64, f64) {
+    let behavior = h.spec.behavior.as_ref();
+    let read = |rules: Option<&k8s_openapi::api::autoscaling::v2::HPAScalingRules>| {
+        rules
+            .and_then(|r| r.tolerance.as_ref())
+            .and_then(|q| super::quantity::parse_scaled(&q.0, 3).ok())
+            .map_or(DEFAULT_HPA_TOLERANCE, |m| m.max(0) as f64 / 1000.0)
+    };
+    (
+        read(behavior.and_then(|b| b.scale_down.as_ref())),
+        read(behavior.and_then(|b| b.scale_up.as_ref())),
+    )
+}
+
+/// At unchanged usage the HPA's usage ratio is multiplied by `old × before / (target × after)`
+/// once the requests sum to `after` and the target is `target`. `Some((factor, tolerance,
+/// "scaleUp"|"scaleDown"))` when that factor alone leaves the tolerance band the HPA keeps its
+/// replicas in; `None` when the product is kept exactly or within the tolerance.
+pub fn rounding_beyond_tolerance(
+    old: i32,
+    before: i64,
+    target: i32,
+    after: i64,
+    (down, up): (f64, f64),
+) -> Option<(f64, f64, &'static str)> {
+    let (a, b) = (
+        i128::from(old) * i128::from(before),
+        i128::from(target) * i128::from(after),
+    );
+    if a == b || b <= 0 {
+        return None;
+    }
+    let factor = a as f64 / b as f64;
+    if factor > 1.0 {
+        (factor > 1.0 + up).then_some((factor, up, "scaleUp"))
+    } else {
+        (factor < 1.0 - down).then_some((factor, down, "scaleDown"))
+    }
+}
+
+/// Requests (same order as `containers`) whose sum rounds exactly, `target × Σ = old × Σbefore`,
+/// for some target in `[lo, target]`: the smallest such Σ at or above the recommended sum and at
+/// most a tenth above it, the difference added to one adjustable container within its ceiling.
+/// More request, never less: the recommendation stays a floor. `None` when there is none.
+pub fn exact_requests(
+    old: i32,
+    target: i32,
+    containers: &[CountedRequest],
+    unit: i64,
+) -> Option<(i32, Vec<i64>)> {
+    let before: i128 = containers.iter().map(|c| i128::from(c.current)).sum();
+    let after: i128 = containers.iter().map(|c| i128::from(c.recommended)).sum();
+    let product = i128::from(old) * before;
+    let (lo, _) = hub_bounds(old);
+    let limit = after + after / 10;
+    for t in (lo.max(1)..=target).rev() {
+        let t128 = i128::from(t);
+        if product % t128 != 0 {
+            continue;
+        }
+        let sum = product / t128;
+        if sum > limit {
+            break; // smaller targets only need larger sums
+        }
+        let delta = sum - after;
+        if delta < 0 || delta % i128::from(unit) != 0 {
+            continue;
+        }
+        let delta = i64::try_from(delta).ok()?;
+        let room = |c: &CountedRequest| {
+            c.ceiling
+                .is_none_or(|m| c.recommended.saturating_add(delta) <= m.max(c.recommended))
+        };
+        if let Some(i) = containers.iter().position(|c| c.adjustable && room(c)) {
+            let mut requests: Vec<i64> = containers.iter().map(|c| c.recommended).collect();
+            requests[i] += delta;
+            return Some((t, requests));
+        }
+    }
+    None
 }
 
 /// Hub bounds for a current target: [40, 90] widened to include the current target.
@@ -893,6 +1009,41 @@ mod tests {
                     prop_assert!(raw < lo || raw > hi, "an in-bounds target is never blocked");
                     prop_assert!(!any_adj || (raw < lo && new_target(old, before, floors).unwrap() < lo));
                 }
+            }
+        }
+    }
+
+    /// KEP-4951: the tolerances come from spec.behavior (quantities), else the controller's 10 %.
+    #[test]
+    fn tolerances_are_read_from_behavior_else_the_controller_default() {
+        let mut h = hpa(json!([]));
+        assert_eq!(tolerances(&h), (0.1, 0.1));
+        h.spec.behavior = Some(
+            serde_json::from_value(
+                json!({"scaleUp": {"tolerance": "0"}, "scaleDown": {"tolerance": "50m"}}),
+            )
+            .unwrap(),
+        );
+        assert_eq!(tolerances(&h), (0.05, 0.0));
+    }
+
+    /// The oracle is kubernetes' `Tolerances.isWithin`: `1 − down ≤ ratio ≤ 1 + up`, the ratio
+    /// at unchanged usage being `old × before / (target × after)`.
+    #[test]
+    fn rounding_beyond_tolerance_is_the_controllers_tolerance_band() {
+        let within = |r: f64, (down, up): (f64, f64)| (1.0 - down) <= r && r <= 1.0 + up;
+        for (old, before, target, after) in [
+            (50, 1000, 71, 700),
+            (60, 1000, 76, 790),
+            (60, 1000, 75, 800),
+        ] {
+            for tol in [(0.0, 0.0), (0.005, 0.005), (0.1, 0.1)] {
+                let r = f64::from(old) * before as f64 / (f64::from(target) * after as f64);
+                assert_eq!(
+                    rounding_beyond_tolerance(old, before, target, after, tol).is_none(),
+                    within(r, tol),
+                    "{old} {before} {target} {after} {tol:?}"
+                );
             }
         }
     }

@@ -18,4 +18,5 @@ pub mod recovery;
 pub mod selection;
 pub mod small_map;
 pub mod snapshot;
+pub mod vpa;
 pub mod writes;

@@ -108,6 +108,10 @@ pub struct PodSpec {
     pub containers: Vec<Container>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_containers: Option<Vec<Container>>,
+    /// Pod-level requests and limits (`PodLevelResources`): the HPA divides usage by these
+    /// when they are set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Box<Resources>>,
 }
 
 /// The metadata kerf reads of a pod template: its labels and annotations (a template's name,
@@ -191,6 +195,7 @@ pub struct Pod {
 static NO_SPEC: PodSpec = PodSpec {
     containers: Vec::new(),
     init_containers: None,
+    resources: None,
 };
 static NO_STRINGS: Strings = SmallMap::new();
 
@@ -272,6 +277,7 @@ impl From<k8s::PodSpec> for PodSpec {
             init_containers: s
                 .init_containers
                 .map(|cs| cs.into_iter().map(Container::from).collect()),
+            resources: s.resources.map(|r| Box::new(r.into())),
         }
     }
 }

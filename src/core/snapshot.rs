@@ -256,6 +256,8 @@ pub struct Snapshot {
     pub workloads: Vec<Arc<Workload>>,
     pub pods: Vec<Arc<Pod>>,
     pub hpas: Vec<HorizontalPodAutoscaler>,
+    /// VerticalPodAutoscalers (docs/hpa-coordination.md#vpa): kerf applies nothing a VPA sets.
+    pub vpas: Vec<crate::core::vpa::Vpa>,
     /// (namespace, ReplicaSet name) → Deployment name.
     pub replicaset_owners: BTreeMap<(Name, Name), Name>,
     /// (namespace, Job name) → CronJob name.

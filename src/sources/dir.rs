@@ -495,6 +495,13 @@ fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::R
                 h.metadata.namespace.get_or_insert_with(|| "default".into());
                 s.hpas.push(h);
             }
+            (false, "VerticalPodAutoscaler")
+                if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
+            {
+                let v = crate::core::vpa::Vpa::from_object(doc)
+                    .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+                s.vpas.push(v);
+            }
             (false, k) if IGNORED_KINDS.contains(&k) => m.notes.push(format!("{what}: ignored")),
             (_, other) => anyhow::bail!("{what}: unsupported kind {other} ({api_version})"),
         }

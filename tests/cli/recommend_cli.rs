@@ -308,6 +308,97 @@ fn bad_at_timestamp_is_rejected() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--at"));
 }
 
+/// The HPA example's manifests with `edit` applied to web.yaml, in a temporary directory.
+fn hpa_example_edited(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["pods.yaml", "web.yaml"] {
+        let text = std::fs::read_to_string(root().join("examples/hpa/manifests").join(f)).unwrap();
+        let text = if f == "web.yaml" { edit(&text) } else { text };
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    dir
+}
+
+/// Pod-level requests (`spec.resources`, PodLevelResources): the HPA divides usage by them, not
+/// by the containers' (kubernetes `calculateRequests`), so the container math does not hold: the
+/// recommendation is published, blocked, `skipReason: pod-level-resources`.
+#[test]
+fn pod_level_requests_make_the_hpa_not_coordinable() {
+    let dir = hpa_example_edited(|t| {
+        t.replace(
+            "    spec:\n      containers:",
+            "    spec:\n      resources: {requests: {cpu: 1000m}}\n      containers:",
+        )
+    });
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
+    assert_eq!(web["hpa"]["skipReason"], "pod-level-resources", "{web:#}");
+    assert_eq!(web["hpa"]["blocked"], true);
+    assert_eq!(web["hpa"]["reason"], "HPACoupled");
+    assert_eq!(web["phase"], "blocked", "{web:#}");
+    // CPU is in auto-patch and requested at pod level: nothing applied, said so.
+    assert_eq!(web["reason"], "PodLevelResources", "{web:#}");
+}
+
+/// A 0 tolerance (`spec.behavior.scaleUp/scaleDown.tolerance`): the worked example's 71 % does
+/// not keep requests × target exactly (71 × 700 ≠ 50 × 1000), and no request up to 770m does:
+/// blocked, `target-out-of-bounds`.
+#[test]
+fn a_zero_tolerance_hpa_blocks_the_worked_example() {
+    let dir = hpa_example_edited(|t| {
+        t.replace(
+            "  minReplicas: 2\n",
+            "  minReplicas: 2\n  behavior: {scaleUp: {tolerance: \"0\"}, scaleDown: {tolerance: \"0\"}}\n",
+        )
+    });
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(web["hpa"]["skipReason"], "target-out-of-bounds", "{web:#}");
+    assert_eq!(web["hpa"]["targetAfter"], 71);
+    assert_eq!(web["phase"], "blocked", "{web:#}");
+}
+
+/// A VerticalPodAutoscaler on the same Deployment that applies its recommendations (its default
+/// update mode) sets the same requests at admission: kerf publishes its recommendation and
+/// applies nothing, phase `blocked`, reason `VPAConflict`, naming the VPA and the requests. A VPA
+/// in `Off` mode, or one whose policy leaves the container alone, is no conflict.
+#[test]
+fn a_vpa_applying_to_the_workload_blocks_it_naming_the_vpa() {
+    let with_vpa = |spec: &'static str| {
+        hpa_example_edited(move |t| {
+            format!(
+                "{t}---\napiVersion: autoscaling.k8s.io/v1\nkind: VerticalPodAutoscaler\nmetadata: {{name: web-vpa, namespace: shop}}\nspec:\n  targetRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}\n{spec}"
+            )
+        })
+    };
+    let metrics = root().join("examples/hpa/metrics.om");
+    let dir = with_vpa("");
+    let v = recommend_json(dir.path(), &metrics);
+    let web = entry(&v, "web");
+    assert_eq!(web["phase"], "blocked", "{web:#}");
+    assert_eq!(web["reason"], "VPAConflict", "{web:#}");
+    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
+    let message = web["reasons"][0].as_str().unwrap();
+    assert!(
+        message.contains("VerticalPodAutoscaler shop/web-vpa"),
+        "{message}"
+    );
+    assert!(message.contains("app cpu"), "{message}");
+
+    for spec in [
+        "  updatePolicy: {updateMode: \"Off\"}\n",
+        "  resourcePolicy: {containerPolicies: [{containerName: app, mode: \"Off\"}]}\n",
+        "  resourcePolicy: {containerPolicies: [{containerName: \"*\", controlledResources: [memory]}]}\n",
+    ] {
+        let dir = with_vpa(spec);
+        let v = recommend_json(dir.path(), &metrics);
+        let web = entry(&v, "web");
+        assert_eq!(web["phase"], "applied", "{spec}: {web:#}");
+        assert_eq!(web["reason"], serde_json::Value::Null);
+    }
+}
+
 #[test]
 fn hpa_example_coordinates_the_target_with_the_requests() {
     let v = recommend_json(

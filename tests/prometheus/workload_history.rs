@@ -303,6 +303,147 @@ async fn an_oom_kill_of_a_pod_replaced_mid_window_keeps_the_memory_request() {
     assert_eq!(memory(&late, "web")["recommended"], "300Mi", "{late:#}");
 }
 
+/// A sidecar (a restartable init container) OOM-killed in a pod replaced since: kube-state-metrics
+/// reports it in `kube_pod_init_container_status_last_terminated_reason` (its init-container
+/// family; the regular family never lists init containers). The sidecar's memory request stays
+/// (the OOM floor); the `app` container, never OOM-killed, comes down to its peak. File and
+/// Prometheus agree.
+#[tokio::test]
+async fn a_sidecar_oom_kill_of_a_pod_replaced_mid_window_keeps_its_memory_request() {
+    let (start, end) = (EPOCH, EPOCH + 86_400);
+    let mid = start + 43_200;
+    let (old, today) = ("web-7d9c8b5f6d-x2x4z", "web-5f6d7c8b9d-b2c4d");
+    let mut s = (String::new(), String::new());
+    pod_series(&mut s, old, (start, mid, 60), |_| 0.5, |_| 400.0 * MIB);
+    pod_series(&mut s, today, (mid + 60, end, 60), |_| 0.3, |_| 300.0 * MIB);
+    let proxy = |t: &str| t.replace("container=\"app\"", "container=\"proxy\"");
+    let s = (
+        format!("{}{}", s.0, proxy(&s.0)),
+        format!("{}{}", s.1, proxy(&s.1)),
+    );
+    let mut ksm = String::new();
+    last_terminated(&mut ksm, old, "OOMKilled", (start + 21_600, mid, 60));
+    let ksm = proxy(&ksm).replace(
+        "kube_pod_container_status_last_terminated_reason",
+        "kube_pod_init_container_status_last_terminated_reason",
+    );
+    let text = openmetrics(s).replace(
+        "# EOF\n",
+        &format!(
+            "# TYPE kube_pod_init_container_status_last_terminated_reason gauge\n{ksm}# EOF\n"
+        ),
+    );
+    let p = TestPrometheus::start_with_openmetrics(&text);
+    let dir = manifests("1d", &[("web", &[today])]);
+    let all = dir.path().join("all.yaml");
+    let yaml = std::fs::read_to_string(&all).unwrap().replace(
+        "{containers: [",
+        r#"{initContainers: [{name: proxy, image: x, restartPolicy: Always, resources: {requests: {cpu: "1", memory: 1Gi}}}], containers: ["#,
+    );
+    std::fs::write(&all, yaml).unwrap();
+
+    let json = to_json(&cycle_agreeing(dir.path(), &text, &p, at(end)).await);
+    let web = app(&json, "web");
+    assert_eq!(
+        web["resources"]["proxy"]["memory"]["recommended"], "1Gi",
+        "{web:#}"
+    );
+    assert_eq!(
+        web["resources"]["app"]["memory"]["recommended"], "400Mi",
+        "{web:#}"
+    );
+}
+
+/// A cluster that scrapes cAdvisor twice (through the kubelet and a standalone cAdvisor): each
+/// container's series come twice, `job="kubelet"` and `job="cadvisor"`. By default kerf sums
+/// them (the usage of both); GlobalConfiguration `spec.prometheus.resourceMetrics.matchers`
+/// picks the kubelet's. Renamed series (a recording rule's names) are read from
+/// `resourceMetrics.cpu` / `.memory`. File and Prometheus agree.
+#[tokio::test]
+async fn resource_metrics_pick_one_scrape_of_cadvisor_and_renamed_series() {
+    let (start, end) = (EPOCH, EPOCH + 86_400);
+    let today = "web-5f6d7c8b9d-b2c4d";
+    let job = |t: &str, job: &str| {
+        t.replace(
+            "container=\"app\"",
+            &format!("container=\"app\",job=\"{job}\""),
+        )
+    };
+    let (mut kubelet, mut cadvisor) = (
+        (String::new(), String::new()),
+        (String::new(), String::new()),
+    );
+    pod_series(
+        &mut kubelet,
+        today,
+        (start, end, 60),
+        |_| 0.3,
+        |_| 300.0 * MIB,
+    );
+    pod_series(
+        &mut cadvisor,
+        today,
+        (start, end, 60),
+        |_| 0.5,
+        |_| 500.0 * MIB,
+    );
+    let twice = (
+        format!(
+            "{}{}",
+            job(&kubelet.0, "kubelet"),
+            job(&cadvisor.0, "cadvisor")
+        ),
+        format!(
+            "{}{}",
+            job(&kubelet.1, "kubelet"),
+            job(&cadvisor.1, "cadvisor")
+        ),
+    );
+    // The kubelet's series again under a recording rule's names.
+    let renamed = (
+        job(&kubelet.0, "kubelet")
+            .replace("container_cpu_usage_seconds_total", "k_cpu_seconds_total"),
+        job(&kubelet.1, "kubelet").replace("container_memory_working_set_bytes", "k_memory_bytes"),
+    );
+    let text = openmetrics(twice).replace(
+        "# EOF\n",
+        &format!(
+            "# TYPE k_cpu_seconds counter\n{}# TYPE k_memory_bytes gauge\n{}# EOF\n",
+            renamed.0, renamed.1
+        ),
+    );
+    let p = TestPrometheus::start_with_openmetrics(&text);
+    let dir = manifests("1d", &[("web", &[today])]);
+    let recommended = async |global: &str| {
+        let path = dir.path().join("global.yaml");
+        if global.is_empty() {
+            let _ = std::fs::remove_file(&path);
+        } else {
+            std::fs::write(&path, format!(
+                "apiVersion: rightsizing.kubex.ai/v1alpha1\nkind: GlobalConfiguration\nmetadata: {{name: global-config}}\nspec:\n  prometheus:\n    resourceMetrics:\n{global}"
+            )).unwrap();
+        }
+        let json = to_json(&cycle_agreeing(dir.path(), &text, &p, at(end)).await);
+        let r = &app(&json, "web")["resources"]["app"];
+        (
+            r["cpu"]["recommended"].as_str().unwrap().to_string(),
+            r["memory"]["recommended"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(
+        recommended("").await,
+        ("800m".into(), "800Mi".into()),
+        "both scrapes summed"
+    );
+    let kubelet_only = "      matchers: [{name: job, value: kubelet}]\n";
+    assert_eq!(
+        recommended(kubelet_only).await,
+        ("300m".into(), "300Mi".into())
+    );
+    let renamed = "      cpu: k_cpu_seconds_total\n      memory: k_memory_bytes\n";
+    assert_eq!(recommended(renamed).await, ("300m".into(), "300Mi".into()));
+}
+
 /// Eight workloads, 16 pods, one batch: a Prometheus started with a small
 /// `--query.max-samples` refuses the batch (HTTP 422); kerf splits it until the queries fit and
 /// every workload gets the recommendation an unlimited Prometheus gives — the OOM kills

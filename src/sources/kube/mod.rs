@@ -1078,6 +1078,8 @@ impl Reader {
             workloads,
             pods,
             hpas,
+            // Not watched yet: VPAs in a cluster are read by the directory source only.
+            vpas: Vec::new(),
             replicaset_owners,
             job_owners,
         };

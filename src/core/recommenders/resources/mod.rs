@@ -22,6 +22,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use self::container::{ContainerSignals, Sample};
 use self::workload::{ContainerInput, History, HpaInput, RightsizingOutcome, WorkloadInput};
+use crate::api::ResourceMetrics;
 use crate::core::cycle::CycleOutput;
 use crate::core::hpa::{self, ReplicaHistory};
 use crate::core::model::{PolicyId, WorkloadKey};
@@ -38,7 +39,8 @@ use crate::metrics::{
 };
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
-/// cAdvisor metric names kerf reads (namespace/pod/container labels).
+/// cAdvisor metric names kerf reads by default (namespace/pod/container labels): GlobalConfiguration
+/// `spec.prometheus.resourceMetrics` names others ([`crate::api::ResourceMetrics`]).
 pub const CPU_USAGE_METRIC: &str = "container_cpu_usage_seconds_total";
 pub const MEMORY_METRIC: &str = "container_memory_working_set_bytes";
 pub const THROTTLED_PERIODS_METRIC: &str = "container_cpu_cfs_throttled_periods_total";
@@ -46,6 +48,11 @@ pub const PERIODS_METRIC: &str = "container_cpu_cfs_periods_total";
 /// kube-state-metrics: a container's last termination reason (namespace/pod/container/reason
 /// labels), read with `reason="OOMKilled"` ([`container::OOM_KILLED`]).
 pub const LAST_TERMINATED_METRIC: &str = "kube_pod_container_status_last_terminated_reason";
+/// kube-state-metrics: the same for init containers, sidecars included (same labels; the
+/// regular metric never carries them: `internal/store/pod.go`,
+/// `createPodInitContainerStatusLastTerminatedReasonFamilyGenerator`).
+pub const INIT_LAST_TERMINATED_METRIC: &str =
+    "kube_pod_init_container_status_last_terminated_reason";
 pub const REASON_LABEL: &str = "reason";
 
 /// Throttled when at some point of the window at least this share of CFS periods was throttled.
@@ -72,6 +79,8 @@ pub enum RsSignal {
     /// kube-state-metrics: an OOM kill as a pod's last termination, at some step of the memory
     /// window (pods replaced since included).
     OomKilled,
+    /// The same for init containers (sidecars): asked only for batches with a sidecar.
+    InitOomKilled,
     /// kube-state-metrics: the HPAs' current replicas (docs/design/hpa-coordination.md#h7).
     HpaCurrentReplicas,
     /// kube-state-metrics: the HPAs' `spec.maxReplicas`.
@@ -90,12 +99,15 @@ impl RsSignal {
     /// The HPA replica history, queried for every policy whose workloads have an HPA.
     pub const REPLICAS: [RsSignal; 2] = [RsSignal::HpaCurrentReplicas, RsSignal::HpaMaxReplicas];
 
-    pub fn metric(self) -> &'static str {
+    /// The metric the signal reads: cAdvisor's as `metrics` names them, kube-state-metrics' as
+    /// they are.
+    pub fn metric(self, metrics: &ResourceMetrics) -> &str {
         match self {
-            RsSignal::Cpu => CPU_USAGE_METRIC,
-            RsSignal::Memory | RsSignal::History => MEMORY_METRIC,
-            RsSignal::Throttled => THROTTLED_PERIODS_METRIC,
+            RsSignal::Cpu => &metrics.cpu,
+            RsSignal::Memory | RsSignal::History => &metrics.memory,
+            RsSignal::Throttled => &metrics.throttling,
             RsSignal::OomKilled => LAST_TERMINATED_METRIC,
+            RsSignal::InitOomKilled => INIT_LAST_TERMINATED_METRIC,
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -109,6 +121,7 @@ impl RsSignal {
             RsSignal::Throttled => "cpu_throttling",
             RsSignal::History => "history",
             RsSignal::OomKilled => "oom_killed",
+            RsSignal::InitOomKilled => "init_oom_killed",
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
             RsSignal::HpaMaxReplicas => hpa::KSM_MAX_REPLICAS,
         }
@@ -126,6 +139,7 @@ fn windows(spec: &crate::api::RightsizingPolicySpec) -> (i64, i64) {
 /// last `window` seconds.
 fn replicas_query(
     signal: RsSignal,
+    metrics: &ResourceMetrics,
     series: &BTreeSet<(String, String)>,
     window: i64,
     now: Timestamp,
@@ -135,7 +149,7 @@ fn replicas_query(
         v.into_iter().collect::<BTreeSet<_>>().into_iter().collect()
     };
     RangeQuery {
-        metric: signal.metric().into(),
+        metric: signal.metric(metrics).into(),
         namespace_label: "namespace".into(),
         pod_label: hpa::KSM_HPA_LABEL.into(),
         container_label: String::new(),
@@ -154,12 +168,25 @@ fn replicas_query(
 fn window_query(
     signal: RsSignal,
     spec: &crate::api::RightsizingPolicySpec,
+    metrics: &ResourceMetrics,
     workloads: Vec<WorkloadSelector>,
     now: Timestamp,
     step_seconds: i64,
 ) -> WindowQuery {
     let (cpu_window, mem_window) = windows(spec);
-    let mut matchers = Vec::new();
+    // The configured matchers pick one scrape of cAdvisor; kube-state-metrics' series are
+    // another job's and keep none of them.
+    let mut matchers: Vec<LabelMatcher> = match signal {
+        RsSignal::OomKilled | RsSignal::InitOomKilled => Vec::new(),
+        _ => metrics
+            .matchers
+            .iter()
+            .map(|m| LabelMatcher {
+                name: m.name.clone(),
+                value: m.value.clone(),
+            })
+            .collect(),
+    };
     let (aggregate, window) = match signal {
         RsSignal::Cpu => {
             let percentile = spec.resources.cpu.clone().unwrap_or_default().percentile;
@@ -171,7 +198,7 @@ fn window_query(
             )
         }
         RsSignal::Memory => (WindowAggregate::Peak, mem_window),
-        RsSignal::OomKilled => {
+        RsSignal::OomKilled | RsSignal::InitOomKilled => {
             matchers.push(LabelMatcher {
                 name: REASON_LABEL.into(),
                 value: container::OOM_KILLED.into(),
@@ -180,14 +207,14 @@ fn window_query(
         }
         RsSignal::Throttled => (
             WindowAggregate::RateRatioPeak {
-                denominator: PERIODS_METRIC.into(),
+                denominator: metrics.periods.clone(),
             },
             cpu_window,
         ),
         _ => (WindowAggregate::FirstSeen, cpu_window.max(mem_window)),
     };
     WindowQuery {
-        metric: signal.metric().into(),
+        metric: signal.metric(metrics).into(),
         aggregate,
         matchers,
         namespace_label: "namespace".into(),
@@ -350,8 +377,24 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             let batch = out.batches.len();
             out.batches.push(chunk.iter().map(|(i, _)| *i).collect());
             let selectors: Vec<WorkloadSelector> = chunk.iter().map(|(_, s)| s.clone()).collect();
-            for signal in RsSignal::WINDOW {
-                let query = window_query(signal, spec, selectors.clone(), now, step_seconds);
+            // Sidecars' terminations are another series: asked only where a sidecar is
+            // rightsized, so clusters without sidecars pay no extra query.
+            let sidecars = chunk.iter().any(|(i, _)| {
+                let spec = snapshot.workloads[out.workloads[*i].workload]
+                    .template
+                    .pod_spec();
+                container::counted_containers(spec).len() > spec.containers.len()
+            });
+            let init = sidecars.then_some(RsSignal::InitOomKilled);
+            for signal in RsSignal::WINDOW.into_iter().chain(init) {
+                let query = window_query(
+                    signal,
+                    spec,
+                    &snapshot.global.prometheus.resource_metrics,
+                    selectors.clone(),
+                    now,
+                    step_seconds,
+                );
                 out.queries
                     .push((pi, signal, RsQuery::Window { batch, query }));
             }
@@ -362,7 +405,14 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     for (pi, hpas) in hpas_per_policy {
         let (cpu_window, mem_window) = windows(&snapshot.rightsizing_policies[pi].spec);
         for signal in RsSignal::REPLICAS {
-            let q = replicas_query(signal, &hpas, cpu_window.max(mem_window), now, step_seconds);
+            let q = replicas_query(
+                signal,
+                &snapshot.global.prometheus.resource_metrics,
+                &hpas,
+                cpu_window.max(mem_window),
+                now,
+                step_seconds,
+            );
             out.queries.push((pi, signal, RsQuery::Range(q)));
         }
     }
@@ -550,10 +600,12 @@ pub fn evaluate(
                         answers.value(RsSignal::Throttled, key),
                         THROTTLED_RATIO,
                     ),
+                    // Names are unique across a pod's containers and init containers: the
+                    // two series never speak of the same container.
                     oom_killed: oom.contains(c.name.as_str())
-                        || container::oom_killed_in_history(
-                            answers.value(RsSignal::OomKilled, key),
-                        ),
+                        || [RsSignal::OomKilled, RsSignal::InitOomKilled]
+                            .into_iter()
+                            .any(|s| container::oom_killed_in_history(answers.value(s, key))),
                 },
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
@@ -573,6 +625,7 @@ pub fn evaluate(
                     hpa: h.clone(),
                     max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
                     replica_history: history.is_some(),
+                    pod_level_requests: hpa::pod_level_requests_set(spec),
                 }
             });
         let metrics_unavailable = answers.failed.contains(&i);
@@ -583,6 +636,14 @@ pub fn evaluate(
                 policy: policy.spec.clone(),
                 containers,
                 hpa,
+                pod_level_resources: hpa::pod_level_resources(spec),
+                vpa: crate::core::vpa::applying_vpa(
+                    &snapshot.vpas,
+                    &w.key.namespace,
+                    w.key.kind.as_str(),
+                    &w.key.name,
+                )
+                .cloned(),
                 replicas: w.replicas.unwrap_or(1),
                 history: history(answers, &keys, &policy.spec, now, step_seconds),
                 now,

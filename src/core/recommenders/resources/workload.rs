@@ -64,6 +64,8 @@ use crate::core::recommenders::resources::container::{
 use crate::core::snapshot::REASON_STRATEGY_UNRESOLVED;
 
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
+/// The pod template requests a resource in auto-patch at pod level (docs/hpa-coordination.md#pod-level-resources).
+pub const REASON_POD_LEVEL_RESOURCES: &str = "PodLevelResources";
 /// Phase `pending`: less usage history than [`MIN_HISTORY_SECONDS`] (or the window, if
 /// shorter); nothing is applied yet.
 pub const REASON_INSUFFICIENT_HISTORY: &str = "InsufficientHistory";
@@ -122,6 +124,8 @@ pub struct HpaInput {
     /// `max_replicas_reached` comes from the kube-state-metrics replica history; `false`: from
     /// `status.currentReplicas` alone (no series), which the reasons then say.
     pub replica_history: bool,
+    /// The pod template sets pod-level requests ([`hpa::pod_level_requests_set`]).
+    pub pod_level_requests: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -133,6 +137,10 @@ pub struct WorkloadInput {
     pub strategy_unresolved: Option<String>,
     pub containers: Vec<ContainerInput>,
     pub hpa: Option<HpaInput>,
+    /// The resources the pod template requests at pod level ([`hpa::pod_level_resources`]).
+    pub pod_level_resources: Vec<HpaResource>,
+    /// A VPA on the workload that applies its recommendations ([`crate::core::vpa`]).
+    pub vpa: Option<crate::core::vpa::Vpa>,
     /// Current replicas (for total savings).
     pub replicas: i32,
     /// How much usage history the recommendation rests on.
@@ -343,6 +351,35 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             format!("{why}: recommendation only"),
             None,
         )
+    } else if let Some(pod_level) = Some(
+        auto.iter()
+            .filter(|r| input.pod_level_resources.contains(r))
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .filter(|p| !p.is_empty())
+    {
+        (
+            RecommendationPhase::Blocked,
+            Some(REASON_POD_LEVEL_RESOURCES.to_string()),
+            format!(
+                "the pod template requests {} at pod level (spec.resources.requests): the scheduler reserves that request, not the containers', and kerf sizes containers only: recommendation only",
+                pod_level.join(" and ")
+            ),
+            None,
+        )
+    } else if let Some((vpa, controlled)) = vpa_conflict(input, &containers, &auto) {
+        (
+            RecommendationPhase::Blocked,
+            Some(crate::core::vpa::REASON_VPA_CONFLICT.to_string()),
+            format!(
+                "VerticalPodAutoscaler {} (updateMode {}) sets {} at admission, as kerf would: kerf applies nothing while it does; set its updateMode to Off (recommendations only), or mode Off in its containerPolicies for these containers",
+                vpa.id(),
+                vpa.update_mode.as_deref().unwrap_or("default"),
+                controlled.join(", ")
+            ),
+            None,
+        )
     } else if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
         (
             RecommendationPhase::Blocked,
@@ -419,15 +456,35 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     // A policy that is not applied (its strategy does not resolve) manages nothing: what kerf
     // took under it is released (docs/design/hpa-coordination.md#h13).
     let applies = input.strategy_unresolved.is_none();
+    // What a VPA sets is not kerf's: the requests kerf took before the VPA came are released,
+    // and so is a coordinated target over them (docs/hpa-coordination.md#vpa).
+    let vpa_sets = |c: &str, r: HpaResource| {
+        input
+            .vpa
+            .as_ref()
+            .is_some_and(|v| v.controls(c, r.as_str()))
+    };
     let managed = Managed {
         requests: containers
             .iter()
-            .filter(|c| applies && c.in_scope && auto_set.any())
-            .map(|c| (c.name.clone(), auto_set))
+            .filter(|c| applies && c.in_scope)
+            .map(|c| {
+                let set = RequestSet {
+                    cpu: auto_set.cpu && !vpa_sets(&c.name, HpaResource::Cpu),
+                    memory: auto_set.memory && !vpa_sets(&c.name, HpaResource::Memory),
+                };
+                (c.name.clone(), set)
+            })
+            .filter(|(_, set)| set.any())
             .collect(),
         hpa_target: applies
             && input.policy.hpa.coordinate
-            && hpa_resource.is_some_and(|r| ctx.auto(r)),
+            && hpa_resource.is_some_and(|r| {
+                ctx.auto(r)
+                    && !containers
+                        .iter()
+                        .any(|c| c.in_scope && vpa_sets(&c.name, r))
+            }),
         hpa_resource,
     };
     Ok(RightsizingOutcome {
@@ -536,6 +593,11 @@ fn evaluate_hpa(
             SkipReason::UnsupportedMetrics,
             format!("the HPA's metrics are unsupported: {}", a.detail),
         ))
+    } else if h.pod_level_requests {
+        Some((
+            SkipReason::PodLevelResources,
+            "the pod template sets pod-level requests (spec.resources.requests): the HPA divides usage by them, not by the containers' requests, and kerf sizes containers only".to_string(),
+        ))
     } else if h.max_replicas_reached {
         Some((
             SkipReason::MaxReplicasReached,
@@ -617,6 +679,46 @@ fn evaluate_hpa(
         Coordination::Ok {
             target, requests, ..
         } => {
+            // Rounding the target to a whole percent moves the HPA's usage ratio a little; an
+            // HPA whose tolerance is smaller would change its replicas at unchanged usage
+            // (docs/hpa-coordination.md#tolerance): take requests that round exactly, or block.
+            let before: i64 = counted.iter().map(|c| c.current).sum();
+            let after: i64 = requests.iter().sum();
+            let (target, requests) = match hpa::rounding_beyond_tolerance(
+                old,
+                before,
+                target,
+                after,
+                hpa::tolerances(&h.hpa),
+            ) {
+                None => (target, requests),
+                Some((factor, tolerance, side)) => {
+                    let adjusted: Vec<CountedRequest> = counted
+                        .iter()
+                        .zip(&requests)
+                        .map(|(c, &r)| CountedRequest {
+                            recommended: r,
+                            ..c.clone()
+                        })
+                        .collect();
+                    match hpa::exact_requests(old, target, &adjusted, unit) {
+                        Some(exact) => exact,
+                        None => {
+                            out.target_after = Some(target);
+                            block(
+                                &mut out,
+                                Some(SkipReason::TargetOutOfBounds),
+                                format!(
+                                    "rounding the new HPA target to {target} % changes the HPA's usage ratio by {:.2} % at unchanged usage, beyond its {side} tolerance of {:.1} %, and no request up to a tenth above the recommendation rounds exactly",
+                                    (factor - 1.0) * 100.0,
+                                    tolerance * 100.0
+                                ),
+                            );
+                            return out;
+                        }
+                    }
+                }
+            };
             for ((r, c), v) in recommended.iter_mut().zip(&counted).zip(requests) {
                 if c.adjustable {
                     set(r, resource, Some(v));
@@ -646,6 +748,26 @@ fn evaluate_hpa(
         }
     }
     out
+}
+
+/// The VPA on the workload and the `container cpu|memory` requests it sets that kerf would
+/// apply (in scope, in auto-patch); `None` when there are none.
+fn vpa_conflict<'a>(
+    input: &'a WorkloadInput,
+    containers: &[ContainerOutcome],
+    auto: &[HpaResource],
+) -> Option<(&'a crate::core::vpa::Vpa, Vec<String>)> {
+    let vpa = input.vpa.as_ref()?;
+    let controlled: Vec<String> = containers
+        .iter()
+        .filter(|c| c.in_scope)
+        .flat_map(|c| {
+            auto.iter()
+                .filter(|r| vpa.controls(&c.name, r.as_str()))
+                .map(|r| format!("{} {}", c.name, r.as_str()))
+        })
+        .collect();
+    (!controlled.is_empty()).then_some((vpa, controlled))
 }
 
 fn savings(containers: &[ContainerOutcome], replicas: i32) -> Savings {

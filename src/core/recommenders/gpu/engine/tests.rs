@@ -124,6 +124,7 @@ impl PodB {
             spec: Some(PodSpec {
                 containers: self.containers,
                 init_containers: (!self.init.is_empty()).then_some(self.init),
+                resources: None,
             }),
             status: Some(PodStatus {
                 start_time: self.started_min_ago.map(|m| {

@@ -77,6 +77,7 @@ fn hpa_with(metrics: serde_json::Value) -> HpaInput {
         .unwrap(),
         max_replicas_reached: false,
         replica_history: true,
+        pod_level_requests: false,
     }
 }
 
@@ -98,6 +99,8 @@ fn input(
         strategy_unresolved: None,
         containers,
         hpa,
+        pod_level_resources: Vec::new(),
+        vpa: None,
         replicas: 4,
         history: full_history(),
         now: now(),
@@ -1009,4 +1012,169 @@ fn short_history_is_flagged_and_holds_auto_patch_until_a_day() {
     };
     assert_eq!(eval(&i).phase, RecommendationPhase::Applied);
     assert!(eval(&i).risk_flags.is_empty());
+}
+
+/// `cpu_hpa(target)` with `spec.behavior.scaleUp/scaleDown.tolerance` (KEP-4951).
+fn cpu_hpa_tolerance(target: i32, tolerance: &str) -> HpaInput {
+    let mut h = cpu_hpa(target);
+    h.hpa.spec.behavior = Some(
+        serde_json::from_value(json!({
+            "scaleUp": {"tolerance": tolerance}, "scaleDown": {"tolerance": tolerance}
+        }))
+        .unwrap(),
+    );
+    h
+}
+
+/// docs/hpa-coordination.md#tolerance: the worked example rounds 50 × 1000 / 700 = 71.43 to 71 %,
+/// which raises the HPA's usage ratio by 0.6 % at unchanged usage. The default 10 % tolerance
+/// absorbs it; a 0 tolerance does not, and no sum of requests from 700m to 770m rounds exactly
+/// (50 × 1000 has no divisor in 65–71): blocked, target-out-of-bounds, nothing applied.
+#[test]
+fn a_zero_tolerance_hpa_blocks_a_target_that_does_not_round_exactly() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa_tolerance(50, "0")),
+    ));
+    assert_blocked(&o, Some(SkipReason::TargetOutOfBounds));
+    let h = hpa_of(&o);
+    assert!(
+        h.message.contains("scaleUp tolerance of 0.0 %"),
+        "{}",
+        h.message
+    );
+    assert_eq!(h.target_after, Some(71));
+    // A tolerance above the rounding error (1 %) coordinates as the default does.
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(cpu_hpa_tolerance(50, "0.01")),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+    assert_eq!(hpa_of(&o).target_after, Some(71));
+}
+
+/// With a 0 tolerance kerf takes the requests that round exactly when a sum at most a tenth above
+/// the recommendation has one: 60 % × 1000m at 790m rounds to 76 % (60,040 ≠ 60,000); 800m at
+/// 75 % keeps the product exactly, so the HPA's replicas do not move at unchanged usage.
+#[test]
+fn a_zero_tolerance_hpa_gets_the_requests_that_round_exactly() {
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 790, 256)],
+        Some(cpu_hpa_tolerance(60, "0")),
+    ));
+    assert_eq!(o.phase, RecommendationPhase::Applied, "{}", o.message);
+    let h = hpa_of(&o);
+    assert_eq!((h.target_before, h.target_after), (Some(60), Some(75)));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(800));
+    assert_eq!(
+        75 * 800,
+        60 * 1000,
+        "the oracle: requests × target kept exactly"
+    );
+    // The default tolerance keeps the plain rounding.
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 790, 256)],
+        Some(cpu_hpa(60)),
+    ));
+    assert_eq!(hpa_of(&o).target_after, Some(76));
+    assert_eq!(o.containers[0].recommended.cpu_millis, Some(790));
+}
+
+/// Pod-level requests: the HPA's usage ratio is over them (kubernetes `calculateRequests`), so
+/// kerf's container math would move the HPA: blocked, `pod-level-resources`, even with
+/// coordination on.
+#[test]
+fn pod_level_requests_block_coordination() {
+    let mut h = cpu_hpa(50);
+    h.pod_level_requests = true;
+    let o = eval(&input(
+        policy(AUTO, AUDIT, true),
+        vec![container("app", 1000, 512, 700, 256)],
+        Some(h),
+    ));
+    assert_blocked(&o, Some(SkipReason::PodLevelResources));
+    assert_eq!(
+        SkipReason::PodLevelResources.as_str(),
+        "pod-level-resources"
+    );
+}
+
+/// Without an HPA too: for a resource requested at pod level the scheduler reserves the
+/// pod-level request, so changing the containers' saves nothing (and a container above it is
+/// refused): recommendation only, blocked, `PodLevelResources`. A pod-level request of a resource
+/// not in auto-patch changes nothing.
+#[test]
+fn pod_level_requests_of_an_auto_patch_resource_apply_nothing() {
+    let mut i = input(
+        policy(AUTO, AUDIT, false),
+        vec![container("app", 1000, 512, 700, 256)],
+        None,
+    );
+    i.pod_level_resources = vec![HpaResource::Cpu];
+    let o = eval(&i);
+    assert_eq!(o.phase, RecommendationPhase::Blocked, "{}", o.message);
+    assert_eq!(o.reason.as_deref(), Some("PodLevelResources"));
+    assert_eq!(o.apply, None);
+    assert_eq!(
+        o.containers[0].recommended.cpu_millis,
+        Some(700),
+        "still published"
+    );
+    i.pod_level_resources = vec![HpaResource::Memory];
+    assert_eq!(eval(&i).phase, RecommendationPhase::Applied);
+}
+
+/// A VPA that comes after kerf applied: blocked, `VPAConflict`, and what the VPA sets is released
+/// (the recorded originals of `app`'s and `side`'s cpu and memory, and the coordinated target
+/// over cpu), so kerf's webhook stops setting it; a VPA that leaves `side`'s memory alone keeps
+/// that one kerf's.
+#[test]
+fn a_vpa_on_the_workload_blocks_and_releases_what_it_sets() {
+    let (spec, status) = taken();
+    let vpa = |policies: serde_json::Value| {
+        crate::core::vpa::Vpa::from_object(json!({
+            "metadata": {"name": "web-vpa", "namespace": "shop"},
+            "spec": {"targetRef": {"kind": "Deployment", "name": "web"},
+                     "resourcePolicy": {"containerPolicies": policies}}
+        }))
+        .unwrap()
+    };
+    let with = |v: crate::core::vpa::Vpa| {
+        let mut i = input(
+            policy(AUTO, AUTO, true),
+            vec![
+                container("app", 700, 256, 700, 256),
+                container("side", 100, 64, 100, 64),
+            ],
+            Some(cpu_hpa(67)),
+        );
+        i.vpa = Some(v);
+        eval(&i)
+    };
+    let o = with(vpa(json!([])));
+    assert_eq!(o.phase, RecommendationPhase::Blocked, "{}", o.message);
+    assert_eq!(o.reason.as_deref(), Some("VPAConflict"));
+    assert!(o.message.contains("shop/web-vpa"), "{}", o.message);
+    assert_eq!(o.apply, None);
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert_eq!(
+        plan,
+        plan_restore(&spec, &status).unwrap(),
+        "everything back"
+    );
+
+    let o = with(vpa(json!([
+        {"containerName": "side", "controlledResources": ["cpu"]}
+    ])));
+    assert_eq!(o.reason.as_deref(), Some("VPAConflict"));
+    let plan = plan_release(&spec, &status, &o.managed).unwrap();
+    assert!(
+        plan.removed.is_empty(),
+        "side's memory stays kerf's: {plan:?}"
+    );
+    assert_eq!(plan.hpa.as_ref().map(|h| h.target), Some(50));
 }
