@@ -147,7 +147,7 @@ impl ResourceMetrics {
         }
         for (i, m) in self.matchers.iter().enumerate() {
             v.check(
-                crate::metrics::openmetrics::is_label_name(&m.name),
+                is_label_name(&m.name),
                 format!("{field}.matchers[{i}].name"),
                 format!("{:?} is not a Prometheus label name", m.name),
             );
