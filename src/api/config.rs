@@ -108,6 +108,7 @@ pub struct ResourceMetrics {
     /// kube-state-metrics'), e.g. `job="kubelet"`, `metrics_path="/metrics/cadvisor"`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(m, !m.matches('^(namespace|pod|container)='))").message("matchers: kerf selects namespace, pod and container itself"))]
     pub matchers: Vec<PrometheusMatcher>,
 }
 
@@ -146,32 +147,70 @@ impl ResourceMetrics {
             );
         }
         for (i, m) in self.matchers.iter().enumerate() {
+            let parsed = m.parse();
             v.check(
-                is_label_name(&m.name),
-                format!("{field}.matchers[{i}].name"),
-                format!("{:?} is not a Prometheus label name", m.name),
+                parsed.is_ok(),
+                format!("{field}.matchers[{i}]"),
+                parsed.as_ref().err().cloned().unwrap_or_default(),
             );
+            let name = parsed.map(|(n, _)| n).unwrap_or_default();
             v.check(
-                !matches!(m.name.as_str(), "namespace" | "pod" | "container"),
-                format!("{field}.matchers[{i}].name"),
-                format!(
-                    "{:?} is selected by kerf itself (the workload's pods and containers)",
-                    m.name
-                ),
+                !matches!(name.as_str(), "namespace" | "pod" | "container"),
+                format!("{field}.matchers[{i}]"),
+                format!("{name:?} is selected by kerf itself (the workload's pods and containers)"),
             );
         }
     }
 }
 
-/// One equality matcher `name="value"`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
-#[x_kube(validation = Rule::new("!(self.name in ['namespace', 'pod', 'container'])").message("matchers[].name: kerf selects namespace, pod and container itself").field_path(".name"))]
-pub struct PrometheusMatcher {
-    #[schemars(length(max = 256))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-zA-Z_][a-zA-Z0-9_]*$')").message("matchers[].name must be a Prometheus label name"))]
-    pub name: String,
-    #[schemars(length(max = 4096))]
-    pub value: String,
+/// One equality matcher as PromQL writes it, `name="value"` (e.g. `job="kubelet"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(transparent)]
+pub struct PrometheusMatcher(
+    #[schemars(
+        length(max = 4352),
+        regex(pattern = r#"^[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*"$"#)
+    )]
+    pub String,
+);
+
+impl PrometheusMatcher {
+    /// The label name and the value (PromQL's `\"` and `\\` escapes undone), or why the text
+    /// is not `name="value"`.
+    pub fn parse(&self) -> Result<(String, String), String> {
+        let text = self.0.as_str();
+        let (name, quoted) = text
+            .split_once('=')
+            .ok_or_else(|| format!("{text:?} is not name=\"value\""))?;
+        if !is_label_name(name) {
+            return Err(format!("{name:?} is not a Prometheus label name"));
+        }
+        let inner = quoted
+            .strip_prefix('"')
+            .and_then(|q| q.strip_suffix('"'))
+            .filter(|q| !q.is_empty() || quoted.len() == 2)
+            .ok_or_else(|| {
+                format!("{text:?}: the value must be in double quotes, as in job=\"kubelet\"")
+            })?;
+        let mut value = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(e @ ('"' | '\\')) => value.push(e),
+                    _ => return Err(format!("{text:?}: unknown escape in the value")),
+                },
+                '"' => {
+                    return Err(format!(
+                        "{text:?}: a quote inside the value must be escaped"
+                    ));
+                }
+                c => value.push(c),
+            }
+        }
+        Ok((name.to_string(), value))
+    }
 }
 
 impl Default for PrometheusSettings {
@@ -862,5 +901,35 @@ mod url_tests {
         // Credentials are not repeated.
         let e = check_http_url("user:secret@prom:9090").unwrap_err();
         assert!(!e.contains("secret"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod matcher_tests {
+    use super::PrometheusMatcher;
+
+    /// `resourceMetrics.matchers` are PromQL equality matchers, as written in a selector.
+    #[test]
+    fn matchers_are_read_as_promql_writes_them() {
+        let m = |s: &str| PrometheusMatcher(s.into()).parse();
+        assert_eq!(m(r#"job="kubelet""#), Ok(("job".into(), "kubelet".into())));
+        assert_eq!(
+            m(r#"metrics_path="/metrics/cadvisor""#),
+            Ok(("metrics_path".into(), "/metrics/cadvisor".into()))
+        );
+        assert_eq!(
+            m(r#"a="say \"hi\" \\ ok""#),
+            Ok(("a".into(), r#"say "hi" \ ok"#.into()))
+        );
+        assert_eq!(m(r#"empty="""#), Ok(("empty".into(), String::new())));
+        for bad in [
+            "job=kubelet",
+            "job",
+            r#"1job="x""#,
+            r#"job="x"y""#,
+            r#"job="\q""#,
+        ] {
+            assert!(m(bad).is_err(), "{bad}");
+        }
     }
 }

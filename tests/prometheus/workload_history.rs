@@ -435,7 +435,7 @@ async fn resource_metrics_pick_one_scrape_of_cadvisor_and_renamed_series() {
         ("800m".into(), "800Mi".into()),
         "both scrapes summed"
     );
-    let kubelet_only = "      matchers: [{name: job, value: kubelet}]\n";
+    let kubelet_only = "      matchers: ['job=\"kubelet\"']\n";
     assert_eq!(
         recommended(kubelet_only).await,
         ("300m".into(), "300Mi".into())

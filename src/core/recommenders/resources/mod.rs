@@ -181,10 +181,9 @@ fn window_query(
         _ => metrics
             .matchers
             .iter()
-            .map(|m| LabelMatcher {
-                name: m.name.clone(),
-                value: m.value.clone(),
-            })
+            // Checked when the GlobalConfiguration is read (`ResourceMetrics::check`).
+            .filter_map(|m| m.parse().ok())
+            .map(|(name, value)| LabelMatcher { name, value })
             .collect(),
     };
     let (aggregate, window) = match signal {
