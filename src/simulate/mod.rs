@@ -22,7 +22,6 @@ use crate::core::pod::Pod;
 use crate::core::recommenders::gpu::engine::Action;
 use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::container::PolicyParams;
-use crate::core::recommenders::resources::{CPU_USAGE_METRIC, MEMORY_METRIC};
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{MetricSource, RangeQuery, SeriesSet};
 use crate::reconcile::standalone::in_memory_cycle;
@@ -384,6 +383,8 @@ pub async fn run<S: MetricSource>(
         .collect();
     let mut history = HistorySource::new(source, opts.from, last, namespaces, pod_names, relative);
     let kai = base.global.kai.clone();
+    // The cAdvisor names the recommender reads (GlobalConfiguration `resourceMetrics`).
+    let resource_metrics = base.global.prometheus.resource_metrics.clone();
     let mut writer = MemoryWriter::new();
     let store = Store::default();
     // What a rollout would give each workload's pods before the replay: the manifests' templates
@@ -721,9 +722,9 @@ pub async fn run<S: MetricSource>(
             track.report.chart.usage = usage;
             track.report.gpu_hours = hours(&used, |a| a.gpu, &mut covered);
         }
-        let (cpu, cpu_pod) = ctx.summed(CPU_USAGE_METRIC, Some(true)).await?;
+        let (cpu, cpu_pod) = ctx.summed(&resource_metrics.cpu, Some(true)).await?;
         track.report.cpu_core_hours = hours(&cpu, |a| a.cores, &mut covered);
-        let (memory, memory_pod) = ctx.summed(MEMORY_METRIC, Some(false)).await?;
+        let (memory, memory_pod) = ctx.summed(&resource_metrics.memory, Some(false)).await?;
         let memory: BTreeMap<i64, f64> = memory.into_iter().map(|(t, v)| (t, v / GIB)).collect();
         track.report.memory_gib_hours = hours(&memory, |a| a.gib, &mut covered);
         if track.report.resources_policy {

@@ -588,3 +588,36 @@ fn a_cpu_workload_gets_cpu_and_memory_charts_with_the_hpa_and_no_gpu_figures() {
         "{table}"
     );
 }
+
+/// The replay reads CPU usage under the name GlobalConfiguration `resourceMetrics.cpu` gives,
+/// as the recommender does: the example's cAdvisor series renamed, and the configuration
+/// naming them, give the same CPU hours as the shipped example.
+#[test]
+fn the_replay_reads_the_configured_cadvisor_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    for e in std::fs::read_dir(root().join("examples/manifests")).unwrap() {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap().replace(
+            "    requestTimeout: 30s\n",
+            "    requestTimeout: 30s\n    resourceMetrics:\n      cpu: my_cpu_seconds_total\n",
+        );
+        std::fs::write(manifests.join(p.file_name().unwrap()), text).unwrap();
+    }
+    let om = std::fs::read_to_string(root().join("examples/metrics.om"))
+        .unwrap()
+        .replace("container_cpu_usage_seconds", "my_cpu_seconds");
+    let om_path = dir.path().join("metrics.om");
+    std::fs::write(&om_path, om).unwrap();
+    let metrics = FileSource::from_path(&om_path).unwrap();
+    let renamed = replay(
+        &manifests,
+        &metrics,
+        &opts("2026-01-01T11:30:00Z", "2026-01-01T12:30:00Z"),
+    );
+    let shipped = examples();
+    let cpu = |r: &Report| workload(r, "llm").cpu_core_hours;
+    assert_eq!(cpu(&renamed), cpu(&shipped));
+    assert!(cpu(&renamed).coverage.is_some());
+}
