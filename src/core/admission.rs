@@ -763,14 +763,7 @@ fn desired_pod(
         &mut decided,
     )?;
     mps_with_the_fraction(&admitted, has_fraction, to_kai, &mut decided);
-    metadata(
-        &mut desired,
-        pod,
-        &admitted,
-        state,
-        decided.changes.top.contains_key("gpuShape"),
-        &mut decided,
-    )?;
+    metadata(&mut desired, pod, &admitted, state, &mut decided)?;
     Ok((desired, decided.notes))
 }
 
@@ -1049,7 +1042,6 @@ fn metadata(
     original: &Value,
     pod: &Admitted<'_>,
     state: &WorkloadState,
-    shape_only: bool,
     decided: &mut Decided,
 ) -> Result<(), ShapeError> {
     let ann_changed = decided
@@ -1084,7 +1076,8 @@ fn metadata(
     }
     // A pod kept as it is because of KAI's rules still records why (once: a reinvocation
     // finds the record).
-    let shape_only = shape_only && !pod.annotations.contains_key(ANNOTATION_MUTATED);
+    let shape_only = decided.changes.top.contains_key("gpuShape")
+        && !pod.annotations.contains_key(ANNOTATION_MUTATED);
     if shape_only || desired != original {
         let summary = summary_text(state.policy.as_ref(), &decided.changes);
         let a = child_obj(metadata_mut(desired)?, "annotations", "metadata")?;

@@ -321,7 +321,7 @@ fn label_operation(op: &str) -> &'static str {
 
 fn decide(req: &Reading<'_>, object: Object<'_>, store: &Store) -> Decision {
     match (req.kind.group.as_str(), req.kind.kind.as_str()) {
-        ("", "Pod") if req.operation == "CREATE" => {
+        _ if req.is_pod_creation() => {
             let skel = match object {
                 Object::Pod(Some(skel)) => Ok(*skel),
                 Object::Pod(None) => Err("request.object is missing".into()),

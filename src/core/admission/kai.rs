@@ -47,7 +47,8 @@ pub fn kai_accepts_holdings(holdings: impl IntoIterator<Item = Holds>) -> bool {
     fractions == 0 || (fractions == 1 && wholes == 0)
 }
 
-fn accepted(slots: &[Slot<'_>], targets: &[Option<GpuTarget>]) -> bool {
+/// Whether the pod KAI would see after `targets` are applied to `slots` is one it accepts.
+pub fn accepted(slots: &[Slot<'_>], targets: &[Option<GpuTarget>]) -> bool {
     kai_accepts_holdings(
         slots
             .iter()

@@ -642,19 +642,17 @@ impl Task {
             removed: &r.removed,
         };
         let apply = kerf_apply(key, live_of(&live), None, set, released);
-        for c in &apply.not_in_template {
-            tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
-        }
         for field in &apply.still_kerfs {
             tracing::warn!(workload = %key, request = %field, "only kerf owns a restored request: kerf keeps owning it");
         }
+        let body = applied_body(key, apply);
         let params = apply_params();
-        let patch = Patch::Apply(&apply.body);
+        let patch = Patch::Apply(&body);
         self.call(Some("template"), &format!("release {key}"), || {
             api.patch(&key.name, &params, &patch)
         })
         .await?;
-        self.last_applied.insert(key.clone(), apply.body);
+        self.last_applied.insert(key.clone(), body);
         Ok(2)
     }
 

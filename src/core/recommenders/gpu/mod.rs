@@ -766,8 +766,10 @@ fn kai_shape_reason(w: &Workload, result: &WorkloadResult) -> Option<String> {
         })
         .collect();
     // Most workloads need no change of shape: only then is the served state built.
-    kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |_, _| true).why?;
     let all_planned: Vec<_> = slots.iter().map(|s| s.target).collect();
+    if kai::accepted(&slots, &all_planned) {
+        return None;
+    }
     let state = result.to_state();
     let shape = kai::one_fraction_and_no_whole_gpus_beside_it(&slots, |i, t| {
         let name = slots[i].name;
