@@ -12,13 +12,42 @@ pub mod rightsizing;
 pub mod strategy;
 pub mod strict;
 
-pub use common::*;
-pub use config::*;
-pub use gpu::*;
+pub use common::{
+    CEL_AT_LEAST_1M, CEL_NOT_ZERO, CEL_ZERO_OR_AT_LEAST_1M, CONDITION_METRICS_FOUND,
+    CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED,
+    DURATION_MAX_LENGTH, DURATION_PATTERN, DurationStr, Experimental, FieldError, GPU_KAI_CONTRACT,
+    GROUP, NamespaceOperator, NamespaceSelector, ObjectRef, PolicyStatus, Scope, VERSION,
+    ValidationError, Validator, WorkloadKind, is_label_name,
+};
+pub use config::{
+    GLOBAL_CONFIGURATION_NAME, GlobalConfiguration, GlobalConfigurationSpec,
+    KAI_DEFAULT_QUEUE_LABEL, KaiSettings, MAX_CONNECTION_ITEMS, MAX_NAME_LENGTH, MAX_VALUE_LENGTH,
+    OptionNames, POLICY_EVALUATION_NAME, PolicyEvaluation, PolicyEvaluationSpec, PolicyType,
+    Precedence, PrometheusBasicAuth, PrometheusClusterLabel, PrometheusHeader, PrometheusMatcher,
+    PrometheusOption, PrometheusQueryParam, PrometheusSettings, PrometheusTls,
+    RESERVED_QUERY_PARAMS, ResourceMetrics, check_http_url, is_header_name,
+};
+pub use gpu::{
+    ClusterGpuReactivePolicy, ClusterGpuReactivePolicySpec, GpuMetrics, GpuPolicySpecRef,
+    GpuReactivePolicy, GpuReactivePolicySpec, GpuSignal, Interpretation, PrometheusMetric,
+    ScaleBackRule, Signal, UpsizeRule,
+};
 pub use object::{KERF_KINDS, KerfObject};
-pub use recommendation::*;
-pub use rightsizing::*;
-pub use strategy::*;
+pub use recommendation::{
+    AppliedChange, CONDITION_CONFLICT, ConflictStatus, ContainerRecommendation, FieldTakeback,
+    HpaRecommendation, REASON_CONFLICT, RecommendationPhase, RecommendationStatus, ResourceValues,
+    RightsizingRecommendation, RightsizingRecommendationSpec, Savings, WorkloadRef,
+};
+pub use rightsizing::{
+    ClusterRightsizingPolicy, ClusterRightsizingPolicySpec, CpuRecipe, HpaCoordination,
+    MemoryRecipe, ResourceMode, ResourceRecipes, RightsizingPolicy, RightsizingPolicySpec,
+    StaticRequests, TargetBounds,
+};
+pub use strategy::{
+    AutomationStrategy, AutomationStrategySpec, ClusterAutomationStrategy,
+    ClusterAutomationStrategySpec, Enablement, GpuEnablement, KaiStrategy, OverrideScheduler,
+    StrategyView, UpDown,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

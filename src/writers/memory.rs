@@ -27,7 +27,7 @@ use crate::core::persisted::PersistedRecommendation;
 use crate::core::pod::PodTemplateSpec;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
-use crate::writers::kube::{
+use crate::core::writes::{
     EventWrite, GpuAnnotations, HpaTarget, RecommendationWrite, RestoreKind, WorkloadWrite,
     WriteOp, gpu_restart_due, merge_conditions, requests_match,
 };

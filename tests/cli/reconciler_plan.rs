@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::core::model::{ContainerRequests, GpuRecommendation, ResourceRequests, WorkloadKey};
+use kerf::core::writes::WriteOp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::reconcile::plan_writes;
 use kerf::reconcile::{CycleOutput, run_cycle};
 use kerf::sources::dir::load_dir;
-use kerf::writers::kube::WriteOp;
 
 fn at() -> Timestamp {
     "2026-01-01T12:00:00Z".parse().unwrap()
@@ -44,7 +44,7 @@ async fn cycle(dir: &str, metrics: &str) -> (kerf::sources::dir::Manifests, Cycl
 fn workload_op<'a>(
     ops: &'a [WriteOp],
     name: &str,
-) -> Option<&'a kerf::writers::kube::WorkloadWrite> {
+) -> Option<&'a kerf::core::writes::WorkloadWrite> {
     ops.iter().find_map(|op| match op {
         WriteOp::Workload(w) if w.observed.key.name == name => Some(&**w),
         _ => None,
@@ -395,7 +395,7 @@ async fn an_invalid_policy_in_a_directory_is_left_out_and_reported_in_its_status
 fn recommendation_op<'a>(
     ops: &'a [WriteOp],
     name: &str,
-) -> Option<&'a kerf::writers::kube::RecommendationWrite> {
+) -> Option<&'a kerf::core::writes::RecommendationWrite> {
     ops.iter().find_map(|op| match op {
         WriteOp::Recommendation(r) if r.name == name => Some(&**r),
         _ => None,
@@ -974,7 +974,7 @@ async fn each_policys_strategy_governs_its_own_containers_at_admission() {
 
 /// The `MetricsFound` condition the cycle writes to a GPU policy's status
 /// (docs/design/gpu-engine.md#g13).
-fn metrics_found(ops: &[WriteOp], policy: &str) -> Option<kerf::writers::kube::ConditionUpdate> {
+fn metrics_found(ops: &[WriteOp], policy: &str) -> Option<kerf::core::writes::ConditionUpdate> {
     ops.iter()
         .find_map(|op| match op {
             WriteOp::PolicyStatus(p) if p.policy.name == policy => Some(p),

@@ -17,10 +17,11 @@ use kerf::api::{
 use kerf::core::model::{ANNOTATION_ROLLBACK, WorkloadKey};
 use kerf::core::persisted::PersistedRecommendation;
 use kerf::core::snapshot::Snapshot;
+use kerf::core::writes::WriteOp;
+use kerf::core::writes::{RecommendationWrite, RestoreKind, RestoreWrite};
 use kerf::reconcile::{CycleOutput, run_cycle};
 use kerf::reconcile::{held_back, plan_writes, serve_persisted};
-use kerf::writers::kube::{RecommendationWrite, RestoreKind, RestoreWrite};
-use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
+use kerf::writers::kube::{WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::{Recorded, Reply, calls, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -8,8 +8,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::core::model::WorkloadKey;
+use kerf::core::writes::WriteOp;
 use kerf::telemetry::Metrics;
-use kerf::writers::kube::{Lease, LeaseConfig, WriteOp, WriteOutcome, Writer, WriterConfig};
+use kerf::writers::kube::{Lease, LeaseConfig, WriteOutcome, Writer, WriterConfig};
 use kube_support::{Recorded, Reply, calls, eventually, mock, requests, status};
 use serde_json::{Value, json};
 

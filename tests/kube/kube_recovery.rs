@@ -13,11 +13,12 @@ use kerf::core::model::{
 };
 use kerf::core::recovery::{recover, store_entries_from_annotations};
 use kerf::core::snapshot::{GpuPolicy, Snapshot, StrategyKey, Workload};
+use kerf::core::writes::WriteOp;
+use kerf::core::writes::{GpuAnnotations, WorkloadWrite};
 use kerf::reconcile::cluster::prime_store;
 use kerf::sources::kube::Reader;
 use kerf::state::Store;
-use kerf::writers::kube::{GpuAnnotations, WorkloadWrite};
-use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig};
+use kerf::writers::kube::{WriteOutcome, Writer, WriterConfig};
 use kube_support::{Recorded, Reply, mock, requests};
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -17,12 +17,11 @@ use kerf::core::model::{
     WorkloadKey, render_baseline,
 };
 use kerf::core::snapshot::Workload;
+use kerf::core::writes::WriteOp;
+use kerf::core::writes::{ConditionUpdate, GpuAnnotations, WorkloadWrite};
+use kerf::core::writes::{CoordinatedChange, EventWrite, HpaTarget, PolicyStatusWrite};
 use kerf::telemetry::Metrics;
-use kerf::writers::kube::{
-    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, PolicyStatusWrite,
-    WorkloadWrite,
-};
-use kerf::writers::kube::{WriteOp, WriteOutcome, Writer, WriterConfig, WriterHandle};
+use kerf::writers::kube::{WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::{Recorded, Reply, calls, mock, requests, status};
 use serde_json::{Value, json};
 use tokio::sync::watch;

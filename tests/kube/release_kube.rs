@@ -645,8 +645,8 @@ mod gpu {
     use std::path::Path;
 
     use kerf::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
+    use kerf::core::writes::WriteOp;
     use kerf::metrics::file::FileSource;
-    use kerf::writers::kube::WriteOp;
 
     use super::kube_support::ssa::{Field, Owner};
     use super::*;

@@ -55,7 +55,7 @@ use crate::core::model::{
 };
 use crate::telemetry::{Metrics, WriteLabels};
 
-pub use crate::core::writes::*;
+use crate::core::writes::*;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum WriteOutcome {
