@@ -8,5 +8,6 @@ mod api_docs;
 mod api_seed;
 mod api_validation;
 mod design_docs;
+mod function_length;
 mod gitops_docs;
 mod manifests_validate;
