@@ -61,6 +61,50 @@ fn named<T>(text: &str, r: Result<T, QuantityError>) -> Result<T, QuantityError>
     })
 }
 
+/// The power of ten and of two a quantity's suffix stands for: Kubernetes' decimal SI, binary
+/// and `e<n>` exponent suffixes (`apimachinery/pkg/api/resource`).
+fn suffix_exponents(text: &str, suffix: &str) -> Result<(i32, u32), QuantityError> {
+    Ok(match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        s if (s.starts_with('e') || s.starts_with('E')) && s.len() > 1 => {
+            let exp = &s[1..];
+            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(err(text, format!("bad exponent {s:?}")));
+            }
+            let e: i32 = exp
+                .parse()
+                .ok()
+                .filter(|e: &i32| e.abs() <= 60)
+                .ok_or_else(|| err(text, format!("exponent {s:?} out of range")))?;
+            (e, 0)
+        }
+        s => {
+            return Err(err(
+                text,
+                format!(
+                    "unknown suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or e<n>)"
+                ),
+            ));
+        }
+    })
+}
+
 fn parse_exact(text: &str) -> Result<Exact<'_>, QuantityError> {
     if text.is_empty() {
         return Err(err(text, "empty"));
@@ -114,46 +158,7 @@ fn parse_exact(text: &str) -> Result<Exact<'_>, QuantityError> {
             "expected a number such as 700m, 1.5, 512Mi or 1e3",
         ));
     }
-    let suffix = &text[i..];
-    let (exp10, exp2): (i32, u32) = match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        s if (s.starts_with('e') || s.starts_with('E')) && s.len() > 1 => {
-            let exp = &s[1..];
-            let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(err(text, format!("bad exponent {s:?}")));
-            }
-            let e: i32 = exp
-                .parse()
-                .ok()
-                .filter(|e: &i32| e.abs() <= 60)
-                .ok_or_else(|| err(text, format!("exponent {s:?} out of range")))?;
-            (e, 0)
-        }
-        s => {
-            return Err(err(
-                text,
-                format!(
-                    "unknown suffix {s:?} (expected one of n u m k M G T P E Ki Mi Gi Ti Pi Ei or e<n>)"
-                ),
-            ));
-        }
-    };
+    let (exp10, exp2) = suffix_exponents(text, &text[i..])?;
     Ok(Exact {
         text,
         negative,
@@ -302,6 +307,19 @@ pub const MIB: i64 = 1 << 20;
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn suffix_exponents() {
+        let of = |s| super::suffix_exponents("q", s);
+        assert_eq!(of("").unwrap(), (0, 0));
+        assert_eq!(of("m").unwrap(), (-3, 0));
+        assert_eq!(of("Gi").unwrap(), (0, 30));
+        assert_eq!(of("e-3").unwrap(), (-3, 0));
+        assert_eq!(of("E").unwrap(), (18, 0), "E alone is exa, not an exponent");
+        assert!(of("e61").unwrap_err().to_string().contains("out of range"));
+        assert!(of("e+").unwrap_err().to_string().contains("bad exponent"));
+        assert!(of("mi").unwrap_err().to_string().contains("unknown suffix"));
+    }
 
     #[test]
     fn cpu_forms_parse_to_millicores() {
