@@ -471,6 +471,33 @@ fn scaled(a: i64, k: f64, unit: i64, up: bool) -> i64 {
     (q as i64).saturating_mul(unit)
 }
 
+/// The smallest factor k ≥ 1 at which the requests' sum reaches `need` (bisection; the sum grows
+/// with k). None when no finite factor does.
+fn smallest_factor_reaching(sum_at: impl Fn(f64) -> i128, need: i128) -> Option<f64> {
+    let (mut a, mut b) = (1.0f64, 2.0f64);
+    while sum_at(b) < need {
+        b *= 2.0;
+        if !b.is_finite() {
+            return None;
+        }
+    }
+    for _ in 0..200 {
+        let m = (a + b) / 2.0;
+        if sum_at(m) >= need { b = m } else { a = m }
+    }
+    Some(b)
+}
+
+/// The largest factor k in [0, 1] at which the requests' sum stays at most `need` (bisection).
+fn largest_factor_within(sum_at: impl Fn(f64) -> i128, need: i128) -> f64 {
+    let (mut a, mut b) = (0.0f64, 1.0f64);
+    for _ in 0..200 {
+        let m = (a + b) / 2.0;
+        if sum_at(m) <= need { a = m } else { b = m }
+    }
+    a
+}
+
 /// Keep the new target within the hub bounds (see module docs); `unit` is the rounding step of
 /// adjusted requests (1 millicore, 1 MiB).
 pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> Coordination {
@@ -520,18 +547,10 @@ pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> 
                 "keeping the {target} % target at most {hi} % needs requests above the policy's max or of containers kerf does not change"
             ));
         }
-        let (mut a, mut b) = (1.0f64, 2.0f64);
-        while sum_at(b) < need {
-            b *= 2.0;
-            if !b.is_finite() {
-                return blocked("the target bound cannot be met".into());
-            }
+        match smallest_factor_reaching(sum_at, need) {
+            Some(k) => k,
+            None => return blocked("the target bound cannot be met".into()),
         }
-        for _ in 0..200 {
-            let m = (a + b) / 2.0;
-            if sum_at(m) >= need { b = m } else { a = m }
-        }
-        b
     } else {
         // Largest Σafter with round(old × before / Σafter) ≥ lo.
         let need = two_ob / i128::from(2 * lo - 1);
@@ -553,12 +572,7 @@ pub fn coordinate(old_target: i32, containers: &[CountedRequest], unit: i64) -> 
             };
             return blocked(why);
         }
-        let (mut a, mut b) = (0.0f64, 1.0f64);
-        for _ in 0..200 {
-            let m = (a + b) / 2.0;
-            if sum_at(m) <= need { a = m } else { b = m }
-        }
-        a
+        largest_factor_within(sum_at, need)
     };
     let requests: Vec<i64> = containers
         .iter()
