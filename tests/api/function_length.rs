@@ -30,7 +30,6 @@ const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
     ),
     ("core/recovery.rs", "recover_each", 175),
     ("core/writes/plan.rs", "plan_writes", 318),
-    ("core/writes/plan.rs", "restore_writes", 105),
     ("simulate/mod.rs", "run", 427),
     ("sources/dir.rs", "read_object", 238),
     ("sources/kube/mod.rs", "start_inner", 173),

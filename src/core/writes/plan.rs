@@ -262,24 +262,14 @@ fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> Recom
     status
 }
 
-/// Rollbacks (annotation) and the release of workloads the cycle has no CPU/memory result for
-/// (policy deleted, no longer selected, its strategy does not resolve) that kerf applied to:
-/// one [`RestoreWrite`] each. Nothing under `readOnly`. A workload with a result is released
-/// field by field by [`plan_writes`].
-fn restore_writes(
+/// The workloads whose own requests are restored this cycle: a rollback asked for on the
+/// workload, or a release of one kerf applied to that no policy covers any more.
+fn restores_due(
     snapshot: &Snapshot,
-    cycle: &CycleOutput,
     recommendations: &[Arc<PersistedRecommendation>],
-    index: &RecommendationIndex<'_>,
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    now: Timestamp,
-) -> BTreeMap<WorkloadKey, WriteOp> {
-    let mut out = BTreeMap::new();
-    if snapshot.global.read_only {
-        return out;
-    }
-    let results: HashMap<&WorkloadKey, &crate::core::recommenders::resources::RsResult> =
-        cycle.resource_results().map(|r| (&r.key, r)).collect();
+    results: &HashMap<&WorkloadKey, &crate::core::recommenders::resources::RsResult>,
+) -> BTreeMap<WorkloadKey, RestoreKind> {
     let mut due: BTreeMap<WorkloadKey, RestoreKind> = snapshot
         .workloads
         .iter()
@@ -300,7 +290,28 @@ fn restore_writes(
             due.insert(key, RestoreKind::Release);
         }
     }
-    for (key, kind) in due {
+    due
+}
+
+/// Rollbacks (annotation) and the release of workloads the cycle has no CPU/memory result for
+/// (policy deleted, no longer selected, its strategy does not resolve) that kerf applied to:
+/// one [`RestoreWrite`] each. Nothing under `readOnly`. A workload with a result is released
+/// field by field by [`plan_writes`].
+fn restore_writes(
+    snapshot: &Snapshot,
+    cycle: &CycleOutput,
+    recommendations: &[Arc<PersistedRecommendation>],
+    index: &RecommendationIndex<'_>,
+    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
+    now: Timestamp,
+) -> BTreeMap<WorkloadKey, WriteOp> {
+    let mut out = BTreeMap::new();
+    if snapshot.global.read_only {
+        return out;
+    }
+    let results: HashMap<&WorkloadKey, &crate::core::recommenders::resources::RsResult> =
+        cycle.resource_results().map(|r| (&r.key, r)).collect();
+    for (key, kind) in restores_due(snapshot, recommendations, workloads, &results) {
         let Some(w) = workloads.get(&key) else {
             continue;
         };
