@@ -16,8 +16,6 @@ const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
     ("core/recommenders/gpu/engine.rs", "evaluate", 420),
     ("core/recommenders/gpu/mod.rs", "evaluate_workload", 119),
     ("core/recommenders/gpu/mod.rs", "plan", 140),
-    ("core/recommenders/resources/mod.rs", "evaluate", 118),
-    ("core/recommenders/resources/mod.rs", "plan", 114),
     (
         "core/recommenders/resources/workload.rs",
         "evaluate_hpa",

@@ -31,7 +31,7 @@ use crate::core::recommenders::gpu::{covering, pods_by_owner};
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
 use crate::core::selection::{self, Candidate};
 use crate::core::small_map::SmallMap;
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{Snapshot, Workload};
 use crate::metrics::promql::LabelMatcher;
 use crate::metrics::window::pod_name_suffix;
 use crate::metrics::{
@@ -303,6 +303,27 @@ impl Selectors {
     }
 }
 
+/// The rightsizing policy that wins a workload (docs/design/gpu-engine.md#g11), as its index in
+/// the snapshot; None when none covers it or no single one wins.
+fn winning_policy(snapshot: &Snapshot, w: &Workload) -> Option<usize> {
+    let covering: Vec<(usize, Candidate<'_>)> =
+        covering(&snapshot.rightsizing_policies, w, |p| Candidate {
+            id: &p.id,
+            policy_type: p.policy_type,
+            scope: &p.spec.scope,
+            weight: p.spec.weight,
+            creation: p.creation,
+        })
+        .into_iter()
+        .collect();
+    let candidates: Vec<Candidate<'_>> = covering.iter().map(|(_, c)| c.clone()).collect();
+    let winner = selection::single_winner(&candidates, &snapshot.precedence)?;
+    covering
+        .iter()
+        .find(|(_, c)| c.id == winner.id)
+        .map(|(i, _)| *i)
+}
+
 pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     let mut out = RsPlan::default();
     // Without a rightsizing policy nothing is covered: no owner index to build (a GPU-only
@@ -326,25 +347,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
         if snapshot.global.is_protected(&w.key.namespace) {
             continue;
         }
-        let covering: Vec<(usize, Candidate<'_>)> =
-            covering(&snapshot.rightsizing_policies, w, |p| Candidate {
-                id: &p.id,
-                policy_type: p.policy_type,
-                scope: &p.spec.scope,
-                weight: p.spec.weight,
-                creation: p.creation,
-            })
-            .into_iter()
-            .collect();
-        let candidates: Vec<Candidate<'_>> = covering.iter().map(|(_, c)| c.clone()).collect();
-        let Some(winner) = selection::single_winner(&candidates, &snapshot.precedence) else {
-            continue;
-        };
-        let Some(policy) = covering
-            .iter()
-            .find(|(_, c)| c.id == winner.id)
-            .map(|(i, _)| *i)
-        else {
+        let Some(policy) = winning_policy(snapshot, w) else {
             continue;
         };
         let pods = pods_by_owner.remove(&w.key).unwrap_or_default();
@@ -538,6 +541,62 @@ fn history(
     }
 }
 
+/// One container's signals over the window, from the window answers and today's pods.
+fn observed_signals(
+    name: &str,
+    current: crate::core::model::ResourceRequests,
+    key: &WindowKey,
+    answers: &RsAnswers,
+    oom: &BTreeSet<String>,
+) -> ContainerSignals {
+    ContainerSignals {
+        name: name.to_string(),
+        current,
+        cpu: answers.value(RsSignal::Cpu, key),
+        memory: answers.value(RsSignal::Memory, key),
+        throttled: container::throttled(answers.value(RsSignal::Throttled, key), THROTTLED_RATIO),
+        // Names are unique across a pod's containers and init containers: the two series never
+        // speak of the same container.
+        oom_killed: oom.contains(name)
+            || [RsSignal::OomKilled, RsSignal::InitOomKilled]
+                .into_iter()
+                .any(|s| container::oom_killed_in_history(answers.value(s, key))),
+    }
+}
+
+/// What HPA coordination reads of a workload's HPA: the HPA, and whether it reached
+/// `maxReplicas` in the window (from its replica history, when there is one).
+fn hpa_input(
+    answers: &RsAnswers,
+    policy: usize,
+    namespace: &str,
+    h: &HorizontalPodAutoscaler,
+    spec: &crate::api::RightsizingPolicySpec,
+    pod_spec: &crate::core::pod::PodSpec,
+    now: Timestamp,
+) -> HpaInput {
+    let history = replica_history(answers, policy, namespace, h, spec, now);
+    HpaInput {
+        hpa: h.clone(),
+        max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
+        replica_history: history.is_some(),
+        pod_level_requests: hpa::pod_level_requests_set(pod_spec),
+    }
+}
+
+/// The keys under which the window answers hold each counted container of a workload.
+fn window_keys(key: &WorkloadKey, counted: &[&crate::core::pod::Container]) -> Vec<WindowKey> {
+    let workload_label = format!("{}/{}", key.kind.as_str(), key.name);
+    counted
+        .iter()
+        .map(|c| WindowKey {
+            namespace: key.namespace.to_string(),
+            workload: workload_label.clone(),
+            container: c.name.to_string(),
+        })
+        .collect()
+}
+
 /// Evaluates every planned workload. `gpu` carries the GPU engine's per-container values so the
 /// recommendation resource shows them and counts them in savings.
 pub fn evaluate(
@@ -565,16 +624,8 @@ pub fn evaluate(
             .signed();
         // Today's pods' statuses; the window query below adds the pods replaced since.
         let oom = container::oom_killed_containers(&pods, now - mem_window, now);
-        let workload_label = format!("{}/{}", w.key.kind.as_str(), w.key.name);
         let counted = container::counted_containers(spec);
-        let keys: Vec<WindowKey> = counted
-            .iter()
-            .map(|c| WindowKey {
-                namespace: w.key.namespace.to_string(),
-                workload: workload_label.clone(),
-                container: c.name.to_string(),
-            })
-            .collect();
+        let keys = window_keys(&w.key, &counted);
         let mut containers = Vec::new();
         let mut bad_request: Option<String> = None;
         let gpu_w = gpu.get(&w.key).copied();
@@ -590,22 +641,7 @@ pub fn evaluate(
                 || policy.spec.scope.containers.iter().any(|n| *n == c.name);
             let g = gpu_w.and_then(|m| m.get(c.name.as_str()));
             containers.push(ContainerInput {
-                signals: ContainerSignals {
-                    name: c.name.to_string(),
-                    current,
-                    cpu: answers.value(RsSignal::Cpu, key),
-                    memory: answers.value(RsSignal::Memory, key),
-                    throttled: container::throttled(
-                        answers.value(RsSignal::Throttled, key),
-                        THROTTLED_RATIO,
-                    ),
-                    // Names are unique across a pod's containers and init containers: the
-                    // two series never speak of the same container.
-                    oom_killed: oom.contains(c.name.as_str())
-                        || [RsSignal::OomKilled, RsSignal::InitOomKilled]
-                            .into_iter()
-                            .any(|s| container::oom_killed_in_history(answers.value(s, key))),
-                },
+                signals: observed_signals(&c.name, current, key, answers, &oom),
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
                 gpu_recommended: g.and_then(|g| g.recommended),
@@ -618,14 +654,15 @@ pub fn evaluate(
                 w.key.name.as_str(),
             ))
             .map(|&h| {
-                let history =
-                    replica_history(answers, wp.policy, &w.key.namespace, h, &policy.spec, now);
-                HpaInput {
-                    hpa: h.clone(),
-                    max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
-                    replica_history: history.is_some(),
-                    pod_level_requests: hpa::pod_level_requests_set(spec),
-                }
+                hpa_input(
+                    answers,
+                    wp.policy,
+                    &w.key.namespace,
+                    h,
+                    &policy.spec,
+                    spec,
+                    now,
+                )
             });
         let metrics_unavailable = answers.failed.contains(&i);
         let outcome = match bad_request {
