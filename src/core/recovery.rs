@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::core::hash::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::api::StrategyView;
 use crate::core::allocation::{container_allocations, scoped_container_names};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, GpuRecommendation, PolicyId,
@@ -23,7 +24,7 @@ use crate::core::recommenders::gpu::engine::check_baseline;
 use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
 use crate::core::recommenders::resources::workload::served_change;
 use crate::core::selection::{self, Candidate};
-use crate::core::snapshot::{GpuPolicy, Snapshot};
+use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -94,6 +95,120 @@ pub fn recover(snapshot: &Snapshot) -> Recovered {
     Recovered { entries, warnings }
 }
 
+/// Each policy part's strategy (multi-policy), by policy.
+type PartStrategies = BTreeMap<PolicyId, Arc<StrategyView>>;
+
+/// The containers of a workload whose recovered recommendation is still served, with the strategy
+/// of each policy part (multi-policy): only containers of policies that still exist, cover the
+/// workload and resolve their strategy (docs/design/runtime.md#r8). None when nothing is served.
+fn served_containers(
+    snapshot: &Snapshot,
+    w: &Workload,
+    rec: &GpuRecommendation,
+    policy: Option<&GpuPolicy>,
+    policies: &HashMap<&PolicyId, &GpuPolicy>,
+    warnings: &mut Vec<String>,
+) -> Option<(Vec<String>, PartStrategies)> {
+    let spec = w.template.pod_spec();
+    // The containers a policy that still covers the workload may size.
+    let covered = |p: &GpuPolicy| -> Option<Vec<String>> {
+        let candidate = Candidate {
+            id: &p.id,
+            policy_type: p.policy_type,
+            scope: &p.spec.scope,
+            weight: p.spec.weight,
+            creation: p.creation,
+        };
+        selection::covers(&candidate, &w.key, &w.labels, w.template.labels())
+            .then(|| scoped_container_names(spec, &p.spec.scope.containers))
+    };
+    // Multi-policy: each part's policy's strategy, for its containers.
+    let mut gpu_strategies = BTreeMap::new();
+    let scope: Vec<String> = if !rec.by_policy.is_empty() {
+        // Multi-policy: each policy's part stands or falls with that policy and its strategy
+        // (docs/design/runtime.md#r8).
+        let mut scope = Vec::new();
+        for (id, part) in &rec.by_policy {
+            let Some((p, s)) = policies.get(id).and_then(|&p| Some((p, covered(p)?))) else {
+                warnings.push(format!(
+                    "{}: policy {id} no longer exists or covers it: its containers are not served",
+                    w.key
+                ));
+                continue;
+            };
+            let Some(strategy) = resolve_strategy(snapshot, p) else {
+                warnings.push(format!(
+                    "{}: policy {id}: {}: its containers are not served",
+                    w.key,
+                    snapshot.unresolved_strategy_message(
+                        p.id.namespace.as_deref(),
+                        &p.spec.automation_strategy_ref.name
+                    )
+                ));
+                continue;
+            };
+            gpu_strategies.insert(id.clone(), strategy.clone());
+            scope.extend(s.into_iter().filter(|c| part.containers.contains(c)));
+        }
+        scope
+    } else if let Some(p) = policy {
+        let Some(scope) = covered(p) else {
+            warnings.push(format!("{}: policy {} no longer covers it", w.key, p.id));
+            return None;
+        };
+        scope
+    } else {
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .map(|c| c.name.to_string())
+            .collect()
+    };
+    Some((scope, gpu_strategies))
+}
+
+/// The policy a recovered recommendation's pods follow and its strategy: the one policy's, or
+/// the main part's still served (multi-policy). None when the one policy's strategy does not
+/// resolve (docs/design/runtime.md#r8).
+fn served_strategy(
+    snapshot: &Snapshot,
+    w: &Workload,
+    rec: &GpuRecommendation,
+    policy: Option<&GpuPolicy>,
+    gpu_strategies: &PartStrategies,
+    warnings: &mut Vec<String>,
+) -> Option<(Option<PolicyId>, Arc<StrategyView>)> {
+    Some(if rec.by_policy.is_empty() {
+        // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
+        let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
+            Some((p, None)) => {
+                warnings.push(format!(
+                    "{}: policy {}: {}",
+                    w.key,
+                    p.id,
+                    snapshot.unresolved_strategy_message(
+                        p.id.namespace.as_deref(),
+                        &p.spec.automation_strategy_ref.name
+                    )
+                ));
+                return None;
+            }
+            Some((_, Some(s))) => s.clone(),
+            None => Default::default(),
+        };
+        (rec.policy.clone(), strategy)
+    } else {
+        // Each part was checked above. The pod follows the main part, or the largest part
+        // still served when that one is not (as the cycle, which plans only the policies
+        // still in force).
+        let main = rec
+            .main_policy_among(|id| gpu_strategies.contains_key(id))
+            .cloned();
+        let strategy = main.as_ref().and_then(|id| gpu_strategies.get(id));
+        (main, strategy.cloned().unwrap_or_default())
+    })
+}
+
 /// Each store entry recovered from the annotations, handed to `emit` one at a time (so a caller
 /// filling the store never holds a second generation of them); returns what was ignored and why.
 pub fn recover_each(
@@ -127,21 +242,17 @@ pub fn recover_each(
             }
         };
         let template = template_gpu(w);
-        let baseline = match w
-            .annotations
-            .get(ANNOTATION_GPU_BASELINE)
-            .map(|t| parse_baseline(t))
-        {
-            Some(Ok(b)) => Some(b),
-            Some(Err(e)) => {
-                warnings.push(format!(
+        let baseline = w.annotations.get(ANNOTATION_GPU_BASELINE).and_then(|t| {
+            let ignored = |e| {
+                format!(
                     "{}: ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}",
                     w.key
-                ));
-                None
-            }
-            None => None,
-        };
+                )
+            };
+            parse_baseline(t)
+                .map_err(|e| warnings.push(ignored(e)))
+                .ok()
+        });
         let spec = w.template.pod_spec();
         let policy = match &rec.policy {
             Some(id) => match policies.get(id).copied() {
@@ -158,59 +269,10 @@ pub fn recover_each(
             },
             None => None,
         };
-        // The containers a policy that still covers the workload may size.
-        let covered = |p: &GpuPolicy| -> Option<Vec<String>> {
-            let candidate = Candidate {
-                id: &p.id,
-                policy_type: p.policy_type,
-                scope: &p.spec.scope,
-                weight: p.spec.weight,
-                creation: p.creation,
-            };
-            selection::covers(&candidate, &w.key, &w.labels, w.template.labels())
-                .then(|| scoped_container_names(spec, &p.spec.scope.containers))
-        };
-        // Multi-policy: each part's policy's strategy, for its containers.
-        let mut gpu_strategies = BTreeMap::new();
-        let scope: Vec<String> = if !rec.by_policy.is_empty() {
-            // Multi-policy: each policy's part stands or falls with that policy and its strategy
-            // (docs/design/runtime.md#r8).
-            let mut scope = Vec::new();
-            for (id, part) in &rec.by_policy {
-                let Some((p, s)) = policies.get(id).and_then(|&p| Some((p, covered(p)?))) else {
-                    warnings.push(format!(
-                        "{}: policy {id} no longer exists or covers it: its containers are not served",
-                        w.key
-                    ));
-                    continue;
-                };
-                let Some(strategy) = resolve_strategy(snapshot, p) else {
-                    warnings.push(format!(
-                        "{}: policy {id}: {}: its containers are not served",
-                        w.key,
-                        snapshot.unresolved_strategy_message(
-                            p.id.namespace.as_deref(),
-                            &p.spec.automation_strategy_ref.name
-                        )
-                    ));
-                    continue;
-                };
-                gpu_strategies.insert(id.clone(), strategy.clone());
-                scope.extend(s.into_iter().filter(|c| part.containers.contains(c)));
-            }
-            scope
-        } else if let Some(p) = policy {
-            let Some(scope) = covered(p) else {
-                warnings.push(format!("{}: policy {} no longer covers it", w.key, p.id));
-                continue;
-            };
-            scope
-        } else {
-            spec.containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .map(|c| c.name.to_string())
-                .collect()
+        let Some((scope, gpu_strategies)) =
+            served_containers(snapshot, w, &rec, policy, &policies, &mut warnings)
+        else {
+            continue;
         };
         rec.containers.retain(|c, _| scope.contains(c));
         if let Some(b) = &baseline {
@@ -227,34 +289,10 @@ pub fn recover_each(
         if rec.containers.is_empty() {
             continue;
         }
-        let (main, strategy) = if rec.by_policy.is_empty() {
-            // A policy whose strategy does not resolve is not applied (docs/design/runtime.md#r8).
-            let strategy = match policy.map(|p| (p, resolve_strategy(snapshot, p))) {
-                Some((p, None)) => {
-                    warnings.push(format!(
-                        "{}: policy {}: {}",
-                        w.key,
-                        p.id,
-                        snapshot.unresolved_strategy_message(
-                            p.id.namespace.as_deref(),
-                            &p.spec.automation_strategy_ref.name
-                        )
-                    ));
-                    continue;
-                }
-                Some((_, Some(s))) => s.clone(),
-                None => Default::default(),
-            };
-            (rec.policy.clone(), strategy)
-        } else {
-            // Each part was checked above. The pod follows the main part, or the largest part
-            // still served when that one is not (as the cycle, which plans only the policies
-            // still in force).
-            let main = rec
-                .main_policy_among(|id| gpu_strategies.contains_key(id))
-                .cloned();
-            let strategy = main.as_ref().and_then(|id| gpu_strategies.get(id));
-            (main, strategy.cloned().unwrap_or_default())
+        let Some((main, strategy)) =
+            served_strategy(snapshot, w, &rec, policy, &gpu_strategies, &mut warnings)
+        else {
+            continue;
         };
         emit(
             w.key.clone(),
