@@ -340,28 +340,90 @@ pub fn check_baseline(
 
 pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     let mut reasons = Vec::new();
-    let now_s = input.now.as_second();
-    let policy = input.policy;
     let template_spec = input.template.pod_spec();
-    let template_annotations = input.template.annotations();
-    let empty_annotations = Strings::new();
-
     // Scope: exact names (or the override) else regular + restartable init containers.
     let scope: Vec<String> = match input.containers_override {
         Some(set) => set.iter().cloned().collect(),
-        None => policy.scope.containers.clone(),
+        None => input.policy.scope.containers.clone(),
     };
-    let in_scope = |spec: &PodSpec| -> BTreeSet<String> {
-        scoped_container_names(spec, &scope).into_iter().collect()
-    };
-    let template_scope = in_scope(template_spec);
-    let template_alloc = container_allocations(template_spec, template_annotations);
+    let template_scope: BTreeSet<String> = scoped_container_names(template_spec, &scope)
+        .into_iter()
+        .collect();
+    let template_alloc = container_allocations(template_spec, input.template.annotations());
+    let (baseline, previous) = baseline(input, &template_alloc, &template_scope, &mut reasons);
+    let (views, all_live_views) = eligibility(input, &scope, &mut reasons);
+    let (candidates, missing_samples) = candidates(input, &views, baseline.as_ref(), &mut reasons);
+    let accepted = driving_metric(&candidates, previous.as_ref(), &mut reasons);
 
-    // docs/design/gpu-engine.md#g7: narrowing the scope drops excluded entries; a changed
-    // template resets state; a container without an entry gets one.
+    let reference = accepted
+        .map(|(c, _)| &views[c.pod])
+        .or_else(|| views.first())
+        .or_else(|| all_live_views.iter().find(|p| !p.alloc.is_empty()));
+    let mut containers: SmallMap<String, ContainerOutcome> = SmallMap::new();
+    for c in &template_scope {
+        containers.insert(
+            c.clone(),
+            ContainerOutcome {
+                current: reference.and_then(|p| p.alloc.get(c).copied()),
+                baseline: None,
+                recommended: None,
+            },
+        );
+    }
+
+    let mut out_baseline = baseline.clone();
+    let (action, driving, recommendation) = match accepted {
+        Some((cand, drive)) => redistribute(
+            input,
+            &views[cand.pod],
+            cand,
+            drive,
+            previous.as_ref(),
+            &mut out_baseline,
+            &mut reasons,
+        ),
+        None => {
+            let nothing_read = candidates.is_empty() && missing_samples.is_empty();
+            reuse(
+                baseline.as_ref(),
+                previous.as_ref(),
+                &all_live_views,
+                nothing_read,
+                &mut reasons,
+            )
+        }
+    };
+
+    for (c, o) in containers.iter_mut() {
+        o.baseline = out_baseline.as_ref().and_then(|b| b.get(c).copied());
+        o.recommended = recommendation
+            .as_ref()
+            .and_then(|r| r.containers.get(c).copied());
+    }
+
+    EngineOutput {
+        action,
+        driving_metric: driving,
+        containers,
+        recommendation,
+        baseline: out_baseline,
+        reasons,
+        missing_samples,
+    }
+}
+
+/// docs/design/gpu-engine.md#g7: narrowing the scope drops excluded entries; a changed template
+/// resets state; a container without an entry gets one. Returns the baseline and the previous
+/// recommendation to evaluate against (None when empty or reset).
+fn baseline(
+    input: &EngineInput<'_>,
+    template_alloc: &SmallMap<String, Allocation>,
+    template_scope: &BTreeSet<String>,
+    reasons: &mut Vec<String>,
+) -> (Option<GpuMap>, Option<GpuRecommendation>) {
     let check = input
         .baseline
-        .map(|b| check_baseline(b, template_spec, &template_alloc, &template_scope));
+        .map(|b| check_baseline(b, input.template.pod_spec(), template_alloc, template_scope));
     let mut baseline: Option<GpuMap> = check.as_ref().map(|c| c.kept.clone());
     // With several policies on the workload (an override), the other entries are other
     // policies' containers, not a narrowed scope.
@@ -408,21 +470,31 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             ));
         }
     }
-    let baseline = baseline.filter(|b| !b.is_empty());
-    let previous = previous.filter(|r| !r.containers.is_empty());
+    (
+        baseline.filter(|b| !b.is_empty()),
+        previous.filter(|r| !r.containers.is_empty()),
+    )
+}
 
-    // Eligible pods: docs/design/gpu-engine.md#g4.
-    let min_age = policy.min_pod_metrics_age.signed();
-    let mut live_pods: Vec<&Pod> = input
+/// docs/design/gpu-engine.md#g4: the live pods (sorted by name) and, of them, the eligible ones
+/// with a GPU allocation in scope.
+fn eligibility<'a>(
+    input: &EngineInput<'a>,
+    scope: &[String],
+    reasons: &mut Vec<String>,
+) -> (Vec<PodView<'a>>, Vec<PodView<'a>>) {
+    let empty_annotations = Strings::new();
+    let min_age = input.policy.min_pod_metrics_age.signed();
+    let mut live_pods: Vec<&'a Pod> = input
         .pods
         .iter()
         .copied()
         .filter(|p| !pod_is_terminating(p))
         .collect();
     live_pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    let mut views: Vec<PodView<'_>> = Vec::new();
+    let mut views: Vec<PodView<'a>> = Vec::new();
     let mut missing_reported: BTreeSet<String> = BTreeSet::new();
-    let mut all_live_views: Vec<PodView<'_>> = Vec::new();
+    let mut all_live_views: Vec<PodView<'a>> = Vec::new();
     for pod in &live_pods {
         let name = pod.metadata.name.as_deref().unwrap_or("");
         let Some(spec) = pod.spec.as_ref() else {
@@ -435,7 +507,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             .unwrap_or(&empty_annotations);
         let allocs = container_allocations(spec, annotations);
         let mut alloc = GpuMap::new();
-        for c in in_scope(spec) {
+        for c in scoped_container_names(spec, scope) {
             match allocs.get(&c) {
                 Some(Allocation::Gpus(g)) => {
                     alloc.insert(c, *g);
@@ -458,7 +530,7 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
             None => reasons.push(format!("pod {name} has no status.startTime: ineligible")),
             Some(t) if input.now.duration_since(t) < min_age => reasons.push(format!(
                 "pod {name} is younger than minPodMetricsAge {}: ineligible",
-                policy.min_pod_metrics_age
+                input.policy.min_pod_metrics_age
             )),
             Some(_) if view.alloc.is_empty() => {}
             Some(_) => {
@@ -475,18 +547,26 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
     } else if views.is_empty() {
         reasons.push("no eligible pod with a GPU allocation".into());
     }
+    (views, all_live_views)
+}
 
-    // Upsize (docs/design/gpu-engine.md#g5) and scale-back (#g6), per signal.
+/// Per signal, an upsize candidate (docs/design/gpu-engine.md#g5) or else a scale-back one
+/// (#g6); and the signals some eligible pod had no sample of (#g13).
+fn candidates(
+    input: &EngineInput<'_>,
+    views: &[PodView<'_>],
+    baseline: Option<&GpuMap>,
+    reasons: &mut Vec<String>,
+) -> (Vec<Candidate>, Vec<MissingSamples>) {
+    let policy = input.policy;
+    let now_s = input.now.as_second();
     let mut candidates: Vec<Candidate> = Vec::new();
     let mut missing_samples: Vec<MissingSamples> = Vec::new();
     for signal in Signal::BOTH {
-        let cfg = policy.metrics.signal(signal);
         let samples = match signal {
             Signal::Compute => input.compute,
             Signal::Memory => input.memory,
         };
-        let interp = cfg.prometheus.interpretation;
-        let name = signal.as_str();
         // Each pod's series looked up once per signal.
         let pod_samples: Vec<Option<&PodSamples>> =
             views.iter().map(|p| samples.pod(p.name)).collect();
@@ -506,117 +586,162 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
                 input.now,
             ));
         }
-
-        // Upsize: pod-level.
-        let up_from = now_s - cfg.upsize.metrics_window.seconds() as i64;
-        let up_values: Vec<Option<f64>> = views
-            .iter()
-            .zip(&pod_samples)
-            .map(|(p, s)| max_pod_total(p, *s, interp, up_from, now_s))
-            .collect();
-        let triggered = views.iter().zip(&up_values).any(|(p, v)| {
-            v.is_some_and(|v| v > p.total_alloc() * cfg.upsize.threshold_percent / 100.0 + EPSILON)
-        });
-        let hottest = up_values
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| v.map(|v| (i, v)))
-            .fold(None::<(usize, f64)>, |best, (i, v)| match best {
-                Some((_, b)) if b >= v => best,
-                _ => Some((i, v)),
-            });
-        if triggered && let Some((i, hot)) = hottest {
-            let wanted = hot * (1.0 + cfg.upsize.headroom_percent / 100.0);
-            let cap =
-                summed_baseline(&views[i], baseline.as_ref()) * cfg.upsize.max_percent / 100.0;
-            let total = wanted.min(cap);
-            reasons.push(format!(
-                "{name}: pod {} uses {} GPU, above {}% of its allocation {}: upsize candidate {}{}",
-                views[i].name,
-                Fixed(hot, 4),
-                cfg.upsize.threshold_percent,
-                Fixed(views[i].total_alloc(), 4),
-                Fixed(total, 4),
-                if wanted > cap {
-                    format!(" (capped at {}% of baseline)", cfg.upsize.max_percent)
-                } else {
-                    String::new()
-                }
-            ));
-            candidates.push(Candidate {
-                signal,
-                action: Action::Upsize,
-                total,
-                pod: i,
-            });
-            continue;
-        }
-
-        // Scale-back: owner-wide, only above a recorded baseline.
-        let Some(base) = baseline.as_ref() else {
-            continue;
-        };
-        let above_baseline = views
-            .iter()
-            .any(|p| p.total_alloc() > summed_baseline(p, Some(base)) + EPSILON);
-        if !above_baseline || views.is_empty() {
-            continue;
-        }
-        let sb_from = now_s - cfg.scale_back.metrics_window.seconds() as i64;
-        if let Some((p, _)) = views
-            .iter()
-            .zip(&pod_samples)
-            .find(|(p, s)| !complete_samples(p, **s, sb_from, now_s))
-        {
-            reasons.push(format!(
-                "{name}: no scale-back: pod {} lacks samples for an included container in the scale-back window",
-                p.name
-            ));
-            continue;
-        }
-        let sb_values: Vec<f64> = views
-            .iter()
-            .zip(&pod_samples)
-            .map(|(p, s)| max_pod_total(p, *s, interp, sb_from, now_s).unwrap_or(0.0))
-            .collect();
-        let all_below = views
-            .iter()
-            .zip(&sb_values)
-            .all(|(p, v)| *v < p.total_alloc() * cfg.scale_back.threshold_percent / 100.0);
-        if !all_below {
-            continue;
-        }
-        let (i, hot) =
-            sb_values
-                .iter()
-                .copied()
-                .enumerate()
-                .fold(
-                    (0, f64::MIN),
-                    |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) },
-                );
-        let wanted = hot * (1.0 + cfg.scale_back.headroom_percent / 100.0);
-        let floor = summed_baseline(&views[i], Some(base));
-        let total = wanted.max(floor);
-        reasons.push(format!(
-            "{name}: every pod stays below {}% of its allocation (hottest {} at {} GPU): scale-back candidate {}{}",
-            cfg.scale_back.threshold_percent,
-            views[i].name,
-            Fixed(hot, 4),
-            Fixed(total, 4),
-            if wanted < floor { " (floored at baseline)" } else { "" }
-        ));
-        candidates.push(Candidate {
+        let candidate = upsize(
+            policy,
             signal,
-            action: Action::ScaleBack,
-            total,
-            pod: i,
+            views,
+            &pod_samples,
+            baseline,
+            now_s,
+            reasons,
+        )
+        .or_else(|| {
+            let base = baseline?;
+            scale_back(policy, signal, views, &pod_samples, base, now_s, reasons)
         });
+        candidates.extend(candidate);
     }
+    (candidates, missing_samples)
+}
 
-    // docs/design/gpu-engine.md#g8: choose between metrics and against the existing
-    // recommendation.
-    let driver = previous.as_ref().and_then(|r| r.driving_metric);
+/// docs/design/gpu-engine.md#g5: pod-level; the hottest pod above the threshold sets the total,
+/// capped at `maxPercent` of its baseline.
+fn upsize(
+    policy: &GpuReactivePolicySpec,
+    signal: Signal,
+    views: &[PodView<'_>],
+    pod_samples: &[Option<&PodSamples>],
+    baseline: Option<&GpuMap>,
+    now_s: i64,
+    reasons: &mut Vec<String>,
+) -> Option<Candidate> {
+    let cfg = policy.metrics.signal(signal);
+    let interp = cfg.prometheus.interpretation;
+    let up_from = now_s - cfg.upsize.metrics_window.seconds() as i64;
+    let up_values: Vec<Option<f64>> = views
+        .iter()
+        .zip(pod_samples)
+        .map(|(p, s)| max_pod_total(p, *s, interp, up_from, now_s))
+        .collect();
+    let triggered = views.iter().zip(&up_values).any(|(p, v)| {
+        v.is_some_and(|v| v > p.total_alloc() * cfg.upsize.threshold_percent / 100.0 + EPSILON)
+    });
+    let hottest = up_values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| (i, v)))
+        .fold(None::<(usize, f64)>, |best, (i, v)| match best {
+            Some((_, b)) if b >= v => best,
+            _ => Some((i, v)),
+        });
+    if !triggered {
+        return None;
+    }
+    let (i, hot) = hottest?;
+    let wanted = hot * (1.0 + cfg.upsize.headroom_percent / 100.0);
+    let cap = summed_baseline(&views[i], baseline) * cfg.upsize.max_percent / 100.0;
+    let total = wanted.min(cap);
+    reasons.push(format!(
+        "{}: pod {} uses {} GPU, above {}% of its allocation {}: upsize candidate {}{}",
+        signal.as_str(),
+        views[i].name,
+        Fixed(hot, 4),
+        cfg.upsize.threshold_percent,
+        Fixed(views[i].total_alloc(), 4),
+        Fixed(total, 4),
+        if wanted > cap {
+            format!(" (capped at {}% of baseline)", cfg.upsize.max_percent)
+        } else {
+            String::new()
+        }
+    ));
+    Some(Candidate {
+        signal,
+        action: Action::Upsize,
+        total,
+        pod: i,
+    })
+}
+
+/// docs/design/gpu-engine.md#g6: owner-wide, only above a recorded baseline, with complete
+/// samples, when every pod stays below the threshold; floored at the baseline.
+fn scale_back(
+    policy: &GpuReactivePolicySpec,
+    signal: Signal,
+    views: &[PodView<'_>],
+    pod_samples: &[Option<&PodSamples>],
+    base: &GpuMap,
+    now_s: i64,
+    reasons: &mut Vec<String>,
+) -> Option<Candidate> {
+    let cfg = policy.metrics.signal(signal);
+    let interp = cfg.prometheus.interpretation;
+    let name = signal.as_str();
+    let above_baseline = views
+        .iter()
+        .any(|p| p.total_alloc() > summed_baseline(p, Some(base)) + EPSILON);
+    if !above_baseline || views.is_empty() {
+        return None;
+    }
+    let sb_from = now_s - cfg.scale_back.metrics_window.seconds() as i64;
+    if let Some((p, _)) = views
+        .iter()
+        .zip(pod_samples)
+        .find(|(p, s)| !complete_samples(p, **s, sb_from, now_s))
+    {
+        reasons.push(format!(
+            "{name}: no scale-back: pod {} lacks samples for an included container in the scale-back window",
+            p.name
+        ));
+        return None;
+    }
+    let sb_values: Vec<f64> = views
+        .iter()
+        .zip(pod_samples)
+        .map(|(p, s)| max_pod_total(p, *s, interp, sb_from, now_s).unwrap_or(0.0))
+        .collect();
+    let all_below = views
+        .iter()
+        .zip(&sb_values)
+        .all(|(p, v)| *v < p.total_alloc() * cfg.scale_back.threshold_percent / 100.0);
+    if !all_below {
+        return None;
+    }
+    let (i, hot) = sb_values
+        .iter()
+        .copied()
+        .enumerate()
+        .fold(
+            (0, f64::MIN),
+            |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) },
+        );
+    let wanted = hot * (1.0 + cfg.scale_back.headroom_percent / 100.0);
+    let floor = summed_baseline(&views[i], Some(base));
+    let total = wanted.max(floor);
+    reasons.push(format!(
+        "{name}: every pod stays below {}% of its allocation (hottest {} at {} GPU): scale-back candidate {}{}",
+        cfg.scale_back.threshold_percent,
+        views[i].name,
+        Fixed(hot, 4),
+        Fixed(total, 4),
+        if wanted < floor { " (floored at baseline)" } else { "" }
+    ));
+    Some(Candidate {
+        signal,
+        action: Action::ScaleBack,
+        total,
+        pod: i,
+    })
+}
+
+/// docs/design/gpu-engine.md#g8: choose between metrics and against the existing
+/// recommendation; the accepted candidate and the driving metric it records.
+fn driving_metric<'c>(
+    candidates: &'c [Candidate],
+    previous: Option<&GpuRecommendation>,
+    reasons: &mut Vec<String>,
+) -> Option<(&'c Candidate, Signal)> {
+    let driver = previous.and_then(|r| r.driving_metric);
     let winner: Option<&Candidate> = candidates.iter().fold(None, |best, c| match best {
         None => Some(c),
         Some(b) if c.total > b.total && !same(c.total, b.total) => Some(c),
@@ -627,135 +752,119 @@ pub fn evaluate(input: &EngineInput<'_>) -> EngineOutput {
         }
         _ => best,
     });
-    let mut accepted: Option<(&Candidate, Signal)> = None;
-    if let Some(w) = winner {
-        match &previous {
-            None => accepted = Some((w, w.signal)),
-            Some(r) => {
-                let r_total = r.total();
-                match r.driving_metric {
-                    None if w.total > r_total || same(w.total, r_total) => {
-                        reasons.push("existing recommendation has no driving metric: accepted the non-decreasing candidate, which sets one".into());
-                        accepted = Some((w, w.signal));
-                    }
-                    None => reasons.push(format!(
-                        "existing recommendation {} has no driving metric: never lowered (candidate {})",
-                        Fixed(r_total, 4),
-                        Fixed(w.total, 4)
-                    )),
-                    Some(d) if same(w.total, r_total) => accepted = Some((w, d)),
-                    Some(_) if w.total > r_total => accepted = Some((w, w.signal)),
-                    Some(d) if w.signal == d => accepted = Some((w, d)),
-                    Some(d) => match candidates.iter().find(|c| c.signal == d) {
-                        Some(dc) if same(dc.total, w.total) => accepted = Some((w, d)),
-                        Some(_) => accepted = Some((w, w.signal)),
-                        None => reasons.push(format!(
-                            "lower {} candidate {} not accepted: the driving metric {} emitted no candidate",
-                            w.signal.as_str(),
-                            Fixed(w.total, 4),
-                            d.as_str()
-                        )),
-                    },
-                }
-            }
-        }
-    }
-
-    let reference = accepted
-        .map(|(c, _)| &views[c.pod])
-        .or_else(|| views.first())
-        .or_else(|| all_live_views.iter().find(|p| !p.alloc.is_empty()));
-    let mut containers: SmallMap<String, ContainerOutcome> = SmallMap::new();
-    for c in &template_scope {
-        containers.insert(
-            c.clone(),
-            ContainerOutcome {
-                current: reference.and_then(|p| p.alloc.get(c).copied()),
-                baseline: None,
-                recommended: None,
-            },
-        );
-    }
-
-    let mut out_baseline = baseline.clone();
-    let (action, driving, recommendation) = if let Some((cand, drive)) = accepted {
-        // docs/design/gpu-engine.md#g9: redistribute over the selected pod's containers
-        // ∝ current allocation.
-        let pod = &views[cand.pod];
-        let sum = pod.total_alloc();
-        let rec: GpuMap = pod
-            .alloc
-            .iter()
-            .map(|(c, a)| (c.clone(), cand.total * a / sum))
-            .collect();
-        if cand.action == Action::Upsize && out_baseline.is_none() {
-            out_baseline = Some(pod.alloc.clone());
-            reasons
-                .push("baseline recorded from the live allocation before the first upsize".into());
-        }
-        let unchanged = previous.as_ref().is_some_and(|r| {
-            r.driving_metric == Some(drive)
-                && r.policy.as_ref() == Some(input.policy_id)
-                && r.containers.len() == rec.len()
-                && r.containers
-                    .iter()
-                    .all(|(c, v)| rec.get(c).is_some_and(|x| same(*x, *v)))
-        });
-        let updated_at = if unchanged {
-            previous.as_ref().and_then(|r| r.updated_at)
-        } else {
-            Some(input.now)
-        };
-        (
-            cand.action,
-            Some(drive),
-            Some(GpuRecommendation {
-                containers: rec,
-                driving_metric: Some(drive),
-                policy: Some(input.policy_id.clone()),
-                updated_at,
-                by_policy: Default::default(),
-            }),
-        )
-    } else {
-        // Nothing accepted: reuse R while pods still differ from the baseline.
-        let differs = baseline.as_ref().is_some_and(|b| {
-            all_live_views.iter().any(|p| {
-                p.alloc
-                    .iter()
-                    .any(|(c, a)| b.get(c).is_some_and(|v| !same(*v, *a)))
-            })
-        });
-        match (&previous, differs) {
-            (Some(r), true) => {
-                reasons.push("no accepted candidate and the allocation differs from the baseline: previous recommendation reused".into());
-                (Action::Reuse, r.driving_metric, Some(r.clone()))
-            }
-            _ => {
-                // Without samples nothing was read: the missing samples are the reason.
-                if candidates.is_empty() && missing_samples.is_empty() {
-                    reasons.push("no upsize or scale-back condition met".into());
-                }
-                (Action::None, None, None)
-            }
-        }
+    let w = winner?;
+    let Some(r) = previous else {
+        return Some((w, w.signal));
     };
-
-    for (c, o) in containers.iter_mut() {
-        o.baseline = out_baseline.as_ref().and_then(|b| b.get(c).copied());
-        o.recommended = recommendation
-            .as_ref()
-            .and_then(|r| r.containers.get(c).copied());
+    let r_total = r.total();
+    match r.driving_metric {
+        None if w.total > r_total || same(w.total, r_total) => {
+            reasons.push("existing recommendation has no driving metric: accepted the non-decreasing candidate, which sets one".into());
+            Some((w, w.signal))
+        }
+        None => {
+            reasons.push(format!(
+                "existing recommendation {} has no driving metric: never lowered (candidate {})",
+                Fixed(r_total, 4),
+                Fixed(w.total, 4)
+            ));
+            None
+        }
+        Some(d) if same(w.total, r_total) => Some((w, d)),
+        Some(_) if w.total > r_total => Some((w, w.signal)),
+        Some(d) if w.signal == d => Some((w, d)),
+        Some(d) => match candidates.iter().find(|c| c.signal == d) {
+            Some(dc) if same(dc.total, w.total) => Some((w, d)),
+            Some(_) => Some((w, w.signal)),
+            None => {
+                reasons.push(format!(
+                    "lower {} candidate {} not accepted: the driving metric {} emitted no candidate",
+                    w.signal.as_str(),
+                    Fixed(w.total, 4),
+                    d.as_str()
+                ));
+                None
+            }
+        },
     }
+}
 
-    EngineOutput {
-        action,
-        driving_metric: driving,
-        containers,
-        recommendation,
-        baseline: out_baseline,
-        reasons,
-        missing_samples,
+/// docs/design/gpu-engine.md#g9: the accepted total over the selected pod's containers
+/// ∝ current allocation; the first upsize records the baseline.
+fn redistribute(
+    input: &EngineInput<'_>,
+    pod: &PodView<'_>,
+    cand: &Candidate,
+    drive: Signal,
+    previous: Option<&GpuRecommendation>,
+    out_baseline: &mut Option<GpuMap>,
+    reasons: &mut Vec<String>,
+) -> (Action, Option<Signal>, Option<GpuRecommendation>) {
+    let sum = pod.total_alloc();
+    let rec: GpuMap = pod
+        .alloc
+        .iter()
+        .map(|(c, a)| (c.clone(), cand.total * a / sum))
+        .collect();
+    if cand.action == Action::Upsize && out_baseline.is_none() {
+        *out_baseline = Some(pod.alloc.clone());
+        reasons.push("baseline recorded from the live allocation before the first upsize".into());
+    }
+    let unchanged = previous.is_some_and(|r| {
+        r.driving_metric == Some(drive)
+            && r.policy.as_ref() == Some(input.policy_id)
+            && r.containers.len() == rec.len()
+            && r.containers
+                .iter()
+                .all(|(c, v)| rec.get(c).is_some_and(|x| same(*x, *v)))
+    });
+    let updated_at = if unchanged {
+        previous.and_then(|r| r.updated_at)
+    } else {
+        Some(input.now)
+    };
+    (
+        cand.action,
+        Some(drive),
+        Some(GpuRecommendation {
+            containers: rec,
+            driving_metric: Some(drive),
+            policy: Some(input.policy_id.clone()),
+            updated_at,
+            by_policy: Default::default(),
+        }),
+    )
+}
+
+/// docs/design/gpu-engine.md#g8: nothing accepted: the previous recommendation is reused while
+/// pods still differ from the baseline. `nothing_read` is true when no candidate was emitted
+/// and every pod had samples.
+fn reuse(
+    baseline: Option<&GpuMap>,
+    previous: Option<&GpuRecommendation>,
+    all_live_views: &[PodView<'_>],
+    nothing_read: bool,
+    reasons: &mut Vec<String>,
+) -> (Action, Option<Signal>, Option<GpuRecommendation>) {
+    let differs = baseline.is_some_and(|b| {
+        all_live_views.iter().any(|p| {
+            p.alloc
+                .iter()
+                .any(|(c, a)| b.get(c).is_some_and(|v| !same(*v, *a)))
+        })
+    });
+    match (previous, differs) {
+        (Some(r), true) => {
+            reasons.push("no accepted candidate and the allocation differs from the baseline: previous recommendation reused".into());
+            (Action::Reuse, r.driving_metric, Some(r.clone()))
+        }
+        _ => {
+            // Without samples nothing was read: the missing samples are the reason.
+            if nothing_read {
+                reasons.push("no upsize or scale-back condition met".into());
+            }
+            (Action::None, None, None)
+        }
     }
 }
 
