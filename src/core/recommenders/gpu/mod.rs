@@ -622,6 +622,53 @@ pub fn policy_missing_samples(
     out
 }
 
+/// A workload whose metrics are unavailable keeps its persisted state untouched, so nothing
+/// flaps: the last recommendation and baseline, over the current allocations the engine read.
+fn keep_last_recommendation(
+    result: &mut WorkloadResult,
+    outputs: Vec<(usize, EngineOutput)>,
+    baseline: Option<&GpuMap>,
+    previous: Option<&GpuRecommendation>,
+) {
+    result.action = if previous.is_some() {
+        Action::Reuse
+    } else {
+        Action::None
+    };
+    result.recommendation = previous.cloned().map(Box::new);
+    result.driving_metric = previous.and_then(|r| r.driving_metric);
+    for (_, o) in outputs {
+        result.containers.extend(o.containers);
+    }
+    for (c, o) in result.containers.iter_mut() {
+        o.baseline = baseline.and_then(|b| b.get(c).copied());
+        o.recommended = previous.and_then(|r| r.containers.get(c).copied());
+    }
+}
+
+/// The strategies a result is applied under: the recommendation's policy's for the pod, each
+/// part's for its containers.
+fn assign_strategies(snapshot: &Snapshot, wp: &WorkloadPlan, result: &mut WorkloadResult) {
+    let strategy_of = |id: &PolicyId| {
+        let a = wp
+            .assignments
+            .iter()
+            .find(|a| snapshot.gpu_policies[a.policy].id == *id)?;
+        resolve_strategy(snapshot, &snapshot.gpu_policies[a.policy]).cloned()
+    };
+    result.strategy = result
+        .main_policy()
+        .and_then(strategy_of)
+        .unwrap_or_default();
+    if let Some(r) = &result.recommendation {
+        result.gpu_strategies = r
+            .by_policy
+            .keys()
+            .filter_map(|id| Some((id.clone(), strategy_of(id)?)))
+            .collect();
+    }
+}
+
 /// Runs the engine for one planned workload on the samples in `index`.
 pub fn evaluate_workload(
     snapshot: &Snapshot,
@@ -689,43 +736,11 @@ pub fn evaluate_workload(
         outputs.push((a.policy, engine::evaluate(&input)));
     }
     if result.metrics_unavailable {
-        // Nothing flaps: the persisted state stays in force untouched.
-        result.action = if previous.is_some() {
-            Action::Reuse
-        } else {
-            Action::None
-        };
-        result.recommendation = previous.clone().map(Box::new);
-        result.driving_metric = previous.as_ref().and_then(|r| r.driving_metric);
-        for (_, o) in outputs {
-            result.containers.extend(o.containers);
-        }
-        for (c, o) in result.containers.iter_mut() {
-            o.baseline = baseline.as_ref().and_then(|b| b.get(c).copied());
-            o.recommended = previous.as_ref().and_then(|r| r.containers.get(c).copied());
-        }
+        keep_last_recommendation(&mut result, outputs, baseline.as_ref(), previous.as_ref());
     } else {
         merge_outputs(&mut result, outputs, &mut reasons);
     }
-    // The strategies: the recommendation's policy's for the pod, each part's for its containers.
-    let strategy_of = |id: &PolicyId| {
-        let a = wp
-            .assignments
-            .iter()
-            .find(|a| snapshot.gpu_policies[a.policy].id == *id)?;
-        resolve_strategy(snapshot, &snapshot.gpu_policies[a.policy]).cloned()
-    };
-    result.strategy = result
-        .main_policy()
-        .and_then(strategy_of)
-        .unwrap_or_default();
-    if let Some(r) = &result.recommendation {
-        result.gpu_strategies = r
-            .by_policy
-            .keys()
-            .filter_map(|id| Some((id.clone(), strategy_of(id)?)))
-            .collect();
-    }
+    assign_strategies(snapshot, wp, &mut result);
     reasons.extend(kai_shape_reason(w, &result));
     if let Some(q) = &result.owner_queue {
         if result.recommendation.is_some() && result.strategy.kai().set_queue_when_specified {
