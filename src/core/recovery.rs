@@ -23,7 +23,7 @@ use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::engine::check_baseline;
 use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
 use crate::core::recommenders::resources::workload::served_change;
-use crate::core::selection::{self, Candidate};
+use crate::core::selection;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 
 /// Store entries plus what was ignored and why.
@@ -112,14 +112,7 @@ fn served_containers(
     let spec = w.template.pod_spec();
     // The containers a policy that still covers the workload may size.
     let covered = |p: &GpuPolicy| -> Option<Vec<String>> {
-        let candidate = Candidate {
-            id: &p.id,
-            policy_type: p.policy_type,
-            scope: &p.spec.scope,
-            weight: p.spec.weight,
-            creation: p.creation,
-        };
-        selection::covers(&candidate, &w.key, &w.labels, w.template.labels())
+        selection::covers(&p.candidate(), &w.key, &w.labels, w.template.labels())
             .then(|| scoped_container_names(spec, &p.spec.scope.containers))
     };
     // Multi-policy: each part's policy's strategy, for its containers.

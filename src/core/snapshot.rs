@@ -17,6 +17,7 @@ use crate::api::{
 use crate::core::conflict::{FieldManager, project};
 use crate::core::model::{Name, PolicyId, WorkloadKey};
 use crate::core::pod::{Pod, PodTemplateSpec, Strings, strings};
+use crate::core::selection::Candidate;
 
 /// A policy of either scope, normalized to its family's spec type.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +34,25 @@ pub struct Policy<S> {
 pub type GpuPolicy = Policy<GpuReactivePolicySpec>;
 /// A CPU/memory rightsizing policy of either kind.
 pub type RsPolicy = Policy<RightsizingPolicySpec>;
+
+/// What policy selection reads of a policy (`core::selection`), one reader for every caller.
+macro_rules! policy_candidate {
+    ($spec:ty) => {
+        impl Policy<$spec> {
+            pub fn candidate(&self) -> Candidate<'_> {
+                Candidate {
+                    id: &self.id,
+                    policy_type: self.policy_type,
+                    scope: &self.spec.scope,
+                    weight: self.spec.weight,
+                    creation: self.creation,
+                }
+            }
+        }
+    };
+}
+policy_candidate!(GpuReactivePolicySpec);
+policy_candidate!(RightsizingPolicySpec);
 
 impl<S> Policy<S> {
     /// From the policy object's metadata (a cluster policy's carries no namespace).

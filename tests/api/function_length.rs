@@ -13,7 +13,7 @@ use syn::visit::Visit;
 /// (file under src/, function name, lines today).
 const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
     ("api/config.rs", "check_connection", 155),
-    ("core/recommenders/gpu/mod.rs", "plan", 140),
+    ("core/recommenders/gpu/mod.rs", "plan", 130),
     (
         "core/recommenders/resources/workload.rs",
         "evaluate_hpa",
@@ -42,10 +42,10 @@ struct Lengths<'a> {
 }
 
 fn is_test(attrs: &[syn::Attribute]) -> bool {
-    attrs.iter().any(|a| {
-        let path = a.path();
-        path.is_ident("test") || path.segments.last().is_some_and(|s| s.ident == "test")
-    })
+    // `#[test]`, `#[tokio::test]`: the last segment names it.
+    attrs
+        .iter()
+        .any(|a| a.path().segments.last().is_some_and(|s| s.ident == "test"))
 }
 
 impl Lengths<'_> {

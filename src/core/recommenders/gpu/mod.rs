@@ -194,17 +194,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
         }
         let covering: Vec<(usize, Candidate<'_>)> = by_namespace
             .candidates(&w.key.namespace)
-            .map(|i| {
-                let p = &snapshot.gpu_policies[i];
-                let c = Candidate {
-                    id: &p.id,
-                    policy_type: p.policy_type,
-                    scope: &p.spec.scope,
-                    weight: p.spec.weight,
-                    creation: p.creation,
-                };
-                (i, c)
-            })
+            .map(|i| (i, snapshot.gpu_policies[i].candidate()))
             .filter(|(_, c)| selection::covers(c, &w.key, &w.labels, w.template.labels()))
             .collect();
         if covering.is_empty() {

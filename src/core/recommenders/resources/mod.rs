@@ -307,15 +307,9 @@ impl Selectors {
 /// the snapshot; None when none covers it or no single one wins.
 fn winning_policy(snapshot: &Snapshot, w: &Workload) -> Option<usize> {
     let covering: Vec<(usize, Candidate<'_>)> =
-        covering(&snapshot.rightsizing_policies, w, |p| Candidate {
-            id: &p.id,
-            policy_type: p.policy_type,
-            scope: &p.spec.scope,
-            weight: p.spec.weight,
-            creation: p.creation,
-        })
-        .into_iter()
-        .collect();
+        covering(&snapshot.rightsizing_policies, w, |p| p.candidate())
+            .into_iter()
+            .collect();
     let candidates: Vec<Candidate<'_>> = covering.iter().map(|(_, c)| c.clone()).collect();
     let winner = selection::single_winner(&candidates, &snapshot.precedence)?;
     covering
