@@ -19,8 +19,8 @@ use crate::core::model::PolicyId;
 use crate::core::pod::{Container, PodSpec, PodTemplateSpec, Resources};
 use crate::core::recommenders::resources::LAST_TERMINATED_METRIC;
 use crate::core::recommenders::resources::container::OOM_KILLED;
-use crate::core::small_map::SmallMap;
 use crate::core::snapshot::{RsPolicy, Snapshot};
+use crate::support::small_map::SmallMap;
 
 #[derive(Clone, Copy, Debug)]
 pub struct HistorySpec {

@@ -20,6 +20,7 @@ pub mod server;
 pub mod simulate;
 pub mod sources;
 pub mod state;
+pub mod support;
 pub mod telemetry;
 pub mod views;
 pub mod writers;

@@ -378,9 +378,3 @@ impl fmt::Display for ValidationError {
 pub(crate) fn default_true() -> bool {
     true
 }
-
-pub fn is_label_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}

@@ -70,17 +70,24 @@ pub struct PrometheusSettings {
     pub resource_metrics: ResourceMetrics,
 }
 
+/// cAdvisor's metric names (namespace/pod/container labels): the defaults of
+/// [`ResourceMetrics`].
+pub const CPU_USAGE_METRIC: &str = "container_cpu_usage_seconds_total";
+pub const MEMORY_METRIC: &str = "container_memory_working_set_bytes";
+pub const THROTTLED_PERIODS_METRIC: &str = "container_cpu_cfs_throttled_periods_total";
+pub const PERIODS_METRIC: &str = "container_cpu_cfs_periods_total";
+
 fn default_cpu_metric() -> String {
-    crate::core::recommenders::resources::CPU_USAGE_METRIC.into()
+    CPU_USAGE_METRIC.into()
 }
 fn default_memory_metric() -> String {
-    crate::core::recommenders::resources::MEMORY_METRIC.into()
+    MEMORY_METRIC.into()
 }
 fn default_throttling_metric() -> String {
-    crate::core::recommenders::resources::THROTTLED_PERIODS_METRIC.into()
+    THROTTLED_PERIODS_METRIC.into()
 }
 fn default_periods_metric() -> String {
-    crate::core::recommenders::resources::PERIODS_METRIC.into()
+    PERIODS_METRIC.into()
 }
 
 /// The cAdvisor series kerf reads for CPU/memory (`namespace`, `pod`, `container` labels), as
@@ -141,7 +148,7 @@ impl ResourceMetrics {
             ("periods", &self.periods),
         ] {
             v.check(
-                crate::metrics::openmetrics::is_metric_name(value),
+                crate::support::metric_name::is_metric_name(value),
                 format!("{field}.{name}"),
                 format!("{value:?} is not a Prometheus metric name"),
             );
@@ -182,7 +189,7 @@ impl PrometheusMatcher {
         let (name, quoted) = text
             .split_once('=')
             .ok_or_else(|| format!("{text:?} is not name=\"value\""))?;
-        if !is_label_name(name) {
+        if !crate::support::metric_name::is_label_name(name) {
             return Err(format!("{name:?} is not a Prometheus label name"));
         }
         let inner = quoted
@@ -531,7 +538,7 @@ impl PrometheusSettings {
         }
         if let Some(l) = &self.cluster_label {
             v.check(
-                is_label_name(&l.name),
+                crate::support::metric_name::is_label_name(&l.name),
                 match names {
                     OptionNames::Fields => format!("{}.name", O::ClusterLabel.field()),
                     OptionNames::Flags => O::ClusterLabel.flag().to_string(),
@@ -841,7 +848,7 @@ impl PolicyEvaluationSpec {
 /// (GlobalConfiguration `spec.prometheus.url`, `--prometheus`); credentials in it are never
 /// repeated.
 pub fn check_http_url(text: &str) -> Result<url::Url, String> {
-    let shown = crate::health::redact(text);
+    let shown = crate::support::redact::redact(text);
     if text.trim().is_empty() {
         return Err("empty: give an http:// or https:// URL".into());
     }

@@ -336,7 +336,7 @@ impl GpuPolicySpecRef<'_> {
                 "must be >= 0",
             );
             v.check(
-                is_metric_name(&s.prometheus.metric),
+                crate::support::metric_name::is_metric_name(&s.prometheus.metric),
                 format!("{base}.prometheus.metric"),
                 format!(
                     "must be a Prometheus metric name (got {:?})",
@@ -346,10 +346,4 @@ impl GpuPolicySpecRef<'_> {
         }
         v.finish()
     }
-}
-
-pub(crate) fn is_metric_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }

@@ -17,7 +17,7 @@ pub use common::{
     CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY, CONDITION_STRATEGY_RESOLVED,
     DURATION_MAX_LENGTH, DURATION_PATTERN, DurationStr, Experimental, FieldError, GPU_KAI_CONTRACT,
     GROUP, NamespaceOperator, NamespaceSelector, ObjectRef, PolicyStatus, Scope, VERSION,
-    ValidationError, Validator, WorkloadKind, is_label_name,
+    ValidationError, Validator, WorkloadKind,
 };
 pub use config::{
     GLOBAL_CONFIGURATION_NAME, GlobalConfiguration, GlobalConfigurationSpec,

@@ -8,7 +8,7 @@ use crate::core::pod::{Container, PodSpec, StrMap};
 use crate::core::quantity::{self, QuantityError};
 
 use crate::core::accelerator::{Holds, NVIDIA_KAI};
-use crate::core::small_map::SmallMap;
+use crate::support::small_map::SmallMap;
 
 /// A container's allocation, or why it has none.
 #[derive(Clone, Debug, PartialEq)]

@@ -16,7 +16,6 @@ pub mod quantity;
 pub mod recommenders;
 pub mod recovery;
 pub mod selection;
-pub mod small_map;
 pub mod snapshot;
 pub mod vpa;
 pub mod writes;

@@ -85,7 +85,7 @@ impl PolicyId {
 }
 
 /// GPU units per container.
-pub type GpuMap = crate::core::small_map::SmallMap<String, f64>;
+pub type GpuMap = crate::support::small_map::SmallMap<String, f64>;
 
 /// `rightsizing.kubex.ai/gpu-baseline`: `{"<container>": "<gpu units>"}`.
 pub fn parse_baseline(text: &str) -> Result<GpuMap, String> {
@@ -470,7 +470,7 @@ impl GpuRecommendation {
 }
 
 /// CPU/memory requests per container name (a few containers per workload: one sorted vector).
-pub type ContainerRequests = crate::core::small_map::SmallMap<String, ResourceRequests>;
+pub type ContainerRequests = crate::support::small_map::SmallMap<String, ResourceRequests>;
 
 /// CPU/memory requests kerf wants a container to have (auto-patch resources only). Keys in
 /// camelCase, as the CRDs' (`/debug/recommendations`); the snake_case ones are still read.

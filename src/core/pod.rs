@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use serde::{Deserialize, Serialize};
 
 use crate::core::model::Name;
-use crate::core::small_map::SmallMap;
+use crate::support::small_map::SmallMap;
 
 /// Labels or annotations as kerf holds them: one sorted vector (same order as a `BTreeMap`).
 pub type Strings = SmallMap<String, String>;

@@ -228,7 +228,7 @@ impl AnySource {
             )),
             (None, Some(settings)) => Ok(AnySource::Prometheus(
                 prometheus::PrometheusSource::connect(settings, names).map_err(|e| {
-                    anyhow::anyhow!("{}: {e}", crate::health::redact(&settings.url))
+                    anyhow::anyhow!("{}: {e}", crate::support::redact::redact(&settings.url))
                 })?,
             )),
             (None, None) => anyhow::bail!("give --metrics FILE or --prometheus URL"),

@@ -6,7 +6,7 @@
 //! others), and timestamps that look like milliseconds are rejected (promtool reads them as
 //! seconds, placing the data thousands of years in the future).
 
-use crate::api::is_label_name;
+use crate::support::metric_name::{is_label_name, is_metric_name};
 use std::collections::{BTreeMap, HashMap};
 
 /// Timestamps above this many seconds (year 5138) are almost certainly milliseconds.
@@ -366,12 +366,6 @@ fn parse_float(s: &str) -> Option<f64> {
         return None;
     }
     s.parse::<f64>().ok()
-}
-
-pub fn is_metric_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
 #[cfg(test)]

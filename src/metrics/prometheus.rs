@@ -175,7 +175,7 @@ impl PrometheusSource {
                     "{} is set: the certificate of {} is not verified, so anyone on the path can \
                      read and change kerf's queries and the credentials it sends",
                     names.of(O::InsecureSkipVerify),
-                    crate::health::redact(&settings.url)
+                    crate::support::redact::redact(&settings.url)
                 );
                 http = http.tls_danger_accept_invalid_certs(true);
             }

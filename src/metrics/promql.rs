@@ -4,9 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::openmetrics::is_metric_name;
 use super::{MetricError, RangeQuery, SeriesKey, SeriesSet};
-use crate::api::is_label_name;
+use crate::support::metric_name::{is_label_name, is_metric_name};
 
 /// Prometheus refuses range queries with more points per series than this.
 pub const MAX_POINTS: i64 = 11_000;

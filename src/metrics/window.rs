@@ -15,10 +15,9 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::MetricError;
-use super::openmetrics::is_metric_name;
 use super::promql::{LabelMatcher, quote, rate_window_seconds, regex_escape};
 use crate::api::WorkloadKind;
-use crate::api::is_label_name;
+use crate::support::metric_name::{is_label_name, is_metric_name};
 
 /// The label kerf's window queries add to name the workload a series belongs to.
 pub const WORKLOAD_LABEL: &str = "kerf_workload";

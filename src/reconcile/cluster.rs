@@ -170,8 +170,10 @@ impl ReconcileCycle {
                     self.source = Some((settings.clone(), s));
                 }
                 Err(e) => {
-                    let message =
-                        crate::health::redact(&format!("spec.prometheus ({}): {e}", settings.url));
+                    let message = crate::support::redact::redact(&format!(
+                        "spec.prometheus ({}): {e}",
+                        settings.url
+                    ));
                     tracing::error!("{message}");
                     self.store.health().record_error(PROMETHEUS, &message);
                     not_applied = Some(message);

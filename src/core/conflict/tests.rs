@@ -7,7 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::api::{AppliedChange, HpaRecommendation, ResourceValues};
 use crate::core::model::{ANNOTATION_GPU_RECOMMENDATION, WorkloadKey};
-use crate::core::small_map::SmallMap;
+use crate::support::small_map::SmallMap;
 
 fn at(min: i64) -> Timestamp {
     "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap() + Duration::from_mins(min)

@@ -175,6 +175,6 @@ fn list_error(resource: &str, namespace: Option<&str>, e: &::kube::Error) -> any
     };
     anyhow::anyhow!(
         "listing {resource} {scope}: {}{fix}",
-        crate::health::redact(&error_chain(e))
+        crate::support::redact::redact(&error_chain(e))
     )
 }

@@ -45,8 +45,9 @@ use crate::core::model::PolicyId;
 use crate::core::owner;
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
-use crate::health::{Health, LogLimit, error_chain, panic_message, redact};
+use crate::health::{Health, LogLimit, error_chain, panic_message};
 use crate::state::{ObjectName, Store};
+use crate::support::redact::redact;
 use crate::telemetry::{Metrics, WatchErrorLabels};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";

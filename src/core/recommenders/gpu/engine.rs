@@ -12,7 +12,7 @@ use crate::api::{GpuReactivePolicySpec, Interpretation, Signal};
 use crate::core::allocation::{Allocation, container_allocations, scoped_container_names};
 use crate::core::model::{Fixed, GpuMap, GpuRecommendation, PolicyId};
 use crate::core::recommenders::gpu::samples::{MissingSamples, query_window};
-use crate::core::small_map::SmallMap;
+use crate::support::small_map::SmallMap;
 
 /// One pod's series of one signal by container: (unix seconds, value) ascending.
 pub type PodSamples = SmallMap<String, Vec<(i64, f64)>>;

@@ -25,9 +25,9 @@ use crate::core::model::{
 };
 use crate::core::owner;
 use crate::core::selection::{self, Candidate};
-use crate::core::small_map::SmallMap;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{RangeQuery, SeriesSet};
+use crate::support::small_map::SmallMap;
 
 /// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
 /// ReplicaSet → Deployment and Job → CronJob links.

@@ -30,21 +30,15 @@ use crate::core::recommenders::gpu::engine::ContainerOutcome as GpuContainer;
 use crate::core::recommenders::gpu::{covering, pods_by_owner};
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
 use crate::core::selection::{self, Candidate};
-use crate::core::small_map::SmallMap;
 use crate::core::snapshot::{Snapshot, Workload};
 use crate::metrics::promql::LabelMatcher;
 use crate::metrics::window::pod_name_suffix;
 use crate::metrics::{
     Aggregation, MetricError, RangeQuery, WindowAggregate, WindowKey, WindowQuery, WorkloadSelector,
 };
+use crate::support::small_map::SmallMap;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
-/// cAdvisor metric names kerf reads by default (namespace/pod/container labels): GlobalConfiguration
-/// `spec.prometheus.resourceMetrics` names others ([`crate::api::ResourceMetrics`]).
-pub const CPU_USAGE_METRIC: &str = "container_cpu_usage_seconds_total";
-pub const MEMORY_METRIC: &str = "container_memory_working_set_bytes";
-pub const THROTTLED_PERIODS_METRIC: &str = "container_cpu_cfs_throttled_periods_total";
-pub const PERIODS_METRIC: &str = "container_cpu_cfs_periods_total";
 /// kube-state-metrics: a container's last termination reason (namespace/pod/container/reason
 /// labels), read with `reason="OOMKilled"` ([`container::OOM_KILLED`]).
 pub const LAST_TERMINATED_METRIC: &str = "kube_pod_container_status_last_terminated_reason";
