@@ -168,6 +168,14 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
+    /// Where the pod template lives in this kind.
+    pub fn template_path(self) -> &'static [&'static str] {
+        match self {
+            WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
+            _ => &["spec", "template"],
+        }
+    }
+
     pub const ALL: [WorkloadKind; 5] = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,

@@ -8,7 +8,7 @@ use crate::core::hash::HashMap;
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::gpu::samples::MissingSamples;
-use crate::core::recommenders::resources::RsResult;
+use crate::core::recommenders::resources::workload::RsResult;
 
 /// Everything the recommenders said about one workload this cycle: at least one result (the
 /// workload's key is the results', not a third copy).

@@ -8,6 +8,7 @@ pub mod conflict;
 pub mod cycle;
 pub mod hash;
 pub mod hpa;
+pub mod managed_fields;
 pub mod model;
 pub mod owner;
 pub mod persisted;

@@ -14,7 +14,7 @@ use crate::api::{
     GlobalConfigurationSpec, GpuReactivePolicySpec, PolicyEvaluationSpec, PolicyStatus, PolicyType,
     RightsizingPolicySpec, StrategyView, WorkloadKind,
 };
-use crate::core::conflict::{FieldManager, project};
+use crate::core::managed_fields::{FieldManager, project};
 use crate::core::model::{Name, PolicyId, WorkloadKey};
 use crate::core::pod::{Pod, PodTemplateSpec, Strings, strings};
 use crate::core::selection::Candidate;

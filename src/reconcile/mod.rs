@@ -6,7 +6,7 @@ pub mod standalone;
 
 use jiff::Timestamp;
 
-pub use crate::core::cycle::{CycleOutput, PolicyRun};
+use crate::core::cycle::CycleOutput;
 use crate::core::hash::{HashSet, HashSetExt};
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::recommender::Gpu;

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 
+use crate::core::cycle::CycleOutput;
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::metrics::MetricSource;
-use crate::reconcile::CycleOutput;
 use crate::sources::dir::{Manifests, load_dir};
 use crate::state::{ObjectName, Store};
 use crate::writers::memory::MemoryWriter;

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use kerf::api::{FieldTakeback, WorkloadKind};
 use kerf::core::conflict::{ConflictRules, blocked_message, human};
+use kerf::core::managed_fields::FIELD_MANAGER;
 use kerf::core::model::{
     ANNOTATION_CONFLICT_ACKNOWLEDGED, ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION,
     ANNOTATION_RESTARTED_AT,
 };
-use kerf::core::writes::{FIELD_MANAGER, template_path};
 use kerf::writers::kube::workload_resource;
 use serde_json::Value;
 
@@ -139,7 +139,7 @@ fn flux_drift_ignore_rules_point_at_the_fields_kerf_writes() {
     assert_eq!(hpa_paths, ["/spec/metrics"]);
     // The request pointer resolves, on git's Deployment, to the requests kerf sets.
     let git = git_deployment();
-    let template = format!("/{}", template_path(WorkloadKind::Deployment).join("/"));
+    let template = format!("/{}", WorkloadKind::Deployment.template_path().join("/"));
     let requests = deployment_paths
         .iter()
         .find(|p| p.ends_with("/resources/requests"))

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
+use kerf::core::cycle::CycleOutput;
 use kerf::core::model::{ContainerRequests, GpuRecommendation, ResourceRequests, WorkloadKey};
 use kerf::core::writes::WriteOp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use kerf::reconcile::plan_writes;
-use kerf::reconcile::{CycleOutput, run_cycle};
+use kerf::reconcile::run_cycle;
 use kerf::sources::dir::load_dir;
 
 fn at() -> Timestamp {

@@ -14,12 +14,13 @@ use kerf::api::{
     RecommendationPhase, ResourceMode, RightsizingRecommendation, RightsizingRecommendationSpec,
     WorkloadKind,
 };
+use kerf::core::cycle::CycleOutput;
 use kerf::core::model::{ANNOTATION_ROLLBACK, WorkloadKey};
 use kerf::core::persisted::PersistedRecommendation;
 use kerf::core::snapshot::Snapshot;
 use kerf::core::writes::WriteOp;
 use kerf::core::writes::{RecommendationWrite, RestoreKind, RestoreWrite};
-use kerf::reconcile::{CycleOutput, run_cycle};
+use kerf::reconcile::run_cycle;
 use kerf::reconcile::{held_back, plan_writes, serve_persisted};
 use kerf::writers::kube::{WriteOutcome, Writer, WriterConfig, WriterHandle};
 use kube_support::{Recorded, Reply, calls, mock, requests, status};

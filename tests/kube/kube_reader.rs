@@ -371,7 +371,7 @@ async fn kerfs_own_namespace_is_protected_in_every_snapshot() {
 /// `spec.metrics` — what field conflicts are detected from.
 #[tokio::test]
 async fn the_reader_keeps_who_owns_the_fields_kerf_sets() {
-    use kerf::core::conflict::{FieldManager, TrackedField};
+    use kerf::core::managed_fields::{FieldManager, TrackedField};
     let managed = json!([
         {"manager": "argocd-controller", "operation": "Apply", "time": "2026-07-01T10:00:00Z",
          "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {"f:spec": {

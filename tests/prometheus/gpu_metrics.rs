@@ -13,10 +13,11 @@ use std::time::Duration;
 use crate::prometheus_support::{TestPrometheus, promtool_bin};
 use jiff::Timestamp;
 use kerf::cli::recommend::to_json;
+use kerf::core::cycle::CycleOutput;
 use kerf::metrics::MetricSource;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
-use kerf::reconcile::{CycleOutput, run_cycle};
+use kerf::reconcile::run_cycle;
 use kerf::sources::dir::load_dir;
 use serde_json::Value;
 

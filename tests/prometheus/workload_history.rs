@@ -10,6 +10,7 @@ use crate::prometheus_support::{EPOCH, Lcg, TestPrometheus};
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::cli::recommend::{to_json, to_table};
+use kerf::core::cycle::CycleOutput;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::promql::LabelMatcher;
@@ -17,7 +18,7 @@ use kerf::metrics::{
     MetricError, MetricSource, WindowAggregate, WindowQuery, WorkloadSelector,
     window_query_splitting,
 };
-use kerf::reconcile::{CycleOutput, run_cycle};
+use kerf::reconcile::run_cycle;
 use kerf::sources::dir::load_dir;
 use serde_json::Value;
 

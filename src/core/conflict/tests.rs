@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
 use super::*;
-use crate::api::{AppliedChange, HpaRecommendation, ResourceValues};
+use crate::api::{AppliedChange, HpaRecommendation, ResourceValues, WorkloadKind};
 use crate::core::model::{ANNOTATION_GPU_RECOMMENDATION, WorkloadKey};
 use crate::support::small_map::SmallMap;
 
@@ -88,110 +88,6 @@ fn input<'a>(w: &'a Workload, previous: &'a RecommendationStatus, now: i64) -> C
 }
 
 const CPU_PATH: &str = "spec.template.spec.containers[app].resources.requests.cpu";
-
-#[test]
-fn tracked_field_paths_round_trip() {
-    let fields = [
-        cpu(),
-        TrackedField::Request {
-            container: "init-db".into(),
-            init: true,
-            resource: "memory".into(),
-        },
-        TrackedField::Annotation(ANNOTATION_GPU_RECOMMENDATION.into()),
-        TrackedField::TemplateAnnotation(ANNOTATION_RESTARTED_AT.into()),
-        TrackedField::HpaMetrics("web".into()),
-    ];
-    for kind in [WorkloadKind::Deployment, WorkloadKind::CronJob] {
-        for f in &fields {
-            assert_eq!(
-                TrackedField::parse(&f.path(kind)).as_ref(),
-                Some(f),
-                "{f:?}"
-            );
-        }
-    }
-    assert_eq!(cpu().path(WorkloadKind::Deployment), CPU_PATH);
-    assert_eq!(
-        TrackedField::Request {
-            container: "app".into(),
-            init: false,
-            resource: "cpu".into()
-        }
-        .path(WorkloadKind::CronJob),
-        "spec.jobTemplate.spec.template.spec.containers[app].resources.requests.cpu"
-    );
-    assert_eq!(TrackedField::parse("spec.replicas"), None);
-}
-
-#[test]
-fn project_keeps_the_tracked_fields_of_each_manager_and_their_time() {
-    let entries: Vec<ManagedFieldsEntry> = serde_json::from_value(json!([
-        {"manager": "argocd-controller", "operation": "Apply", "time": "2026-01-01T12:05:00Z",
-         "fieldsType": "FieldsV1", "fieldsV1": {
-            "f:metadata": {"f:annotations": {"f:team": {}, "f:rightsizing.kubex.ai/gpu-recommendation": {},
-                "f:rightsizing.kubex.ai/conflict-acknowledged": {}, "f:rightsizing.kubex.ai/rollback": {}}},
-            "f:spec": {"f:replicas": {}, "f:template": {
-                "f:metadata": {"f:annotations": {"f:rightsizing.kubex.ai/restartedAt": {}, "f:other": {}}},
-                "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {},
-                    "f:resources": {"f:requests": {"f:cpu": {}, "f:memory": {}}, "f:limits": {"f:cpu": {}}}}}}}}}},
-        {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-01-01T12:06:00Z",
-         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
-        {"manager": "kerf", "operation": "Update", "subresource": "status",
-         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:rightsizing.kubex.ai/x": {}}}}}
-    ]))
-    .unwrap();
-    let projected = project(&entries, WorkloadKind::Deployment);
-    assert_eq!(projected.len(), 1, "{projected:?}");
-    let p = &projected[0];
-    assert_eq!(p.manager, "argocd-controller");
-    assert_eq!(p.time, Some(at(5)));
-    let memory = TrackedField::Request {
-        container: "app".into(),
-        init: false,
-        resource: "memory".into(),
-    };
-    assert_eq!(
-        p.fields,
-        BTreeSet::from([
-            cpu(),
-            memory,
-            TrackedField::Annotation(ANNOTATION_GPU_RECOMMENDATION.into()),
-            TrackedField::TemplateAnnotation(ANNOTATION_RESTARTED_AT.into()),
-        ])
-    );
-}
-
-#[test]
-fn prune_hpa_managed_fields_keeps_only_the_owners_of_spec_metrics() {
-    let mut hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
-        "metadata": {"name": "web", "namespace": "shop", "managedFields": [
-            {"manager": "argocd-controller", "operation": "Apply", "time": "2026-01-01T12:05:00Z",
-             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}, "f:maxReplicas": {}}}},
-            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
-             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}},
-            {"manager": "helm", "operation": "Update",
-             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:minReplicas": {}}}}
-        ]},
-        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5}
-    }))
-    .unwrap();
-    prune_hpa_managed_fields(&mut hpa.metadata);
-    let kept = hpa.metadata.managed_fields.clone().unwrap();
-    assert_eq!(kept.len(), 1);
-    assert_eq!(
-        kept[0].fields_v1.as_ref().unwrap().0,
-        json!({"f:spec": {"f:metrics": {}}})
-    );
-    let owners = project_hpa(&hpa);
-    assert_eq!(owners[0].manager, "argocd-controller");
-    assert_eq!(owners[0].time, Some(at(5)));
-    assert!(
-        owners[0]
-            .fields
-            .contains(&TrackedField::HpaMetrics("web".into()))
-    );
-}
 
 /// docs/gitops.md#detection.
 #[test]

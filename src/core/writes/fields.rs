@@ -3,17 +3,17 @@
 //! decide whether a write or a rolling restart is due. The cluster writer executes them; the
 //! in-memory writer and write planning read the same functions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ManagedFieldsEntry};
 use serde_json::{Value, json};
 
-use super::{ConditionUpdate, FIELD_MANAGER, GpuAnnotations};
+use super::{ConditionUpdate, GpuAnnotations};
 use crate::api::WorkloadKind;
 use crate::core::admission::GpuTarget;
+use crate::core::managed_fields::{Owned, kerf_owned, others_owned};
 use crate::core::model::{
     ANNOTATION_GPU_RECOMMENDATION, ContainerRequests, GpuMap, GpuRecommendation, RequestSet,
     ResourceRequests, WorkloadKey,
@@ -29,14 +29,6 @@ use crate::core::snapshot::Workload;
 pub struct Live<'a> {
     pub metadata: &'a ObjectMeta,
     pub data: &'a Value,
-}
-
-/// Where the pod template lives in each workload kind.
-pub fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
-    match kind {
-        WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
-        _ => &["spec", "template"],
-    }
 }
 
 /// Nests `leaf` under `path` (`["spec","template"]` → `{"spec":{"template":leaf}}`).
@@ -127,111 +119,40 @@ pub fn has_any(template: &PodTemplateSpec, which: &BTreeMap<String, RequestSet>)
     })
 }
 
-/// What kerf's own apply configuration owns on a live workload.
-#[derive(Debug, Default)]
-pub struct Owned {
-    pub annotations: BTreeSet<String>,
-    /// container → the requests owned.
-    pub requests: BTreeMap<String, RequestSet>,
-}
-
-impl Owned {
-    /// The live values of the annotations kerf owns.
-    pub fn annotation_values(&self, live: Live<'_>) -> BTreeMap<String, String> {
-        let live_ann = live.metadata.annotations.as_ref();
-        self.annotations
-            .iter()
-            .filter_map(|k| {
-                live_ann
-                    .and_then(|a| a.get(k))
-                    .map(|v| (k.clone(), v.clone()))
-            })
-            .collect()
-    }
-
-    /// The live template values of the requests kerf owns.
-    pub fn request_values(&self, template: &PodTemplateSpec) -> ContainerRequests {
-        self.requests
-            .iter()
-            .filter_map(|(c, set)| {
-                template_requests(template, c).map(|have| {
-                    let owned = ResourceRequests {
-                        cpu_millis: have.cpu_millis.filter(|_| set.cpu),
-                        memory_bytes: have.memory_bytes.filter(|_| set.memory),
-                    };
-                    (c.clone(), owned)
-                })
-            })
-            .collect()
-    }
-}
-
-pub fn kerf_owned(obj: Live<'_>, kind: WorkloadKind) -> Owned {
-    owned_where(obj, kind, |mf| {
-        mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
-    })
-}
-
-/// What every manager but `kerf` owns (a field kerf leaves out of its apply survives only then).
-pub fn others_owned(obj: Live<'_>, kind: WorkloadKind) -> Owned {
-    owned_where(obj, kind, |mf| mf.manager.as_deref() != Some(FIELD_MANAGER))
-}
-
-pub fn owned_where(
-    obj: Live<'_>,
-    kind: WorkloadKind,
-    manager: impl Fn(&ManagedFieldsEntry) -> bool,
-) -> Owned {
-    let mut owned = Owned::default();
-    for mf in obj.metadata.managed_fields.iter().flatten() {
-        if !manager(mf) || mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
-            continue;
-        }
-        let Some(fields) = mf.fields_v1.as_ref().map(|f| &f.0) else {
-            continue;
-        };
-        if let Some(a) = fields
-            .get("f:metadata")
-            .and_then(|m| m.get("f:annotations"))
-            .and_then(Value::as_object)
-        {
-            owned.annotations.extend(
-                a.keys()
-                    .filter_map(|k| k.strip_prefix("f:"))
-                    .map(str::to_string),
-            );
-        }
-        let mut spec = Some(fields);
-        for step in template_path(kind).iter().chain(["spec"].iter()) {
-            spec = spec.and_then(|v| v.get(format!("f:{step}")));
-        }
-        for list in ["f:containers", "f:initContainers"] {
-            let Some(items) = spec.and_then(|s| s.get(list)).and_then(Value::as_object) else {
-                continue;
-            };
-            for (key, item) in items {
-                let name = key
-                    .strip_prefix("k:")
-                    .and_then(|k| serde_json::from_str::<Value>(k).ok())
-                    .and_then(|k| k.get("name").and_then(Value::as_str).map(str::to_string));
-                let Some(name) = name else { continue };
-                let req = item.get("f:resources").and_then(|r| r.get("f:requests"));
-                let cpu = req.is_some_and(|r| r.get("f:cpu").is_some());
-                let mem = req.is_some_and(|r| r.get("f:memory").is_some());
-                if cpu || mem {
-                    let e = owned.requests.entry(name).or_default();
-                    e.cpu |= cpu;
-                    e.memory |= mem;
-                }
-            }
-        }
-    }
+/// The live values of the annotations `owned` names.
+fn owned_annotation_values(owned: &Owned, live: Live<'_>) -> BTreeMap<String, String> {
+    let live_ann = live.metadata.annotations.as_ref();
     owned
+        .annotations
+        .iter()
+        .filter_map(|k| {
+            live_ann
+                .and_then(|a| a.get(k))
+                .map(|v| (k.clone(), v.clone()))
+        })
+        .collect()
+}
+
+/// The live template values of the requests `owned` names.
+fn owned_request_values(owned: &Owned, template: &PodTemplateSpec) -> ContainerRequests {
+    owned
+        .requests
+        .iter()
+        .filter_map(|(c, set)| {
+            template_requests(template, c).map(|have| {
+                let owned = ResourceRequests {
+                    cpu_millis: have.cpu_millis.filter(|_| set.cpu),
+                    memory_bytes: have.memory_bytes.filter(|_| set.memory),
+                };
+                (c.clone(), owned)
+            })
+        })
+        .collect()
 }
 
 pub fn live_template(obj: Live<'_>, kind: WorkloadKind) -> PodTemplateSpec {
     let mut v = Some(obj.data);
-    for step in template_path(kind) {
+    for step in kind.template_path() {
         v = v.and_then(|x| x.get(*step));
     }
     v.and_then(|t| serde_json::from_value(t.clone()).ok())
@@ -289,7 +210,7 @@ pub fn workload_body(
         if !init_containers.is_empty() {
             pod_spec.insert("initContainers".into(), Value::Array(init_containers));
         }
-        let mut path: Vec<&str> = template_path(key.kind).to_vec();
+        let mut path: Vec<&str> = key.kind.template_path().to_vec();
         path.push("spec");
         let spec_part = nest(&path, Value::Object(pod_spec));
         if let (Some(b), Some(s)) = (body.as_object_mut(), spec_part.as_object()) {
@@ -354,13 +275,13 @@ pub fn kerf_apply(
     set: &ContainerRequests,
     released: Released<'_>,
 ) -> KerfApply {
-    let owned = kerf_owned(live, key.kind);
-    let others = others_owned(live, key.kind);
+    let owned = kerf_owned(live.metadata, key.kind);
+    let others = others_owned(live.metadata, key.kind);
     let template = live_template(live, key.kind);
     let annotations = annotations
         .cloned()
-        .unwrap_or_else(|| owned.annotation_values(live));
-    let mut requests = owned.request_values(&template);
+        .unwrap_or_else(|| owned_annotation_values(&owned, live));
+    let mut requests = owned_request_values(&owned, &template);
     let mut still_kerfs = Vec::new();
     for (c, r) in requests.iter_mut() {
         let removed = released.removed.get(c).copied().unwrap_or_default();
@@ -396,31 +317,6 @@ pub fn kerf_apply(
         still_kerfs,
         not_in_template,
     }
-}
-
-/// Which managers own an HPA's `spec.metrics` (kerf's apply, anyone else).
-pub fn hpa_metrics_owners(hpa: &HorizontalPodAutoscaler) -> (bool, bool) {
-    let mut kerf = false;
-    let mut others = false;
-    for mf in hpa.metadata.managed_fields.iter().flatten() {
-        if mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
-            continue;
-        }
-        let owns = mf
-            .fields_v1
-            .as_ref()
-            .and_then(|f| f.0.get("f:spec"))
-            .is_some_and(|s| s.get("f:metrics").is_some());
-        if !owns {
-            continue;
-        }
-        if mf.manager.as_deref() == Some(FIELD_MANAGER) {
-            kerf |= mf.operation.as_deref() == Some("Apply");
-        } else {
-            others = true;
-        }
-    }
-    (kerf, others)
 }
 
 /// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a

@@ -8,16 +8,12 @@ mod ops;
 mod plan;
 
 pub use fields::{
-    KerfApply, Live, Owned, Released, gpu_restart_due, has_any, hpa_metrics_owners, kerf_apply,
-    kerf_owned, live_template, merge_conditions, nest, others_owned, owned_where, release_patch,
-    requests_match, same_gpu, template_path, template_requests, workload_body,
+    KerfApply, Live, Released, gpu_restart_due, has_any, kerf_apply, live_template,
+    merge_conditions, nest, release_patch, requests_match, same_gpu, template_requests,
+    workload_body,
 };
 pub use ops::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
-    PolicyStatusWrite, RELEASE_FIELD_MANAGER, RecommendationWrite, RestoreKind, RestoreWrite,
-    WorkloadWrite, WriteOp,
+    PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
 };
 pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, rolled_back};
-
-/// The field manager of every server-side apply kerf makes.
-pub const FIELD_MANAGER: &str = "kerf";

@@ -315,11 +315,6 @@ impl EventWrite {
     }
 }
 
-/// Field manager of a release's restore writes (an Update, not an Apply): the restored values
-/// change hands to it, so kerf's following apply can leave them out without server-side apply
-/// deleting them.
-pub const RELEASE_FIELD_MANAGER: &str = "kerf-release";
-
 /// Why kerf writes a workload's recorded original requests and HPA target back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RestoreKind {

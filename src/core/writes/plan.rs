@@ -23,6 +23,7 @@ use crate::api::{
     RecommendationStatus,
 };
 use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
+use crate::core::cycle::CycleOutput;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
@@ -38,7 +39,6 @@ use crate::core::recommenders::resources::workload::{
     recommendation_spec, recommendation_status,
 };
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
-use crate::reconcile::CycleOutput;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
 pub fn recommendation_name(key: &WorkloadKey) -> String {
@@ -268,7 +268,7 @@ fn restores_due(
     snapshot: &Snapshot,
     recommendations: &[Arc<PersistedRecommendation>],
     workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    results: &HashMap<&WorkloadKey, &crate::core::recommenders::resources::RsResult>,
+    results: &HashMap<&WorkloadKey, &crate::core::recommenders::resources::workload::RsResult>,
 ) -> BTreeMap<WorkloadKey, RestoreKind> {
     let mut due: BTreeMap<WorkloadKey, RestoreKind> = snapshot
         .workloads
@@ -309,7 +309,7 @@ fn restore_writes(
     if snapshot.global.read_only {
         return out;
     }
-    let results: HashMap<&WorkloadKey, &crate::core::recommenders::resources::RsResult> =
+    let results: HashMap<&WorkloadKey, &crate::core::recommenders::resources::workload::RsResult> =
         cycle.resource_results().map(|r| (&r.key, r)).collect();
     for (key, kind) in restores_due(snapshot, recommendations, workloads, &results) {
         let Some(w) = workloads.get(&key) else {

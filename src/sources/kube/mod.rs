@@ -860,7 +860,7 @@ impl Reader {
             |mut h: HorizontalPodAutoscaler| {
                 // Only who owns `spec.metrics`, for conflicts (docs/gitops.md).
                 strip_last_applied(&mut h.metadata);
-                crate::core::conflict::prune_hpa_managed_fields(&mut h.metadata);
+                crate::core::managed_fields::prune_hpa_managed_fields(&mut h.metadata);
                 h
             },
             sync,

@@ -55,6 +55,7 @@ use crate::core::model::{
 };
 use crate::telemetry::{Metrics, WriteLabels};
 
+use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
 use crate::core::writes::*;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -474,7 +475,7 @@ impl Task {
     /// Rolling restart through the pod template annotation (a merge patch: see the module docs).
     async fn restart(&self, key: &WorkloadKey) -> Result<(), CallError> {
         let at = crate::core::model::rfc3339_secs(Timestamp::now());
-        let mut path: Vec<&str> = template_path(key.kind).to_vec();
+        let mut path: Vec<&str> = key.kind.template_path().to_vec();
         path.extend(["metadata", "annotations"]);
         let body = nest(&path, json!({ ANNOTATION_RESTARTED_AT: at }));
         let api = self.workload_api(key);

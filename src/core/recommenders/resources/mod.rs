@@ -21,11 +21,11 @@ use crate::core::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
 
 use self::container::{ContainerSignals, Sample};
-use self::workload::{ContainerInput, History, HpaInput, RightsizingOutcome, WorkloadInput};
+use self::workload::{ContainerInput, History, HpaInput, RsResult, WorkloadInput};
 use crate::api::ResourceMetrics;
 use crate::core::cycle::CycleOutput;
 use crate::core::hpa::{self, ReplicaHistory};
-use crate::core::model::{PolicyId, WorkloadKey};
+use crate::core::model::WorkloadKey;
 use crate::core::recommenders::gpu::engine::ContainerOutcome as GpuContainer;
 use crate::core::recommenders::gpu::{covering, pods_by_owner};
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
@@ -407,16 +407,6 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
         }
     }
     out
-}
-
-/// One workload's CPU/memory outcome.
-#[derive(Clone, Debug)]
-pub struct RsResult {
-    pub key: WorkloadKey,
-    pub policy: PolicyId,
-    /// Err = the policy cannot be used (field-named message).
-    pub outcome: Result<RightsizingOutcome, String>,
-    pub metrics_unavailable: bool,
 }
 
 /// An HPA's replica samples by (namespace, HPA name).
@@ -903,7 +893,7 @@ status:
             assert_eq!(results.len(), 1);
             results[0].outcome.clone().unwrap()
         };
-        let memory = |o: &RightsizingOutcome| o.containers[0].recommended.memory_bytes;
+        let memory = |o: &workload::RightsizingOutcome| o.containers[0].recommended.memory_bytes;
         let (no_oom, oom_in_status) = (
             one_web_pod(Some("Completed")),
             one_web_pod(Some("OOMKilled")),

@@ -206,6 +206,16 @@ pub struct Managed {
     pub hpa_resource: Option<HpaResource>,
 }
 
+/// One workload's CPU/memory result: its outcome under the policy that won it.
+#[derive(Clone, Debug)]
+pub struct RsResult {
+    pub key: WorkloadKey,
+    pub policy: PolicyId,
+    /// Err = the policy cannot be used (field-named message).
+    pub outcome: Result<RightsizingOutcome, String>,
+    pub metrics_unavailable: bool,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RightsizingOutcome {
     pub containers: Vec<ContainerOutcome>,
