@@ -22,9 +22,9 @@ use crate::core::model::{
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::recommenders::gpu::engine::check_baseline;
 use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
-use crate::core::recommenders::resources::workload::served_change;
 use crate::core::selection;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
+use crate::core::writes::served_change;
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -24,7 +24,6 @@ const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
         "evaluate_workload",
         222,
     ),
-    ("core/writes/plan.rs", "plan_writes", 318),
     ("simulate/mod.rs", "run", 427),
     ("sources/dir.rs", "read_object", 238),
     ("sources/kube/mod.rs", "start_inner", 173),

@@ -6,6 +6,7 @@
 mod fields;
 mod ops;
 mod plan;
+mod recommendation;
 
 pub use fields::{
     KerfApply, Live, Released, gpu_restart_due, has_any, kerf_apply, live_template,
@@ -17,3 +18,8 @@ pub use ops::{
     PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
 };
 pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, rolled_back};
+pub use recommendation::{
+    Gates, REASON_NO_RECOMMENDATION, REASON_READ_ONLY, RestoreHpa, RestorePlan, applied_change,
+    coordinated_after_release, plan_release, plan_restore, recommendation_phase,
+    recommendation_spec, recommendation_status, served_change,
+};

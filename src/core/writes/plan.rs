@@ -12,18 +12,24 @@ use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::recommendation::{
+    Gates, RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
+    gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
+    recommendation_phase, recommendation_spec, recommendation_status,
+};
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
     PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
     merge_conditions, requests_match,
 };
 use crate::api::{
-    CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY,
+    AppliedChange, CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY,
     CONDITION_STRATEGY_RESOLVED, PolicyStatus, REASON_CONFLICT, RecommendationPhase,
     RecommendationStatus,
 };
 use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 use crate::core::cycle::CycleOutput;
+use crate::core::cycle::WorkloadOutcome;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
@@ -33,11 +39,7 @@ use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::gpu::samples::{
     MissingSamples, REASON_NO_SAMPLES, REASON_SAMPLES_FOUND, condition_message,
 };
-use crate::core::recommenders::resources::workload::{
-    RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
-    gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
-    recommendation_spec, recommendation_status,
-};
+use crate::core::recommenders::resources::workload::{AgentPlan, RightsizingOutcome, RsResult};
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
@@ -250,11 +252,25 @@ pub fn held_back(
     out
 }
 
+/// What every step of write planning reads: the snapshot, the cycle's outcome, the workloads and
+/// the RightsizingRecommendations by key, and `now`.
+struct Planning<'a> {
+    snapshot: &'a Snapshot,
+    cycle: &'a CycleOutput,
+    recommendations: &'a [Arc<PersistedRecommendation>],
+    workloads: HashMap<&'a WorkloadKey, &'a Arc<Workload>>,
+    index: RecommendationIndex<'a>,
+    now: Timestamp,
+}
+
 /// The status a restore leaves: audit-only with the restore's reason; nothing kerf applied is
 /// left to give back.
 fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> RecommendationStatus {
-    status.phase = RecommendationPhase::AuditOnly;
-    status.reason = Some(kind.reason().into());
+    let gates = Gates {
+        restore: Some(kind),
+        ..Gates::default()
+    };
+    (status.phase, status.reason) = recommendation_phase(status.phase, status.reason.take(), gates);
     status.previous_hpa_target = None;
     status.original_requests.clear();
     status.created_requests.clear();
@@ -265,23 +281,22 @@ fn restored_status(mut status: RecommendationStatus, kind: RestoreKind) -> Recom
 /// The workloads whose own requests are restored this cycle: a rollback asked for on the
 /// workload, or a release of one kerf applied to that no policy covers any more.
 fn restores_due(
-    snapshot: &Snapshot,
-    recommendations: &[Arc<PersistedRecommendation>],
-    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    results: &HashMap<&WorkloadKey, &crate::core::recommenders::resources::workload::RsResult>,
+    p: &Planning<'_>,
+    results: &HashMap<&WorkloadKey, &RsResult>,
 ) -> BTreeMap<WorkloadKey, RestoreKind> {
-    let mut due: BTreeMap<WorkloadKey, RestoreKind> = snapshot
+    let mut due: BTreeMap<WorkloadKey, RestoreKind> = p
+        .snapshot
         .workloads
         .iter()
         .filter(|w| rollback_requested(w))
         .map(|w| (w.key.clone(), RestoreKind::Rollback))
         .collect();
-    for rec in recommendations {
+    for rec in p.recommendations {
         let Some(key) = rec.workload() else {
             continue;
         };
         if due.contains_key(&key)
-            || !workloads.contains_key(&key)
+            || !p.workloads.contains_key(&key)
             || !kerf_applied(rec.status.as_ref())
         {
             continue;
@@ -293,52 +308,51 @@ fn restores_due(
     due
 }
 
+/// What a restore writes back of the recommendation as last written; the reason nothing is
+/// restored when it cannot be read.
+fn restore_plan(observed: Option<&PersistedRecommendation>) -> (RestorePlan, Option<String>) {
+    let Some(status) = observed.and_then(|rec| rec.status.as_ref().map(|s| (&rec.spec, s))) else {
+        return (RestorePlan::default(), None);
+    };
+    match plan_restore(status.0, status.1) {
+        Ok(plan) => (plan, None),
+        Err(e) => (
+            RestorePlan::default(),
+            Some(format!("nothing restored: {e}")),
+        ),
+    }
+}
+
 /// Rollbacks (annotation) and the release of workloads the cycle has no CPU/memory result for
 /// (policy deleted, no longer selected, its strategy does not resolve) that kerf applied to:
 /// one [`RestoreWrite`] each. Nothing under `readOnly`. A workload with a result is released
-/// field by field by [`plan_writes`].
-fn restore_writes(
-    snapshot: &Snapshot,
-    cycle: &CycleOutput,
-    recommendations: &[Arc<PersistedRecommendation>],
-    index: &RecommendationIndex<'_>,
-    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    now: Timestamp,
-) -> BTreeMap<WorkloadKey, WriteOp> {
+/// field by field by [`resource_writes`].
+fn restore_writes(p: &Planning<'_>) -> BTreeMap<WorkloadKey, WriteOp> {
     let mut out = BTreeMap::new();
-    if snapshot.global.read_only {
+    if p.snapshot.global.read_only {
         return out;
     }
-    let results: HashMap<&WorkloadKey, &crate::core::recommenders::resources::workload::RsResult> =
-        cycle.resource_results().map(|r| (&r.key, r)).collect();
-    for (key, kind) in restores_due(snapshot, recommendations, workloads, &results) {
-        let Some(w) = workloads.get(&key) else {
+    let results: HashMap<&WorkloadKey, &RsResult> =
+        p.cycle.resource_results().map(|r| (&r.key, r)).collect();
+    for (key, kind) in restores_due(p, &results) {
+        let Some(w) = p.workloads.get(&key) else {
             continue;
         };
-        let observed = index.find(&key).cloned();
+        let observed = p.index.find(&key).cloned();
         let outcome = results
             .get(&key)
             .and_then(|r| r.outcome.as_ref().ok().map(|o| (o, &r.policy)));
-        let (plan, problem) = match &observed {
-            Some(rec) => match rec.status.as_ref() {
-                Some(status) => match plan_restore(&rec.spec, status) {
-                    Ok(p) => (p, None),
-                    Err(e) => (Default::default(), Some(format!("nothing restored: {e}"))),
-                },
-                None => (Default::default(), None),
-            },
-            None => (Default::default(), None),
-        };
+        let (plan, problem) = restore_plan(observed.as_ref());
         let hpa = plan
             .hpa
             .as_ref()
-            .and_then(|h| restore_target(snapshot, &key, h));
+            .and_then(|h| restore_target(p.snapshot, &key, h));
         let hpa_from = hpa.as_ref().and_then(HpaTarget::current).map(|(_, t)| t);
         let recommendation = match (&observed, outcome) {
             (_, Some((o, policy))) => {
                 let prev = observed.as_ref().and_then(|r| r.status.as_ref());
                 let mut spec = recommendation_spec(o, &key, Some(policy));
-                if let Some(g) = cycle.gpu_results().find(|g| g.key == key) {
+                if let Some(g) = p.cycle.gpu_results().find(|g| g.key == key) {
                     add_gpu(&mut spec, g);
                 }
                 Some((spec, recommendation_status(o, prev)))
@@ -348,7 +362,7 @@ fn restore_writes(
         }
         .map(|(spec, status)| {
             let mut status = restored_status(status, kind);
-            status.last_applied_time = Some(crate::core::model::rfc3339_secs(now));
+            status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
             RecommendationWrite {
                 namespace: key.namespace.to_string(),
                 name: recommendation_name(&key),
@@ -404,28 +418,22 @@ struct Conflicts<'a> {
 }
 
 impl<'a> Conflicts<'a> {
-    fn assess(
-        snapshot: &Snapshot,
-        cycle: &'a CycleOutput,
-        workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-        index: &RecommendationIndex<'_>,
-        now: Timestamp,
-    ) -> Self {
-        let read_only = snapshot.global.read_only;
+    fn assess(p: &Planning<'a>) -> Self {
+        let read_only = p.snapshot.global.read_only;
         let found = if read_only {
             HashMap::new()
         } else {
-            cycle
+            p.cycle
                 .workloads
                 .iter()
                 .filter_map(|wo| {
-                    let w = workloads.get(wo.key())?;
-                    let previous = index.find(wo.key()).and_then(|r| r.status.as_ref());
+                    let w = p.workloads.get(wo.key())?;
+                    let previous = p.index.find(wo.key()).and_then(|r| r.status.as_ref());
                     let input = ConflictInput {
                         workload: w,
-                        hpas: &snapshot.hpas,
+                        hpas: &p.snapshot.hpas,
                         previous,
-                        now,
+                        now: p.now,
                         rules: ConflictRules::default(),
                     };
                     Some((wo.key(), assess(&input))).filter(|(_, a)| *a != QUIET)
@@ -447,12 +455,16 @@ impl<'a> Conflicts<'a> {
         }
         Some(self.found.get(key).unwrap_or(&QUIET))
     }
+
+    /// Another manager keeps taking the workload's fields back: kerf does not write it.
+    fn blocks(&self, key: &WorkloadKey) -> bool {
+        self.found.get(key).is_some_and(|a| a.blocked)
+    }
 }
 
-/// The conflict verdict on a RightsizingRecommendation status: `status.conflict`, the
-/// `Conflict` condition and, when kerf would have written, phase `blocked` with reason
-/// `Conflict`.
-fn settle_conflict(
+/// The conflict verdict on a RightsizingRecommendation status: `status.conflict` and the
+/// `Conflict` condition (the phase is [`recommendation_phase`]'s).
+fn record_conflict(
     status: &mut RecommendationStatus,
     conflict: Option<&Assessment>,
     now: Timestamp,
@@ -462,10 +474,6 @@ fn settle_conflict(
     if let Some(c) = &a.condition {
         status.conditions =
             merge_conditions(&status.conditions, std::slice::from_ref(c), None, now);
-    }
-    if a.blocked && status.phase == RecommendationPhase::Applied {
-        status.phase = RecommendationPhase::Blocked;
-        status.reason = Some(REASON_CONFLICT.into());
     }
 }
 
@@ -492,81 +500,311 @@ fn conflict_event(w: &Workload, conflict: Option<&Assessment>) -> Option<WriteOp
     })))
 }
 
+/// The RightsizingRecommendation write, unless the object already says it all.
+fn recommendation_write(recommendation: RecommendationWrite) -> Option<WriteOp> {
+    let unchanged = recommendation.observed.as_ref().is_some_and(|o| {
+        RecommendationWrite::in_place(
+            o,
+            &recommendation.spec,
+            recommendation.status.as_ref(),
+            recommendation.owner.as_ref(),
+        )
+    });
+    (!unchanged).then(|| WriteOp::Recommendation(Box::new(recommendation)))
+}
+
 /// The RightsizingRecommendation of a workload only GPU reactive policies cover
 /// (docs/design/gpu-engine.md#g10), so `kubectl get rightsizingrecommendations` lists it. None
 /// while its metrics are unavailable (the last one stays), without a policy that applies, or
 /// when a restore of the workload writes its recommendation this cycle.
 fn gpu_only_recommendation(
-    snapshot: &Snapshot,
+    p: &Planning<'_>,
     gpu: &WorkloadResult,
-    workloads: &HashMap<&WorkloadKey, &Arc<Workload>>,
-    index: &RecommendationIndex<'_>,
     restores: &BTreeMap<WorkloadKey, WriteOp>,
     conflict: Option<&Assessment>,
-    now: Timestamp,
 ) -> Vec<WriteOp> {
     if gpu.metrics_unavailable || gpu.policies.is_empty() || restores.contains_key(&gpu.key) {
         return Vec::new();
     }
-    let Some(w) = workloads.get(&gpu.key) else {
+    let Some(w) = p.workloads.get(&gpu.key) else {
         return Vec::new();
     };
-    let observed = index.find(&gpu.key);
+    let observed = p.index.find(&gpu.key);
     let previous = observed.and_then(|o| o.status.as_ref());
     let mut status = gpu_recommendation_status(gpu, previous);
-    if rolled_back(previous) {
-        // A rollback holds CPU/memory back until the recommendation is deleted: keep saying so.
-        status.phase = RecommendationPhase::AuditOnly;
-        status.reason = Some(RestoreKind::Rollback.reason().into());
-    } else if snapshot.global.read_only && status.phase == RecommendationPhase::Applied {
-        status.phase = RecommendationPhase::AuditOnly;
-        status.reason = Some("ReadOnly".into());
+    let gates = Gates {
+        rolled_back: rolled_back(previous),
+        read_only: p.snapshot.global.read_only,
+        conflict_blocked: conflict.is_some_and(|a| a.blocked),
+        ..Gates::default()
+    };
+    (status.phase, status.reason) = recommendation_phase(status.phase, status.reason.take(), gates);
+    record_conflict(&mut status, conflict, p.now);
+    let recommendation = RecommendationWrite {
+        namespace: gpu.key.namespace.to_string(),
+        name: recommendation_name(&gpu.key),
+        spec: gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1)),
+        status: Some(status),
+        owner: owner_of(w),
+        observed: observed.cloned(),
+    };
+    recommendation_write(recommendation)
+        .into_iter()
+        .chain(conflict_event(w, conflict))
+        .collect()
+}
+
+/// Where a workload with a CPU/memory result stands this cycle.
+#[derive(Clone, Copy, Debug)]
+struct Standing {
+    metrics_unavailable: bool,
+    read_only: bool,
+    /// Rolled back (or asked to be): recommendation only.
+    held: bool,
+    /// Another manager keeps taking its fields back.
+    fight: bool,
+}
+
+impl Standing {
+    /// A cycle that writes nothing to the workload takes nothing and gives nothing back.
+    fn writes(self) -> bool {
+        !self.metrics_unavailable && !self.read_only && !self.held && !self.fight
     }
-    settle_conflict(&mut status, conflict, now);
-    let spec = gpu_recommendation_spec(gpu, &gpu.key, w.replicas.unwrap_or(1));
-    let owner = owner_of(w);
+}
+
+/// What kerf gives back this cycle of what it took that the outcome no longer manages; a
+/// warning when the recorded values cannot be read.
+fn release_plan(
+    r: &RsResult,
+    observed: Option<&PersistedRecommendation>,
+    outcome: &RightsizingOutcome,
+    standing: Standing,
+) -> (RestorePlan, Option<WriteOp>) {
+    let recorded = observed.and_then(|rec| Some((&rec.spec, rec.status.as_ref()?)));
+    let Some((spec, previous)) = recorded.filter(|_| standing.writes()) else {
+        return (RestorePlan::default(), None);
+    };
+    match plan_release(spec, previous, &outcome.managed) {
+        Ok(plan) => (plan, None),
+        Err(e) => {
+            let warning = WriteOp::Warning(Box::new(PlanWarning {
+                workload: r.key.clone(),
+                message: format!("nothing released: {e}"),
+            }));
+            (RestorePlan::default(), Some(warning))
+        }
+    }
+}
+
+/// The outcome once a release went through: requests put back on containers the HPA counts
+/// move its target with them. `None` when nothing moves.
+fn coordinated_outcome(
+    outcome: &RightsizingOutcome,
+    release: &RestorePlan,
+) -> Option<RightsizingOutcome> {
+    let plan = outcome.apply.as_ref().filter(|_| !release.is_empty())?;
+    let h = coordinated_after_release(outcome, plan, release)?;
+    let mut o = outcome.clone();
+    if let Some(oh) = o.hpa.as_mut() {
+        oh.target_after = Some(h.target_after);
+    }
+    if let Some(p) = o.apply.as_mut() {
+        p.hpa = Some(h);
+    }
+    Some(o)
+}
+
+/// What every replica serves at admission (`status.applied`): this cycle's plan; while another
+/// manager takes the template back, the requests alone (never a coordinated HPA target kerf
+/// cannot set now: requests and target change together or not at all); the last one while the
+/// metrics are unavailable (`carried`); else nothing.
+fn served(
+    outcome: &RightsizingOutcome,
+    plan: Option<&AgentPlan>,
+    standing: Standing,
+    carried: Option<Box<AppliedChange>>,
+) -> Option<Box<AppliedChange>> {
+    if let Some(p) = plan {
+        return Some(Box::new(applied_change(&p.requests, p.hpa.as_ref())));
+    }
+    if standing.fight && !standing.held && !standing.metrics_unavailable && !standing.read_only {
+        return outcome
+            .apply
+            .as_ref()
+            .filter(|p| p.hpa.is_none())
+            .map(|p| Box::new(applied_change(&p.requests, None)));
+    }
+    if !standing.metrics_unavailable || standing.held {
+        return None;
+    }
+    carried
+}
+
+/// The Warning Event of the cycle in which the outcome becomes `blocked`.
+fn blocked_event(
+    w: &Workload,
+    outcome: &RightsizingOutcome,
+    previous: Option<&RecommendationStatus>,
+    held: bool,
+) -> Option<WriteOp> {
+    let was_blocked = previous.is_some_and(|s| s.phase == RecommendationPhase::Blocked);
+    (outcome.phase == RecommendationPhase::Blocked && !was_blocked && !held).then(|| {
+        let reason = outcome
+            .reason
+            .clone()
+            .unwrap_or_else(|| "HPACoupled".into());
+        WriteOp::Event(Box::new(EventWrite::blocked(w, &reason, &outcome.message)))
+    })
+}
+
+/// The writes of one workload with a CPU/memory result: its RightsizingRecommendation, the
+/// change (coordinated when an HPA is), what a release gives back, and the events.
+fn resource_writes(
+    p: &Planning<'_>,
+    wo: &WorkloadOutcome,
+    r: &RsResult,
+    conflict: Option<&Assessment>,
+) -> Vec<WriteOp> {
     let mut ops = Vec::new();
-    if !observed
-        .is_some_and(|o| RecommendationWrite::in_place(o, &spec, Some(&status), owner.as_ref()))
-    {
-        ops.push(WriteOp::Recommendation(Box::new(RecommendationWrite {
-            namespace: gpu.key.namespace.to_string(),
-            name: recommendation_name(&gpu.key),
-            spec,
-            status: Some(status),
-            owner,
-            observed: observed.cloned(),
-        })));
+    let Ok(outcome) = &r.outcome else { return ops };
+    let Some(w) = p.workloads.get(&r.key) else {
+        return ops;
+    };
+    let observed = p.index.find(&r.key).cloned();
+    let previous = observed.as_ref().and_then(|o| o.status.clone());
+    let mut status = recommendation_status(outcome, previous.as_ref());
+    let standing = Standing {
+        metrics_unavailable: r.metrics_unavailable,
+        read_only: p.snapshot.global.read_only,
+        held: rolled_back(previous.as_ref()) || rollback_requested(w),
+        fight: conflict.is_some_and(|a| a.blocked),
+    };
+    if !standing.writes() {
+        keep_taken(&mut status, previous.as_ref());
     }
-    ops.extend(conflict_event(w, conflict));
+    let (release, warning) = release_plan(r, observed.as_ref(), outcome, standing);
+    ops.extend(warning);
+    let adjusted = coordinated_outcome(outcome, &release);
+    let outcome = adjusted.as_ref().unwrap_or(outcome);
+    let plan = outcome.apply.as_ref().filter(|_| standing.writes());
+    status.applied = served(outcome, plan, standing, status.applied.take());
+    let kept_hpa = plan
+        .and_then(|plan| plan.hpa.as_ref())
+        .map(|h| hpa_target(p.snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
+    let changing = plan.is_some_and(|plan| !requests_match(&w.template, &plan.requests))
+        || kept_hpa
+            .as_ref()
+            .is_some_and(|h| !release.is_empty() && !h.in_place());
+    if changing || !release.is_empty() {
+        status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
+    }
+    release.settle(&mut status);
+    let gates = Gates {
+        restore: None,
+        rolled_back: rolled_back(previous.as_ref()),
+        read_only: standing.read_only,
+        conflict_blocked: standing.fight,
+        releasing: !release.is_empty(),
+    };
+    (status.phase, status.reason) =
+        recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
+    record_conflict(&mut status, conflict, p.now);
+    let mut spec = recommendation_spec(outcome, &r.key, Some(&r.policy));
+    if let Some(g) = &wo.gpu {
+        add_gpu(&mut spec, g);
+    }
+    let recommendation = RecommendationWrite {
+        namespace: r.key.namespace.to_string(),
+        name: recommendation_name(&r.key),
+        spec,
+        status: Some(status),
+        owner: owner_of(w),
+        observed,
+    };
+    let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
+    let applied = plan
+        .and_then(|plan| plan.hpa.as_ref())
+        .filter(|_| changing)
+        .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
+    if !release.is_empty() {
+        // The release, with what kerf keeps applying, in one step.
+        let kept = plan.map(|plan| Kept {
+            requests: plan.requests.clone(),
+            hpa: kept_hpa,
+        });
+        ops.push(release_write(p, w, release, kept, recommendation));
+        ops.extend(blocked);
+        ops.extend(applied);
+        return ops;
+    }
+    ops.extend(recommendation_write(recommendation));
+    ops.extend(blocked);
+    ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
+    let Some(plan) = plan else { return ops };
+    let workload = WorkloadWrite {
+        observed: Arc::clone(w),
+        gpu: None,
+        requests: Some(plan.requests.clone()),
+    };
+    ops.push(match kept_hpa {
+        Some(hpa) => WriteOp::Coordinated(Box::new(CoordinatedChange { workload, hpa })),
+        None => WriteOp::Workload(Box::new(workload)),
+    });
+    ops.extend(applied);
     ops
 }
 
-/// Pure: every write one cycle calls for. The writer skips what the cluster already has.
-pub fn plan_writes(
-    snapshot: &Snapshot,
-    cycle: &CycleOutput,
-    invalid: &[InvalidPolicy],
-    recommendations: &[Arc<PersistedRecommendation>],
-    now: Timestamp,
-) -> Vec<WriteOp> {
-    let mut ops = Vec::new();
-    let workloads: HashMap<&WorkloadKey, &Arc<Workload>> =
-        snapshot.workloads.iter().map(|w| (&w.key, w)).collect();
-    let index = RecommendationIndex::new(recommendations);
-    // A workload whose fields another manager keeps taking back is not written (docs/gitops.md).
-    let conflicts = Conflicts::assess(snapshot, cycle, &workloads, &index, now);
-    let fighting = |key: &WorkloadKey| conflicts.found.get(key).is_some_and(|a| a.blocked);
+/// A release of part of what kerf took, with what it keeps applying and the recommendation, in
+/// one step.
+fn release_write(
+    p: &Planning<'_>,
+    w: &Arc<Workload>,
+    release: RestorePlan,
+    keep: Option<Kept>,
+    recommendation: RecommendationWrite,
+) -> WriteOp {
+    let restored_hpa = release
+        .hpa
+        .as_ref()
+        .and_then(|h| restore_target(p.snapshot, &w.key, h));
+    let hpa_from = restored_hpa
+        .as_ref()
+        .and_then(HpaTarget::current)
+        .map(|(_, t)| t);
+    let event = EventWrite::restored(
+        w,
+        RestoreKind::Release,
+        (&release.requests, &release.removed),
+        restored_hpa.as_ref(),
+        hpa_from,
+        None,
+    );
+    WriteOp::Restore(Box::new(RestoreWrite {
+        kind: RestoreKind::Release,
+        observed: Arc::clone(w),
+        requests: release.requests,
+        removed: release.removed,
+        hpa: restored_hpa,
+        keep,
+        recommendation: Some(recommendation),
+        event,
+    }))
+}
 
-    // GPU: baseline and recommendation annotations (restart on change is the writer's job).
+/// GPU baseline and recommendation annotations (restart on change is the writer's job), and the
+/// release of workloads no GPU policy covers any more (deleted, no longer selecting them):
+/// kerf's annotations go (kerf created them) and the pods roll, to be admitted with the
+/// template's own GPU allocation (docs/design/hpa-coordination.md#h13).
+fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<WriteOp> {
+    let mut ops = Vec::new();
     // Hashed: a lookup per workload (a tree of 110,000 keys compared string by string cost more).
     let mut gpu_covered: HashSet<&WorkloadKey> = HashSet::new();
-    for r in cycle.gpu_results() {
+    for r in p.cycle.gpu_results() {
         gpu_covered.insert(&r.key);
-        if r.metrics_unavailable || fighting(&r.key) {
+        if r.metrics_unavailable || conflicts.blocks(&r.key) {
             continue; // nothing flaps: persisted state stays as it is
         }
-        let Some(w) = workloads.get(&r.key) else {
+        let Some(w) = p.workloads.get(&r.key) else {
             continue;
         };
         let write = WorkloadWrite {
@@ -581,14 +819,13 @@ pub fn plan_writes(
             ops.push(WriteOp::Workload(Box::new(write)));
         }
     }
-    // A workload no GPU policy covers any more (deleted, no longer selecting it) is released:
-    // kerf's annotations go (kerf created them) and the pods roll, to be admitted with the
-    // template's own GPU allocation (docs/design/hpa-coordination.md#h13).
-    for w in &snapshot.workloads {
+    for w in &p.snapshot.workloads {
         let kerfs = [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
             .iter()
             .any(|k| w.annotations.contains_key(*k));
-        if kerfs && !gpu_covered.contains(&w.key) && !snapshot.global.is_protected(&w.key.namespace)
+        if kerfs
+            && !gpu_covered.contains(&w.key)
+            && !p.snapshot.global.is_protected(&w.key.namespace)
         {
             ops.push(WriteOp::Workload(Box::new(WorkloadWrite {
                 observed: Arc::clone(w),
@@ -597,211 +834,17 @@ pub fn plan_writes(
             })));
         }
     }
+    ops
+}
 
-    // Rollbacks and releases carry their own RightsizingRecommendation write (made once the
-    // restore went through), so those workloads are skipped below.
-    let mut restores = restore_writes(snapshot, cycle, recommendations, &index, &workloads, now);
-
-    // The RightsizingRecommendation of every workload kerf recommends for, then the CPU/memory
-    // change (coordinated when an HPA is).
-    for wo in &cycle.workloads {
-        let conflict = conflicts.of(wo.key(), &workloads);
-        let Some(r) = &wo.resources else {
-            if let Some(g) = &wo.gpu {
-                ops.extend(gpu_only_recommendation(
-                    snapshot, g, &workloads, &index, &restores, conflict, now,
-                ));
-            }
-            continue;
-        };
-        if let Some(op) = restores.remove(&r.key) {
-            ops.push(op);
-            continue;
-        }
-        let Ok(outcome) = &r.outcome else { continue };
-        let Some(w) = workloads.get(&r.key) else {
-            continue;
-        };
-        let name = recommendation_name(&r.key);
-        let observed = index.find(&r.key).cloned();
-        let previous_status = observed.as_ref().and_then(|o| o.status.clone());
-        let mut status = recommendation_status(outcome, previous_status.as_ref());
-        // Rolled back (or asked to be, under readOnly): recommendation only.
-        let held = rolled_back(previous_status.as_ref()) || rollback_requested(w);
-        // A cycle that writes nothing to the workload takes nothing and gives nothing back.
-        let fight = conflict.is_some_and(|a| a.blocked);
-        let writes = !r.metrics_unavailable && !snapshot.global.read_only && !held && !fight;
-        if !writes {
-            keep_taken(&mut status, previous_status.as_ref());
-        }
-        if rolled_back(previous_status.as_ref()) {
-            status.phase = RecommendationPhase::AuditOnly;
-            status.reason = Some(RestoreKind::Rollback.reason().into());
-        }
-        let release = match (&observed, &previous_status) {
-            (Some(rec), Some(prev)) if writes => {
-                match plan_release(&rec.spec, prev, &outcome.managed) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        ops.push(WriteOp::Warning(Box::new(PlanWarning {
-                            workload: r.key.clone(),
-                            message: format!("nothing released: {e}"),
-                        })));
-                        RestorePlan::default()
-                    }
-                }
-            }
-            _ => RestorePlan::default(),
-        };
-        // Requests put back on containers the HPA counts move its target with them.
-        let adjusted = outcome
-            .apply
-            .as_ref()
-            .filter(|_| !release.is_empty())
-            .and_then(|p| coordinated_after_release(outcome, p, &release))
-            .map(|h| {
-                let mut o = outcome.clone();
-                if let Some(oh) = o.hpa.as_mut() {
-                    oh.target_after = Some(h.target_after);
-                }
-                if let Some(p) = o.apply.as_mut() {
-                    p.hpa = Some(h);
-                }
-                o
-            });
-        let outcome = adjusted.as_ref().unwrap_or(outcome);
-        let plan = outcome.apply.as_ref().filter(|_| writes);
-        // What every replica serves at admission: this cycle's plan; the last one while the
-        // metrics are unavailable (carried over by `recommendation_status`); else nothing.
-        if let Some(p) = plan {
-            status.applied = Some(Box::new(applied_change(&p.requests, p.hpa.as_ref())));
-        } else if fight && !held && !r.metrics_unavailable && !snapshot.global.read_only {
-            // Admission goes on setting new pods' requests (the GitOps tool sees only the
-            // template), but not with a coordinated HPA target kerf cannot set now: the pods'
-            // requests and the HPA target change together or not at all.
-            status.applied = outcome
-                .apply
-                .as_ref()
-                .filter(|p| p.hpa.is_none())
-                .map(|p| Box::new(applied_change(&p.requests, None)));
-        } else if !r.metrics_unavailable || held {
-            status.applied = None;
-        }
-        let kept_hpa = plan
-            .and_then(|p| p.hpa.as_ref())
-            .map(|h| hpa_target(snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
-        let changing = plan.is_some_and(|p| !requests_match(&w.template, &p.requests))
-            || kept_hpa
-                .as_ref()
-                .is_some_and(|h| !release.is_empty() && !h.in_place());
-        if changing || !release.is_empty() {
-            status.last_applied_time = Some(crate::core::model::rfc3339_secs(now));
-        }
-        if snapshot.global.read_only && outcome.phase == RecommendationPhase::Applied {
-            status.phase = RecommendationPhase::AuditOnly;
-            status.reason = Some("ReadOnly".into());
-        }
-        release.settle(&mut status);
-        settle_conflict(&mut status, conflict, now);
-        if !release.is_empty() && outcome.phase == RecommendationPhase::AuditOnly {
-            status.reason = Some(RestoreKind::Release.reason().into());
-        }
-        let mut spec = recommendation_spec(outcome, &r.key, Some(&r.policy));
-        if let Some(g) = &wo.gpu {
-            add_gpu(&mut spec, g);
-        }
-        let recommendation = RecommendationWrite {
-            namespace: r.key.namespace.to_string(),
-            name,
-            spec,
-            status: Some(status),
-            owner: owner_of(w),
-            observed,
-        };
-        let was_blocked = previous_status
-            .as_ref()
-            .is_some_and(|s| s.phase == RecommendationPhase::Blocked);
-        let blocked = (outcome.phase == RecommendationPhase::Blocked && !was_blocked && !held)
-            .then(|| {
-                let reason = outcome
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "HPACoupled".into());
-                WriteOp::Event(Box::new(EventWrite::blocked(w, &reason, &outcome.message)))
-            });
-        let applied = plan
-            .and_then(|p| p.hpa.as_ref())
-            .filter(|_| changing)
-            .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
-        let conflict_event = conflict_event(w, conflict).filter(|_| !held);
-        if release.is_empty() {
-            let unchanged = recommendation.observed.as_ref().is_some_and(|o| {
-                RecommendationWrite::in_place(
-                    o,
-                    &recommendation.spec,
-                    recommendation.status.as_ref(),
-                    recommendation.owner.as_ref(),
-                )
-            });
-            if !unchanged {
-                ops.push(WriteOp::Recommendation(Box::new(recommendation)));
-            }
-            ops.extend(blocked);
-            ops.extend(conflict_event);
-            let Some(plan) = plan else { continue };
-            let workload = WorkloadWrite {
-                observed: Arc::clone(w),
-                gpu: None,
-                requests: Some(plan.requests.clone()),
-            };
-            match kept_hpa {
-                Some(hpa) => ops.push(WriteOp::Coordinated(Box::new(CoordinatedChange {
-                    workload,
-                    hpa,
-                }))),
-                None => ops.push(WriteOp::Workload(Box::new(workload))),
-            }
-            ops.extend(applied);
-            continue;
-        }
-        // The release, with what kerf keeps applying, in one step.
-        let restored_hpa = release
-            .hpa
-            .as_ref()
-            .and_then(|h| restore_target(snapshot, &r.key, h));
-        let hpa_from = restored_hpa
-            .as_ref()
-            .and_then(HpaTarget::current)
-            .map(|(_, t)| t);
-        let event = EventWrite::restored(
-            w,
-            RestoreKind::Release,
-            (&release.requests, &release.removed),
-            restored_hpa.as_ref(),
-            hpa_from,
-            None,
-        );
-        ops.push(WriteOp::Restore(Box::new(RestoreWrite {
-            kind: RestoreKind::Release,
-            observed: Arc::clone(w),
-            requests: release.requests,
-            removed: release.removed,
-            hpa: restored_hpa,
-            keep: plan.map(|p| Kept {
-                requests: p.requests.clone(),
-                hpa: kept_hpa,
-            }),
-            recommendation: Some(recommendation),
-            event,
-        })));
-        ops.extend(blocked);
-        ops.extend(applied);
-    }
-
-    // Restores of workloads the cycle has no result for (policy deleted, no longer selected).
-    ops.extend(restores.into_values());
-
-    // Policy status conditions.
+/// Every policy's status conditions (strategy, queries, samples, readiness) and the invalid
+/// policies' `Ready=False`.
+fn policy_condition_writes(
+    snapshot: &Snapshot,
+    cycle: &CycleOutput,
+    invalid: &[InvalidPolicy],
+) -> Vec<WriteOp> {
+    let mut ops = Vec::new();
     let mut matched: HashMap<PolicyId, i64> = HashMap::new();
     for r in cycle.gpu_results() {
         // Every policy that sizes some of the workload's containers matched it.
@@ -859,5 +902,46 @@ pub fn plan_writes(
             matched_workloads: Some(0),
         })));
     }
+    ops
+}
+
+/// Pure: every write one cycle calls for, phase by phase — GPU annotations, rollbacks and
+/// releases, each workload's RightsizingRecommendation and CPU/memory change, policy
+/// conditions. The writer skips what the cluster already has.
+pub fn plan_writes(
+    snapshot: &Snapshot,
+    cycle: &CycleOutput,
+    invalid: &[InvalidPolicy],
+    recommendations: &[Arc<PersistedRecommendation>],
+    now: Timestamp,
+) -> Vec<WriteOp> {
+    let p = Planning {
+        snapshot,
+        cycle,
+        recommendations,
+        workloads: snapshot.workloads.iter().map(|w| (&w.key, w)).collect(),
+        index: RecommendationIndex::new(recommendations),
+        now,
+    };
+    // A workload whose fields another manager keeps taking back is not written (docs/gitops.md).
+    let conflicts = Conflicts::assess(&p);
+    let mut ops = gpu_annotation_writes(&p, &conflicts);
+    // Rollbacks and releases carry their own RightsizingRecommendation write (made once the
+    // restore went through), so those workloads are skipped below.
+    let mut restores = restore_writes(&p);
+    for wo in &cycle.workloads {
+        let conflict = conflicts.of(wo.key(), &p.workloads);
+        match (&wo.resources, &wo.gpu) {
+            (Some(r), _) => match restores.remove(&r.key) {
+                Some(op) => ops.push(op),
+                None => ops.extend(resource_writes(&p, wo, r, conflict)),
+            },
+            (None, Some(g)) => ops.extend(gpu_only_recommendation(&p, g, &restores, conflict)),
+            (None, None) => {}
+        }
+    }
+    // Restores of workloads the cycle has no result for (policy deleted, no longer selected).
+    ops.extend(restores.into_values());
+    ops.extend(policy_condition_writes(snapshot, cycle, invalid));
     ops
 }

@@ -1,6 +1,12 @@
 use super::*;
 use crate::api::{
-    CpuRecipe, HpaCoordination, MemoryRecipe, ResourceRecipes, TargetBounds, WorkloadKind,
+    CpuRecipe, HpaCoordination, MemoryRecipe, RecommendationStatus, ResourceRecipes,
+    ResourceValues, RightsizingRecommendationSpec, TargetBounds, WorkloadKind,
+};
+use crate::core::quantity;
+use crate::core::writes::{
+    RestoreHpa, coordinated_after_release, plan_release, plan_restore, recommendation_spec,
+    recommendation_status,
 };
 use serde_json::json;
 
