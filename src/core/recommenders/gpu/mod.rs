@@ -175,6 +175,93 @@ fn is_eligible(pod: &Pod, policy: &GpuPolicy, now: Timestamp) -> bool {
             .is_some_and(|t| now.duration_since(t) >= policy.spec.min_pod_metrics_age.signed())
 }
 
+/// The policies that size a workload's containers among those covering it (gpu-engine G11):
+/// the one winner, or with multi-policy container rightsizing one per set of containers.
+fn assignments(
+    snapshot: &Snapshot,
+    w: &Workload,
+    usable: &[(usize, Candidate<'_>)],
+) -> Vec<Assignment> {
+    let index_of = |id: &PolicyId| usable.iter().find(|(_, c)| c.id == id).map(|(i, _)| *i);
+    let candidates: Vec<Candidate<'_>> = usable.iter().map(|(_, c)| c.clone()).collect();
+    if snapshot.global.multi_policy_container_rightsizing_enabled {
+        let spec = w.template.pod_spec();
+        let defaults: Vec<String> = default_scope_containers(spec)
+            .into_iter()
+            .map(|c| c.name.to_string())
+            .collect();
+        let all: Vec<String> = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .map(|c| c.name.to_string())
+            .collect();
+        selection::per_container_winners(&candidates, &defaults, &all, &snapshot.precedence)
+            .into_iter()
+            .filter_map(|(id, set)| {
+                index_of(&id).map(|policy| Assignment {
+                    policy,
+                    containers: Some(set),
+                })
+            })
+            .collect()
+    } else {
+        selection::single_winner(&candidates, &snapshot.precedence)
+            .and_then(|w| index_of(w.id))
+            .map(|policy| Assignment {
+                policy,
+                containers: None,
+            })
+            .into_iter()
+            .collect()
+    }
+}
+
+/// One policy's range queries, both signals, over the pods its workloads run (one pod list
+/// shared by both).
+fn policy_queries(
+    snapshot: &Snapshot,
+    pi: usize,
+    pods: &[(&str, &str)],
+    now: Timestamp,
+    step_seconds: i64,
+) -> Vec<(usize, Signal, RangeQuery)> {
+    let mut queries = Vec::with_capacity(Signal::BOTH.len());
+    let policy = &snapshot.gpu_policies[pi];
+    let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
+    // One list for both signals' queries.
+    let pod_names: Arc<[String]> = pods
+        .iter()
+        .map(|(_, p)| *p)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    for signal in Signal::BOTH {
+        let cfg = policy.spec.metrics.signal(signal);
+        // The window the no-samples count and message use too.
+        let window = samples::query_window(&policy.spec, signal).seconds() as i64;
+        queries.push((
+            pi,
+            signal,
+            RangeQuery {
+                metric: cfg.prometheus.metric.clone(),
+                namespace_label: cfg.prometheus.namespace_label.clone(),
+                pod_label: cfg.prometheus.pod_label.clone(),
+                container_label: cfg.prometheus.container_label.clone(),
+                namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
+                pods: Arc::clone(&pod_names),
+                start: now - SignedDuration::from_secs(window),
+                end: now,
+                step_seconds,
+                counter: None,
+                aggregation: crate::metrics::Aggregation::of(cfg.prometheus.interpretation),
+            },
+        ));
+    }
+    queries
+}
+
 pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     let mut out = Plan::default();
     for (i, p) in snapshot.gpu_policies.iter().enumerate() {
@@ -210,40 +297,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
             .into_iter()
             .filter(|(i, _)| !out.unresolved.contains_key(i))
             .collect();
-        let index_of = |id: &PolicyId| usable.iter().find(|(_, c)| c.id == id).map(|(i, _)| *i);
-        let candidates: Vec<Candidate<'_>> = usable.iter().map(|(_, c)| c.clone()).collect();
-        let assignments: Vec<Assignment> =
-            if snapshot.global.multi_policy_container_rightsizing_enabled {
-                let spec = w.template.pod_spec();
-                let defaults: Vec<String> = default_scope_containers(spec)
-                    .into_iter()
-                    .map(|c| c.name.to_string())
-                    .collect();
-                let all: Vec<String> = spec
-                    .containers
-                    .iter()
-                    .chain(spec.init_containers.iter().flatten())
-                    .map(|c| c.name.to_string())
-                    .collect();
-                selection::per_container_winners(&candidates, &defaults, &all, &snapshot.precedence)
-                    .into_iter()
-                    .filter_map(|(id, set)| {
-                        index_of(&id).map(|policy| Assignment {
-                            policy,
-                            containers: Some(set),
-                        })
-                    })
-                    .collect()
-            } else {
-                selection::single_winner(&candidates, &snapshot.precedence)
-                    .and_then(|w| index_of(w.id))
-                    .map(|policy| Assignment {
-                        policy,
-                        containers: None,
-                    })
-                    .into_iter()
-                    .collect()
-            };
+        let assignments = assignments(snapshot, w, &usable);
         let pods = pods_by_owner.get(&w.key).cloned().unwrap_or_default();
         for a in &assignments {
             let policy = &snapshot.gpu_policies[a.policy];
@@ -270,38 +324,8 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
         pods.sort_unstable();
         pods.dedup();
         out.query_pods.insert(pi, pods.len());
-        let policy = &snapshot.gpu_policies[pi];
-        let namespaces: BTreeSet<&str> = pods.iter().map(|(ns, _)| *ns).collect();
-        // One list for both signals' queries.
-        let pod_names: Arc<[String]> = pods
-            .iter()
-            .map(|(_, p)| *p)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        for signal in Signal::BOTH {
-            let cfg = policy.spec.metrics.signal(signal);
-            // The window the no-samples count and message use too.
-            let window = samples::query_window(&policy.spec, signal).seconds() as i64;
-            out.queries.push((
-                pi,
-                signal,
-                RangeQuery {
-                    metric: cfg.prometheus.metric.clone(),
-                    namespace_label: cfg.prometheus.namespace_label.clone(),
-                    pod_label: cfg.prometheus.pod_label.clone(),
-                    container_label: cfg.prometheus.container_label.clone(),
-                    namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
-                    pods: Arc::clone(&pod_names),
-                    start: now - SignedDuration::from_secs(window),
-                    end: now,
-                    step_seconds,
-                    counter: None,
-                    aggregation: crate::metrics::Aggregation::of(cfg.prometheus.interpretation),
-                },
-            ));
-        }
+        out.queries
+            .extend(policy_queries(snapshot, pi, &pods, now, step_seconds));
     }
     out
 }

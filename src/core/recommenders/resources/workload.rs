@@ -338,32 +338,59 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .into_iter()
         .filter(|r| ctx.auto(*r))
         .collect();
-    let (phase, reason, message, apply) = if let Some(why) = &input.strategy_unresolved {
-        (
+    let (phase, reason, message, apply) =
+        match not_applied(input, &containers, &auto, hpa_out.as_ref()) {
+            Some((phase, reason, message)) => (phase, reason, message, None),
+            None => applied_or_pending(input, &containers, &auto, hpa_out.as_ref()),
+        };
+    let managed = managed(&ctx, &containers, hpa_out.as_ref());
+    Ok(RightsizingOutcome {
+        containers,
+        hpa: hpa_out,
+        risk_flags,
+        savings,
+        phase,
+        reason,
+        message,
+        apply,
+        managed,
+        reasons,
+    })
+}
+
+/// Why the outcome applies nothing, before its requests are looked at: the policy's strategy
+/// does not resolve (`audit-only`), pod-level requests of an auto-patch resource, a VPA setting
+/// the same requests, an HPA that cannot be coordinated (`blocked`).
+fn not_applied(
+    input: &WorkloadInput,
+    containers: &[ContainerOutcome],
+    auto: &[HpaResource],
+    hpa_out: Option<&HpaOutcome>,
+) -> Option<(RecommendationPhase, Option<String>, String)> {
+    if let Some(why) = &input.strategy_unresolved {
+        return Some((
             RecommendationPhase::AuditOnly,
             Some(REASON_STRATEGY_UNRESOLVED.to_string()),
             format!("{why}: recommendation only"),
-            None,
-        )
-    } else if let Some(pod_level) = Some(
-        auto.iter()
-            .filter(|r| input.pod_level_resources.contains(r))
-            .map(|r| r.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .filter(|p| !p.is_empty())
-    {
-        (
+        ));
+    }
+    let pod_level: Vec<&str> = auto
+        .iter()
+        .filter(|r| input.pod_level_resources.contains(r))
+        .map(|r| r.as_str())
+        .collect();
+    if !pod_level.is_empty() {
+        return Some((
             RecommendationPhase::Blocked,
             Some(REASON_POD_LEVEL_RESOURCES.to_string()),
             format!(
                 "the pod template requests {} at pod level (spec.resources.requests): the scheduler reserves that request, not the containers', and kerf sizes containers only: recommendation only",
                 pod_level.join(" and ")
             ),
-            None,
-        )
-    } else if let Some((vpa, controlled)) = vpa_conflict(input, &containers, &auto) {
-        (
+        ));
+    }
+    if let Some((vpa, controlled)) = vpa_conflict(input, containers, auto) {
+        return Some((
             RecommendationPhase::Blocked,
             Some(crate::core::vpa::REASON_VPA_CONFLICT.to_string()),
             format!(
@@ -372,81 +399,106 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
                 vpa.update_mode.as_deref().unwrap_or("default"),
                 controlled.join(", ")
             ),
-            None,
-        )
-    } else if let Some(h) = hpa_out.as_ref().filter(|h| h.blocked) {
-        (
+        ));
+    }
+    if let Some(h) = hpa_out.filter(|h| h.blocked) {
+        return Some((
             RecommendationPhase::Blocked,
             Some(REASON_HPA_COUPLED.to_string()),
             h.message.clone(),
-            None,
-        )
-    } else if auto.is_empty() || !containers.iter().any(|c| c.in_scope) {
-        (
+        ));
+    }
+    None
+}
+
+/// The outcome of a workload with something in auto-patch: `applied` with the requests to set
+/// (and the HPA target with them), or `pending` while there is no usage sample or not enough
+/// history.
+fn applied_or_pending(
+    input: &WorkloadInput,
+    containers: &[ContainerOutcome],
+    auto: &[HpaResource],
+    hpa_out: Option<&HpaOutcome>,
+) -> (
+    RecommendationPhase,
+    Option<String>,
+    String,
+    Option<AgentPlan>,
+) {
+    if auto.is_empty() || !containers.iter().any(|c| c.in_scope) {
+        return (
             RecommendationPhase::AuditOnly,
             None,
             "no resource is in auto-patch: recommendation only".to_string(),
             None,
-        )
-    } else {
-        let mut requests = ContainerRequests::new();
-        for c in containers.iter().filter(|c| c.in_scope) {
-            let mut r = ResourceRequests::default();
-            for res in &auto {
-                set(&mut r, *res, get(&c.recommended, *res));
-            }
-            if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
-                requests.insert(c.name.clone(), r);
-            }
+        );
+    }
+    let mut requests = ContainerRequests::new();
+    for c in containers.iter().filter(|c| c.in_scope) {
+        let mut r = ResourceRequests::default();
+        for res in auto {
+            set(&mut r, *res, get(&c.recommended, *res));
         }
-        if requests.is_empty() {
-            (
-                RecommendationPhase::Pending,
-                Some(REASON_NO_USAGE_DATA.to_string()),
-                "no usage sample in the window yet".to_string(),
-                None,
-            )
-        } else if !input.history.enough_to_apply() {
-            (
-                RecommendationPhase::Pending,
-                Some(REASON_INSUFFICIENT_HISTORY.to_string()),
-                format!(
-                    "only {} of usage history: auto-patch waits for {}",
-                    span(input.history.seconds.unwrap_or(0)),
-                    span(MIN_HISTORY_SECONDS.min(input.history.window_seconds))
-                ),
-                None,
-            )
-        } else {
-            let hpa = hpa_out.as_ref().filter(|h| h.coordinated).and_then(|h| {
-                Some(CoordinatedHpa {
-                    hpa_name: h.name.clone(),
-                    resource: h.resource?.as_str().to_string(),
-                    target_before: h.target_before?,
-                    target_after: h.target_after?,
-                })
-            });
-            let message = match &hpa {
-                Some(c) => format!(
-                    "requests and HPA {} {} target {} % → {} % applied together",
-                    c.hpa_name, c.resource, c.target_before, c.target_after
-                ),
-                None => "requests applied".to_string(),
-            };
-            (
-                RecommendationPhase::Applied,
-                None,
-                message,
-                Some(AgentPlan { requests, hpa }),
-            )
+        if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
+            requests.insert(c.name.clone(), r);
         }
+    }
+    if requests.is_empty() {
+        return (
+            RecommendationPhase::Pending,
+            Some(REASON_NO_USAGE_DATA.to_string()),
+            "no usage sample in the window yet".to_string(),
+            None,
+        );
+    }
+    if !input.history.enough_to_apply() {
+        return (
+            RecommendationPhase::Pending,
+            Some(REASON_INSUFFICIENT_HISTORY.to_string()),
+            format!(
+                "only {} of usage history: auto-patch waits for {}",
+                span(input.history.seconds.unwrap_or(0)),
+                span(MIN_HISTORY_SECONDS.min(input.history.window_seconds))
+            ),
+            None,
+        );
+    }
+    let hpa = hpa_out.filter(|h| h.coordinated).and_then(|h| {
+        Some(CoordinatedHpa {
+            hpa_name: h.name.clone(),
+            resource: h.resource?.as_str().to_string(),
+            target_before: h.target_before?,
+            target_after: h.target_after?,
+        })
+    });
+    let message = match &hpa {
+        Some(c) => format!(
+            "requests and HPA {} {} target {} % → {} % applied together",
+            c.hpa_name, c.resource, c.target_before, c.target_after
+        ),
+        None => "requests applied".to_string(),
     };
+    (
+        RecommendationPhase::Applied,
+        None,
+        message,
+        Some(AgentPlan { requests, hpa }),
+    )
+}
 
+/// What kerf manages on the workload, whatever the phase: the auto-patch requests of the
+/// containers in scope and the HPA target when coordinated, less what a VPA sets.
+fn managed(
+    ctx: &Ctx<'_>,
+    containers: &[ContainerOutcome],
+    hpa_out: Option<&HpaOutcome>,
+) -> Managed {
+    let input = ctx.input;
     let auto_set = RequestSet {
         cpu: ctx.auto(HpaResource::Cpu),
         memory: ctx.auto(HpaResource::Memory),
     };
-    let hpa_resource = hpa_out.as_ref().and_then(|h| h.resource);
+    let hpa_resource = hpa_out.and_then(|h| h.resource);
     // A policy that is not applied (its strategy does not resolve) manages nothing: what kerf
     // took under it is released (docs/design/hpa-coordination.md#h13).
     let applies = input.strategy_unresolved.is_none();
@@ -458,7 +510,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             .as_ref()
             .is_some_and(|v| v.controls(c, r.as_str()))
     };
-    let managed = Managed {
+    Managed {
         requests: containers
             .iter()
             .filter(|c| applies && c.in_scope)
@@ -480,19 +532,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
                         .any(|c| c.in_scope && vpa_sets(&c.name, r))
             }),
         hpa_resource,
-    };
-    Ok(RightsizingOutcome {
-        containers,
-        hpa: hpa_out,
-        risk_flags,
-        savings,
-        phase,
-        reason,
-        message,
-        apply,
-        managed,
-        reasons,
-    })
+    }
 }
 
 /// A duration for messages: `36h`, `90m`, `45s`.
@@ -512,7 +552,6 @@ fn evaluate_hpa(
     risk_flags: &mut Vec<String>,
     reasons: &mut Vec<String>,
 ) -> HpaOutcome {
-    let input = ctx.input;
     let name = h.hpa.metadata.name.clone().unwrap_or_default();
     let a = analyze_metrics(&h.hpa);
     let mut out = HpaOutcome {
@@ -550,13 +589,7 @@ fn evaluate_hpa(
     };
     out.resource = Some(resource);
     out.target_before = target;
-    let held: Vec<HpaResource> = a
-        .utilization_resources
-        .iter()
-        .copied()
-        .filter(|r| ctx.auto(*r))
-        .collect();
-    if held.is_empty() {
+    if !a.utilization_resources.iter().any(|r| ctx.auto(*r)) {
         out.message = format!(
             "the HPA scales on {} utilization, which is not in auto-patch: it does not hold the workload back",
             resource.as_str()
@@ -570,52 +603,13 @@ fn evaluate_hpa(
             hpa::KSM_CURRENT_REPLICAS
         ));
     }
-    let block = |out: &mut HpaOutcome, skip: Option<SkipReason>, message: String| {
-        out.blocked = true;
-        out.skip_reason = skip;
-        out.reason = Some(REASON_HPA_COUPLED.to_string());
-        out.message = message;
-    };
-    let missing: Vec<&str> = input
-        .containers
-        .iter()
-        .filter(|c| get(&c.signals.current, resource).is_none_or(|v| v <= 0))
-        .map(|c| c.signals.name.as_str())
-        .collect();
-    let skip = if a.supported.is_none() {
-        Some((
-            SkipReason::UnsupportedMetrics,
-            format!("the HPA's metrics are unsupported: {}", a.detail),
-        ))
-    } else if h.pod_level_requests {
-        Some((
-            SkipReason::PodLevelResources,
-            "the pod template sets pod-level requests (spec.resources.requests): the HPA divides usage by them, not by the containers' requests, and kerf sizes containers only".to_string(),
-        ))
-    } else if h.max_replicas_reached {
-        Some((
-            SkipReason::MaxReplicasReached,
-            "the HPA was at maxReplicas in the recommendation window".to_string(),
-        ))
-    } else if !missing.is_empty() {
-        Some((
-            SkipReason::MissingRequest,
-            format!(
-                "container(s) {} have no {} request",
-                missing.join(", "),
-                resource.as_str()
-            ),
-        ))
-    } else {
-        None
-    };
-    if !input.policy.hpa.coordinate {
+    let skip = coordination_skip(ctx.input, h, &a, resource);
+    if !ctx.input.policy.hpa.coordinate {
         let also = skip
             .as_ref()
             .map(|(_, m)| format!("; also, {m}"))
             .unwrap_or_default();
-        block(
-            &mut out,
+        out.block(
             skip.map(|(s, _)| s),
             format!(
                 "the HPA scales on {} utilization and spec.hpa.coordinate is off (the default){also}",
@@ -625,26 +619,88 @@ fn evaluate_hpa(
         return out;
     }
     if let Some((s, m)) = skip {
-        block(&mut out, Some(s), m);
+        out.block(Some(s), m);
         return out;
     }
     // A supported metric always has a positive target; stay total anyway.
     let Some(old) = target else {
-        block(
-            &mut out,
-            Some(SkipReason::UnsupportedMetrics),
-            a.detail.clone(),
-        );
+        out.block(Some(SkipReason::UnsupportedMetrics), a.detail.clone());
         return out;
     };
+    coordinate_requests(ctx, h, old, resource, recommended, &mut out);
+    out
+}
+
+impl HpaOutcome {
+    /// Blocked: kerf changes nothing on the workload, and says why.
+    fn block(&mut self, skip: Option<SkipReason>, message: String) {
+        self.blocked = true;
+        self.skip_reason = skip;
+        self.reason = Some(REASON_HPA_COUPLED.to_string());
+        self.message = message;
+    }
+}
+
+/// Why a coupled HPA cannot be coordinated (docs/design/hpa-coordination.md#h9), in the order
+/// the checks run: unsupported metrics, pod-level requests, max replicas reached, a missing
+/// request.
+fn coordination_skip(
+    input: &WorkloadInput,
+    h: &HpaInput,
+    a: &hpa::MetricsAnalysis,
+    resource: HpaResource,
+) -> Option<(SkipReason, String)> {
+    if a.supported.is_none() {
+        return Some((
+            SkipReason::UnsupportedMetrics,
+            format!("the HPA's metrics are unsupported: {}", a.detail),
+        ));
+    }
+    if h.pod_level_requests {
+        return Some((
+            SkipReason::PodLevelResources,
+            "the pod template sets pod-level requests (spec.resources.requests): the HPA divides usage by them, not by the containers' requests, and kerf sizes containers only".to_string(),
+        ));
+    }
+    if h.max_replicas_reached {
+        return Some((
+            SkipReason::MaxReplicasReached,
+            "the HPA was at maxReplicas in the recommendation window".to_string(),
+        ));
+    }
+    let missing: Vec<&str> = input
+        .containers
+        .iter()
+        .filter(|c| get(&c.signals.current, resource).is_none_or(|v| v <= 0))
+        .map(|c| c.signals.name.as_str())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        (
+            SkipReason::MissingRequest,
+            format!(
+                "container(s) {} have no {} request",
+                missing.join(", "),
+                resource.as_str()
+            ),
+        )
+    })
+}
+
+/// The requests the HPA counts, as the coordination math reads them: current, recommended,
+/// whether kerf may adjust each and within which floor and ceiling.
+fn counted_requests(
+    ctx: &Ctx<'_>,
+    resource: HpaResource,
+    recommended: &[ResourceRequests],
+) -> Vec<CountedRequest> {
     let (min, max) = ctx.limits(resource);
-    let counted: Vec<CountedRequest> = input
+    ctx.input
         .containers
         .iter()
         .zip(&ctx.recs)
         .zip(recommended.iter())
         .map(|((c, rec), recd)| {
-            // Every counted container has this request (missing-request was checked above).
+            // Every counted container has this request (missing-request was checked before).
             let current = get(&c.signals.current, resource).unwrap_or_default();
             let value = get(recd, resource);
             let adjustable = c.in_scope && value.is_some();
@@ -664,84 +720,97 @@ fn evaluate_hpa(
                 ceiling: max,
             }
         })
+        .collect()
+}
+
+/// Rounding the target to a whole percent moves the HPA's usage ratio a little; an HPA whose
+/// tolerance is smaller would change its replicas at unchanged usage
+/// (docs/hpa-coordination.md#tolerance): the requests that round exactly, or why there are
+/// none.
+fn within_tolerance(
+    h: &HpaInput,
+    old: i32,
+    counted: &[CountedRequest],
+    (target, requests): (i32, Vec<i64>),
+    unit: i64,
+) -> Result<(i32, Vec<i64>), String> {
+    let before: i64 = counted.iter().map(|c| c.current).sum();
+    let after: i64 = requests.iter().sum();
+    let Some((factor, tolerance, side)) =
+        hpa::rounding_beyond_tolerance(old, before, target, after, hpa::tolerances(&h.hpa))
+    else {
+        return Ok((target, requests));
+    };
+    let adjusted: Vec<CountedRequest> = counted
+        .iter()
+        .zip(&requests)
+        .map(|(c, &r)| CountedRequest {
+            recommended: r,
+            ..c.clone()
+        })
         .collect();
+    hpa::exact_requests(old, target, &adjusted, unit).ok_or_else(|| {
+        format!(
+            "rounding the new HPA target to {target} % changes the HPA's usage ratio by {:.2} % at unchanged usage, beyond its {side} tolerance of {:.1} %, and no request up to a tenth above the recommendation rounds exactly",
+            (factor - 1.0) * 100.0,
+            tolerance * 100.0
+        )
+    })
+}
+
+/// The new target and the requests that reach it (docs/design/hpa-coordination.md#h3–#h6),
+/// set on `recommended`; blocked when the target leaves the policy's bounds or the tolerance.
+fn coordinate_requests(
+    ctx: &Ctx<'_>,
+    h: &HpaInput,
+    old: i32,
+    resource: HpaResource,
+    recommended: &mut [ResourceRequests],
+    out: &mut HpaOutcome,
+) {
+    let counted = counted_requests(ctx, resource, recommended);
     let unit = match resource {
         HpaResource::Cpu => 1,
         HpaResource::Memory => MIB,
     };
-    match hpa::coordinate(old, &counted, unit) {
+    let (target, requests) = match hpa::coordinate(old, &counted, unit) {
         Coordination::Ok {
             target, requests, ..
-        } => {
-            // Rounding the target to a whole percent moves the HPA's usage ratio a little; an
-            // HPA whose tolerance is smaller would change its replicas at unchanged usage
-            // (docs/hpa-coordination.md#tolerance): take requests that round exactly, or block.
-            let before: i64 = counted.iter().map(|c| c.current).sum();
-            let after: i64 = requests.iter().sum();
-            let (target, requests) = match hpa::rounding_beyond_tolerance(
-                old,
-                before,
-                target,
-                after,
-                hpa::tolerances(&h.hpa),
-            ) {
-                None => (target, requests),
-                Some((factor, tolerance, side)) => {
-                    let adjusted: Vec<CountedRequest> = counted
-                        .iter()
-                        .zip(&requests)
-                        .map(|(c, &r)| CountedRequest {
-                            recommended: r,
-                            ..c.clone()
-                        })
-                        .collect();
-                    match hpa::exact_requests(old, target, &adjusted, unit) {
-                        Some(exact) => exact,
-                        None => {
-                            out.target_after = Some(target);
-                            block(
-                                &mut out,
-                                Some(SkipReason::TargetOutOfBounds),
-                                format!(
-                                    "rounding the new HPA target to {target} % changes the HPA's usage ratio by {:.2} % at unchanged usage, beyond its {side} tolerance of {:.1} %, and no request up to a tenth above the recommendation rounds exactly",
-                                    (factor - 1.0) * 100.0,
-                                    tolerance * 100.0
-                                ),
-                            );
-                            return out;
-                        }
-                    }
-                }
-            };
-            for ((r, c), v) in recommended.iter_mut().zip(&counted).zip(requests) {
-                if c.adjustable {
-                    set(r, resource, Some(v));
-                }
+        } => match within_tolerance(h, old, &counted, (target, requests), unit) {
+            Ok(exact) => exact,
+            Err(why) => {
+                out.target_after = Some(target);
+                out.block(Some(SkipReason::TargetOutOfBounds), why);
+                return;
             }
-            out.target_after = Some(target);
-            let bounds = input.policy.hpa.target_bounds.as_ref();
-            if let Some(b) = bounds.filter(|b| {
-                target != old && !(b.min_utilization..=b.max_utilization).contains(&target)
-            }) {
-                block(
-                    &mut out,
-                    Some(SkipReason::TargetOutOfBounds),
-                    format!(
-                        "the new HPA target {target} % would leave the policy's bounds {}–{} %",
-                        b.min_utilization, b.max_utilization
-                    ),
-                );
-            } else {
-                out.coordinated = true;
-                out.message = format!("HPA {} target {old} % → {target} %", resource.as_str());
-            }
-        }
+        },
         Coordination::Blocked { target, why } => {
             out.target_after = Some(target);
-            block(&mut out, Some(SkipReason::TargetOutOfBounds), why);
+            out.block(Some(SkipReason::TargetOutOfBounds), why);
+            return;
+        }
+    };
+    for ((r, c), v) in recommended.iter_mut().zip(&counted).zip(requests) {
+        if c.adjustable {
+            set(r, resource, Some(v));
         }
     }
-    out
+    out.target_after = Some(target);
+    let bounds = ctx.input.policy.hpa.target_bounds.as_ref();
+    if let Some(b) = bounds
+        .filter(|b| target != old && !(b.min_utilization..=b.max_utilization).contains(&target))
+    {
+        out.block(
+            Some(SkipReason::TargetOutOfBounds),
+            format!(
+                "the new HPA target {target} % would leave the policy's bounds {}–{} %",
+                b.min_utilization, b.max_utilization
+            ),
+        );
+    } else {
+        out.coordinated = true;
+        out.message = format!("HPA {} target {old} % → {target} %", resource.as_str());
+    }
 }
 
 /// The VPA on the workload and the `container cpu|memory` requests it sets that kerf would
