@@ -394,8 +394,16 @@ impl PrometheusSettings {
     /// as `names` says. Files are not read here: [`crate::metrics::prometheus::PrometheusSource`]
     /// reads them when it is built, and names an unreadable one the same way.
     pub fn check_connection(&self, names: OptionNames) -> Result<(), ValidationError> {
-        use PrometheusOption as O;
         let mut v = Validator::default();
+        self.check_credentials(&mut v, names);
+        self.check_tls(&mut v, names);
+        self.check_headers_and_parameters(&mut v, names);
+        v.finish()
+    }
+
+    /// A bearer token file or basic auth, each complete.
+    fn check_credentials(&self, v: &mut Validator, names: OptionNames) {
+        use PrometheusOption as O;
         let name = |o| names.of(o);
         v.check(
             self.bearer_token_file.is_none() || self.basic_auth.is_none(),
@@ -424,6 +432,12 @@ impl PrometheusSettings {
                 format!("is required with {}", name(O::BasicAuthUser)),
             );
         }
+    }
+
+    /// TLS over https only, a client certificate with its key, verification either skipped or with a CA.
+    fn check_tls(&self, v: &mut Validator, names: OptionNames) {
+        use PrometheusOption as O;
+        let name = |o| names.of(o);
         if let Some(t) = &self.tls {
             v.check(
                 self.url.starts_with("https://"),
@@ -463,6 +477,12 @@ impl PrometheusSettings {
                 format!("ignores {}: set one of them", name(O::CaFile)),
             );
         }
+    }
+
+    /// Headers, query parameters and the cluster label: bounded, well-formed, none that kerf sets itself.
+    fn check_headers_and_parameters(&self, v: &mut Validator, names: OptionNames) {
+        use PrometheusOption as O;
+        let name = |o| names.of(o);
         for (option, n) in [
             (O::Header, self.headers.len()),
             (O::QueryParam, self.query_params.len()),
@@ -546,7 +566,6 @@ impl PrometheusSettings {
                 format!("{:?} is not a Prometheus label name", l.name),
             );
         }
-        v.finish()
     }
 }
 

@@ -12,10 +12,8 @@ use syn::visit::Visit;
 
 /// (file under src/, function name, lines today).
 const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
-    ("api/config.rs", "check_connection", 155),
     ("simulate/mod.rs", "run", 427),
     ("sources/dir.rs", "read_object", 238),
-    ("sources/kube/mod.rs", "start_inner", 173),
     ("views/chart.rs", "render", 205),
     ("views/live.rs", "view", 256),
 ];

@@ -603,6 +603,213 @@ impl<T: Clone> Projected<T> {
 
 type Hook<K> = Box<dyn FnMut(&watcher::Event<K>) + Send>;
 
+/// The kinds whose initial listing is still under way.
+type Unsynced = watch::Receiver<BTreeSet<&'static str>>;
+
+/// The tracker of the watches' initial listings, with what readiness and the reader wait on.
+fn sync_tracker(
+    store: Option<&Arc<Store>>,
+) -> (SyncTracker, Unsynced, watch::Receiver<Option<String>>) {
+    let all: BTreeSet<&'static str> = crate::api::KERF_KINDS
+        .iter()
+        .chain(BUILTIN_KINDS.iter())
+        .copied()
+        .collect();
+    let health = store.map(|s| s.health().clone()).unwrap_or_default();
+    let metrics = store.map(|s| s.metrics().clone()).unwrap_or_default();
+    health.caches_pending(&all, all.len());
+    let total = all.len();
+    let (tx, unsynced) = watch::channel(all);
+    let (stop_tx, stopped) = watch::channel(None);
+    let sync = SyncTracker {
+        tx: Arc::new(tx),
+        stopped: Arc::new(stop_tx),
+        health: health.clone(),
+        metrics,
+        total,
+    };
+    (sync, unsynced, stopped)
+}
+
+/// The watches of kerf's own kinds.
+fn spawn_kerf_watches(client: &Client, sync: &SyncTracker) -> (Arc<Indexes>, Vec<JoinHandle<()>>) {
+    let kerf = Arc::new(Indexes {
+        gpu: KerfIndex::new(),
+        cluster_gpu: KerfIndex::new(),
+        global: KerfIndex::new(),
+        evaluation: KerfIndex::new(),
+        strategies: KerfIndex::new(),
+        cluster_strategies: KerfIndex::new(),
+        rightsizing: KerfIndex::new(),
+        cluster_rightsizing: KerfIndex::new(),
+        recommendations: KerfIndex::new(),
+    });
+    let tasks = vec![
+        spawn_kerf(client, |i| &i.gpu, &kerf, sync),
+        spawn_kerf(client, |i| &i.cluster_gpu, &kerf, sync),
+        spawn_kerf(client, |i| &i.global, &kerf, sync),
+        spawn_kerf(client, |i| &i.evaluation, &kerf, sync),
+        spawn_kerf(client, |i| &i.strategies, &kerf, sync),
+        spawn_kerf(client, |i| &i.cluster_strategies, &kerf, sync),
+        spawn_kerf(client, |i| &i.rightsizing, &kerf, sync),
+        spawn_kerf(client, |i| &i.cluster_rightsizing, &kerf, sync),
+        spawn_kerf_as(client, |i| &i.recommendations, persisted, &kerf, sync),
+    ];
+    (kerf, tasks)
+}
+
+/// The workload kinds' indexes.
+struct WorkloadWatches {
+    deployments: Arc<Projected<Arc<Workload>>>,
+    statefulsets: Arc<Projected<Arc<Workload>>>,
+    daemonsets: Arc<Projected<Arc<Workload>>>,
+    jobs: Arc<Projected<ListedJob>>,
+    cronjobs: Arc<Projected<Arc<Workload>>>,
+}
+
+/// The watches of the workload kinds (a Job run by a CronJob is recorded as the CronJob's).
+fn spawn_workload_watches(
+    client: &Client,
+    sync: &SyncTracker,
+    store: Option<&Arc<Store>>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> WorkloadWatches {
+    let cfg = watcher::Config::default;
+    let (deployments, t) = spawn_builtin(
+        "Deployment",
+        watcher(Api::<Deployment>::all(client.clone()), cfg()),
+        |mut d: Deployment| {
+            strip_last_applied(&mut d.metadata);
+            Arc::new(Workload::from(d))
+        },
+        sync.clone(),
+        None,
+    );
+    tasks.push(t);
+    let (statefulsets, t) = spawn_builtin(
+        "StatefulSet",
+        watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
+        |mut s: StatefulSet| {
+            strip_last_applied(&mut s.metadata);
+            Arc::new(Workload::from(s))
+        },
+        sync.clone(),
+        None,
+    );
+    tasks.push(t);
+    let (daemonsets, t) = spawn_builtin(
+        "DaemonSet",
+        watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
+        |mut d: DaemonSet| {
+            strip_last_applied(&mut d.metadata);
+            Arc::new(Workload::from(d))
+        },
+        sync.clone(),
+        None,
+    );
+    tasks.push(t);
+    let (jobs, t) = spawn_builtin(
+        "Job",
+        watcher(Api::<Job>::all(client.clone()), cfg()),
+        |mut j: Job| {
+            if let Some(cron) = owner::cronjob_of(&j.metadata) {
+                return ListedJob::OfCronJob(cron.to_string());
+            }
+            strip_last_applied(&mut j.metadata);
+            ListedJob::Workload(Arc::new(Workload::from(j)))
+        },
+        sync.clone(),
+        store
+            .cloned()
+            .map(|s| owner_hook::<Job>(owner::cronjob_of, |s| &s.job_owners, s)),
+    );
+    tasks.push(t);
+    let (cronjobs, t) = spawn_builtin(
+        "CronJob",
+        watcher(Api::<CronJob>::all(client.clone()), cfg()),
+        |mut c: CronJob| {
+            strip_last_applied(&mut c.metadata);
+            Arc::new(Workload::from(c))
+        },
+        sync.clone(),
+        None,
+    );
+    tasks.push(t);
+    WorkloadWatches {
+        deployments,
+        statefulsets,
+        daemonsets,
+        jobs,
+        cronjobs,
+    }
+}
+
+/// The pods', ReplicaSets' and HPAs' indexes.
+struct PodWatches {
+    /// ReplicaSet → the Deployment that controls it.
+    replicasets: Arc<Projected<Option<String>>>,
+    pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
+    hpas: Arc<Projected<HorizontalPodAutoscaler>>,
+}
+
+/// The watches of pods, ReplicaSets (owner references only) and HPAs.
+fn spawn_pod_watches(
+    client: Client,
+    sync: SyncTracker,
+    store: Option<&Arc<Store>>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> PodWatches {
+    let cfg = watcher::Config::default;
+    // Only owner references are needed: metadata-only requests.
+    let (replicasets, t) = spawn_builtin(
+        "ReplicaSet",
+        watcher(
+            Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+            cfg(),
+        ),
+        |rs: PartialObjectMeta<ReplicaSet>| owner::deployment_of(&rs.metadata).map(str::to_string),
+        sync.clone(),
+        store.cloned().map(|s| {
+            owner_hook::<PartialObjectMeta<ReplicaSet>>(
+                owner::deployment_of,
+                |s| &s.replicaset_owners,
+                s,
+            )
+        }),
+    );
+    tasks.push(t);
+    let (pods, t) = spawn_builtin(
+        "Pod",
+        watcher(Api::<Pod>::all(client.clone()), cfg()),
+        |mut p: Pod| {
+            strip_meta(&mut p.metadata);
+            Arc::new(crate::core::pod::Pod::from(p))
+        },
+        sync.clone(),
+        None,
+    );
+    tasks.push(t);
+    let (hpas, t) = spawn_builtin(
+        "HorizontalPodAutoscaler",
+        watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
+        |mut h: HorizontalPodAutoscaler| {
+            // Only who owns `spec.metrics`, for conflicts (docs/gitops.md).
+            strip_last_applied(&mut h.metadata);
+            crate::core::managed_fields::prune_hpa_managed_fields(&mut h.metadata);
+            h
+        },
+        sync,
+        None,
+    );
+    tasks.push(t);
+
+    PodWatches {
+        replicasets,
+        pods,
+        hpas,
+    }
+}
+
 fn spawn_builtin<K, T>(
     kind: &'static str,
     stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -715,171 +922,23 @@ impl Reader {
     }
 
     fn start_inner(client: Client, store: Option<Arc<Store>>) -> Reader {
-        let all: BTreeSet<&'static str> = crate::api::KERF_KINDS
-            .iter()
-            .chain(BUILTIN_KINDS.iter())
-            .copied()
-            .collect();
-        let health = store
-            .as_ref()
-            .map(|s| s.health().clone())
-            .unwrap_or_default();
-        let metrics = store
-            .as_ref()
-            .map(|s| s.metrics().clone())
-            .unwrap_or_default();
-        health.caches_pending(&all, all.len());
-        let total = all.len();
-        let (tx, unsynced) = watch::channel(all);
-        let (stop_tx, stopped) = watch::channel(None);
-        let sync = SyncTracker {
-            tx: Arc::new(tx),
-            stopped: Arc::new(stop_tx),
-            health: health.clone(),
-            metrics,
-            total,
-        };
-        let kerf = Arc::new(Indexes {
-            gpu: KerfIndex::new(),
-            cluster_gpu: KerfIndex::new(),
-            global: KerfIndex::new(),
-            evaluation: KerfIndex::new(),
-            strategies: KerfIndex::new(),
-            cluster_strategies: KerfIndex::new(),
-            rightsizing: KerfIndex::new(),
-            cluster_rightsizing: KerfIndex::new(),
-            recommendations: KerfIndex::new(),
-        });
-        let mut tasks = vec![
-            spawn_kerf(&client, |i| &i.gpu, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.cluster_gpu, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.global, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.evaluation, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.strategies, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.cluster_strategies, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.rightsizing, &kerf, &sync),
-            spawn_kerf(&client, |i| &i.cluster_rightsizing, &kerf, &sync),
-            spawn_kerf_as(&client, |i| &i.recommendations, persisted, &kerf, &sync),
-        ];
-        let cfg = watcher::Config::default;
-
-        let (deployments, t) = spawn_builtin(
-            "Deployment",
-            watcher(Api::<Deployment>::all(client.clone()), cfg()),
-            |mut d: Deployment| {
-                strip_last_applied(&mut d.metadata);
-                Arc::new(Workload::from(d))
-            },
-            sync.clone(),
-            None,
-        );
-        tasks.push(t);
-        let (statefulsets, t) = spawn_builtin(
-            "StatefulSet",
-            watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
-            |mut s: StatefulSet| {
-                strip_last_applied(&mut s.metadata);
-                Arc::new(Workload::from(s))
-            },
-            sync.clone(),
-            None,
-        );
-        tasks.push(t);
-        let (daemonsets, t) = spawn_builtin(
-            "DaemonSet",
-            watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
-            |mut d: DaemonSet| {
-                strip_last_applied(&mut d.metadata);
-                Arc::new(Workload::from(d))
-            },
-            sync.clone(),
-            None,
-        );
-        tasks.push(t);
-        let (jobs, t) = spawn_builtin(
-            "Job",
-            watcher(Api::<Job>::all(client.clone()), cfg()),
-            |mut j: Job| {
-                if let Some(cron) = owner::cronjob_of(&j.metadata) {
-                    return ListedJob::OfCronJob(cron.to_string());
-                }
-                strip_last_applied(&mut j.metadata);
-                ListedJob::Workload(Arc::new(Workload::from(j)))
-            },
-            sync.clone(),
-            store
-                .clone()
-                .map(|s| owner_hook::<Job>(owner::cronjob_of, |s| &s.job_owners, s)),
-        );
-        tasks.push(t);
-        let (cronjobs, t) = spawn_builtin(
-            "CronJob",
-            watcher(Api::<CronJob>::all(client.clone()), cfg()),
-            |mut c: CronJob| {
-                strip_last_applied(&mut c.metadata);
-                Arc::new(Workload::from(c))
-            },
-            sync.clone(),
-            None,
-        );
-        tasks.push(t);
-        // Only owner references are needed: metadata-only requests.
-        let (replicasets, t) = spawn_builtin(
-            "ReplicaSet",
-            watcher(
-                Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
-                cfg(),
-            ),
-            |rs: PartialObjectMeta<ReplicaSet>| {
-                owner::deployment_of(&rs.metadata).map(str::to_string)
-            },
-            sync.clone(),
-            store.clone().map(|s| {
-                owner_hook::<PartialObjectMeta<ReplicaSet>>(
-                    owner::deployment_of,
-                    |s| &s.replicaset_owners,
-                    s,
-                )
-            }),
-        );
-        tasks.push(t);
-        let (pods, t) = spawn_builtin(
-            "Pod",
-            watcher(Api::<Pod>::all(client.clone()), cfg()),
-            |mut p: Pod| {
-                strip_meta(&mut p.metadata);
-                Arc::new(crate::core::pod::Pod::from(p))
-            },
-            sync.clone(),
-            None,
-        );
-        tasks.push(t);
-        let (hpas, t) = spawn_builtin(
-            "HorizontalPodAutoscaler",
-            watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
-            |mut h: HorizontalPodAutoscaler| {
-                // Only who owns `spec.metrics`, for conflicts (docs/gitops.md).
-                strip_last_applied(&mut h.metadata);
-                crate::core::managed_fields::prune_hpa_managed_fields(&mut h.metadata);
-                h
-            },
-            sync,
-            None,
-        );
-        tasks.push(t);
-
+        let (sync, unsynced, stopped) = sync_tracker(store.as_ref());
+        let health = sync.health.clone();
+        let (kerf, mut tasks) = spawn_kerf_watches(&client, &sync);
+        let w = spawn_workload_watches(&client, &sync, store.as_ref(), &mut tasks);
+        let p = spawn_pod_watches(client, sync, store.as_ref(), &mut tasks);
         Reader {
             own_namespace: None,
             inner: Arc::new(Inner {
                 kerf,
-                deployments,
-                statefulsets,
-                daemonsets,
-                jobs,
-                cronjobs,
-                replicasets,
-                pods,
-                hpas,
+                deployments: w.deployments,
+                statefulsets: w.statefulsets,
+                daemonsets: w.daemonsets,
+                jobs: w.jobs,
+                cronjobs: w.cronjobs,
+                replicasets: p.replicasets,
+                pods: p.pods,
+                hpas: p.hpas,
                 unsynced,
                 stopped,
                 health,
