@@ -271,240 +271,270 @@ pub fn in_creation_order(objects: &mut [(serde_json::Value, String)]) {
 
 /// Reads one object into `m`: an error names the document (`at`), the object and the field.
 fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::Result<()> {
-    {
-        let kind = doc
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .unwrap_or_default()
-            .to_string();
-        let api_version = doc
-            .get("apiVersion")
-            .and_then(|k| k.as_str())
-            .unwrap_or_default()
-            .to_string();
-        let name = doc
-            .get("metadata")
-            .and_then(|md| md.get("name"))
-            .and_then(|n| n.as_str())
-            .unwrap_or("<unnamed>")
-            .to_string();
-        let what = format!("{at} ({kind} {name})");
-        if kind.is_empty() || api_version.is_empty() {
-            anyhow::bail!("{at}: missing apiVersion or kind");
+    let text = |v: Option<&serde_json::Value>| v.and_then(|k| k.as_str()).map(str::to_string);
+    let kind = text(doc.get("kind")).unwrap_or_default();
+    let api_version = text(doc.get("apiVersion")).unwrap_or_default();
+    let name = text(doc.get("metadata").and_then(|md| md.get("name")))
+        .unwrap_or_else(|| "<unnamed>".to_string());
+    let what = format!("{at} ({kind} {name})");
+    if kind.is_empty() || api_version.is_empty() {
+        anyhow::bail!("{at}: missing apiVersion or kind");
+    }
+    let ours = api_version == format!("{GROUP}/{VERSION}");
+    match (ours, kind.as_str()) {
+        (true, "RightsizingRecommendation") => m
+            .notes
+            .push(format!("{what}: output kind, ignored as input")),
+        (true, k) if POLICY_KINDS.contains(&k) => read_policy_object(&doc, k, &what, &name, m),
+        (true, k) => read_configuration(&doc, k, &what, &mut m.snapshot)?,
+        (false, k) if IGNORED_KINDS.contains(&k) => m.notes.push(format!("{what}: ignored")),
+        (false, k) => read_cluster_object(doc, k, &api_version, &what, &mut m.snapshot)?,
+    }
+    Ok(())
+}
+
+/// kerf's policy kinds: an invalid one is recorded (its status says why), not an error.
+const POLICY_KINDS: [&str; 4] = [
+    "GpuReactivePolicy",
+    "ClusterGpuReactivePolicy",
+    "RightsizingPolicy",
+    "ClusterRightsizingPolicy",
+];
+
+/// A policy of kerf's, or the reason it cannot be used.
+fn read_policy_object(
+    doc: &serde_json::Value,
+    kind: &str,
+    what: &str,
+    name: &str,
+    m: &mut Manifests,
+) {
+    let s = &mut m.snapshot;
+    match kind {
+        "GpuReactivePolicy" => {
+            let read = read_policy(doc, what, |mut p: GpuReactivePolicy| {
+                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                p.spec.validate()?;
+                Ok((p.metadata, p.spec, p.status))
+            });
+            match read {
+                Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
+                    &meta,
+                    PolicyType::GpuReactivePolicy,
+                    spec,
+                    status,
+                )),
+                Err(e) => {
+                    m.invalid
+                        .push(rejected_policy(doc, PolicyType::GpuReactivePolicy, name, e))
+                }
+            }
         }
-        let s = &mut m.snapshot;
-        let ours = api_version == format!("{GROUP}/{VERSION}");
-        let invalid = |e: ValidationError| anyhow::anyhow!("{what}: invalid: {e}");
-        match (ours, kind.as_str()) {
-            (true, "GpuReactivePolicy") => {
-                let read = read_policy(&doc, &what, |mut p: GpuReactivePolicy| {
-                    p.metadata.namespace.get_or_insert_with(|| "default".into());
-                    p.spec.validate()?;
-                    Ok((p.metadata, p.spec, p.status))
-                });
-                match read {
-                    Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
-                        &meta,
-                        PolicyType::GpuReactivePolicy,
-                        spec,
-                        status,
-                    )),
-                    Err(e) => m.invalid.push(rejected_policy(
-                        &doc,
-                        PolicyType::GpuReactivePolicy,
-                        &name,
-                        e,
-                    )),
+        "ClusterGpuReactivePolicy" => {
+            let read = read_policy(doc, what, |p: ClusterGpuReactivePolicy| {
+                p.spec.validate()?;
+                Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
+            });
+            match read {
+                Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
+                    &meta,
+                    PolicyType::ClusterGpuReactivePolicy,
+                    spec,
+                    status,
+                )),
+                Err(e) => m.invalid.push(rejected_policy(
+                    doc,
+                    PolicyType::ClusterGpuReactivePolicy,
+                    name,
+                    e,
+                )),
+            }
+        }
+        "RightsizingPolicy" => {
+            let read = read_policy(doc, what, |mut p: RightsizingPolicy| {
+                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                p.spec.validate()?;
+                Ok((p.metadata, p.spec, p.status))
+            });
+            match read {
+                Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
+                    &meta,
+                    PolicyType::RightsizingPolicy,
+                    spec,
+                    status,
+                )),
+                Err(e) => {
+                    m.invalid
+                        .push(rejected_policy(doc, PolicyType::RightsizingPolicy, name, e))
                 }
             }
-            (true, "ClusterGpuReactivePolicy") => {
-                let read = read_policy(&doc, &what, |p: ClusterGpuReactivePolicy| {
-                    p.spec.validate()?;
-                    Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
-                });
-                match read {
-                    Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
-                        &meta,
-                        PolicyType::ClusterGpuReactivePolicy,
-                        spec,
-                        status,
-                    )),
-                    Err(e) => m.invalid.push(rejected_policy(
-                        &doc,
-                        PolicyType::ClusterGpuReactivePolicy,
-                        &name,
-                        e,
-                    )),
-                }
+        }
+        "ClusterRightsizingPolicy" => {
+            let read = read_policy(doc, what, |p: ClusterRightsizingPolicy| {
+                p.spec.validate()?;
+                Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
+            });
+            match read {
+                Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
+                    &meta,
+                    PolicyType::ClusterRightsizingPolicy,
+                    spec,
+                    status,
+                )),
+                Err(e) => m.invalid.push(rejected_policy(
+                    doc,
+                    PolicyType::ClusterRightsizingPolicy,
+                    name,
+                    e,
+                )),
             }
-            (true, "RightsizingPolicy") => {
-                let read = read_policy(&doc, &what, |mut p: RightsizingPolicy| {
-                    p.metadata.namespace.get_or_insert_with(|| "default".into());
-                    p.spec.validate()?;
-                    Ok((p.metadata, p.spec, p.status))
-                });
-                match read {
-                    Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
-                        &meta,
-                        PolicyType::RightsizingPolicy,
-                        spec,
-                        status,
-                    )),
-                    Err(e) => m.invalid.push(rejected_policy(
-                        &doc,
-                        PolicyType::RightsizingPolicy,
-                        &name,
-                        e,
-                    )),
-                }
-            }
-            (true, "ClusterRightsizingPolicy") => {
-                let read = read_policy(&doc, &what, |p: ClusterRightsizingPolicy| {
-                    p.spec.validate()?;
-                    Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
-                });
-                match read {
-                    Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
-                        &meta,
-                        PolicyType::ClusterRightsizingPolicy,
-                        spec,
-                        status,
-                    )),
-                    Err(e) => m.invalid.push(rejected_policy(
-                        &doc,
-                        PolicyType::ClusterRightsizingPolicy,
-                        &name,
-                        e,
-                    )),
-                }
-            }
-            (true, "AutomationStrategy") => {
-                let p: AutomationStrategy = decode_strict(&doc, &what)?;
-                p.spec.validate().map_err(invalid)?;
-                s.strategies.insert(
-                    StrategyKey {
-                        namespace: Some(
-                            p.metadata.namespace.as_deref().unwrap_or("default").into(),
-                        ),
-                        name: p.metadata.name.as_deref().unwrap_or_default().into(),
-                    },
-                    Arc::new(p.spec.view()),
+        }
+        _ => unreachable!("one of POLICY_KINDS"),
+    }
+}
+
+/// kerf's strategies and singletons.
+fn read_configuration(
+    doc: &serde_json::Value,
+    kind: &str,
+    what: &str,
+    s: &mut Snapshot,
+) -> anyhow::Result<()> {
+    let invalid = |e: ValidationError| anyhow::anyhow!("{what}: invalid: {e}");
+    match kind {
+        "AutomationStrategy" => {
+            let p: AutomationStrategy = decode_strict(doc, what)?;
+            p.spec.validate().map_err(invalid)?;
+            s.strategies.insert(
+                StrategyKey {
+                    namespace: Some(p.metadata.namespace.as_deref().unwrap_or("default").into()),
+                    name: p.metadata.name.as_deref().unwrap_or_default().into(),
+                },
+                Arc::new(p.spec.view()),
+            );
+        }
+        "ClusterAutomationStrategy" => {
+            let p: ClusterAutomationStrategy = decode_strict(doc, what)?;
+            p.spec.validate().map_err(invalid)?;
+            s.strategies.insert(
+                StrategyKey {
+                    namespace: None,
+                    name: p.metadata.name.as_deref().unwrap_or_default().into(),
+                },
+                Arc::new(p.spec.view()),
+            );
+        }
+        "GlobalConfiguration" => {
+            let p: GlobalConfiguration = decode_strict(doc, what)?;
+            p.spec.validate().map_err(invalid)?;
+            if p.metadata.name.as_deref() != Some(GLOBAL_CONFIGURATION_NAME) {
+                anyhow::bail!(
+                    "{what}: metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}"
                 );
             }
-            (true, "ClusterAutomationStrategy") => {
-                let p: ClusterAutomationStrategy = decode_strict(&doc, &what)?;
-                p.spec.validate().map_err(invalid)?;
-                s.strategies.insert(
-                    StrategyKey {
-                        namespace: None,
-                        name: p.metadata.name.as_deref().unwrap_or_default().into(),
-                    },
-                    Arc::new(p.spec.view()),
+            s.global = p.spec;
+        }
+        "PolicyEvaluation" => {
+            let p: PolicyEvaluation = decode_strict(doc, what)?;
+            p.spec.validate().map_err(invalid)?;
+            if p.metadata.name.as_deref() != Some(POLICY_EVALUATION_NAME) {
+                anyhow::bail!(
+                    "{what}: metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}"
                 );
             }
-            (true, "GlobalConfiguration") => {
-                let p: GlobalConfiguration = decode_strict(&doc, &what)?;
-                p.spec.validate().map_err(invalid)?;
-                if p.metadata.name.as_deref() != Some(GLOBAL_CONFIGURATION_NAME) {
-                    anyhow::bail!(
-                        "{what}: metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}"
-                    );
-                }
-                s.global = p.spec;
-            }
-            (true, "PolicyEvaluation") => {
-                let p: PolicyEvaluation = decode_strict(&doc, &what)?;
-                p.spec.validate().map_err(invalid)?;
-                if p.metadata.name.as_deref() != Some(POLICY_EVALUATION_NAME) {
-                    anyhow::bail!(
-                        "{what}: metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}"
-                    );
-                }
-                s.precedence = p.spec;
-            }
-            (true, "RightsizingRecommendation") => m
-                .notes
-                .push(format!("{what}: output kind, ignored as input")),
-            (true, other) => anyhow::bail!("{what}: unknown kind {other} in {GROUP}/{VERSION}"),
-            (false, "Deployment") => {
-                let o: Deployment = decode(doc, &what)?;
-                s.workloads.push(Arc::new(Workload::from(o)));
-            }
-            (false, "StatefulSet") => {
-                let o: StatefulSet = decode(doc, &what)?;
-                s.workloads.push(Arc::new(Workload::from(o)));
-            }
-            (false, "DaemonSet") => {
-                let o: DaemonSet = decode(doc, &what)?;
-                s.workloads.push(Arc::new(Workload::from(o)));
-            }
-            (false, "Job") => {
-                let j: Job = decode(doc, &what)?;
-                let ns = j
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into());
-                match owner::cronjob_of(&j.metadata) {
-                    Some(c) => {
-                        s.job_owners.insert(
-                            (
-                                ns.into(),
-                                j.metadata.name.as_deref().unwrap_or_default().into(),
-                            ),
-                            c.into(),
-                        );
-                    }
-                    None => s.workloads.push(Arc::new(Workload::from(j))),
-                }
-            }
-            (false, "CronJob") => {
-                let o: CronJob = decode(doc, &what)?;
-                s.workloads.push(Arc::new(Workload::from(o)));
-            }
-            (false, "ReplicaSet") => {
-                let r: ReplicaSet = decode(doc, &what)?;
-                let ns = r
-                    .metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into());
-                if let Some(d) = owner::deployment_of(&r.metadata) {
-                    s.replicaset_owners.insert(
+            s.precedence = p.spec;
+        }
+        other => anyhow::bail!("{what}: unknown kind {other} in {GROUP}/{VERSION}"),
+    }
+    Ok(())
+}
+
+/// The cluster's objects kerf reads: workloads, their owners, pods, HPAs and VPAs.
+fn read_cluster_object(
+    doc: serde_json::Value,
+    kind: &str,
+    api_version: &str,
+    what: &str,
+    s: &mut Snapshot,
+) -> anyhow::Result<()> {
+    match kind {
+        "Deployment" => {
+            let o: Deployment = decode(doc, what)?;
+            s.workloads.push(Arc::new(Workload::from(o)));
+        }
+        "StatefulSet" => {
+            let o: StatefulSet = decode(doc, what)?;
+            s.workloads.push(Arc::new(Workload::from(o)));
+        }
+        "DaemonSet" => {
+            let o: DaemonSet = decode(doc, what)?;
+            s.workloads.push(Arc::new(Workload::from(o)));
+        }
+        "Job" => {
+            let j: Job = decode(doc, what)?;
+            let ns = j
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            match owner::cronjob_of(&j.metadata) {
+                Some(c) => {
+                    s.job_owners.insert(
                         (
                             ns.into(),
-                            r.metadata.name.as_deref().unwrap_or_default().into(),
+                            j.metadata.name.as_deref().unwrap_or_default().into(),
                         ),
-                        d.into(),
+                        c.into(),
                     );
                 }
+                None => s.workloads.push(Arc::new(Workload::from(j))),
             }
-            (false, "Pod") => {
-                let mut p: Pod = decode(doc, &what)?;
-                p.metadata.namespace.get_or_insert_with(|| "default".into());
-                p.metadata.managed_fields = None;
-                s.pods.push(Arc::new(p.into()));
-            }
-            (false, "HorizontalPodAutoscaler") => {
-                if !api_version.starts_with("autoscaling/v2") {
-                    anyhow::bail!(
-                        "{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read"
-                    );
-                }
-                let mut h: HorizontalPodAutoscaler = decode(doc, &what)?;
-                h.metadata.namespace.get_or_insert_with(|| "default".into());
-                s.hpas.push(h);
-            }
-            (false, "VerticalPodAutoscaler")
-                if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
-            {
-                let v = crate::core::vpa::Vpa::from_object(doc)
-                    .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-                s.vpas.push(v);
-            }
-            (false, k) if IGNORED_KINDS.contains(&k) => m.notes.push(format!("{what}: ignored")),
-            (_, other) => anyhow::bail!("{what}: unsupported kind {other} ({api_version})"),
         }
+        "CronJob" => {
+            let o: CronJob = decode(doc, what)?;
+            s.workloads.push(Arc::new(Workload::from(o)));
+        }
+        "ReplicaSet" => {
+            let r: ReplicaSet = decode(doc, what)?;
+            let ns = r
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            if let Some(d) = owner::deployment_of(&r.metadata) {
+                s.replicaset_owners.insert(
+                    (
+                        ns.into(),
+                        r.metadata.name.as_deref().unwrap_or_default().into(),
+                    ),
+                    d.into(),
+                );
+            }
+        }
+        "Pod" => {
+            let mut p: Pod = decode(doc, what)?;
+            p.metadata.namespace.get_or_insert_with(|| "default".into());
+            p.metadata.managed_fields = None;
+            s.pods.push(Arc::new(p.into()));
+        }
+        "HorizontalPodAutoscaler" => {
+            if !api_version.starts_with("autoscaling/v2") {
+                anyhow::bail!(
+                    "{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read"
+                );
+            }
+            let mut h: HorizontalPodAutoscaler = decode(doc, what)?;
+            h.metadata.namespace.get_or_insert_with(|| "default".into());
+            s.hpas.push(h);
+        }
+        "VerticalPodAutoscaler"
+            if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
+        {
+            let v = crate::core::vpa::Vpa::from_object(doc)
+                .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+            s.vpas.push(v);
+        }
+        other => anyhow::bail!("{what}: unsupported kind {other} ({api_version})"),
     }
     Ok(())
 }

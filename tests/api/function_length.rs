@@ -13,7 +13,6 @@ use syn::visit::Visit;
 /// (file under src/, function name, lines today).
 const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
     ("simulate/mod.rs", "run", 427),
-    ("sources/dir.rs", "read_object", 238),
     ("views/chart.rs", "render", 205),
     ("views/live.rs", "view", 256),
 ];
