@@ -134,20 +134,44 @@ fn nice_max(v: f64) -> f64 {
 }
 
 /// The chart as an inline `<svg class="chart">` with a legend below the plot.
+/// Where a value and a time fall on the plot.
+struct Frame {
+    from: i64,
+    span: i64,
+    max: f64,
+    plot_w: f64,
+    plot_h: f64,
+}
+
+impl Frame {
+    fn of(chart: &Chart) -> Self {
+        let max = chart
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .chain(chart.markers.iter().map(|m| m.value))
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        Self {
+            from: chart.from,
+            span: (chart.to - chart.from).max(1),
+            max: nice_max(max * 1.05),
+            plot_w: WIDTH - LEFT - RIGHT,
+            plot_h: HEIGHT - TOP - BOTTOM,
+        }
+    }
+
+    fn x(&self, t: i64) -> f64 {
+        LEFT + (t - self.from).clamp(0, self.span) as f64 / self.span as f64 * self.plot_w
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + self.plot_h - (v / self.max).clamp(0.0, 1.0) * self.plot_h
+    }
+}
+
 pub fn render(chart: &Chart) -> String {
-    let span = (chart.to - chart.from).max(1);
-    let max = chart
-        .lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.1))
-        .chain(chart.markers.iter().map(|m| m.value))
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
-    let max = nice_max(max * 1.05);
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let x = |t: i64| LEFT + (t - chart.from).clamp(0, span) as f64 / span as f64 * plot_w;
-    let y = |v: f64| TOP + plot_h - (v / max).clamp(0.0, 1.0) * plot_h;
+    let f = Frame::of(chart);
     let mut s = String::new();
     let _ = write!(
         s,
@@ -156,6 +180,23 @@ pub fn render(chart: &Chart) -> String {
         chart.resource,
         esc(&format!("{} over time, {}", chart.id, chart.unit))
     );
+    write_axes(&mut s, chart, &f);
+    for line in chart.lines.iter().filter(|l| !l.points.is_empty()) {
+        write_line(&mut s, line, &f, chart.to);
+    }
+    for m in &chart.markers {
+        write_marker(&mut s, m, &f);
+    }
+    write_legend(&mut s, chart);
+    s.push_str("</svg>");
+    s
+}
+
+/// The plot's frame, the covered span, the value grid and the time axis.
+fn write_axes(s: &mut String, chart: &Chart, f: &Frame) {
+    let (plot_w, plot_h, span, max) = (f.plot_w, f.plot_h, f.span, f.max);
+    let x = |t: i64| f.x(t);
+    let y = |v: f64| f.y(v);
     let _ = write!(
         s,
         r##"<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fafafa" stroke="#ccc"/>"##
@@ -205,99 +246,107 @@ pub fn render(chart: &Chart) -> String {
         TOP + plot_h / 2.0,
         esc(&chart.unit)
     );
-    for line in &chart.lines {
-        if line.points.is_empty() {
-            continue;
-        }
-        let mut d = String::new();
-        let mut last_y = None;
-        for (i, &(t, v)) in line.points.iter().enumerate() {
-            let (px, py) = (x(t), y(v));
-            if i == 0 {
-                let _ = write!(d, "M{px:.1},{py:.1}");
-            } else {
-                match line.style {
-                    LineStyle::Samples => {
-                        let _ = write!(d, " L{px:.1},{py:.1}");
-                    }
-                    LineStyle::Steps | LineStyle::Dashed => {
-                        let _ = write!(d, " H{px:.1} V{py:.1}");
-                    }
+}
+
+/// One line: samples joined, or steps held to the end of the chart.
+fn write_line(s: &mut String, line: &Line, f: &Frame, to: i64) {
+    let x = |t: i64| f.x(t);
+    let y = |v: f64| f.y(v);
+    let mut d = String::new();
+    let mut last_y = None;
+    for (i, &(t, v)) in line.points.iter().enumerate() {
+        let (px, py) = (x(t), y(v));
+        if i == 0 {
+            let _ = write!(d, "M{px:.1},{py:.1}");
+        } else {
+            match line.style {
+                LineStyle::Samples => {
+                    let _ = write!(d, " L{px:.1},{py:.1}");
+                }
+                LineStyle::Steps | LineStyle::Dashed => {
+                    let _ = write!(d, " H{px:.1} V{py:.1}");
                 }
             }
-            last_y = Some(py);
         }
-        // A step function holds its last value to the end of the chart.
-        if line.style != LineStyle::Samples && last_y.is_some() {
-            let _ = write!(d, " H{:.1}", x(chart.to));
-        }
-        let dash = if line.style == LineStyle::Dashed {
-            r#" stroke-dasharray="6 4""#
-        } else {
-            ""
-        };
-        let width = if line.style == LineStyle::Samples {
-            1.2
-        } else {
-            2.0
-        };
-        let _ = write!(
-            s,
-            r#"<path class="line" d="{d}" fill="none" stroke="{}" stroke-width="{width}"{dash}><title>{}</title></path>"#,
-            line.color,
-            esc(&line.label)
-        );
+        last_y = Some(py);
     }
-    for m in &chart.markers {
-        let (px, py) = (x(m.t), y(m.value));
-        let (color, shape) = match m.kind {
-            MarkerKind::Upsize => (
-                UPSIZE_COLOR,
-                format!(
-                    "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
-                    px,
-                    py - 7.0,
-                    px - 6.0,
-                    py + 4.0,
-                    px + 6.0,
-                    py + 4.0
-                ),
-            ),
-            MarkerKind::ScaleBack => (
-                SCALE_BACK_COLOR,
-                format!(
-                    "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
-                    px,
-                    py + 7.0,
-                    px - 6.0,
-                    py - 4.0,
-                    px + 6.0,
-                    py - 4.0
-                ),
-            ),
-            MarkerKind::Requests => (
-                REQUESTS_COLOR,
-                format!(
-                    "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
-                    px,
-                    py - 6.0,
-                    px + 6.0,
-                    py,
-                    px,
-                    py + 6.0,
-                    px - 6.0,
-                    py
-                ),
-            ),
-        };
-        let _ = write!(
-            s,
-            r##"<g class="marker {}"><line x1="{px:.1}" x2="{px:.1}" y1="{TOP}" y2="{:.1}" stroke="{color}" stroke-opacity="0.35"/><path d="{shape}" fill="{color}" stroke="#fff"/><title>{}</title></g>"##,
-            m.kind.as_str(),
-            TOP + plot_h,
-            esc(&m.title)
-        );
+    // A step function holds its last value to the end of the chart.
+    if line.style != LineStyle::Samples && last_y.is_some() {
+        let _ = write!(d, " H{:.1}", x(to));
     }
+    let dash = if line.style == LineStyle::Dashed {
+        r#" stroke-dasharray="6 4""#
+    } else {
+        ""
+    };
+    let width = if line.style == LineStyle::Samples {
+        1.2
+    } else {
+        2.0
+    };
+    let _ = write!(
+        s,
+        r#"<path class="line" d="{d}" fill="none" stroke="{}" stroke-width="{width}"{dash}><title>{}</title></path>"#,
+        line.color,
+        esc(&line.label)
+    );
+}
+
+/// A change marker (upsize, scale-back, requests) with its guide line and title.
+fn write_marker(s: &mut String, m: &Marker, f: &Frame) {
+    let plot_h = f.plot_h;
+    let (px, py) = (f.x(m.t), f.y(m.value));
+    let (color, shape) = match m.kind {
+        MarkerKind::Upsize => (
+            UPSIZE_COLOR,
+            format!(
+                "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
+                px,
+                py - 7.0,
+                px - 6.0,
+                py + 4.0,
+                px + 6.0,
+                py + 4.0
+            ),
+        ),
+        MarkerKind::ScaleBack => (
+            SCALE_BACK_COLOR,
+            format!(
+                "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
+                px,
+                py + 7.0,
+                px - 6.0,
+                py - 4.0,
+                px + 6.0,
+                py - 4.0
+            ),
+        ),
+        MarkerKind::Requests => (
+            REQUESTS_COLOR,
+            format!(
+                "M{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} L{:.1},{:.1} Z",
+                px,
+                py - 6.0,
+                px + 6.0,
+                py,
+                px,
+                py + 6.0,
+                px - 6.0,
+                py
+            ),
+        ),
+    };
+    let _ = write!(
+        s,
+        r##"<g class="marker {}"><line x1="{px:.1}" x2="{px:.1}" y1="{TOP}" y2="{:.1}" stroke="{color}" stroke-opacity="0.35"/><path d="{shape}" fill="{color}" stroke="#fff"/><title>{}</title></g>"##,
+        m.kind.as_str(),
+        TOP + plot_h,
+        esc(&m.title)
+    );
+}
+
+/// The legend below the plot, one entry per line and per kind of marker shown.
+fn write_legend(s: &mut String, chart: &Chart) {
     // Legend below the plot, one entry per line style used.
     let mut lx = LEFT;
     let ly = HEIGHT - 14.0;
@@ -336,8 +385,6 @@ pub fn render(chart: &Chart) -> String {
         );
         lx += 30.0 + 6.6 * label.chars().count() as f64;
     }
-    s.push_str("</svg>");
-    s
 }
 
 /// One bar of a [`Bars`] chart.

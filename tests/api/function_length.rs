@@ -13,7 +13,6 @@ use syn::visit::Visit;
 /// (file under src/, function name, lines today).
 const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
     ("simulate/mod.rs", "run", 427),
-    ("views/chart.rs", "render", 205),
     ("views/live.rs", "view", 256),
 ];
 
