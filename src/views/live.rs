@@ -15,15 +15,17 @@ use jiff::Timestamp;
 use crate::api::{Interpretation, PolicyStatus, Signal};
 use crate::core::cycle::CycleOutput;
 use crate::core::hpa::HpaResource;
+use crate::core::model::PolicyId;
 use crate::core::model::ResourceRequests;
 use crate::core::model::{WorkloadKey, format_gpu};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
+use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::recommenders::resources::workload::{
-    ContainerOutcome as ResourceOutcome, RightsizingOutcome,
+    ContainerOutcome as ResourceOutcome, RightsizingOutcome, RsResult,
 };
-use crate::core::snapshot::Snapshot;
+use crate::core::snapshot::{GpuPolicy, Snapshot};
 use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::views::chart::threshold_lines;
 use crate::views::chart::{self, Bar, Bars, Chart, Line, LineStyle, Marker, MarkerKind};
@@ -244,6 +246,269 @@ fn conditions(status: Option<&PolicyStatus>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The status of the policy `id`, GPU or CPU/memory.
+fn policy_status<'s>(snapshot: &'s Snapshot, id: &PolicyId) -> Option<&'s PolicyStatus> {
+    snapshot
+        .gpu_policies
+        .iter()
+        .find(|p| &p.id == id)
+        .map(|p| p.status.as_ref())
+        .or_else(|| {
+            snapshot
+                .rightsizing_policies
+                .iter()
+                .find(|p| &p.id == id)
+                .map(|p| p.status.as_ref())
+        })
+        .flatten()
+}
+
+/// What `/debug` shows of a CPU/memory outcome besides its reasons and decision.
+#[derive(Default)]
+struct ResourcesView {
+    requests: Vec<(String, [Option<String>; 4])>,
+    hpa: Option<String>,
+    cpu_bars: Option<Bars>,
+    memory_bars: Option<Bars>,
+}
+
+/// A CPU/memory outcome as `/debug` shows it; its message and reasons go to `reasons`, its
+/// phase to `decision`.
+fn resources_view(
+    snapshot: &Snapshot,
+    key: &WorkloadKey,
+    r: &RsResult,
+    o: &RightsizingOutcome,
+    reasons: &mut Vec<String>,
+    decision: &mut Option<String>,
+) -> ResourcesView {
+    let mut requests = Vec::new();
+    let [cpu_basis, memory_basis] = snapshot
+        .rightsizing_policies
+        .iter()
+        .find(|p| p.id == r.policy)
+        .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
+        .map(|p| crate::views::labels::usage_basis(&p))
+        .unwrap_or_default();
+    let cpu_bars = resource_bars(key, o, HpaResource::Cpu, &cpu_basis);
+    let memory_bars = resource_bars(key, o, HpaResource::Memory, &memory_basis);
+    if !o.message.is_empty() {
+        reasons.push(o.message.clone());
+    }
+    reasons.extend(o.reasons.iter().cloned());
+    let phase = serde_json::to_value(o.phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    *decision = Some(match decision.take() {
+        Some(d) => format!("{d}; CPU/memory {phase}"),
+        None => format!("CPU/memory {phase}"),
+    });
+    for c in &o.containers {
+        let cpu = |v: Option<i64>| v.map(format_cpu_millis);
+        let mem = |v: Option<i64>| v.map(format_memory_bytes);
+        requests.push((
+            c.name.clone(),
+            [
+                cpu(c.current.cpu_millis),
+                cpu(c.recommended.cpu_millis),
+                mem(c.current.memory_bytes),
+                mem(c.recommended.memory_bytes),
+            ],
+        ));
+    }
+    let hpa = o.hpa.as_ref().map(|h| {
+        let pct = |t: Option<i32>| t.map_or("-".into(), |t| format!("{t}%"));
+        let mut s = format!(
+            "{} {} target {} → {}",
+            h.name,
+            h.resource.map_or("-", |r| r.as_str()),
+            pct(h.target_before),
+            pct(h.target_after)
+        );
+        if let Some(skip) = h.skip_reason {
+            s.push_str(&format!(" (skipped: {})", skip.as_str()));
+        }
+        if h.blocked {
+            s.push_str(" (blocked)");
+        }
+        s
+    });
+    ResourcesView {
+        requests,
+        hpa,
+        cpu_bars,
+        memory_bars,
+    }
+}
+
+/// The GPU chart of a workload's window, or why there is none, and the GPUs its running pods
+/// hold per container.
+struct GpuChart {
+    chart: Option<Chart>,
+    note: Option<String>,
+    running_gpu: Vec<(String, f64, f64)>,
+}
+
+/// Per container, the least and most GPU the running pods hold.
+fn running_gpu(pods: &[(String, PodAlloc)]) -> Vec<(String, f64, f64)> {
+    let mut by_container: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for (c, g) in pods
+        .iter()
+        .flat_map(|(_, a)| a.iter().filter_map(|(c, x)| Some((c, x.gpu?))))
+    {
+        let e = by_container.entry(c).or_insert((g, g));
+        *e = (e.0.min(g), e.1.max(g));
+    }
+    by_container
+        .into_iter()
+        .map(|(c, (lo, hi))| (c.to_string(), lo, hi))
+        .collect()
+}
+
+/// The marker of this cycle's GPU change, if it made one.
+fn gpu_marker(
+    gpu: &WorkloadResult,
+    now: Timestamp,
+    current: f64,
+    recommended: Option<f64>,
+) -> Option<Marker> {
+    Some(gpu)
+        .filter(|g| {
+            matches!(
+                g.action,
+                crate::core::recommenders::gpu::engine::Action::Upsize
+                    | crate::core::recommenders::gpu::engine::Action::ScaleBack
+            )
+        })
+        .map(|g| Marker {
+            t: now.as_second(),
+            value: recommended.unwrap_or(current),
+            kind: if g.action == crate::core::recommenders::gpu::engine::Action::Upsize {
+                MarkerKind::Upsize
+            } else {
+                MarkerKind::ScaleBack
+            },
+            title: format!(
+                "{} {} → {} GPU per pod: {}",
+                g.action.as_str(),
+                format_gpu(current),
+                format_gpu(recommended.unwrap_or(current)),
+                crate::views::labels::change_reason(&g.reasons, g.driving_metric)
+            ),
+        })
+}
+
+/// The GPU chart of a workload under its main GPU policy: the hottest pod's usage per signal
+/// from the recorded samples, the allocation now, the recommendation and the thresholds.
+fn gpu_chart(
+    recorded: &Recorded,
+    snapshot: &Snapshot,
+    pods: &[usize],
+    key: &WorkloadKey,
+    gpu: &WorkloadResult,
+    policy: &GpuPolicy,
+    now: Timestamp,
+) -> GpuChart {
+    let pods: Vec<(String, PodAlloc)> = pods
+        .iter()
+        .map(|&pi| &*snapshot.pods[pi])
+        // The live pods, as the engine counts them: what runs now.
+        .filter(|p| !crate::core::recommenders::gpu::engine::pod_is_terminating(p))
+        .filter_map(|p| Some((p.metadata.name.as_deref()?.to_string(), pod_alloc(p))))
+        .collect();
+    let view: Vec<(&str, &PodAlloc)> = pods.iter().map(|(n, a)| (n.as_str(), a)).collect();
+    let running_gpu = running_gpu(&pods);
+    let mut lines = Vec::new();
+    let mut any = false;
+    let mut window = 0;
+    for (i, signal) in Signal::BOTH.into_iter().enumerate() {
+        let cfg = policy.spec.metrics.signal(signal);
+        window = window.max(
+            cfg.upsize
+                .metrics_window
+                .seconds()
+                .max(cfg.scale_back.metrics_window.seconds()),
+        );
+        let m = &cfg.prometheus;
+        let interp: Interpretation = m.interpretation;
+        let totals = usage::pod_totals(&view, interp, |pod, c| {
+            let id = (
+                m.metric.clone(),
+                key.namespace.to_string(),
+                pod.to_string(),
+                c.to_string(),
+            );
+            recorded.series.get(&id).map(Vec::as_slice)
+        });
+        any |= totals.iter().any(|t| !t.is_empty());
+        lines.push(Line {
+            label: format!("{} used (hottest pod)", signal.as_str()),
+            color: chart::USAGE_COLORS[i],
+            style: LineStyle::Samples,
+            points: usage::hottest(&totals),
+        });
+    }
+    let from = now.as_second() - window as i64;
+    let current = pods
+        .iter()
+        .map(|(_, a)| a.values().filter_map(|c| c.gpu).sum::<f64>())
+        .fold(0.0, f64::max);
+    let allocation = vec![(from, current)];
+    lines.push(Line {
+        label: "allocation now".into(),
+        color: chart::REAL_COLOR,
+        style: LineStyle::Steps,
+        points: allocation.clone(),
+    });
+    let recommended = gpu
+        .recommendation
+        .as_ref()
+        .map(|r| r.containers.values().sum::<f64>());
+    if let Some(r) = recommended {
+        lines.push(Line {
+            label: "recommended".into(),
+            color: chart::SIMULATED_COLOR,
+            style: LineStyle::Steps,
+            points: vec![(from, r)],
+        });
+    }
+    let thresholds: Vec<(Signal, f64, f64)> = Signal::BOTH
+        .iter()
+        .map(|s| {
+            let c = policy.spec.metrics.signal(*s);
+            (
+                *s,
+                c.upsize.threshold_percent,
+                c.scale_back.threshold_percent,
+            )
+        })
+        .collect();
+    lines.extend(threshold_lines(&thresholds, &allocation));
+    let markers = gpu_marker(gpu, now, current, recommended)
+        .into_iter()
+        .collect();
+    let note = (!any && recorded.dropped > 0).then(|| {
+        format!("no chart: the last cycle's samples beyond {MAX_SERIES} series are not kept")
+    });
+    let chart = Chart {
+        id: key.to_string(),
+        resource: "gpu",
+        unit: "GPUs per pod".into(),
+        from,
+        to: now.as_second(),
+        lines,
+        markers,
+        // The window is what the cycle fetched: nothing to shade.
+        covered: None,
+    };
+    GpuChart {
+        chart: note.is_none().then_some(chart),
+        note,
+        running_gpu,
+    }
+}
+
 impl<S> Recording<'_, S> {
     /// The live view of `cycle`, run at `now` over `snapshot` (the objects with the cycle's
     /// policy statuses), from the samples this source recorded.
@@ -255,232 +520,36 @@ impl<S> Recording<'_, S> {
             workloads: BTreeMap::new(),
         };
         for w in &cycle.workloads {
-            let gpu = w.gpu.as_ref();
-            let rs = w.resources.as_ref();
+            let gpu = w.gpu.as_deref();
+            let rs = w.resources.as_deref();
             let policy_id = gpu
                 .and_then(|g| g.main_policy())
                 .or_else(|| rs.map(|r| &r.policy));
-            let status = policy_id.and_then(|id| {
-                snapshot
-                    .gpu_policies
-                    .iter()
-                    .find(|p| &p.id == id)
-                    .map(|p| p.status.as_ref())
-                    .or_else(|| {
-                        snapshot
-                            .rightsizing_policies
-                            .iter()
-                            .find(|p| &p.id == id)
-                            .map(|p| p.status.as_ref())
-                    })
-                    .flatten()
-            });
+            let status = policy_id.and_then(|id| policy_status(snapshot, id));
             let mut reasons: Vec<String> = gpu.map(|g| g.reasons.clone()).unwrap_or_default();
             let mut decision = gpu.map(|g| g.action.as_str().to_string());
-            let mut requests = Vec::new();
-            let mut hpa = None;
-            let (mut cpu_bars, mut memory_bars) = (None, None);
-            if let Some(r) = rs {
-                match &r.outcome {
-                    Ok(o) => {
-                        let [cpu_basis, memory_basis] = snapshot
-                            .rightsizing_policies
-                            .iter()
-                            .find(|p| p.id == r.policy)
-                            .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
-                            .map(|p| crate::views::labels::usage_basis(&p))
-                            .unwrap_or_default();
-                        cpu_bars = resource_bars(w.key(), o, HpaResource::Cpu, &cpu_basis);
-                        memory_bars = resource_bars(w.key(), o, HpaResource::Memory, &memory_basis);
-                        if !o.message.is_empty() {
-                            reasons.push(o.message.clone());
-                        }
-                        reasons.extend(o.reasons.iter().cloned());
-                        let phase = serde_json::to_value(o.phase)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default();
-                        decision = Some(match decision {
-                            Some(d) => format!("{d}; CPU/memory {phase}"),
-                            None => format!("CPU/memory {phase}"),
-                        });
-                        for c in &o.containers {
-                            let cpu = |v: Option<i64>| v.map(format_cpu_millis);
-                            let mem = |v: Option<i64>| v.map(format_memory_bytes);
-                            requests.push((
-                                c.name.clone(),
-                                [
-                                    cpu(c.current.cpu_millis),
-                                    cpu(c.recommended.cpu_millis),
-                                    mem(c.current.memory_bytes),
-                                    mem(c.recommended.memory_bytes),
-                                ],
-                            ));
-                        }
-                        hpa = o.hpa.as_ref().map(|h| {
-                            let pct = |t: Option<i32>| t.map_or("-".into(), |t| format!("{t}%"));
-                            let mut s = format!(
-                                "{} {} target {} → {}",
-                                h.name,
-                                h.resource.map_or("-", |r| r.as_str()),
-                                pct(h.target_before),
-                                pct(h.target_after)
-                            );
-                            if let Some(skip) = h.skip_reason {
-                                s.push_str(&format!(" (skipped: {})", skip.as_str()));
-                            }
-                            if h.blocked {
-                                s.push_str(" (blocked)");
-                            }
-                            s
-                        });
-                    }
-                    Err(e) => reasons.push(format!("{}: unusable policy: {e}", r.policy)),
+            let resources = match rs.map(|r| (r, &r.outcome)) {
+                Some((r, Ok(o))) => {
+                    resources_view(snapshot, w.key(), r, o, &mut reasons, &mut decision)
                 }
-            }
-            let mut running_gpu: Vec<(String, f64, f64)> = Vec::new();
-            let (chart, chart_note) = match gpu.and_then(|g| {
+                Some((r, Err(e))) => {
+                    reasons.push(format!("{}: unusable policy: {e}", r.policy));
+                    ResourcesView::default()
+                }
+                None => ResourcesView::default(),
+            };
+            let main_gpu_policy = gpu.and_then(|g| {
                 let id = g.main_policy()?;
-                snapshot.gpu_policies.iter().find(|p| &p.id == id)
-            }) {
-                None => (None, None),
-                Some(policy) => {
-                    let pods: Vec<(String, PodAlloc)> = pods_of
-                        .get(w.key())
-                        .into_iter()
-                        .flatten()
-                        .map(|&pi| &*snapshot.pods[pi])
-                        // The live pods, as the engine counts them: what runs now.
-                        .filter(|p| !crate::core::recommenders::gpu::engine::pod_is_terminating(p))
-                        .filter_map(|p| {
-                            Some((p.metadata.name.as_deref()?.to_string(), pod_alloc(p)))
-                        })
-                        .collect();
-                    let view: Vec<(&str, &PodAlloc)> =
-                        pods.iter().map(|(n, a)| (n.as_str(), a)).collect();
-                    let mut by_container: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
-                    for (c, g) in pods
-                        .iter()
-                        .flat_map(|(_, a)| a.iter().filter_map(|(c, x)| Some((c, x.gpu?))))
-                    {
-                        let e = by_container.entry(c).or_insert((g, g));
-                        *e = (e.0.min(g), e.1.max(g));
-                    }
-                    running_gpu = by_container
-                        .into_iter()
-                        .map(|(c, (lo, hi))| (c.to_string(), lo, hi))
-                        .collect();
-                    let mut lines = Vec::new();
-                    let mut any = false;
-                    let mut window = 0;
-                    for (i, signal) in Signal::BOTH.into_iter().enumerate() {
-                        let cfg = policy.spec.metrics.signal(signal);
-                        window = window.max(
-                            cfg.upsize
-                                .metrics_window
-                                .seconds()
-                                .max(cfg.scale_back.metrics_window.seconds()),
-                        );
-                        let m = &cfg.prometheus;
-                        let interp: Interpretation = m.interpretation;
-                        let totals = usage::pod_totals(&view, interp, |pod, c| {
-                            let id = (
-                                m.metric.clone(),
-                                w.key().namespace.to_string(),
-                                pod.to_string(),
-                                c.to_string(),
-                            );
-                            recorded.series.get(&id).map(Vec::as_slice)
-                        });
-                        any |= totals.iter().any(|t| !t.is_empty());
-                        lines.push(Line {
-                            label: format!("{} used (hottest pod)", signal.as_str()),
-                            color: chart::USAGE_COLORS[i],
-                            style: LineStyle::Samples,
-                            points: usage::hottest(&totals),
-                        });
-                    }
-                    let from = now.as_second() - window as i64;
-                    let current = pods
-                        .iter()
-                        .map(|(_, a)| a.values().filter_map(|c| c.gpu).sum::<f64>())
-                        .fold(0.0, f64::max);
-                    let allocation = vec![(from, current)];
-                    lines.push(Line {
-                        label: "allocation now".into(),
-                        color: chart::REAL_COLOR,
-                        style: LineStyle::Steps,
-                        points: allocation.clone(),
-                    });
-                    let recommended = gpu
-                        .and_then(|g| g.recommendation.as_ref())
-                        .map(|r| r.containers.values().sum::<f64>());
-                    if let Some(r) = recommended {
-                        lines.push(Line {
-                            label: "recommended".into(),
-                            color: chart::SIMULATED_COLOR,
-                            style: LineStyle::Steps,
-                            points: vec![(from, r)],
-                        });
-                    }
-                    let thresholds: Vec<(Signal, f64, f64)> = Signal::BOTH
-                        .iter()
-                        .map(|s| {
-                            let c = policy.spec.metrics.signal(*s);
-                            (
-                                *s,
-                                c.upsize.threshold_percent,
-                                c.scale_back.threshold_percent,
-                            )
-                        })
-                        .collect();
-                    lines.extend(threshold_lines(&thresholds, &allocation));
-                    let markers = gpu
-                        .filter(|g| {
-                            matches!(
-                                g.action,
-                                crate::core::recommenders::gpu::engine::Action::Upsize
-                                    | crate::core::recommenders::gpu::engine::Action::ScaleBack
-                            )
-                        })
-                        .map(|g| Marker {
-                            t: now.as_second(),
-                            value: recommended.unwrap_or(current),
-                            kind: if g.action
-                                == crate::core::recommenders::gpu::engine::Action::Upsize
-                            {
-                                MarkerKind::Upsize
-                            } else {
-                                MarkerKind::ScaleBack
-                            },
-                            title: format!(
-                                "{} {} → {} GPU per pod: {}",
-                                g.action.as_str(),
-                                format_gpu(current),
-                                format_gpu(recommended.unwrap_or(current)),
-                                crate::views::labels::change_reason(&g.reasons, g.driving_metric)
-                            ),
-                        })
-                        .into_iter()
-                        .collect();
-                    let note = (!any && recorded.dropped > 0).then(|| {
-                        format!(
-                            "no chart: the last cycle's samples beyond {MAX_SERIES} series are not kept"
-                        )
-                    });
-                    let chart = Chart {
-                        id: w.key().to_string(),
-                        resource: "gpu",
-                        unit: "GPUs per pod".into(),
-                        from,
-                        to: now.as_second(),
-                        lines,
-                        markers,
-                        // The window is what the cycle fetched: nothing to shade.
-                        covered: None,
-                    };
-                    (note.is_none().then_some(chart), note)
-                }
+                Some((g, snapshot.gpu_policies.iter().find(|p| &p.id == id)?))
+            });
+            let pods = pods_of.get(w.key()).map_or(&[][..], Vec::as_slice);
+            let g = match main_gpu_policy {
+                Some((g, policy)) => gpu_chart(&recorded, snapshot, pods, w.key(), g, policy, now),
+                None => GpuChart {
+                    chart: None,
+                    note: None,
+                    running_gpu: Vec::new(),
+                },
             };
             out.workloads.insert(
                 w.key().clone(),
@@ -491,13 +560,13 @@ impl<S> Recording<'_, S> {
                     decision: decision.unwrap_or_else(|| "none".into()),
                     driver: gpu.and_then(|g| g.driving_metric),
                     reasons,
-                    chart,
-                    chart_note,
-                    requests,
-                    hpa,
-                    running_gpu,
-                    cpu_bars,
-                    memory_bars,
+                    chart: g.chart,
+                    chart_note: g.note,
+                    requests: resources.requests,
+                    hpa: resources.hpa,
+                    running_gpu: g.running_gpu,
+                    cpu_bars: resources.cpu_bars,
+                    memory_bars: resources.memory_bars,
                 },
             );
         }

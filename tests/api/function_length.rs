@@ -13,7 +13,6 @@ use syn::visit::Visit;
 /// (file under src/, function name, lines today).
 const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[
     ("simulate/mod.rs", "run", 427),
-    ("views/live.rs", "view", 256),
 ];
 
 fn limit(file: &str) -> usize {
