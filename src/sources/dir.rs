@@ -309,87 +309,65 @@ fn read_policy_object(
     name: &str,
     m: &mut Manifests,
 ) {
-    let s = &mut m.snapshot;
+    let gpu = &mut m.snapshot.gpu_policies;
+    let rightsizing = &mut m.snapshot.rightsizing_policies;
+    let invalid = &mut m.invalid;
+    let namespaced = |meta: &mut ObjectMeta| {
+        meta.namespace.get_or_insert_with(|| "default".into());
+    };
     match kind {
         "GpuReactivePolicy" => {
             let read = read_policy(doc, what, |mut p: GpuReactivePolicy| {
-                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                namespaced(&mut p.metadata);
                 p.spec.validate()?;
                 Ok((p.metadata, p.spec, p.status))
             });
-            match read {
-                Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
-                    &meta,
-                    PolicyType::GpuReactivePolicy,
-                    spec,
-                    status,
-                )),
-                Err(e) => {
-                    m.invalid
-                        .push(rejected_policy(doc, PolicyType::GpuReactivePolicy, name, e))
-                }
-            }
+            let policy_type = PolicyType::GpuReactivePolicy;
+            add_policy(read, policy_type, doc, name, gpu, invalid);
         }
         "ClusterGpuReactivePolicy" => {
             let read = read_policy(doc, what, |p: ClusterGpuReactivePolicy| {
                 p.spec.validate()?;
                 Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
             });
-            match read {
-                Ok((meta, spec, status)) => s.gpu_policies.push(Policy::from_object(
-                    &meta,
-                    PolicyType::ClusterGpuReactivePolicy,
-                    spec,
-                    status,
-                )),
-                Err(e) => m.invalid.push(rejected_policy(
-                    doc,
-                    PolicyType::ClusterGpuReactivePolicy,
-                    name,
-                    e,
-                )),
-            }
+            let policy_type = PolicyType::ClusterGpuReactivePolicy;
+            add_policy(read, policy_type, doc, name, gpu, invalid);
         }
         "RightsizingPolicy" => {
             let read = read_policy(doc, what, |mut p: RightsizingPolicy| {
-                p.metadata.namespace.get_or_insert_with(|| "default".into());
+                namespaced(&mut p.metadata);
                 p.spec.validate()?;
                 Ok((p.metadata, p.spec, p.status))
             });
-            match read {
-                Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
-                    &meta,
-                    PolicyType::RightsizingPolicy,
-                    spec,
-                    status,
-                )),
-                Err(e) => {
-                    m.invalid
-                        .push(rejected_policy(doc, PolicyType::RightsizingPolicy, name, e))
-                }
-            }
+            let policy_type = PolicyType::RightsizingPolicy;
+            add_policy(read, policy_type, doc, name, rightsizing, invalid);
         }
         "ClusterRightsizingPolicy" => {
             let read = read_policy(doc, what, |p: ClusterRightsizingPolicy| {
                 p.spec.validate()?;
                 Ok((cluster_scoped(p.metadata), p.spec.into(), p.status))
             });
-            match read {
-                Ok((meta, spec, status)) => s.rightsizing_policies.push(Policy::from_object(
-                    &meta,
-                    PolicyType::ClusterRightsizingPolicy,
-                    spec,
-                    status,
-                )),
-                Err(e) => m.invalid.push(rejected_policy(
-                    doc,
-                    PolicyType::ClusterRightsizingPolicy,
-                    name,
-                    e,
-                )),
-            }
+            let policy_type = PolicyType::ClusterRightsizingPolicy;
+            add_policy(read, policy_type, doc, name, rightsizing, invalid);
         }
         _ => unreachable!("one of POLICY_KINDS"),
+    }
+}
+
+/// A policy as read, or recorded as invalid with the reason.
+fn add_policy<S>(
+    read: anyhow::Result<(ObjectMeta, S, Option<PolicyStatus>)>,
+    policy_type: PolicyType,
+    doc: &serde_json::Value,
+    name: &str,
+    policies: &mut Vec<Policy<S>>,
+    invalid: &mut Vec<InvalidPolicy>,
+) {
+    match read {
+        Ok((meta, spec, status)) => {
+            policies.push(Policy::from_object(&meta, policy_type, spec, status))
+        }
+        Err(e) => invalid.push(rejected_policy(doc, policy_type, name, e)),
     }
 }
 

@@ -311,10 +311,11 @@ fn restores_due(
 /// What a restore writes back of the recommendation as last written; the reason nothing is
 /// restored when it cannot be read.
 fn restore_plan(observed: Option<&PersistedRecommendation>) -> (RestorePlan, Option<String>) {
-    let Some(status) = observed.and_then(|rec| rec.status.as_ref().map(|s| (&rec.spec, s))) else {
+    let Some((spec, status)) = observed.and_then(|rec| Some((&rec.spec, rec.status.as_ref()?)))
+    else {
         return (RestorePlan::default(), None);
     };
-    match plan_restore(status.0, status.1) {
+    match plan_restore(spec, status) {
         Ok(plan) => (plan, None),
         Err(e) => (
             RestorePlan::default(),

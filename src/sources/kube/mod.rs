@@ -667,6 +667,12 @@ struct WorkloadWatches {
     cronjobs: Arc<Projected<Arc<Workload>>>,
 }
 
+/// A workload object as the index keeps it (without the last-applied annotation).
+fn workload_of<K: Resource + Into<Workload>>(mut object: K) -> Arc<Workload> {
+    strip_last_applied(object.meta_mut());
+    Arc::new(object.into())
+}
+
 /// The watches of the workload kinds (a Job run by a CronJob is recorded as the CronJob's).
 fn spawn_workload_watches(
     client: &Client,
@@ -678,10 +684,7 @@ fn spawn_workload_watches(
     let (deployments, t) = spawn_builtin(
         "Deployment",
         watcher(Api::<Deployment>::all(client.clone()), cfg()),
-        |mut d: Deployment| {
-            strip_last_applied(&mut d.metadata);
-            Arc::new(Workload::from(d))
-        },
+        workload_of::<Deployment>,
         sync.clone(),
         None,
     );
@@ -689,10 +692,7 @@ fn spawn_workload_watches(
     let (statefulsets, t) = spawn_builtin(
         "StatefulSet",
         watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
-        |mut s: StatefulSet| {
-            strip_last_applied(&mut s.metadata);
-            Arc::new(Workload::from(s))
-        },
+        workload_of::<StatefulSet>,
         sync.clone(),
         None,
     );
@@ -700,10 +700,7 @@ fn spawn_workload_watches(
     let (daemonsets, t) = spawn_builtin(
         "DaemonSet",
         watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
-        |mut d: DaemonSet| {
-            strip_last_applied(&mut d.metadata);
-            Arc::new(Workload::from(d))
-        },
+        workload_of::<DaemonSet>,
         sync.clone(),
         None,
     );
@@ -727,10 +724,7 @@ fn spawn_workload_watches(
     let (cronjobs, t) = spawn_builtin(
         "CronJob",
         watcher(Api::<CronJob>::all(client.clone()), cfg()),
-        |mut c: CronJob| {
-            strip_last_applied(&mut c.metadata);
-            Arc::new(Workload::from(c))
-        },
+        workload_of::<CronJob>,
         sync.clone(),
         None,
     );
