@@ -16,6 +16,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use crate::api::{Interpretation, ResourceMode, Signal};
+use crate::core::cycle::{CycleOutput, WorkloadOutcome};
 use crate::core::hpa;
 use crate::core::model::{PolicyId, WorkloadKey, WorkloadState};
 use crate::core::pod::Pod;
@@ -28,6 +29,7 @@ use crate::reconcile::standalone::in_memory_cycle;
 use crate::sources::dir::Manifests;
 use crate::state::Store;
 use crate::writers::memory::MemoryWriter;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
 use self::history::HistorySource;
 use self::pods::rolled_out;
@@ -318,47 +320,81 @@ fn as_auto_patch(snapshot: &mut Snapshot) -> (Option<String>, HashMap<PolicyId, 
     (global, per_policy)
 }
 
-/// Replays `manifests` over `source`'s history as [`Options`] say.
-pub async fn run<S: MetricSource>(
-    manifests: Manifests,
-    source: &S,
-    opts: &Options,
-) -> anyhow::Result<Report> {
-    anyhow::ensure!(opts.every_seconds > 0, "--every must be positive");
-    anyhow::ensure!(opts.step_seconds > 0, "--step-seconds must be positive");
-    anyhow::ensure!(opts.from < opts.to, "--from must be before --to");
-    let ticks = opts.ticks();
-    let last = *ticks.last().expect("from < to gives a tick");
-    manifests.reject_invalid()?;
-    let Manifests {
-        snapshot: mut base,
-        invalid,
-        ..
-    } = manifests;
-    let (global_note, policy_notes) = as_auto_patch(&mut base);
-    let pods_of = pods_by_owner(&base);
-    let workload_at: HashMap<WorkloadKey, usize> = base
-        .workloads
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (w.key.clone(), i))
-        .collect();
-    let real: Vec<Arc<Pod>> = base.pods.clone();
-    let real_alloc: Vec<PodAlloc> = real.iter().map(|p| pod_alloc(p)).collect();
-    let real_sums: Vec<AllocSums> = real_alloc.iter().map(AllocSums::of).collect();
-    let real_start: Vec<Option<i64>> = real
-        .iter()
-        .map(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0.as_second())
-        })
-        .collect();
-    let mut sim = real.clone();
-    let mut sim_alloc = real_alloc.clone();
-    let mut sim_sums = real_sums.clone();
+/// The pods as recorded and as the replay has rolled them out, by index in the manifests.
+struct ReplayPods {
+    real: Vec<Arc<Pod>>,
+    real_alloc: Vec<PodAlloc>,
+    real_sums: Vec<AllocSums>,
+    /// Each pod's recorded start (unix seconds): before it, the pod did not exist.
+    real_start: Vec<Option<i64>>,
+    sim: Vec<Arc<Pod>>,
+    sim_alloc: Vec<PodAlloc>,
+    sim_sums: Vec<AllocSums>,
+}
 
+impl ReplayPods {
+    fn recorded(pods: &[Arc<Pod>]) -> Self {
+        let real: Vec<Arc<Pod>> = pods.to_vec();
+        let real_alloc: Vec<PodAlloc> = real.iter().map(|p| pod_alloc(p)).collect();
+        let real_sums: Vec<AllocSums> = real_alloc.iter().map(AllocSums::of).collect();
+        let real_start = real
+            .iter()
+            .map(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map(|t| t.0.as_second())
+            })
+            .collect();
+        Self {
+            sim: real.clone(),
+            sim_alloc: real_alloc.clone(),
+            sim_sums: real_sums.clone(),
+            real,
+            real_alloc,
+            real_sums,
+            real_start,
+        }
+    }
+
+    fn roll_out(&mut self, pi: usize, pod: Pod, alloc: PodAlloc) {
+        self.sim[pi] = Arc::new(pod);
+        self.sim_sums[pi] = AllocSums::of(&alloc);
+        self.sim_alloc[pi] = alloc;
+    }
+
+    /// currentAllocation samples of a re-allocated pod: real ÷ simulated.
+    fn rescale_history<S: MetricSource>(
+        &self,
+        history: &mut HistorySource<'_, S>,
+        rolled: &[usize],
+    ) {
+        for &pi in rolled {
+            let (Some(ns), Some(name)) = (
+                &self.real[pi].metadata.namespace,
+                &self.real[pi].metadata.name,
+            ) else {
+                continue;
+            };
+            for (c, a) in &self.sim_alloc[pi] {
+                let factor = match (self.real_alloc[pi].get(c).and_then(|r| r.gpu), a.gpu) {
+                    (Some(r), Some(s)) if s > 0.0 => r / s,
+                    _ => 1.0,
+                };
+                history.set_scale(ns, name, c, factor);
+            }
+        }
+    }
+}
+
+/// The history the replay reads: the manifests' namespaces and pods, and the GPU metrics read
+/// as a share of the current allocation (rescaled when the replay re-allocates a pod).
+fn history_for<'a, S: MetricSource>(
+    source: &'a S,
+    base: &Snapshot,
+    opts: &Options,
+    last: Timestamp,
+) -> HistorySource<'a, S> {
     let relative: HashSet<String> = base
         .gpu_policies
         .iter()
@@ -381,268 +417,263 @@ pub async fn run<S: MetricSource>(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut history = HistorySource::new(source, opts.from, last, namespaces, pod_names, relative);
-    let kai = base.global.kai.clone();
-    // The cAdvisor names the recommender reads (GlobalConfiguration `resourceMetrics`).
-    let resource_metrics = base.global.prometheus.resource_metrics.clone();
-    let mut writer = MemoryWriter::new();
-    let store = Store::default();
-    // What a rollout would give each workload's pods before the replay: the manifests' templates
-    // admitted with the state their persisted annotations serve (pods recorded under an older
-    // state are not a change kerf makes).
-    crate::reconcile::serve_persisted(&store, &base, &writer.recommendations());
-    let mut references: HashMap<WorkloadKey, Vec<PodAlloc>> = HashMap::new();
-    for w in &base.workloads {
-        let Some(pods) = pods_of.get(&w.key) else {
-            continue;
-        };
-        let state = store.get(&w.key);
-        let allocs = pods
-            .iter()
-            .map(|&pi| {
-                pod_alloc(&rolled_out(
-                    &real[pi],
-                    &w.template,
-                    state.as_deref(),
-                    &kai,
-                    opts.from,
-                ))
-            })
-            .collect();
-        references.insert(w.key.clone(), allocs);
-    }
-    let mut tracks: Vec<Track> = Vec::new();
-    // Per workload (index in the manifests), its track: created in the order the cycle first
-    // names the workloads.
-    let mut track_of: Vec<Option<usize>> = vec![None; base.workloads.len()];
-    let mut warnings = Vec::new();
+    HistorySource::new(source, opts.from, last, namespaces, pod_names, relative)
+}
 
-    // The objects as the last tick's writes left them (overlaying kerf's writes again is a
-    // no-op), with the simulated pods: no fresh copy of the manifests per tick.
-    let mut current = base.clone();
-    for (ti, &tick) in ticks.iter().enumerate() {
-        current.pods = sim.clone();
-        let (after, cycle, _) = in_memory_cycle(
-            &mut writer,
-            current,
-            &invalid,
-            &history,
-            tick,
-            opts.step_seconds,
-            &store,
-        )
-        .await;
-        for (policy, e) in cycle.query_failures() {
-            warnings.push(format!("{tick}: {policy}: {e}"));
+/// The HPAs by the workload they scale ([`hpa::hpa_index`]).
+type HpaIndex<'h> =
+    crate::core::hash::HashMap<(&'h str, &'h str, &'h str), &'h HorizontalPodAutoscaler>;
+
+/// Each workload's pods, by index in the manifests ([`pods_by_owner`]).
+type PodsByOwner = crate::core::hash::HashMap<WorkloadKey, Vec<usize>>;
+
+/// The target of the HPA scaling the workload on CPU or memory utilization.
+fn hpa_target_of(hpas: &HpaIndex<'_>, key: &WorkloadKey) -> Option<(hpa::HpaResource, i32)> {
+    hpas.get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
+        .and_then(|h| hpa::utilization_target(h))
+}
+
+/// The notes saying what the replay assumed: readOnly and audit-only simulated as auto-patch.
+struct AutoPatchNotes {
+    global: Option<String>,
+    per_policy: HashMap<PolicyId, String>,
+}
+
+/// The replay's state across ticks: one track per workload the cycle names.
+struct Replay<'b> {
+    base: &'b Snapshot,
+    notes: AutoPatchNotes,
+    pods_of: PodsByOwner,
+    workload_at: HashMap<WorkloadKey, usize>,
+    /// Per workload (index in the manifests), its track: created in the order the cycle first
+    /// names the workloads.
+    track_of: Vec<Option<usize>>,
+    tracks: Vec<Track>,
+    /// What a rollout gave each workload's pods last.
+    references: HashMap<WorkloadKey, Vec<PodAlloc>>,
+    pods: ReplayPods,
+}
+
+impl<'b> Replay<'b> {
+    fn new(base: &'b Snapshot, notes: AutoPatchNotes, store: &Store, from: Timestamp) -> Self {
+        let pods_of = pods_by_owner(base);
+        let workload_at = base
+            .workloads
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (w.key.clone(), i))
+            .collect();
+        let pods = ReplayPods::recorded(&base.pods);
+        let references = rollout_references(base, &pods_of, &pods.real, store, from);
+        Self {
+            base,
+            notes,
+            pods_of,
+            workload_at,
+            track_of: vec![None; base.workloads.len()],
+            tracks: Vec::new(),
+            references,
+            pods,
         }
+    }
+
+    /// Follows one cycle's outcomes: the usage the recommendations rest on, and the rollouts
+    /// kerf's writes cause. Returns the pods rolled out.
+    fn follow_cycle(
+        &mut self,
+        cycle: &CycleOutput,
+        after: &Snapshot,
+        store: &Store,
+        tick: Timestamp,
+    ) -> Vec<usize> {
         let hpas = hpa::hpa_index(&after.hpas);
-        let mut rescaled: Vec<usize> = Vec::new();
+        let mut rolled = Vec::new();
         for outcome in &cycle.workloads {
             let key = outcome.key();
-            let Some(&wi) = workload_at.get(key) else {
+            let Some(&wi) = self.workload_at.get(key) else {
                 continue;
             };
-            let t = *track_of[wi].get_or_insert_with(|| {
-                let gpu_policy = outcome
-                    .gpu
-                    .as_ref()
-                    .and_then(|g| g.main_policy())
-                    .and_then(|id| base.gpu_policies.iter().find(|p| &p.id == id))
-                    .cloned();
-                let rs_policy = outcome.resources.as_ref().map(|r| r.policy.clone());
-                let policy = gpu_policy.as_ref().map(|p| p.id.clone()).or(rs_policy);
-                let mut notes: Vec<String> = global_note.iter().cloned().collect();
-                if let Some(n) = outcome
-                    .resources
-                    .as_ref()
-                    .and_then(|r| policy_notes.get(&r.policy))
-                {
-                    notes.push(n.clone());
+            let t = match self.track_of[wi] {
+                Some(t) => t,
+                None => {
+                    let track = self.new_track(outcome, &hpas);
+                    self.tracks.push(track);
+                    self.track_of[wi] = Some(self.tracks.len() - 1);
+                    self.tracks.len() - 1
                 }
-                let [cpu_basis, memory_basis] = outcome
-                    .resources
-                    .as_ref()
-                    .and_then(|r| base.rightsizing_policies.iter().find(|p| p.id == r.policy))
-                    .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
-                    .map(|p| crate::views::labels::usage_basis(&p))
-                    .unwrap_or_default();
-                let thresholds = gpu_policy
-                    .as_ref()
-                    .map(|p| {
-                        Signal::BOTH
-                            .iter()
-                            .map(|s| {
-                                let c = p.spec.metrics.signal(*s);
-                                (
-                                    *s,
-                                    c.upsize.threshold_percent,
-                                    c.scale_back.threshold_percent,
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                tracks.push(Track {
-                    report: WorkloadReport {
-                        key: key.clone(),
-                        policy,
-                        notes,
-                        changes: Vec::new(),
-                        resource_changes: Vec::new(),
-                        rollouts: 0,
-                        gpu_policy: gpu_policy.is_some(),
-                        resources_policy: outcome.resources.is_some(),
-                        gpu_hours: Hours::default(),
-                        cpu_core_hours: Hours::default(),
-                        memory_gib_hours: Hours::default(),
-                        chart: ChartData {
-                            thresholds,
-                            cpu: ResourceChart {
-                                basis_label: cpu_basis,
-                                ..Default::default()
-                            },
-                            memory: ResourceChart {
-                                basis_label: memory_basis,
-                                ..Default::default()
-                            },
-                            ..Default::default()
-                        },
-                    },
-                    gpu_policy,
-                    pods: pods_of.get(key).cloned().unwrap_or_default(),
-                    seen: None,
-                    hpa_target: hpas
-                        .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
-                        .and_then(|h| hpa::utilization_target(h))
-                        .map(|(_, t)| t),
-                    coordinated_hpa: None,
-                    allocations: Vec::new(),
-                });
-                tracks.len() - 1
-            });
-            let track = &mut tracks[t];
-            // What the CPU/memory recommendation rests on this tick, and the HPA kerf
-            // coordinates as its writes left it: the charts draw them at every tick.
-            track.coordinated_hpa = None;
-            if let Some(Ok(o)) = outcome.resources.as_ref().map(|r| &r.outcome) {
-                let summed = |v: &mut dyn Iterator<Item = f64>| {
-                    v.fold(None, |acc: Option<f64>, x| Some(acc.unwrap_or(0.0) + x))
-                };
-                let scoped = || o.containers.iter().filter(|c| c.in_scope);
-                let chart = &mut track.report.chart;
-                if let Some(v) = summed(&mut scoped().filter_map(|c| c.cpu_usage)) {
-                    push_step(&mut chart.cpu.basis, tick.as_second(), v);
-                }
-                if let Some(v) = summed(&mut scoped().filter_map(|c| c.memory_usage)) {
-                    push_step(&mut chart.memory.basis, tick.as_second(), v / GIB);
-                }
-                if o.managed.hpa_target {
-                    track.coordinated_hpa = hpas
-                        .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
-                        .and_then(|h| hpa::utilization_target(h));
-                }
-            }
+            };
+            record_resource_basis(&mut self.tracks[t], outcome, &hpas, tick);
             let w = &after.workloads[wi];
             let state = store.get(key);
-            let unchanged = track
-                .seen
-                .as_ref()
-                .is_some_and(|seen| seen_unchanged(seen, &state, w));
-            if unchanged {
-                continue;
-            }
-            // The pods a rollout now would create; a rollout happens when they differ.
-            let candidates: Vec<(usize, Pod, PodAlloc)> = track
-                .pods
-                .iter()
-                .map(|&pi| {
-                    let pod = rolled_out(&real[pi], &w.template, state.as_deref(), &kai, tick);
-                    let alloc = pod_alloc(&pod);
-                    (pi, pod, alloc)
-                })
-                .collect();
-            track.seen = Some((state, w.clone()));
-            // A rollout is due when kerf's writes change what a new pod would get.
-            let allocs: Vec<PodAlloc> = candidates.iter().map(|(_, _, a)| a.clone()).collect();
-            let reference = references.entry(key.clone()).or_default();
-            if *reference == allocs {
-                continue;
-            }
-            // What kerf changed: the new pods against what a rollout gave before.
-            let was = std::mem::replace(reference, allocs);
-            let Some((first, _, new)) = candidates.first().cloned() else {
-                continue;
-            };
-            let old = sim_alloc[first].clone();
-            let was = was.first().unwrap_or(&old);
-            track.report.rollouts += 1;
-            if gpu_map(was) != gpu_map(&new) {
-                let gpu = outcome.gpu.as_ref();
-                let (before, after) = (per_pod_gpu(&old), per_pod_gpu(&new));
-                let action = match gpu.map(|g| g.action) {
-                    Some(a @ (Action::Upsize | Action::ScaleBack)) => a,
-                    _ if after > before => Action::Upsize,
-                    _ => Action::ScaleBack,
-                };
-                let driver = gpu.and_then(|g| g.driving_metric);
-                let reasons = gpu.map(|g| g.reasons.as_slice()).unwrap_or_default();
-                track.report.changes.push(Change {
-                    at: tick,
-                    gpu: gpu_map(&new),
-                    action,
-                    driver,
-                    reason: crate::views::labels::change_reason(reasons, driver),
-                    before,
-                    after,
-                });
-            }
-            let hpa_target = hpas
-                .get(&(key.namespace.as_str(), key.kind.as_str(), key.name.as_str()))
-                .and_then(|h| hpa::utilization_target(h))
-                .map(|(_, t)| t);
-            if requests_map(was) != requests_map(&new) || hpa_target != track.hpa_target {
-                track.report.resource_changes.push(ResourceChange {
-                    at: tick,
-                    requests: requests_map(&new),
-                    hpa_target,
-                });
-                track.hpa_target = hpa_target;
-            }
-            for (pi, pod, alloc) in candidates {
-                sim[pi] = Arc::new(pod);
-                sim_sums[pi] = AllocSums::of(&alloc);
-                sim_alloc[pi] = alloc;
-                rescaled.push(pi);
-            }
+            rolled.extend(self.roll_out_if_changed(t, outcome, w, state, &hpas, tick));
         }
-        drop(hpas);
-        current = after;
-        // currentAllocation samples of a re-allocated pod: real ÷ simulated.
-        for pi in rescaled {
-            let (Some(ns), Some(name)) = (&real[pi].metadata.namespace, &real[pi].metadata.name)
-            else {
-                continue;
-            };
-            for (c, a) in &sim_alloc[pi] {
-                let factor = match (real_alloc[pi].get(c).and_then(|r| r.gpu), a.gpu) {
-                    (Some(r), Some(s)) if s > 0.0 => r / s,
-                    _ => 1.0,
-                };
-                history.set_scale(ns, name, c, factor);
-            }
+        rolled
+    }
+
+    fn new_track(&self, outcome: &WorkloadOutcome, hpas: &HpaIndex<'_>) -> Track {
+        let base = self.base;
+        let key = outcome.key();
+        let gpu_policy = outcome
+            .gpu
+            .as_ref()
+            .and_then(|g| g.main_policy())
+            .and_then(|id| base.gpu_policies.iter().find(|p| &p.id == id))
+            .cloned();
+        let rs_policy = outcome.resources.as_ref().map(|r| r.policy.clone());
+        let policy = gpu_policy.as_ref().map(|p| p.id.clone()).or(rs_policy);
+        let mut notes: Vec<String> = self.notes.global.iter().cloned().collect();
+        if let Some(n) = outcome
+            .resources
+            .as_ref()
+            .and_then(|r| self.notes.per_policy.get(&r.policy))
+        {
+            notes.push(n.clone());
         }
-        // Each tick's allocation holds until the next tick (or --to); the hours are counted
-        // at the end, over the ticks the recorded usage covers.
+        let [cpu_basis, memory_basis] = outcome
+            .resources
+            .as_ref()
+            .and_then(|r| base.rightsizing_policies.iter().find(|p| p.id == r.policy))
+            .and_then(|p| PolicyParams::from_spec(&p.spec).ok())
+            .map(|p| crate::views::labels::usage_basis(&p))
+            .unwrap_or_default();
+        let thresholds = gpu_policy
+            .as_ref()
+            .map(|p| {
+                Signal::BOTH
+                    .iter()
+                    .map(|s| {
+                        let c = p.spec.metrics.signal(*s);
+                        (
+                            *s,
+                            c.upsize.threshold_percent,
+                            c.scale_back.threshold_percent,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Track {
+            report: WorkloadReport {
+                key: key.clone(),
+                policy,
+                notes,
+                changes: Vec::new(),
+                resource_changes: Vec::new(),
+                rollouts: 0,
+                gpu_policy: gpu_policy.is_some(),
+                resources_policy: outcome.resources.is_some(),
+                gpu_hours: Hours::default(),
+                cpu_core_hours: Hours::default(),
+                memory_gib_hours: Hours::default(),
+                chart: ChartData {
+                    thresholds,
+                    cpu: ResourceChart {
+                        basis_label: cpu_basis,
+                        ..Default::default()
+                    },
+                    memory: ResourceChart {
+                        basis_label: memory_basis,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            },
+            gpu_policy,
+            pods: self.pods_of.get(key).cloned().unwrap_or_default(),
+            seen: None,
+            hpa_target: hpa_target_of(hpas, key).map(|(_, t)| t),
+            coordinated_hpa: None,
+            allocations: Vec::new(),
+        }
+    }
+
+    /// Rolls the workload's pods out when kerf's writes change what a new pod would get,
+    /// recording the change. Returns the pods rolled out.
+    fn roll_out_if_changed(
+        &mut self,
+        t: usize,
+        outcome: &WorkloadOutcome,
+        w: &Arc<Workload>,
+        state: Option<Arc<WorkloadState>>,
+        hpas: &HpaIndex<'_>,
+        tick: Timestamp,
+    ) -> Vec<usize> {
+        let key = outcome.key();
+        let kai = &self.base.global.kai;
+        let track = &mut self.tracks[t];
+        let unchanged = track
+            .seen
+            .as_ref()
+            .is_some_and(|seen| seen_unchanged(seen, &state, w));
+        if unchanged {
+            return Vec::new();
+        }
+        // The pods a rollout now would create; a rollout happens when they differ.
+        let candidates: Vec<(usize, Pod, PodAlloc)> = track
+            .pods
+            .iter()
+            .map(|&pi| {
+                let pod = rolled_out(
+                    &self.pods.real[pi],
+                    &w.template,
+                    state.as_deref(),
+                    kai,
+                    tick,
+                );
+                let alloc = pod_alloc(&pod);
+                (pi, pod, alloc)
+            })
+            .collect();
+        track.seen = Some((state, w.clone()));
+        let allocs: Vec<PodAlloc> = candidates.iter().map(|(_, _, a)| a.clone()).collect();
+        let reference = self.references.entry(key.clone()).or_default();
+        if *reference == allocs {
+            return Vec::new();
+        }
+        // What kerf changed: the new pods against what a rollout gave before.
+        let was = std::mem::replace(reference, allocs);
+        let Some((first, _, new)) = candidates.first().cloned() else {
+            return Vec::new();
+        };
+        let old = self.pods.sim_alloc[first].clone();
+        let was = was.first().unwrap_or(&old);
+        track.report.rollouts += 1;
+        if gpu_map(was) != gpu_map(&new) {
+            track
+                .report
+                .changes
+                .push(gpu_change(outcome, &old, &new, tick));
+        }
+        let hpa_target = hpa_target_of(hpas, key).map(|(_, t)| t);
+        if requests_map(was) != requests_map(&new) || hpa_target != track.hpa_target {
+            track.report.resource_changes.push(ResourceChange {
+                at: tick,
+                requests: requests_map(&new),
+                hpa_target,
+            });
+            track.hpa_target = hpa_target;
+        }
+        let mut rolled = Vec::with_capacity(candidates.len());
+        for (pi, pod, alloc) in candidates {
+            self.pods.roll_out(pi, pod, alloc);
+            rolled.push(pi);
+        }
+        rolled
+    }
+
+    /// Each tick's allocation holds until the next tick (or --to); the hours are counted at the
+    /// end, over the ticks the recorded usage covers.
+    fn record_allocations(&mut self, ti: usize, tick: Timestamp) {
         let at = tick.as_second();
-        for track in &mut tracks {
+        let pods = &self.pods;
+        for track in &mut self.tracks {
             let mut sum = TickAlloc::default();
             let (mut real_pod, mut sim_pod) = (AllocSums::ZERO, AllocSums::ZERO);
             for &pi in &track.pods {
-                // A pod counts from its recorded start (before it, it did not exist).
-                if real_start[pi].is_some_and(|s| s > at) {
+                if pods.real_start[pi].is_some_and(|s| s > at) {
                     continue;
                 }
-                let (real, sim) = (real_sums[pi], sim_sums[pi]);
+                let (real, sim) = (pods.real_sums[pi], pods.sim_sums[pi]);
                 sum.gpu.0 += real.gpu;
                 sum.gpu.1 += sim.gpu;
                 sum.cores.0 += real.cores;
@@ -659,80 +690,270 @@ pub async fn run<S: MetricSource>(
             {
                 track.allocations.push((ti, sum));
             }
-            let chart = &mut track.report.chart;
-            push_step(&mut chart.real, at, real_pod.gpu);
-            push_step(&mut chart.simulated, at, sim_pod.gpu);
-            push_step(&mut chart.cpu.real, at, real_pod.cores);
-            push_step(&mut chart.cpu.simulated, at, sim_pod.cores);
-            push_step(&mut chart.memory.real, at, real_pod.gib);
-            push_step(&mut chart.memory.simulated, at, sim_pod.gib);
-            if let Some((resource, target)) = track.coordinated_hpa {
-                let request = match resource {
-                    hpa::HpaResource::Cpu => sim_pod.cores,
-                    hpa::HpaResource::Memory => sim_pod.gib,
-                };
-                push_step(
-                    &mut chart.cpu_or_memory(resource).hpa,
-                    at,
-                    request * f64::from(target) / 100.0,
-                );
-            }
+            chart_allocations(track, at, &real_pod, &sim_pod);
         }
     }
+}
 
-    let mut workloads = Vec::with_capacity(tracks.len());
-    let mut covered = vec![false; ticks.len()];
-    for mut track in tracks {
-        let pods: Vec<usize> = track.pods.clone();
-        let chart = &mut track.report.chart;
-        // Close the step functions at the end of the replay.
-        for points in [
-            &mut chart.real,
-            &mut chart.simulated,
-            &mut chart.cpu.real,
-            &mut chart.cpu.simulated,
-            &mut chart.cpu.basis,
-            &mut chart.cpu.hpa,
-            &mut chart.memory.real,
-            &mut chart.memory.simulated,
-            &mut chart.memory.basis,
-            &mut chart.memory.hpa,
-        ] {
-            if let Some(&(_, v)) = points.last() {
-                points.push((opts.to.as_second(), v));
-            }
+/// What a rollout gives each workload's pods before the replay: the manifests' templates
+/// admitted with the state their persisted annotations serve (pods recorded under an older
+/// state are not a change kerf makes).
+fn rollout_references(
+    base: &Snapshot,
+    pods_of: &PodsByOwner,
+    real: &[Arc<Pod>],
+    store: &Store,
+    from: Timestamp,
+) -> HashMap<WorkloadKey, Vec<PodAlloc>> {
+    let mut references = HashMap::new();
+    for w in &base.workloads {
+        let Some(pods) = pods_of.get(&w.key) else {
+            continue;
+        };
+        let state = store.get(&w.key);
+        let allocs = pods
+            .iter()
+            .map(|&pi| {
+                let pod = rolled_out(
+                    &real[pi],
+                    &w.template,
+                    state.as_deref(),
+                    &base.global.kai,
+                    from,
+                );
+                pod_alloc(&pod)
+            })
+            .collect();
+        references.insert(w.key.clone(), allocs);
+    }
+    references
+}
+
+/// A GPU change the rollout makes: its action as the engine decided it (or as the allocation
+/// moved), its driving metric and reason.
+fn gpu_change(
+    outcome: &WorkloadOutcome,
+    old: &PodAlloc,
+    new: &PodAlloc,
+    tick: Timestamp,
+) -> Change {
+    let gpu = outcome.gpu.as_ref();
+    let (before, after) = (per_pod_gpu(old), per_pod_gpu(new));
+    let action = match gpu.map(|g| g.action) {
+        Some(a @ (Action::Upsize | Action::ScaleBack)) => a,
+        _ if after > before => Action::Upsize,
+        _ => Action::ScaleBack,
+    };
+    let driver = gpu.and_then(|g| g.driving_metric);
+    let reasons = gpu.map(|g| g.reasons.as_slice()).unwrap_or_default();
+    Change {
+        at: tick,
+        gpu: gpu_map(new),
+        action,
+        driver,
+        reason: crate::views::labels::change_reason(reasons, driver),
+        before,
+        after,
+    }
+}
+
+/// What the CPU/memory recommendation rests on this tick, and the HPA kerf coordinates as its
+/// writes left it: the charts draw them at every tick.
+fn record_resource_basis(
+    track: &mut Track,
+    outcome: &WorkloadOutcome,
+    hpas: &HpaIndex<'_>,
+    tick: Timestamp,
+) {
+    track.coordinated_hpa = None;
+    let Some(Ok(o)) = outcome.resources.as_ref().map(|r| &r.outcome) else {
+        return;
+    };
+    let summed = |v: &mut dyn Iterator<Item = f64>| {
+        v.fold(None, |acc: Option<f64>, x| Some(acc.unwrap_or(0.0) + x))
+    };
+    let scoped = || o.containers.iter().filter(|c| c.in_scope);
+    let chart = &mut track.report.chart;
+    if let Some(v) = summed(&mut scoped().filter_map(|c| c.cpu_usage)) {
+        push_step(&mut chart.cpu.basis, tick.as_second(), v);
+    }
+    if let Some(v) = summed(&mut scoped().filter_map(|c| c.memory_usage)) {
+        push_step(&mut chart.memory.basis, tick.as_second(), v / GIB);
+    }
+    if o.managed.hpa_target {
+        track.coordinated_hpa = hpa_target_of(hpas, outcome.key());
+    }
+}
+
+/// The chart's largest pod, as is and with kerf, and the usage at which the coordinated HPA
+/// scales out.
+fn chart_allocations(track: &mut Track, at: i64, real_pod: &AllocSums, sim_pod: &AllocSums) {
+    let chart = &mut track.report.chart;
+    push_step(&mut chart.real, at, real_pod.gpu);
+    push_step(&mut chart.simulated, at, sim_pod.gpu);
+    push_step(&mut chart.cpu.real, at, real_pod.cores);
+    push_step(&mut chart.cpu.simulated, at, sim_pod.cores);
+    push_step(&mut chart.memory.real, at, real_pod.gib);
+    push_step(&mut chart.memory.simulated, at, sim_pod.gib);
+    if let Some((resource, target)) = track.coordinated_hpa {
+        let request = match resource {
+            hpa::HpaResource::Cpu => sim_pod.cores,
+            hpa::HpaResource::Memory => sim_pod.gib,
+        };
+        push_step(
+            &mut chart.cpu_or_memory(resource).hpa,
+            at,
+            request * f64::from(target) / 100.0,
+        );
+    }
+}
+
+/// Closes the step functions at the end of the replay.
+fn close_charts(chart: &mut ChartData, to: Timestamp) {
+    for points in [
+        &mut chart.real,
+        &mut chart.simulated,
+        &mut chart.cpu.real,
+        &mut chart.cpu.simulated,
+        &mut chart.cpu.basis,
+        &mut chart.cpu.hpa,
+        &mut chart.memory.real,
+        &mut chart.memory.simulated,
+        &mut chart.memory.basis,
+        &mut chart.memory.hpa,
+    ] {
+        if let Some(&(_, v)) = points.last() {
+            points.push((to.as_second(), v));
         }
+    }
+}
+
+/// What the replay reads when it reports: the ticks, the history, the recorded pods and the
+/// cAdvisor names the recommender reads (GlobalConfiguration `resourceMetrics`).
+struct Reporting<'r, 'a, S> {
+    ticks: &'r [Timestamp],
+    last: Timestamp,
+    opts: &'r Options,
+    history: &'r HistorySource<'a, S>,
+    pods: &'r ReplayPods,
+    resource_metrics: &'r crate::api::ResourceMetrics,
+}
+
+impl<S: MetricSource> Reporting<'_, '_, S> {
+    /// One workload's report: its charts closed, its recorded usage and the hours over the
+    /// ticks that usage covers (marked in `covered`).
+    async fn report(
+        &self,
+        track: Track,
+        covered: &mut Vec<bool>,
+    ) -> anyhow::Result<WorkloadReport> {
+        let Track {
+            mut report,
+            gpu_policy,
+            pods,
+            allocations,
+            ..
+        } = track;
+        close_charts(&mut report.chart, self.opts.to);
+        let key = report.key.clone();
         let ctx = UsageContext {
-            history: &history,
-            real: &real,
-            real_alloc: &real_alloc,
+            history: self.history,
+            real: &self.pods.real,
+            real_alloc: &self.pods.real_alloc,
             pods: &pods,
-            key: &track.report.key,
-            from: opts.from,
-            last,
-            step: opts.step_seconds,
+            key: &key,
+            from: self.opts.from,
+            last: self.last,
+            step: self.opts.step_seconds,
         };
         let hours = |used: &BTreeMap<i64, f64>,
                      pick: fn(&TickAlloc) -> (f64, f64),
                      covered: &mut Vec<bool>| {
-            hours_over(used, &track.allocations, pick, &ticks, opts, covered)
+            hours_over(used, &allocations, pick, self.ticks, self.opts, covered)
         };
-        if let Some(policy) = &track.gpu_policy {
+        if let Some(policy) = &gpu_policy {
             let (usage, used) = ctx.gpu_usage(policy).await?;
-            track.report.chart.usage = usage;
-            track.report.gpu_hours = hours(&used, |a| a.gpu, &mut covered);
+            report.chart.usage = usage;
+            report.gpu_hours = hours(&used, |a| a.gpu, covered);
         }
-        let (cpu, cpu_pod) = ctx.summed(&resource_metrics.cpu, Some(true)).await?;
-        track.report.cpu_core_hours = hours(&cpu, |a| a.cores, &mut covered);
-        let (memory, memory_pod) = ctx.summed(&resource_metrics.memory, Some(false)).await?;
+        let (cpu, cpu_pod) = ctx.summed(&self.resource_metrics.cpu, Some(true)).await?;
+        report.cpu_core_hours = hours(&cpu, |a| a.cores, covered);
+        let (memory, memory_pod) = ctx
+            .summed(&self.resource_metrics.memory, Some(false))
+            .await?;
         let memory: BTreeMap<i64, f64> = memory.into_iter().map(|(t, v)| (t, v / GIB)).collect();
-        track.report.memory_gib_hours = hours(&memory, |a| a.gib, &mut covered);
-        if track.report.resources_policy {
-            let chart = &mut track.report.chart;
-            chart.cpu.usage = cpu_pod;
-            chart.memory.usage = memory_pod.into_iter().map(|(t, v)| (t, v / GIB)).collect();
+        report.memory_gib_hours = hours(&memory, |a| a.gib, covered);
+        if report.resources_policy {
+            report.chart.cpu.usage = cpu_pod;
+            report.chart.memory.usage = memory_pod.into_iter().map(|(t, v)| (t, v / GIB)).collect();
         }
-        workloads.push(track.report);
+        Ok(report)
+    }
+}
+
+/// Replays `manifests` over `source`'s history as [`Options`] say.
+pub async fn run<S: MetricSource>(
+    manifests: Manifests,
+    source: &S,
+    opts: &Options,
+) -> anyhow::Result<Report> {
+    anyhow::ensure!(opts.every_seconds > 0, "--every must be positive");
+    anyhow::ensure!(opts.step_seconds > 0, "--step-seconds must be positive");
+    anyhow::ensure!(opts.from < opts.to, "--from must be before --to");
+    let ticks = opts.ticks();
+    let last = *ticks.last().expect("from < to gives a tick");
+    manifests.reject_invalid()?;
+    let Manifests {
+        snapshot: mut base,
+        invalid,
+        ..
+    } = manifests;
+    let (global, per_policy) = as_auto_patch(&mut base);
+    let mut history = history_for(source, &base, opts, last);
+    let mut writer = MemoryWriter::new();
+    let store = Store::default();
+    crate::reconcile::serve_persisted(&store, &base, &writer.recommendations());
+    let notes = AutoPatchNotes { global, per_policy };
+    let mut replay = Replay::new(&base, notes, &store, opts.from);
+    let mut warnings = Vec::new();
+
+    // The objects as the last tick's writes left them (overlaying kerf's writes again is a
+    // no-op), with the simulated pods: no fresh copy of the manifests per tick.
+    let mut current = base.clone();
+    for (ti, &tick) in ticks.iter().enumerate() {
+        current.pods = replay.pods.sim.clone();
+        let (after, cycle, _) = in_memory_cycle(
+            &mut writer,
+            current,
+            &invalid,
+            &history,
+            tick,
+            opts.step_seconds,
+            &store,
+        )
+        .await;
+        for (policy, e) in cycle.query_failures() {
+            warnings.push(format!("{tick}: {policy}: {e}"));
+        }
+        let rolled = replay.follow_cycle(&cycle, &after, &store, tick);
+        current = after;
+        replay.pods.rescale_history(&mut history, &rolled);
+        replay.record_allocations(ti, tick);
+    }
+
+    let tracks = std::mem::take(&mut replay.tracks);
+    let reporting = Reporting {
+        ticks: &ticks,
+        last,
+        opts,
+        history: &history,
+        pods: &replay.pods,
+        resource_metrics: &base.global.prometheus.resource_metrics,
+    };
+    let mut workloads = Vec::with_capacity(tracks.len());
+    let mut covered = vec![false; ticks.len()];
+    for track in tracks {
+        workloads.push(reporting.report(track, &mut covered).await?);
     }
     warnings.extend(history.warnings().await);
     Ok(Report {

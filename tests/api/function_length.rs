@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
 /// (file under src/, function name, lines today).
-const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[("simulate/mod.rs", "run", 427)];
+const OVER_THE_LIMIT: &[(&str, &str, usize)] = &[];
 
 fn limit(file: &str) -> usize {
     if file.starts_with("core/") { 100 } else { 150 }
