@@ -569,6 +569,7 @@ fn rbac_is_least_privilege() {
         ("", "pods"),
         ("", "namespaces"),
         ("autoscaling", "horizontalpodautoscalers"),
+        ("autoscaling.k8s.io", "verticalpodautoscalers"),
         ("rightsizing.kubex.ai", "gpureactivepolicies"),
         ("rightsizing.kubex.ai", "globalconfigurations"),
         ("rightsizing.kubex.ai", "rightsizingrecommendations"),

@@ -155,6 +155,58 @@ async fn a_cluster_through_a_kubeconfig_gives_the_same_recommendations_as_its_ma
     }
 }
 
+/// A VerticalPodAutoscaler in the cluster is listed with the rest and blocks the workload it
+/// sets requests of (`VPAConflict`), as from a directory; a cluster without the VPA CRD (the
+/// test above) is not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vpa_in_the_cluster_blocks_its_workload_as_from_the_manifests() {
+    let mut objects = served_objects(&["examples/hpa/manifests"]);
+    let n = objects.len();
+    objects.push(as_served(
+        json!({"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+               "metadata": {"name": "web-vpa", "namespace": "shop"},
+               "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                        "updatePolicy": {"updateMode": "InPlaceOrRecreate"}}}),
+        n,
+    ));
+    let fake = FakeCluster::with_vpa_crd(objects).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = fake.kubeconfig(tmp.path());
+    let v = recommend(
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--context",
+            "fake",
+        ],
+        "examples/hpa/metrics.om",
+    )
+    .await;
+    let web = v["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "web")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(web["phase"], "blocked", "{web:#}");
+    assert_eq!(web["reason"], "VPAConflict", "{web:#}");
+    assert!(
+        web["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("VerticalPodAutoscaler shop/web-vpa"),
+        "{web:#}"
+    );
+    assert!(
+        fake.lists()
+            .iter()
+            .any(|l| l.starts_with("/apis/autoscaling.k8s.io/v1/verticalpodautoscalers?")),
+        "{:?}",
+        fake.lists()
+    );
+    assert_read_only(&fake);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_lists_one_namespace_and_still_reads_the_cluster_configuration() {
     let fake = FakeCluster::start(served_objects(&[

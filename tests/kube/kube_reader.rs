@@ -45,6 +45,19 @@ fn container(name: &str, gpus: &str) -> Value {
            "resources": {"limits": {"nvidia.com/gpu": gpus}}})
 }
 
+/// A VerticalPodAutoscaler on the Deployment `target` (upstream v1 shape: `spec.targetRef`,
+/// `spec.updatePolicy.updateMode`, `spec.resourcePolicy.containerPolicies`).
+fn vpa(target: &str, mode: &str) -> Value {
+    json!({"metadata": {"name": format!("{target}-vpa"), "namespace": "shop",
+                        "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+           "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                    "updatePolicy": {"updateMode": mode},
+                    "resourcePolicy": {"containerPolicies": [
+                        {"containerName": "app", "controlledResources": ["memory"]}]}},
+           "status": {"recommendation": {"containerRecommendations": [
+               {"containerName": "app", "target": {"memory": "1Gi"}}]}}})
+}
+
 fn cluster(r: &Recorded) -> Reply {
     if r.query.split('&').any(|p| p == "watch=true") {
         return Reply::Hang;
@@ -136,6 +149,11 @@ fn cluster(r: &Recorded) -> Reply {
                 "status": {"phase": "Running", "startTime": "2026-07-01T00:00:00Z"}
             })],
         ),
+        "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers" => list(
+            "VerticalPodAutoscaler",
+            "autoscaling.k8s.io/v1",
+            vec![vpa("web", "Recreate")],
+        ),
         p if p.starts_with("/apis/rightsizing.kubex.ai/") => list("X", kerf, vec![]),
         "/apis/apps/v1/statefulsets" | "/apis/apps/v1/daemonsets" => list("X", "apps/v1", vec![]),
         "/apis/autoscaling/v2/horizontalpodautoscalers" => {
@@ -198,6 +216,21 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
             .contains("spec.metrics.compute.upsize.metricsWindow"),
         "the message names the field: {}",
         invalid[1].error
+    );
+
+    // The VPA: what it sets, read from its spec.
+    assert_eq!(snap.vpas.len(), 1, "{:?}", snap.vpas);
+    let v = &snap.vpas[0];
+    assert_eq!(v.id(), "shop/web-vpa");
+    assert_eq!(
+        (v.target_kind.as_str(), v.target_name.as_str()),
+        ("Deployment", "web")
+    );
+    assert!(v.applies());
+    assert!(v.controls("app", "memory"));
+    assert!(
+        !v.controls("app", "cpu"),
+        "controlledResources: memory only"
     );
 
     // Singletons and strategies.
@@ -291,7 +324,10 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
         .iter()
         .filter(|r| !r.query.contains("watch=true"))
         .count();
-    assert_eq!(lists, 17, "one list per kind");
+    assert_eq!(
+        lists, 18,
+        "one list per kind (9 of kerf, 8 built-in, the VPA)"
+    );
     assert!(
         seen.iter()
             .filter(|r| r.query.contains("watch=true"))
@@ -439,4 +475,61 @@ async fn the_reader_keeps_who_owns_the_fields_kerf_sets() {
         kept[0].fields_v1.as_ref().unwrap().0,
         json!({"f:spec": {"f:metrics": {}}})
     );
+}
+
+/// A cluster without the VPA CRD (its path answers 404, as the API server does for a path
+/// nothing serves) syncs with no VPA; once the CRD is installed, the watch reads its VPAs.
+#[tokio::test]
+async fn vpas_are_read_once_their_crd_is_installed_and_a_missing_crd_does_not_hold_readiness() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let installed = Arc::new(AtomicBool::new(false));
+    let crd = installed.clone();
+    let (client, log) = mock(move |r: &Recorded| {
+        if r.path == "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers" {
+            if !crd.load(Ordering::SeqCst) {
+                return Reply::Text(404, "404 page not found".into());
+            }
+            if r.query_has("watch=true") {
+                return Reply::Hang;
+            }
+            return list(
+                "VerticalPodAutoscaler",
+                "autoscaling.k8s.io/v1",
+                vec![vpa("web", "Off")],
+            );
+        }
+        cluster(r)
+    });
+    let reader = Reader::start(client);
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_synced())
+        .await
+        .unwrap_or_else(|_| panic!("still waiting for {:?}", reader.unsynced_kinds()));
+    assert!(reader.snapshot().0.vpas.is_empty());
+    assert!(
+        reader.failing_unsynced().is_empty(),
+        "{:?}",
+        reader.failing_unsynced()
+    );
+
+    installed.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let vpas = reader.snapshot().0.vpas;
+        if let Some(v) = vpas.first() {
+            assert_eq!(v.id(), "shop/web-vpa");
+            assert!(!v.applies(), "updateMode Off sets nothing");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the VPA was never read after its CRD was installed: {:?}",
+            requests(&log)
+                .iter()
+                .filter(|r| r.path.contains("verticalpodautoscalers"))
+                .map(|r| r.query.clone())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

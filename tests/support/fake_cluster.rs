@@ -93,6 +93,19 @@ impl FakeCluster {
         Self::serving(objects, served_kinds()).await
     }
 
+    /// A cluster that also serves VerticalPodAutoscalers (the VPA CRD is installed; `start`'s
+    /// cluster has none, as a cluster without VPA answers 404).
+    pub async fn with_vpa_crd(objects: Vec<Value>) -> Self {
+        let mut kinds = served_kinds();
+        kinds.push(Served {
+            group_version: "autoscaling.k8s.io/v1".into(),
+            plural: "verticalpodautoscalers".into(),
+            kind: "VerticalPodAutoscaler".into(),
+            namespaced: true,
+        });
+        Self::serving(objects, kinds).await
+    }
+
     /// A cluster where kerf's CRDs are not installed: its kinds are not served (404).
     pub async fn without_kerf_crds(objects: Vec<Value>) -> Self {
         let kinds = served_kinds()

@@ -60,6 +60,9 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
     l.builtin::<ReplicaSet>().await?;
     l.builtin::<Pod>().await?;
     l.builtin::<HorizontalPodAutoscaler>().await?;
+    // A cluster without the VPA CRD has no VPA (not an error: kerf does not need it).
+    l.list_resource(&super::vpa_resource(), true, IfNotServed::NoObjects)
+        .await?;
     let Lister {
         mut listed,
         missing_crds,
@@ -74,6 +77,16 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
         manifests: reader.finish()?,
         missing_crds,
     })
+}
+
+/// What a resource the API server does not serve (404) means.
+#[derive(Clone, Copy)]
+enum IfNotServed {
+    /// A kerf kind whose CRD is not installed: listed as missing.
+    MissingCrd(&'static str),
+    /// An optional kind (VerticalPodAutoscaler): no objects.
+    NoObjects,
+    Error,
 }
 
 struct Lister<'a> {
@@ -110,11 +123,25 @@ impl Lister<'_> {
     where
         K::Scope: 'static,
     {
-        let ar = ApiResource::erase::<K>(&());
         let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>();
+        let if_not_served = match crd {
+            Some(kind) => IfNotServed::MissingCrd(kind),
+            None => IfNotServed::Error,
+        };
+        self.list_resource(&ApiResource::erase::<K>(&()), namespaced, if_not_served)
+            .await
+    }
+
+    /// Lists one resource page by page.
+    async fn list_resource(
+        &mut self,
+        ar: &ApiResource,
+        namespaced: bool,
+        if_not_served: IfNotServed,
+    ) -> anyhow::Result<()> {
         let api: Api<DynamicObject> = match self.namespace {
-            Some(ns) if namespaced => Api::namespaced_with(self.client.clone(), ns, &ar),
-            _ => Api::all_with(self.client.clone(), &ar),
+            Some(ns) if namespaced => Api::namespaced_with(self.client.clone(), ns, ar),
+            _ => Api::all_with(self.client.clone(), ar),
         };
         let resource = match ar.group.as_str() {
             "" => ar.plural.clone(),
@@ -124,10 +151,20 @@ impl Lister<'_> {
         loop {
             let page = match api.list(&params).await {
                 Ok(page) => page,
-                Err(::kube::Error::Api(s)) if s.code == 404 && crd.is_some() => {
-                    self.missing_crds.extend(crd);
-                    return Ok(());
-                }
+                Err(::kube::Error::Api(s)) if s.code == 404 => match if_not_served {
+                    IfNotServed::MissingCrd(kind) => {
+                        self.missing_crds.push(kind);
+                        return Ok(());
+                    }
+                    IfNotServed::NoObjects => return Ok(()),
+                    IfNotServed::Error => {
+                        return Err(list_error(
+                            &resource,
+                            self.namespace,
+                            &::kube::Error::Api(s),
+                        ));
+                    }
+                },
                 Err(e) => return Err(list_error(&resource, self.namespace, &e)),
             };
             for mut obj in page.items {

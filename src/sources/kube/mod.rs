@@ -45,6 +45,7 @@ use crate::core::model::PolicyId;
 use crate::core::owner;
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
+use crate::core::vpa::Vpa;
 use crate::health::{Health, LogLimit, error_chain, panic_message};
 use crate::state::{ObjectName, Store};
 use crate::support::redact::redact;
@@ -224,6 +225,7 @@ struct Inner {
     replicasets: Arc<Projected<Option<String>>>,
     pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
+    vpas: Arc<Projected<Option<Vpa>>>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
     /// Set when a watch task ended or panicked.
     stopped: watch::Receiver<Option<String>>,
@@ -586,6 +588,13 @@ impl<T: Clone> Projected<T> {
         }
     }
 
+    /// Drops every object (the resource is no longer served).
+    fn clear(&self) {
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        st.live.clear();
+        st.relisted = None;
+    }
+
     /// Every object, ordered by (namespace, name).
     fn entries(&self) -> Vec<(ObjKey, T)> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
@@ -613,6 +622,7 @@ fn sync_tracker(
     let all: BTreeSet<&'static str> = crate::api::KERF_KINDS
         .iter()
         .chain(BUILTIN_KINDS.iter())
+        .chain([&VPA_KIND])
         .copied()
         .collect();
     let health = store.map(|s| s.health().clone()).unwrap_or_default();
@@ -804,6 +814,98 @@ fn spawn_pod_watches(
     }
 }
 
+/// The VerticalPodAutoscaler kind, as kerf reads it (upstream: kubernetes/autoscaler
+/// `vertical-pod-autoscaler/deploy/vpa-v1-crd-gen.yaml`).
+pub const VPA_KIND: &str = "VerticalPodAutoscaler";
+
+pub fn vpa_resource() -> ApiResource {
+    ApiResource {
+        group: crate::core::vpa::VPA_API_GROUP.into(),
+        version: "v1".into(),
+        api_version: format!("{}/v1", crate::core::vpa::VPA_API_GROUP),
+        kind: VPA_KIND.into(),
+        plural: "verticalpodautoscalers".into(),
+    }
+}
+
+/// What kerf keeps of a VPA: the fields that say which requests it sets. One it cannot read is
+/// left out with a warning (the API server's validation makes that rare).
+fn vpa_of(object: DynamicObject) -> Option<Vpa> {
+    let (namespace, name) = (object.metadata.namespace.clone(), object.name_any());
+    let read = serde_json::to_value(object)
+        .map_err(|e| e.to_string())
+        .and_then(Vpa::from_object);
+    match read {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(
+                namespace = namespace.as_deref().unwrap_or(""),
+                name,
+                "VerticalPodAutoscaler left out: {e}"
+            );
+            None
+        }
+    }
+}
+
+/// Whether a list or watch failed because the API server does not serve the resource.
+fn not_served(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(::kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
+        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
+    }
+}
+
+/// The VerticalPodAutoscalers, where their CRD is installed. A cluster without the CRD has no
+/// VPA: the 404 completes the initial listing, empty, so readiness does not wait on a CRD kerf
+/// does not need; the watch keeps retrying (backing off) and reads VPAs once it is installed.
+fn spawn_vpa_watch(
+    client: &Client,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<Option<Vpa>>> {
+    let ar = vpa_resource();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let stream = watcher(api, watcher::Config::default())
+        .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata))
+        .default_backoff();
+    let index = Arc::new(Projected::new());
+    let writer = index.clone();
+    let mut errors = sync.errors(VPA_KIND, format!("{}.{}", ar.plural, ar.group), false);
+    let tracker = sync.clone();
+    tasks.push(sync.spawn(VPA_KIND, async move {
+        let mut stream = std::pin::pin!(stream);
+        let mut logged_absent = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(ev) => {
+                    errors.ok(&ev);
+                    let done = matches!(ev, watcher::Event::InitDone);
+                    writer.apply(ev, vpa_of);
+                    if done {
+                        tracker.done(VPA_KIND);
+                    }
+                }
+                Err(e) if not_served(&e) => {
+                    if !logged_absent {
+                        tracing::info!(
+                            "the VerticalPodAutoscaler CRD is not installed: no VPA to respect"
+                        );
+                        logged_absent = true;
+                    }
+                    writer.clear();
+                    tracker.done(VPA_KIND);
+                }
+                Err(e) => errors.error(&e),
+            }
+        }
+    }));
+    index
+}
+
 fn spawn_builtin<K, T>(
     kind: &'static str,
     stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -920,6 +1022,7 @@ impl Reader {
         let health = sync.health.clone();
         let (kerf, mut tasks) = spawn_kerf_watches(&client, &sync);
         let w = spawn_workload_watches(&client, &sync, store.as_ref(), &mut tasks);
+        let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
         let p = spawn_pod_watches(client, sync, store.as_ref(), &mut tasks);
         Reader {
             own_namespace: None,
@@ -933,6 +1036,7 @@ impl Reader {
                 replicasets: p.replicasets,
                 pods: p.pods,
                 hpas: p.hpas,
+                vpas,
                 unsynced,
                 stopped,
                 health,
@@ -1132,8 +1236,7 @@ impl Reader {
             workloads,
             pods,
             hpas,
-            // Not watched yet: VPAs in a cluster are read by the directory source only.
-            vpas: Vec::new(),
+            vpas: i.vpas.values().into_iter().flatten().collect(),
             replicaset_owners,
             job_owners,
         };
