@@ -296,7 +296,11 @@ fn selected(s: &Series, q: &RangeQuery) -> bool {
         || s.labels
             .get(&q.pod_label)
             .is_some_and(|p| q.pods.contains(p));
-    ns_ok && pod_ok
+    let matched = q
+        .matchers
+        .iter()
+        .all(|m| s.labels.get(&m.name).map(String::as_str).unwrap_or("") == m.value);
+    ns_ok && pod_ok && matched
 }
 
 /// Samples inside the window ending at `t_ms` of length `len_ms`, by the version's boundary rule.
@@ -390,6 +394,7 @@ mod tests {
             step_seconds: step,
             counter: None,
             aggregation: Default::default(),
+            matchers: Vec::new(),
         }
     }
 

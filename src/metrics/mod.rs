@@ -82,6 +82,9 @@ pub struct RangeQuery {
     /// (name ends in `_total`, or typed counter in metadata). Counters are turned into rates.
     pub counter: Option<bool>,
     pub aggregation: Aggregation,
+    /// More `label="value"` matchers on the selector (GlobalConfiguration
+    /// `resourceMetrics.matchers` on the cAdvisor series; none elsewhere).
+    pub matchers: Vec<promql::LabelMatcher>,
 }
 
 /// Identity of one container series.

@@ -794,6 +794,7 @@ mod tests {
             step_seconds: 60,
             counter: Some(false),
             aggregation: Default::default(),
+            matchers: Vec::new(),
         }
     }
 

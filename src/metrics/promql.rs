@@ -60,6 +60,12 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
             )));
         }
     }
+    if let Some(m) = q.matchers.iter().find(|m| !is_label_name(&m.name)) {
+        return Err(MetricError::Other(format!(
+            "invalid matcher label name {:?}",
+            m.name
+        )));
+    }
     if q.step_seconds <= 0 {
         return Err(MetricError::Other(format!(
             "query step must be positive, got {} s",
@@ -126,12 +132,26 @@ pub fn key_labels(q: &RangeQuery) -> String {
     labels
 }
 
-/// A label matcher `name="value"` added to every selector (a Prometheus that stores many
-/// clusters: GlobalConfiguration `spec.prometheus.clusterLabel`, `--prometheus-cluster-label`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A label matcher `name="value"` added to a selector (a Prometheus that stores many
+/// clusters: GlobalConfiguration `spec.prometheus.clusterLabel`, `--prometheus-cluster-label`;
+/// one scrape of cAdvisor: `resourceMetrics.matchers`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LabelMatcher {
     pub name: String,
     pub value: String,
+}
+
+impl LabelMatcher {
+    /// The matchers that pick one scrape of cAdvisor (GlobalConfiguration
+    /// `resourceMetrics.matchers`, checked when the configuration is read).
+    pub fn of_resource_metrics(metrics: &crate::api::ResourceMetrics) -> Vec<Self> {
+        metrics
+            .matchers
+            .iter()
+            .filter_map(|m| m.parse().ok())
+            .map(|(name, value)| LabelMatcher { name, value })
+            .collect()
+    }
 }
 
 /// `sum by (ns,pod,container) (metric{ns=~"a|b",pod=~"p"})`, the selector wrapped in
@@ -144,7 +164,7 @@ pub fn build_query(q: &RangeQuery, counter: bool) -> String {
 /// selectors are written. `extra.name` must be a label name (checked when the source is built).
 pub fn build_query_matching(q: &RangeQuery, counter: bool, extra: Option<&LabelMatcher>) -> String {
     let mut selector = format!("{}{{", q.metric);
-    if let Some(m) = extra {
+    for m in extra.into_iter().chain(&q.matchers) {
         selector.push_str(&format!("{}={},", m.name, quote(&m.value)));
     }
     selector.push_str(&format!(
@@ -253,6 +273,7 @@ mod tests {
             step_seconds: 60,
             counter: None,
             aggregation: Default::default(),
+            matchers: Vec::new(),
         }
     }
 
@@ -291,6 +312,21 @@ mod tests {
         assert_eq!(
             build_query_matching(&q, false, Some(&cluster)),
             r#"sum by (namespace,pod,container) (gpu_util{cluster="eu \"1\"\\",namespace=~"a\\.b|c",pod=~"p\\(1\\)|q\"x"})"#
+        ); // A query's own matchers (one scrape of cAdvisor) follow the cluster label.
+        q.matchers = vec![LabelMatcher {
+            name: "job".into(),
+            value: "kubelet".into(),
+        }];
+        assert_eq!(
+            build_query_matching(&q, false, Some(&cluster)),
+            r#"sum by (namespace,pod,container) (gpu_util{cluster="eu \"1\"\\",job="kubelet",namespace=~"a\\.b|c",pod=~"p\\(1\\)|q\"x"})"#
+        );
+        q.matchers[0].name = "bad-name".into();
+        assert!(
+            validate(&q)
+                .unwrap_err()
+                .to_string()
+                .contains("invalid matcher label name")
         );
     }
 

@@ -35,6 +35,7 @@ struct Shape {
     step_seconds: i64,
     counter: Option<bool>,
     aggregation: Aggregation,
+    matchers: Vec<crate::metrics::promql::LabelMatcher>,
 }
 
 impl Shape {
@@ -48,6 +49,7 @@ impl Shape {
             step_seconds: q.step_seconds,
             counter: q.counter,
             aggregation: q.aggregation,
+            matchers: q.matchers.clone(),
         }
     }
 }
@@ -332,6 +334,7 @@ mod tests {
             step_seconds: 15,
             counter: None,
             aggregation: Aggregation::Sum,
+            matchers: Vec::new(),
         }
     }
 

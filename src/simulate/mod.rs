@@ -24,6 +24,7 @@ use crate::core::recommenders::gpu::engine::Action;
 use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
+use crate::metrics::promql::LabelMatcher;
 use crate::metrics::{MetricSource, RangeQuery, SeriesSet};
 use crate::reconcile::standalone::in_memory_cycle;
 use crate::sources::dir::Manifests;
@@ -876,11 +877,11 @@ impl<S: MetricSource> Reporting<'_, '_, S> {
             report.chart.usage = usage;
             report.gpu_hours = hours(&used, |a| a.gpu, covered);
         }
-        let (cpu, cpu_pod) = ctx.summed(&self.resource_metrics.cpu, Some(true)).await?;
+        let metrics = self.resource_metrics;
+        let matchers = LabelMatcher::of_resource_metrics(metrics);
+        let (cpu, cpu_pod) = ctx.summed(&metrics.cpu, &matchers, Some(true)).await?;
         report.cpu_core_hours = hours(&cpu, |a| a.cores, covered);
-        let (memory, memory_pod) = ctx
-            .summed(&self.resource_metrics.memory, Some(false))
-            .await?;
+        let (memory, memory_pod) = ctx.summed(&metrics.memory, &matchers, Some(false)).await?;
         let memory: BTreeMap<i64, f64> = memory.into_iter().map(|(t, v)| (t, v / GIB)).collect();
         report.memory_gib_hours = hours(&memory, |a| a.gib, covered);
         if report.resources_policy {
@@ -1055,6 +1056,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         &self,
         metric: &crate::api::PrometheusMetric,
         counter: Option<bool>,
+        matchers: &[LabelMatcher],
     ) -> anyhow::Result<SeriesSet> {
         let pods = self.pod_names();
         if pods.is_empty() {
@@ -1072,6 +1074,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             step_seconds: self.step,
             counter,
             aggregation: crate::metrics::Aggregation::of(metric.interpretation),
+            matchers: matchers.to_vec(),
         };
         Ok(self.history.recorded(&q).await?)
     }
@@ -1097,7 +1100,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         let mut usage = Vec::new();
         for signal in Signal::BOTH {
             let m = &policy.spec.metrics.signal(signal).prometheus;
-            let set = self.recorded(m, None).await?;
+            let set = self.recorded(m, None, &[]).await?;
             let by_key: HashMap<(&str, &str), &[(i64, f64)]> = set
                 .series
                 .iter()
@@ -1130,9 +1133,12 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
 
     /// A cAdvisor metric summed over the workload's pods and containers, per sample; and the
     /// hottest pod's (its containers summed) at each sample.
+    /// A cAdvisor series (`resourceMetrics`: its name and matchers) summed over the workload's
+    /// containers, and the hottest pod's.
     async fn summed(
         &self,
         metric: &str,
+        matchers: &[LabelMatcher],
         counter: Option<bool>,
     ) -> anyhow::Result<(BTreeMap<i64, f64>, Points)> {
         let m = crate::api::PrometheusMetric {
@@ -1142,7 +1148,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             pod_label: "pod".into(),
             container_label: "container".into(),
         };
-        let set = self.recorded(&m, counter).await?;
+        let set = self.recorded(&m, counter, matchers).await?;
         let mut by_pod: BTreeMap<&str, Vec<(i64, f64)>> = BTreeMap::new();
         for (k, samples) in &set.series {
             by_pod

@@ -621,6 +621,7 @@ mod tests {
             step_seconds: 1,
             counter: None,
             aggregation: Default::default(),
+            matchers: Vec::new(),
         };
         let answer = futures::executor::block_on(recording.range_query(&q)).unwrap();
         assert_eq!(answer.series.len(), 5_000, "the cycle gets every series");

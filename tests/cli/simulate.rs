@@ -621,3 +621,66 @@ fn the_replay_reads_the_configured_cadvisor_names() {
     assert_eq!(cpu(&renamed), cpu(&shipped));
     assert!(cpu(&renamed).coverage.is_some());
 }
+
+/// A cluster that scrapes cAdvisor twice (the kubelet's and a standalone cAdvisor's series, told
+/// apart by `job`): the replay's range queries carry `resourceMetrics.matchers`, as the
+/// recommender's window queries do, so `job="kubelet"` gives the shipped example's CPU hours, and
+/// without it both scrapes are summed.
+#[test]
+fn the_replay_reads_one_scrape_of_cadvisor_by_the_configured_matchers() {
+    let family = "container_cpu_usage_seconds_total{";
+    let shipped_om = std::fs::read_to_string(root().join("examples/metrics.om")).unwrap();
+    let mut om = String::new();
+    let mut second_scrape = String::new();
+    for line in shipped_om.lines() {
+        if let Some(rest) = line.strip_prefix(family) {
+            om.push_str(&format!("{family}job=\"kubelet\",{rest}\n"));
+            // The same container seen by the other scrape, at three times the usage.
+            let (labels, sample) = rest.split_once("} ").unwrap();
+            let (value, at) = sample.split_once(' ').unwrap();
+            let tripled = value.parse::<f64>().unwrap() * 3.0;
+            second_scrape.push_str(&format!(
+                "{family}job=\"cadvisor\",{labels}}} {tripled} {at}\n"
+            ));
+            continue;
+        }
+        if line.starts_with('#') && !second_scrape.is_empty() {
+            om.push_str(&std::mem::take(&mut second_scrape));
+        }
+        om.push_str(line);
+        om.push('\n');
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let om_path = dir.path().join("metrics.om");
+    std::fs::write(&om_path, om).unwrap();
+    let metrics = FileSource::from_path(&om_path).unwrap();
+    let with_matchers = |matchers: &str| {
+        let manifests = dir.path().join(format!("manifests-{}", matchers.len()));
+        std::fs::create_dir(&manifests).unwrap();
+        for e in std::fs::read_dir(root().join("examples/manifests")).unwrap() {
+            let p = e.unwrap().path();
+            let text = std::fs::read_to_string(&p).unwrap().replace(
+                "    requestTimeout: 30s\n",
+                &format!("    requestTimeout: 30s\n{matchers}"),
+            );
+            std::fs::write(manifests.join(p.file_name().unwrap()), text).unwrap();
+        }
+        replay(
+            &manifests,
+            &metrics,
+            &opts("2026-01-01T11:30:00Z", "2026-01-01T12:30:00Z"),
+        )
+    };
+    let cpu = |r: &Report| workload(r, "llm").cpu_core_hours;
+    let shipped = cpu(&examples());
+    assert!(shipped.used > 0.0, "{shipped:?}");
+    let kubelet = cpu(&with_matchers(
+        "    resourceMetrics:\n      matchers: ['job=\"kubelet\"']\n",
+    ));
+    assert_eq!(kubelet, shipped);
+    let both = cpu(&with_matchers(""));
+    assert!(
+        (both.used - 4.0 * shipped.used).abs() < 1e-6 * shipped.used,
+        "both scrapes summed: {both:?} against {shipped:?}"
+    );
+}

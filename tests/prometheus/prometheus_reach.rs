@@ -423,6 +423,7 @@ fn gpu_query() -> RangeQuery {
         step_seconds: 15,
         counter: None,
         aggregation: Default::default(),
+        matchers: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn query(
         step_seconds: step,
         counter: None,
         aggregation: Default::default(),
+        matchers: Vec::new(),
     }
 }
 

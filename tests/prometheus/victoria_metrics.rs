@@ -239,6 +239,7 @@ fn query(metric: &str, step: i64, counter: bool) -> RangeQuery {
         step_seconds: step,
         counter: Some(counter),
         aggregation: Default::default(),
+        matchers: Vec::new(),
     }
 }
 

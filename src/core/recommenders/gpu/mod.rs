@@ -256,6 +256,7 @@ fn policy_queries(
                 step_seconds,
                 counter: None,
                 aggregation: crate::metrics::Aggregation::of(cfg.prometheus.interpretation),
+                matchers: Vec::new(),
             },
         ));
     }

@@ -155,6 +155,8 @@ fn replicas_query(
         counter: Some(false),
         // Several kube-state-metrics replicas export the same value: one value, not a sum.
         aggregation: Aggregation::Max,
+        // kube-state-metrics' series: another job's, none of cAdvisor's matchers.
+        matchers: Vec::new(),
     }
 }
 
@@ -172,13 +174,7 @@ fn window_query(
     // another job's and keep none of them.
     let mut matchers: Vec<LabelMatcher> = match signal {
         RsSignal::OomKilled | RsSignal::InitOomKilled => Vec::new(),
-        _ => metrics
-            .matchers
-            .iter()
-            // Checked when the GlobalConfiguration is read (`ResourceMetrics::check`).
-            .filter_map(|m| m.parse().ok())
-            .map(|(name, value)| LabelMatcher { name, value })
-            .collect(),
+        _ => LabelMatcher::of_resource_metrics(metrics),
     };
     let (aggregate, window) = match signal {
         RsSignal::Cpu => {
