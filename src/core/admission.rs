@@ -1090,28 +1090,22 @@ fn metadata(
 /// pod-level changes (`gpuShape`, `mps`, `queue`, `schedulerName`) in key order, each part only
 /// when present.
 fn summary_text(policy: Option<&PolicyId>, changes: &Changes) -> String {
-    let mut out = Map::new();
-    if let Some(p) = policy {
-        out.insert("policy".into(), Value::String(p.to_string()));
+    #[derive(serde::Serialize)]
+    struct Summary<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        policy: Option<String>,
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        containers: &'a BTreeMap<String, BTreeMap<&'static str, String>>,
+        #[serde(flatten)]
+        top: &'a BTreeMap<&'static str, String>,
     }
-    if !changes.containers.is_empty() {
-        let containers = changes
-            .containers
-            .iter()
-            .map(|(c, what)| {
-                let what = what
-                    .iter()
-                    .map(|(k, v)| ((*k).to_string(), Value::String(v.clone())))
-                    .collect();
-                (c.clone(), Value::Object(what))
-            })
-            .collect();
-        out.insert("containers".into(), Value::Object(containers));
-    }
-    for (k, v) in &changes.top {
-        out.insert((*k).to_string(), Value::String(v.clone()));
-    }
-    Value::Object(out).to_string()
+    let summary = Summary {
+        policy: policy.map(ToString::to_string),
+        containers: &changes.containers,
+        top: &changes.top,
+    };
+    // String keys and values only: serializing cannot fail.
+    serde_json::to_string(&summary).unwrap_or_default()
 }
 
 /// `gpu-fraction` texts of the same value (`0.5` vs `0.50`) count as equal so a reinvocation

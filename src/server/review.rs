@@ -232,16 +232,24 @@ struct AnswerResponse<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
 }
 
 fn answer(uid: &str, patch: &[PatchOperation], warnings: &[String]) -> Vec<u8> {
-    let patch = (!patch.is_empty()).then(|| {
-        let ops = serde_json::to_vec(patch).unwrap_or_default();
-        base64::engine::general_purpose::STANDARD.encode(ops)
-    });
+    // Base64 needs no escaping: the patch goes in as the JSON string it already is, instead
+    // of being scanned for escapes byte by byte (a tenth of a review's answer).
+    let patch = (!patch.is_empty())
+        .then(|| {
+            let ops = serde_json::to_vec(patch).unwrap_or_default();
+            let mut quoted = String::with_capacity(ops.len() * 4 / 3 + 8);
+            quoted.push('"');
+            base64::engine::general_purpose::STANDARD.encode_string(ops, &mut quoted);
+            quoted.push('"');
+            RawValue::from_string(quoted).ok()
+        })
+        .flatten();
     let answer = Answer {
         api_version: ADMISSION_API_VERSION,
         kind: REVIEW_KIND,
