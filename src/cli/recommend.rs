@@ -7,9 +7,9 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
-use crate::core::cycle::CycleOutput;
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
+use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::workload::RsResult;
 

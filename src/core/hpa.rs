@@ -37,7 +37,7 @@ use crate::core::hash::{HashMap, HashMapExt};
 use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
 use serde_json::{Value, json};
 
-use super::recommenders::resources::container::Sample;
+use super::model::Sample;
 use crate::api::WorkloadKind;
 
 pub const RISK_HPA_COUPLED: &str = "hpa-coupled";
@@ -458,7 +458,7 @@ pub enum Coordination {
 fn scaled(a: i64, k: f64, unit: i64, up: bool) -> i64 {
     let x = a as f64 * k / unit as f64;
     let q = if up {
-        super::recommenders::resources::container::ceil_clean(x)
+        super::quantity::ceil_clean(x)
     } else {
         // Floor, ignoring float noise just under an integer.
         let r = x.round();

@@ -4,8 +4,6 @@
 pub mod accelerator;
 pub mod admission;
 pub mod allocation;
-pub mod conflict;
-pub mod cycle;
 pub mod hash;
 pub mod hpa;
 pub mod managed_fields;

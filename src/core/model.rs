@@ -578,6 +578,9 @@ impl WorkloadState {
     }
 }
 
+/// (unix seconds, value), as the metric edge returns them.
+pub type Sample = (i64, f64);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -303,6 +303,16 @@ pub fn memory_quantity(bytes: i64) -> Quantity {
 /// One mebibyte, the unit memory recommendations are rounded up to.
 pub const MIB: i64 = 1 << 20;
 
+/// Ceiling that ignores floating-point noise: a value within 1e-9 (relative) of an integer is that integer.
+pub fn ceil_clean(x: f64) -> f64 {
+    let r = x.round();
+    if (x - r).abs() <= 1e-9 * r.abs().max(1.0) {
+        r
+    } else {
+        x.ceil()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

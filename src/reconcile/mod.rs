@@ -6,9 +6,9 @@ pub mod standalone;
 
 use jiff::Timestamp;
 
-use crate::core::cycle::CycleOutput;
 use crate::core::hash::{HashSet, HashSetExt};
 use crate::core::persisted::PersistedRecommendation;
+use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::recommender::Gpu;
 use crate::core::recommenders::resources::Resources;
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
@@ -198,7 +198,9 @@ pub fn serve_persisted(
     recommendations: &[Arc<PersistedRecommendation>],
 ) -> Vec<String> {
     store.set_global(snapshot.global.clone());
-    store.set_conflicts(crate::core::conflict::blocked_workloads(recommendations));
+    store.set_conflicts(crate::core::writes::conflict::blocked_workloads(
+        recommendations,
+    ));
     let held = held_back(snapshot, recommendations);
     // One workload at a time: each new state replaces the old one in place, so the store never
     // holds two generations.

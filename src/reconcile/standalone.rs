@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
 
-use crate::core::cycle::CycleOutput;
+use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::metrics::MetricSource;
 use crate::sources::dir::{Manifests, load_dir};

@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use kerf::api::{FieldTakeback, WorkloadKind};
-use kerf::core::conflict::{ConflictRules, blocked_message, human};
 use kerf::core::managed_fields::FIELD_MANAGER;
 use kerf::core::model::{
     ANNOTATION_CONFLICT_ACKNOWLEDGED, ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION,
     ANNOTATION_RESTARTED_AT,
 };
+use kerf::core::writes::conflict::{ConflictRules, blocked_message, human};
 use kerf::writers::kube::workload_resource;
 use serde_json::Value;
 

@@ -7,6 +7,7 @@ mod api_defaults;
 mod api_docs;
 mod api_seed;
 mod api_validation;
+mod core_purity;
 mod design_docs;
 mod function_length;
 mod gitops_docs;

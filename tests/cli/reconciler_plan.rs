@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
-use kerf::core::cycle::CycleOutput;
 use kerf::core::model::{ContainerRequests, GpuRecommendation, ResourceRequests, WorkloadKey};
+use kerf::core::recommenders::cycle::CycleOutput;
 use kerf::core::writes::WriteOp;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};

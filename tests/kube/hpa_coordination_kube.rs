@@ -14,9 +14,9 @@ use kerf::api::{
     RecommendationPhase, ResourceMode, RightsizingRecommendation, RightsizingRecommendationSpec,
     WorkloadKind,
 };
-use kerf::core::cycle::CycleOutput;
 use kerf::core::model::{ANNOTATION_ROLLBACK, WorkloadKey};
 use kerf::core::persisted::PersistedRecommendation;
+use kerf::core::recommenders::cycle::CycleOutput;
 use kerf::core::snapshot::Snapshot;
 use kerf::core::writes::WriteOp;
 use kerf::core::writes::{RecommendationWrite, RestoreKind, RestoreWrite};

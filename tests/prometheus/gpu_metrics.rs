@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::prometheus_support::{TestPrometheus, promtool_bin};
 use jiff::Timestamp;
 use kerf::cli::recommend::to_json;
-use kerf::core::cycle::CycleOutput;
+use kerf::core::recommenders::cycle::CycleOutput;
 use kerf::metrics::MetricSource;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;

@@ -10,7 +10,7 @@ use crate::prometheus_support::{EPOCH, Lcg, TestPrometheus};
 use jiff::Timestamp;
 use kerf::api::WorkloadKind;
 use kerf::cli::recommend::{to_json, to_table};
-use kerf::core::cycle::CycleOutput;
+use kerf::core::recommenders::cycle::CycleOutput;
 use kerf::metrics::file::FileSource;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::promql::LabelMatcher;

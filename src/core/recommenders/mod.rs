@@ -11,13 +11,14 @@
 //! warnings. A new recommender (another accelerator, another resource) is one module
 //! implementing [`Recommender`] plus one line in `run_cycle`'s list.
 
+pub mod cycle;
 pub mod gpu;
 pub mod resources;
 
 use jiff::Timestamp;
 
-use crate::core::cycle::CycleOutput;
 use crate::core::model::PolicyId;
+use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::snapshot::Snapshot;
 use crate::metrics::{MetricError, RangeQuery, SeriesSet, WindowQuery, WindowSet};
 
@@ -89,7 +90,7 @@ pub trait Evaluation {
     /// needs as answers arrive.
     fn answer(&mut self, index: usize, answer: Result<Answer, MetricError>);
 
-    /// Adds the results to `out`: one [`crate::core::cycle::WorkloadOutcome`] per workload
+    /// Adds the results to `out`: one [`crate::core::recommenders::cycle::WorkloadOutcome`] per workload
     /// (joined with the earlier recommenders' ones) and a `PolicyRun` for each of its policies
     /// (the glue has filled in their query status).
     fn finish(self, out: &mut CycleOutput);

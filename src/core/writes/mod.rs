@@ -3,6 +3,7 @@
 //! whether a write or a restart is due. No IO: the cluster writer (`writers/kube`) and the
 //! in-memory writer (`writers/memory.rs`) execute the ops.
 
+pub mod conflict;
 mod fields;
 mod ops;
 mod plan;

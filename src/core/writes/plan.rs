@@ -27,20 +27,20 @@ use crate::api::{
     CONDITION_STRATEGY_RESOLVED, PolicyStatus, REASON_CONFLICT, RecommendationPhase,
     RecommendationStatus,
 };
-use crate::core::conflict::{Assessment, ConflictInput, ConflictRules, assess};
-use crate::core::cycle::CycleOutput;
-use crate::core::cycle::WorkloadOutcome;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
 };
 use crate::core::persisted::PersistedRecommendation;
+use crate::core::recommenders::cycle::CycleOutput;
+use crate::core::recommenders::cycle::WorkloadOutcome;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::gpu::samples::{
     MissingSamples, REASON_NO_SAMPLES, REASON_SAMPLES_FOUND, condition_message,
 };
 use crate::core::recommenders::resources::workload::{AgentPlan, RightsizingOutcome, RsResult};
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
+use crate::core::writes::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
 pub fn recommendation_name(key: &WorkloadKey) -> String {

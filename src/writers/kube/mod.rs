@@ -799,7 +799,7 @@ impl Task {
                 .await?;
                 made += 1;
                 let before = r.observed.as_ref().and_then(|o| o.status.as_ref());
-                for t in crate::core::conflict::newly_recorded(
+                for t in crate::core::writes::conflict::newly_recorded(
                     status.conflict.as_deref(),
                     before.and_then(|b| b.conflict.as_deref()),
                 ) {

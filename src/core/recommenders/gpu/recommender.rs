@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 
 use super::{Plan, StreamingEvaluation};
-use crate::core::cycle::CycleOutput;
+use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
 use crate::core::snapshot::Snapshot;
 use crate::metrics::MetricError;

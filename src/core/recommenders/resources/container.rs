@@ -31,10 +31,7 @@ use jiff::Timestamp;
 
 use crate::api::{CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
 use crate::core::model::{ContainerRequests, ResourceRequests};
-use crate::core::quantity::{self, MIB, QuantityError};
-
-/// (unix seconds, value), as the metric edge returns them.
-pub type Sample = (i64, f64);
+use crate::core::quantity::{self, MIB, QuantityError, ceil_clean};
 
 /// Default share of CFS periods that must be throttled at one sample for the container to count
 /// as throttled: 5 %. Below that, throttling is noise that a smaller request would not worsen
@@ -204,16 +201,6 @@ impl PolicyParams {
                 .and_then(|s| s.memory_bytes)
                 .or(any.and_then(|s| s.memory_bytes)),
         }
-    }
-}
-
-/// Ceiling that ignores floating-point noise: a value within 1e-9 (relative) of an integer is that integer.
-pub fn ceil_clean(x: f64) -> f64 {
-    let r = x.round();
-    if (x - r).abs() <= 1e-9 * r.abs().max(1.0) {
-        r
-    } else {
-        x.ceil()
     }
 }
 

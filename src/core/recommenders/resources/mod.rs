@@ -20,12 +20,13 @@ use crate::core::hash::{HashMap, HashSet};
 use crate::core::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
 
-use self::container::{ContainerSignals, Sample};
+use self::container::ContainerSignals;
 use self::workload::{ContainerInput, History, HpaInput, RsResult, WorkloadInput};
 use crate::api::ResourceMetrics;
-use crate::core::cycle::CycleOutput;
 use crate::core::hpa::{self, ReplicaHistory};
+use crate::core::model::Sample;
 use crate::core::model::WorkloadKey;
+use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::engine::ContainerOutcome as GpuContainer;
 use crate::core::recommenders::gpu::{covering, pods_by_owner};
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
