@@ -487,6 +487,9 @@ pub async fn read_body(
             return Err((BodyRefused::OverBudget, version));
         }
     }
+    if let Some(n) = declared.filter(|n| *n >= MAPPED_BODY_BYTES as u64) {
+        return read_mapped(parts, body, n as usize, reserved, limits, version).await;
+    }
     let capacity = declared.map_or(0, |n| n as usize);
     let read = async {
         let mut buf = BytesMut::with_capacity(capacity);
@@ -507,6 +510,44 @@ pub async fn read_body(
             buf.extend_from_slice(&data);
         }
         Ok::<Bytes, BodyRefused>(buf.freeze())
+    };
+    match tokio::time::timeout(limits.body_read_timeout, read).await {
+        Ok(Ok(bytes)) => Ok((Request::from_parts(parts, Body::from(bytes)), reserved)),
+        Ok(Err(e)) => Err((e, version)),
+        Err(_) => Err((BodyRefused::TimedOut, version)),
+    }
+}
+
+/// From this declared length a body is read into an anonymous memory map of its own instead of
+/// the allocator's heap: unmapped when the review is answered, its pages go back to the system
+/// at once, so a burst of large or stalled bodies does not leave kerf's RSS at the burst's peak
+/// (the allocator keeps freed pages for reuse).
+const MAPPED_BODY_BYTES: usize = 256 * 1024;
+
+/// [`read_body`] for a large body of declared length `n` (already reserved in the budget).
+async fn read_mapped(
+    parts: axum::http::request::Parts,
+    mut body: Incoming,
+    n: usize,
+    reserved: Reserved,
+    limits: &Limits,
+    version: Version,
+) -> Result<(Request<Body>, Reserved), (BodyRefused, Version)> {
+    let read = async {
+        let mut map = memmap2::MmapMut::map_anon(n)
+            .map_err(|e| BodyRefused::Failed(format!("cannot map {n} bytes: {e}")))?;
+        let mut len = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| BodyRefused::Failed(e.to_string()))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            // hyper ends a body at its Content-Length: more cannot arrive.
+            let end = (len + data.len()).min(n);
+            map[len..end].copy_from_slice(&data[..end - len]);
+            len = end;
+        }
+        Ok::<Bytes, BodyRefused>(Bytes::from_owner(map).slice(..len))
     };
     match tokio::time::timeout(limits.body_read_timeout, read).await {
         Ok(Ok(bytes)) => Ok((Request::from_parts(parts, Body::from(bytes)), reserved)),
