@@ -195,8 +195,7 @@ impl FileSource {
                         label(&q.pod_label),
                         label(&q.container_label),
                     );
-                    let matched = q.matchers.iter().all(|m| label(&m.name) == m.value);
-                    if !matched
+                    if !q.matchers.iter().all(|m| m.matches(&s.labels))
                         || ns != term.namespace
                         || container.is_empty()
                         || !select.is_match(pod)
@@ -296,11 +295,7 @@ fn selected(s: &Series, q: &RangeQuery) -> bool {
         || s.labels
             .get(&q.pod_label)
             .is_some_and(|p| q.pods.contains(p));
-    let matched = q
-        .matchers
-        .iter()
-        .all(|m| s.labels.get(&m.name).map(String::as_str).unwrap_or("") == m.value);
-    ns_ok && pod_ok && matched
+    ns_ok && pod_ok && q.matchers.iter().all(|m| m.matches(&s.labels))
 }
 
 /// Samples inside the window ending at `t_ms` of length `len_ms`, by the version's boundary rule.

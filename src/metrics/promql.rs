@@ -51,7 +51,10 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
         ("namespace", &q.namespace_label),
         ("pod", &q.pod_label),
         ("container", &q.container_label),
-    ] {
+    ]
+    .into_iter()
+    .chain(q.matchers.iter().map(|m| ("matcher", &m.name)))
+    {
         // An empty container label: the series have none (kube-state-metrics).
         let none = what == "container" && l.is_empty();
         if !(none || is_label_name(l)) {
@@ -59,12 +62,6 @@ pub fn validate(q: &RangeQuery) -> Result<(), MetricError> {
                 "invalid {what} label name {l:?}"
             )));
         }
-    }
-    if let Some(m) = q.matchers.iter().find(|m| !is_label_name(&m.name)) {
-        return Err(MetricError::Other(format!(
-            "invalid matcher label name {:?}",
-            m.name
-        )));
     }
     if q.step_seconds <= 0 {
         return Err(MetricError::Other(format!(
@@ -142,6 +139,12 @@ pub struct LabelMatcher {
 }
 
 impl LabelMatcher {
+    /// Whether a series with these labels is selected, as PromQL's `name="value"` selects: a
+    /// series without the label has it empty.
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        labels.get(&self.name).map_or("", String::as_str) == self.value
+    }
+
     /// The matchers that pick one scrape of cAdvisor (GlobalConfiguration
     /// `resourceMetrics.matchers`, checked when the configuration is read).
     pub fn of_resource_metrics(metrics: &crate::api::ResourceMetrics) -> Vec<Self> {

@@ -487,12 +487,8 @@ pub async fn read_body(
             return Err((BodyRefused::OverBudget, version));
         }
     }
-    if let Some(n) = declared.filter(|n| *n >= MAPPED_BODY_BYTES as u64) {
-        return read_mapped(parts, body, n as usize, reserved, limits, version).await;
-    }
-    let capacity = declared.map_or(0, |n| n as usize);
     let read = async {
-        let mut buf = BytesMut::with_capacity(capacity);
+        let mut buf = BodyBuffer::for_length(declared)?;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| BodyRefused::Failed(e.to_string()))?;
             let Ok(data) = frame.into_data() else {
@@ -507,7 +503,7 @@ pub async fn read_body(
             if more > 0 && !budget.try_reserve(&mut reserved, more) {
                 return Err(BodyRefused::OverBudget);
             }
-            buf.extend_from_slice(&data);
+            buf.extend(&data);
         }
         Ok::<Bytes, BodyRefused>(buf.freeze())
     };
@@ -524,35 +520,52 @@ pub async fn read_body(
 /// (the allocator keeps freed pages for reuse).
 const MAPPED_BODY_BYTES: usize = 256 * 1024;
 
-/// [`read_body`] for a large body of declared length `n` (already reserved in the budget).
-async fn read_mapped(
-    parts: axum::http::request::Parts,
-    mut body: Incoming,
-    n: usize,
-    reserved: Reserved,
-    limits: &Limits,
-    version: Version,
-) -> Result<(Request<Body>, Reserved), (BodyRefused, Version)> {
-    let read = async {
-        let mut map = memmap2::MmapMut::map_anon(n)
-            .map_err(|e| BodyRefused::Failed(format!("cannot map {n} bytes: {e}")))?;
-        let mut len = 0;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| BodyRefused::Failed(e.to_string()))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            // hyper ends a body at its Content-Length: more cannot arrive.
-            let end = (len + data.len()).min(n);
-            map[len..end].copy_from_slice(&data[..end - len]);
-            len = end;
+/// Where a body's bytes are held while it is read.
+enum BodyBuffer {
+    Heap(BytesMut),
+    /// A declared length of [`MAPPED_BODY_BYTES`] or more: the map is that length, `len` of it
+    /// read so far.
+    Mapped {
+        map: memmap2::MmapMut,
+        len: usize,
+    },
+}
+
+impl BodyBuffer {
+    fn for_length(declared: Option<u64>) -> Result<Self, BodyRefused> {
+        let n = declared.map_or(0, |n| n as usize);
+        if n < MAPPED_BODY_BYTES {
+            return Ok(Self::Heap(BytesMut::with_capacity(n)));
         }
-        Ok::<Bytes, BodyRefused>(Bytes::from_owner(map).slice(..len))
-    };
-    match tokio::time::timeout(limits.body_read_timeout, read).await {
-        Ok(Ok(bytes)) => Ok((Request::from_parts(parts, Body::from(bytes)), reserved)),
-        Ok(Err(e)) => Err((e, version)),
-        Err(_) => Err((BodyRefused::TimedOut, version)),
+        let map = memmap2::MmapMut::map_anon(n)
+            .map_err(|e| BodyRefused::Failed(format!("cannot map {n} bytes: {e}")))?;
+        Ok(Self::Mapped { map, len: 0 })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Heap(b) => b.len(),
+            Self::Mapped { len, .. } => *len,
+        }
+    }
+
+    fn extend(&mut self, data: &[u8]) {
+        match self {
+            Self::Heap(b) => b.extend_from_slice(data),
+            Self::Mapped { map, len } => {
+                // hyper ends a body at its Content-Length: no more than the map can arrive.
+                let end = (*len + data.len()).min(map.len());
+                map[*len..end].copy_from_slice(&data[..end - *len]);
+                *len = end;
+            }
+        }
+    }
+
+    fn freeze(self) -> Bytes {
+        match self {
+            Self::Heap(b) => b.freeze(),
+            Self::Mapped { map, len } => Bytes::from_owner(map).slice(..len),
+        }
     }
 }
 
