@@ -38,9 +38,16 @@ pub struct QueryLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `annotations`, `template`, `hpa`, `status`, `recommendation`, `event`, `lease`.
+    /// `annotations`, `template`, `hpa`, `resize`, `status`, `recommendation`, `event`, `lease`.
     pub target: String,
     /// `ok`, `error`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResizeLabels {
+    /// `accepted`, `refused` (by the API server), `infeasible`, `timed_out` (deferred or in
+    /// progress beyond its bound), `fallback` (any other reason to roll out instead).
     pub outcome: String,
 }
 
@@ -89,6 +96,7 @@ pub struct Metrics {
     pub prometheus_query_failures: Family<QueryLabels, Counter>,
     pub prometheus_query_splits: Counter,
     pub cluster_writes: Family<WriteLabels, Counter>,
+    pub resizes: Family<ResizeLabels, Counter>,
     pub is_leader: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
     pub watch_errors: Family<WatchErrorLabels, Counter>,
@@ -152,6 +160,7 @@ impl Metrics {
             prometheus_query_failures: Family::default(),
             prometheus_query_splits: Counter::default(),
             cluster_writes: Family::default(),
+            resizes: Family::default(),
             is_leader: Gauge::default(),
             tls_reloads: Family::default(),
             watch_errors: Family::default(),
@@ -225,6 +234,12 @@ impl Metrics {
             "kerf_cluster_writes",
             "Writes to the API server by target and outcome",
             self.cluster_writes.clone(),
+        );
+        r.register(
+            "kerf_resizes",
+            "In-place pod resizes: requests the API server accepted or refused, and changes that \
+             fell back to a rollout, by outcome",
+            self.resizes.clone(),
         );
         r.register(
             "kerf_is_leader",

@@ -34,9 +34,10 @@ pub use gpu::{
 };
 pub use object::{KERF_KINDS, KerfObject};
 pub use recommendation::{
-    AppliedChange, CONDITION_CONFLICT, ConflictStatus, ContainerRecommendation, FieldTakeback,
-    HpaRecommendation, REASON_CONFLICT, RecommendationPhase, RecommendationStatus, ResourceValues,
-    RightsizingRecommendation, RightsizingRecommendationSpec, Savings, WorkloadRef,
+    AppliedChange, ApplyMethod, CONDITION_CONFLICT, ConflictStatus, ContainerRecommendation,
+    FieldTakeback, HpaRecommendation, REASON_CONFLICT, RecommendationPhase, RecommendationStatus,
+    ResizeFallback, ResizeStatus, ResourceValues, RightsizingRecommendation,
+    RightsizingRecommendationSpec, Savings, WorkloadRef,
 };
 pub use rightsizing::{
     ClusterRightsizingPolicy, ClusterRightsizingPolicySpec, CpuRecipe, HpaCoordination,
@@ -46,7 +47,7 @@ pub use rightsizing::{
 pub use strategy::{
     AutomationStrategy, AutomationStrategySpec, ClusterAutomationStrategy,
     ClusterAutomationStrategySpec, Enablement, GpuEnablement, KaiStrategy, OverrideScheduler,
-    StrategyView, UpDown,
+    Resize, StrategyView, UpDown,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

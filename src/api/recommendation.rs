@@ -157,6 +157,72 @@ pub struct RecommendationStatus {
     /// holder's count, kept here so a new leader goes on from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<Box<ConflictStatus>>,
+    /// How kerf applies the CPU/memory change to running pods (docs/policies.md#in-place-resize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_method: Option<ApplyMethod>,
+    /// The in-place resize of the running pods, while `applyMethod` is `inPlace` or after it fell
+    /// back to a rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Box<ResizeStatus>>,
+}
+
+/// How a CPU/memory change reaches the running pods.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum ApplyMethod {
+    /// The pod template is written; the workload's controller rolls the pods.
+    Rollout,
+    /// Each running pod is resized through `pods/resize`; the template is not written.
+    InPlace,
+    /// Nothing is applied.
+    #[default]
+    None,
+}
+
+impl ApplyMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApplyMethod::Rollout => "rollout",
+            ApplyMethod::InPlace => "inPlace",
+            ApplyMethod::None => "none",
+        }
+    }
+}
+
+/// The running pods of a workload resized in place, as the last cycle counted them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeStatus {
+    /// Pods whose requests are the recommendation, with no resize pending or in progress.
+    #[serde(default)]
+    pub pods_resized: u32,
+    /// Pods asked to resize that the kubelet has not finished (deferred or in progress).
+    #[serde(default)]
+    pub pods_pending: u32,
+    /// Pods the kubelet reports the resize of as infeasible.
+    #[serde(default)]
+    pub pods_infeasible: u32,
+    /// Pods not asked yet (the per-cycle pace).
+    #[serde(default)]
+    pub pods_waiting: u32,
+    /// Set once the change fell back to a rollout; kept while the recommendation is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<ResizeFallback>,
+}
+
+/// Why an in-place change fell back to a rollout.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeFallback {
+    /// `Infeasible`, `DeferredTooLong`, `InProgressTooLong` or `QoSClassChange`.
+    pub reason: String,
+    pub message: String,
+    pub time: String,
+    /// The requests the fallback was for: a new recommendation is tried in place again.
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub requests: SmallMap<String, ResourceValues>,
 }
 
 /// The condition a field conflict sets (docs/gitops.md): `True` (reason `TakenBack`) while kerf

@@ -42,6 +42,20 @@ pub enum OverrideScheduler {
     Kai,
 }
 
+/// How a CPU/memory change reaches running pods (docs/policies.md#in-place-resize).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Resize {
+    /// The pod template is written and the workload rolls out.
+    #[default]
+    Rollout,
+    /// Running pods are resized through the `pods/resize` subresource where the cluster serves
+    /// it and the change allows it; a rollout otherwise.
+    InPlaceOrRollout,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Enablement {
@@ -49,6 +63,9 @@ pub struct Enablement {
     pub gpu: Option<GpuEnablement>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub override_scheduler: Option<OverrideScheduler>,
+    /// `rollout` (default) or `inPlaceOrRollout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<Resize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -158,6 +175,10 @@ impl StrategyView {
     }
     pub fn override_kai(&self) -> bool {
         self.enablement.override_scheduler == Some(OverrideScheduler::Kai)
+    }
+    /// Whether CPU/memory changes are resized in place where they can be.
+    pub fn resize_in_place(&self) -> bool {
+        self.enablement.resize == Some(Resize::InPlaceOrRollout)
     }
     pub fn kai(&self) -> KaiStrategy {
         self.kai.clone().unwrap_or_default()

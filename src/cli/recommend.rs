@@ -7,11 +7,15 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
+use crate::api::{ApplyMethod, RecommendationStatus};
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::workload::RsResult;
+use crate::core::snapshot::ResizeSupport;
+use crate::core::writes::recommendation_name;
+use crate::writers::memory::MemoryWriter;
 
 pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let at = super::parse_at(args.at.as_deref())?;
@@ -46,11 +50,12 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let statuses = policy_statuses(&evaluated.snapshot, &writer);
     let out = match args.format {
         OutputFormat::Json => {
-            let mut json = to_json(&cycle);
+            let mut json = to_json_recorded(&cycle, &writer, evaluated.snapshot.resize);
+            json["inPlaceResize"] = json!(resize_support(evaluated.snapshot.resize));
             json["policies"] = policies_json(&statuses);
             serde_json::to_string_pretty(&json)? + "\n"
         }
-        OutputFormat::Table => to_table(&cycle, at) + &conditions_table(&statuses),
+        OutputFormat::Table => to_table(&cycle, at, &writer) + &conditions_table(&statuses),
     };
     args.output.write(&out)?;
     // Nothing was read: the output above holds no usage at all.
@@ -189,11 +194,50 @@ fn hpa_json(rs: Option<&RsResult>) -> Value {
     })
 }
 
+/// Whether the cluster serves in-place resize, as the output's `inPlaceResize` says it.
+fn resize_support(support: ResizeSupport) -> &'static str {
+    match support {
+        ResizeSupport::Served => "served",
+        ResizeSupport::NotServed => "notServed",
+        // A directory: planned as a cluster that serves `pods/resize` would.
+        ResizeSupport::Assumed => "assumed",
+        ResizeSupport::Unknown => "unknown",
+    }
+}
+
+/// How the workload's change reaches its pods, as its RightsizingRecommendation records it; a
+/// GPU recommendation without a CPU/memory change rolls the pods (annotations and a restart).
+fn apply_method(
+    status: Option<&RecommendationStatus>,
+    gpu: Option<&WorkloadResult>,
+) -> ApplyMethod {
+    status
+        .and_then(|s| s.apply_method)
+        .filter(|m| *m != ApplyMethod::None)
+        .or_else(|| {
+            gpu.filter(|g| g.recommendation.is_some())
+                .map(|_| ApplyMethod::Rollout)
+        })
+        .unwrap_or(ApplyMethod::None)
+}
+
+/// The RightsizingRecommendation's status the cycle left for the workload `key`.
+fn recorded_status<'a>(
+    writer: &'a MemoryWriter,
+    key: &WorkloadKey,
+) -> Option<&'a RecommendationStatus> {
+    writer
+        .recommendation_named(&key.namespace, &recommendation_name(key))
+        .and_then(|r| r.status.as_ref())
+}
+
 /// One `recommendations[]` entry.
 pub fn workload_json(
     key: &WorkloadKey,
     gpu: Option<&WorkloadResult>,
     rs: Option<&RsResult>,
+    status: Option<&RecommendationStatus>,
+    support: ResizeSupport,
 ) -> Value {
     let policy = gpu
         .and_then(|g| g.main_policy())
@@ -216,6 +260,23 @@ pub fn workload_json(
     if rs.is_some_and(|r| r.metrics_unavailable) {
         reasons.push("CPU/memory metrics unavailable: nothing is applied this cycle".into());
     }
+    if let Some(f) = status
+        .and_then(|s| s.resize.as_ref())
+        .and_then(|r| r.fallback.as_ref())
+    {
+        reasons.push(format!(
+            "in-place resize fell back to a rollout ({}): {}",
+            f.reason, f.message
+        ));
+    }
+    let method = apply_method(status, gpu);
+    if method == ApplyMethod::InPlace && support == ResizeSupport::Assumed {
+        reasons.push(
+            "resized in place as a cluster serving pods/resize (Kubernetes 1.33+) would: no API \
+             server was asked"
+                .into(),
+        );
+    }
     let ok = outcome.and_then(|o| o.as_ref().ok());
     json!({
         "namespace": key.namespace,
@@ -230,6 +291,14 @@ pub fn workload_json(
         "phase": ok.map(|o| serde_json::to_value(o.phase).unwrap_or(Value::Null)),
         // The phase's reason (`HPACoupled`, `VPAConflict`, …), as the recommendation's status says.
         "reason": ok.and_then(|o| o.reason.clone()),
+        "applyMethod": method.as_str(),
+        "resize": status.and_then(|s| s.resize.as_ref()).map(|r| json!({
+            "podsResized": r.pods_resized,
+            "podsPending": r.pods_pending,
+            "podsInfeasible": r.pods_infeasible,
+            "podsWaiting": r.pods_waiting,
+            "fallback": r.fallback.as_ref().map(|f| f.reason.clone()),
+        })),
         "reasons": reasons,
     })
 }
@@ -237,10 +306,29 @@ pub fn workload_json(
 /// One entry per workload, in the cycle's order: every GPU-policy workload, then the
 /// CPU/memory-only ones.
 pub fn to_json(cycle: &CycleOutput) -> Value {
+    to_json_recorded(cycle, &MemoryWriter::new(), ResizeSupport::Assumed)
+}
+
+/// [`to_json`] with each workload's apply method and resize progress as `writer` recorded
+/// them in its RightsizingRecommendation.
+pub fn to_json_recorded(
+    cycle: &CycleOutput,
+    writer: &MemoryWriter,
+    support: ResizeSupport,
+) -> Value {
     let entries: Vec<Value> = cycle
         .workloads
         .iter()
-        .map(|w| workload_json(w.key(), w.gpu.as_deref(), w.resources.as_deref()))
+        .map(|w| {
+            let status = recorded_status(writer, w.key());
+            workload_json(
+                w.key(),
+                w.gpu.as_deref(),
+                w.resources.as_deref(),
+                status,
+                support,
+            )
+        })
         .collect();
     json!({"recommendations": entries})
 }
@@ -249,7 +337,7 @@ fn num(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), crate::core::model::format_gpu)
 }
 
-pub fn to_table(cycle: &CycleOutput, at: Timestamp) -> String {
+pub fn to_table(cycle: &CycleOutput, at: Timestamp, writer: &MemoryWriter) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -301,8 +389,8 @@ pub fn to_table(cycle: &CycleOutput, at: Timestamp) -> String {
         let _ = writeln!(s, "\nCPU/memory recommendations");
         let _ = writeln!(
             s,
-            "{:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {:<11} {:<24} RISK",
-            "WORKLOAD", "CONTAINER", "CPU", "→ CPU", "MEMORY", "→ MEMORY", "PHASE", "HPA"
+            "{:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {:<11} {:<8} {:<24} RISK",
+            "WORKLOAD", "CONTAINER", "CPU", "→ CPU", "MEMORY", "→ MEMORY", "PHASE", "METHOD", "HPA"
         );
     }
     for r in cycle.resource_results() {
@@ -332,10 +420,11 @@ pub fn to_table(cycle: &CycleOutput, at: Timestamp) -> String {
             },
         );
         let q = |v: Option<i64>, f: fn(i64) -> String| v.map_or_else(|| "-".to_string(), f);
+        let method = apply_method(recorded_status(writer, &r.key), None).as_str();
         for c in &o.containers {
             let _ = writeln!(
                 s,
-                "{name:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {phase:<11} {hpa:<24} {}",
+                "{name:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {phase:<11} {method:<8} {hpa:<24} {}",
                 c.name,
                 q(c.current.cpu_millis, format_cpu_millis),
                 q(c.recommended.cpu_millis, format_cpu_millis),

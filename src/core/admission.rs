@@ -941,15 +941,15 @@ fn resource_requests(
                       limit: Option<i64>,
                       what: &str,
                       fmt: fn(i64) -> String,
-                      notes: &mut Vec<String>| match limit {
-            Some(l) if l < want => {
+                      notes: &mut Vec<String>| {
+            let (value, cap) = crate::core::quantity::capped_at_limit(want, limit);
+            if let Some(l) = cap {
                 notes.push(format!(
                     "container {name}: {what} request capped at its limit {}",
                     fmt(l)
                 ));
-                l
             }
-            _ => want,
+            value
         };
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
             let limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);

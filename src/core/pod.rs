@@ -99,6 +99,57 @@ pub struct Container {
     /// `Always` on an init container makes it a sidecar (restartable init container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<Name>,
+    /// How the kubelet applies an in-place resize of each resource (none: `NotRequired`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize_policy: Option<Vec<ContainerResizePolicy>>,
+}
+
+/// A container's `resizePolicy` entry: `restartPolicy` (`NotRequired`, `RestartContainer`) of
+/// one resource (`cpu`, `memory`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerResizePolicy {
+    pub resource_name: Name,
+    pub restart_policy: Name,
+}
+
+/// A pod condition, of the kinds kerf reads: the kubelet's `PodResizePending` and
+/// `PodResizeInProgress` (the others are dropped as they are read: memory).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: Name,
+    pub status: Name,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Name>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// The pod condition types of an in-place resize (Kubernetes `PodResizePending`,
+/// `PodResizeInProgress`, k8s.io/api core/v1 types.go).
+pub const POD_RESIZE_PENDING: &str = "PodResizePending";
+pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
+
+fn is_resize_condition(type_: &str) -> bool {
+    type_ == POD_RESIZE_PENDING || type_ == POD_RESIZE_IN_PROGRESS
+}
+
+/// The resize conditions of a pod's `status.conditions`, read straight from the JSON.
+fn resize_conditions<'de, D>(d: D) -> Result<Option<Vec<PodCondition>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let all: Option<Vec<PodCondition>> = Option::deserialize(d)?;
+    let kept: Vec<PodCondition> = all
+        .into_iter()
+        .flatten()
+        .filter(|c| is_resize_condition(&c.type_))
+        .collect();
+    Ok((!kept.is_empty()).then_some(kept))
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -180,6 +231,13 @@ pub struct PodStatus {
     pub container_statuses: Option<Vec<ContainerStatus>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container_statuses: Option<Vec<ContainerStatus>>,
+    /// Only the in-place resize conditions ([`POD_RESIZE_PENDING`], [`POD_RESIZE_IN_PROGRESS`]).
+    #[serde(
+        default,
+        deserialize_with = "resize_conditions",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub conditions: Option<Vec<PodCondition>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -266,6 +324,14 @@ impl From<k8s::Container> for Container {
             name: c.name.into(),
             resources: c.resources.map(|r| Box::new(r.into())),
             restart_policy: c.restart_policy.map(Name::from),
+            resize_policy: c.resize_policy.map(|list| {
+                list.into_iter()
+                    .map(|p| ContainerResizePolicy {
+                        resource_name: p.resource_name.into(),
+                        restart_policy: p.restart_policy.into(),
+                    })
+                    .collect()
+            }),
         }
     }
 }
@@ -322,6 +388,20 @@ impl From<k8s::PodStatus> for PodStatus {
             start_time: s.start_time,
             container_statuses: statuses(s.container_statuses),
             init_container_statuses: statuses(s.init_container_statuses),
+            conditions: s.conditions.and_then(|list| {
+                let kept: Vec<PodCondition> = list
+                    .into_iter()
+                    .filter(|c| is_resize_condition(&c.type_))
+                    .map(|c| PodCondition {
+                        type_: c.type_.into(),
+                        status: c.status.into(),
+                        reason: c.reason.map(Name::from),
+                        message: c.message,
+                        last_transition_time: c.last_transition_time,
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(kept)
+            }),
         }
     }
 }
@@ -353,6 +433,12 @@ mod tests {
             },
             "status": {
                 "phase": "Running", "startTime": "2026-01-01T00:00:00Z", "podIP": "10.0.0.1",
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "PodResizePending", "status": "True", "reason": "Deferred",
+                     "message": "Node didn't have enough resource: cpu",
+                     "lastTransitionTime": "2026-01-01T00:20:00Z"}
+                ],
                 "containerStatuses": [{
                     "name": "inference", "image": "x", "imageID": "", "ready": true, "restartCount": 1,
                     "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
@@ -384,6 +470,9 @@ mod tests {
             .unwrap();
         assert_eq!(terminated.reason.as_deref(), Some("OOMKilled"));
         assert!(status.start_time.is_some());
+        let conditions = status.conditions.as_ref().unwrap();
+        assert_eq!(conditions.len(), 1, "only the resize conditions are kept");
+        assert_eq!(conditions[0].reason.as_deref(), Some("Deferred"));
     }
 
     #[test]

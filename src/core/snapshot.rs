@@ -282,6 +282,23 @@ pub struct Snapshot {
     pub replicaset_owners: BTreeMap<(Name, Name), Name>,
     /// (namespace, Job name) → CronJob name.
     pub job_owners: BTreeMap<(Name, Name), Name>,
+    /// Whether the API server serves `pods/resize` (in-place resize).
+    pub resize: ResizeSupport,
+}
+
+/// Whether running pods can be resized in place (docs/policies.md#in-place-resize).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResizeSupport {
+    /// The API server's discovery lists `pods/resize`.
+    Served,
+    /// It does not (Kubernetes before 1.33, or the feature gate off): every change rolls out.
+    NotServed,
+    /// No API server was asked (a directory of manifests): planned as a cluster that serves it.
+    #[default]
+    Assumed,
+    /// The API server was asked and has not answered yet: no pod is asked to resize (and no
+    /// template written) until it does.
+    Unknown,
 }
 
 /// A policy left out of the snapshot, with the message for its `Ready=False` condition.

@@ -24,7 +24,7 @@ use crate::core::model::{
     ANNOTATION_ROLLBACK, ContainerRequests, Name, PolicyId, RequestSet, WorkloadKey,
 };
 use crate::core::persisted::PersistedRecommendation;
-use crate::core::pod::PodTemplateSpec;
+use crate::core::pod::{PodSpec, PodTemplateSpec};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::snapshot::{Snapshot, Workload};
 use crate::core::writes::{
@@ -61,6 +61,8 @@ pub struct MemoryWriter {
     recommendations: BTreeMap<(Name, Name), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
     events: Vec<EventWrite>,
+    /// (namespace, pod) → the requests an in-place resize set, laid over the pod's containers.
+    resized_pods: HashMap<(Name, Name), ContainerRequests>,
 }
 
 impl MemoryWriter {
@@ -76,6 +78,19 @@ impl MemoryWriter {
                 && fields.changes(w)
             {
                 fields.lay_over(Arc::make_mut(w));
+            }
+        }
+        if !self.resized_pods.is_empty() {
+            for pod in &mut snapshot.pods {
+                let key = (
+                    pod.metadata.namespace.clone().unwrap_or_default(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                );
+                if let Some(requests) = self.resized_pods.get(&key)
+                    && let Some(spec) = Arc::make_mut(pod).spec.as_mut()
+                {
+                    set_pod_requests(spec, requests);
+                }
             }
         }
         for h in &mut snapshot.hpas {
@@ -102,6 +117,17 @@ impl MemoryWriter {
     /// The RightsizingRecommendations written so far, in name order.
     pub fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.recommendations.values().cloned().collect()
+    }
+
+    /// The RightsizingRecommendation `namespace/name` as written.
+    pub fn recommendation_named(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&PersistedRecommendation> {
+        self.recommendations
+            .get(&(Name::from(namespace), Name::from(name)))
+            .map(|r| &**r)
     }
 
     /// Rolling restarts kerf made to the workload `key`.
@@ -132,7 +158,15 @@ impl MemoryWriter {
             | WriteOp::Restart(_)
             | WriteOp::Coordinated(_)
             | WriteOp::Restore(_)
+            | WriteOp::Resize(_)
                 if read_only => {}
+            WriteOp::Resize(r) => {
+                for pod in &r.pods {
+                    let key = (pod.namespace.as_str().into(), pod.pod.as_str().into());
+                    merge_requests(self.resized_pods.entry(key).or_default(), &pod.requests);
+                }
+                self.event(r.event);
+            }
             WriteOp::Workload(w) => self.workload(&w, now),
             WriteOp::Restart(key) => self.restart(&key, now),
             WriteOp::Coordinated(c) => {
@@ -359,9 +393,13 @@ fn drop_requests<'a>(
 
 /// Sets the requests kerf owns on the template's containers (regular and init) of that name.
 fn set_template_requests(template: &mut PodTemplateSpec, requests: &ContainerRequests) {
-    let Some(spec) = template.spec.as_mut() else {
-        return;
-    };
+    if let Some(spec) = template.spec.as_mut() {
+        set_pod_requests(spec, requests);
+    }
+}
+
+/// Sets `requests` on the containers of a pod spec (a template's or a resized pod's).
+fn set_pod_requests(spec: &mut PodSpec, requests: &ContainerRequests) {
     let containers = spec
         .containers
         .iter_mut()

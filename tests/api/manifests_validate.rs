@@ -609,6 +609,8 @@ fn rbac_is_least_privilege() {
             set(&["update", "patch"]),
         );
     }
+    // In-place resize: the pods' resize subresource only, never the pods themselves.
+    want.insert("/pods/resize".into(), set(&["patch"]));
     want.insert("/events".into(), set(&["create", "patch"]));
     want.insert("events.k8s.io/events".into(), set(&["create", "patch"]));
     want.insert(

@@ -309,7 +309,7 @@ fn bad_at_timestamp_is_rejected() {
 }
 
 /// The HPA example's manifests with `edit` applied to web.yaml, in a temporary directory.
-fn hpa_example_edited(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
+pub fn hpa_example_edited(edit: impl Fn(&str) -> String) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for f in ["pods.yaml", "web.yaml"] {
         let text = std::fs::read_to_string(root().join("examples/hpa/manifests").join(f)).unwrap();
@@ -546,4 +546,61 @@ fn a_metric_that_does_not_exist_yields_metrics_found_false_in_json_and_table() {
         )),
         "{table}"
     );
+}
+
+/// The worked example with its strategy resizing in place and, unless `keep_hpa`, without its
+/// HPA.
+pub fn in_place_example(keep_hpa: bool) -> tempfile::TempDir {
+    hpa_example_edited(move |t| {
+        let t = t.replace(
+            "kind: AutomationStrategy\nmetadata:\n  name: shop-strategy\n  namespace: shop\nspec: {}",
+            "kind: AutomationStrategy\nmetadata:\n  name: shop-strategy\n  namespace: shop\nspec:\n  enablement: {resize: inPlaceOrRollout}",
+        );
+        assert!(t.contains("inPlaceOrRollout"), "the strategy was edited");
+        match t.split_once("---\napiVersion: autoscaling/v2") {
+            Some((without_hpa, _)) if !keep_hpa => without_hpa.to_string(),
+            _ => t,
+        }
+    })
+}
+
+/// `enablement.resize: inPlaceOrRollout`: a CPU change with no HPA is applied to the running pods
+/// in place (planned as a cluster serving `pods/resize` would, and said so); the pods are asked
+/// and counted as pending.
+#[test]
+fn an_in_place_strategy_resizes_a_change_without_an_hpa_in_place() {
+    let dir = in_place_example(false);
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(web["resources"]["app"]["cpu"]["recommended"], "700m");
+    assert_eq!(web["applyMethod"], "inPlace", "{web:#}");
+    assert_eq!(v["inPlaceResize"], "assumed");
+    assert_eq!(
+        web["resize"],
+        serde_json::json!({"podsResized": 0, "podsPending": 3, "podsInfeasible": 0,
+                           "podsWaiting": 0, "fallback": null})
+    );
+    let reasons = web["reasons"].to_string();
+    assert!(reasons.contains("no API server was asked"), "{reasons}");
+}
+
+/// An HPA-coordinated change is always a rollout, whatever the strategy says.
+#[test]
+fn an_hpa_coordinated_change_still_rolls_out_under_an_in_place_strategy() {
+    let dir = in_place_example(true);
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(web["hpa"]["targetAfter"], 71);
+    assert_eq!(web["applyMethod"], "rollout", "{web:#}");
+    assert_eq!(web["resize"], serde_json::Value::Null);
+}
+
+/// The default strategy rolls out.
+#[test]
+fn the_default_strategy_rolls_out() {
+    let v = recommend_json(
+        &root().join("examples/hpa/manifests"),
+        &root().join("examples/hpa/metrics.om"),
+    );
+    assert_eq!(entry(&v, "web")["applyMethod"], "rollout");
 }

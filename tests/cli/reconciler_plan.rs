@@ -522,7 +522,13 @@ async fn hpa_example_with_history(
 
 fn web_json(c: &CycleOutput) -> serde_json::Value {
     let w = c.workloads.iter().find(|w| w.key().name == "web").unwrap();
-    kerf::cli::recommend::workload_json(w.key(), w.gpu.as_deref(), w.resources.as_deref())
+    kerf::cli::recommend::workload_json(
+        w.key(),
+        w.gpu.as_deref(),
+        w.resources.as_deref(),
+        None,
+        kerf::core::snapshot::ResizeSupport::Assumed,
+    )
 }
 
 /// docs/design/hpa-coordination.md#h7: `max-replicas-reached` means the HPA was at
@@ -1037,4 +1043,114 @@ async fn metrics_found_says_when_the_selected_pods_have_no_samples() {
     let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
     assert_eq!(metrics_found(&ops, "gpu-reactive"), None);
     assert!(c.every_query_failed());
+}
+
+fn resize_ops(ops: &[WriteOp]) -> Vec<&kerf::core::writes::ResizeWrite> {
+    ops.iter()
+        .filter_map(|op| match op {
+            WriteOp::Resize(r) => Some(&**r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn writes_the_template(ops: &[WriteOp], name: &str) -> bool {
+    ops.iter().any(|op| match op {
+        WriteOp::Workload(w) => w.observed.key.name == name && w.requests.is_some(),
+        WriteOp::Coordinated(c) => c.workload.observed.key.name == name,
+        _ => false,
+    })
+}
+
+/// With `resize: inPlaceOrRollout` and no HPA, the CPU change is one resize per running pod
+/// (the exact `pods/resize` body) and no template write; under readOnly nothing at all.
+#[tokio::test]
+async fn an_in_place_change_plans_pod_resizes_and_no_template_write() {
+    let dir = crate::recommend_cli::in_place_example(false);
+    let m = load_dir(dir.path()).unwrap();
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    assert!(!writes_the_template(&ops, "web"), "{ops:#?}");
+    let resizes = resize_ops(&ops);
+    assert_eq!(resizes.len(), 1, "one op for the workload");
+    let pods: Vec<&str> = resizes[0].pods.iter().map(|p| p.pod.as_str()).collect();
+    assert_eq!(
+        pods,
+        [
+            "web-6d4b8c7f9-a1b2c",
+            "web-6d4b8c7f9-d3e4f",
+            "web-6d4b8c7f9-g5h6i"
+        ]
+    );
+    for p in &resizes[0].pods {
+        assert_eq!(
+            p.body,
+            serde_json::json!({"spec": {"containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "700m"}}}]}})
+        );
+    }
+    assert_eq!(resizes[0].event.reason, "Resized");
+    let status = &resizes[0].status;
+    assert_eq!(status.apply_method, Some(kerf::api::ApplyMethod::InPlace));
+    // New pods get the change at admission: it is what every replica serves.
+    let served = status.applied.as_ref().unwrap();
+    assert_eq!(served.requests["app"].cpu.as_ref().unwrap().0, "700m");
+
+    let mut read_only = load_dir(dir.path()).unwrap();
+    read_only.snapshot.global.read_only = true;
+    let c = run_cycle(&read_only.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&read_only.snapshot, &c, &[], &[], at());
+    assert!(resize_ops(&ops).is_empty() && !writes_the_template(&ops, "web"));
+}
+
+/// A cluster that does not serve `pods/resize` (before 1.33) rolls the change out; so does an
+/// HPA-coordinated one.
+#[tokio::test]
+async fn without_pods_resize_or_with_a_coordinated_hpa_the_change_rolls_out() {
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let dir = crate::recommend_cli::in_place_example(false);
+    let mut m = load_dir(dir.path()).unwrap();
+    m.snapshot.resize = kerf::core::snapshot::ResizeSupport::NotServed;
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    assert!(resize_ops(&ops).is_empty());
+    assert!(writes_the_template(&ops, "web"));
+
+    let dir = crate::recommend_cli::in_place_example(true);
+    let m = load_dir(dir.path()).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    assert!(resize_ops(&ops).is_empty());
+    assert!(ops.iter().any(|op| matches!(op, WriteOp::Coordinated(_))));
+}
+
+/// The in-memory writer lays a resize over the pods: the next cycle counts them resized and
+/// asks nothing more.
+#[tokio::test]
+async fn resized_pods_are_counted_and_not_asked_again() {
+    let dir = crate::recommend_cli::in_place_example(false);
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
+    dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let second = dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let recs = dir_loop.writer().recommendations();
+    let web = recs.iter().find(|r| r.name == "deployment-web").unwrap();
+    let resize = web.status.as_ref().unwrap().resize.as_ref().unwrap();
+    assert_eq!((resize.pods_resized, resize.pods_pending), (3, 0));
+    let pod = second
+        .snapshot
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("web-6d4b8c7f9-a1b2c"))
+        .unwrap();
+    let requests = pod.spec.as_ref().unwrap().containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap();
+    assert_eq!(requests.get("cpu").unwrap().0, "700m");
 }

@@ -159,6 +159,7 @@ fn cluster(r: &Recorded) -> Reply {
         "/apis/autoscaling/v2/horizontalpodautoscalers" => {
             list("HorizontalPodAutoscaler", "autoscaling/v2", vec![])
         }
+        "/api/v1" => kube_support::core_v1_discovery(true),
         other => panic!("unexpected request {other}"),
     }
 }
@@ -322,11 +323,15 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
     );
     let lists = seen
         .iter()
-        .filter(|r| !r.query.contains("watch=true"))
+        .filter(|r| !r.query.contains("watch=true") && r.path != "/api/v1")
         .count();
     assert_eq!(
         lists, 18,
         "one list per kind (9 of kerf, 8 built-in, the VPA)"
+    );
+    assert!(
+        seen.iter().any(|r| r.path == "/api/v1"),
+        "discovery asked whether pods/resize is served"
     );
     assert!(
         seen.iter()

@@ -661,7 +661,7 @@ async fn a_window_longer_than_the_history_is_flagged_and_auto_patch_waits_a_day(
     let reasons = new["reasons"].to_string();
     assert!(reasons.contains("auto-patch waits for 24h"), "{reasons}");
 
-    let table = to_table(&out, at(end));
+    let table = to_table(&out, at(end), &kerf::writers::memory::MemoryWriter::new());
     let line = table
         .lines()
         .find(|l| l.starts_with("shop/Deployment/new"))

@@ -5,9 +5,11 @@
 
 pub mod conflict;
 mod fields;
+pub mod method;
 mod ops;
 mod plan;
 mod recommendation;
+pub mod resize;
 
 pub use fields::{
     KerfApply, Live, Released, gpu_restart_due, has_any, kerf_apply, live_template,
@@ -16,7 +18,8 @@ pub use fields::{
 };
 pub use ops::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
-    PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
+    PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite, WorkloadWrite,
+    WriteOp,
 };
 pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, rolled_back};
 pub use recommendation::{

@@ -8,6 +8,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::fields::requests_match;
+use super::resize::PodResize;
 use crate::api::{PolicyStatus, RecommendationStatus, RightsizingRecommendationSpec};
 use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
@@ -206,6 +207,50 @@ impl EventWrite {
         }
     }
 
+    /// `Resized`: running pods asked to resize in place (`restarts`: containers the kubelet
+    /// restarts for it, by their `resizePolicy`).
+    pub fn resized(workload: &Workload, pods: &[PodResize]) -> Self {
+        let restarts: Vec<&str> = pods
+            .iter()
+            .flat_map(|p| p.restarts.iter().map(String::as_str))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut note = format!(
+            "resizing {} running pod{} in place",
+            pods.len(),
+            if pods.len() == 1 { "" } else { "s" }
+        );
+        if !restarts.is_empty() {
+            note.push_str(&format!(
+                "; the kubelet restarts container {} (resizePolicy RestartContainer)",
+                restarts.join(", ")
+            ));
+        }
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: false,
+            reason: "Resized".into(),
+            action: "Resize".into(),
+            note,
+            details: BTreeMap::from([("pods".to_string(), pods.len().to_string())]),
+        }
+    }
+
+    /// `ResizeFallback`: the in-place change rolls out instead, with why.
+    pub fn resize_fallback(workload: &Workload, reason_code: &str, message: &str) -> Self {
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: true,
+            reason: "ResizeFallback".into(),
+            action: "Rollout".into(),
+            note: format!("{reason_code}: {message}; rolling out instead"),
+            details: BTreeMap::from([("reason".to_string(), reason_code.to_string())]),
+        }
+    }
+
     /// `Blocked` with a reason code such as `HPACoupled`.
     pub fn blocked(workload: &Workload, reason_code: &str, message: &str) -> Self {
         Self {
@@ -381,6 +426,25 @@ pub enum WriteOp {
     /// Something the planning could not do, for the writer to log (planning itself logs
     /// nothing).
     Warning(Box<PlanWarning>),
+    /// The in-place part of a workload's change: its pods' resize requests, or the fallback
+    /// to a rollout (the template write follows as its own op).
+    Resize(Box<ResizeWrite>),
+}
+
+/// One workload's in-place resize of this cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResizeWrite {
+    pub workload: WorkloadKey,
+    /// Sent in order, paced (`pods/<name>/resize`).
+    pub pods: Vec<PodResize>,
+    /// The fallback first recorded this cycle (`Infeasible`, `DeferredTooLong`, …).
+    pub fallback: Option<&'static str>,
+    pub event: EventWrite,
+    /// The workload's RightsizingRecommendation (namespace, name) and its status as planned:
+    /// a resize the API server refuses is recorded there as a fallback to a rollout, which the
+    /// next cycle applies (as VPA's updater evicts after a failed resize).
+    pub recommendation: (String, String),
+    pub status: RecommendationStatus,
 }
 
 impl WriteOp {
@@ -398,6 +462,7 @@ impl WriteOp {
             WriteOp::Event(e) => e.regarding.to_string(),
             WriteOp::Restore(r) => r.observed.key.to_string(),
             WriteOp::Warning(w) => w.workload.to_string(),
+            WriteOp::Resize(r) => r.workload.to_string(),
         }
     }
 }

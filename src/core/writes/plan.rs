@@ -3,6 +3,7 @@
 //! annotations, coordinated changes, rollbacks and releases, events and policy conditions. The
 //! writer (cluster or in-memory) skips what the objects already have.
 
+use std::cell::{Cell, OnceCell};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::core::hash::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -19,28 +20,31 @@ use super::recommendation::{
 };
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
-    PolicyStatusWrite, RecommendationWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
-    merge_conditions, requests_match,
+    PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite, WorkloadWrite,
+    WriteOp, gpu_restart_due, merge_conditions, requests_match,
 };
 use crate::api::{
-    AppliedChange, CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE, CONDITION_READY,
-    CONDITION_STRATEGY_RESOLVED, PolicyStatus, REASON_CONFLICT, RecommendationPhase,
-    RecommendationStatus,
+    AppliedChange, ApplyMethod, CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE,
+    CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus, REASON_CONFLICT,
+    RecommendationPhase, RecommendationStatus,
 };
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
     WorkloadKey,
 };
 use crate::core::persisted::PersistedRecommendation;
+use crate::core::pod::Pod;
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::cycle::WorkloadOutcome;
-use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::gpu::samples::{
     MissingSamples, REASON_NO_SAMPLES, REASON_SAMPLES_FOUND, condition_message,
 };
+use crate::core::recommenders::gpu::{WorkloadResult, pods_by_owner};
 use crate::core::recommenders::resources::workload::{AgentPlan, RightsizingOutcome, RsResult};
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::core::writes::conflict::{Assessment, ConflictInput, ConflictRules, assess};
+use crate::core::writes::method::{Delivery, MethodInput, delivery};
+use crate::core::writes::resize::RESIZES_PER_CYCLE;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
 pub fn recommendation_name(key: &WorkloadKey) -> String {
@@ -261,6 +265,114 @@ struct Planning<'a> {
     workloads: HashMap<&'a WorkloadKey, &'a Arc<Workload>>,
     index: RecommendationIndex<'a>,
     now: Timestamp,
+    /// Pods still to be asked to resize in place this cycle ([`RESIZES_PER_CYCLE`]).
+    resize_budget: Cell<usize>,
+    /// Each workload's pods (indexes into the snapshot's), built when a change is resized in
+    /// place.
+    pods_by_owner: OnceCell<HashMap<WorkloadKey, Vec<usize>>>,
+}
+
+impl Planning<'_> {
+    /// The running pods of `key` (not being deleted).
+    fn running_pods(&self, key: &WorkloadKey) -> Vec<&Pod> {
+        let by_owner = self
+            .pods_by_owner
+            .get_or_init(|| pods_by_owner(self.snapshot));
+        by_owner
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|i| &*self.snapshot.pods[*i])
+            .filter(|pod| {
+                pod.metadata.deletion_timestamp.is_none()
+                    && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .collect()
+    }
+
+    /// [`Planning::delivery`] of the outcome's change, recorded in `status` (`applyMethod`, and
+    /// `resize` while kerf writes).
+    #[allow(clippy::too_many_arguments)]
+    fn delivery_recorded(
+        &self,
+        wo: &WorkloadOutcome,
+        r: &RsResult,
+        w: &Workload,
+        outcome: &RightsizingOutcome,
+        writing: bool,
+        status: &mut RecommendationStatus,
+        previous: Option<&RecommendationStatus>,
+    ) -> Option<Delivery> {
+        let delivery = outcome
+            .apply
+            .as_ref()
+            .map(|a| self.delivery(wo, r, w, a, previous, writing));
+        status.apply_method = delivery.as_ref().map(|d| d.method);
+        status.resize = delivery
+            .as_ref()
+            .filter(|_| writing)
+            .and_then(Delivery::status);
+        delivery
+    }
+
+    /// How the change of a workload reaches its running pods; `writing`: kerf writes it this
+    /// cycle (else only the method is said, no pod is looked at or asked).
+    fn delivery(
+        &self,
+        wo: &WorkloadOutcome,
+        r: &RsResult,
+        w: &Workload,
+        apply: &AgentPlan,
+        previous: Option<&RecommendationStatus>,
+        writing: bool,
+    ) -> Delivery {
+        let strategy_in_place = self
+            .snapshot
+            .rightsizing_policies
+            .iter()
+            .find(|policy| policy.id == r.policy)
+            .and_then(|policy| {
+                self.snapshot.strategy(
+                    policy.id.namespace.as_deref(),
+                    &policy.spec.automation_strategy_ref.name,
+                )
+            })
+            .is_some_and(|s| s.resize_in_place());
+        let gpu_recreates = wo
+            .gpu
+            .as_deref()
+            .filter(|g| !g.metrics_unavailable)
+            .is_some_and(|g| {
+                let annotations = GpuAnnotations {
+                    baseline: g.baseline.clone(),
+                    recommendation: g.recommendation.as_deref().cloned(),
+                };
+                gpu_restart_due(w, &annotations)
+            });
+        let pods = if writing && strategy_in_place {
+            self.running_pods(&r.key)
+        } else {
+            Vec::new()
+        };
+        let input = MethodInput {
+            strategy_in_place,
+            support: self.snapshot.resize,
+            coordinated: apply.hpa.is_some(),
+            gpu_recreates,
+            recorded_fallback: previous
+                .and_then(|s| s.resize.as_ref())
+                .and_then(|r| r.fallback.as_ref()),
+            pods: &pods,
+            requests: &apply.requests,
+            now: self.now,
+        };
+        let mut budget = if writing { self.resize_budget.get() } else { 0 };
+        let d = delivery(&input, &mut budget);
+        if writing {
+            self.resize_budget.set(budget);
+        }
+        d
+    }
 }
 
 /// The status a restore leaves: audit-only with the restore's reason; nothing kerf applied is
@@ -689,13 +801,22 @@ fn resource_writes(
     let outcome = adjusted.as_ref().unwrap_or(outcome);
     let plan = outcome.apply.as_ref().filter(|_| standing.writes());
     status.applied = served(outcome, plan, standing, status.applied.take());
+    let delivery = p.delivery_recorded(
+        wo,
+        r,
+        w,
+        outcome,
+        plan.is_some(),
+        &mut status,
+        previous.as_ref(),
+    );
+    let in_place = delivery
+        .as_ref()
+        .filter(|d| d.method == ApplyMethod::InPlace && plan.is_some());
     let kept_hpa = plan
         .and_then(|plan| plan.hpa.as_ref())
         .map(|h| hpa_target(p.snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
-    let changing = plan.is_some_and(|plan| !requests_match(&w.template, &plan.requests))
-        || kept_hpa
-            .as_ref()
-            .is_some_and(|h| !release.is_empty() && !h.in_place());
+    let changing = change_due(w, plan, in_place, kept_hpa.as_ref(), &release);
     if changing || !release.is_empty() {
         status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
     }
@@ -710,18 +831,7 @@ fn resource_writes(
     (status.phase, status.reason) =
         recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
     record_conflict(&mut status, conflict, p.now);
-    let mut spec = recommendation_spec(outcome, &r.key, Some(&r.policy));
-    if let Some(g) = &wo.gpu {
-        add_gpu(&mut spec, g);
-    }
-    let recommendation = RecommendationWrite {
-        namespace: r.key.namespace.to_string(),
-        name: recommendation_name(&r.key),
-        spec,
-        status: Some(status),
-        owner: owner_of(w),
-        observed,
-    };
+    let recommendation = recommendation_of(wo, r, w, outcome, status, observed);
     let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
     let applied = plan
         .and_then(|plan| plan.hpa.as_ref())
@@ -738,21 +848,101 @@ fn resource_writes(
         ops.extend(applied);
         return ops;
     }
+    let resize = delivery
+        .as_ref()
+        .filter(|_| plan.is_some())
+        .and_then(|d| resize_write(w, d, &recommendation));
     ops.extend(recommendation_write(recommendation));
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
     let Some(plan) = plan else { return ops };
+    if let Some(resize) = resize {
+        ops.push(resize);
+    }
+    if in_place.is_none() {
+        ops.push(template_write(w, plan, kept_hpa));
+        ops.extend(applied);
+    }
+    ops
+}
+
+/// The RightsizingRecommendation write of a workload with a CPU/memory result (and its GPU
+/// part, if any).
+fn recommendation_of(
+    wo: &WorkloadOutcome,
+    r: &RsResult,
+    w: &Workload,
+    outcome: &RightsizingOutcome,
+    status: RecommendationStatus,
+    observed: Option<PersistedRecommendation>,
+) -> RecommendationWrite {
+    let mut spec = recommendation_spec(outcome, &r.key, Some(&r.policy));
+    if let Some(g) = &wo.gpu {
+        add_gpu(&mut spec, g);
+    }
+    RecommendationWrite {
+        namespace: r.key.namespace.to_string(),
+        name: recommendation_name(&r.key),
+        spec,
+        status: Some(status),
+        owner: owner_of(w),
+        observed,
+    }
+}
+
+/// The template write of a rolled-out change, with the HPA target when coordinated.
+fn template_write(w: &Arc<Workload>, plan: &AgentPlan, kept_hpa: Option<HpaTarget>) -> WriteOp {
     let workload = WorkloadWrite {
         observed: Arc::clone(w),
         gpu: None,
         requests: Some(plan.requests.clone()),
     };
-    ops.push(match kept_hpa {
+    match kept_hpa {
         Some(hpa) => WriteOp::Coordinated(Box::new(CoordinatedChange { workload, hpa })),
         None => WriteOp::Workload(Box::new(workload)),
-    });
-    ops.extend(applied);
-    ops
+    }
+}
+
+/// Whether this cycle changes what the workload's pods run (`status.lastAppliedTime`): pods
+/// asked to resize in place, else a template that differs from the plan, or an HPA target a
+/// release moves.
+fn change_due(
+    w: &Workload,
+    plan: Option<&AgentPlan>,
+    in_place: Option<&Delivery>,
+    kept_hpa: Option<&HpaTarget>,
+    release: &RestorePlan,
+) -> bool {
+    let pods_change = match in_place {
+        Some(d) => d.resize.as_ref().is_some_and(|r| !r.requests.is_empty()),
+        None => plan.is_some_and(|plan| !requests_match(&w.template, &plan.requests)),
+    };
+    pods_change || kept_hpa.is_some_and(|h| !release.is_empty() && !h.in_place())
+}
+
+/// The in-place part of a workload's change: its pods' resize requests with their Event, or
+/// the Event of a fallback to a rollout first seen this cycle.
+fn resize_write(w: &Workload, d: &Delivery, rec: &RecommendationWrite) -> Option<WriteOp> {
+    let (pods, fallback, event) = match d.new_fallback() {
+        Some(f) => (
+            Vec::new(),
+            Some(f.reason),
+            EventWrite::resize_fallback(w, f.reason, &f.message),
+        ),
+        None => {
+            let resize = d.resize.as_ref().filter(|r| !r.requests.is_empty())?;
+            let event = EventWrite::resized(w, &resize.requests);
+            (resize.requests.clone(), None, event)
+        }
+    };
+    Some(WriteOp::Resize(Box::new(ResizeWrite {
+        workload: w.key.clone(),
+        pods,
+        fallback,
+        event,
+        recommendation: (rec.namespace.clone(), rec.name.clone()),
+        status: rec.status.clone().unwrap_or_default(),
+    })))
 }
 
 /// A release of part of what kerf took, with what it keeps applying and the recommendation, in
@@ -923,6 +1113,8 @@ pub fn plan_writes(
         workloads: snapshot.workloads.iter().map(|w| (&w.key, w)).collect(),
         index: RecommendationIndex::new(recommendations),
         now,
+        resize_budget: Cell::new(RESIZES_PER_CYCLE),
+        pods_by_owner: OnceCell::new(),
     };
     // A workload whose fields another manager keeps taking back is not written (docs/gitops.md).
     let conflicts = Conflicts::assess(&p);

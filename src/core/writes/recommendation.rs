@@ -191,6 +191,8 @@ pub fn gpu_recommendation_status(
         applied: None,
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
         conflict: previous.and_then(|p| p.conflict.clone()),
+        apply_method: None,
+        resize: None,
     }
 }
 
@@ -215,6 +217,8 @@ pub fn recommendation_status(
         applied: previous.and_then(|p| p.applied.clone()),
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
         conflict: previous.and_then(|p| p.conflict.clone()),
+        apply_method: previous.and_then(|p| p.apply_method),
+        resize: previous.and_then(|p| p.resize.clone()),
     };
     if let Some(plan) = &outcome.apply {
         if let Some(h) = &plan.hpa {

@@ -73,8 +73,13 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
     for (doc, at) in listed {
         reader.object(doc, &at);
     }
+    let mut manifests = reader.finish()?;
+    // Asked, as the in-cluster reader asks: a cluster that does not serve it rolls out.
+    manifests.snapshot.resize = super::resize_support(client)
+        .await
+        .unwrap_or(crate::core::snapshot::ResizeSupport::Unknown);
     Ok(Listed {
-        manifests: reader.finish()?,
+        manifests,
         missing_crds,
     })
 }

@@ -44,7 +44,7 @@ use crate::api::{
 use crate::core::model::PolicyId;
 use crate::core::owner;
 use crate::core::persisted::PersistedRecommendation;
-use crate::core::snapshot::{Policy, Snapshot, StrategyKey, Workload};
+use crate::core::snapshot::{Policy, ResizeSupport, Snapshot, StrategyKey, Workload};
 use crate::core::vpa::Vpa;
 use crate::health::{Health, LogLimit, error_chain, panic_message};
 use crate::state::{ObjectName, Store};
@@ -226,6 +226,8 @@ struct Inner {
     pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
     vpas: Arc<Projected<Option<Vpa>>>,
+    /// Whether the API server serves `pods/resize`, from its discovery.
+    resize: watch::Receiver<ResizeSupport>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
     /// Set when a watch task ended or panicked.
     stopped: watch::Receiver<Option<String>>,
@@ -862,6 +864,48 @@ fn not_served(e: &watcher::Error) -> bool {
 /// The VerticalPodAutoscalers, where their CRD is installed. A cluster without the CRD has no
 /// VPA: the 404 completes the initial listing, empty, so readiness does not wait on a CRD kerf
 /// does not need; the watch keeps retrying (backing off) and reads VPAs once it is installed.
+/// How often the API server's discovery is asked again whether it serves `pods/resize` (a
+/// control plane upgraded to 1.33 starts resizing in place without a restart of kerf).
+const RESIZE_DISCOVERY_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Whether the API server serves the `pods/resize` subresource: its `/api/v1` discovery lists
+/// it where in-place resize is on (`InPlacePodVerticalScaling`, beta and on by default from
+/// Kubernetes 1.33; pkg/registry/core/pod/rest). Until the first answer it is
+/// [`ResizeSupport::Unknown`]: no pod is resized and nothing rolls out for it.
+pub async fn resize_support(client: &Client) -> Result<ResizeSupport, ::kube::Error> {
+    let list = client.list_core_api_resources("v1").await?;
+    Ok(if list.resources.iter().any(|r| r.name == "pods/resize") {
+        ResizeSupport::Served
+    } else {
+        ResizeSupport::NotServed
+    })
+}
+
+fn spawn_resize_discovery(
+    client: &Client,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> watch::Receiver<ResizeSupport> {
+    let (tx, rx) = watch::channel(ResizeSupport::Unknown);
+    let client = client.clone();
+    // Not a required task: without an answer kerf resizes nothing in place, which is safe.
+    tasks.push(tokio::spawn(async move {
+        loop {
+            let wait = match resize_support(&client).await {
+                Ok(support) => {
+                    tx.send_if_modified(|s| std::mem::replace(s, support) != support);
+                    RESIZE_DISCOVERY_INTERVAL
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "API discovery of pods/resize failed: retrying");
+                    Duration::from_secs(30)
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }));
+    rx
+}
+
 fn spawn_vpa_watch(
     client: &Client,
     sync: &SyncTracker,
@@ -1023,6 +1067,7 @@ impl Reader {
         let (kerf, mut tasks) = spawn_kerf_watches(&client, &sync);
         let w = spawn_workload_watches(&client, &sync, store.as_ref(), &mut tasks);
         let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
+        let resize = spawn_resize_discovery(&client, &mut tasks);
         let p = spawn_pod_watches(client, sync, store.as_ref(), &mut tasks);
         Reader {
             own_namespace: None,
@@ -1037,6 +1082,7 @@ impl Reader {
                 pods: p.pods,
                 hpas: p.hpas,
                 vpas,
+                resize,
                 unsynced,
                 stopped,
                 health,
@@ -1239,6 +1285,7 @@ impl Reader {
             vpas: i.vpas.values().into_iter().flatten().collect(),
             replicaset_owners,
             job_owners,
+            resize: *self.inner.resize.borrow(),
         };
         (snapshot, invalid)
     }

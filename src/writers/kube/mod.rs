@@ -38,7 +38,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::{Value, json};
@@ -53,7 +53,7 @@ use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, ContainerRequests, WorkloadKey,
 };
-use crate::telemetry::{Metrics, WriteLabels};
+use crate::telemetry::{Metrics, ResizeLabels, WriteLabels};
 
 use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
 use crate::core::writes::*;
@@ -107,6 +107,19 @@ impl WriterConfig {
 }
 
 type Queued = (WriteOp, Option<oneshot::Sender<WriteOutcome>>);
+
+fn count_fallback(metrics: &Metrics) {
+    metrics
+        .resizes
+        .get_or_create(&ResizeLabels {
+            outcome: "fallback".into(),
+        })
+        .inc();
+}
+
+/// The pause between two pods' resize requests: a workload's pods are resized one after
+/// another, never in one burst (at most 10 a second).
+pub const RESIZE_PACE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 #[error("the writer task has stopped")]
@@ -372,9 +385,15 @@ impl Task {
                 tracing::debug!(workload = %w.observed.key, "readOnly: workload not written");
                 return WriteOutcome::ReadOnly;
             }
-            WriteOp::Restart(_) | WriteOp::Coordinated(_) | WriteOp::Restore(_) if read_only => {
+            WriteOp::Restart(_)
+            | WriteOp::Coordinated(_)
+            | WriteOp::Restore(_)
+            | WriteOp::Resize(_)
+                if read_only =>
+            {
                 return WriteOutcome::ReadOnly;
             }
+            WriteOp::Resize(r) => self.resize(&r).await,
             WriteOp::Workload(w) => self.write_workload(&w).await,
             WriteOp::Restart(key) => self.restart(&key).await.map(|()| 1),
             WriteOp::Coordinated(c) => self.coordinated(&c).await,
@@ -470,6 +489,111 @@ impl Task {
             made += 1;
         }
         Ok(made)
+    }
+
+    /// A workload's in-place resize: each pod's `resize` subresource patched in turn, paced by
+    /// [`RESIZE_PACE`], then the Event. A refused pod does not stop the others.
+    async fn resize(&self, r: &ResizeWrite) -> Result<usize, CallError> {
+        let count = |outcome: &str| {
+            self.cfg
+                .metrics
+                .resizes
+                .get_or_create(&ResizeLabels {
+                    outcome: outcome.into(),
+                })
+                .inc();
+        };
+        if let Some(reason) = r.fallback {
+            count(match reason {
+                "Infeasible" => "infeasible",
+                "DeferredTooLong" | "InProgressTooLong" => "timed_out",
+                _ => "fallback",
+            });
+        }
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let mut made = 0;
+        let mut first_error = None;
+        for (i, pod) in r.pods.iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(RESIZE_PACE).await;
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+            let patch = Patch::Strategic(&pod.body);
+            let sent = self
+                .call(
+                    Some("resize"),
+                    &format!("resize pod {}/{}", pod.namespace, pod.pod),
+                    || api.patch_subresource("resize", &pod.pod, &params, &patch),
+                )
+                .await;
+            match sent {
+                Ok(_) => {
+                    count("accepted");
+                    made += 1;
+                }
+                Err(CallError::NotLeader) => return Err(CallError::NotLeader),
+                Err(e) => {
+                    count("refused");
+                    tracing::warn!(pod = %pod.pod, error = %e, "in-place resize refused");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        self.event(&r.event).await?;
+        let Some(e) = first_error else {
+            return Ok(made + 1);
+        };
+        if matches!(e, CallError::Rejected { .. }) {
+            // Refused for good (not a timeout): the next cycle rolls the workload out.
+            self.record_refused_resize(r, &e).await?;
+        }
+        Err(e)
+    }
+
+    /// Records on the RightsizingRecommendation that the API server refused a resize: the next
+    /// cycle plans the change as a rollout (the fallback is kept while the recommendation is
+    /// the same), with its Event.
+    async fn record_refused_resize(&self, r: &ResizeWrite, e: &CallError) -> Result<(), CallError> {
+        let (namespace, name) = &r.recommendation;
+        let mut status = r.status.clone();
+        let resize = status.resize.get_or_insert_with(Default::default);
+        resize.fallback = Some(crate::api::ResizeFallback {
+            reason: "Refused".into(),
+            message: format!("the API server refused the resize: {e}"),
+            time: crate::core::model::rfc3339_secs(Timestamp::now()),
+            requests: status
+                .applied
+                .as_ref()
+                .map(|a| a.requests.clone())
+                .unwrap_or_default(),
+        });
+        let body = json!({
+            "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+            "kind": "RightsizingRecommendation",
+            "status": status,
+        });
+        let api: Api<RightsizingRecommendation> = Api::namespaced(self.client.clone(), namespace);
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(
+            Some("recommendation"),
+            &format!("status of RightsizingRecommendation {namespace}/{name}"),
+            || api.patch_status(name, &params, &patch),
+        )
+        .await?;
+        count_fallback(&self.cfg.metrics);
+        let event = EventWrite {
+            warning: true,
+            reason: "ResizeFallback".into(),
+            action: "Rollout".into(),
+            note: format!("Refused: {}; rolling out instead", e),
+            details: std::collections::BTreeMap::from([("reason".into(), "Refused".into())]),
+            ..r.event.clone()
+        };
+        self.event(&event).await
     }
 
     /// Rolling restart through the pod template annotation (a merge patch: see the module docs).

@@ -44,6 +44,26 @@ pub fn status(code: u16, reason: &str) -> Reply {
     )
 }
 
+/// The API server's `/api/v1` discovery, listing `pods/resize` when `resize` (Kubernetes 1.33+
+/// with InPlacePodVerticalScaling on, as the registry serves it).
+pub fn core_v1_discovery(resize: bool) -> Reply {
+    let mut resources = vec![
+        json!({"name": "pods", "singularName": "pod", "namespaced": true,
+        "kind": "Pod", "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}),
+    ];
+    if resize {
+        resources.push(
+            json!({"name": "pods/resize", "singularName": "", "namespaced": true,
+            "kind": "Pod", "verbs": ["get", "patch", "update"]}),
+        );
+    }
+    Reply::Json(
+        200,
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
+               "resources": resources}),
+    )
+}
+
 pub type Log = Arc<Mutex<Vec<Recorded>>>;
 
 pub fn requests(log: &Log) -> Vec<Recorded> {

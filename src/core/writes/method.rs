@@ -1,0 +1,141 @@
+//! How a workload's CPU/memory change reaches its running pods (docs/policies.md#in-place-resize):
+//! a rollout (the template is written) or an in-place resize of each pod, one rule per function.
+
+use jiff::Timestamp;
+
+use super::recommendation::applied_change;
+use super::resize::{Fallback, WorkloadResize, plan_workload_resize};
+use crate::api::{ApplyMethod, ResizeFallback, ResizeStatus};
+use crate::core::model::{ContainerRequests, rfc3339_secs};
+use crate::core::pod::Pod;
+use crate::core::snapshot::ResizeSupport;
+
+/// What decides the method of one workload's change.
+pub struct MethodInput<'a> {
+    /// The strategy says `resize: inPlaceOrRollout`.
+    pub strategy_in_place: bool,
+    pub support: ResizeSupport,
+    /// The change moves the HPA's target with the requests.
+    pub coordinated: bool,
+    /// A GPU change recreates the pods this cycle.
+    pub gpu_recreates: bool,
+    /// The fallback recorded for an earlier cycle, if any.
+    pub recorded_fallback: Option<&'a ResizeFallback>,
+    /// The workload's running pods.
+    pub pods: &'a [&'a Pod],
+    pub requests: &'a ContainerRequests,
+    pub now: Timestamp,
+}
+
+/// The method, and for an in-place change where its pods stand.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delivery {
+    pub method: ApplyMethod,
+    /// In place: the pods' resizes. After a fallback: its record (pods counted).
+    pub resize: Option<WorkloadResize>,
+    /// The fallback of this cycle or the one kept from an earlier cycle.
+    pub fallback: Option<ResizeFallback>,
+    /// Why the change rolls out although the strategy allows in place.
+    pub rollout_reason: Option<&'static str>,
+}
+
+impl Delivery {
+    fn rollout(reason: Option<&'static str>) -> Self {
+        Self {
+            method: ApplyMethod::Rollout,
+            resize: None,
+            fallback: None,
+            rollout_reason: reason,
+        }
+    }
+
+    /// What the RightsizingRecommendation's `status.resize` records.
+    pub fn status(&self) -> Option<Box<ResizeStatus>> {
+        if self.resize.is_none() && self.fallback.is_none() {
+            return None;
+        }
+        let r = self.resize.clone().unwrap_or_default();
+        Some(Box::new(ResizeStatus {
+            pods_resized: r.resized,
+            pods_pending: r.pending,
+            pods_infeasible: r.infeasible,
+            pods_waiting: r.waiting,
+            fallback: self.fallback.clone(),
+        }))
+    }
+
+    /// A fallback first recorded this cycle (its Event and metric are due).
+    pub fn new_fallback(&self) -> Option<&Fallback> {
+        self.resize.as_ref()?.fallback.as_ref()
+    }
+}
+
+/// An HPA-coordinated change always rolls out: the requests and the HPA target change together,
+/// pod by pod as new pods come up (docs/hpa-coordination.md).
+pub fn coordinated_change_rolls_out(input: &MethodInput<'_>) -> Option<&'static str> {
+    input.coordinated.then_some("HPACoordinated")
+}
+
+/// A GPU change recreates the pods (extended resources and KAI's annotations cannot change in
+/// place): the CPU/memory change goes with that rollout.
+pub fn gpu_change_recreates(input: &MethodInput<'_>) -> Option<&'static str> {
+    input.gpu_recreates.then_some("GPUChange")
+}
+
+/// Only where the API server serves `pods/resize` (Kubernetes 1.33 or later).
+pub fn resize_served(input: &MethodInput<'_>) -> Option<&'static str> {
+    (input.support == ResizeSupport::NotServed).then_some("ResizeNotServed")
+}
+
+/// A change that fell back to a rollout stays one while the recommendation is the same; a new
+/// recommendation is tried in place again.
+pub fn fallback_kept<'a>(input: &MethodInput<'a>) -> Option<&'a ResizeFallback> {
+    let recorded = input.recorded_fallback?;
+    (recorded.requests == applied_change(input.requests, None).requests).then_some(recorded)
+}
+
+/// The method of one workload's change, `budget` the pods still to be asked this cycle.
+pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
+    if !input.strategy_in_place {
+        return Delivery::rollout(None);
+    }
+    let rule_says_rollout = coordinated_change_rolls_out(input)
+        .or_else(|| gpu_change_recreates(input))
+        .or_else(|| resize_served(input));
+    if let Some(reason) = rule_says_rollout {
+        return Delivery::rollout(Some(reason));
+    }
+    if let Some(kept) = fallback_kept(input) {
+        return Delivery {
+            fallback: Some(kept.clone()),
+            ..Delivery::rollout(Some("ResizeFallback"))
+        };
+    }
+    // Until discovery answers, the pods wait (a cycle later they are asked or roll out).
+    let mut none_yet = 0;
+    let budget = if input.support == ResizeSupport::Unknown {
+        &mut none_yet
+    } else {
+        budget
+    };
+    let resize = plan_workload_resize(input.pods, input.requests, input.now, budget);
+    match &resize.fallback {
+        Some(f) => Delivery {
+            method: ApplyMethod::Rollout,
+            fallback: Some(ResizeFallback {
+                reason: f.reason.to_string(),
+                message: f.message.clone(),
+                time: rfc3339_secs(input.now),
+                requests: applied_change(input.requests, None).requests,
+            }),
+            resize: Some(resize),
+            rollout_reason: Some("ResizeFallback"),
+        },
+        None => Delivery {
+            method: ApplyMethod::InPlace,
+            resize: Some(resize),
+            fallback: None,
+            rollout_reason: None,
+        },
+    }
+}

@@ -1,0 +1,306 @@
+use serde_json::json;
+
+use super::*;
+
+fn pod(v: Value) -> Pod {
+    serde_json::from_value(v).unwrap()
+}
+
+fn running(containers: Value) -> Pod {
+    pod(json!({
+        "metadata": {"name": "web-1", "namespace": "shop"},
+        "spec": {"containers": containers},
+        "status": {"phase": "Running"}
+    }))
+}
+
+fn with_condition(mut p: Pod, type_: &str, reason: &str, at: &str) -> Pod {
+    let c: PodCondition = serde_json::from_value(json!({
+        "type": type_, "status": "True", "reason": reason, "message": "node is full",
+        "lastTransitionTime": at
+    }))
+    .unwrap();
+    p.status.get_or_insert_with(Default::default).conditions = Some(vec![c]);
+    p
+}
+
+fn cpu(m: i64) -> ContainerRequests {
+    [(
+        "app".to_string(),
+        ResourceRequests {
+            cpu_millis: Some(m),
+            memory_bytes: None,
+        },
+    )]
+    .into_iter()
+    .collect()
+}
+
+fn at(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn spec(p: &Pod) -> &PodSpec {
+    p.spec.as_ref().unwrap()
+}
+
+#[test]
+fn qos_class() {
+    let none = ContainerRequests::new();
+    let best_effort = running(json!([{"name": "app"}]));
+    assert_eq!(
+        super::qos_class(spec(&best_effort), &none),
+        QosClass::BestEffort
+    );
+    let guaranteed = running(json!([{"name": "app", "resources": {
+        "limits": {"cpu": "1", "memory": "1Gi"}}}]));
+    // Requests default to the limits.
+    assert_eq!(
+        super::qos_class(spec(&guaranteed), &none),
+        QosClass::Guaranteed
+    );
+    let burstable = running(json!([{"name": "app", "resources": {
+        "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]));
+    assert_eq!(
+        super::qos_class(spec(&burstable), &none),
+        QosClass::Burstable
+    );
+    // A container without both limits makes the pod Burstable, whatever the others are.
+    let mixed = running(json!([
+        {"name": "app", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+        {"name": "log", "resources": {"requests": {"cpu": "10m"}}}
+    ]));
+    assert_eq!(super::qos_class(spec(&mixed), &none), QosClass::Burstable);
+    // The requests of the pod after a resize are the ones given.
+    assert_eq!(
+        super::qos_class(spec(&guaranteed), &cpu(500)),
+        QosClass::Burstable
+    );
+    assert_eq!(
+        super::qos_class(spec(&best_effort), &cpu(500)),
+        QosClass::Burstable
+    );
+}
+
+#[test]
+fn qos_class_kept() {
+    let burstable = running(json!([{"name": "app", "resources": {
+        "requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]));
+    assert!(super::qos_class_kept(spec(&burstable), &cpu(250)).is_ok());
+    let guaranteed = running(json!([{"name": "app", "resources": {
+        "limits": {"cpu": "1", "memory": "1Gi"}}}]));
+    let f = super::qos_class_kept(spec(&guaranteed), &cpu(250)).unwrap_err();
+    assert_eq!(f.reason, "QoSClassChange");
+    assert!(
+        f.message.contains("from Guaranteed to Burstable"),
+        "{}",
+        f.message
+    );
+    let best_effort = running(json!([{"name": "app"}]));
+    assert!(super::qos_class_kept(spec(&best_effort), &cpu(250)).is_err());
+}
+
+#[test]
+fn no_pod_level_resources() {
+    let plain = running(json!([{"name": "app"}]));
+    assert!(super::no_pod_level_resources(spec(&plain)).is_ok());
+    let pod_level = pod(json!({
+        "metadata": {"name": "p", "namespace": "shop"},
+        "spec": {"containers": [{"name": "app"}], "resources": {"requests": {"memory": "1Gi"}}}
+    }));
+    let f = super::no_pod_level_resources(spec(&pod_level)).unwrap_err();
+    assert_eq!(f.reason, "PodLevelResources");
+}
+
+#[test]
+fn kubelet_resize_within_bounds() {
+    let now = at("2026-07-01T12:00:00Z");
+    let base = running(json!([{"name": "app"}]));
+    let state = |p: &Pod| kubelet_resize(p);
+    let ok = |p: &Pod| super::kubelet_resize_within_bounds(&state(p), now);
+    assert!(ok(&base).is_ok());
+    let deferred_4m = with_condition(
+        base.clone(),
+        POD_RESIZE_PENDING,
+        "Deferred",
+        "2026-07-01T11:56:00Z",
+    );
+    assert_eq!(
+        state(&deferred_4m),
+        KubeletResize::Deferred(Some(at("2026-07-01T11:56:00Z")))
+    );
+    assert!(ok(&deferred_4m).is_ok(), "within the 5 minutes");
+    let deferred_6m = with_condition(
+        base.clone(),
+        POD_RESIZE_PENDING,
+        "Deferred",
+        "2026-07-01T11:54:00Z",
+    );
+    assert_eq!(ok(&deferred_6m).unwrap_err().reason, "DeferredTooLong");
+    let infeasible = with_condition(
+        base.clone(),
+        POD_RESIZE_PENDING,
+        "Infeasible",
+        "2026-07-01T11:59:00Z",
+    );
+    let f = ok(&infeasible).unwrap_err();
+    assert_eq!(f.reason, "Infeasible");
+    assert!(f.message.contains("node is full"));
+    let in_progress_59m = with_condition(
+        base.clone(),
+        POD_RESIZE_IN_PROGRESS,
+        "",
+        "2026-07-01T11:01:00Z",
+    );
+    assert!(ok(&in_progress_59m).is_ok());
+    let in_progress_61m = with_condition(
+        base.clone(),
+        POD_RESIZE_IN_PROGRESS,
+        "",
+        "2026-07-01T10:59:00Z",
+    );
+    assert_eq!(
+        ok(&in_progress_61m).unwrap_err().reason,
+        "InProgressTooLong"
+    );
+    let failed = with_condition(
+        base,
+        POD_RESIZE_IN_PROGRESS,
+        "Error",
+        "2026-07-01T11:59:00Z",
+    );
+    assert_eq!(ok(&failed).unwrap_err().reason, "ResizeError");
+}
+
+#[test]
+fn pod_requests_are_capped_at_the_limit_for_the_containers_the_pod_resizes() {
+    let p = pod(json!({
+        "metadata": {"name": "p", "namespace": "shop"},
+        "spec": {
+            "containers": [{"name": "app", "resources": {"limits": {"cpu": "800m"}}}],
+            "initContainers": [
+                {"name": "proxy", "restartPolicy": "Always"},
+                {"name": "migrate"}
+            ]
+        }
+    }));
+    let mut wanted = cpu(1000);
+    for c in ["proxy", "migrate"] {
+        wanted.insert(
+            c.into(),
+            ResourceRequests {
+                cpu_millis: Some(50),
+                memory_bytes: None,
+            },
+        );
+    }
+    let got = pod_requests(spec(&p), &wanted);
+    assert_eq!(
+        got.get("app").unwrap().cpu_millis,
+        Some(800),
+        "capped at the limit"
+    );
+    assert_eq!(
+        got.get("proxy").unwrap().cpu_millis,
+        Some(50),
+        "a sidecar is resized"
+    );
+    assert!(
+        got.get("migrate").is_none(),
+        "an init container is immutable"
+    );
+}
+
+#[test]
+fn resize_body_patches_requests_of_containers_and_sidecars_by_name() {
+    let p = pod(json!({
+        "metadata": {"name": "p", "namespace": "shop"},
+        "spec": {
+            "containers": [{"name": "app"}],
+            "initContainers": [{"name": "proxy", "restartPolicy": "Always"}]
+        }
+    }));
+    let mut wanted = cpu(250);
+    wanted.insert(
+        "proxy".into(),
+        ResourceRequests {
+            cpu_millis: None,
+            memory_bytes: Some(64 * 1024 * 1024),
+        },
+    );
+    assert_eq!(
+        resize_body(spec(&p), &wanted),
+        json!({"spec": {
+            "containers": [{"name": "app", "resources": {"requests": {"cpu": "250m"}}}],
+            "initContainers": [{"name": "proxy", "resources": {"requests": {"memory": "64Mi"}}}]
+        }})
+    );
+}
+
+#[test]
+fn restarted_containers_are_those_whose_resize_policy_restarts_a_changed_resource() {
+    let p = running(json!([
+        {"name": "app", "resources": {"requests": {"cpu": "500m"}},
+         "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]},
+        {"name": "log", "resources": {"requests": {"cpu": "10m"}},
+         "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]}
+    ]));
+    let mut wanted = cpu(250);
+    wanted.insert(
+        "log".into(),
+        ResourceRequests {
+            cpu_millis: Some(20),
+            memory_bytes: None,
+        },
+    );
+    assert_eq!(
+        restarted_containers(spec(&p), &wanted),
+        vec!["app".to_string()]
+    );
+    // Unchanged: nothing restarts.
+    assert!(restarted_containers(spec(&p), &cpu(500)).is_empty());
+}
+
+#[test]
+fn plan_workload_resize_asks_pods_within_the_budget_and_counts_the_others() {
+    let now = at("2026-07-01T12:00:00Z");
+    let old = running(json!([{"name": "app", "resources": {"requests": {"cpu": "500m"}}}]));
+    let done = running(json!([{"name": "app", "resources": {"requests": {"cpu": "250m"}}}]));
+    let deferred = with_condition(
+        done.clone(),
+        POD_RESIZE_PENDING,
+        "Deferred",
+        "2026-07-01T11:59:00Z",
+    );
+    let pods = [&old, &old, &done, &deferred];
+    let mut budget = 1;
+    let r = plan_workload_resize(&pods, &cpu(250), now, &mut budget);
+    assert_eq!(budget, 0);
+    assert_eq!(r.requests.len(), 1);
+    assert_eq!(
+        (r.resized, r.pending, r.waiting, r.infeasible),
+        (1, 2, 1, 0)
+    );
+    assert!(r.fallback.is_none());
+    assert_eq!(
+        r.requests[0].body,
+        json!({"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "250m"}}}]}})
+    );
+}
+
+#[test]
+fn plan_workload_resize_falls_back_for_the_whole_workload_and_asks_nothing() {
+    let now = at("2026-07-01T12:00:00Z");
+    let old = running(json!([{"name": "app", "resources": {"requests": {"cpu": "500m"}}}]));
+    let infeasible = with_condition(
+        running(json!([{"name": "app", "resources": {"requests": {"cpu": "250m"}}}])),
+        POD_RESIZE_PENDING,
+        "Infeasible",
+        "2026-07-01T11:59:00Z",
+    );
+    let mut budget = 10;
+    let r = plan_workload_resize(&[&old, &infeasible], &cpu(250), now, &mut budget);
+    assert_eq!(r.fallback.as_ref().unwrap().reason, "Infeasible");
+    assert_eq!(r.infeasible, 1);
+    assert!(r.requests.is_empty(), "a rollout replaces every pod");
+}
