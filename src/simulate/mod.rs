@@ -147,6 +147,8 @@ pub struct WorkloadReport {
     pub changes: Vec<Change>,
     pub resource_changes: Vec<ResourceChange>,
     pub rollouts: usize,
+    /// Changes applied to the running pods in place (`pods/resize`), no rollout.
+    pub resized_in_place: usize,
     /// A GPU reactive policy covers the workload (else its GPU figures mean nothing).
     pub gpu_policy: bool,
     /// A rightsizing policy covers the workload (it gets CPU and memory charts).
@@ -453,6 +455,8 @@ struct Replay<'b> {
     /// What a rollout gave each workload's pods last.
     references: HashMap<WorkloadKey, Vec<PodAlloc>>,
     pods: ReplayPods,
+    /// The workloads the last cycle resizes in place (`applyMethod: inPlace`).
+    in_place: HashSet<WorkloadKey>,
 }
 
 impl<'b> Replay<'b> {
@@ -475,6 +479,7 @@ impl<'b> Replay<'b> {
             tracks: Vec::new(),
             references,
             pods,
+            in_place: HashSet::new(),
         }
     }
 
@@ -561,6 +566,7 @@ impl<'b> Replay<'b> {
                 changes: Vec::new(),
                 resource_changes: Vec::new(),
                 rollouts: 0,
+                resized_in_place: 0,
                 gpu_policy: gpu_policy.is_some(),
                 resources_policy: outcome.resources.is_some(),
                 gpu_hours: Hours::default(),
@@ -638,7 +644,13 @@ impl<'b> Replay<'b> {
         };
         let old = self.pods.sim_alloc[first].clone();
         let was = was.first().unwrap_or(&old);
-        track.report.rollouts += 1;
+        // Resized in place: the same pods take the new requests (a GPU change always rolls).
+        let in_place = self.in_place.contains(key) && gpu_map(was) == gpu_map(&new);
+        if in_place {
+            track.report.resized_in_place += 1;
+        } else {
+            track.report.rollouts += 1;
+        }
         if gpu_map(was) != gpu_map(&new) {
             track
                 .report
@@ -936,13 +948,21 @@ pub async fn run<S: MetricSource>(
         for (policy, e) in cycle.query_failures() {
             warnings.push(format!("{tick}: {policy}: {e}"));
         }
+        replay.in_place = resized_in_place(&writer);
         let rolled = replay.follow_cycle(&cycle, &after, &store, tick);
         current = after;
         replay.pods.rescale_history(&mut history, &rolled);
         replay.record_allocations(ti, tick);
     }
 
-    let tracks = std::mem::take(&mut replay.tracks);
+    let mut tracks = std::mem::take(&mut replay.tracks);
+    for t in tracks.iter_mut().filter(|t| t.report.resized_in_place > 0) {
+        t.report.notes.push(format!(
+            "resized in place {} time(s), as a cluster serving pods/resize (Kubernetes 1.33+) \
+             would: no API server was asked",
+            t.report.resized_in_place
+        ));
+    }
     let reporting = Reporting {
         ticks: &ticks,
         last,
@@ -967,6 +987,21 @@ pub async fn run<S: MetricSource>(
         coverage: coverage(&covered, &ticks, opts),
         warnings,
     })
+}
+
+/// The workloads whose change kerf applies in place (`applyMethod: inPlace`), as the cycle
+/// recorded them.
+fn resized_in_place(writer: &MemoryWriter) -> HashSet<WorkloadKey> {
+    writer
+        .recommendations()
+        .iter()
+        .filter(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.apply_method == Some(crate::api::ApplyMethod::InPlace))
+        })
+        .filter_map(|r| r.workload())
+        .collect()
 }
 
 /// The value tick `i` takes from `values`: the latest sample at or before it, not older than

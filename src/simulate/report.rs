@@ -93,6 +93,7 @@ fn workload_json(w: &WorkloadReport) -> Value {
         "changes": changes,
         "resourceChanges": resource_changes,
         "rollouts": w.rollouts,
+        "resizedInPlace": w.resized_in_place,
         "gpuHours": hours_json(&w.gpu_hours),
         "cpuCoreHours": hours_json(&w.cpu_core_hours),
         "memoryGiBHours": hours_json(&w.memory_gib_hours),

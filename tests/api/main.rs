@@ -12,3 +12,6 @@ mod design_docs;
 mod function_length;
 mod gitops_docs;
 mod manifests_validate;
+#[path = "../support/resize_oracle.rs"]
+mod resize_oracle;
+mod resize_rules;

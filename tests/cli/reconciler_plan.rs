@@ -1154,3 +1154,245 @@ async fn resized_pods_are_counted_and_not_asked_again() {
         .unwrap();
     assert_eq!(requests.get("cpu").unwrap().0, "700m");
 }
+
+/// The in-place example's snapshot with each web pod as the API server serves it after kerf's
+/// resize (the spec at 700m) and, when given, the kubelet's resize condition on it.
+fn resized_pods(m: &mut kerf::sources::dir::Manifests, condition: Option<(&str, &str, Timestamp)>) {
+    for pod in &mut m.snapshot.pods {
+        let mut v = serde_json::to_value(&**pod).unwrap();
+        v["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m".into();
+        if let Some((type_, reason, since)) = condition {
+            v["status"]["conditions"] = serde_json::json!([
+                {"type": "Ready", "status": "True"},
+                {"type": type_, "status": "True", "reason": reason,
+                 "message": "Node didn't have enough capacity: cpu, requested: 700, capacity: 500",
+                 "lastTransitionTime": since.to_string()}
+            ]);
+        }
+        *pod = std::sync::Arc::new(serde_json::from_value(v).unwrap());
+    }
+}
+
+/// One cycle of the in-place example at `now` over `m`, after the writes `writer` recorded.
+async fn in_place_cycle(
+    m: &kerf::sources::dir::Manifests,
+    writer: &mut kerf::writers::memory::MemoryWriter,
+    now: Timestamp,
+) -> Vec<WriteOp> {
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &writer.recommendations(), now);
+    writer.apply_all(ops.clone(), false, now);
+    ops
+}
+
+fn web_resize(writer: &kerf::writers::memory::MemoryWriter) -> kerf::api::ResizeStatus {
+    let recs = writer.recommendations();
+    let web = recs.iter().find(|r| r.name == "deployment-web").unwrap();
+    let status = web.status.as_ref().unwrap();
+    *status.resize.clone().expect("status.resize")
+}
+
+/// A resize the kubelet defers (`PodResizePending`, `Deferred`) is waited for — pending, nothing
+/// asked again, no template written — and counted resized once the condition is gone; deferred
+/// for more than 5 minutes, the change rolls out instead, with a `ResizeFallback` Event.
+#[tokio::test]
+async fn a_deferred_resize_is_waited_for_then_resized_or_rolled_out_after_five_minutes() {
+    let dir = crate::recommend_cli::in_place_example(false);
+    let mut writer = kerf::writers::memory::MemoryWriter::new();
+    let m = load_dir(dir.path()).unwrap();
+    let first = in_place_cycle(&m, &mut writer, at()).await;
+    assert_eq!(resize_ops(&first).len(), 1);
+
+    let later = at() + jiff::SignedDuration::from_mins(2);
+    let mut deferred = load_dir(dir.path()).unwrap();
+    resized_pods(&mut deferred, Some(("PodResizePending", "Deferred", at())));
+    let ops = in_place_cycle(&deferred, &mut writer, later).await;
+    assert!(resize_ops(&ops).is_empty(), "nothing asked again: {ops:#?}");
+    assert!(!writes_the_template(&ops, "web"));
+    let r = web_resize(&writer);
+    assert_eq!(
+        (r.pods_resized, r.pods_pending, r.pods_infeasible),
+        (0, 3, 0)
+    );
+    assert!(r.fallback.is_none());
+
+    let mut settled = load_dir(dir.path()).unwrap();
+    resized_pods(&mut settled, None);
+    let ops = in_place_cycle(&settled, &mut writer, later).await;
+    assert!(resize_ops(&ops).is_empty() && !writes_the_template(&ops, "web"));
+    let r = web_resize(&writer);
+    assert_eq!((r.pods_resized, r.pods_pending), (3, 0));
+
+    // The same deferral seen six minutes on: rolled out.
+    let mut writer = kerf::writers::memory::MemoryWriter::new();
+    in_place_cycle(&m, &mut writer, at()).await;
+    let too_late = at() + jiff::SignedDuration::from_mins(6);
+    let ops = in_place_cycle(&deferred, &mut writer, too_late).await;
+    assert!(writes_the_template(&ops, "web"), "{ops:#?}");
+    let fallback = resize_ops(&ops);
+    assert_eq!(fallback.len(), 1);
+    assert_eq!(fallback[0].fallback, Some("DeferredTooLong"));
+    assert_eq!(fallback[0].event.reason, "ResizeFallback");
+    assert!(fallback[0].pods.is_empty());
+    assert_eq!(
+        web_resize(&writer).fallback.unwrap().reason,
+        "DeferredTooLong"
+    );
+}
+
+/// An infeasible resize rolls the change out at once, and it stays a rollout (no second Event)
+/// while the recommendation is the same.
+#[tokio::test]
+async fn an_infeasible_resize_falls_back_to_a_rollout_that_holds_for_the_same_recommendation() {
+    let dir = crate::recommend_cli::in_place_example(false);
+    let mut writer = kerf::writers::memory::MemoryWriter::new();
+    let m = load_dir(dir.path()).unwrap();
+    in_place_cycle(&m, &mut writer, at()).await;
+    let mut infeasible = load_dir(dir.path()).unwrap();
+    resized_pods(
+        &mut infeasible,
+        Some(("PodResizePending", "Infeasible", at())),
+    );
+    let ops = in_place_cycle(&infeasible, &mut writer, at()).await;
+    assert!(writes_the_template(&ops, "web"));
+    let r = web_resize(&writer);
+    assert_eq!(r.pods_infeasible, 3);
+    let f = r.fallback.unwrap();
+    assert_eq!(f.reason, "Infeasible");
+    assert!(
+        f.message.contains("Node didn't have enough capacity"),
+        "{}",
+        f.message
+    );
+    let recs = writer.recommendations();
+    let web = recs.iter().find(|r| r.name == "deployment-web").unwrap();
+    assert_eq!(
+        web.status.as_ref().unwrap().apply_method,
+        Some(kerf::api::ApplyMethod::Rollout)
+    );
+
+    // The next cycle (the rollout under way, the pods as they were): still a rollout, said once.
+    let again = in_place_cycle(&m, &mut writer, at()).await;
+    assert!(resize_ops(&again).is_empty(), "{again:#?}");
+    assert_eq!(web_resize(&writer).fallback.unwrap().reason, "Infeasible");
+}
+
+/// A GPU change recreates the pods: the CPU/memory change of the same workload goes with that
+/// rollout, never in place.
+#[tokio::test]
+async fn a_gpu_change_recreates_the_pods_and_the_cpu_change_rolls_out_with_it() {
+    let (ops, c) = llm_with_cpu_in_place(true).await;
+    let llm = c
+        .workloads
+        .iter()
+        .find(|w| w.key().name == "llm")
+        .and_then(|w| w.resources.as_deref())
+        .and_then(|r| r.outcome.as_ref().ok())
+        .expect("a CPU result for llm");
+    assert!(
+        llm.apply.is_some(),
+        "the CPU change is in auto-patch: {llm:#?}"
+    );
+    assert!(resize_ops(&ops).is_empty(), "{ops:#?}");
+    assert!(writes_the_template(&ops, "llm"));
+    let rec = ops.iter().find_map(|op| match op {
+        WriteOp::Recommendation(r) if r.name == "deployment-llm" => Some(r),
+        _ => None,
+    });
+    assert_eq!(
+        rec.unwrap().status.as_ref().unwrap().apply_method,
+        Some(kerf::api::ApplyMethod::Rollout)
+    );
+    // The same change without the GPU policy is resized in place.
+    let (ops, _) = llm_with_cpu_in_place(false).await;
+    assert!(!writes_the_template(&ops, "llm"), "{ops:#?}");
+    assert_eq!(resize_ops(&ops)[0].workload.name, "llm");
+}
+
+/// The GPU example with a CPU auto-patch policy on llm and its strategy resizing in place; the
+/// GPU policy covers llm when `gpu`.
+async fn llm_with_cpu_in_place(gpu: bool) -> (Vec<WriteOp>, CycleOutput) {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["pods.yaml", "policies.yaml", "workloads.yaml"] {
+        let text = std::fs::read_to_string(root().join("examples/manifests").join(f)).unwrap();
+        let mut text = text.replace(
+            "    overrideScheduler: kai\n",
+            "    overrideScheduler: kai\n    resize: inPlaceOrRollout\n",
+        );
+        if !gpu {
+            text = text.replace(
+                "      matchLabels:\n        tier: gpu-inference\n",
+                "      matchLabels:\n        tier: none\n",
+            );
+        }
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("rightsizing.yaml"),
+        "apiVersion: rightsizing.kubex.ai/v1alpha1\nkind: RightsizingPolicy\nmetadata: {name: llm-cpu, namespace: ml}\nspec:\n  scope: {labelSelector: {matchLabels: {app: llm}}}\n  automationStrategyRef: {name: gpu-strategy}\n  resources:\n    cpu: {mode: auto-patch, percentile: 95, headroomPercent: 0, window: 15m}\n    memory: {mode: audit-only, window: 15m}\n",
+    )
+    .unwrap();
+    let m = load_dir(dir.path()).unwrap();
+    assert!(
+        std::fs::read_to_string(dir.path().join("policies.yaml"))
+            .unwrap()
+            .contains("inPlaceOrRollout")
+    );
+    let src = FileSource::from_path(&root().join("examples/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    (plan_writes(&m.snapshot, &c, &[], &[], at()), c)
+}
+
+/// A pod created after an in-place change (a scale-up, a replaced pod) is admitted with the new
+/// requests: the template was not written, the webhook serves the change.
+#[tokio::test]
+async fn a_pod_admitted_after_an_in_place_change_gets_the_new_requests() {
+    let dir = crate::recommend_cli::in_place_example(false);
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(dir.path());
+    let evaluated = dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let web = evaluated
+        .snapshot
+        .workloads
+        .iter()
+        .find(|w| w.key.name == "web")
+        .unwrap();
+    assert_eq!(
+        kerf::core::writes::template_requests(&web.template, "app")
+            .unwrap()
+            .cpu_millis,
+        Some(1000),
+        "the template keeps its requests"
+    );
+    let pod = serde_json::json!({
+        "metadata": {
+            "namespace": "shop",
+            "labels": {"app": "web", "pod-template-hash": "6d4b8c7f9"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                 "name": "web-6d4b8c7f9", "uid": "r", "controller": true}]
+        },
+        "spec": {"containers": [{"name": "app", "image": "web",
+                                 "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}
+    });
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": "shop", "object": pod}
+    });
+    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), &store);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    use base64::Engine as _;
+    let patch = answer["response"]["patch"].as_str().expect("a patch");
+    let ops = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+    let mut admitted = review["request"]["object"].clone();
+    json_patch::patch(&mut admitted, &ops).unwrap();
+    assert_eq!(
+        admitted["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "700m"
+    );
+}

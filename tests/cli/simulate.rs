@@ -388,6 +388,7 @@ fn assert_contract(v: &Value) {
             "namespace",
             "notes",
             "policy",
+            "resizedInPlace",
             "resourceChanges",
             "rollouts"
         ]
@@ -683,4 +684,30 @@ fn the_replay_reads_one_scrape_of_cadvisor_by_the_configured_matchers() {
         (both.used - 4.0 * shipped.used).abs() < 1e-6 * shipped.used,
         "both scrapes summed: {both:?} against {shipped:?}"
     );
+}
+
+/// With `resize: inPlaceOrRollout` and no HPA, the replay applies the change to the same pods
+/// in place: no rollout, the same allocation from then on, and the replay says it planned as a
+/// cluster serving `pods/resize` would.
+#[test]
+fn an_in_place_change_is_resized_not_rolled_out_and_said() {
+    let dir = crate::recommend_cli::in_place_example(false);
+    let metrics = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let r = replay(
+        dir.path(),
+        &metrics,
+        &opts("2026-01-01T11:00:00Z", "2026-01-01T12:00:00Z"),
+    );
+    let web = workload(&r, "web");
+    assert_eq!((web.rollouts, web.resized_in_place), (0, 1));
+    assert!(
+        web.notes
+            .iter()
+            .any(|n| n.contains("no API server was asked")),
+        "{:?}",
+        web.notes
+    );
+    assert_eq!(report::to_json(&r)["workloads"][0]["resizedInPlace"], 1);
+    // 3 pods at 1 core until 11:55, then at 700m, as for a rollout.
+    assert!((web.cpu_core_hours.allocated_with_kerf - 2.925).abs() < 1e-9);
 }

@@ -16,6 +16,7 @@ mod kube_prometheus_connection;
 mod kube_reader;
 mod kube_recovery;
 mod kube_replicas;
+mod kube_resize;
 mod kube_watch_errors;
 mod kube_writer;
 mod release_kube;

@@ -139,3 +139,114 @@ pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::writes::resize::tests::cpu;
+
+    fn pod(cpu: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    fn input<'a>(pods: &'a [&'a Pod], requests: &'a ContainerRequests) -> MethodInput<'a> {
+        MethodInput {
+            strategy_in_place: true,
+            support: ResizeSupport::Served,
+            coordinated: false,
+            gpu_recreates: false,
+            recorded_fallback: None,
+            pods,
+            requests,
+            now: "2026-07-01T12:00:00Z".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn coordinated_change_rolls_out() {
+        let r = cpu(250);
+        let mut i = input(&[], &r);
+        assert_eq!(super::coordinated_change_rolls_out(&i), None);
+        i.coordinated = true;
+        assert_eq!(
+            super::coordinated_change_rolls_out(&i),
+            Some("HPACoordinated")
+        );
+        assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::Rollout);
+    }
+
+    #[test]
+    fn gpu_change_recreates() {
+        let r = cpu(250);
+        let mut i = input(&[], &r);
+        i.gpu_recreates = true;
+        assert_eq!(super::gpu_change_recreates(&i), Some("GPUChange"));
+        assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::Rollout);
+    }
+
+    #[test]
+    fn resize_served() {
+        let r = cpu(250);
+        let mut i = input(&[], &r);
+        for (support, rolls_out) in [
+            (ResizeSupport::Served, false),
+            (ResizeSupport::Assumed, false),
+            (ResizeSupport::Unknown, false),
+            (ResizeSupport::NotServed, true),
+        ] {
+            i.support = support;
+            assert_eq!(super::resize_served(&i).is_some(), rolls_out, "{support:?}");
+        }
+    }
+
+    #[test]
+    fn fallback_kept() {
+        let r = cpu(250);
+        let recorded = ResizeFallback {
+            reason: "Infeasible".into(),
+            message: "node is full".into(),
+            time: "2026-07-01T11:00:00Z".into(),
+            requests: applied_change(&r, None).requests,
+        };
+        let mut i = input(&[], &r);
+        i.recorded_fallback = Some(&recorded);
+        assert!(super::fallback_kept(&i).is_some(), "same recommendation");
+        let d = delivery(&i, &mut 10);
+        assert_eq!(d.method, ApplyMethod::Rollout);
+        assert_eq!(d.fallback.as_ref(), Some(&recorded));
+        assert!(d.new_fallback().is_none(), "said once, when it happened");
+        let other = cpu(300);
+        i.requests = &other;
+        assert!(super::fallback_kept(&i).is_none(), "a new recommendation");
+        assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::InPlace);
+    }
+
+    /// The strategy's choice first; until discovery answers, pods wait (nothing asked, nothing
+    /// rolled out).
+    #[test]
+    fn delivery_follows_the_strategy_and_waits_for_discovery() {
+        let r = cpu(250);
+        let old = pod("500m");
+        let pods = [&old];
+        let mut i = input(&pods, &r);
+        i.strategy_in_place = false;
+        assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::Rollout);
+        i.strategy_in_place = true;
+        let mut budget = 10;
+        let d = delivery(&i, &mut budget);
+        assert_eq!(d.method, ApplyMethod::InPlace);
+        assert_eq!(d.resize.as_ref().unwrap().requests.len(), 1);
+        assert_eq!(budget, 9);
+        i.support = ResizeSupport::Unknown;
+        let d = delivery(&i, &mut budget);
+        assert_eq!(d.method, ApplyMethod::InPlace);
+        assert!(d.resize.as_ref().unwrap().requests.is_empty());
+        assert_eq!(d.resize.as_ref().unwrap().waiting, 1);
+        assert_eq!(budget, 9, "the cycle's budget is left to others");
+    }
+}

@@ -456,4 +456,4 @@ pub fn plan_workload_resize(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -24,7 +24,8 @@ fn with_condition(mut p: Pod, type_: &str, reason: &str, at: &str) -> Pod {
     p
 }
 
-fn cpu(m: i64) -> ContainerRequests {
+/// One container `app` requesting `m` millicores.
+pub(crate) fn cpu(m: i64) -> ContainerRequests {
     [(
         "app".to_string(),
         ResourceRequests {
