@@ -178,6 +178,11 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
             )
         });
     assert!(reader.is_synced());
+    // The API server's discovery lists pods/resize: in-place resize is served.
+    kube_support::eventually(5, "pods/resize discovered", || {
+        reader.snapshot().0.resize == kerf::core::snapshot::ResizeSupport::Served
+    })
+    .await;
 
     let (snap, invalid) = reader.snapshot();
 

@@ -182,3 +182,100 @@ async fn read_only_resizes_nothing() {
     assert_eq!(w.apply(resize_op(&["web-1"])).await, WriteOutcome::ReadOnly);
     assert!(requests(&log).is_empty());
 }
+
+/// The worked example (examples/hpa) with its strategy resizing in place; without its HPA
+/// unless `keep_hpa`.
+fn example(keep_hpa: bool) -> kerf::core::snapshot::Snapshot {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/manifests");
+    let mut s = kerf::sources::dir::load_dir(&dir).unwrap().snapshot;
+    for strategy in s.strategies.values_mut() {
+        std::sync::Arc::make_mut(strategy).enablement.resize =
+            Some(kerf::api::Resize::InPlaceOrRollout);
+    }
+    if !keep_hpa {
+        s.hpas.clear();
+    }
+    s.resize = kerf::core::snapshot::ResizeSupport::Served;
+    s
+}
+
+/// The example evaluated, planned and sent through a real writer to the mock API server: the
+/// request log shows what reached the cluster.
+async fn sent(s: &kerf::core::snapshot::Snapshot) -> Vec<Recorded> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hpa/metrics.om");
+    let source = kerf::metrics::file::FileSource::from_path(&path).unwrap();
+    let now = "2026-01-01T12:00:00Z".parse().unwrap();
+    let cycle = kerf::reconcile::run_cycle(s, &source, now, 15).await;
+    let ops = kerf::reconcile::plan_writes(s, &cycle, &[], &[], now);
+    let (client, log) = mock(|r: &Recorded| {
+        if r.method == "GET" && r.path == DEPLOYMENT {
+            return Reply::Json(200, live_deployment());
+        }
+        Reply::Json(200, r.body.clone())
+    });
+    let (w, _lease) = writer(client, Metrics::new());
+    for op in ops {
+        w.apply(op).await;
+    }
+    requests(&log)
+}
+
+const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+
+/// The example's Deployment as the API server serves it.
+fn live_deployment() -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "uid": "u-web"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [
+                {"name": "app", "image": "ghcr.io/example/web:1.0",
+                 "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}}}})
+}
+
+/// A non-HPA CPU change under `inPlaceOrRollout`: one resize per running pod, exact bodies, and
+/// no request to the Deployment at all.
+#[tokio::test]
+async fn the_cluster_sees_pod_resizes_and_no_write_to_the_template() {
+    let seen = sent(&example(false)).await;
+    assert!(
+        !seen.iter().any(|r| r.path.starts_with(DEPLOYMENT)),
+        "{:?}",
+        calls(&seen)
+    );
+    let resizes: Vec<&Recorded> = seen
+        .iter()
+        .filter(|r| r.path.ends_with("/resize"))
+        .collect();
+    let paths: Vec<&str> = resizes.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/api/v1/namespaces/shop/pods/web-6d4b8c7f9-a1b2c/resize",
+            "/api/v1/namespaces/shop/pods/web-6d4b8c7f9-d3e4f/resize",
+            "/api/v1/namespaces/shop/pods/web-6d4b8c7f9-g5h6i/resize",
+        ]
+    );
+    for r in resizes {
+        assert_eq!(r.method, "PATCH");
+        assert_eq!(r.content_type, STRATEGIC);
+        assert_eq!(r.body, body("700m"));
+    }
+}
+
+/// The HPA-coordinated change rolls out as before: the Deployment's template and the HPA are
+/// applied, no pod is resized.
+#[tokio::test]
+async fn an_hpa_coordinated_change_reaches_the_cluster_as_a_template_write() {
+    let seen = sent(&example(true)).await;
+    assert!(!seen.iter().any(|r| r.path.ends_with("/resize")));
+    assert!(
+        seen.iter()
+            .any(|r| r.method == "PATCH" && r.path == DEPLOYMENT),
+        "{:?}",
+        calls(&seen)
+    );
+    assert!(
+        seen.iter()
+            .any(|r| r.path.contains("horizontalpodautoscalers/web"))
+    );
+}
