@@ -93,6 +93,7 @@ pub(crate) fn deployment(ns: String, name: String, template: PodTemplateSpec) ->
         template,
         replicas: Some(1),
         field_managers: Vec::new(),
+        ownership: Default::default(),
     })
 }
 

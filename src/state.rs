@@ -37,6 +37,10 @@ pub struct Store {
     pub replicaset_owners: DashMap<ObjectName, String, RandomState>,
     /// Job → owning CronJob name.
     pub job_owners: DashMap<ObjectName, String, RandomState>,
+    /// (namespace, `<Kind>/<name>`) → its controller reference, for the other objects an owner
+    /// chain passes through (`Snapshot::controllers`): admission resolves a pod of a KServe
+    /// predictor to its InferenceService.
+    pub controllers: DashMap<ObjectName, crate::core::owner::Link, RandomState>,
     global: ArcSwap<GlobalConfigurationSpec>,
     ready: AtomicBool,
     health: Arc<Health>,
@@ -48,6 +52,23 @@ pub struct Store {
 }
 
 impl Store {
+    /// Replaces the controller links (`Snapshot::controllers`) with those of a fresh snapshot.
+    pub fn set_controllers(
+        &self,
+        controllers: &std::collections::BTreeMap<
+            (crate::core::model::Name, crate::core::model::Name),
+            crate::core::owner::Link,
+        >,
+    ) {
+        self.controllers.retain(|k, _| {
+            controllers.contains_key(&(k.namespace.as_str().into(), k.name.as_str().into()))
+        });
+        for ((ns, key), link) in controllers {
+            self.controllers
+                .insert(ObjectName::new(ns.as_str(), key.as_str()), link.clone());
+        }
+    }
+
     /// A store with its own metrics registry (tests; `kerf recommend`).
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())

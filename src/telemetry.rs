@@ -52,6 +52,13 @@ pub struct ResizeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    /// `evicted`, `disruption_budget` (a PodDisruptionBudget refused it: next turn), `gone`
+    /// (the pod no longer exists), `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ManagerLabel {
     /// The field manager that took a field kerf set back (`argocd-controller`, …).
     pub manager: String,
@@ -97,6 +104,7 @@ pub struct Metrics {
     pub prometheus_query_splits: Counter,
     pub cluster_writes: Family<WriteLabels, Counter>,
     pub resizes: Family<ResizeLabels, Counter>,
+    pub evictions: Family<EvictionLabels, Counter>,
     pub is_leader: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
     pub watch_errors: Family<WatchErrorLabels, Counter>,
@@ -161,6 +169,7 @@ impl Metrics {
             prometheus_query_splits: Counter::default(),
             cluster_writes: Family::default(),
             resizes: Family::default(),
+            evictions: Family::default(),
             is_leader: Gauge::default(),
             tls_reloads: Family::default(),
             watch_errors: Family::default(),
@@ -240,6 +249,12 @@ impl Metrics {
             "In-place pod resizes: requests the API server accepted or refused, and changes that \
              fell back to a rollout, by outcome",
             self.resizes.clone(),
+        );
+        r.register(
+            "kerf_evictions",
+            "Pods evicted so that their replacements are admitted with kerf's requests, for \
+             workloads whose template another controller owns, by outcome",
+            self.evictions.clone(),
         );
         r.register(
             "kerf_is_leader",

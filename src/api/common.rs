@@ -155,7 +155,10 @@ pub const CEL_ZERO_OR_AT_LEAST_1M: &str =
 /// CEL for "this duration is not zero".
 pub const CEL_NOT_ZERO: &str = "!self.matches('^(0+h)?(0+m)?(0+s)?$')";
 
-/// Kinds of workloads kerf can own (the pod's top owner).
+/// Kinds of workloads kerf can own (the pod's topmost owner): the five built-in kinds, and the
+/// controllers GPU inference runs under (docs/workloads.md). Only the built-in kinds and a
+/// Rollout have a pod template kerf writes; the others' changes reach pods at admission and by
+/// eviction.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
@@ -165,10 +168,24 @@ pub enum WorkloadKind {
     DaemonSet,
     Job,
     CronJob,
+    /// Argo Rollouts `argoproj.io/v1alpha1` Rollout (its `spec.template` is written).
+    Rollout,
+    /// KServe `serving.kserve.io/v1beta1` InferenceService.
+    InferenceService,
+    /// Knative Serving `serving.knative.dev/v1` Service (its Kubernetes kind is `Service`).
+    KnativeService,
+    /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
+    LeaderWorkerSet,
+    /// KubeRay `ray.io/v1` RayCluster.
+    RayCluster,
+    /// KubeRay `ray.io/v1` RayService.
+    RayService,
+    /// NVIDIA Grove `grove.io/v1alpha1` PodCliqueSet.
+    PodCliqueSet,
 }
 
 impl WorkloadKind {
-    /// Where the pod template lives in this kind.
+    /// Where the pod template lives in this kind (a kind kerf does not write has none it uses).
     pub fn template_path(self) -> &'static [&'static str] {
         match self {
             WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
@@ -176,7 +193,36 @@ impl WorkloadKind {
         }
     }
 
-    pub const ALL: [WorkloadKind; 5] = [
+    /// Whether kerf writes this kind's pod template (else it never writes the object).
+    pub fn template_writable(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::Deployment
+                | WorkloadKind::StatefulSet
+                | WorkloadKind::DaemonSet
+                | WorkloadKind::Job
+                | WorkloadKind::CronJob
+                | WorkloadKind::Rollout
+        )
+    }
+
+    pub const ALL: [WorkloadKind; 12] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::Job,
+        WorkloadKind::CronJob,
+        WorkloadKind::Rollout,
+        WorkloadKind::InferenceService,
+        WorkloadKind::KnativeService,
+        WorkloadKind::LeaderWorkerSet,
+        WorkloadKind::RayCluster,
+        WorkloadKind::RayService,
+        WorkloadKind::PodCliqueSet,
+    ];
+
+    /// The kinds Kubernetes itself serves (apps, batch).
+    pub const BUILT_IN: [WorkloadKind; 5] = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,
         WorkloadKind::DaemonSet,
@@ -184,6 +230,7 @@ impl WorkloadKind {
         WorkloadKind::CronJob,
     ];
 
+    /// The name kerf uses (`scope.workloadTypes`, `spec.workload.kind`, recommendation names).
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Deployment => "Deployment",
@@ -191,6 +238,39 @@ impl WorkloadKind {
             WorkloadKind::DaemonSet => "DaemonSet",
             WorkloadKind::Job => "Job",
             WorkloadKind::CronJob => "CronJob",
+            WorkloadKind::Rollout => "Rollout",
+            WorkloadKind::InferenceService => "InferenceService",
+            WorkloadKind::KnativeService => "KnativeService",
+            WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
+            WorkloadKind::RayCluster => "RayCluster",
+            WorkloadKind::RayService => "RayService",
+            WorkloadKind::PodCliqueSet => "PodCliqueSet",
+        }
+    }
+
+    /// The object's Kubernetes `kind` (a Knative Service is a `Service`).
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            WorkloadKind::KnativeService => "Service",
+            k => k.as_str(),
+        }
+    }
+
+    /// The resource name in the API (`deployments`, `inferenceservices`, …).
+    pub fn plural(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "deployments",
+            WorkloadKind::StatefulSet => "statefulsets",
+            WorkloadKind::DaemonSet => "daemonsets",
+            WorkloadKind::Job => "jobs",
+            WorkloadKind::CronJob => "cronjobs",
+            WorkloadKind::Rollout => "rollouts",
+            WorkloadKind::InferenceService => "inferenceservices",
+            WorkloadKind::KnativeService => "services",
+            WorkloadKind::LeaderWorkerSet => "leaderworkersets",
+            WorkloadKind::RayCluster => "rayclusters",
+            WorkloadKind::RayService => "rayservices",
+            WorkloadKind::PodCliqueSet => "podcliquesets",
         }
     }
 
@@ -200,14 +280,28 @@ impl WorkloadKind {
             .find(|k| k.as_str().eq_ignore_ascii_case(s))
     }
 
-    /// The kind's `apiVersion`: `apps/v1` (Deployment, StatefulSet, DaemonSet) or `batch/v1`
-    /// (Job, CronJob).
+    /// The kind an object of `api_version` and `kind` is, its API group checked (a `Service`
+    /// is a Knative Service only in `serving.knative.dev`).
+    pub fn of_object(api_version: &str, kind: &str) -> Option<Self> {
+        let group = |v: &str| v.split_once('/').map_or("", |(g, _)| g).to_string();
+        Self::ALL
+            .into_iter()
+            .find(|k| k.kind_name() == kind && group(k.api_version()) == group(api_version))
+    }
+
+    /// The kind's `apiVersion`.
     pub fn api_version(self) -> &'static str {
         match self {
             WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet => {
                 "apps/v1"
             }
             WorkloadKind::Job | WorkloadKind::CronJob => "batch/v1",
+            WorkloadKind::Rollout => "argoproj.io/v1alpha1",
+            WorkloadKind::InferenceService => "serving.kserve.io/v1beta1",
+            WorkloadKind::KnativeService => "serving.knative.dev/v1",
+            WorkloadKind::LeaderWorkerSet => "leaderworkerset.x-k8s.io/v1",
+            WorkloadKind::RayCluster | WorkloadKind::RayService => "ray.io/v1",
+            WorkloadKind::PodCliqueSet => "grove.io/v1alpha1",
         }
     }
 }

@@ -35,8 +35,8 @@ pub use gpu::{
 pub use object::{KERF_KINDS, KerfObject};
 pub use recommendation::{
     AppliedChange, ApplyMethod, CONDITION_CONFLICT, ConflictStatus, ContainerRecommendation,
-    FieldTakeback, HpaRecommendation, REASON_CONFLICT, RecommendationPhase, RecommendationStatus,
-    ResizeFallback, ResizeStatus, ResourceValues, RightsizingRecommendation,
+    EvictionStatus, FieldTakeback, HpaRecommendation, REASON_CONFLICT, RecommendationPhase,
+    RecommendationStatus, ResizeFallback, ResizeStatus, ResourceValues, RightsizingRecommendation,
     RightsizingRecommendationSpec, Savings, WorkloadRef,
 };
 pub use rightsizing::{

@@ -164,6 +164,27 @@ pub struct RecommendationStatus {
     /// back to a rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize: Option<Box<ResizeStatus>>,
+    /// The replacement of running pods by eviction, while `applyMethod` is `evict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction: Option<Box<EvictionStatus>>,
+}
+
+/// Where the replacement of a workload's running pods by eviction stands.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionStatus {
+    /// Running pods whose requests still differ from the recommendation.
+    #[serde(default)]
+    pub pods_to_replace: u32,
+    /// When kerf last asked to evict one (the pace counts from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_eviction_time: Option<String>,
+    /// The pod it asked to evict then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evicted_pod: Option<String>,
+    /// Why no pod is evicted now (`NotAllReady`, `Paced`), when one is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// How a CPU/memory change reaches the running pods.
@@ -176,6 +197,9 @@ pub enum ApplyMethod {
     Rollout,
     /// Each running pod is resized through `pods/resize`; the template is not written.
     InPlace,
+    /// Another controller owns the template: new pods get the change at admission, running
+    /// ones are replaced one at a time through the Eviction API (docs/workloads.md).
+    Evict,
     /// Nothing is applied.
     #[default]
     None,
@@ -186,6 +210,7 @@ impl ApplyMethod {
         match self {
             ApplyMethod::Rollout => "rollout",
             ApplyMethod::InPlace => "inPlace",
+            ApplyMethod::Evict => "evict",
             ApplyMethod::None => "none",
         }
     }

@@ -13,7 +13,7 @@ use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::workload::RsResult;
-use crate::core::snapshot::ResizeSupport;
+use crate::core::snapshot::{ResizeSupport, Snapshot};
 use crate::core::writes::recommendation_name;
 use crate::writers::memory::MemoryWriter;
 
@@ -50,7 +50,7 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let statuses = policy_statuses(&evaluated.snapshot, &writer);
     let out = match args.format {
         OutputFormat::Json => {
-            let mut json = to_json_recorded(&cycle, &writer, evaluated.snapshot.resize);
+            let mut json = to_json_recorded(&cycle, &writer, &evaluated.snapshot);
             json["inPlaceResize"] = json!(resize_support(evaluated.snapshot.resize));
             json["policies"] = policies_json(&statuses);
             serde_json::to_string_pretty(&json)? + "\n"
@@ -292,6 +292,12 @@ pub fn workload_json(
         // The phase's reason (`HPACoupled`, `VPAConflict`, …), as the recommendation's status says.
         "reason": ok.and_then(|o| o.reason.clone()),
         "applyMethod": method.as_str(),
+        "eviction": status.and_then(|s| s.eviction.as_ref()).map(|e| json!({
+            "podsToReplace": e.pods_to_replace,
+            "lastEvictionTime": e.last_eviction_time,
+            "lastEvictedPod": e.last_evicted_pod,
+            "waiting": e.waiting,
+        })),
         "resize": status.and_then(|s| s.resize.as_ref()).map(|r| json!({
             "podsResized": r.pods_resized,
             "podsPending": r.pods_pending,
@@ -306,28 +312,45 @@ pub fn workload_json(
 /// One entry per workload, in the cycle's order: every GPU-policy workload, then the
 /// CPU/memory-only ones.
 pub fn to_json(cycle: &CycleOutput) -> Value {
-    to_json_recorded(cycle, &MemoryWriter::new(), ResizeSupport::Assumed)
+    to_json_recorded(cycle, &MemoryWriter::new(), &Snapshot::default())
+}
+
+/// The workload's owner chain, topmost first (docs/workloads.md): the owners its pods sit
+/// under, or the workload alone.
+fn owners_json(key: &WorkloadKey, snapshot: &Snapshot) -> Value {
+    let w = snapshot.workloads.iter().find(|w| &w.key == key);
+    let link = |api_version: &str, kind: &str, name: &str| json!({"kind": kind, "apiVersion": api_version, "name": name});
+    match w.map(|w| &w.ownership.chain).filter(|c| !c.is_empty()) {
+        Some(chain) => chain
+            .iter()
+            .map(|l| link(&l.api_version, &l.kind, &l.name))
+            .collect(),
+        None => json!([link(
+            key.kind.api_version(),
+            key.kind.kind_name(),
+            &key.name
+        )]),
+    }
 }
 
 /// [`to_json`] with each workload's apply method and resize progress as `writer` recorded
 /// them in its RightsizingRecommendation.
-pub fn to_json_recorded(
-    cycle: &CycleOutput,
-    writer: &MemoryWriter,
-    support: ResizeSupport,
-) -> Value {
+pub fn to_json_recorded(cycle: &CycleOutput, writer: &MemoryWriter, snapshot: &Snapshot) -> Value {
+    let support = snapshot.resize;
     let entries: Vec<Value> = cycle
         .workloads
         .iter()
         .map(|w| {
             let status = recorded_status(writer, w.key());
-            workload_json(
+            let mut entry = workload_json(
                 w.key(),
                 w.gpu.as_deref(),
                 w.resources.as_deref(),
                 status,
                 support,
-            )
+            );
+            entry["owners"] = owners_json(w.key(), snapshot);
+            entry
         })
         .collect();
     json!({"recommendations": entries})

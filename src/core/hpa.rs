@@ -79,6 +79,8 @@ pub enum SkipReason {
     TargetOutOfBounds,
     /// The pod template sets pod-level requests: the HPA divides usage by them.
     PodLevelResources,
+    /// Another controller owns the workload's template and its HPA (docs/workloads.md).
+    OwnerManaged,
 }
 
 impl SkipReason {
@@ -89,8 +91,29 @@ impl SkipReason {
             SkipReason::MissingRequest => "missing-request",
             SkipReason::TargetOutOfBounds => "target-out-of-bounds",
             SkipReason::PodLevelResources => "pod-level-resources",
+            SkipReason::OwnerManaged => "owner-managed",
         }
     }
+}
+
+/// The HPA that scales the workload: one naming it, else one naming a Deployment or
+/// StatefulSet its pods' owner chain passes through (KServe's HPA scales its predictor
+/// Deployment, not the InferenceService).
+pub fn workload_hpa<'a>(
+    index: &HashMap<(&str, &str, &str), &'a HorizontalPodAutoscaler>,
+    w: &crate::core::snapshot::Workload,
+) -> Option<&'a HorizontalPodAutoscaler> {
+    let ns = w.key.namespace.as_str();
+    index
+        .get(&(ns, w.key.kind.kind_name(), w.key.name.as_str()))
+        .or_else(|| {
+            w.ownership
+                .chain
+                .iter()
+                .filter(|l| l.kind == "Deployment" || l.kind == "StatefulSet")
+                .find_map(|l| index.get(&(ns, l.kind.as_str(), l.name.as_str())))
+        })
+        .copied()
 }
 
 /// The HPA in `namespace` that scales the workload `kind`/`name`.

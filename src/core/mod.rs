@@ -4,6 +4,7 @@
 pub mod accelerator;
 pub mod admission;
 pub mod allocation;
+pub mod grouping;
 pub mod hash;
 pub mod hpa;
 pub mod managed_fields;

@@ -22,7 +22,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::WorkloadKind;
-use crate::core::model::WorkloadKey;
+use crate::core::model::{Name, WorkloadKey};
 use crate::core::pod::{OwnerRef, StrMap};
 
 /// An owner reference of either shape: the Kubernetes type (ReplicaSets and Jobs, the webhook's
@@ -122,35 +122,156 @@ pub fn pod_template_hash(labels: Option<&impl StrMap>) -> Option<&str> {
     labels?.get_str(POD_TEMPLATE_HASH_LABEL)
 }
 
-/// Resolves the top owner of a pod in `namespace`.
-///
-/// `owners` are the pod's owner references. `pod_template_hash` is the pod's
-/// `pod-template-hash` label. `replicaset_owner(rs)` and `job_owner(job)` look the links up
-/// (names in the pod's namespace). Returns `None` for a pod without a controller reference or
-/// controlled by something that is not a workload (see the module rules).
+/// An owner reference as a chain records it: the owner's apiVersion, kind and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Link {
+    pub api_version: Name,
+    pub kind: Name,
+    pub name: Name,
+}
+
+impl Link {
+    pub fn new(api_version: &str, kind: &str, name: &str) -> Self {
+        Self {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    fn of(o: &impl OwnerLink) -> Self {
+        Self::new(o.api_version(), o.kind(), o.name())
+    }
+
+    fn is(&self, api_group: &str, kind: &str) -> bool {
+        self.kind == kind && group(&self.api_version) == api_group
+    }
+}
+
+/// The key of an object's controller link in the owner maps: `<Kind>/<name>` (the namespace
+/// beside it).
+pub fn link_key(kind: &str, name: &str) -> String {
+    let mut k = String::with_capacity(kind.len() + 1 + name.len());
+    k.push_str(kind);
+    k.push('/');
+    k.push_str(name);
+    k
+}
+
+/// The objects a chain passes through on its way up without being workloads themselves
+/// (docs/workloads.md): a ReplicaSet, a Knative Revision and Configuration, a
+/// LeaderWorkerSet's leader Pod (which owns its group's worker StatefulSet), a Grove PodClique
+/// and PodCliqueScalingGroup.
+fn passed_through(l: &Link) -> bool {
+    l.is("apps", "ReplicaSet")
+        || l.is("serving.knative.dev", "Revision")
+        || l.is("serving.knative.dev", "Configuration")
+        || l.is("", "Pod")
+        || l.is("grove.io", "PodClique")
+        || l.is("grove.io", "PodCliqueScalingGroup")
+}
+
+/// Whether an object of `api_version` and `kind` is one an owner chain passes through.
+pub fn passes_through(api_version: &str, kind: &str) -> bool {
+    passed_through(&Link::new(api_version, kind, ""))
+}
+
+/// Owner chains are short (KServe on Knative is the longest: seven links); a longer one is a
+/// loop in broken metadata, cut here.
+const MAX_CHAIN: usize = 10;
+
+/// A pod's owners up to its workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The workload: the topmost owner of a workload kind.
+    pub key: WorkloadKey,
+    /// Every owner from the topmost down to the pod's controller.
+    pub owners: Vec<Link>,
+    /// The workload is a Deployment or StatefulSet controlled by an object kerf does not know:
+    /// that controller owns its template, so kerf never writes it.
+    pub owned: bool,
+}
+
+/// Resolves the owner chain of a pod in `namespace`: from its controller reference up through
+/// the links the callers know — `replicaset_owner(rs)` (the Deployment of a ReplicaSet),
+/// `job_owner(job)` (the CronJob of a Job) and `controller_of(kind, name)` (any other object's
+/// controller reference). The workload is the topmost owner of a workload kind; a ReplicaSet
+/// whose owner is unknown names its Deployment by the `pod-template-hash` rule (module docs).
+/// `None` for a pod without a controller reference or whose chain reaches no workload kind.
+pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
+    namespace: &str,
+    owners: &[impl OwnerLink],
+    pod_template_hash: Option<&str>,
+    replicaset_owner: impl Fn(&str) -> Option<R>,
+    job_owner: impl Fn(&str) -> Option<J>,
+    controller_of: impl Fn(&str, &str) -> Option<Link>,
+) -> Option<Chain> {
+    let first = controller(owners).filter(|o| !o.name().is_empty())?;
+    let mut chain = vec![Link::of(first)];
+    while chain.len() < MAX_CHAIN {
+        let here = chain.last().expect("the chain starts with the controller");
+        let known = passed_through(here)
+            || WorkloadKind::of_object(&here.api_version, &here.kind).is_some();
+        if !known {
+            break;
+        }
+        let next = if here.is("apps", "ReplicaSet") {
+            replicaset_owner(&here.name)
+                .map(|d| Link::new("apps/v1", "Deployment", d.as_ref()))
+                .or_else(|| controller_of(&here.kind, &here.name))
+        } else if here.is("batch", "Job") {
+            job_owner(&here.name).map(|c| Link::new("batch/v1", "CronJob", c.as_ref()))
+        } else {
+            controller_of(&here.kind, &here.name)
+        };
+        match next.filter(|n| !n.name.is_empty()) {
+            Some(n) => chain.push(n),
+            None => break,
+        }
+    }
+    if chain.len() == 1 && chain[0].is("apps", "ReplicaSet") {
+        let rs = &chain[0].name;
+        let hash = pod_template_hash.filter(|h| !h.is_empty())?;
+        let dep = rs.strip_suffix(hash)?.strip_suffix('-')?;
+        if dep.is_empty() {
+            return None;
+        }
+        chain.push(Link::new("apps/v1", "Deployment", dep));
+    }
+    let (at, kind) = chain
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, l)| WorkloadKind::of_object(&l.api_version, &l.kind).map(|k| (i, k)))?;
+    let owned = at + 1 < chain.len()
+        && matches!(kind, WorkloadKind::Deployment | WorkloadKind::StatefulSet);
+    let key = WorkloadKey::new(namespace, kind, chain[at].name.as_str());
+    chain.reverse();
+    Some(Chain {
+        key,
+        owners: chain,
+        owned,
+    })
+}
+
+/// The workload of a pod in `namespace` ([`owner_chain`]'s key).
 pub fn top_owner<R: AsRef<str>, J: AsRef<str>>(
     namespace: &str,
     owners: &[impl OwnerLink],
     pod_template_hash: Option<&str>,
     replicaset_owner: impl Fn(&str) -> Option<R>,
     job_owner: impl Fn(&str) -> Option<J>,
+    controller_of: impl Fn(&str, &str) -> Option<Link>,
 ) -> Option<WorkloadKey> {
-    let key = |kind, name: &str| Some(WorkloadKey::new(namespace, kind, name));
-    match controller_of(owners)? {
-        Controller::ReplicaSet(rs) => {
-            if let Some(dep) = replicaset_owner(rs) {
-                return key(WorkloadKind::Deployment, dep.as_ref());
-            }
-            let hash = pod_template_hash.filter(|h| !h.is_empty())?;
-            let dep = rs.strip_suffix(hash)?.strip_suffix('-')?;
-            (!dep.is_empty()).then(|| WorkloadKey::new(namespace, WorkloadKind::Deployment, dep))
-        }
-        Controller::Workload(WorkloadKind::Job, job) => match job_owner(job) {
-            Some(cron) => key(WorkloadKind::CronJob, cron.as_ref()),
-            None => key(WorkloadKind::Job, job),
-        },
-        Controller::Workload(kind, name) => key(kind, name),
-    }
+    owner_chain(
+        namespace,
+        owners,
+        pod_template_hash,
+        replicaset_owner,
+        job_owner,
+        controller_of,
+    )
+    .map(|c| c.key)
 }
 
 #[cfg(test)]
@@ -171,6 +292,9 @@ mod tests {
         oref("apps/v1", "ReplicaSet", name, true)
     }
     fn none(_: &str) -> Option<String> {
+        None
+    }
+    fn no_link(_: &str, _: &str) -> Option<Link> {
         None
     }
 
@@ -198,6 +322,7 @@ mod tests {
             Some("abc"),
             |n| (n == "web-abc").then(|| "web".to_string()),
             none,
+            no_link,
         );
         assert_eq!(
             k,
@@ -213,6 +338,7 @@ mod tests {
             Some("7d9f8c6b5d"),
             none,
             none,
+            no_link,
         );
         assert_eq!(
             k,
@@ -223,12 +349,15 @@ mod tests {
     #[test]
     fn replicaset_without_link_or_matching_hash_is_no_workload() {
         assert_eq!(
-            top_owner("ns", &[rs("my-app-x")], Some("7d9f"), none, none),
+            top_owner("ns", &[rs("my-app-x")], Some("7d9f"), none, none, no_link),
             None
         );
-        assert_eq!(top_owner("ns", &[rs("my-app-x")], None, none, none), None);
         assert_eq!(
-            top_owner("ns", &[rs("-abc")], Some("abc"), none, none),
+            top_owner("ns", &[rs("my-app-x")], None, none, none, no_link),
+            None
+        );
+        assert_eq!(
+            top_owner("ns", &[rs("-abc")], Some("abc"), none, none, no_link),
             None
         );
     }
@@ -236,14 +365,19 @@ mod tests {
     #[test]
     fn job_resolves_to_cronjob_when_linked() {
         let job = oref("batch/v1", "Job", "nightly-2903040", true);
-        let k = top_owner("ns", std::slice::from_ref(&job), None, none, |_| {
-            Some("nightly".to_string())
-        });
+        let k = top_owner(
+            "ns",
+            std::slice::from_ref(&job),
+            None,
+            none,
+            |_| Some("nightly".to_string()),
+            no_link,
+        );
         assert_eq!(
             k,
             Some(WorkloadKey::new("ns", WorkloadKind::CronJob, "nightly"))
         );
-        let k = top_owner("ns", &[job], None, none, none);
+        let k = top_owner("ns", &[job], None, none, none, no_link);
         assert_eq!(
             k,
             Some(WorkloadKey::new("ns", WorkloadKind::Job, "nightly-2903040"))
@@ -254,23 +388,53 @@ mod tests {
     fn statefulset_daemonset_direct_and_others_ignored() {
         let mk = |api_version, kind| oref(api_version, kind, "x", true);
         assert_eq!(
-            top_owner("ns", &[mk("apps/v1", "StatefulSet")], None, none, none).map(|k| k.kind),
+            top_owner(
+                "ns",
+                &[mk("apps/v1", "StatefulSet")],
+                None,
+                none,
+                none,
+                no_link
+            )
+            .map(|k| k.kind),
             Some(WorkloadKind::StatefulSet)
         );
         assert_eq!(
-            top_owner("ns", &[mk("apps/v1", "DaemonSet")], None, none, none).map(|k| k.kind),
+            top_owner(
+                "ns",
+                &[mk("apps/v1", "DaemonSet")],
+                None,
+                none,
+                none,
+                no_link
+            )
+            .map(|k| k.kind),
             Some(WorkloadKind::DaemonSet)
         );
         assert_eq!(
-            top_owner("ns", &[mk("v1", "ReplicationController")], None, none, none),
+            top_owner(
+                "ns",
+                &[mk("v1", "ReplicationController")],
+                None,
+                none,
+                none,
+                no_link
+            ),
             None
         );
         assert_eq!(
-            top_owner("ns", &[mk("example.com/v1", "Job")], None, none, none),
+            top_owner(
+                "ns",
+                &[mk("example.com/v1", "Job")],
+                None,
+                none,
+                none,
+                no_link
+            ),
             None
         );
         let no_owners: &[OwnerReference] = &[];
-        assert_eq!(top_owner("ns", no_owners, None, none, none), None);
+        assert_eq!(top_owner("ns", no_owners, None, none, none, no_link), None);
     }
 
     #[test]
@@ -278,7 +442,7 @@ mod tests {
         let a = oref("apps/v1", "DaemonSet", "a", false);
         let b = oref("apps/v1", "StatefulSet", "b", true);
         assert_eq!(
-            top_owner("ns", &[a, b], None, none, none),
+            top_owner("ns", &[a, b], None, none, none, no_link),
             Some(WorkloadKey::new("ns", WorkloadKind::StatefulSet, "b"))
         );
     }
@@ -299,7 +463,14 @@ mod tests {
             oref("batch/v1", "Job", "once", false),
         ] {
             assert_eq!(
-                top_owner("ns", &[r], Some("abc"), |_| Some("web".to_string()), none),
+                top_owner(
+                    "ns",
+                    &[r],
+                    Some("abc"),
+                    |_| Some("web".to_string()),
+                    none,
+                    no_link
+                ),
                 None
             );
         }
@@ -325,7 +496,8 @@ mod tests {
                 &[foreign],
                 Some("abc"),
                 |_| Some("web".to_string()),
-                none
+                none,
+                no_link
             ),
             None
         );
@@ -344,7 +516,7 @@ mod tests {
         ] {
             let r = oref(api_version, kind, "x", true);
             assert_eq!(
-                top_owner("ns", &[r], None, none, |_| Some("c".to_string())),
+                top_owner("ns", &[r], None, none, |_| Some("c".to_string()), no_link),
                 None,
                 "{api_version} {kind}"
             );
@@ -373,7 +545,7 @@ mod tests {
         ] {
             let r = oref(api_version, kind, "w", true);
             assert_eq!(
-                top_owner("ns", &[r], None, none, none),
+                top_owner("ns", &[r], None, none, none, no_link),
                 Some(WorkloadKey::new("ns", workload, "w"))
             );
         }

@@ -113,8 +113,8 @@ pub struct ContainerResizePolicy {
     pub restart_policy: Name,
 }
 
-/// A pod condition, of the kinds kerf reads: the kubelet's `PodResizePending` and
-/// `PodResizeInProgress` (the others are dropped as they are read: memory).
+/// A pod condition, of the kinds kerf reads: the kubelet's `PodResizePending`,
+/// `PodResizeInProgress` and `Ready` (the others are dropped as they are read: memory).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodCondition {
@@ -134,12 +134,15 @@ pub struct PodCondition {
 pub const POD_RESIZE_PENDING: &str = "PodResizePending";
 pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
 
-fn is_resize_condition(type_: &str) -> bool {
-    type_ == POD_RESIZE_PENDING || type_ == POD_RESIZE_IN_PROGRESS
+/// `Ready`: a workload whose pods are replaced by eviction waits for all of them to be ready.
+pub const POD_READY: &str = "Ready";
+
+fn is_kept_condition(type_: &str) -> bool {
+    type_ == POD_RESIZE_PENDING || type_ == POD_RESIZE_IN_PROGRESS || type_ == POD_READY
 }
 
 /// The resize conditions of a pod's `status.conditions`, read straight from the JSON.
-fn resize_conditions<'de, D>(d: D) -> Result<Option<Vec<PodCondition>>, D::Error>
+fn kept_conditions<'de, D>(d: D) -> Result<Option<Vec<PodCondition>>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
@@ -147,7 +150,7 @@ where
     let kept: Vec<PodCondition> = all
         .into_iter()
         .flatten()
-        .filter(|c| is_resize_condition(&c.type_))
+        .filter(|c| is_kept_condition(&c.type_))
         .collect();
     Ok((!kept.is_empty()).then_some(kept))
 }
@@ -231,10 +234,10 @@ pub struct PodStatus {
     pub container_statuses: Option<Vec<ContainerStatus>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container_statuses: Option<Vec<ContainerStatus>>,
-    /// Only the in-place resize conditions ([`POD_RESIZE_PENDING`], [`POD_RESIZE_IN_PROGRESS`]).
+    /// Only `Ready` and the in-place resize conditions ([`POD_RESIZE_PENDING`], [`POD_RESIZE_IN_PROGRESS`]).
     #[serde(
         default,
-        deserialize_with = "resize_conditions",
+        deserialize_with = "kept_conditions",
         skip_serializing_if = "Option::is_none"
     )]
     pub conditions: Option<Vec<PodCondition>>,
@@ -391,7 +394,7 @@ impl From<k8s::PodStatus> for PodStatus {
             conditions: s.conditions.and_then(|list| {
                 let kept: Vec<PodCondition> = list
                     .into_iter()
-                    .filter(|c| is_resize_condition(&c.type_))
+                    .filter(|c| is_kept_condition(&c.type_))
                     .map(|c| PodCondition {
                         type_: c.type_.into(),
                         status: c.status.into(),
@@ -435,6 +438,7 @@ mod tests {
                 "phase": "Running", "startTime": "2026-01-01T00:00:00Z", "podIP": "10.0.0.1",
                 "conditions": [
                     {"type": "Ready", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
                     {"type": "PodResizePending", "status": "True", "reason": "Deferred",
                      "message": "Node didn't have enough resource: cpu",
                      "lastTransitionTime": "2026-01-01T00:20:00Z"}
@@ -471,8 +475,12 @@ mod tests {
         assert_eq!(terminated.reason.as_deref(), Some("OOMKilled"));
         assert!(status.start_time.is_some());
         let conditions = status.conditions.as_ref().unwrap();
-        assert_eq!(conditions.len(), 1, "only the resize conditions are kept");
-        assert_eq!(conditions[0].reason.as_deref(), Some("Deferred"));
+        assert_eq!(
+            conditions.len(),
+            2,
+            "only Ready and the resize conditions are kept"
+        );
+        assert_eq!(conditions[1].reason.as_deref(), Some("Deferred"));
     }
 
     #[test]

@@ -89,6 +89,29 @@ pub struct Workload {
     pub replicas: Option<i32>,
     /// Who owns the fields kerf sets, from `managedFields` (docs/gitops.md).
     pub field_managers: Vec<FieldManager>,
+    /// Where it sits among its owners (docs/workloads.md).
+    pub ownership: Ownership,
+}
+
+/// A workload among its owners (docs/workloads.md).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ownership {
+    /// The object's own controller reference, when it has one (boxed: most have none).
+    pub controller: Option<Box<crate::core::owner::Link>>,
+    /// A Deployment or StatefulSet controlled by an object kerf does not know: that controller
+    /// owns the template, kerf never writes it.
+    pub owned: bool,
+    /// Its pods' owner chain, topmost first, for a workload whose pods sit below other objects
+    /// (an InferenceService's Deployment and ReplicaSet); empty otherwise.
+    pub chain: Vec<crate::core::owner::Link>,
+}
+
+impl Workload {
+    /// How kerf applies a change to this workload: through its template, or (a kind whose
+    /// template kerf does not write, a template another controller owns) never through it.
+    pub fn template_writable(&self) -> bool {
+        self.key.kind.template_writable() && !self.ownership.owned
+    }
 }
 
 impl Workload {
@@ -100,7 +123,22 @@ impl Workload {
         template: k8s_openapi::api::core::v1::PodTemplateSpec,
         replicas: Option<i32>,
     ) -> Self {
+        let controller = meta
+            .owner_references
+            .as_deref()
+            .and_then(crate::core::owner::controller)
+            .map(|o| {
+                Box::new(crate::core::owner::Link::new(
+                    &o.api_version,
+                    &o.kind,
+                    &o.name,
+                ))
+            });
         Workload {
+            ownership: Ownership {
+                controller,
+                ..Default::default()
+            },
             key: WorkloadKey::new(
                 meta.namespace.unwrap_or_else(|| "default".into()),
                 kind,
@@ -121,6 +159,20 @@ impl Workload {
 }
 
 impl Snapshot {
+    /// The controller reference of the object `kind`/`name` in `namespace`, when known.
+    pub fn controller_of(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+    ) -> Option<crate::core::owner::Link> {
+        let key = (
+            Name::from(namespace),
+            Name::from(crate::core::owner::link_key(kind, name).as_str()),
+        );
+        self.controllers.get(&key).cloned()
+    }
+
     /// Resolves an `automationStrategyRef` of a policy in `namespace` (None: a cluster policy):
     /// a namespaced policy looks in its namespace, then among cluster strategies; a cluster
     /// policy among cluster strategies only.
@@ -284,6 +336,10 @@ pub struct Snapshot {
     pub job_owners: BTreeMap<(Name, Name), Name>,
     /// Whether the API server serves `pods/resize` (in-place resize).
     pub resize: ResizeSupport,
+    /// (namespace, `<Kind>/<name>`) → the object's controller reference, for the objects an
+    /// owner chain passes through other than a ReplicaSet's Deployment and a Job's CronJob
+    /// (docs/workloads.md): a Deployment's InferenceService, a Revision's Configuration, …
+    pub controllers: BTreeMap<(Name, Name), crate::core::owner::Link>,
 }
 
 /// Whether running pods can be resized in place (docs/policies.md#in-place-resize).

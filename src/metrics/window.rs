@@ -37,6 +37,27 @@ pub fn pod_name_suffix(kind: WorkloadKind) -> String {
         WorkloadKind::DaemonSet => format!("-{SAFE}{{5}}"),
         WorkloadKind::Job => format!("-(?:[0-9]+-)?{SAFE}{{5}}"),
         WorkloadKind::CronJob => format!("-[0-9]+-(?:[0-9]+-)?{SAFE}{{5}}"),
+        // Rollout → ReplicaSet `<rollout>-<pod-template-hash>` → pods, as a Deployment's.
+        WorkloadKind::Rollout => format!("-{SAFE}{{1,10}}-{SAFE}{{5}}"),
+        // `<isvc>-predictor` (or `-transformer`, `-explainer`; `-default` before KServe 0.8)
+        // Deployment; on Knative its Revision `…-00001` and that Revision's `-deployment`.
+        WorkloadKind::InferenceService => format!(
+            "-(?:predictor|transformer|explainer)(?:-default)?(?:-[0-9]{{5}}-deployment)?-{SAFE}{{1,10}}-{SAFE}{{5}}"
+        ),
+        // Revision `<service>-00001`, its Deployment `<revision>-deployment`.
+        WorkloadKind::KnativeService => {
+            format!("-[0-9]{{5}}-deployment-{SAFE}{{1,10}}-{SAFE}{{5}}")
+        }
+        // Leader `<lws>-<group>`, workers `<lws>-<group>-<worker>` (StatefulSet ordinals).
+        WorkloadKind::LeaderWorkerSet => "-(?:0|[1-9][0-9]*)(?:-(?:0|[1-9][0-9]*))?".to_string(),
+        // Head `<cluster>-head-<5>`, workers `<cluster>-<group>-worker-<5>`.
+        WorkloadKind::RayCluster => format!("-(?:head|[a-z0-9.-]+-worker)-{SAFE}{{5}}"),
+        // Its RayCluster `<service>-raycluster-<5>` (or `<service>-<5>`), that cluster's pods.
+        WorkloadKind::RayService => {
+            format!("(?:-raycluster)?-{SAFE}{{5}}-(?:head|[a-z0-9.-]+-worker)-{SAFE}{{5}}")
+        }
+        // PodClique `<set>-<replica>-<clique>`, its pods `<clique>-<5>`.
+        WorkloadKind::PodCliqueSet => format!("-(?:0|[1-9][0-9]*)-[a-z0-9.-]+-{SAFE}{{5}}"),
     }
 }
 

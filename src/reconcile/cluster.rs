@@ -228,6 +228,7 @@ impl Cycle for ReconcileCycle {
             self.compute(&snapshot, &invalid).await?;
             self.next_compute = Some(now + check_interval(&snapshot.global));
         }
+        self.store.set_controllers(&snapshot.controllers);
         for w in serve_persisted(&self.store, &snapshot, &self.reader.recommendations()) {
             tracing::debug!("serving persisted state: {w}");
         }
@@ -275,6 +276,7 @@ pub async fn prime_store(reader: &Reader, store: &Store) -> usize {
             cron.to_string(),
         );
     }
+    store.set_controllers(&snapshot.controllers);
     for w in super::serve_persisted(store, &snapshot, &reader.recommendations()) {
         tracing::warn!("restart recovery: {w}");
     }

@@ -29,6 +29,7 @@ fn fill_owners(store: &Store, snapshot: &Snapshot) {
             .job_owners
             .insert(ObjectName::new(ns.as_str(), job.as_str()), c.to_string());
     }
+    store.set_controllers(&snapshot.controllers);
 }
 
 /// One cycle's result in a mode without an API server.

@@ -427,6 +427,15 @@ fn decide_pod(req: &Reading<'_>, skel: Result<PodSkeleton, String>, store: &Stor
                 .get(&ObjectName::new(&ns, job))
                 .map(|e| e.value().clone())
         },
+        |kind, name| {
+            store
+                .controllers
+                .get(&ObjectName::new(
+                    &ns,
+                    crate::core::owner::link_key(kind, name),
+                ))
+                .map(|e| e.value().clone())
+        },
     ) else {
         return Decision::skip("pod has no workload owner");
     };

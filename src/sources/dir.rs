@@ -250,7 +250,8 @@ impl ManifestReader {
     }
 
     /// What was read, or every error (and every invalid policy) in one.
-    pub fn finish(self) -> anyhow::Result<Manifests> {
+    pub fn finish(mut self) -> anyhow::Result<Manifests> {
+        crate::core::grouping::group_under_topmost_owners(&mut self.manifests.snapshot);
         match self.errors.is_empty() {
             true => Ok(self.manifests),
             false => Err(all_errors(self.all).expect("errors is not empty")),
@@ -287,7 +288,12 @@ fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::R
             .push(format!("{what}: output kind, ignored as input")),
         (true, k) if POLICY_KINDS.contains(&k) => read_policy_object(&doc, k, &what, &name, m),
         (true, k) => read_configuration(&doc, k, &what, &mut m.snapshot)?,
-        (false, k) if IGNORED_KINDS.contains(&k) => m.notes.push(format!("{what}: ignored")),
+        // A core Service means nothing to kerf; a Knative Service is a workload.
+        (false, k)
+            if IGNORED_KINDS.contains(&k) && WorkloadKind::of_object(&api_version, k).is_none() =>
+        {
+            m.notes.push(format!("{what}: ignored"))
+        }
         (false, k) => read_cluster_object(doc, k, &api_version, &what, &mut m.snapshot)?,
     }
     Ok(())
@@ -487,6 +493,9 @@ fn read_cluster_object(
                     ),
                     d.into(),
                 );
+            } else {
+                // A Rollout's (or another controller's) ReplicaSet.
+                record_controller(s, "ReplicaSet", &r.metadata);
             }
         }
         "Pod" => {
@@ -512,9 +521,65 @@ fn read_cluster_object(
                 .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
             s.vpas.push(v);
         }
+        k if WorkloadKind::of_object(api_version, k).is_some() => {
+            let kind = WorkloadKind::of_object(api_version, k).expect("matched");
+            s.workloads.push(Arc::new(owner_workload(doc, kind, what)?));
+        }
+        k if owner::passes_through(api_version, k) => {
+            let meta: ObjectMeta = decode(
+                doc.get("metadata").cloned().unwrap_or_default(),
+                &format!("{what}: metadata"),
+            )?;
+            record_controller(s, k, &meta);
+        }
         other => anyhow::bail!("{what}: unsupported kind {other} ({api_version})"),
     }
     Ok(())
+}
+
+/// The controller reference of an object an owner chain passes through
+/// (`Snapshot::controllers`).
+fn record_controller(s: &mut Snapshot, kind: &str, meta: &ObjectMeta) {
+    let Some(c) = meta.owner_references.as_deref().and_then(owner::controller) else {
+        return;
+    };
+    let ns = meta.namespace.as_deref().unwrap_or("default");
+    let key = owner::link_key(kind, meta.name.as_deref().unwrap_or_default());
+    s.controllers.insert(
+        (ns.into(), key.as_str().into()),
+        owner::Link::new(&c.api_version, &c.kind, &c.name),
+    );
+}
+
+/// A workload of a kind another controller runs GPU inference under (docs/workloads.md): its
+/// metadata, and for a Rollout its pod template and replicas.
+fn owner_workload(
+    doc: serde_json::Value,
+    kind: WorkloadKind,
+    what: &str,
+) -> anyhow::Result<Workload> {
+    let meta: ObjectMeta = decode(
+        doc.get("metadata").cloned().unwrap_or_default(),
+        &format!("{what}: metadata"),
+    )?;
+    let spec = doc.get("spec");
+    let (template, replicas) = match kind {
+        WorkloadKind::Rollout => {
+            let template = spec
+                .and_then(|s| s.get("template"))
+                .cloned()
+                .map(|t| decode(t, &format!("{what}: spec.template")))
+                .transpose()?
+                .unwrap_or_default();
+            let replicas = spec
+                .and_then(|s| s.get("replicas"))
+                .and_then(serde_json::Value::as_i64)
+                .map_or(1, |r| i32::try_from(r).unwrap_or(i32::MAX));
+            (template, Some(replicas))
+        }
+        _ => (Default::default(), None),
+    };
+    Ok(Workload::from_object(meta, kind, template, replicas))
 }
 
 #[cfg(test)]

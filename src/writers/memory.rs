@@ -159,7 +159,10 @@ impl MemoryWriter {
             | WriteOp::Coordinated(_)
             | WriteOp::Restore(_)
             | WriteOp::Resize(_)
+            | WriteOp::Evict(_)
                 if read_only => {}
+            // The pod's replacement is admitted with the change: the replay's rollout.
+            WriteOp::Evict(e) => self.event(e.event),
             WriteOp::Resize(r) => {
                 for pod in &r.pods {
                     let key = (pod.namespace.as_str().into(), pod.pod.as_str().into());
@@ -458,6 +461,7 @@ mod tests {
             template,
             replicas: Some(1),
             field_managers: Vec::new(),
+            ownership: Default::default(),
         })
     }
 

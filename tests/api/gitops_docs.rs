@@ -101,8 +101,10 @@ fn argocd_application_ignores_what_kerfs_field_manager_owns_on_every_kind_kerf_w
             )
         })
         .collect();
+    // The kinds whose template kerf writes (docs/workloads.md): never one another controller owns.
     let mut written: BTreeSet<(String, String)> = WorkloadKind::ALL
         .iter()
+        .filter(|k| k.template_writable())
         .map(|k| {
             let ar = workload_resource(*k);
             (ar.group, ar.kind)

@@ -611,6 +611,9 @@ fn rbac_is_least_privilege() {
     }
     // In-place resize: the pods' resize subresource only, never the pods themselves.
     want.insert("/pods/resize".into(), set(&["patch"]));
+    // Workloads under other controllers: pods replaced by eviction; a Rollout's template.
+    want.insert("/pods/eviction".into(), set(&["create"]));
+    want.insert("argoproj.io/rollouts".into(), set(&["patch"]));
     want.insert("/events".into(), set(&["create", "patch"]));
     want.insert("events.k8s.io/events".into(), set(&["create", "patch"]));
     want.insert(

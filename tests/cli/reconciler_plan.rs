@@ -1396,3 +1396,93 @@ async fn a_pod_admitted_after_an_in_place_change_gets_the_new_requests() {
         "700m"
     );
 }
+
+/// Workloads under other controllers (tests/fixtures/workloads: the owner references and labels
+/// KServe, Knative, LeaderWorkerSet, Argo Rollouts, KubeRay and Grove set): each group of pods
+/// is one workload under its topmost owner; a KServe predictor's change is planned as an
+/// eviction, never as a write to the predictor Deployment; a Rollout's through its template.
+#[tokio::test]
+async fn pods_are_grouped_under_their_topmost_owner_and_owned_templates_are_never_written() {
+    let dir = root().join("tests/fixtures/workloads/manifests");
+    let m = load_dir(&dir).unwrap();
+    let kinds: Vec<String> = m
+        .snapshot
+        .workloads
+        .iter()
+        .map(|w| format!("{}/{}", w.key.kind.as_str(), w.key.name))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "InferenceService/llm",
+            "KnativeService/hello",
+            "LeaderWorkerSet/vllm",
+            "Rollout/canary",
+            "RayCluster/raycluster-kuberay",
+            "PodCliqueSet/dynamo"
+        ],
+        "the owned Deployments and StatefulSets are not workloads of their own"
+    );
+    let src = FileSource::from_path(&root().join("tests/fixtures/workloads/metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let template_writes: Vec<String> = ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::Workload(w) => Some(w.observed.key.to_string()),
+            WriteOp::Coordinated(c) => Some(c.workload.observed.key.to_string()),
+            WriteOp::Restore(r) => Some(r.observed.key.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(template_writes, ["ml/Rollout/canary"], "{ops:#?}");
+    let evicted: Vec<(String, String)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::Evict(e) => Some((e.workload.name.to_string(), e.pod.pod.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        evicted.contains(&("llm".into(), "llm-predictor-6f9c8d7b5-b6c7d".into())),
+        "{evicted:?}"
+    );
+    assert_eq!(evicted.len(), 5, "one pod per owned workload: {evicted:?}");
+}
+
+/// A pod of the KServe predictor, created after the change, is admitted with it: the webhook
+/// resolves it through ReplicaSet → Deployment → InferenceService.
+#[tokio::test]
+async fn a_kserve_predictor_pod_is_mutated_at_admission_under_its_inference_service() {
+    let dir = root().join("tests/fixtures/workloads/manifests");
+    let src = FileSource::from_path(&root().join("tests/fixtures/workloads/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(&dir);
+    dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let pod = serde_json::json!({
+        "metadata": {"namespace": "ml", "labels": {"component": "predictor", "pod-template-hash": "6f9c8d7b5"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "llm-predictor-6f9c8d7b5", "uid": "r", "controller": true}]},
+        "spec": {"containers": [{"name": "kserve-container", "image": "x",
+            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}
+    });
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": "ml", "object": pod}
+    });
+    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), &store);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    use base64::Engine as _;
+    let patch = answer["response"]["patch"].as_str().expect("a patch");
+    let ops = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+    let mut admitted = review["request"]["object"].clone();
+    json_patch::patch(&mut admitted, &ops).unwrap();
+    assert_eq!(
+        admitted["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "500m"
+    );
+}

@@ -82,6 +82,7 @@ fn workload(namespace: &str, annotations: BTreeMap<String, String>, app_gpus: &s
         template: template(app_gpus).into(),
         replicas: Some(1),
         field_managers: Vec::new(),
+        ownership: Default::default(),
     }
 }
 

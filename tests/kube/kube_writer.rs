@@ -53,6 +53,7 @@ fn workload(annotations: BTreeMap<String, String>) -> Workload {
         template: template().into(),
         replicas: Some(2),
         field_managers: Vec::new(),
+        ownership: Default::default(),
     }
 }
 

@@ -12,6 +12,8 @@ use crate::core::snapshot::ResizeSupport;
 
 /// What decides the method of one workload's change.
 pub struct MethodInput<'a> {
+    /// kerf writes the workload's template (not a kind or a template another controller owns).
+    pub template_writable: bool,
     /// The strategy says `resize: inPlaceOrRollout`.
     pub strategy_in_place: bool,
     pub support: ResizeSupport,
@@ -37,6 +39,8 @@ pub struct Delivery {
     pub fallback: Option<ResizeFallback>,
     /// Why the change rolls out although the strategy allows in place.
     pub rollout_reason: Option<&'static str>,
+    /// By eviction: this cycle's eviction and where it stands (filled by the write planning).
+    pub eviction: Option<super::eviction::EvictionPlan>,
 }
 
 impl Delivery {
@@ -46,6 +50,7 @@ impl Delivery {
             resize: None,
             fallback: None,
             rollout_reason: reason,
+            eviction: None,
         }
     }
 
@@ -68,6 +73,12 @@ impl Delivery {
     pub fn new_fallback(&self) -> Option<&Fallback> {
         self.resize.as_ref()?.fallback.as_ref()
     }
+}
+
+/// A template another controller owns is never written: the change reaches new pods at
+/// admission and running ones by eviction (docs/workloads.md).
+pub fn owned_template_evicts(input: &MethodInput<'_>) -> bool {
+    !input.template_writable
 }
 
 /// An HPA-coordinated change always rolls out: the requests and the HPA target change together,
@@ -96,6 +107,12 @@ pub fn fallback_kept<'a>(input: &MethodInput<'a>) -> Option<&'a ResizeFallback> 
 
 /// The method of one workload's change, `budget` the pods still to be asked this cycle.
 pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
+    if owned_template_evicts(input) {
+        return Delivery {
+            method: ApplyMethod::Evict,
+            ..Delivery::rollout(None)
+        };
+    }
     if !input.strategy_in_place {
         return Delivery::rollout(None);
     }
@@ -130,12 +147,14 @@ pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
             }),
             resize: Some(resize),
             rollout_reason: Some("ResizeFallback"),
+            eviction: None,
         },
         None => Delivery {
             method: ApplyMethod::InPlace,
             resize: Some(resize),
             fallback: None,
             rollout_reason: None,
+            eviction: None,
         },
     }
 }
@@ -156,6 +175,7 @@ mod tests {
 
     fn input<'a>(pods: &'a [&'a Pod], requests: &'a ContainerRequests) -> MethodInput<'a> {
         MethodInput {
+            template_writable: true,
             strategy_in_place: true,
             support: ResizeSupport::Served,
             coordinated: false,
@@ -165,6 +185,17 @@ mod tests {
             requests,
             now: "2026-07-01T12:00:00Z".parse().unwrap(),
         }
+    }
+
+    #[test]
+    fn owned_template_evicts() {
+        let r = cpu(250);
+        let mut i = input(&[], &r);
+        assert!(!super::owned_template_evicts(&i));
+        i.template_writable = false;
+        assert!(super::owned_template_evicts(&i));
+        // Before any strategy choice: an owned template is never written, in place or not.
+        assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::Evict);
     }
 
     #[test]

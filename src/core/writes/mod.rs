@@ -4,6 +4,7 @@
 //! in-memory writer (`writers/memory.rs`) execute the ops.
 
 pub mod conflict;
+pub mod eviction;
 mod fields;
 pub mod method;
 mod ops;
@@ -17,9 +18,9 @@ pub use fields::{
     workload_body,
 };
 pub use ops::{
-    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
-    PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite, WorkloadWrite,
-    WriteOp,
+    ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations, HpaTarget, Kept,
+    PlanWarning, PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite,
+    WorkloadWrite, WriteOp,
 };
 pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, rolled_back};
 pub use recommendation::{

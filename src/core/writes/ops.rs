@@ -238,6 +238,21 @@ impl EventWrite {
         }
     }
 
+    /// `Evicted`: a running pod evicted so that its replacement is admitted with the change.
+    pub fn evicted(workload: &Workload, pod: &str, left: u32) -> Self {
+        Self {
+            regarding: workload.key.clone(),
+            uid: workload.uid.clone(),
+            warning: false,
+            reason: "Evicted".into(),
+            action: "Evict".into(),
+            note: format!(
+                "evicting pod {pod} so that its replacement is admitted with the new requests ({left} pod(s) to replace)"
+            ),
+            details: BTreeMap::from([("pod".to_string(), pod.to_string())]),
+        }
+    }
+
     /// `ResizeFallback`: the in-place change rolls out instead, with why.
     pub fn resize_fallback(workload: &Workload, reason_code: &str, message: &str) -> Self {
         Self {
@@ -429,6 +444,17 @@ pub enum WriteOp {
     /// The in-place part of a workload's change: its pods' resize requests, or the fallback
     /// to a rollout (the template write follows as its own op).
     Resize(Box<ResizeWrite>),
+    /// One running pod of a workload whose template another controller owns, evicted through
+    /// the Eviction API (docs/workloads.md).
+    Evict(Box<EvictWrite>),
+}
+
+/// One eviction of this cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictWrite {
+    pub workload: WorkloadKey,
+    pub pod: super::eviction::PodEviction,
+    pub event: EventWrite,
 }
 
 /// One workload's in-place resize of this cycle.
@@ -463,6 +489,7 @@ impl WriteOp {
             WriteOp::Restore(r) => r.observed.key.to_string(),
             WriteOp::Warning(w) => w.workload.to_string(),
             WriteOp::Resize(r) => r.workload.to_string(),
+            WriteOp::Evict(e) => e.workload.to_string(),
         }
     }
 }

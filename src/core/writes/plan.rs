@@ -19,9 +19,9 @@ use super::recommendation::{
     recommendation_phase, recommendation_spec, recommendation_status,
 };
 use super::{
-    ConditionUpdate, CoordinatedChange, EventWrite, GpuAnnotations, HpaTarget, Kept, PlanWarning,
-    PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite, WorkloadWrite,
-    WriteOp, gpu_restart_due, merge_conditions, requests_match,
+    ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations, HpaTarget, Kept,
+    PlanWarning, PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite,
+    WorkloadWrite, WriteOp, gpu_restart_due, merge_conditions, requests_match,
 };
 use crate::api::{
     AppliedChange, ApplyMethod, CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE,
@@ -43,6 +43,7 @@ use crate::core::recommenders::gpu::{WorkloadResult, pods_by_owner};
 use crate::core::recommenders::resources::workload::{AgentPlan, RightsizingOutcome, RsResult};
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::core::writes::conflict::{Assessment, ConflictInput, ConflictRules, assess};
+use crate::core::writes::eviction::plan_eviction;
 use crate::core::writes::method::{Delivery, MethodInput, delivery};
 use crate::core::writes::resize::RESIZES_PER_CYCLE;
 
@@ -312,6 +313,10 @@ impl Planning<'_> {
             .as_ref()
             .filter(|_| writing)
             .and_then(Delivery::status);
+        status.eviction = delivery
+            .as_ref()
+            .and_then(|d| d.eviction.as_ref())
+            .map(|e| Box::new(e.status.clone()));
         delivery
     }
 
@@ -349,12 +354,14 @@ impl Planning<'_> {
                 };
                 gpu_restart_due(w, &annotations)
             });
-        let pods = if writing && strategy_in_place {
+        let template_writable = w.template_writable();
+        let pods = if writing && (strategy_in_place || !template_writable) {
             self.running_pods(&r.key)
         } else {
             Vec::new()
         };
         let input = MethodInput {
+            template_writable,
             strategy_in_place,
             support: self.snapshot.resize,
             coordinated: apply.hpa.is_some(),
@@ -367,9 +374,19 @@ impl Planning<'_> {
             now: self.now,
         };
         let mut budget = if writing { self.resize_budget.get() } else { 0 };
-        let d = delivery(&input, &mut budget);
+        let mut d = delivery(&input, &mut budget);
         if writing {
             self.resize_budget.set(budget);
+        }
+        if writing && d.method == ApplyMethod::Evict {
+            let recorded = previous.and_then(|s| s.eviction.as_deref());
+            d.eviction = Some(plan_eviction(
+                &pods,
+                w.replicas,
+                &apply.requests,
+                recorded,
+                self.now,
+            ));
         }
         d
     }
@@ -448,7 +465,8 @@ fn restore_writes(p: &Planning<'_>) -> BTreeMap<WorkloadKey, WriteOp> {
     let results: HashMap<&WorkloadKey, &RsResult> =
         p.cycle.resource_results().map(|r| (&r.key, r)).collect();
     for (key, kind) in restores_due(p, &results) {
-        let Some(w) = p.workloads.get(&key) else {
+        // kerf never wrote a template another controller owns: nothing to put back.
+        let Some(w) = p.workloads.get(&key).filter(|w| w.template_writable()) else {
             continue;
         };
         let observed = p.index.find(&key).cloned();
@@ -795,7 +813,11 @@ fn resource_writes(
     if !standing.writes() {
         keep_taken(&mut status, previous.as_ref());
     }
-    let (release, warning) = release_plan(r, observed.as_ref(), outcome, standing);
+    let (release, warning) = match w.template_writable() {
+        true => release_plan(r, observed.as_ref(), outcome, standing),
+        // kerf never wrote a template another controller owns: nothing to give back.
+        false => (RestorePlan::default(), None),
+    };
     ops.extend(warning);
     let adjusted = coordinated_outcome(outcome, &release);
     let outcome = adjusted.as_ref().unwrap_or(outcome);
@@ -810,13 +832,14 @@ fn resource_writes(
         &mut status,
         previous.as_ref(),
     );
-    let in_place = delivery
+    // In place or by eviction: the template is never written.
+    let template_untouched = delivery
         .as_ref()
-        .filter(|d| d.method == ApplyMethod::InPlace && plan.is_some());
+        .is_some_and(|d| matches!(d.method, ApplyMethod::InPlace | ApplyMethod::Evict));
     let kept_hpa = plan
         .and_then(|plan| plan.hpa.as_ref())
         .map(|h| hpa_target(p.snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
-    let changing = change_due(w, plan, in_place, kept_hpa.as_ref(), &release);
+    let changing = change_due(w, plan, delivery.as_ref(), kept_hpa.as_ref(), &release);
     if changing || !release.is_empty() {
         status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
     }
@@ -856,14 +879,25 @@ fn resource_writes(
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
     let Some(plan) = plan else { return ops };
-    if let Some(resize) = resize {
-        ops.push(resize);
-    }
-    if in_place.is_none() {
+    ops.extend(resize);
+    ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
+    if !template_untouched {
         ops.push(template_write(w, plan, kept_hpa));
         ops.extend(applied);
     }
     ops
+}
+
+/// The eviction of this cycle, with its Event.
+fn evict_write(w: &Workload, d: &Delivery) -> Option<WriteOp> {
+    let plan = d.eviction.as_ref()?;
+    let pod = plan.evict.clone()?;
+    let left = plan.status.pods_to_replace;
+    Some(WriteOp::Evict(Box::new(EvictWrite {
+        workload: w.key.clone(),
+        event: EventWrite::evicted(w, &pod.pod, left),
+        pod,
+    })))
 }
 
 /// The RightsizingRecommendation write of a workload with a CPU/memory result (and its GPU
@@ -904,18 +938,26 @@ fn template_write(w: &Arc<Workload>, plan: &AgentPlan, kept_hpa: Option<HpaTarge
 }
 
 /// Whether this cycle changes what the workload's pods run (`status.lastAppliedTime`): pods
-/// asked to resize in place, else a template that differs from the plan, or an HPA target a
-/// release moves.
+/// asked to resize in place, a pod evicted, else a template that differs from the plan, or an
+/// HPA target a release moves.
 fn change_due(
     w: &Workload,
     plan: Option<&AgentPlan>,
-    in_place: Option<&Delivery>,
+    delivery: Option<&Delivery>,
     kept_hpa: Option<&HpaTarget>,
     release: &RestorePlan,
 ) -> bool {
-    let pods_change = match in_place {
-        Some(d) => d.resize.as_ref().is_some_and(|r| !r.requests.is_empty()),
-        None => plan.is_some_and(|plan| !requests_match(&w.template, &plan.requests)),
+    let Some(plan) = plan else {
+        return kept_hpa.is_some_and(|h| !release.is_empty() && !h.in_place());
+    };
+    let pods_change = match delivery.map(|d| d.method) {
+        Some(ApplyMethod::InPlace) => delivery
+            .and_then(|d| d.resize.as_ref())
+            .is_some_and(|r| !r.requests.is_empty()),
+        Some(ApplyMethod::Evict) => delivery
+            .and_then(|d| d.eviction.as_ref())
+            .is_some_and(|e| e.evict.is_some()),
+        _ => !requests_match(&w.template, &plan.requests),
     };
     pods_change || kept_hpa.is_some_and(|h| !release.is_empty() && !h.in_place())
 }
@@ -995,7 +1037,9 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
         if r.metrics_unavailable || conflicts.blocks(&r.key) {
             continue; // nothing flaps: persisted state stays as it is
         }
-        let Some(w) = p.workloads.get(&r.key) else {
+        // A workload whose template another controller owns is never written: its GPU
+        // recommendation is published, not persisted on the object (docs/workloads.md).
+        let Some(w) = p.workloads.get(&r.key).filter(|w| w.template_writable()) else {
             continue;
         };
         let write = WorkloadWrite {

@@ -193,6 +193,7 @@ pub fn gpu_recommendation_status(
         conflict: previous.and_then(|p| p.conflict.clone()),
         apply_method: None,
         resize: None,
+        eviction: None,
     }
 }
 
@@ -219,6 +220,7 @@ pub fn recommendation_status(
         conflict: previous.and_then(|p| p.conflict.clone()),
         apply_method: previous.and_then(|p| p.apply_method),
         resize: previous.and_then(|p| p.resize.clone()),
+        eviction: previous.and_then(|p| p.eviction.clone()),
     };
     if let Some(plan) = &outcome.apply {
         if let Some(h) = &plan.hpa {

@@ -1286,6 +1286,7 @@ impl Reader {
             replicaset_owners,
             job_owners,
             resize: *self.inner.resize.borrow(),
+            controllers: BTreeMap::new(),
         };
         (snapshot, invalid)
     }

@@ -53,7 +53,7 @@ use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
     ANNOTATION_ROLLBACK, ContainerRequests, WorkloadKey,
 };
-use crate::telemetry::{Metrics, ResizeLabels, WriteLabels};
+use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
 
 use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
 use crate::core::writes::*;
@@ -303,6 +303,13 @@ pub fn workload_resource(kind: WorkloadKind) -> ApiResource {
         WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
         WorkloadKind::Job => ApiResource::erase::<Job>(&()),
         WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
+        other => {
+            let (group, version) = other.api_version().split_once('/').unwrap_or(("", "v1"));
+            ApiResource::from_gvk_with_plural(
+                &::kube::api::GroupVersionKind::gvk(group, version, other.kind_name()),
+                other.plural(),
+            )
+        }
     }
 }
 
@@ -389,11 +396,13 @@ impl Task {
             | WriteOp::Coordinated(_)
             | WriteOp::Restore(_)
             | WriteOp::Resize(_)
+            | WriteOp::Evict(_)
                 if read_only =>
             {
                 return WriteOutcome::ReadOnly;
             }
             WriteOp::Resize(r) => self.resize(&r).await,
+            WriteOp::Evict(e) => self.evict(&e).await,
             WriteOp::Workload(w) => self.write_workload(&w).await,
             WriteOp::Restart(key) => self.restart(&key).await.map(|()| 1),
             WriteOp::Coordinated(c) => self.coordinated(&c).await,
@@ -551,6 +560,57 @@ impl Task {
             self.record_refused_resize(r, &e).await?;
         }
         Err(e)
+    }
+
+    /// One eviction through the Eviction API (`pods/<name>/eviction`): a PodDisruptionBudget
+    /// that forbids it now answers 429, which is counted and left for the next turn (never
+    /// retried here, never forced). The Event follows an eviction that went through.
+    async fn evict(&self, e: &EvictWrite) -> Result<usize, CallError> {
+        let count = |outcome: &str| {
+            self.cfg
+                .metrics
+                .evictions
+                .get_or_create(&EvictionLabels {
+                    outcome: outcome.into(),
+                })
+                .inc();
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &e.pod.namespace);
+        let params = ::kube::api::EvictParams {
+            post_options: PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let what = format!("evict pod {}/{}", e.pod.namespace, e.pod.pod);
+        match self
+            .call(Some("eviction"), &what, || api.evict(&e.pod.pod, &params))
+            .await
+        {
+            Ok(_) => count("evicted"),
+            Err(CallError::Rejected {
+                source: KubeError::Api(ref s),
+                ..
+            }) if s.code == 429 => {
+                count("disruption_budget");
+                tracing::info!(pod = %e.pod.pod, "eviction refused by a PodDisruptionBudget: next turn");
+                return Ok(1);
+            }
+            Err(CallError::Rejected {
+                source: KubeError::Api(ref s),
+                ..
+            }) if s.code == 404 => {
+                count("gone");
+                return Ok(1);
+            }
+            Err(err) => {
+                count("failed");
+                return Err(err);
+            }
+        }
+        self.event(&e.event).await?;
+        Ok(2)
     }
 
     /// Records on the RightsizingRecommendation that the API server refused a resize: the next

@@ -19,35 +19,16 @@ use crate::api::{Signal, StrategyView};
 use crate::core::accelerator::NVIDIA_KAI;
 use crate::core::admission::{GpuTarget, allowed, kai};
 use crate::core::allocation::{container_allocations, default_scope_containers, gpu_holdings};
-use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, Name};
+use crate::core::model::{ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION};
 use crate::core::model::{
     GpuMap, GpuRecommendation, PolicyId, PolicyPart, WorkloadKey, WorkloadState, parse_baseline,
 };
-use crate::core::owner;
 use crate::core::selection::{self, Candidate};
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::{RangeQuery, SeriesSet};
 use crate::support::small_map::SmallMap;
 
-/// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
-/// ReplicaSet → Deployment and Job → CronJob links.
-pub fn pod_owner(
-    pod: &Pod,
-    snapshot_rs: &BTreeMap<(Name, Name), Name>,
-    snapshot_jobs: &BTreeMap<(Name, Name), Name>,
-) -> Option<WorkloadKey> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
-        map.get(&(Name::from(ns), Name::from(name))).cloned()
-    };
-    owner::top_owner(
-        ns,
-        pod.metadata.owner_references.as_deref().unwrap_or_default(),
-        owner::pod_template_hash(pod.metadata.labels.as_ref()),
-        |rs| link(snapshot_rs, rs),
-        |job| link(snapshot_jobs, job),
-    )
-}
+pub use crate::core::grouping::{pod_owner, pods_by_owner};
 
 /// Resolves a GPU policy's `automationStrategyRef` ([`Snapshot::strategy`]).
 pub fn resolve_strategy<'a>(
@@ -58,21 +39,6 @@ pub fn resolve_strategy<'a>(
         policy.id.namespace.as_deref(),
         &policy.spec.automation_strategy_ref.name,
     )
-}
-
-/// Indexes of `snapshot.pods` by the workload that owns them (each owner's pods in snapshot
-/// order). Hashed: its readers look workloads up, never in key order, and a hash per pod is
-/// cheaper than sorting every pod by its key.
-pub fn pods_by_owner(snapshot: &Snapshot) -> HashMap<WorkloadKey, Vec<usize>> {
-    // About one owner per workload: sized once instead of rehashing every key as it grows.
-    let mut out: HashMap<WorkloadKey, Vec<usize>> =
-        HashMap::with_capacity(snapshot.workloads.len());
-    for (i, pod) in snapshot.pods.iter().enumerate() {
-        if let Some(k) = pod_owner(pod, &snapshot.replicaset_owners, &snapshot.job_owners) {
-            out.entry(k).or_default().push(i);
-        }
-    }
-    out
 }
 
 /// The policies (index, selection view) whose scope covers the workload.

@@ -341,12 +341,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             .entry(policy)
             .or_default()
             .push((out.workloads.len(), selectors.selector(&w.key, &pod_refs)));
-        let key = (
-            w.key.namespace.as_str(),
-            w.key.kind.as_str(),
-            w.key.name.as_str(),
-        );
-        if let Some(h) = hpas.get(&key) {
+        if let Some(h) = hpa::workload_hpa(&hpas, w) {
             hpas_per_policy.entry(policy).or_default().insert((
                 w.key.namespace.to_string(),
                 h.metadata.name.clone().unwrap_or_default(),
@@ -544,19 +539,31 @@ fn observed_signals(
 fn hpa_input(
     answers: &RsAnswers,
     policy: usize,
-    namespace: &str,
     h: &HorizontalPodAutoscaler,
     spec: &crate::api::RightsizingPolicySpec,
     pod_spec: &crate::core::pod::PodSpec,
     now: Timestamp,
+    w: &Workload,
 ) -> HpaInput {
-    let history = replica_history(answers, policy, namespace, h, spec, now);
+    let history = replica_history(answers, policy, &w.key.namespace, h, spec, now);
     HpaInput {
         hpa: h.clone(),
         max_replicas_reached: hpa::max_replicas_reached(h, history.as_ref()),
         replica_history: history.is_some(),
         pod_level_requests: hpa::pod_level_requests_set(pod_spec),
+        owner_managed: owner_managed(w),
     }
+}
+
+/// Who owns a workload's template (and so its HPA) when kerf does not write it.
+fn owner_managed(w: &Workload) -> Option<String> {
+    if w.template_writable() {
+        return None;
+    }
+    Some(match w.ownership.controller.as_deref() {
+        Some(c) if w.ownership.owned => format!("{} {}", c.kind, c.name),
+        _ => format!("the {} controller", w.key.kind.as_str()),
+    })
 }
 
 /// The keys under which the window answers hold each counted container of a workload.
@@ -622,23 +629,8 @@ pub fn evaluate(
                 gpu_recommended: g.and_then(|g| g.recommended),
             });
         }
-        let hpa = hpas
-            .get(&(
-                w.key.namespace.as_str(),
-                w.key.kind.as_str(),
-                w.key.name.as_str(),
-            ))
-            .map(|&h| {
-                hpa_input(
-                    answers,
-                    wp.policy,
-                    &w.key.namespace,
-                    h,
-                    &policy.spec,
-                    spec,
-                    now,
-                )
-            });
+        let hpa = hpa::workload_hpa(&hpas, w)
+            .map(|h| hpa_input(answers, wp.policy, h, &policy.spec, spec, now, w));
         let metrics_unavailable = answers.failed.contains(&i);
         let outcome = match bad_request {
             Some(e) => Err(e),

@@ -50,6 +50,8 @@ use crate::core::snapshot::REASON_STRATEGY_UNRESOLVED;
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
 /// The pod template requests a resource in auto-patch at pod level (docs/hpa-coordination.md#pod-level-resources).
 pub const REASON_POD_LEVEL_RESOURCES: &str = "PodLevelResources";
+/// An HPA-coordinated change on a workload another controller owns (docs/workloads.md).
+pub const REASON_OWNER_MANAGED: &str = "OwnerManaged";
 /// Phase `pending`: less usage history than [`MIN_HISTORY_SECONDS`] (or the window, if
 /// shorter); nothing is applied yet.
 pub const REASON_INSUFFICIENT_HISTORY: &str = "InsufficientHistory";
@@ -110,6 +112,9 @@ pub struct HpaInput {
     pub replica_history: bool,
     /// The pod template sets pod-level requests ([`hpa::pod_level_requests_set`]).
     pub pod_level_requests: bool,
+    /// The controller that owns the workload's template and HPA, when kerf writes neither
+    /// (docs/workloads.md).
+    pub owner_managed: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -404,7 +409,9 @@ fn not_applied(
     if let Some(h) = hpa_out.filter(|h| h.blocked) {
         return Some((
             RecommendationPhase::Blocked,
-            Some(REASON_HPA_COUPLED.to_string()),
+            h.reason
+                .clone()
+                .or_else(|| Some(REASON_HPA_COUPLED.to_string())),
             h.message.clone(),
         ));
     }
@@ -636,7 +643,10 @@ impl HpaOutcome {
     fn block(&mut self, skip: Option<SkipReason>, message: String) {
         self.blocked = true;
         self.skip_reason = skip;
-        self.reason = Some(REASON_HPA_COUPLED.to_string());
+        self.reason = Some(match skip {
+            Some(SkipReason::OwnerManaged) => REASON_OWNER_MANAGED.to_string(),
+            _ => REASON_HPA_COUPLED.to_string(),
+        });
         self.message = message;
     }
 }
@@ -650,6 +660,15 @@ fn coordination_skip(
     a: &hpa::MetricsAnalysis,
     resource: HpaResource,
 ) -> Option<(SkipReason, String)> {
+    if let Some(owner) = &h.owner_managed {
+        return Some((
+            SkipReason::OwnerManaged,
+            format!(
+                "{owner} owns the workload's template and its HPA {}: kerf writes neither, so requests and target cannot change together; new pods get the requests at admission",
+                h.hpa.metadata.name.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
     if a.supported.is_none() {
         return Some((
             SkipReason::UnsupportedMetrics,

@@ -44,6 +44,7 @@ fn workload(cpu: &str, managers: Vec<FieldManager>) -> Workload {
         template: template.into(),
         replicas: Some(3),
         field_managers: managers,
+        ownership: Default::default(),
     }
 }
 

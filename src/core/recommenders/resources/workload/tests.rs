@@ -84,6 +84,7 @@ fn hpa_with(metrics: serde_json::Value) -> HpaInput {
         max_replicas_reached: false,
         replica_history: true,
         pod_level_requests: false,
+        owner_managed: None,
     }
 }
 

@@ -1,0 +1,266 @@
+//! Workloads under their topmost owner (docs/workloads.md), pure, shared by both object
+//! sources: a Deployment or StatefulSet another controller owns (a KServe predictor, a Knative
+//! Revision's Deployment, a LeaderWorkerSet's StatefulSets) is not a workload of its own; its
+//! pods, template and replicas count under the topmost owner — the InferenceService, the
+//! Knative Service, the LeaderWorkerSet. A controller that creates pods directly (a RayCluster,
+//! a Grove PodClique) has its pods' containers as its template.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::core::hash::{HashMap, HashMapExt};
+use crate::core::model::{Name, WorkloadKey};
+use crate::core::owner::{Chain, Link, link_key, owner_chain};
+use crate::core::pod::Pod;
+use crate::core::pod::{Container, OwnerRef, PodSpec, PodTemplateSpec, Strings};
+use crate::core::snapshot::{Ownership, Snapshot, Workload};
+
+/// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
+/// ReplicaSet → Deployment and Job → CronJob links.
+pub fn pod_owner(pod: &Pod, snapshot: &Snapshot) -> Option<Chain> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
+        map.get(&(Name::from(ns), Name::from(name))).cloned()
+    };
+    owner_chain(
+        ns,
+        pod.metadata.owner_references.as_deref().unwrap_or_default(),
+        crate::core::owner::pod_template_hash(pod.metadata.labels.as_ref()),
+        |rs| link(&snapshot.replicaset_owners, rs),
+        |job| link(&snapshot.job_owners, job),
+        |kind, name| snapshot.controller_of(ns, kind, name),
+    )
+}
+
+/// Indexes of `snapshot.pods` by the workload that owns them (each owner's pods in snapshot
+/// order). Hashed: its readers look workloads up, never in key order, and a hash per pod is
+/// cheaper than sorting every pod by its key.
+pub fn pods_by_owner(snapshot: &Snapshot) -> HashMap<WorkloadKey, Vec<usize>> {
+    // About one owner per workload: sized once instead of rehashing every key as it grows.
+    let mut out: HashMap<WorkloadKey, Vec<usize>> =
+        HashMap::with_capacity(snapshot.workloads.len());
+    for (i, pod) in snapshot.pods.iter().enumerate() {
+        if let Some(chain) = pod_owner(pod, snapshot) {
+            out.entry(chain.key).or_default().push(i);
+        }
+    }
+    out
+}
+
+/// The chain from a workload's own controller reference up (the workload itself excluded).
+fn chain_above(snapshot: &Snapshot, w: &Workload, controller: &Link) -> Option<Chain> {
+    let ns = w.key.namespace.as_str();
+    let owners = [OwnerRef {
+        api_version: controller.api_version.clone(),
+        kind: controller.kind.clone(),
+        name: controller.name.clone(),
+        controller: Some(true),
+    }];
+    let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
+        map.get(&(Name::from(ns), Name::from(name))).cloned()
+    };
+    owner_chain(
+        ns,
+        &owners,
+        None,
+        |rs| link(&snapshot.replicaset_owners, rs),
+        |job| link(&snapshot.job_owners, job),
+        |kind, name| snapshot.controller_of(ns, kind, name),
+    )
+}
+
+/// Every workload's own controller reference, as a link of the owner chains; and a leader
+/// Pod's, where a LeaderWorkerSet's worker StatefulSet names that Pod as its controller.
+pub fn record_workload_controllers(snapshot: &mut Snapshot) {
+    let mut pods_named = BTreeSet::new();
+    for w in &snapshot.workloads {
+        let Some(c) = w.ownership.controller.as_deref() else {
+            continue;
+        };
+        if c.kind == "Pod" {
+            pods_named.insert((w.key.namespace.clone(), c.name.clone()));
+        }
+        let key = link_key(w.key.kind.kind_name(), &w.key.name);
+        snapshot
+            .controllers
+            .insert((w.key.namespace.clone(), key.as_str().into()), c.clone());
+    }
+    for pod in &snapshot.pods {
+        let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
+            continue;
+        };
+        if !pods_named.contains(&(ns.clone(), name.clone())) {
+            continue;
+        }
+        let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
+        if let Some(c) = crate::core::owner::controller(owners) {
+            let link = Link::new(&c.api_version, &c.kind, &c.name);
+            let key = link_key("Pod", name);
+            snapshot
+                .controllers
+                .insert((ns.clone(), key.as_str().into()), link);
+        }
+    }
+}
+
+/// A template of the containers of `templates`, each container from the first that has it
+/// (a LeaderWorkerSet's leader and worker templates name their containers apart), the labels
+/// of all.
+fn merged_template<'a>(templates: impl Iterator<Item = &'a PodSpec>) -> PodSpec {
+    let mut out = PodSpec::default();
+    let add = |list: &mut Vec<Container>, c: &Container| {
+        if !list.iter().any(|have| have.name == c.name) {
+            list.push(c.clone());
+        }
+    };
+    for t in templates {
+        for c in &t.containers {
+            add(&mut out.containers, c);
+        }
+        for c in t.init_containers.iter().flatten() {
+            add(out.init_containers.get_or_insert_with(Vec::new), c);
+        }
+    }
+    out
+}
+
+/// The workload of a topmost owner seen only through what it owns (its object was not read).
+fn seen_through(key: &WorkloadKey, below: &[Arc<Workload>]) -> Workload {
+    Workload {
+        key: key.clone(),
+        uid: None,
+        labels: below.first().map(|w| w.labels.clone()).unwrap_or_default(),
+        annotations: Strings::new(),
+        template: PodTemplateSpec::default(),
+        replicas: None,
+        field_managers: Vec::new(),
+        ownership: Ownership::default(),
+    }
+}
+
+/// Groups the snapshot's workloads under their topmost owners (module docs). Call once the
+/// snapshot holds every object it will (both sources do, last).
+pub fn group_under_topmost_owners(snapshot: &mut Snapshot) {
+    record_workload_controllers(snapshot);
+    let mut below: BTreeMap<WorkloadKey, Vec<Arc<Workload>>> = BTreeMap::new();
+    let mut owned = BTreeSet::new();
+    let mut absorbed = BTreeSet::new();
+    for w in &snapshot.workloads {
+        let Some(c) = w.ownership.controller.as_deref() else {
+            continue;
+        };
+        match chain_above(snapshot, w, c) {
+            Some(chain) if chain.key != w.key => {
+                absorbed.insert(w.key.clone());
+                below.entry(chain.key).or_default().push(Arc::clone(w));
+            }
+            // Controlled by a kind kerf does not follow: the workload stays, its template not
+            // kerf's to write.
+            _ if matches!(
+                w.key.kind,
+                crate::api::WorkloadKind::Deployment | crate::api::WorkloadKind::StatefulSet
+            ) =>
+            {
+                owned.insert(w.key.clone());
+            }
+            _ => {}
+        }
+    }
+    if below.is_empty() && owned.is_empty() && !has_pod_controlled_tops(snapshot) {
+        return;
+    }
+    snapshot.workloads.retain(|w| !absorbed.contains(&w.key));
+    for w in &mut snapshot.workloads {
+        if owned.contains(&w.key) {
+            Arc::make_mut(w).ownership.owned = true;
+        }
+    }
+    for (top, parts) in &below {
+        if !snapshot.workloads.iter().any(|w| &w.key == top) {
+            snapshot.workloads.push(Arc::new(seen_through(top, parts)));
+        }
+        let w = snapshot
+            .workloads
+            .iter_mut()
+            .find(|w| &w.key == top)
+            .expect("pushed above");
+        if w.key.kind.template_writable() {
+            continue;
+        }
+        let w = Arc::make_mut(w);
+        let spec = merged_template(parts.iter().map(|p| p.template.pod_spec()));
+        let labels = w.template.metadata.take().unwrap_or_default();
+        w.template = PodTemplateSpec {
+            metadata: Some(labels),
+            spec: Some(spec),
+        };
+        w.replicas = Some(parts.iter().filter_map(|p| p.replicas).sum());
+    }
+    from_pods(snapshot);
+}
+
+/// Whether a workload of a kind whose template kerf does not write may take its template from
+/// its pods (a RayCluster, a PodCliqueSet: their pods are created directly).
+fn has_pod_controlled_tops(snapshot: &Snapshot) -> bool {
+    snapshot
+        .workloads
+        .iter()
+        .any(|w| !w.key.kind.template_writable())
+}
+
+/// The topmost owners without a template (pods created directly, or what they own not read):
+/// their pods' containers, replicas and owner chain.
+fn from_pods(snapshot: &mut Snapshot) {
+    let by_owner = pods_by_owner(snapshot);
+    let mut updates = Vec::new();
+    for (i, w) in snapshot.workloads.iter().enumerate() {
+        if w.key.kind.template_writable() {
+            continue;
+        }
+        let Some(pods) = by_owner.get(&w.key) else {
+            continue;
+        };
+        let mut sorted: Vec<_> = pods.iter().map(|p| &snapshot.pods[*p]).collect();
+        sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let chain = sorted
+            .first()
+            .and_then(|p| pod_owner(p, snapshot))
+            .map(|c| c.owners)
+            .unwrap_or_default();
+        let spec = w
+            .template
+            .pod_spec()
+            .containers
+            .is_empty()
+            .then(|| merged_template(sorted.iter().filter_map(|p| p.spec.as_ref())));
+        updates.push((i, chain, spec, sorted.len()));
+    }
+    for (i, chain, spec, pods) in updates {
+        let w = Arc::make_mut(&mut snapshot.workloads[i]);
+        w.ownership.chain = chain;
+        if let Some(spec) = spec {
+            w.template.spec = Some(spec);
+            w.replicas = Some(i32::try_from(pods).unwrap_or(i32::MAX));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A template of two templates' containers, each once, the first one's where both name it.
+    #[test]
+    fn merged_template_keeps_each_container_once() {
+        let t = |names: &[&str]| -> PodSpec {
+            serde_json::from_value(serde_json::json!({
+                "containers": names.iter().map(|n| serde_json::json!({"name": n})).collect::<Vec<_>>()
+            }))
+            .unwrap()
+        };
+        let (leader, worker) = (t(&["vllm-leader", "proxy"]), t(&["vllm-worker", "proxy"]));
+        let m = merged_template([&leader, &worker].into_iter());
+        let names: Vec<&str> = m.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["vllm-leader", "proxy", "vllm-worker"]);
+    }
+}

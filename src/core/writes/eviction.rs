@@ -1,0 +1,210 @@
+//! Replacing running pods by eviction, pure (docs/workloads.md): for a workload whose template
+//! another controller owns, kerf never writes the template; new pods get the change at
+//! admission, and running pods whose requests differ are evicted one at a time — only while
+//! every pod of the workload is ready, at most one per [`EVICTION_INTERVAL`], each through the
+//! Eviction API so PodDisruptionBudgets decide (a refusal waits for the next turn, never
+//! forced). VPA's updater works the same way for the kinds it does not own.
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::resize::{pod_matches, pod_requests};
+use crate::api::EvictionStatus;
+use crate::core::model::{ContainerRequests, rfc3339_secs};
+use crate::core::pod::{POD_READY, Pod};
+
+/// The least time between two evictions of one workload's pods: a model server's replacement
+/// pod needs minutes to load its weights and become ready.
+pub const EVICTION_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
+
+/// Why no pod is evicted now although one is due.
+pub const WAITING_NOT_ALL_READY: &str = "NotAllReady";
+pub const WAITING_PACED: &str = "Paced";
+
+/// One eviction to ask for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodEviction {
+    pub namespace: String,
+    pub pod: String,
+}
+
+/// A workload's eviction of this cycle and where it stands.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EvictionPlan {
+    pub evict: Option<PodEviction>,
+    pub status: EvictionStatus,
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == POD_READY && c.status == "True")
+        })
+}
+
+/// Evictions wait until the workload has all its replicas ready: `replicas` pods (when the
+/// workload says how many it wants), every one of them ready.
+pub fn all_replicas_ready(pods: &[&Pod], replicas: Option<i32>) -> bool {
+    let enough = replicas.is_none_or(|r| pods.len() >= usize::try_from(r).unwrap_or(0));
+    enough && pods.iter().all(|p| ready(p))
+}
+
+/// At most one eviction per workload per [`EVICTION_INTERVAL`].
+pub fn paced(last: Option<&str>, now: Timestamp) -> bool {
+    last.and_then(|t| t.parse::<Timestamp>().ok())
+        .is_none_or(|t| now.duration_since(t) >= EVICTION_INTERVAL)
+}
+
+/// The pods whose requests differ from the recommendation (capped at their limits, as
+/// admission sets them), by name.
+pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: &ContainerRequests) -> Vec<&'a Pod> {
+    let mut out: Vec<&Pod> = pods
+        .iter()
+        .copied()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .is_some_and(|s| !pod_matches(s, &pod_requests(s, wanted)))
+        })
+        .collect();
+    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out
+}
+
+/// This cycle's eviction of a workload's running `pods`, from the last recorded status.
+pub fn plan_eviction(
+    pods: &[&Pod],
+    replicas: Option<i32>,
+    wanted: &ContainerRequests,
+    previous: Option<&EvictionStatus>,
+    now: Timestamp,
+) -> EvictionPlan {
+    let due = pods_to_replace(pods, wanted);
+    let mut status = EvictionStatus {
+        pods_to_replace: u32::try_from(due.len()).unwrap_or(u32::MAX),
+        last_eviction_time: previous.and_then(|p| p.last_eviction_time.clone()),
+        last_evicted_pod: previous.and_then(|p| p.last_evicted_pod.clone()),
+        waiting: None,
+    };
+    let Some(next) = due.first() else {
+        return EvictionPlan {
+            evict: None,
+            status,
+        };
+    };
+    if !all_replicas_ready(pods, replicas) {
+        status.waiting = Some(WAITING_NOT_ALL_READY.into());
+        return EvictionPlan {
+            evict: None,
+            status,
+        };
+    }
+    if !paced(status.last_eviction_time.as_deref(), now) {
+        status.waiting = Some(WAITING_PACED.into());
+        return EvictionPlan {
+            evict: None,
+            status,
+        };
+    }
+    let name = next
+        .metadata
+        .name
+        .as_deref()
+        .unwrap_or_default()
+        .to_string();
+    status.last_eviction_time = Some(rfc3339_secs(now));
+    status.last_evicted_pod = Some(name.clone());
+    EvictionPlan {
+        evict: Some(PodEviction {
+            namespace: next
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or_default()
+                .into(),
+            pod: name,
+        }),
+        status,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::writes::resize::tests::cpu;
+
+    fn pod(name: &str, cpu: &str, is_ready: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": if is_ready { "True" } else { "False" }}]}
+        }))
+        .unwrap()
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn all_replicas_ready() {
+        let a = pod("a", "1", true);
+        let b = pod("b", "1", false);
+        assert!(super::all_replicas_ready(&[&a], Some(1)));
+        assert!(
+            !super::all_replicas_ready(&[&a], Some(2)),
+            "one replica missing"
+        );
+        assert!(!super::all_replicas_ready(&[&a, &b], None), "one not ready");
+    }
+
+    #[test]
+    fn paced() {
+        let now = at("2026-07-01T12:00:00Z");
+        assert!(super::paced(None, now));
+        assert!(!super::paced(Some("2026-07-01T11:56:00Z"), now));
+        assert!(super::paced(Some("2026-07-01T11:55:00Z"), now));
+    }
+
+    #[test]
+    fn pods_to_replace() {
+        let done = pod("a", "250m", true);
+        let old = pod("b", "1", true);
+        let got = super::pods_to_replace(&[&old, &done], &cpu(250));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].metadata.name.as_deref(), Some("b"));
+    }
+
+    /// One pod per turn, the first by name whose requests differ, and only when ready and paced.
+    #[test]
+    fn plan_eviction_takes_one_pod_per_interval_while_all_are_ready() {
+        let now = at("2026-07-01T12:00:00Z");
+        let (a, b) = (pod("llm-b", "1", true), pod("llm-a", "1", true));
+        let p = plan_eviction(&[&a, &b], Some(2), &cpu(250), None, now);
+        assert_eq!(p.evict.as_ref().unwrap().pod, "llm-a");
+        assert_eq!(p.status.pods_to_replace, 2);
+        assert_eq!(
+            p.status.last_eviction_time.as_deref(),
+            Some("2026-07-01T12:00:00Z")
+        );
+
+        let later = at("2026-07-01T12:02:00Z");
+        let p2 = plan_eviction(&[&a, &b], Some(2), &cpu(250), Some(&p.status), later);
+        assert!(p2.evict.is_none());
+        assert_eq!(p2.status.waiting.as_deref(), Some(WAITING_PACED));
+
+        let unready = pod("llm-a", "250m", false);
+        let p3 = plan_eviction(&[&a, &unready], Some(2), &cpu(250), None, now);
+        assert!(p3.evict.is_none());
+        assert_eq!(p3.status.waiting.as_deref(), Some(WAITING_NOT_ALL_READY));
+
+        let done = pod("llm-a", "250m", true);
+        let finished = pod("llm-b", "250m", true);
+        let p4 = plan_eviction(&[&done, &finished], Some(2), &cpu(250), None, now);
+        assert!(p4.evict.is_none() && p4.status.waiting.is_none());
+        assert_eq!(p4.status.pods_to_replace, 0);
+    }
+}
