@@ -38,7 +38,8 @@ pub struct QueryLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
-    /// `annotations`, `template`, `hpa`, `resize`, `status`, `recommendation`, `event`, `lease`.
+    /// `annotations`, `template`, `hpa`, `resize`, `eviction`, `status`, `recommendation`, `event`,
+    /// `lease`.
     pub target: String,
     /// `ok`, `error`.
     pub outcome: String,

@@ -279,3 +279,84 @@ async fn an_hpa_coordinated_change_reaches_the_cluster_as_a_template_write() {
             .any(|r| r.path.contains("horizontalpodautoscalers/web"))
     );
 }
+
+fn evict_op(pod: &str) -> WriteOp {
+    let key = WorkloadKey::new("ml", WorkloadKind::InferenceService, "llm");
+    WriteOp::Evict(Box::new(kerf::core::writes::EvictWrite {
+        workload: key.clone(),
+        pod: kerf::core::writes::eviction::PodEviction {
+            namespace: "ml".into(),
+            pod: pod.into(),
+        },
+        event: EventWrite {
+            regarding: key,
+            uid: None,
+            warning: false,
+            reason: "Evicted".into(),
+            action: "Evict".into(),
+            note: format!("evicting pod {pod}"),
+            details: Default::default(),
+        },
+    }))
+}
+
+fn evictions(metrics: &Metrics, outcome: &str) -> u64 {
+    metrics
+        .evictions
+        .get_or_create(&kerf::telemetry::EvictionLabels {
+            outcome: outcome.into(),
+        })
+        .get()
+}
+
+/// An eviction is a POST to the pod's eviction subresource (kube's `Api::evict`), then its
+/// Event; a PodDisruptionBudget's 429 is counted and left for the next turn (no retry, no
+/// Event, nothing forced).
+#[tokio::test]
+async fn evictions_go_through_the_eviction_api_and_a_disruption_budget_refusal_waits() {
+    let (client, log) = mock(|r: &Recorded| {
+        if r.path.ends_with("/pods/llm-predictor-b/eviction") {
+            return Reply::Json(
+                429,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                       "reason": "TooManyRequests", "code": 429}),
+            );
+        }
+        if r.path.ends_with("/eviction") {
+            return Reply::Json(
+                201,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}),
+            );
+        }
+        Reply::Json(200, r.body.clone())
+    });
+    let metrics = Metrics::new();
+    let (w, _lease) = writer(client, metrics.clone());
+    assert_eq!(
+        w.apply(evict_op("llm-predictor-a")).await,
+        WriteOutcome::Written { requests: 2 }
+    );
+    assert_eq!(
+        w.apply(evict_op("llm-predictor-b")).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    let seen = requests(&log);
+    assert_eq!(
+        calls(&seen),
+        [
+            (
+                "POST",
+                "/api/v1/namespaces/ml/pods/llm-predictor-a/eviction"
+            ),
+            ("POST", "/apis/events.k8s.io/v1/namespaces/ml/events"),
+            (
+                "POST",
+                "/api/v1/namespaces/ml/pods/llm-predictor-b/eviction"
+            ),
+        ],
+        "the refused eviction is sent once"
+    );
+    assert_eq!(evictions(&metrics, "evicted"), 1);
+    assert_eq!(evictions(&metrics, "disruption_budget"), 1);
+}

@@ -584,29 +584,39 @@ impl Task {
             ..Default::default()
         };
         let what = format!("evict pod {}/{}", e.pod.namespace, e.pod.pod);
-        match self
-            .call(Some("eviction"), &what, || api.evict(&e.pod.pod, &params))
-            .await
-        {
-            Ok(_) => count("evicted"),
-            Err(CallError::Rejected {
-                source: KubeError::Api(ref s),
-                ..
-            }) if s.code == 429 => {
+        // One attempt: a refusal (429) is the disruption budget speaking, and the next turn
+        // (the pace) is its retry.
+        if !holds_lease(&self.lease) {
+            return Err(CallError::NotLeader);
+        }
+        let sent = tokio::time::timeout(self.cfg.timeout, api.evict(&e.pod.pod, &params)).await;
+        match sent {
+            Ok(Ok(_)) => {
+                count("evicted");
+                self::count(&self.cfg.metrics, "eviction", "ok");
+            }
+            Ok(Err(KubeError::Api(s))) if s.code == 429 => {
                 count("disruption_budget");
                 tracing::info!(pod = %e.pod.pod, "eviction refused by a PodDisruptionBudget: next turn");
                 return Ok(1);
             }
-            Err(CallError::Rejected {
-                source: KubeError::Api(ref s),
-                ..
-            }) if s.code == 404 => {
+            Ok(Err(KubeError::Api(s))) if s.code == 404 => {
                 count("gone");
                 return Ok(1);
             }
-            Err(err) => {
+            Ok(Err(source)) => {
                 count("failed");
-                return Err(err);
+                self::count(&self.cfg.metrics, "eviction", "error");
+                return Err(CallError::Rejected { what, source });
+            }
+            Err(_) => {
+                count("failed");
+                self::count(&self.cfg.metrics, "eviction", "error");
+                return Err(CallError::GaveUp {
+                    what,
+                    last: format!("timed out after {:?}", self.cfg.timeout),
+                    tries: 1,
+                });
             }
         }
         self.event(&e.event).await?;
