@@ -109,6 +109,11 @@ async fn a_cluster_through_a_kubeconfig_gives_the_same_recommendations_as_its_ma
     for (dir, metrics) in [
         ("examples/manifests", "examples/metrics.om"),
         ("examples/hpa/manifests", "examples/hpa/metrics.om"),
+        // Workloads under KServe, Knative, LWS, Argo Rollouts, KubeRay and Grove.
+        (
+            "tests/fixtures/workloads/manifests",
+            "tests/fixtures/workloads/metrics.om",
+        ),
     ] {
         let fake = FakeCluster::start(served_objects(&[dir])).await;
         let tmp = tempfile::tempdir().unwrap();

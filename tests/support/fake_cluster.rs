@@ -47,6 +47,29 @@ fn served_kinds() -> Vec<Served> {
             true,
         ),
     ];
+    // The controllers GPU inference runs under, as their CRDs serve them (docs/workloads.md).
+    for (gv, plural, kind) in [
+        (
+            "serving.kserve.io/v1beta1",
+            "inferenceservices",
+            "InferenceService",
+        ),
+        ("serving.knative.dev/v1", "services", "Service"),
+        ("serving.knative.dev/v1", "configurations", "Configuration"),
+        ("serving.knative.dev/v1", "revisions", "Revision"),
+        (
+            "leaderworkerset.x-k8s.io/v1",
+            "leaderworkersets",
+            "LeaderWorkerSet",
+        ),
+        ("argoproj.io/v1alpha1", "rollouts", "Rollout"),
+        ("ray.io/v1", "rayclusters", "RayCluster"),
+        ("ray.io/v1", "rayservices", "RayService"),
+        ("grove.io/v1alpha1", "podcliquesets", "PodCliqueSet"),
+        ("grove.io/v1alpha1", "podcliques", "PodClique"),
+    ] {
+        out.push(builtin(gv, plural, kind, true));
+    }
     for (_, crd) in kerf::api::crds() {
         out.push(Served {
             group_version: format!("{}/{}", crd.spec.group, crd.spec.versions[0].name),
