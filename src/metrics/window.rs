@@ -50,8 +50,11 @@ pub fn pod_name_suffix(kind: WorkloadKind) -> String {
         }
         // Leader `<lws>-<group>`, workers `<lws>-<group>-<worker>` (StatefulSet ordinals).
         WorkloadKind::LeaderWorkerSet => "-(?:0|[1-9][0-9]*)(?:-(?:0|[1-9][0-9]*))?".to_string(),
-        // Head `<cluster>-head-<5>`, workers `<cluster>-<group>-worker-<5>`.
-        WorkloadKind::RayCluster => format!("-(?:head|[a-z0-9.-]+-worker)-{SAFE}{{5}}"),
+        // Head `<cluster>-head-<5>` (`<cluster>-head` with KubeRay's deterministic head
+        // name), workers `<cluster>-<group>-worker-<5>`.
+        WorkloadKind::RayCluster => {
+            format!("-(?:head(?:-{SAFE}{{5}})?|[a-z0-9.-]+-worker-{SAFE}{{5}})")
+        }
         // Its RayCluster `<service>-raycluster-<5>` (or `<service>-<5>`), that cluster's pods.
         WorkloadKind::RayService => {
             format!("(?:-raycluster)?-{SAFE}{{5}}-(?:head|[a-z0-9.-]+-worker)-{SAFE}{{5}}")

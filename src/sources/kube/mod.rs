@@ -1288,6 +1288,10 @@ impl Reader {
             resize: *self.inner.resize.borrow(),
             controllers: BTreeMap::new(),
         };
+        let mut snapshot = snapshot;
+        // Owned Deployments and StatefulSets under their topmost owner, from the controller
+        // references the workloads carry (docs/workloads.md).
+        crate::core::grouping::group_under_topmost_owners(&mut snapshot);
         (snapshot, invalid)
     }
 
