@@ -560,6 +560,17 @@ impl<'a> Conflicts<'a> {
                 .filter_map(|wo| {
                     let w = p.workloads.get(wo.key())?;
                     let previous = p.index.find(wo.key()).and_then(|r| r.status.as_ref());
+                    // Resized in place or replaced by eviction: kerf writes no template field,
+                    // so another manager's apply of the template takes nothing back.
+                    let untouched = previous.and_then(|s| s.apply_method).is_some_and(|m| {
+                        matches!(
+                            m,
+                            crate::api::ApplyMethod::InPlace | crate::api::ApplyMethod::Evict
+                        )
+                    });
+                    if untouched || !w.template_writable() {
+                        return None;
+                    }
                     let input = ConflictInput {
                         workload: w,
                         hpas: &p.snapshot.hpas,

@@ -435,7 +435,11 @@ pub fn plan_workload_resize(
             out.fallback.get_or_insert(f);
             continue;
         }
-        if *budget == 0 {
+        let restarts = restarted_containers(spec, &requests);
+        // A container its resizePolicy restarts is a disruption: one such pod per workload
+        // and cycle, the others wait.
+        let restarting_already = out.requests.iter().any(|r| !r.restarts.is_empty());
+        if *budget == 0 || (!restarts.is_empty() && restarting_already) {
             out.waiting += 1;
             continue;
         }
@@ -445,11 +449,16 @@ pub fn plan_workload_resize(
             namespace: pod.metadata.namespace.as_deref().unwrap_or("").to_string(),
             pod: pod.metadata.name.as_deref().unwrap_or("").to_string(),
             body: resize_body(spec, &requests),
-            restarts: restarted_containers(spec, &requests),
+            restarts,
             requests,
         });
     }
     if out.fallback.is_some() {
+        // Nothing is asked after all: the budget goes back, the pods are not pending.
+        let asked = out.requests.len();
+        *budget += asked;
+        out.pending -= u32::try_from(asked).unwrap_or(0);
+        out.waiting = 0;
         out.requests.clear();
     }
     out

@@ -555,7 +555,10 @@ impl Task {
         let Some(e) = first_error else {
             return Ok(made + 1);
         };
-        if matches!(e, CallError::Rejected { .. }) {
+        // A pod deleted meanwhile (404) is no refusal: its replacement is admitted with the change.
+        let gone =
+            matches!(&e, CallError::Rejected { source: KubeError::Api(s), .. } if s.code == 404);
+        if matches!(e, CallError::Rejected { .. }) && !gone {
             // Refused for good (not a timeout): the next cycle rolls the workload out.
             self.record_refused_resize(r, &e).await?;
         }

@@ -305,3 +305,17 @@ fn plan_workload_resize_falls_back_for_the_whole_workload_and_asks_nothing() {
     assert_eq!(r.infeasible, 1);
     assert!(r.requests.is_empty(), "a rollout replaces every pod");
 }
+
+/// A pod whose container `resizePolicy` restarts is resized one per workload and cycle.
+#[test]
+fn plan_workload_resize_restarts_one_container_pod_per_cycle() {
+    let now = at("2026-07-01T12:00:00Z");
+    let restarting = running(
+        json!([{"name": "app", "resources": {"requests": {"cpu": "500m"}},
+        "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]}]),
+    );
+    let mut budget = 10;
+    let r = plan_workload_resize(&[&restarting, &restarting], &cpu(250), now, &mut budget);
+    assert_eq!((r.requests.len(), r.waiting), (1, 1));
+    assert_eq!(r.requests[0].restarts, vec!["app".to_string()]);
+}
