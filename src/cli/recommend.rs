@@ -13,7 +13,7 @@ use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::workload::RsResult;
-use crate::core::snapshot::{ResizeSupport, Snapshot};
+use crate::core::snapshot::{ResizeSupport, Snapshot, Workload};
 use crate::core::writes::recommendation_name;
 use crate::writers::memory::MemoryWriter;
 
@@ -317,8 +317,7 @@ pub fn to_json(cycle: &CycleOutput) -> Value {
 
 /// The workload's owner chain, topmost first (docs/workloads.md): the owners its pods sit
 /// under, or the workload alone.
-fn owners_json(key: &WorkloadKey, snapshot: &Snapshot) -> Value {
-    let w = snapshot.workloads.iter().find(|w| &w.key == key);
+fn owners_json(key: &WorkloadKey, w: Option<&Workload>) -> Value {
     let link = |api_version: &str, kind: &str, name: &str| json!({"kind": kind, "apiVersion": api_version, "name": name});
     match w.map(|w| &w.ownership.chain).filter(|c| !c.is_empty()) {
         Some(chain) => chain
@@ -337,6 +336,9 @@ fn owners_json(key: &WorkloadKey, snapshot: &Snapshot) -> Value {
 /// them in its RightsizingRecommendation.
 pub fn to_json_recorded(cycle: &CycleOutput, writer: &MemoryWriter, snapshot: &Snapshot) -> Value {
     let support = snapshot.resize;
+    // Looked up once per workload: a cluster read with --kubeconfig has many.
+    let by_key: crate::core::hash::HashMap<&WorkloadKey, &Workload> =
+        snapshot.workloads.iter().map(|w| (&w.key, &**w)).collect();
     let entries: Vec<Value> = cycle
         .workloads
         .iter()
@@ -349,7 +351,7 @@ pub fn to_json_recorded(cycle: &CycleOutput, writer: &MemoryWriter, snapshot: &S
                 status,
                 support,
             );
-            entry["owners"] = owners_json(w.key(), snapshot);
+            entry["owners"] = owners_json(w.key(), by_key.get(w.key()).copied());
             entry
         })
         .collect();

@@ -856,21 +856,7 @@ fn admit_multi_policy_pod(store: &kerf::state::Store) -> serde_json::Value {
             {"name": "b", "image": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
         ]}
     });
-    let review = serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "operation": "CREATE", "namespace": "ml", "object": pod}
-    });
-    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), store);
-    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    let mut admitted = review["request"]["object"].clone();
-    if let Some(p) = answer["response"]["patch"].as_str() {
-        use base64::Engine as _;
-        let ops = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
-        let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
-        json_patch::patch(&mut admitted, &ops).unwrap();
-    }
-    admitted
+    admitted(pod, "ml", store)
 }
 
 /// docs/design/gpu-engine.md#g11 with runtime.md#r8: when several policies share a workload, a
@@ -1376,21 +1362,7 @@ async fn a_pod_admitted_after_an_in_place_change_gets_the_new_requests() {
         "spec": {"containers": [{"name": "app", "image": "web",
                                  "resources": {"requests": {"cpu": "1000m", "memory": "512Mi"}}}]}
     });
-    let review = serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "operation": "CREATE", "namespace": "shop", "object": pod}
-    });
-    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), &store);
-    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    use base64::Engine as _;
-    let patch = answer["response"]["patch"].as_str().expect("a patch");
-    let ops = base64::engine::general_purpose::STANDARD
-        .decode(patch)
-        .unwrap();
-    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
-    let mut admitted = review["request"]["object"].clone();
-    json_patch::patch(&mut admitted, &ops).unwrap();
+    let admitted = admitted(pod, "shop", &store);
     assert_eq!(
         admitted["spec"]["containers"][0]["resources"]["requests"]["cpu"],
         "700m"
@@ -1466,23 +1438,32 @@ async fn a_kserve_predictor_pod_is_mutated_at_admission_under_its_inference_serv
         "spec": {"containers": [{"name": "kserve-container", "image": "x",
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}
     });
-    let review = serde_json::json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "operation": "CREATE", "namespace": "ml", "object": pod}
-    });
-    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), &store);
-    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    use base64::Engine as _;
-    let patch = answer["response"]["patch"].as_str().expect("a patch");
-    let ops = base64::engine::general_purpose::STANDARD
-        .decode(patch)
-        .unwrap();
-    let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
-    let mut admitted = review["request"]["object"].clone();
-    json_patch::patch(&mut admitted, &ops).unwrap();
+    let admitted = admitted(pod, "ml", &store);
     assert_eq!(
         admitted["spec"]["containers"][0]["resources"]["requests"]["cpu"],
         "500m"
     );
+}
+
+/// `pod` admitted in `namespace` by the webhook over `store`: the pod with kerf's patch applied.
+fn admitted(
+    pod: serde_json::Value,
+    namespace: &str,
+    store: &kerf::state::Store,
+) -> serde_json::Value {
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": namespace, "object": pod}
+    });
+    let reply = kerf::server::review::handle_review(&serde_json::to_vec(&review).unwrap(), store);
+    let answer: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    let mut admitted = review["request"]["object"].clone();
+    if let Some(p) = answer["response"]["patch"].as_str() {
+        use base64::Engine as _;
+        let ops = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+        let ops: json_patch::Patch = serde_json::from_slice(&ops).unwrap();
+        json_patch::patch(&mut admitted, &ops).unwrap();
+    }
+    admitted
 }
