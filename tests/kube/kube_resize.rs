@@ -360,3 +360,64 @@ async fn evictions_go_through_the_eviction_api_and_a_disruption_budget_refusal_w
     assert_eq!(evictions(&metrics, "evicted"), 1);
     assert_eq!(evictions(&metrics, "disruption_budget"), 1);
 }
+
+/// The example's pods as the API server serves them after kerf's resize (spec at 700m), with
+/// the kubelet's `condition` (type, reason) set 2 minutes before the cycle, if any.
+fn resized(
+    mut s: kerf::core::snapshot::Snapshot,
+    condition: Option<(&str, &str)>,
+) -> kerf::core::snapshot::Snapshot {
+    for pod in &mut s.pods {
+        let mut v = serde_json::to_value(&**pod).unwrap();
+        v["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "700m".into();
+        if let Some((type_, reason)) = condition {
+            v["status"]["conditions"] = json!([{"type": type_, "status": "True", "reason": reason,
+                "message": "Node didn't have enough capacity: cpu",
+                "lastTransitionTime": "2026-01-01T11:58:00Z"}]);
+        }
+        *pod = std::sync::Arc::new(serde_json::from_value(v).unwrap());
+    }
+    s
+}
+
+/// Deferred, then applied: while the kubelet defers (within its 5 minutes) and once the pods
+/// run the new requests, the cluster sees neither a resize nor a template write.
+#[tokio::test]
+async fn a_deferred_then_applied_resize_sends_nothing_more() {
+    for s in [
+        resized(example(false), Some(("PodResizePending", "Deferred"))),
+        resized(example(false), None),
+    ] {
+        let seen = sent(&s).await;
+        assert!(
+            !seen.iter().any(|r| r.path.ends_with("/resize")
+                || r.path.starts_with(DEPLOYMENT) && r.method == "PATCH"),
+            "{:?}",
+            calls(&seen)
+        );
+    }
+}
+
+/// Infeasible: the change rolls out — the Deployment's template is applied, a `ResizeFallback`
+/// Event says why, and no pod is resized.
+#[tokio::test]
+async fn an_infeasible_resize_reaches_the_cluster_as_a_template_write() {
+    let seen = sent(&resized(
+        example(false),
+        Some(("PodResizePending", "Infeasible")),
+    ))
+    .await;
+    assert!(!seen.iter().any(|r| r.path.ends_with("/resize")));
+    assert!(
+        seen.iter()
+            .any(|r| r.method == "PATCH" && r.path == DEPLOYMENT),
+        "{:?}",
+        calls(&seen)
+    );
+    assert!(
+        seen.iter()
+            .any(|r| r.path.ends_with("/events") && r.body["reason"] == "ResizeFallback"),
+        "{:?}",
+        calls(&seen)
+    );
+}
