@@ -551,8 +551,7 @@ fn record_controller(s: &mut Snapshot, kind: &str, meta: &ObjectMeta) {
     );
 }
 
-/// A workload of a kind another controller runs GPU inference under (docs/workloads.md): its
-/// metadata, and for a Rollout its pod template and replicas.
+/// A workload of a kind another controller runs GPU inference under (docs/workloads.md).
 fn owner_workload(
     doc: serde_json::Value,
     kind: WorkloadKind,
@@ -562,24 +561,7 @@ fn owner_workload(
         doc.get("metadata").cloned().unwrap_or_default(),
         &format!("{what}: metadata"),
     )?;
-    let spec = doc.get("spec");
-    let (template, replicas) = match kind {
-        WorkloadKind::Rollout => {
-            let template = spec
-                .and_then(|s| s.get("template"))
-                .cloned()
-                .map(|t| decode(t, &format!("{what}: spec.template")))
-                .transpose()?
-                .unwrap_or_default();
-            let replicas = spec
-                .and_then(|s| s.get("replicas"))
-                .and_then(serde_json::Value::as_i64)
-                .map_or(1, |r| i32::try_from(r).unwrap_or(i32::MAX));
-            (template, Some(replicas))
-        }
-        _ => (Default::default(), None),
-    };
-    Ok(Workload::from_object(meta, kind, template, replicas))
+    Workload::of_controller(meta, kind, doc.get("spec")).map_err(|e| anyhow::anyhow!("{what}: {e}"))
 }
 
 #[cfg(test)]

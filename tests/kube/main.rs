@@ -12,6 +12,7 @@ mod prometheus_support;
 mod gitops_conflict_kube;
 mod hpa_coordination_kube;
 mod kube_lease;
+mod kube_owners;
 mod kube_prometheus_connection;
 mod kube_reader;
 mod kube_recovery;

@@ -65,8 +65,9 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
         .await?;
     // The controllers GPU inference runs under and the objects their owner chains pass
     // through (docs/workloads.md): where their CRD is not installed, none.
-    for ar in owner_resources() {
-        l.list_resource(&ar, true, IfNotServed::NoObjects).await?;
+    for r in super::owner_resources() {
+        l.list_resource(&r.api_resource(), true, IfNotServed::NoObjects)
+            .await?;
     }
     let Lister {
         mut listed,
@@ -87,35 +88,6 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
         manifests,
         missing_crds,
     })
-}
-
-/// The extra workload kinds and the objects an owner chain passes through.
-fn owner_resources() -> Vec<ApiResource> {
-    let gvk = |api_version: &str, kind: &str, plural: &str| {
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        ApiResource::from_gvk_with_plural(
-            &::kube::api::GroupVersionKind::gvk(group, version, kind),
-            plural,
-        )
-    };
-    let mut out: Vec<ApiResource> = crate::api::WorkloadKind::ALL
-        .into_iter()
-        .filter(|k| !crate::api::WorkloadKind::BUILT_IN.contains(k))
-        .map(|k| gvk(k.api_version(), k.kind_name(), k.plural()))
-        .collect();
-    out.push(gvk(
-        "serving.knative.dev/v1",
-        "Configuration",
-        "configurations",
-    ));
-    out.push(gvk("serving.knative.dev/v1", "Revision", "revisions"));
-    out.push(gvk("grove.io/v1alpha1", "PodClique", "podcliques"));
-    out.push(gvk(
-        "grove.io/v1alpha1",
-        "PodCliqueScalingGroup",
-        "podcliquescalinggroups",
-    ));
-    out
 }
 
 /// What a resource the API server does not serve (404) means.

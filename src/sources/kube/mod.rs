@@ -35,13 +35,14 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::api::WorkloadKind;
 use crate::api::{
     AutomationStrategy, ClusterAutomationStrategy, ClusterGpuReactivePolicy,
     ClusterRightsizingPolicy, GLOBAL_CONFIGURATION_NAME, GlobalConfiguration,
     GlobalConfigurationSpec, GpuReactivePolicy, POLICY_EVALUATION_NAME, PolicyEvaluation,
     PolicyEvaluationSpec, PolicyStatus, PolicyType, RightsizingPolicy, RightsizingRecommendation,
 };
-use crate::core::model::PolicyId;
+use crate::core::model::{Name, PolicyId};
 use crate::core::owner;
 use crate::core::persisted::PersistedRecommendation;
 use crate::core::snapshot::{Policy, ResizeSupport, Snapshot, StrategyKey, Workload};
@@ -221,11 +222,13 @@ struct Inner {
     daemonsets: Arc<Projected<Arc<Workload>>>,
     jobs: Arc<Projected<ListedJob>>,
     cronjobs: Arc<Projected<Arc<Workload>>>,
-    /// ReplicaSet → the Deployment that controls it.
-    replicasets: Arc<Projected<Option<String>>>,
+    /// ReplicaSet → the Deployment (or another controller, an Argo Rollout) that controls it.
+    replicasets: Arc<Projected<Option<ReplicaSetOwner>>>,
     pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
     vpas: Arc<Projected<Option<Vpa>>>,
+    /// The controllers GPU inference runs under and the objects their chains pass through.
+    owners: Vec<Arc<Projected<OwnerObject>>>,
     /// Whether the API server serves `pods/resize`, from its discovery.
     resize: watch::Receiver<ResizeSupport>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
@@ -240,6 +243,142 @@ struct Inner {
 enum ListedJob {
     OfCronJob(String),
     Workload(Arc<Workload>),
+}
+
+/// A snapshot's map keyed by (namespace, name).
+type ByName<V> = BTreeMap<(Name, Name), V>;
+
+/// A ReplicaSet's controller: a Deployment (the webhook store's map too), or another kind's
+/// object (an Argo Rollout), a link of the owner chains.
+#[derive(Clone, Debug)]
+enum ReplicaSetOwner {
+    Deployment(String),
+    Other(owner::Link),
+}
+
+fn replicaset_owner(meta: &ObjectMeta) -> Option<ReplicaSetOwner> {
+    if let Some(d) = owner::deployment_of(meta) {
+        return Some(ReplicaSetOwner::Deployment(d.to_string()));
+    }
+    let c = meta
+        .owner_references
+        .as_deref()
+        .and_then(owner::controller)?;
+    Some(ReplicaSetOwner::Other(owner::Link::new(
+        &c.api_version,
+        &c.kind,
+        &c.name,
+    )))
+}
+
+/// An object of [`owner_resources`] as the index keeps it.
+#[derive(Clone, Debug)]
+enum OwnerObject {
+    /// A topmost owner: its metadata (a Rollout's template and replicas too).
+    Workload(Arc<Workload>),
+    /// An object a chain passes through: its kind and controller reference.
+    Link {
+        kind: &'static str,
+        controller: owner::Link,
+    },
+    /// Neither (an object without a controller reference, or one that cannot be read).
+    Nothing,
+}
+
+/// A resource of the controllers GPU inference runs under (docs/workloads.md), or of an object
+/// their owner chains pass through. Each is optional: where its CRD is not installed there are
+/// none of its objects.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnerResource {
+    /// How kerf names the kind (readiness, logs; a Knative Service is `KnativeService`).
+    pub label: &'static str,
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    /// The workload kind of its objects; `None` for an object chains pass through.
+    pub workload: Option<WorkloadKind>,
+}
+
+impl OwnerResource {
+    pub fn api_resource(&self) -> ApiResource {
+        let (group, version) = self
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", self.api_version));
+        ApiResource::from_gvk_with_plural(
+            &::kube::api::GroupVersionKind::gvk(group, version, self.kind),
+            self.plural,
+        )
+    }
+}
+
+/// The extra workload kinds and the objects an owner chain passes through
+/// ([`owner::passes_through`]) that are not built-in kinds.
+pub(crate) fn owner_resources() -> Vec<OwnerResource> {
+    let mut out: Vec<OwnerResource> = WorkloadKind::ALL
+        .into_iter()
+        .filter(|k| !WorkloadKind::BUILT_IN.contains(k))
+        .map(|k| OwnerResource {
+            label: k.as_str(),
+            api_version: k.api_version(),
+            kind: k.kind_name(),
+            plural: k.plural(),
+            workload: Some(k),
+        })
+        .collect();
+    let through = |api_version, kind, plural| OwnerResource {
+        label: kind,
+        api_version,
+        kind,
+        plural,
+        workload: None,
+    };
+    out.push(through(
+        "serving.knative.dev/v1",
+        "Configuration",
+        "configurations",
+    ));
+    out.push(through("serving.knative.dev/v1", "Revision", "revisions"));
+    out.push(through("grove.io/v1alpha1", "PodClique", "podcliques"));
+    out.push(through(
+        "grove.io/v1alpha1",
+        "PodCliqueScalingGroup",
+        "podcliquescalinggroups",
+    ));
+    out
+}
+
+/// An object of `resource` from its metadata and `spec` (read only for a Rollout).
+fn owner_object(
+    resource: &OwnerResource,
+    mut meta: ObjectMeta,
+    spec: Option<&serde_json::Value>,
+) -> OwnerObject {
+    match resource.workload {
+        Some(kind) => {
+            strip_last_applied(&mut meta);
+            let (namespace, name) = (meta.namespace.clone(), meta.name.clone());
+            match Workload::of_controller(meta, kind, spec) {
+                Ok(w) => OwnerObject::Workload(Arc::new(w)),
+                Err(e) => {
+                    tracing::warn!(
+                        namespace = namespace.as_deref().unwrap_or(""),
+                        name = name.as_deref().unwrap_or(""),
+                        "{} left out: {e}",
+                        resource.label
+                    );
+                    OwnerObject::Nothing
+                }
+            }
+        }
+        None => match meta.owner_references.as_deref().and_then(owner::controller) {
+            Some(c) => OwnerObject::Link {
+                kind: resource.kind,
+                controller: owner::Link::new(&c.api_version, &c.kind, &c.name),
+            },
+            None => OwnerObject::Nothing,
+        },
+    }
 }
 
 impl Drop for Inner {
@@ -626,6 +765,7 @@ fn sync_tracker(
         .chain(BUILTIN_KINDS.iter())
         .chain([&VPA_KIND])
         .copied()
+        .chain(owner_resources().into_iter().map(|r| r.label))
         .collect();
     let health = store.map(|s| s.health().clone()).unwrap_or_default();
     let metrics = store.map(|s| s.metrics().clone()).unwrap_or_default();
@@ -752,8 +892,8 @@ fn spawn_workload_watches(
 
 /// The pods', ReplicaSets' and HPAs' indexes.
 struct PodWatches {
-    /// ReplicaSet → the Deployment that controls it.
-    replicasets: Arc<Projected<Option<String>>>,
+    /// ReplicaSet → the Deployment (or other controller) that controls it.
+    replicasets: Arc<Projected<Option<ReplicaSetOwner>>>,
     pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
 }
@@ -773,7 +913,7 @@ fn spawn_pod_watches(
             Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
             cfg(),
         ),
-        |rs: PartialObjectMeta<ReplicaSet>| owner::deployment_of(&rs.metadata).map(str::to_string),
+        |rs: PartialObjectMeta<ReplicaSet>| replicaset_owner(&rs.metadata),
         sync.clone(),
         store.cloned().map(|s| {
             owner_hook::<PartialObjectMeta<ReplicaSet>>(
@@ -913,14 +1053,91 @@ fn spawn_vpa_watch(
 ) -> Arc<Projected<Option<Vpa>>> {
     let ar = vpa_resource();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let stream = watcher(api, watcher::Config::default())
-        .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata))
-        .default_backoff();
+    let stream = watcher(api, watcher::Config::default()).modify(|o: &mut DynamicObject| {
+        strip_meta(&mut o.metadata);
+    });
+    spawn_optional(
+        VPA_KIND,
+        format!("{}.{}", ar.plural, ar.group),
+        "the VerticalPodAutoscaler CRD is not installed: no VPA to respect",
+        stream,
+        vpa_of,
+        sync,
+        tasks,
+    )
+}
+
+/// The watches of [`owner_resources`]: metadata only, but a Rollout's whole object (its
+/// template is the one kerf writes).
+fn spawn_owner_watches(
+    client: &Client,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Vec<Arc<Projected<OwnerObject>>> {
+    owner_resources()
+        .into_iter()
+        .map(|r| {
+            let ar = r.api_resource();
+            if r.workload == Some(WorkloadKind::Rollout) {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                let project =
+                    move |o: DynamicObject| owner_object(&r, o.metadata, o.data.get("spec"));
+                spawn_owner_watch(r, &ar, api, project, sync, tasks)
+            } else {
+                let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &ar);
+                let project =
+                    move |o: PartialObjectMeta<DynamicObject>| owner_object(&r, o.metadata, None);
+                spawn_owner_watch(r, &ar, api, project, sync, tasks)
+            }
+        })
+        .collect()
+}
+
+fn spawn_owner_watch<K>(
+    r: OwnerResource,
+    ar: &ApiResource,
+    api: Api<K>,
+    project: impl Fn(K) -> OwnerObject + Send + 'static,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<OwnerObject>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    spawn_optional(
+        r.label,
+        format!("{}.{}", ar.plural, ar.group),
+        "its CRD is not installed: none of its objects",
+        watcher(api, watcher::Config::default()),
+        project,
+        sync,
+        tasks,
+    )
+}
+
+/// The watch of a resource that may not be served (a CRD kerf reads but does not need). A
+/// cluster without it has none of its objects: the 404 completes the initial listing, empty, so
+/// readiness does not wait on it; the watch keeps retrying (backing off) and reads the objects
+/// once the CRD is installed.
+fn spawn_optional<K, T>(
+    kind: &'static str,
+    resource: String,
+    absent: &'static str,
+    stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    project: impl Fn(K) -> T + Send + 'static,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<T>>
+where
+    K: Resource + Clone + Debug + Send + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    let stream = stream.default_backoff();
     let index = Arc::new(Projected::new());
     let writer = index.clone();
-    let mut errors = sync.errors(VPA_KIND, format!("{}.{}", ar.plural, ar.group), false);
+    let mut errors = sync.errors(kind, resource, false);
     let tracker = sync.clone();
-    tasks.push(sync.spawn(VPA_KIND, async move {
+    tasks.push(sync.spawn(kind, async move {
         let mut stream = std::pin::pin!(stream);
         let mut logged_absent = false;
         while let Some(event) = stream.next().await {
@@ -928,20 +1145,18 @@ fn spawn_vpa_watch(
                 Ok(ev) => {
                     errors.ok(&ev);
                     let done = matches!(ev, watcher::Event::InitDone);
-                    writer.apply(ev, vpa_of);
+                    writer.apply(ev, &project);
                     if done {
-                        tracker.done(VPA_KIND);
+                        tracker.done(kind);
                     }
                 }
                 Err(e) if not_served(&e) => {
                     if !logged_absent {
-                        tracing::info!(
-                            "the VerticalPodAutoscaler CRD is not installed: no VPA to respect"
-                        );
+                        tracing::info!(kind, "{absent}");
                         logged_absent = true;
                     }
                     writer.clear();
-                    tracker.done(VPA_KIND);
+                    tracker.done(kind);
                 }
                 Err(e) => errors.error(&e),
             }
@@ -1067,6 +1282,7 @@ impl Reader {
         let (kerf, mut tasks) = spawn_kerf_watches(&client, &sync);
         let w = spawn_workload_watches(&client, &sync, store.as_ref(), &mut tasks);
         let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
+        let owners = spawn_owner_watches(&client, &sync, &mut tasks);
         let resize = spawn_resize_discovery(&client, &mut tasks);
         let p = spawn_pod_watches(client, sync, store.as_ref(), &mut tasks);
         Reader {
@@ -1082,6 +1298,7 @@ impl Reader {
                 pods: p.pods,
                 hpas: p.hpas,
                 vpas,
+                owners,
                 resize,
                 unsynced,
                 stopped,
@@ -1249,16 +1466,9 @@ impl Reader {
                 ListedJob::Workload(w) => workloads.push(w),
             }
         }
+        let (replicaset_owners, controllers) = self.owner_links(&mut workloads);
         workloads.sort_by(|a, b| a.key.cmp(&b.key));
 
-        let replicaset_owners = i
-            .replicasets
-            .entries()
-            .into_iter()
-            .filter_map(|((ns, name), d)| {
-                Some(((ns.unwrap_or_default().into(), name.into()), d?.into()))
-            })
-            .collect();
         // Both ordered by (namespace, name), as the indexes are.
         let pods = i.pods.values();
         let hpas = i.hpas.values();
@@ -1286,13 +1496,49 @@ impl Reader {
             replicaset_owners,
             job_owners,
             resize: *self.inner.resize.borrow(),
-            controllers: BTreeMap::new(),
+            controllers,
         };
         let mut snapshot = snapshot;
         // Owned Deployments and StatefulSets under their topmost owner, from the controller
         // references the workloads carry (docs/workloads.md).
         crate::core::grouping::group_under_topmost_owners(&mut snapshot);
         (snapshot, invalid)
+    }
+
+    /// The topmost owners of the controllers GPU inference runs under (added to `workloads`),
+    /// the ReplicaSets' Deployments, and the controller links of every object a chain passes
+    /// through (`Snapshot::controllers`).
+    fn owner_links(
+        &self,
+        workloads: &mut Vec<Arc<Workload>>,
+    ) -> (ByName<Name>, ByName<owner::Link>) {
+        let i = &self.inner;
+        let mut controllers = BTreeMap::new();
+        let mut link = |ns: Option<String>, kind: &str, name: &str, c: owner::Link| {
+            let key = owner::link_key(kind, name);
+            controllers.insert((ns.unwrap_or_default().into(), key.as_str().into()), c);
+        };
+        for index in &i.owners {
+            for ((ns, name), o) in index.entries() {
+                match o {
+                    OwnerObject::Workload(w) => workloads.push(w),
+                    OwnerObject::Link { kind, controller } => link(ns, kind, &name, controller),
+                    OwnerObject::Nothing => {}
+                }
+            }
+        }
+        let mut replicaset_owners = BTreeMap::new();
+        for ((ns, name), o) in i.replicasets.entries() {
+            match o {
+                Some(ReplicaSetOwner::Deployment(d)) => {
+                    replicaset_owners
+                        .insert((ns.unwrap_or_default().into(), name.into()), d.into());
+                }
+                Some(ReplicaSetOwner::Other(c)) => link(ns, "ReplicaSet", &name, c),
+                None => {}
+            }
+        }
+        (replicaset_owners, controllers)
     }
 
     /// The `global-config` singleton, or defaults. A configuration that cannot be used never

@@ -1,0 +1,266 @@
+//! Workloads under other controllers, read by the in-cluster reader from a mock API server that
+//! serves the objects of tests/fixtures/workloads (the owner references and labels KServe,
+//! Knative, LeaderWorkerSet, Argo Rollouts, KubeRay and Grove set), each at the path its CRD
+//! serves it: the reader groups them as the directory source does, and a whole cycle sent
+//! through the real writer never writes an owned Deployment or StatefulSet.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kerf::sources::kube::Reader;
+use kerf::telemetry::Metrics;
+use kerf::writers::kube::{Writer, WriterConfig};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::kube_support::{self, Recorded, Reply, calls, mock, requests};
+
+fn fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workloads")
+}
+
+/// Every object of the fixture, in file order.
+fn objects() -> Vec<Value> {
+    let text = std::fs::read_to_string(fixture().join("manifests/objects.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// Where the API server serves a kind: `/api/v1/<plural>` or `/apis/<group>/<version>/<plural>`,
+/// the plurals as each project's CRD names them (KServe `serving.kserve.io_inferenceservices`,
+/// Knative `300-resources`, LWS `leaderworkerset.x-k8s.io_leaderworkersets`, Argo Rollouts
+/// `rollout-crd`, KubeRay `ray.io_rayclusters`, Grove `grove.io_podcliquesets`).
+fn collection(api_version: &str, kind: &str) -> String {
+    let plural = match kind {
+        "Pod" => "pods",
+        "Deployment" => "deployments",
+        "StatefulSet" => "statefulsets",
+        "ReplicaSet" => "replicasets",
+        "InferenceService" => "inferenceservices",
+        "Service" => "services",
+        "Configuration" => "configurations",
+        "Revision" => "revisions",
+        "LeaderWorkerSet" => "leaderworkersets",
+        "Rollout" => "rollouts",
+        "RayCluster" => "rayclusters",
+        "PodCliqueSet" => "podcliquesets",
+        "PodClique" => "podcliques",
+        "RightsizingPolicy" => "rightsizingpolicies",
+        "AutomationStrategy" => "automationstrategies",
+        other => panic!("the fixture has a {other}: add its plural"),
+    };
+    if api_version == "v1" {
+        format!("/api/v1/{plural}")
+    } else {
+        format!("/apis/{api_version}/{plural}")
+    }
+}
+
+/// The API server of a cluster holding `objects`: every collection listed (watches hang), each
+/// object served by name; a collection of a CRD that is not installed (RayService,
+/// PodCliqueScalingGroup here) answers 404 as the API server does; writes are echoed.
+fn cluster(objects: Vec<Value>) -> impl FnMut(&Recorded) -> Reply + Send + 'static {
+    let served = [
+        "/apis/serving.kserve.io/v1beta1/inferenceservices",
+        "/apis/serving.knative.dev/v1/services",
+        "/apis/serving.knative.dev/v1/configurations",
+        "/apis/serving.knative.dev/v1/revisions",
+        "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets",
+        "/apis/argoproj.io/v1alpha1/rollouts",
+        "/apis/ray.io/v1/rayclusters",
+        "/apis/grove.io/v1alpha1/podcliquesets",
+        "/apis/grove.io/v1alpha1/podcliques",
+    ];
+    move |r: &Recorded| {
+        if r.method != "GET" {
+            return Reply::Json(200, r.body.clone());
+        }
+        if r.path == "/api/v1" {
+            return kube_support::core_v1_discovery(true);
+        }
+        if r.query_has("watch=true") {
+            return Reply::Hang;
+        }
+        let of = |o: &&Value| {
+            collection(
+                o["apiVersion"].as_str().unwrap(),
+                o["kind"].as_str().unwrap(),
+            )
+        };
+        // One object by name: `<collection>/namespaces/<ns>/<plural>/<name>` has the
+        // collection's prefix and plural around the namespace.
+        if let Some(o) = objects.iter().find(|o| {
+            let c = of(o);
+            let (prefix, plural) = c.rsplit_once('/').unwrap();
+            r.path
+                == format!(
+                    "{prefix}/namespaces/{}/{plural}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or("default"),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+        }) {
+            return Reply::Json(200, o.clone());
+        }
+        let items: Vec<Value> = objects
+            .iter()
+            .filter(|o| of(o) == r.path)
+            .cloned()
+            .collect();
+        let builtin = r.path.starts_with("/api/v1/")
+            || r.path.starts_with("/apis/apps/")
+            || r.path.starts_with("/apis/batch/")
+            || r.path.starts_with("/apis/autoscaling/v2/")
+            || r.path.starts_with("/apis/rightsizing.kubex.ai/");
+        if items.is_empty() && !builtin && !served.contains(&r.path.as_str()) {
+            return Reply::Text(404, "404 page not found".into());
+        }
+        Reply::Json(
+            200,
+            json!({"apiVersion": "v1", "kind": "List",
+                   "metadata": {"resourceVersion": "100"}, "items": items}),
+        )
+    }
+}
+
+async fn synced_reader(client: kube::Client) -> Reader {
+    let reader = Reader::start(client);
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_synced())
+        .await
+        .unwrap_or_else(|_| panic!("still waiting for {:?}", reader.unsynced_kinds()));
+    reader
+}
+
+/// The reader's snapshot groups the fixture's pods under their topmost owners exactly as the
+/// directory source does: the same workloads (kind, name, template, replicas, owner chain), the
+/// same owner of every pod; CRDs that are not installed are no error and hold no readiness.
+#[tokio::test]
+async fn the_reader_groups_pods_under_their_topmost_owners_as_the_directory_source_does() {
+    let (client, log) = mock(cluster(objects()));
+    let reader = synced_reader(client).await;
+    let (snap, invalid) = reader.snapshot();
+    assert!(invalid.is_empty(), "{invalid:?}");
+    assert!(reader.failing_unsynced().is_empty());
+    let dir = kerf::sources::dir::load_dir(&fixture().join("manifests"))
+        .unwrap()
+        .snapshot;
+    let keys = |s: &kerf::core::snapshot::Snapshot| -> Vec<String> {
+        s.workloads.iter().map(|w| w.key.to_string()).collect()
+    };
+    assert_eq!(
+        keys(&snap),
+        [
+            "ml/Rollout/canary",
+            "ml/InferenceService/llm",
+            "ml/KnativeService/hello",
+            "ml/LeaderWorkerSet/vllm",
+            "ml/RayCluster/raycluster-kuberay",
+            "ml/PodCliqueSet/dynamo",
+        ]
+    );
+    let mut dir_workloads = dir.workloads.clone();
+    dir_workloads.sort_by(|a, b| a.key.cmp(&b.key));
+    for (cluster, file) in snap.workloads.iter().zip(&dir_workloads) {
+        assert_eq!(cluster, file, "{} read alike", cluster.key);
+    }
+    let canary = snap
+        .workloads
+        .iter()
+        .find(|w| w.key.name.as_str() == "canary")
+        .unwrap();
+    assert!(canary.template_writable(), "a Rollout's template is kerf's");
+    assert!(!canary.template.pod_spec().containers.is_empty());
+    let owner_of = |s: &kerf::core::snapshot::Snapshot| -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = s
+            .pods
+            .iter()
+            .map(|p| {
+                let chain = kerf::core::grouping::pod_owner(p, s);
+                (
+                    p.metadata.name.as_deref().unwrap_or_default().to_string(),
+                    chain.map(|c| c.key.to_string()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let owners = owner_of(&snap);
+    assert_eq!(owners, owner_of(&dir));
+    assert_eq!(owners.len(), 9);
+    assert!(
+        owners
+            .iter()
+            .all(|(_, w)| keys(&snap).contains(&w.to_string())),
+        "every pod under one of the topmost owners: {owners:?}"
+    );
+    // Metadata only, except the Rollout (its template is the one kerf writes).
+    let seen = requests(&log);
+    let list = |path: &str| seen.iter().find(|r| r.path == path).unwrap();
+    assert!(
+        list("/apis/serving.kserve.io/v1beta1/inferenceservices")
+            .accept
+            .contains("PartialObjectMetadataList"),
+        "{:?}",
+        list("/apis/serving.kserve.io/v1beta1/inferenceservices").accept
+    );
+    assert!(
+        !list("/apis/argoproj.io/v1alpha1/rollouts")
+            .accept
+            .contains("PartialObjectMetadata")
+    );
+}
+
+/// A whole cycle over what the reader read, planned and sent through the real writer: the
+/// Rollout is applied through its own template; the owned Deployments and StatefulSets (the
+/// KServe predictor, the Knative Revision's, the LeaderWorkerSet's) receive no request at all;
+/// the other workloads' running pods are evicted, one per workload.
+#[tokio::test]
+async fn a_cycle_over_the_cluster_writes_no_owned_template_and_evicts_one_pod_per_workload() {
+    let (client, _) = mock(cluster(objects()));
+    let reader = synced_reader(client).await;
+    let (snap, _) = reader.snapshot();
+    let source = kerf::metrics::file::FileSource::from_path(&fixture().join("metrics.om")).unwrap();
+    let now = "2026-01-01T12:00:00Z".parse().unwrap();
+    let cycle = kerf::reconcile::run_cycle(&snap, &source, now, 15).await;
+    let ops = kerf::reconcile::plan_writes(&snap, &cycle, &[], &[], now);
+
+    let (client, log) = mock(cluster(objects()));
+    let (_lease, lease_rx) = watch::channel(true);
+    let mut cfg = WriterConfig::new("kerf-system");
+    cfg.metrics = Metrics::new();
+    cfg.backoff = Duration::from_millis(10);
+    cfg.read_only = false;
+    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    for op in ops {
+        writer.apply(op).await;
+    }
+    let seen = requests(&log);
+    let owned = [
+        "/apis/apps/v1/namespaces/ml/deployments/",
+        "/apis/apps/v1/namespaces/ml/statefulsets/",
+    ];
+    assert!(
+        !seen
+            .iter()
+            .any(|r| owned.iter().any(|o| r.path.starts_with(o))),
+        "no request to an owned template: {:?}",
+        calls(&seen)
+    );
+    assert!(
+        seen.iter().any(|r| r.method == "PATCH"
+            && r.path == "/apis/argoproj.io/v1alpha1/namespaces/ml/rollouts/canary"),
+        "{:?}",
+        calls(&seen)
+    );
+    let mut evicted: Vec<&str> = seen
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .map(|r| r.path.as_str())
+        .collect();
+    evicted.sort();
+    assert_eq!(evicted.len(), 5, "one pod per owned workload: {evicted:?}");
+    assert!(
+        evicted.contains(&"/api/v1/namespaces/ml/pods/llm-predictor-6f9c8d7b5-b6c7d/eviction"),
+        "{evicted:?}"
+    );
+}
