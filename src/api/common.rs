@@ -159,9 +159,7 @@ pub const CEL_NOT_ZERO: &str = "!self.matches('^(0+h)?(0+m)?(0+s)?$')";
 /// controllers GPU inference runs under (docs/workloads.md). Only the built-in kinds and a
 /// Rollout have a pod template kerf writes; the others' changes reach pods at admission and by
 /// eviction.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorkloadKind {
     Deployment,
     StatefulSet,
@@ -182,6 +180,97 @@ pub enum WorkloadKind {
     RayService,
     /// NVIDIA Grove `grove.io/v1alpha1` PodCliqueSet.
     PodCliqueSet,
+    /// A kind listed in GlobalConfiguration `spec.workloadKinds`.
+    Listed(super::listed_kinds::ListedKind),
+}
+
+/// Kinds that are never a pod's topmost owner (what a chain passes through, a pod itself; a
+/// Knative Service is named `KnativeService`): refused in `scope.workloadTypes`.
+pub const NOT_WORKLOAD_KINDS: [&str; 7] = [
+    "Pod",
+    "ReplicaSet",
+    "Service",
+    "Revision",
+    "Configuration",
+    "PodClique",
+    "PodCliqueScalingGroup",
+];
+
+const NOT_A_WORKLOAD_MESSAGE: &str = "not a workload kind: a pod's topmost owner is named (Deployment, …, KnativeService for a Knative Service), never what its chain passes through";
+
+impl Scope {
+    /// `workloadTypes` names no kind that cannot be a workload.
+    pub fn check_workload_types(&self, v: &mut Validator) {
+        for (i, t) in self.workload_types.iter().enumerate() {
+            v.check(
+                !NOT_WORKLOAD_KINDS.contains(&t.as_str()),
+                format!("spec.scope.workloadTypes[{i}]"),
+                format!("{}: {NOT_A_WORKLOAD_MESSAGE}", t.as_str()),
+            );
+        }
+    }
+}
+
+/// Written as its name (`Deployment`, a listed kind's `kind`).
+impl Serialize for WorkloadKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A name kerf knows, or one GlobalConfiguration `spec.workloadKinds` lists. A name neither
+/// knows is kept as it is written (`scope.workloadTypes` may name a kind listed later): it
+/// selects the kind of that name once it is listed.
+impl<'de> Deserialize<'de> for WorkloadKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        if let Some(k) = WorkloadKind::parse(&name) {
+            return Ok(k);
+        }
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && name.chars().all(|c| c.is_ascii_alphanumeric());
+        if !valid {
+            return Err(serde::de::Error::custom(format!(
+                "{name:?} is not a workload kind: one of {}, or a kind listed in GlobalConfiguration spec.workloadKinds",
+                WorkloadKind::ALL.map(WorkloadKind::as_str).join(", ")
+            )));
+        }
+        Ok(WorkloadKind::Listed(super::listed_kinds::ListedKind::of(
+            &super::listed_kinds::WorkloadKindSpec {
+                group: String::new(),
+                version: String::new(),
+                kind: name,
+                plural: None,
+                template_path: None,
+            },
+        )))
+    }
+}
+
+impl JsonSchema for WorkloadKind {
+    fn schema_name() -> Cow<'static, str> {
+        "WorkloadKind".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let refused = NOT_WORKLOAD_KINDS
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        json_schema!({
+            "type": "string",
+            "pattern": "^[A-Za-z][A-Za-z0-9]*$",
+            "x-kubernetes-validations": [{
+                "rule": format!("!(self in [{refused}])"),
+                "message": NOT_A_WORKLOAD_MESSAGE,
+            }],
+            "description": format!(
+                "A workload kind: {}, or a kind listed in GlobalConfiguration spec.workloadKinds.",
+                WorkloadKind::ALL.map(WorkloadKind::as_str).join(", ")
+            )
+        })
+    }
 }
 
 impl WorkloadKind {
@@ -189,12 +278,16 @@ impl WorkloadKind {
     pub fn template_path(self) -> &'static [&'static str] {
         match self {
             WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
+            WorkloadKind::Listed(k) => k.data().template_path.unwrap_or(&[]),
             _ => &["spec", "template"],
         }
     }
 
     /// Whether kerf writes this kind's pod template (else it never writes the object).
     pub fn template_writable(self) -> bool {
+        if let WorkloadKind::Listed(k) = self {
+            return k.data().template_path.is_some();
+        }
         matches!(
             self,
             WorkloadKind::Deployment
@@ -245,6 +338,7 @@ impl WorkloadKind {
             WorkloadKind::RayCluster => "RayCluster",
             WorkloadKind::RayService => "RayService",
             WorkloadKind::PodCliqueSet => "PodCliqueSet",
+            WorkloadKind::Listed(k) => k.data().kind,
         }
     }
 
@@ -271,13 +365,16 @@ impl WorkloadKind {
             WorkloadKind::RayCluster => "rayclusters",
             WorkloadKind::RayService => "rayservices",
             WorkloadKind::PodCliqueSet => "podcliquesets",
+            WorkloadKind::Listed(k) => k.data().plural,
         }
     }
 
+    /// The kind named `s` (case-insensitive): a known one, or one the configuration lists.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
             .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .or_else(|| super::listed_kinds::listed_by_name(s).map(WorkloadKind::Listed))
     }
 
     /// The kind an object of `api_version` and `kind` is, its API group checked (a `Service`
@@ -287,6 +384,9 @@ impl WorkloadKind {
         Self::ALL
             .into_iter()
             .find(|k| k.kind_name() == kind && group(k.api_version()) == group(api_version))
+            .or_else(|| {
+                super::listed_kinds::listed_of_object(api_version, kind).map(WorkloadKind::Listed)
+            })
     }
 
     /// The kind's `apiVersion`.
@@ -302,6 +402,7 @@ impl WorkloadKind {
             WorkloadKind::LeaderWorkerSet => "leaderworkerset.x-k8s.io/v1",
             WorkloadKind::RayCluster | WorkloadKind::RayService => "ray.io/v1",
             WorkloadKind::PodCliqueSet => "grove.io/v1alpha1",
+            WorkloadKind::Listed(k) => k.data().api_version,
         }
     }
 }
@@ -348,7 +449,8 @@ pub struct Scope {
     /// Cluster-scoped kinds only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<NamespaceSelector>,
-    /// Workload kinds covered; empty = all (Deployment, StatefulSet, DaemonSet, Job, CronJob).
+    /// Workload kinds covered; empty = all (docs/workloads.md: the built-in kinds, the
+    /// controllers GPU inference runs under, the kinds GlobalConfiguration `workloadKinds` lists).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_types: Vec<WorkloadKind>,
 }

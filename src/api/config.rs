@@ -646,6 +646,10 @@ pub struct GlobalConfigurationSpec {
     /// When true kerf writes nothing to workloads or HPAs: recommendations only.
     #[serde(default)]
     pub read_only: bool,
+    /// More controllers whose objects are workloads (topmost owners of their pods), besides
+    /// the kinds kerf knows (docs/workloads.md#listed-kinds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_kinds: Vec<super::listed_kinds::WorkloadKindSpec>,
 }
 
 impl Default for GlobalConfigurationSpec {
@@ -657,6 +661,7 @@ impl Default for GlobalConfigurationSpec {
             kai: KaiSettings::default(),
             protected_namespaces: default_protected_namespaces(),
             read_only: false,
+            workload_kinds: Vec::new(),
         }
     }
 }
@@ -681,6 +686,11 @@ impl GlobalConfigurationSpec {
             &self.gpu_reactive_check_interval,
             "spec.gpuReactiveCheckInterval",
         );
+        for (i, k) in self.workload_kinds.iter().enumerate() {
+            for (field, why) in k.problems(&format!("spec.workloadKinds[{i}]")) {
+                v.check(false, &field, why);
+            }
+        }
         if let Err(e) = check_http_url(&self.prometheus.url) {
             v.check(false, "spec.prometheus.url", e);
         }
@@ -957,5 +967,27 @@ mod matcher_tests {
         ] {
             assert!(m(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod workload_kinds_tests {
+    use super::GlobalConfigurationSpec;
+
+    /// A `workloadKinds` entry kerf cannot use fails validation naming its field.
+    #[test]
+    fn workload_kinds_are_validated_by_field() {
+        let spec: GlobalConfigurationSpec = serde_json::from_value(serde_json::json!({
+            "workloadKinds": [
+                {"group": "serving.example.com", "version": "v1", "kind": "ModelDeployment"},
+                {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+                {"group": "apps.example.com", "version": "v1", "kind": "Server", "templatePath": "spec."}
+            ]
+        }))
+        .unwrap();
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.contains("spec.workloadKinds[1].kind"), "{e}");
+        assert!(e.contains("spec.workloadKinds[2].templatePath"), "{e}");
+        assert!(!e.contains("spec.workloadKinds[0]"), "{e}");
     }
 }

@@ -294,6 +294,7 @@ impl GpuPolicySpecRef<'_> {
             "spec.automationStrategyRef.name",
             "must not be empty",
         );
+        self.scope.check_workload_types(&mut v);
         if kind == "GpuReactivePolicy" {
             v.check(
                 self.scope.namespace_selector.is_none(),

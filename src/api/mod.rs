@@ -6,6 +6,7 @@ pub mod config;
 #[cfg(feature = "crd-check")]
 pub mod crd_check;
 pub mod gpu;
+pub mod listed_kinds;
 pub mod object;
 pub mod recommendation;
 pub mod rightsizing;

@@ -213,6 +213,7 @@ fn validate_rightsizing(
         "spec.automationStrategyRef.name",
         "must not be empty",
     );
+    scope.check_workload_types(&mut v);
     if kind == "RightsizingPolicy" {
         v.check(
             scope.namespace_selector.is_none(),

@@ -60,8 +60,11 @@ pub fn covers(
     } else {
         c.id.namespace.as_deref() == Some(workload.namespace.as_str())
     };
-    let kind_ok =
-        c.scope.workload_types.is_empty() || c.scope.workload_types.contains(&workload.kind);
+    let kind_ok = c.scope.workload_types.is_empty()
+        || c.scope
+            .workload_types
+            .iter()
+            .any(|t| t.as_str() == workload.kind.as_str());
     let labels_ok = c.scope.label_selector.as_ref().is_none_or(|s| {
         selector_matches(s, workload_labels) || selector_matches(s, template_labels)
     });

@@ -115,29 +115,34 @@ impl Workload {
 }
 
 impl Workload {
-    /// A workload of a kind another controller runs GPU inference under (docs/workloads.md),
-    /// from its object's metadata and `spec`: for a Rollout its pod template and replicas
-    /// (`spec.replicas` defaults to 1, as Argo Rollouts defaults it); the others' templates are
-    /// not kerf's to write. An error names the field.
+    /// A workload of a kind another controller runs GPU inference under, or one the
+    /// configuration lists (docs/workloads.md), from its object's metadata and the rest of it
+    /// (`spec`, `status`): where kerf writes its template (a Rollout, a listed kind with a
+    /// `templatePath`), the pod template there and `spec.replicas` (default 1, as Argo Rollouts
+    /// defaults it); the others' templates are not kerf's to write. An error names the field.
     pub fn of_controller(
         meta: ObjectMeta,
         kind: WorkloadKind,
-        spec: Option<&serde_json::Value>,
+        object: Option<&serde_json::Value>,
     ) -> Result<Self, String> {
-        let (template, replicas) = match kind {
-            WorkloadKind::Rollout => {
-                let template = match spec.and_then(|s| s.get("template")) {
-                    Some(t) => serde_path_to_error::deserialize(t.clone())
-                        .map_err(|e| format!("field spec.template.{}: {}", e.path(), e.inner()))?,
-                    None => Default::default(),
-                };
-                let replicas = spec
-                    .and_then(|s| s.get("replicas"))
-                    .and_then(serde_json::Value::as_i64)
-                    .map_or(1, |r| i32::try_from(r).unwrap_or(i32::MAX));
-                (template, Some(replicas))
+        let (template, replicas) = if kind.template_writable() {
+            let path = kind.template_path();
+            let mut at = object;
+            for step in path {
+                at = at.and_then(|v| v.get(*step));
             }
-            _ => (Default::default(), None),
+            let template = match at {
+                Some(t) => serde_path_to_error::deserialize(t.clone())
+                    .map_err(|e| format!("field {}.{}: {}", path.join("."), e.path(), e.inner()))?,
+                None => Default::default(),
+            };
+            let replicas = object
+                .and_then(|o| o.pointer("/spec/replicas"))
+                .and_then(serde_json::Value::as_i64)
+                .map_or(1, |r| i32::try_from(r).unwrap_or(i32::MAX));
+            (template, Some(replicas))
+        } else {
+            (Default::default(), None)
         };
         Ok(Self::from_object(meta, kind, template, replicas))
     }

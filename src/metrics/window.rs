@@ -61,6 +61,8 @@ pub fn pod_name_suffix(kind: WorkloadKind) -> String {
         }
         // PodClique `<set>-<replica>-<clique>`, its pods `<clique>-<5>`.
         WorkloadKind::PodCliqueSet => format!("-(?:0|[1-9][0-9]*)-[a-z0-9.-]+-{SAFE}{{5}}"),
+        // A listed kind's controller names its pods as it does: any suffix after a dash.
+        WorkloadKind::Listed(_) => "-[a-z0-9][a-z0-9.-]*".to_string(),
     }
 }
 

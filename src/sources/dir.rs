@@ -201,6 +201,9 @@ pub struct ManifestReader {
     errors: Vec<String>,
     /// Those and the invalid policies' errors, in document order.
     all: Vec<String>,
+    /// Objects of a kind kerf does not know, read once the configuration's `workloadKinds` is
+    /// (a GlobalConfiguration may come after them).
+    unknown_kinds: Vec<(serde_json::Value, String)>,
 }
 
 impl ManifestReader {
@@ -243,7 +246,10 @@ impl ManifestReader {
         }
         let invalid = self.manifests.invalid.len();
         if let Err(e) = read_object(doc, at, &mut self.manifests) {
-            self.error(format!("{e:#}"));
+            match e.downcast::<UnsupportedKind>() {
+                Ok(unknown) => self.unknown_kinds.push((unknown.doc, at.to_string())),
+                Err(e) => self.error(format!("{e:#}")),
+            }
         }
         let new = &self.manifests.invalid[invalid..];
         self.all.extend(new.iter().map(|p| p.error.clone()));
@@ -251,6 +257,12 @@ impl ManifestReader {
 
     /// What was read, or every error (and every invalid policy) in one.
     pub fn finish(mut self) -> anyhow::Result<Manifests> {
+        crate::api::listed_kinds::set_listed(&self.manifests.snapshot.global.workload_kinds);
+        for (doc, at) in std::mem::take(&mut self.unknown_kinds) {
+            if let Err(e) = read_object(doc, &at, &mut self.manifests) {
+                self.error(format!("{e:#}"));
+            }
+        }
         crate::core::grouping::group_under_topmost_owners(&mut self.manifests.snapshot);
         match self.errors.is_empty() {
             true => Ok(self.manifests),
@@ -269,6 +281,22 @@ pub fn in_creation_order(objects: &mut [(serde_json::Value, String)]) {
             .and_then(|t| t.parse::<jiff::Timestamp>().ok())
     });
 }
+
+/// An object of a kind kerf does not know (nor the configuration lists).
+#[derive(Debug)]
+struct UnsupportedKind {
+    message: String,
+    /// The object, read again once the configuration's `workloadKinds` is known.
+    doc: serde_json::Value,
+}
+
+impl std::fmt::Display for UnsupportedKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for UnsupportedKind {}
 
 /// Reads one object into `m`: an error names the document (`at`), the object and the field.
 fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::Result<()> {
@@ -532,7 +560,12 @@ fn read_cluster_object(
             )?;
             record_controller(s, k, &meta);
         }
-        other => anyhow::bail!("{what}: unsupported kind {other} ({api_version})"),
+        other => {
+            let message = format!(
+                "{what}: unsupported kind {other} ({api_version}): list it in GlobalConfiguration spec.workloadKinds if its objects own pods"
+            );
+            return Err(UnsupportedKind { message, doc }.into());
+        }
     }
     Ok(())
 }
@@ -561,7 +594,7 @@ fn owner_workload(
         doc.get("metadata").cloned().unwrap_or_default(),
         &format!("{what}: metadata"),
     )?;
-    Workload::of_controller(meta, kind, doc.get("spec")).map_err(|e| anyhow::anyhow!("{what}: {e}"))
+    Workload::of_controller(meta, kind, Some(&doc)).map_err(|e| anyhow::anyhow!("{what}: {e}"))
 }
 
 #[cfg(test)]

@@ -19,11 +19,28 @@ fn fixture() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workloads")
 }
 
-/// Every object of the fixture, in file order.
+fn listed_fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/listed-kinds")
+}
+
+/// Every object of a fixture, in file order.
+fn objects_in(dir: &Path) -> Vec<Value> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&std::fs::read_to_string(f).unwrap()).unwrap();
+        out.extend(docs.into_iter().filter(|d| !d.is_null()));
+    }
+    out
+}
+
 fn objects() -> Vec<Value> {
-    let text = std::fs::read_to_string(fixture().join("manifests/objects.yaml")).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    docs.into_iter().filter(|d| !d.is_null()).collect()
+    objects_in(&fixture())
 }
 
 /// Where the API server serves a kind: `/api/v1/<plural>` or `/apis/<group>/<version>/<plural>`,
@@ -47,6 +64,10 @@ fn collection(api_version: &str, kind: &str) -> String {
         "PodClique" => "podcliques",
         "RightsizingPolicy" => "rightsizingpolicies",
         "AutomationStrategy" => "automationstrategies",
+        "GlobalConfiguration" => "globalconfigurations",
+        // The listed kinds' CRDs (tests/fixtures/listed-kinds).
+        "ModelDeployment" => "modeldeployments",
+        "Server" => "servers",
         other => panic!("the fixture has a {other}: add its plural"),
     };
     if api_version == "v1" {
@@ -70,6 +91,8 @@ fn cluster(objects: Vec<Value>) -> impl FnMut(&Recorded) -> Reply + Send + 'stat
         "/apis/ray.io/v1/rayclusters",
         "/apis/grove.io/v1alpha1/podcliquesets",
         "/apis/grove.io/v1alpha1/podcliques",
+        "/apis/serving.example.com/v1/modeldeployments",
+        "/apis/apps.example.com/v1/servers",
     ];
     move |r: &Recorded| {
         if r.method != "GET" {
@@ -120,6 +143,26 @@ fn cluster(objects: Vec<Value>) -> impl FnMut(&Recorded) -> Reply + Send + 'stat
                    "metadata": {"resourceVersion": "100"}, "items": items}),
         )
     }
+}
+
+/// One cycle over `snap` with the usage of `fixture`, planned and sent through the real writer to
+/// a cluster holding the fixture's objects: what reached the API server.
+async fn cycle_sent(snap: &kerf::core::snapshot::Snapshot, fixture: &Path) -> Vec<Recorded> {
+    let source = kerf::metrics::file::FileSource::from_path(&fixture.join("metrics.om")).unwrap();
+    let now = "2026-01-01T12:00:00Z".parse().unwrap();
+    let cycle = kerf::reconcile::run_cycle(snap, &source, now, 15).await;
+    let ops = kerf::reconcile::plan_writes(snap, &cycle, &[], &[], now);
+    let (client, log) = mock(cluster(objects_in(fixture)));
+    let (_lease, lease_rx) = watch::channel(true);
+    let mut cfg = WriterConfig::new("kerf-system");
+    cfg.metrics = Metrics::new();
+    cfg.backoff = Duration::from_millis(10);
+    cfg.read_only = false;
+    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    for op in ops {
+        writer.apply(op).await;
+    }
+    requests(&log)
 }
 
 async fn synced_reader(client: kube::Client) -> Reader {
@@ -219,22 +262,7 @@ async fn a_cycle_over_the_cluster_writes_no_owned_template_and_evicts_one_pod_pe
     let (client, _) = mock(cluster(objects()));
     let reader = synced_reader(client).await;
     let (snap, _) = reader.snapshot();
-    let source = kerf::metrics::file::FileSource::from_path(&fixture().join("metrics.om")).unwrap();
-    let now = "2026-01-01T12:00:00Z".parse().unwrap();
-    let cycle = kerf::reconcile::run_cycle(&snap, &source, now, 15).await;
-    let ops = kerf::reconcile::plan_writes(&snap, &cycle, &[], &[], now);
-
-    let (client, log) = mock(cluster(objects()));
-    let (_lease, lease_rx) = watch::channel(true);
-    let mut cfg = WriterConfig::new("kerf-system");
-    cfg.metrics = Metrics::new();
-    cfg.backoff = Duration::from_millis(10);
-    cfg.read_only = false;
-    let writer = Writer::spawn_with(client, lease_rx, cfg);
-    for op in ops {
-        writer.apply(op).await;
-    }
-    let seen = requests(&log);
+    let seen = cycle_sent(&snap, &fixture()).await;
     let owned = [
         "/apis/apps/v1/namespaces/ml/deployments/",
         "/apis/apps/v1/namespaces/ml/statefulsets/",
@@ -262,5 +290,76 @@ async fn a_cycle_over_the_cluster_writes_no_owned_template_and_evicts_one_pod_pe
     assert!(
         evicted.contains(&"/api/v1/namespaces/ml/pods/llm-predictor-6f9c8d7b5-b6c7d/eviction"),
         "{evicted:?}"
+    );
+}
+
+/// Kinds kerf knows only because GlobalConfiguration `workloadKinds` lists them: once the reader
+/// has read the configuration it watches them (their CRDs answer here), and groups their pods
+/// as the directory source does; a whole cycle writes the kind with a `templatePath` through
+/// it and evicts the other's pod, never writing the Deployment it owns.
+#[tokio::test]
+async fn the_kinds_the_configuration_lists_are_watched_and_written_only_through_their_template_path()
+ {
+    let (client, log) = mock(cluster(objects_in(&listed_fixture())));
+    let reader = synced_reader(client).await;
+    let dir = kerf::sources::dir::load_dir(&listed_fixture().join("manifests"))
+        .unwrap()
+        .snapshot;
+    let keys = |s: &kerf::core::snapshot::Snapshot| -> Vec<String> {
+        s.workloads.iter().map(|w| w.key.to_string()).collect()
+    };
+    assert_eq!(keys(&dir), ["ml/ModelDeployment/md", "ml/Server/srv"]);
+    kube_support::eventually(10, "the listed kinds read", || {
+        keys(&reader.snapshot().0) == keys(&dir)
+    })
+    .await;
+    let (snap, _) = reader.snapshot();
+    assert_eq!(snap.workloads, dir.workloads);
+    let seen = requests(&log);
+    let listed = |path: &str| {
+        seen.iter()
+            .find(|r| r.path == path)
+            .map(|r| r.accept.clone())
+    };
+    assert!(
+        listed("/apis/serving.example.com/v1/modeldeployments")
+            .unwrap()
+            .contains("PartialObjectMetadataList"),
+        "without a template path, metadata only"
+    );
+    assert!(
+        !listed("/apis/apps.example.com/v1/servers")
+            .unwrap()
+            .contains("PartialObjectMetadata"),
+        "with one, the whole object: its template is read"
+    );
+
+    let seen = cycle_sent(&snap, &listed_fixture()).await;
+    assert!(
+        !seen.iter().any(|r| r
+            .path
+            .starts_with("/apis/apps/v1/namespaces/ml/deployments/")),
+        "{:?}",
+        calls(&seen)
+    );
+    let server = seen
+        .iter()
+        .find(|r| {
+            r.method == "PATCH" && r.path == "/apis/apps.example.com/v1/namespaces/ml/servers/srv"
+        })
+        .unwrap_or_else(|| panic!("{:?}", calls(&seen)));
+    assert_eq!(
+        server
+            .body
+            .pointer("/spec/template/spec/containers/0/resources/requests/cpu"),
+        Some(&json!("500m")),
+        "{}",
+        server.body
+    );
+    assert!(
+        seen.iter().any(|r| r.method == "POST"
+            && r.path == "/api/v1/namespaces/ml/pods/md-server-6f9c8d7b5-x2x4z/eviction"),
+        "{:?}",
+        calls(&seen)
     );
 }

@@ -69,6 +69,20 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
         l.list_resource(&r.api_resource(), true, IfNotServed::NoObjects)
             .await?;
     }
+    // The kinds the configuration lists (its objects are read as the in-cluster reader reads
+    // them); a listed kind the cluster does not serve has no objects.
+    for k in listed_kinds(&l.listed) {
+        let d = k.data();
+        let r = super::OwnerResource {
+            label: d.kind,
+            api_version: d.api_version,
+            kind: d.kind,
+            plural: d.plural,
+            workload: Some(crate::api::WorkloadKind::Listed(k)),
+        };
+        l.list_resource(&r.api_resource(), true, IfNotServed::NoObjects)
+            .await?;
+    }
     let Lister {
         mut listed,
         missing_crds,
@@ -88,6 +102,24 @@ pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::R
         manifests,
         missing_crds,
     })
+}
+
+/// The kinds the listed `global-config` names in `spec.workloadKinds` (none when it cannot be
+/// read: the reader then reports why).
+fn listed_kinds(
+    listed: &[(serde_json::Value, String)],
+) -> Vec<crate::api::listed_kinds::ListedKind> {
+    let specs: Vec<crate::api::listed_kinds::WorkloadKindSpec> = listed
+        .iter()
+        .find(|(doc, _)| {
+            doc["kind"] == "GlobalConfiguration"
+                && doc.pointer("/metadata/name").and_then(|n| n.as_str())
+                    == Some(crate::api::GLOBAL_CONFIGURATION_NAME)
+        })
+        .and_then(|(doc, _)| doc.pointer("/spec/workloadKinds"))
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    crate::api::listed_kinds::set_listed(&specs)
 }
 
 /// What a resource the API server does not serve (404) means.

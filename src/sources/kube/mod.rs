@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::WorkloadKind;
+use crate::api::listed_kinds::ListedKind;
 use crate::api::{
     AutomationStrategy, ClusterAutomationStrategy, ClusterGpuReactivePolicy,
     ClusterRightsizingPolicy, GLOBAL_CONFIGURATION_NAME, GlobalConfiguration,
@@ -229,6 +230,10 @@ struct Inner {
     vpas: Arc<Projected<Option<Vpa>>>,
     /// The controllers GPU inference runs under and the objects their chains pass through.
     owners: Vec<Arc<Projected<OwnerObject>>>,
+    /// The kinds GlobalConfiguration `workloadKinds` lists, watched as it lists them.
+    listed: std::sync::Mutex<Vec<ListedWatch>>,
+    client: Client,
+    sync: SyncTracker,
     /// Whether the API server serves `pods/resize`, from its discovery.
     resize: watch::Receiver<ResizeSupport>,
     unsynced: watch::Receiver<BTreeSet<&'static str>>,
@@ -352,13 +357,13 @@ pub(crate) fn owner_resources() -> Vec<OwnerResource> {
 fn owner_object(
     resource: &OwnerResource,
     mut meta: ObjectMeta,
-    spec: Option<&serde_json::Value>,
+    object: Option<&serde_json::Value>,
 ) -> OwnerObject {
     match resource.workload {
         Some(kind) => {
             strip_last_applied(&mut meta);
             let (namespace, name) = (meta.namespace.clone(), meta.name.clone());
-            match Workload::of_controller(meta, kind, spec) {
+            match Workload::of_controller(meta, kind, object) {
                 Ok(w) => OwnerObject::Workload(Arc::new(w)),
                 Err(e) => {
                     tracing::warn!(
@@ -385,6 +390,14 @@ impl Drop for Inner {
     fn drop(&mut self) {
         for t in &self.tasks {
             t.abort();
+        }
+        for w in self
+            .listed
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            w.task.abort();
         }
     }
 }
@@ -1076,21 +1089,57 @@ fn spawn_owner_watches(
 ) -> Vec<Arc<Projected<OwnerObject>>> {
     owner_resources()
         .into_iter()
-        .map(|r| {
-            let ar = r.api_resource();
-            if r.workload == Some(WorkloadKind::Rollout) {
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-                let project =
-                    move |o: DynamicObject| owner_object(&r, o.metadata, o.data.get("spec"));
-                spawn_owner_watch(r, &ar, api, project, sync, tasks)
-            } else {
-                let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &ar);
-                let project =
-                    move |o: PartialObjectMeta<DynamicObject>| owner_object(&r, o.metadata, None);
-                spawn_owner_watch(r, &ar, api, project, sync, tasks)
-            }
-        })
+        .map(|r| spawn_owner_resource_watch(client, r, sync, tasks))
         .collect()
+}
+
+/// The watch of one of [`owner_resources`] or of a listed kind.
+fn spawn_owner_resource_watch(
+    client: &Client,
+    r: OwnerResource,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<OwnerObject>> {
+    let ar = r.api_resource();
+    if r.workload.is_some_and(WorkloadKind::template_writable) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let project = move |o: DynamicObject| owner_object(&r, o.metadata, Some(&o.data));
+        spawn_owner_watch(r, &ar, api, project, sync, tasks)
+    } else {
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &ar);
+        let project = move |o: PartialObjectMeta<DynamicObject>| owner_object(&r, o.metadata, None);
+        spawn_owner_watch(r, &ar, api, project, sync, tasks)
+    }
+}
+
+/// The watch of a kind GlobalConfiguration `workloadKinds` lists: started when the
+/// configuration lists it, stopped when it no longer does. It holds no readiness (kerf is
+/// ready without it: until it has listed, that kind's pods stop at the objects it owns, whose
+/// templates kerf does not write).
+struct ListedWatch {
+    kind: ListedKind,
+    index: Arc<Projected<OwnerObject>>,
+    task: JoinHandle<()>,
+}
+
+impl ListedWatch {
+    fn start(client: &Client, kind: ListedKind, sync: &SyncTracker) -> ListedWatch {
+        let d = kind.data();
+        let r = OwnerResource {
+            label: d.kind,
+            api_version: d.api_version,
+            kind: d.kind,
+            plural: d.plural,
+            workload: Some(WorkloadKind::Listed(kind)),
+        };
+        let mut tasks = Vec::new();
+        let index = spawn_owner_resource_watch(client, r, sync, &mut tasks);
+        ListedWatch {
+            kind,
+            index,
+            task: tasks.pop().expect("one task per watch"),
+        }
+    }
 }
 
 fn spawn_owner_watch<K>(
@@ -1284,7 +1333,7 @@ impl Reader {
         let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
         let owners = spawn_owner_watches(&client, &sync, &mut tasks);
         let resize = spawn_resize_discovery(&client, &mut tasks);
-        let p = spawn_pod_watches(client, sync, store.as_ref(), &mut tasks);
+        let p = spawn_pod_watches(client.clone(), sync.clone(), store.as_ref(), &mut tasks);
         Reader {
             own_namespace: None,
             inner: Arc::new(Inner {
@@ -1299,6 +1348,9 @@ impl Reader {
                 hpas: p.hpas,
                 vpas,
                 owners,
+                listed: Default::default(),
+                client,
+                sync,
                 resize,
                 unsynced,
                 stopped,
@@ -1453,6 +1505,8 @@ impl Reader {
             );
         }
 
+        let mut global = self.global();
+        let listed = crate::api::listed_kinds::set_listed(&global.workload_kinds);
         let mut workloads = i.deployments.values();
         workloads.extend(i.statefulsets.values());
         workloads.extend(i.daemonsets.values());
@@ -1466,14 +1520,13 @@ impl Reader {
                 ListedJob::Workload(w) => workloads.push(w),
             }
         }
-        let (replicaset_owners, controllers) = self.owner_links(&mut workloads);
+        let (replicaset_owners, controllers) = self.owner_links(&mut workloads, &listed);
         workloads.sort_by(|a, b| a.key.cmp(&b.key));
 
         // Both ordered by (namespace, name), as the indexes are.
         let pods = i.pods.values();
         let hpas = i.hpas.values();
 
-        let mut global = self.global();
         if let Some(ns) = &self.own_namespace {
             global.protect(ns);
         }
@@ -1511,14 +1564,16 @@ impl Reader {
     fn owner_links(
         &self,
         workloads: &mut Vec<Arc<Workload>>,
+        listed: &[ListedKind],
     ) -> (ByName<Name>, ByName<owner::Link>) {
         let i = &self.inner;
+        let listed = self.listed_indexes(listed);
         let mut controllers = BTreeMap::new();
         let mut link = |ns: Option<String>, kind: &str, name: &str, c: owner::Link| {
             let key = owner::link_key(kind, name);
             controllers.insert((ns.unwrap_or_default().into(), key.as_str().into()), c);
         };
-        for index in &i.owners {
+        for index in i.owners.iter().chain(&listed) {
             for ((ns, name), o) in index.entries() {
                 match o {
                     OwnerObject::Workload(w) => workloads.push(w),
@@ -1539,6 +1594,28 @@ impl Reader {
             }
         }
         (replicaset_owners, controllers)
+    }
+
+    /// The indexes of the kinds the configuration lists (`listed`), their watches started and
+    /// stopped to match. Outside a tokio runtime none is started.
+    fn listed_indexes(&self, listed: &[ListedKind]) -> Vec<Arc<Projected<OwnerObject>>> {
+        let i = &self.inner;
+        let mut watches = i.listed.lock().unwrap_or_else(|e| e.into_inner());
+        watches.retain(|w| {
+            let keep = listed.contains(&w.kind);
+            if !keep {
+                w.task.abort();
+            }
+            keep
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            for k in listed {
+                if !watches.iter().any(|w| w.kind == *k) {
+                    watches.push(ListedWatch::start(&i.client, *k, &i.sync));
+                }
+            }
+        }
+        watches.iter().map(|w| Arc::clone(&w.index)).collect()
     }
 
     /// The `global-config` singleton, or defaults. A configuration that cannot be used never

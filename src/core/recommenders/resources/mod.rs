@@ -256,23 +256,31 @@ pub fn step_for(window_seconds: i64, step: i64) -> i64 {
 /// today's pods named otherwise are listed by name.
 struct Selectors {
     suffixes: HashMap<crate::api::WorkloadKind, regex::Regex>,
+    /// Every listed kind's ([`pod_name_suffix`] is one for all).
+    listed: regex::Regex,
 }
 
 impl Selectors {
     fn new() -> Self {
+        let re = |k| {
+            regex::Regex::new(&format!("^(?:{})$", pod_name_suffix(k)))
+                .expect("the suffix patterns are valid")
+        };
         let suffixes = crate::api::WorkloadKind::ALL
             .into_iter()
-            .map(|k| {
-                let re = regex::Regex::new(&format!("^(?:{})$", pod_name_suffix(k)))
-                    .expect("the suffix patterns are valid");
-                (k, re)
-            })
+            .map(|k| (k, re(k)))
             .collect();
-        Self { suffixes }
+        let listed = crate::api::WorkloadKind::Listed(crate::api::listed_kinds::ListedKind::of(
+            &Default::default(),
+        ));
+        Self {
+            suffixes,
+            listed: re(listed),
+        }
     }
 
     fn selector(&self, key: &WorkloadKey, pods: &[&Pod]) -> WorkloadSelector {
-        let suffix = &self.suffixes[&key.kind];
+        let suffix = self.suffixes.get(&key.kind).unwrap_or(&self.listed);
         let other_pods = pods
             .iter()
             .filter_map(|p| p.metadata.name.as_deref())
