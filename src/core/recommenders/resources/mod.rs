@@ -11,6 +11,7 @@
 //! stays a range query per policy.
 
 pub mod container;
+pub mod summary;
 pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};

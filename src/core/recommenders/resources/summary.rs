@@ -1,0 +1,430 @@
+//! The CPU/memory usage history kept between cycles (docs/metrics.md#incremental-history): per
+//! (workload, container) and pod, the values the window queries aggregate — the CPU usage rate,
+//! the working set, the throttled share at every grid step — folded into histograms as they
+//! arrive, and taken out again when their step leaves the window. A steady cycle then asks the
+//! metric source only for the steps since the last one and for the steps that just left the
+//! window, instead of the whole window.
+//!
+//! A histogram holds the values in logarithmic bins [`BIN_RATIO`] apart and answers with each
+//! bin's geometric middle: every value it gives is within [`RELATIVE_ERROR`] of a value it was
+//! given. Quantiles interpolate between ranks as Prometheus's `quantile_over_time` does, so a
+//! percentile read here is within that error of the exact one over the same steps.
+
+use crate::core::hash::HashMap;
+
+/// Successive bin edges differ by this factor.
+pub const BIN_RATIO: f64 = 1.01;
+/// The largest relative error of a value read from a histogram: half a bin (in log scale).
+pub const RELATIVE_ERROR: f64 = 0.005;
+/// Values at or below this are counted as zero (an idle container's CPU rate).
+const ZERO: f64 = 1e-12;
+/// The bin of zero and of anything at or below [`ZERO`].
+const ZERO_BIN: i16 = i16::MIN;
+
+/// The bin of `v`.
+fn bin_of(v: f64) -> i16 {
+    if v <= ZERO || v.is_nan() {
+        return ZERO_BIN;
+    }
+    let b = (v.ln() / BIN_RATIO.ln()).floor();
+    b.clamp(f64::from(i16::MIN + 1), f64::from(i16::MAX)) as i16
+}
+
+/// The value a bin stands for: its geometric middle.
+fn value_of(bin: i16) -> f64 {
+    if bin == ZERO_BIN {
+        return 0.0;
+    }
+    BIN_RATIO.powf(f64::from(bin) + 0.5)
+}
+
+/// A multiset of values in logarithmic bins (sorted by bin, no empty bin).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Histogram {
+    bins: Vec<(i16, u32)>,
+}
+
+impl Histogram {
+    /// Adds `v` once.
+    pub fn add(&mut self, v: f64) {
+        let b = bin_of(v);
+        match self.bins.binary_search_by_key(&b, |(k, _)| *k) {
+            Ok(i) => self.bins[i].1 += 1,
+            Err(i) => self.bins.insert(i, (b, 1)),
+        }
+    }
+
+    /// Takes `v` out once (a step that left the window); a value never added is ignored.
+    pub fn remove(&mut self, v: f64) {
+        let b = bin_of(v);
+        if let Ok(i) = self.bins.binary_search_by_key(&b, |(k, _)| *k) {
+            self.bins[i].1 -= 1;
+            if self.bins[i].1 == 0 {
+                self.bins.remove(i);
+            }
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.bins.iter().map(|(_, c)| u64::from(*c)).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bins.is_empty()
+    }
+
+    /// The value at `rank` (0-based) of the sorted values.
+    fn at_rank(&self, rank: u64) -> f64 {
+        let mut seen = 0;
+        for (b, c) in &self.bins {
+            seen += u64::from(*c);
+            if rank < seen {
+                return value_of(*b);
+            }
+        }
+        self.bins.last().map_or(0.0, |(b, _)| value_of(*b))
+    }
+
+    /// `quantile_over_time(φ)` of the values: rank φ × (n − 1), interpolated linearly between
+    /// the values at its floor and the next rank (Prometheus `promql/quantile.go`).
+    pub fn quantile(&self, phi: f64) -> Option<f64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = phi.clamp(0.0, 1.0) * (n - 1) as f64;
+        let lower = rank.floor() as u64;
+        let upper = (lower + 1).min(n - 1);
+        let weight = rank - rank.floor();
+        Some(self.at_rank(lower) * (1.0 - weight) + self.at_rank(upper) * weight)
+    }
+
+    /// `max_over_time` of the values.
+    pub fn max(&self) -> Option<f64> {
+        self.bins.last().map(|(b, _)| value_of(*b))
+    }
+
+    /// Bytes held (for the memory figure in docs/metrics.md).
+    pub fn heap_bytes(&self) -> usize {
+        self.bins.capacity() * std::mem::size_of::<(i16, u32)>()
+    }
+}
+
+/// Which of a pod's values a step carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Series {
+    /// The CPU usage rate (cores).
+    Cpu,
+    /// The working set (bytes); its first and last steps are also the history's.
+    Memory,
+    /// The throttled share of CFS periods.
+    Throttled,
+}
+
+/// One pod's values in one container.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PodHistory {
+    pub cpu: Histogram,
+    pub memory: Histogram,
+    pub throttled: Histogram,
+    /// The first and last grid steps with a working-set value (unix seconds).
+    pub first_seen: Option<i64>,
+    pub last_seen: Option<i64>,
+}
+
+impl PodHistory {
+    fn histogram(&mut self, s: Series) -> &mut Histogram {
+        match s {
+            Series::Cpu => &mut self.cpu,
+            Series::Memory => &mut self.memory,
+            Series::Throttled => &mut self.throttled,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cpu.is_empty()
+            && self.memory.is_empty()
+            && self.throttled.is_empty()
+            && self.last_seen.is_none()
+    }
+}
+
+/// One container of a workload: its pods' histories and the last step an OOM kill showed.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ContainerHistory {
+    pub pods: std::collections::BTreeMap<String, PodHistory>,
+    /// The last grid step at which kube-state-metrics reported an OOM kill as one of the
+    /// container's last terminations.
+    pub last_oom: Option<i64>,
+}
+
+impl ContainerHistory {
+    /// Adds the value of `series` a pod had at grid step `at`.
+    pub fn add(&mut self, pod: &str, series: Series, at: i64, v: f64) {
+        let p = self.pods.entry(pod.to_string()).or_default();
+        p.histogram(series).add(v);
+        if series == Series::Memory {
+            p.first_seen = Some(p.first_seen.map_or(at, |f| f.min(at)));
+            p.last_seen = Some(p.last_seen.map_or(at, |l| l.max(at)));
+        }
+    }
+
+    /// Takes out the value of `series` a pod had at a step that left the window.
+    pub fn remove(&mut self, pod: &str, series: Series, v: f64) {
+        if let Some(p) = self.pods.get_mut(pod) {
+            p.histogram(series).remove(v);
+        }
+    }
+
+    /// Records an OOM kill seen at grid step `at`.
+    pub fn oom_at(&mut self, at: i64) {
+        self.last_oom = Some(self.last_oom.map_or(at, |l| l.max(at)));
+    }
+
+    /// Drops the pods with nothing left: no value in any window, no working set since
+    /// `history_from` (the start of the longest window).
+    pub fn forget_before(&mut self, history_from: i64) {
+        self.pods.retain(|_, p| {
+            if p.last_seen.is_some_and(|l| l <= history_from) {
+                p.first_seen = None;
+                p.last_seen = None;
+            }
+            !p.is_empty()
+        });
+    }
+
+    /// The window answers' CPU value: the highest of the pods' `φ` quantiles.
+    pub fn cpu_quantile(&self, phi: f64) -> Option<f64> {
+        highest(self.pods.values().filter_map(|p| p.cpu.quantile(phi)))
+    }
+
+    /// The highest working set of any pod.
+    pub fn memory_peak(&self) -> Option<f64> {
+        highest(self.pods.values().filter_map(|p| p.memory.max()))
+    }
+
+    /// The highest throttled share of any pod.
+    pub fn throttled_peak(&self) -> Option<f64> {
+        highest(self.pods.values().filter_map(|p| p.throttled.max()))
+    }
+
+    /// The earliest grid step with a working set in the window starting after `from` (the
+    /// first grid step after it, `first_step`, for a pod seen before it).
+    pub fn first_seen(&self, from: i64, first_step: i64) -> Option<i64> {
+        self.pods
+            .values()
+            .filter(|p| p.last_seen.is_some_and(|l| l > from))
+            .filter_map(|p| p.first_seen.map(|f| if f <= from { first_step } else { f }))
+            .min()
+    }
+
+    /// Whether an OOM kill was seen at a step after `from`.
+    pub fn oom_killed_since(&self, from: i64) -> bool {
+        self.last_oom.is_some_and(|l| l > from)
+    }
+
+    /// Bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.pods
+            .iter()
+            .map(|(name, p)| {
+                name.capacity()
+                    + std::mem::size_of::<PodHistory>()
+                    + p.cpu.heap_bytes()
+                    + p.memory.heap_bytes()
+                    + p.throttled.heap_bytes()
+            })
+            .sum()
+    }
+}
+
+fn highest(values: impl Iterator<Item = f64>) -> Option<f64> {
+    values.reduce(f64::max)
+}
+
+/// The grid a workload's history was folded on, and how far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Coverage {
+    pub window_seconds: i64,
+    pub step_seconds: i64,
+    /// The last grid step folded in (unix seconds).
+    pub through: i64,
+}
+
+/// What the steps to ask next are for one grid: the new ones and the ones that left the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// Nothing is folded on this grid yet (or on another grid): the whole window.
+    Backfill { from: i64, to: i64 },
+    /// The steps in `(through, to]`, and those in `(through − window, to − window]` to take out.
+    Steady {
+        new: (i64, i64),
+        expired: (i64, i64),
+    },
+}
+
+/// What a cycle at `now` asks on a grid of `step` over `window`, given what is folded.
+/// Intervals are left-open, right-closed in unix seconds.
+pub fn steps_to_ask(folded: Option<Coverage>, window: i64, step: i64, now: i64) -> Asked {
+    let to = now.div_euclid(step) * step;
+    match folded {
+        Some(c)
+            if c.window_seconds == window
+                && c.step_seconds == step
+                && c.through <= to
+                && to - c.through < window =>
+        {
+            Asked::Steady {
+                new: (c.through, to),
+                expired: (c.through - window, to - window),
+            }
+        }
+        _ => Asked::Backfill {
+            from: now - window,
+            to,
+        },
+    }
+}
+
+/// Every workload container's history, with what each workload's grids cover.
+#[derive(Clone, Debug, Default)]
+pub struct HistoryStore {
+    /// (namespace, `<Kind>/<name>`, container) → history.
+    pub containers: HashMap<(String, String, String), ContainerHistory>,
+    /// (namespace, `<Kind>/<name>`) → the CPU grid's coverage (CPU, throttling).
+    pub cpu: HashMap<(String, String), Coverage>,
+    /// The same for the memory grid (working set, OOM kills, history).
+    pub memory: HashMap<(String, String), Coverage>,
+}
+
+impl HistoryStore {
+    /// Bytes held by the histories (their pods and bins).
+    pub fn heap_bytes(&self) -> usize {
+        self.containers
+            .iter()
+            .map(|((a, b, c), h)| a.capacity() + b.capacity() + c.capacity() + h.heap_bytes())
+            .sum()
+    }
+
+    /// Forgets every workload not in `keep` (deleted, or no longer covered by a policy).
+    pub fn retain_workloads(&mut self, keep: &std::collections::HashSet<(String, String)>) {
+        self.containers
+            .retain(|(ns, w, _), _| keep.contains(&(ns.clone(), w.clone())));
+        self.cpu.retain(|k, _| keep.contains(k));
+        self.memory.retain(|k, _| keep.contains(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prometheus's quantile over the exact values, as `metrics::window::quantile`.
+    fn exact(phi: f64, values: &[f64]) -> f64 {
+        let mut v = values.to_vec();
+        crate::metrics::window::quantile(phi, &mut v).unwrap()
+    }
+
+    #[test]
+    fn histogram_quantile_is_within_the_relative_error_of_prometheus_quantile() {
+        // A CPU-like series: a base with noise, a spike of a few steps, idle steps.
+        let mut values: Vec<f64> = (0..5000)
+            .map(|i| 0.4 + 0.1 * ((i as f64) * 0.37).sin() + 0.02 * ((i * 7919 % 101) as f64) / 101.0)
+            .collect();
+        values.extend([3.5, 3.7, 3.6, 0.0, 0.0]);
+        let mut h = Histogram::default();
+        for v in &values {
+            h.add(*v);
+        }
+        for phi in [0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0] {
+            let (got, want) = (h.quantile(phi).unwrap(), exact(phi, &values));
+            assert!(
+                (got - want).abs() <= want * RELATIVE_ERROR + 1e-12,
+                "φ {phi}: {got} vs {want}"
+            );
+        }
+        let want = values.iter().copied().fold(0.0, f64::max);
+        assert!((h.max().unwrap() - want).abs() <= want * RELATIVE_ERROR);
+    }
+
+    #[test]
+    fn histogram_remove_takes_out_what_add_put_in() {
+        let mut h = Histogram::default();
+        for v in [1.0, 2.0, 2.0, 0.0, 5.0] {
+            h.add(v);
+        }
+        for v in [2.0, 0.0, 5.0, 7.0] {
+            h.remove(v);
+        }
+        assert_eq!(h.count(), 2, "7 was never added: ignored");
+        assert!((h.max().unwrap() - 2.0).abs() <= 2.0 * RELATIVE_ERROR);
+        h.remove(1.0);
+        h.remove(2.0);
+        assert!(h.is_empty());
+        assert_eq!(h.quantile(0.5), None);
+    }
+
+    #[test]
+    fn steps_to_ask_backfills_then_asks_new_and_expired_steps() {
+        let (w, s) = (3600, 60);
+        assert_eq!(
+            steps_to_ask(None, w, s, 10_030),
+            Asked::Backfill {
+                from: 10_030 - w,
+                to: 10_020
+            }
+        );
+        let c = Coverage {
+            window_seconds: w,
+            step_seconds: s,
+            through: 10_020,
+        };
+        assert_eq!(
+            steps_to_ask(Some(c), w, s, 10_100),
+            Asked::Steady {
+                new: (10_020, 10_080),
+                expired: (10_020 - w, 10_080 - w)
+            }
+        );
+        // Another window or step, or a gap longer than the window: the whole window again.
+        for other in [
+            Coverage { window_seconds: 7200, ..c },
+            Coverage { step_seconds: 30, ..c },
+            Coverage { through: 100, ..c },
+        ] {
+            assert!(matches!(
+                steps_to_ask(Some(other), w, s, 10_100),
+                Asked::Backfill { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn container_history_takes_the_highest_pod_and_forgets_pods_gone_from_every_window() {
+        let mut c = ContainerHistory::default();
+        for (t, v) in [(60, 0.2), (120, 0.3), (180, 0.4)] {
+            c.add("old", Series::Cpu, t, v);
+            c.add("old", Series::Memory, t, 100.0);
+        }
+        for (t, v) in [(240, 0.9), (300, 1.0)] {
+            c.add("new", Series::Cpu, t, v);
+            c.add("new", Series::Memory, t, 50.0);
+        }
+        let q = c.cpu_quantile(1.0).unwrap();
+        assert!((q - 1.0).abs() <= RELATIVE_ERROR);
+        assert!((c.memory_peak().unwrap() - 100.0).abs() <= 100.0 * RELATIVE_ERROR);
+        assert_eq!(c.first_seen(0, 60), Some(60));
+        assert_eq!(c.first_seen(100, 120), Some(120), "seen before the window");
+        assert_eq!(c.first_seen(200, 240), Some(240), "old's last step left it");
+        c.oom_at(120);
+        assert!(c.oom_killed_since(60) && !c.oom_killed_since(120));
+        for (t, v) in [(60, 0.2), (120, 0.3), (180, 0.4)] {
+            let _ = t;
+            c.remove("old", Series::Cpu, v);
+            c.remove("old", Series::Memory, 100.0);
+        }
+        c.forget_before(200);
+        assert_eq!(c.pods.keys().collect::<Vec<_>>(), ["new"]);
+        assert!((c.memory_peak().unwrap() - 50.0).abs() <= 50.0 * RELATIVE_ERROR);
+    }
+}
