@@ -170,9 +170,55 @@ impl FileSource {
     pub fn evaluate_window(&self, q: &WindowQuery) -> Result<WindowSet, MetricError> {
         window::validate(q)?;
         let grid = window::grid(q);
+        let mut values: BTreeMap<WindowKey, f64> = BTreeMap::new();
+        for pod in self.pod_steps(q, &grid)? {
+            let steps = || pod.steps.iter().map(|(_, v)| *v);
+            let per_pod = match &q.aggregate {
+                WindowAggregate::RateQuantile { quantile } => {
+                    window::quantile(*quantile, &mut steps().collect::<Vec<f64>>())
+                }
+                WindowAggregate::Peak | WindowAggregate::RateRatioPeak { .. } => {
+                    steps().reduce(f64::max)
+                }
+                WindowAggregate::FirstSeen => pod.steps.first().map(|(t, _)| *t as f64),
+            };
+            let Some(v) = per_pod else { continue };
+            let first = matches!(q.aggregate, WindowAggregate::FirstSeen);
+            values
+                .entry(pod.key)
+                .and_modify(|acc| *acc = if first { acc.min(v) } else { acc.max(v) })
+                .or_insert(v);
+        }
+        Ok(WindowSet {
+            values,
+            queries: 1,
+            ..Default::default()
+        })
+    }
+
+    /// The values a step query asks for ([`window::StepQuery`]), as Prometheus's range query
+    /// of the same expression gives them.
+    pub fn evaluate_steps(&self, q: &window::StepQuery) -> Result<window::StepSet, MetricError> {
+        window::validate(&q.window)?;
+        let steps = self.pod_steps(&q.window, &q.grid())?;
+        Ok(window::StepSet {
+            steps: steps.into_iter().filter(|p| !p.steps.is_empty()).collect(),
+            queries: 1,
+            ..Default::default()
+        })
+    }
+
+    /// Per pod and container of `q`'s workloads, the value the window aggregates at each step
+    /// of `grid` (`sum by (namespace,pod,container)` of the rate, the gauge or the rate ratio;
+    /// steps without a value left out), with the workload it belongs to.
+    fn pod_steps(
+        &self,
+        q: &WindowQuery,
+        grid: &[i64],
+    ) -> Result<Vec<window::PodSteps>, MetricError> {
         let range_ms = promql::rate_window_seconds(q.step_seconds) * 1000;
         let metrics = q.metrics();
-        let mut values: BTreeMap<WindowKey, f64> = BTreeMap::new();
+        let mut out = Vec::new();
         for term in window::terms(q) {
             let anchored = |re: &str| {
                 regex::Regex::new(&format!("^(?:{re})$"))
@@ -222,53 +268,31 @@ impl FileSource {
                     .reduce(|a, b| a + b)
             };
             for ((pod, container), lists) in pods {
-                let per_pod = match &q.aggregate {
-                    WindowAggregate::RateQuantile { quantile } => {
-                        let mut v: Vec<f64> = grid
-                            .iter()
-                            .filter_map(|&t| at(&lists[0], t, true))
-                            .collect();
-                        window::quantile(*quantile, &mut v)
+                let value = |t: i64| match &q.aggregate {
+                    WindowAggregate::RateQuantile { .. } => at(&lists[0], t, true),
+                    WindowAggregate::Peak | WindowAggregate::FirstSeen => at(&lists[0], t, false),
+                    WindowAggregate::RateRatioPeak { .. } => {
+                        let d = at(&lists[1], t, true).filter(|d| *d > 0.0)?;
+                        Some(at(&lists[0], t, true)? / d)
                     }
-                    WindowAggregate::Peak => grid
-                        .iter()
-                        .filter_map(|&t| at(&lists[0], t, false))
-                        .reduce(f64::max),
-                    WindowAggregate::RateRatioPeak { .. } => grid
-                        .iter()
-                        .filter_map(|&t| {
-                            let d = at(&lists[1], t, true).filter(|d| *d > 0.0)?;
-                            Some(at(&lists[0], t, true)? / d)
-                        })
-                        .reduce(f64::max),
-                    WindowAggregate::FirstSeen => grid
-                        .iter()
-                        .find(|&&t| at(&lists[0], t, false).is_some())
-                        .map(|&t| t as f64),
                 };
-                let Some(v) = per_pod else { continue };
                 let Some(caps) = capture.captures(pod) else {
                     continue;
                 };
                 let mut workload = String::new();
                 caps.expand(&term.replacement, &mut workload);
-                let key = WindowKey {
-                    namespace: term.namespace.clone(),
-                    workload,
-                    container: container.to_string(),
-                };
-                let first = matches!(q.aggregate, WindowAggregate::FirstSeen);
-                values
-                    .entry(key)
-                    .and_modify(|acc| *acc = if first { acc.min(v) } else { acc.max(v) })
-                    .or_insert(v);
+                out.push(window::PodSteps {
+                    key: WindowKey {
+                        namespace: term.namespace.clone(),
+                        workload,
+                        container: container.to_string(),
+                    },
+                    pod: pod.to_string(),
+                    steps: grid.iter().filter_map(|&t| Some((t, value(t)?))).collect(),
+                });
             }
         }
-        Ok(WindowSet {
-            values,
-            queries: 1,
-            ..Default::default()
-        })
+        Ok(out)
     }
 }
 
@@ -279,6 +303,10 @@ impl MetricSource for FileSource {
 
     async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
         self.evaluate_window(query)
+    }
+
+    async fn step_query(&self, query: &window::StepQuery) -> Result<window::StepSet, MetricError> {
+        self.evaluate_steps(query)
     }
 
     fn coverage(&self) -> Option<(jiff::Timestamp, jiff::Timestamp)> {

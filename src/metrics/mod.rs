@@ -146,6 +146,21 @@ pub trait MetricSource: Send + Sync {
         query: &WindowQuery,
     ) -> impl std::future::Future<Output = Result<WindowSet, MetricError>> + Send;
 
+    /// The per-step values of a window query over a few steps ([`window::StepQuery`]): the
+    /// incremental history's. A source that cannot answer says so, and the caller asks the
+    /// whole window instead.
+    fn step_query(
+        &self,
+        query: &window::StepQuery,
+    ) -> impl std::future::Future<Output = Result<window::StepSet, MetricError>> + Send {
+        let _ = query;
+        async {
+            Err(MetricError::Other(
+                "this source answers no step queries".into(),
+            ))
+        }
+    }
+
     /// The first and last sample time the source holds, when it is a file (said beside "no
     /// samples": a file from another time than `--at` is the usual cause). `None`: unknown.
     fn coverage(&self) -> Option<(Timestamp, Timestamp)> {
@@ -181,6 +196,28 @@ pub async fn window_query_splitting<S: MetricSource>(
             left.merge(right);
             left.splits += 1;
             // The refused attempt was a query too.
+            left.queries += 1;
+            Ok(left)
+        }
+        other => other,
+    }
+}
+
+/// [`MetricSource::step_query`], splitting a refused batch as [`window_query_splitting`] does.
+pub async fn step_query_splitting<S: MetricSource>(
+    source: &S,
+    query: &window::StepQuery,
+) -> Result<window::StepSet, MetricError> {
+    match source.step_query(query).await {
+        Err(e) if e.is_too_big() => {
+            let Some((a, b)) = query.split() else {
+                return Err(e);
+            };
+            source.record_split();
+            let mut left = Box::pin(step_query_splitting(source, &a)).await?;
+            let right = Box::pin(step_query_splitting(source, &b)).await?;
+            left.merge(right);
+            left.splits += 1;
             left.queries += 1;
             Ok(left)
         }
@@ -264,6 +301,13 @@ impl MetricSource for AnySource {
         match self {
             AnySource::File(f) => f.window_query(query).await,
             AnySource::Prometheus(p) => p.window_query(query).await,
+        }
+    }
+
+    async fn step_query(&self, query: &window::StepQuery) -> Result<window::StepSet, MetricError> {
+        match self {
+            AnySource::File(f) => f.step_query(query).await,
+            AnySource::Prometheus(p) => p.step_query(query).await,
         }
     }
 }

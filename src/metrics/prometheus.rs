@@ -369,21 +369,13 @@ impl PrometheusSource {
         let mut warnings = Vec::new();
         let counter = self.is_counter(q, &mut warnings).await?;
         let text = promql::build_query_matching(q, counter, self.conn.cluster.as_ref());
-        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
             ("start", q.start.as_second().to_string()),
             ("end", q.end.as_second().to_string()),
             ("step", q.step_seconds.to_string()),
-            ("timeout", format!("{timeout_ms}ms")),
         ];
-        let url = &self.conn.query_range_url;
-        let response = self.send(self.http.post(url.clone()).form(&form)).await?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
-        if let Some(refused) = self.refused(url, status, &body) {
-            return Err(refused);
-        }
+        let (status, body) = self.post(&self.conn.query_range_url, &form).await?;
         let groups = parse_response(q, status, &body, &mut warnings)?;
         Ok(promql::finish(q, groups, warnings))
     }
@@ -397,22 +389,143 @@ impl PrometheusSource {
             return Ok(WindowSet::default());
         }
         let text = window::build(q, self.conn.cluster.as_ref());
-        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
         let form = [
             ("query", text),
             ("time", q.at.as_second().to_string()),
-            ("timeout", format!("{timeout_ms}ms")),
             ("stats", "all".to_string()),
         ];
-        let url = &self.conn.query_url;
+        let (status, body) = self.post(&self.conn.query_url, &form).await?;
+        parse_vector(q, status, &body)
+    }
+}
+
+impl PrometheusSource {
+    /// POSTs a query `form` (with the request timeout as Prometheus's own `timeout`) to `url`:
+    /// the answer's status and body, or the refusal of a query too big.
+    async fn post(
+        &self,
+        url: &Url,
+        form: &[(&str, String)],
+    ) -> Result<(StatusCode, bytes::Bytes), MetricError> {
+        let timeout_ms = i64::try_from(self.timeout.as_millis()).unwrap_or(i64::MAX);
+        let mut form = form.to_vec();
+        form.push(("timeout", format!("{timeout_ms}ms")));
         let response = self.send(self.http.post(url.clone()).form(&form)).await?;
         let status = response.status();
         let body = response.bytes().await.map_err(|e| self.body_error(&e))?;
         if let Some(refused) = self.refused(url, status, &body) {
             return Err(refused);
         }
-        parse_vector(q, status, &body)
+        Ok((status, body))
     }
+
+    /// One range query on the window's grid over the steps of `q` (`stats=all`).
+    async fn steps(&self, q: &window::StepQuery) -> Result<window::StepSet, MetricError> {
+        window::validate(&q.window)?;
+        let grid = q.grid();
+        let (Some(start), Some(end)) = (grid.first(), grid.last()) else {
+            return Ok(window::StepSet::default());
+        };
+        if q.window.workloads.is_empty() {
+            return Ok(window::StepSet::default());
+        }
+        let owners = window::PodOwners::new(&q.window)?;
+        let text = window::build_steps(&q.window, self.conn.cluster.as_ref());
+        let form = [
+            ("query", text),
+            ("start", start.to_string()),
+            ("end", end.to_string()),
+            ("step", q.window.step_seconds.to_string()),
+            ("stats", "all".to_string()),
+        ];
+        let (status, body) = self.post(&self.conn.query_range_url, &form).await?;
+        parse_steps(&q.window, &owners, status, &body)
+    }
+}
+
+type MatrixResponse = Response<MatrixData>;
+
+#[derive(Deserialize)]
+struct MatrixData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: Vec<MatrixSeries>,
+    #[serde(default)]
+    stats: Option<QueryStats>,
+}
+
+#[derive(Deserialize)]
+struct MatrixSeries {
+    #[serde(default)]
+    metric: HashMap<String, String>,
+    #[serde(default)]
+    values: Vec<(f64, String)>,
+}
+
+/// Turns a `/api/v1/query_range` answer to a step query into a [`window::StepSet`]; never
+/// panics. A series whose pod is no workload's of the query, or without a container, is skipped;
+/// values that are not finite are dropped, with a warning.
+fn parse_steps(
+    q: &WindowQuery,
+    owners: &window::PodOwners,
+    status: StatusCode,
+    body: &[u8],
+) -> Result<window::StepSet, MetricError> {
+    let r = checked(status, body, serde_json::from_slice::<MatrixResponse>(body))?;
+    let data = result_of(r.data, |d| &d.result_type, "matrix")?;
+    let mut out = window::StepSet {
+        warnings: r
+            .warnings
+            .into_iter()
+            .map(|w| format!("prometheus: {w}"))
+            .collect(),
+        samples_loaded: data
+            .stats
+            .and_then(|s| s.samples)
+            .and_then(|s| s.total_queryable_samples),
+        queries: 1,
+        ..Default::default()
+    };
+    for series in data.result {
+        let label = |l: &str| series.metric.get(l).cloned().unwrap_or_default();
+        let (ns, pod, container) = (
+            label(&q.namespace_label),
+            label(&q.pod_label),
+            label(&q.container_label),
+        );
+        let Some(workload) = owners.workload(&ns, &pod).filter(|_| !container.is_empty()) else {
+            out.warnings.push(format!(
+                "{}: skipped series namespace={ns:?} pod={pod:?} container={container:?}: no workload or container",
+                q.metric
+            ));
+            continue;
+        };
+        let total = series.values.len();
+        let steps: Vec<(i64, f64)> = series
+            .values
+            .iter()
+            .filter_map(|(t, v)| {
+                Some((*t as i64, v.parse::<f64>().ok().filter(|v| v.is_finite())?))
+            })
+            .collect();
+        if steps.len() != total {
+            out.warnings.push(format!(
+                "{}: dropped {} NaN/Inf sample(s) of {ns}/{pod}/{container}",
+                q.metric,
+                total - steps.len()
+            ));
+        }
+        out.steps.push(window::PodSteps {
+            key: WindowKey {
+                namespace: ns,
+                workload,
+                container,
+            },
+            pod,
+            steps,
+        });
+    }
+    Ok(out)
 }
 
 /// Times `answer` and counts its failure, by signal (the metric name).
@@ -442,6 +555,10 @@ impl MetricSource for PrometheusSource {
 
     async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
         observed(&self.metrics, &query.metric, self.window(query)).await
+    }
+
+    async fn step_query(&self, query: &window::StepQuery) -> Result<window::StepSet, MetricError> {
+        observed(&self.metrics, &query.window.metric, self.steps(query)).await
     }
 
     fn record_split(&self) {
@@ -638,11 +755,12 @@ struct SampleStats {
     total_queryable_samples: Option<u64>,
 }
 
+/// An `/api/v1/query` or `/api/v1/query_range` answer, its `data` typed by `D`.
 #[derive(Deserialize)]
-struct VectorResponse {
+struct Response<D> {
     status: String,
-    #[serde(default)]
-    data: Option<VectorData>,
+    #[serde(default = "Option::default")]
+    data: Option<D>,
     #[serde(default, rename = "errorType")]
     error_type: Option<String>,
     #[serde(default)]
@@ -650,6 +768,8 @@ struct VectorResponse {
     #[serde(default)]
     warnings: Vec<String>,
 }
+
+type VectorResponse = Response<VectorData>;
 
 /// Turns a `/api/v1/query` answer to a window query into a [`WindowSet`]; never panics on any
 /// input. Values that are not finite and results without a workload or container are skipped
@@ -659,38 +779,13 @@ fn parse_vector(
     status: StatusCode,
     body: &[u8],
 ) -> Result<WindowSet, MetricError> {
-    if !status.is_success() {
-        let parsed: Result<VectorResponse, _> = serde_json::from_slice(body);
-        let reported = parsed
-            .as_ref()
-            .ok()
-            .map(|r| (r.error_type.as_deref(), r.error.as_deref()));
-        return Err(error_answer(status, reported, body));
-    }
-    let r: VectorResponse = serde_json::from_slice(body)
-        .map_err(|e| MetricError::BadResponse(format!("malformed JSON ({e}): {}", quoted(body))))?;
-    if r.status != "success" {
-        return Err(MetricError::BadResponse(format!(
-            "status {:?}: {}: {}",
-            r.status,
-            r.error_type.as_deref().unwrap_or("error"),
-            r.error.as_deref().unwrap_or_default()
-        )));
-    }
+    let r = checked(status, body, serde_json::from_slice::<VectorResponse>(body))?;
     let mut warnings: Vec<String> = r
         .warnings
         .into_iter()
         .map(|w| format!("prometheus: {w}"))
         .collect();
-    let data = r
-        .data
-        .ok_or_else(|| MetricError::BadResponse("success response without data".into()))?;
-    if data.result_type != "vector" {
-        return Err(MetricError::BadResponse(format!(
-            "expected a vector result, got {:?}",
-            data.result_type
-        )));
-    }
+    let data = result_of(r.data, |d| &d.result_type, "vector")?;
     let mut values = std::collections::BTreeMap::new();
     for s in data.result {
         let v = s.value.1.parse::<f64>().map_err(|_| {
@@ -727,6 +822,75 @@ fn parse_vector(
     })
 }
 
+/// The `data` of a successful answer, of the result type expected.
+fn result_of<D>(
+    data: Option<D>,
+    result_type: impl Fn(&D) -> &str,
+    want: &str,
+) -> Result<D, MetricError> {
+    let data =
+        data.ok_or_else(|| MetricError::BadResponse("success response without data".into()))?;
+    if result_type(&data) != want {
+        return Err(MetricError::BadResponse(format!(
+            "expected a {want} result, got {:?}",
+            result_type(&data)
+        )));
+    }
+    Ok(data)
+}
+
+/// What every answer says of itself: its status and, failed, the error type and error.
+trait Envelope {
+    fn envelope(&self) -> (&str, Option<&str>, Option<&str>);
+}
+
+impl Envelope for decode::Answer {
+    fn envelope(&self) -> (&str, Option<&str>, Option<&str>) {
+        (
+            &self.status,
+            self.error_type.as_deref(),
+            self.error.as_deref(),
+        )
+    }
+}
+
+impl<D> Envelope for Response<D> {
+    fn envelope(&self) -> (&str, Option<&str>, Option<&str>) {
+        (
+            &self.status,
+            self.error_type.as_deref(),
+            self.error.as_deref(),
+        )
+    }
+}
+
+/// `parsed` (the decoded `body`), or the error the answer is: an HTTP error with what
+/// Prometheus said, malformed JSON, a status other than `success`.
+fn checked<R: Envelope, E: std::fmt::Display>(
+    status: StatusCode,
+    body: &[u8],
+    parsed: Result<R, E>,
+) -> Result<R, MetricError> {
+    if !status.is_success() {
+        let reported = parsed.as_ref().ok().map(|r| {
+            let (_, kind, error) = r.envelope();
+            (kind, error)
+        });
+        return Err(error_answer(status, reported, body));
+    }
+    let r = parsed
+        .map_err(|e| MetricError::BadResponse(format!("malformed JSON ({e}): {}", quoted(body))))?;
+    let (answer, kind, error) = r.envelope();
+    if answer != "success" {
+        return Err(MetricError::BadResponse(format!(
+            "status {answer:?}: {}: {}",
+            kind.unwrap_or("error"),
+            error.unwrap_or_default()
+        )));
+    }
+    Ok(r)
+}
+
 /// Turns a `/api/v1/query_range` answer into groups keyed by the query's label names; never
 /// panics on any input.
 fn parse_response(
@@ -740,34 +904,9 @@ fn parse_response(
         pod: &q.pod_label,
         container: &q.container_label,
     };
-    let parsed = decode::decode(labels, body);
-    if !status.is_success() {
-        let reported = parsed
-            .as_ref()
-            .ok()
-            .map(|r| (r.error_type.as_deref(), r.error.as_deref()));
-        return Err(error_answer(status, reported, body));
-    }
-    let r = parsed
-        .map_err(|e| MetricError::BadResponse(format!("malformed JSON ({e}): {}", quoted(body))))?;
-    if r.status != "success" {
-        return Err(MetricError::BadResponse(format!(
-            "status {:?}: {}: {}",
-            r.status,
-            r.error_type.as_deref().unwrap_or("error"),
-            r.error.as_deref().unwrap_or_default()
-        )));
-    }
+    let r = checked(status, body, decode::decode(labels, body))?;
     warnings.extend(r.warnings.into_iter().map(|w| format!("prometheus: {w}")));
-    let data = r
-        .data
-        .ok_or_else(|| MetricError::BadResponse("success response without data".into()))?;
-    if data.result_type != "matrix" {
-        return Err(MetricError::BadResponse(format!(
-            "expected a matrix result, got {:?}",
-            data.result_type
-        )));
-    }
+    let data = result_of(r.data, |d| &d.result_type, "matrix")?;
     if let Some(v) = data.bad_value {
         return Err(MetricError::BadResponse(format!(
             "sample value {v:?} is not a number"

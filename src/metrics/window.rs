@@ -169,12 +169,165 @@ impl WindowSet {
     pub fn merge(&mut self, other: WindowSet) {
         self.values.extend(other.values);
         self.warnings.extend(other.warnings);
-        self.samples_loaded = match (self.samples_loaded, other.samples_loaded) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-        };
+        self.samples_loaded = add_loaded(self.samples_loaded, other.samples_loaded);
         self.queries += other.queries;
         self.splits += other.splits;
+    }
+}
+
+/// The values a window query aggregates, for the grid steps in `(from, to]` only: per pod and
+/// container of its workloads, the rate, gauge or rate ratio at each step (the expression inside
+/// its `*_over_time`). The incremental history (docs/metrics.md#incremental-history) asks this
+/// for the steps since the last cycle and for those that just left the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepQuery {
+    pub window: WindowQuery,
+    /// Left-open, right-closed, unix seconds; the steps are the multiples of the window's step.
+    pub from: i64,
+    pub to: i64,
+}
+
+impl StepQuery {
+    /// The grid steps asked: the multiples of the step in `(from, to]`.
+    pub fn grid(&self) -> Vec<i64> {
+        let step = self.window.step_seconds;
+        let mut t = (self.from.div_euclid(step) + 1) * step;
+        let mut out = Vec::new();
+        while t <= self.to {
+            out.push(t);
+            t += step;
+        }
+        out
+    }
+
+    /// The two halves of a batch, as [`WindowQuery::split`].
+    pub fn split(&self) -> Option<(StepQuery, StepQuery)> {
+        let (a, b) = self.window.split()?;
+        Some((
+            StepQuery { window: a, ..*self },
+            StepQuery { window: b, ..*self },
+        ))
+    }
+}
+
+/// One pod's values in one container of a workload, ascending by step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodSteps {
+    pub key: WindowKey,
+    pub pod: String,
+    pub steps: Vec<(i64, f64)>,
+}
+
+/// The answer to a step query.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepSet {
+    pub steps: Vec<PodSteps>,
+    pub warnings: Vec<String>,
+    /// Samples the source loaded to answer (Prometheus `stats`), when it says.
+    pub samples_loaded: Option<u64>,
+    pub queries: usize,
+    pub splits: usize,
+}
+
+impl StepSet {
+    /// Adds the other half of a split batch.
+    pub fn merge(&mut self, other: StepSet) {
+        self.steps.extend(other.steps);
+        self.warnings.extend(other.warnings);
+        self.samples_loaded = add_loaded(self.samples_loaded, other.samples_loaded);
+        self.queries += other.queries;
+        self.splits += other.splits;
+    }
+}
+
+/// Which workload a pod of `q` belongs to: the terms' patterns, as the window query's
+/// `label_replace` names it.
+pub struct PodOwners {
+    terms: Vec<(Term, regex::Regex)>,
+}
+
+impl PodOwners {
+    pub fn new(q: &WindowQuery) -> Result<Self, MetricError> {
+        let terms = terms(q)
+            .into_iter()
+            .map(|t| {
+                let re = regex::Regex::new(&format!("^(?:{})$", t.pod_regex)).map_err(|e| {
+                    MetricError::Other(format!("invalid pod pattern {:?}: {e}", t.pod_regex))
+                })?;
+                Ok((t, re))
+            })
+            .collect::<Result<_, MetricError>>()?;
+        Ok(Self { terms })
+    }
+
+    /// The `<Kind>/<name>` of the first term selecting `pod` in `namespace`.
+    pub fn workload(&self, namespace: &str, pod: &str) -> Option<String> {
+        let (t, re) = self
+            .terms
+            .iter()
+            .find(|(t, re)| t.namespace == namespace && re.is_match(pod))?;
+        if t.capture == ".*" {
+            return Some(t.replacement.clone());
+        }
+        let caps = re.captures(pod)?;
+        let mut out = String::new();
+        caps.expand(&t.replacement, &mut out);
+        Some(out)
+    }
+}
+
+/// The PromQL of a step query (a range query on the window's grid): the expression inside the
+/// window query's `*_over_time`, per (namespace, pod, container), every term's pods at once.
+pub fn build_steps(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
+    let by = format!(
+        "{},{},{}",
+        q.namespace_label, q.pod_label, q.container_label
+    );
+    let r = secs(rate_window_seconds(q.step_seconds));
+    let terms: Vec<String> = terms(q)
+        .into_iter()
+        .map(|t| {
+            let sel = |metric: &str| selector(q, extra, &t, metric);
+            match &q.aggregate {
+                WindowAggregate::RateQuantile { .. } => {
+                    format!("sum by ({by}) (rate({}[{r}]))", sel(&q.metric))
+                }
+                WindowAggregate::Peak | WindowAggregate::FirstSeen => {
+                    format!("sum by ({by}) ({})", sel(&q.metric))
+                }
+                WindowAggregate::RateRatioPeak { denominator } => format!(
+                    "(sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0))",
+                    sel(&q.metric),
+                    sel(denominator)
+                ),
+            }
+        })
+        .collect();
+    terms.join(" or ")
+}
+
+/// The selector of `metric` for one term's pods.
+fn selector(q: &WindowQuery, extra: Option<&LabelMatcher>, t: &Term, metric: &str) -> String {
+    let mut out = format!("{metric}{{");
+    for m in extra.into_iter().chain(&q.matchers) {
+        out.push_str(&format!("{}={},", m.name, quote(&m.value)));
+    }
+    out.push_str(&format!(
+        "{}={},{}=~{},{}!=\"\"}}",
+        q.namespace_label,
+        quote(&t.namespace),
+        q.pod_label,
+        quote(&t.pod_regex),
+        q.container_label
+    ));
+    out
+}
+
+/// The samples two halves of a split batch loaded: unknown only when neither says.
+fn add_loaded(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     }
 }
 
@@ -281,21 +434,7 @@ pub fn build(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
     let terms: Vec<String> = terms(q)
         .into_iter()
         .map(|t| {
-            let sel = |metric: &str| {
-                let mut out = format!("{metric}{{");
-                for m in extra.into_iter().chain(&q.matchers) {
-                    out.push_str(&format!("{}={},", m.name, quote(&m.value)));
-                }
-                out.push_str(&format!(
-                    "{}={},{}=~{},{}!=\"\"}}",
-                    q.namespace_label,
-                    quote(&t.namespace),
-                    q.pod_label,
-                    quote(&t.pod_regex),
-                    q.container_label
-                ));
-                out
-            };
+            let sel = |metric: &str| selector(q, extra, &t, metric);
             let inner = match &q.aggregate {
                 WindowAggregate::RateQuantile { quantile } => format!(
                     "quantile_over_time({quantile}, sum by ({by}) (rate({}[{r}]))[{w}:{s}])",

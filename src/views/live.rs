@@ -97,6 +97,14 @@ impl<S: MetricSource> MetricSource for Recording<'_, S> {
         self.inner.window_query(query).await
     }
 
+    /// The incremental history's steps: folded into histograms, not plotted; passed through.
+    async fn step_query(
+        &self,
+        query: &crate::metrics::window::StepQuery,
+    ) -> Result<crate::metrics::window::StepSet, MetricError> {
+        self.inner.step_query(query).await
+    }
+
     fn record_split(&self) {
         self.inner.record_split();
     }

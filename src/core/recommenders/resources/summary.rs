@@ -329,7 +329,9 @@ mod tests {
     fn histogram_quantile_is_within_the_relative_error_of_prometheus_quantile() {
         // A CPU-like series: a base with noise, a spike of a few steps, idle steps.
         let mut values: Vec<f64> = (0..5000)
-            .map(|i| 0.4 + 0.1 * ((i as f64) * 0.37).sin() + 0.02 * ((i * 7919 % 101) as f64) / 101.0)
+            .map(|i| {
+                0.4 + 0.1 * ((i as f64) * 0.37).sin() + 0.02 * ((i * 7919 % 101) as f64) / 101.0
+            })
             .collect();
         values.extend([3.5, 3.7, 3.6, 0.0, 0.0]);
         let mut h = Histogram::default();
@@ -388,8 +390,14 @@ mod tests {
         );
         // Another window or step, or a gap longer than the window: the whole window again.
         for other in [
-            Coverage { window_seconds: 7200, ..c },
-            Coverage { step_seconds: 30, ..c },
+            Coverage {
+                window_seconds: 7200,
+                ..c
+            },
+            Coverage {
+                step_seconds: 30,
+                ..c
+            },
             Coverage { through: 100, ..c },
         ] {
             assert!(matches!(
