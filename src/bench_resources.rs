@@ -319,7 +319,7 @@ mod tests {
             let rest = pod.strip_prefix(&workload_name(w)).unwrap();
             assert!(suffix.is_match(rest), "{pod}");
         }
-        let plan = crate::core::recommenders::resources::plan(&s, now, 1800);
+        let plan = crate::core::recommenders::resources::plan(&s, now, 1800, None);
         assert_eq!(plan.workloads.len(), 100);
         assert_eq!(
             plan.queries.len(),

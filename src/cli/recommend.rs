@@ -35,6 +35,8 @@ pub async fn run(args: RecommendArgs) -> anyhow::Result<()> {
         at,
         args.step_seconds,
         &crate::state::Store::default(),
+        // One cycle: each window is asked whole.
+        None,
     )
     .await;
     for note in &evaluated.notes {

@@ -197,7 +197,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             anyhow::bail!("--interval-seconds must be > 0");
         }
         let feeder = run_standalone(
-            crate::reconcile::standalone::DirLoop::protecting(&dir, args.own_namespace.detect()),
+            crate::reconcile::standalone::DirLoop::protecting(&dir, args.own_namespace.detect())
+                .keeping_history(),
             source,
             args.connection.clone(),
             at,

@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use crate::api::{OptionNames, PrometheusSettings};
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::metrics::prometheus::PrometheusSource;
-use crate::reconcile::{PROMETHEUS, reconcile_once, record_query_health, serve_persisted};
+use crate::reconcile::{PROMETHEUS, record_query_health, serve_persisted};
 use crate::sources::kube::Reader;
 use crate::writers::kube::WriterHandle;
 
@@ -130,6 +130,9 @@ pub struct ReconcileCycle {
     source: Option<(PrometheusSettings, PrometheusSource)>,
     /// When the Lease holder computes next (`None`: at once, e.g. just after taking the Lease).
     next_compute: Option<tokio::time::Instant>,
+    /// The CPU/memory usage history kept between this holder's cycles: a steady cycle asks
+    /// Prometheus for the steps since the last one only (docs/metrics.md#incremental-history).
+    history: crate::reconcile::History,
 }
 
 impl ReconcileCycle {
@@ -148,6 +151,7 @@ impl ReconcileCycle {
             step_seconds,
             source: None,
             next_compute: None,
+            history: Default::default(),
         }
     }
 
@@ -185,16 +189,16 @@ impl ReconcileCycle {
             // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
             let recording = crate::views::live::Recording::new(prom);
             let now = Timestamp::now();
-            let (cycle, ops) = reconcile_once(
+            let c = crate::reconcile::Cycle {
                 snapshot,
                 invalid,
-                &recommendations,
-                &recording,
+                recommendations: &recommendations,
                 now,
-                self.step_seconds,
-                self.store.metrics(),
-            )
-            .await;
+                step_seconds: self.step_seconds,
+                history: Some(&self.history),
+            };
+            let (cycle, ops) =
+                crate::reconcile::reconcile_cycle(&c, &recording, self.store.metrics()).await;
             self.store.set_live(recording.view(snapshot, &cycle, now));
             record_query_health(&self.store, &cycle);
             if let Some(message) = &not_applied {

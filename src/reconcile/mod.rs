@@ -27,6 +27,10 @@ use crate::metrics::{MetricError, MetricSource, window_query_splitting};
 /// window query is split and retried within its slot, so this bounds the splits too).
 const QUERY_CONCURRENCY: usize = 4;
 
+/// The usage history a long-running loop keeps between its cycles.
+pub type History =
+    Arc<std::sync::Mutex<crate::core::recommenders::resources::summary::HistoryStore>>;
+
 /// What asking one query cost, beside its answer.
 #[derive(Default)]
 struct Asked {
@@ -45,6 +49,23 @@ async fn ask<S: MetricSource>(source: &S, q: QueryRef<'_>) -> (Asked, Result<Ans
             };
             (asked, source.range_query(q).await.map(Answer::Range))
         }
+        QueryRef::Steps(q) => match crate::metrics::step_query_splitting(source, q).await {
+            Ok(set) => {
+                let asked = Asked {
+                    queries: set.queries,
+                    splits: set.splits,
+                    samples: set.samples_loaded.unwrap_or(0),
+                };
+                (asked, Ok(Answer::Steps(set)))
+            }
+            Err(e) => (
+                Asked {
+                    queries: 1,
+                    ..Default::default()
+                },
+                Err(e),
+            ),
+        },
         QueryRef::Window(q) => match window_query_splitting(source, q).await {
             Ok(set) => {
                 let asked = Asked {
@@ -129,24 +150,37 @@ async fn run_recommender<R: Recommender, S: MetricSource>(
 /// One cycle: every registered recommender, in order, over the shared snapshot — the GPU one
 /// first, since the CPU/memory recommendation shows its values. Registering a recommender is
 /// one line here (docs: DEVELOPERS.md, `core::recommenders`).
-#[tracing::instrument(name = "cycle", skip_all, fields(
-    at = %now,
-    gpu_policies = snapshot.gpu_policies.len(),
-    workloads = snapshot.workloads.len(),
-    queries = tracing::field::Empty,
-))]
 pub async fn run_cycle<S: MetricSource>(
     snapshot: &Snapshot,
     source: &S,
     now: Timestamp,
     step_seconds: i64,
 ) -> CycleOutput {
+    run_cycle_keeping(snapshot, source, now, step_seconds, None).await
+}
+
+/// [`run_cycle`] with the CPU/memory usage history kept in `history` between cycles
+/// (docs/metrics.md#incremental-history): a steady cycle reads only the steps since the last.
+#[tracing::instrument(name = "cycle", skip_all, fields(
+    at = %now,
+    gpu_policies = snapshot.gpu_policies.len(),
+    workloads = snapshot.workloads.len(),
+    queries = tracing::field::Empty,
+))]
+pub async fn run_cycle_keeping<S: MetricSource>(
+    snapshot: &Snapshot,
+    source: &S,
+    now: Timestamp,
+    step_seconds: i64,
+    history: Option<&History>,
+) -> CycleOutput {
     let mut out = CycleOutput {
         coverage: source.coverage(),
         ..Default::default()
     };
     run_recommender(&Gpu, snapshot, source, now, step_seconds, &mut out).await;
-    run_recommender(&Resources, snapshot, source, now, step_seconds, &mut out).await;
+    let resources = history.map_or_else(Resources::default, |h| Resources::incremental(h.clone()));
+    run_recommender(&resources, snapshot, source, now, step_seconds, &mut out).await;
     tracing::Span::current().record("queries", out.queries);
     tracing::debug!(
         queries = out.queries,
@@ -175,8 +209,38 @@ pub async fn reconcile_once<S: crate::metrics::MetricSource>(
     step_seconds: i64,
     metrics: &crate::telemetry::Metrics,
 ) -> (CycleOutput, Vec<WriteOp>) {
+    let cycle = Cycle {
+        snapshot,
+        invalid,
+        recommendations,
+        now,
+        step_seconds,
+        history: None,
+    };
+    reconcile_cycle(&cycle, source, metrics).await
+}
+
+/// What one reconcile cycle works on.
+pub struct Cycle<'a> {
+    pub snapshot: &'a Snapshot,
+    pub invalid: &'a [InvalidPolicy],
+    pub recommendations: &'a [Arc<PersistedRecommendation>],
+    pub now: Timestamp,
+    pub step_seconds: i64,
+    /// The usage history a long-running loop keeps between cycles (docs/metrics.md).
+    pub history: Option<&'a History>,
+}
+
+/// [`reconcile_once`] over `c`, its usage history kept when it has one.
+pub async fn reconcile_cycle<S: crate::metrics::MetricSource>(
+    c: &Cycle<'_>,
+    source: &S,
+    metrics: &crate::telemetry::Metrics,
+) -> (CycleOutput, Vec<WriteOp>) {
+    let (snapshot, invalid, recommendations, now) =
+        (c.snapshot, c.invalid, c.recommendations, c.now);
     let started = std::time::Instant::now();
-    let cycle = run_cycle(snapshot, source, now, step_seconds).await;
+    let cycle = run_cycle_keeping(snapshot, source, now, c.step_seconds, c.history).await;
     let failures = cycle.query_failures();
     if !failures.is_empty() {
         metrics.reconcile_errors.inc();

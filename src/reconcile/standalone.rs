@@ -53,6 +53,9 @@ pub struct DirLoop {
     writer: MemoryWriter,
     /// kerf's own namespace, protected whatever the manifests' GlobalConfiguration says.
     own_namespace: Option<String>,
+    /// The usage history kept between cycles, for a loop that runs many
+    /// ([`DirLoop::keeping_history`]); a one-shot `kerf recommend` asks each window whole.
+    history: Option<crate::reconcile::History>,
 }
 
 impl DirLoop {
@@ -69,7 +72,15 @@ impl DirLoop {
             dir: dir.into(),
             writer: MemoryWriter::new(),
             own_namespace,
+            history: None,
         }
+    }
+
+    /// Keeps the CPU/memory usage history between this loop's cycles: a steady cycle asks the
+    /// metric source only for the steps since the last one (docs/metrics.md#incremental-history).
+    pub fn keeping_history(mut self) -> Self {
+        self.history = Some(Default::default());
+        self
     }
 
     /// The directory read every cycle.
@@ -127,6 +138,7 @@ impl DirLoop {
             now,
             step_seconds,
             store,
+            self.history.as_ref(),
         )
         .await)
     }
@@ -142,6 +154,7 @@ pub async fn run_in_memory<S: MetricSource>(
     now: Timestamp,
     step_seconds: i64,
     store: &Store,
+    history: Option<&crate::reconcile::History>,
 ) -> Evaluated {
     let Manifests {
         snapshot,
@@ -151,7 +164,7 @@ pub async fn run_in_memory<S: MetricSource>(
     fill_owners(store, &snapshot);
     // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
     let recording = crate::views::live::Recording::new(source);
-    let (snapshot, cycle, _) = in_memory_cycle(
+    let (snapshot, cycle, _) = in_memory_cycle_keeping(
         writer,
         snapshot,
         &invalid,
@@ -159,6 +172,7 @@ pub async fn run_in_memory<S: MetricSource>(
         now,
         step_seconds,
         store,
+        history,
     )
     .await;
     store.set_live(recording.view(&snapshot, &cycle, now));
@@ -177,25 +191,49 @@ pub async fn run_in_memory<S: MetricSource>(
 /// writes left them, its output and the number of writes it planned.
 pub async fn in_memory_cycle<S: MetricSource>(
     writer: &mut MemoryWriter,
-    mut snapshot: Snapshot,
+    snapshot: Snapshot,
     invalid: &[InvalidPolicy],
     source: &S,
     now: Timestamp,
     step_seconds: i64,
     store: &Store,
 ) -> (Snapshot, CycleOutput, usize) {
-    writer.overlay(&mut snapshot);
-    let recommendations = writer.recommendations();
-    let (cycle, ops) = crate::reconcile::reconcile_once(
-        &snapshot,
+    in_memory_cycle_keeping(
+        writer,
+        snapshot,
         invalid,
-        &recommendations,
         source,
         now,
         step_seconds,
-        store.metrics(),
+        store,
+        None,
     )
-    .await;
+    .await
+}
+
+/// [`in_memory_cycle`] keeping the usage history in `history` between cycles.
+#[allow(clippy::too_many_arguments)]
+pub async fn in_memory_cycle_keeping<S: MetricSource>(
+    writer: &mut MemoryWriter,
+    mut snapshot: Snapshot,
+    invalid: &[InvalidPolicy],
+    source: &S,
+    now: Timestamp,
+    step_seconds: i64,
+    store: &Store,
+    history: Option<&crate::reconcile::History>,
+) -> (Snapshot, CycleOutput, usize) {
+    writer.overlay(&mut snapshot);
+    let recommendations = writer.recommendations();
+    let c = crate::reconcile::Cycle {
+        snapshot: &snapshot,
+        invalid,
+        recommendations: &recommendations,
+        now,
+        step_seconds,
+        history,
+    };
+    let (cycle, ops) = crate::reconcile::reconcile_cycle(&c, source, store.metrics()).await;
     drop(recommendations);
     crate::reconcile::record_query_health(store, &cycle);
     let planned = ops.len();

@@ -16,6 +16,7 @@ mod support;
 mod bench_scale;
 mod browser;
 mod cluster_read;
+mod incremental_history;
 mod input_errors;
 mod recommend_cli;
 mod reconciler_plan;

@@ -29,6 +29,8 @@ pub enum QueryRef<'p> {
     Range(&'p RangeQuery),
     /// One value per (workload, container) over a window; the glue splits it when refused.
     Window(&'p WindowQuery),
+    /// The per-step values of a window query over a few steps (the incremental history).
+    Steps(&'p crate::metrics::window::StepQuery),
 }
 
 /// The answer to a [`QueryRef`], of the same variant.
@@ -36,6 +38,7 @@ pub enum QueryRef<'p> {
 pub enum Answer {
     Range(SeriesSet),
     Window(WindowSet),
+    Steps(crate::metrics::window::StepSet),
 }
 
 impl Answer {
@@ -43,6 +46,7 @@ impl Answer {
         match self {
             Answer::Range(s) => &s.warnings,
             Answer::Window(s) => &s.warnings,
+            Answer::Steps(s) => &s.warnings,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! stays a range query per policy.
 
 pub mod container;
+pub mod incremental;
 pub mod summary;
 pub mod workload;
 
@@ -232,6 +233,14 @@ pub struct RsWorkloadPlan {
 pub enum RsQuery {
     /// One signal for a batch (`batch` indexes [`RsPlan::batches`]).
     Window { batch: usize, query: WindowQuery },
+    /// One signal's steps for a group of the incremental history (`group` indexes
+    /// [`RsPlan::groups`]; its workloads are `batch`).
+    Steps {
+        batch: usize,
+        group: usize,
+        part: incremental::Part,
+        query: crate::metrics::window::StepQuery,
+    },
     /// The HPAs' replica history of a policy.
     Range(RangeQuery),
 }
@@ -246,6 +255,8 @@ pub struct RsPlan {
     /// Policies whose strategy does not resolve, with the message for their status: they still
     /// recommend, and are not applied.
     pub unresolved: BTreeMap<usize, String>,
+    /// The incremental history's groups, when it is kept ([`Resources::history`]).
+    pub groups: Vec<incremental::Group>,
 }
 
 /// The step for a window: at least `step`, coarse enough to stay under [`MAX_POINTS`].
@@ -318,7 +329,12 @@ fn winning_policy(snapshot: &Snapshot, w: &Workload) -> Option<usize> {
         .map(|(i, _)| *i)
 }
 
-pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
+pub fn plan(
+    snapshot: &Snapshot,
+    now: Timestamp,
+    step_seconds: i64,
+    history: Option<&summary::HistoryStore>,
+) -> RsPlan {
     let mut out = RsPlan::default();
     // Without a rightsizing policy nothing is covered: no owner index to build (a GPU-only
     // cluster of 150,000 pods spent ≈3 % of its cycle on it).
@@ -362,35 +378,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
             pods,
         });
     }
-    for (pi, members) in per_policy {
-        let spec = &snapshot.rightsizing_policies[pi].spec;
-        for chunk in members.chunks(WORKLOADS_PER_QUERY) {
-            let batch = out.batches.len();
-            out.batches.push(chunk.iter().map(|(i, _)| *i).collect());
-            let selectors: Vec<WorkloadSelector> = chunk.iter().map(|(_, s)| s.clone()).collect();
-            // Sidecars' terminations are another series: asked only where a sidecar is
-            // rightsized, so clusters without sidecars pay no extra query.
-            let sidecars = chunk.iter().any(|(i, _)| {
-                let spec = snapshot.workloads[out.workloads[*i].workload]
-                    .template
-                    .pod_spec();
-                container::counted_containers(spec).len() > spec.containers.len()
-            });
-            let init = sidecars.then_some(RsSignal::InitOomKilled);
-            for signal in RsSignal::WINDOW.into_iter().chain(init) {
-                let query = window_query(
-                    signal,
-                    spec,
-                    &snapshot.global.prometheus.resource_metrics,
-                    selectors.clone(),
-                    now,
-                    step_seconds,
-                );
-                out.queries
-                    .push((pi, signal, RsQuery::Window { batch, query }));
-            }
-        }
-    }
+    plan_batches(&mut out, snapshot, per_policy, history, now, step_seconds);
     // The HPAs' replica history over the longer window, batched like the rest: one query per
     // policy and series (docs/design/hpa-coordination.md#h7).
     for (pi, hpas) in hpas_per_policy {
@@ -410,6 +398,140 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> RsPlan {
     out
 }
 
+/// Each policy's workloads in batches, each asked through the window queries or, with a kept
+/// `history`, through the step queries of its incremental-history groups.
+fn plan_batches(
+    out: &mut RsPlan,
+    snapshot: &Snapshot,
+    per_policy: BTreeMap<usize, Vec<(usize, WorkloadSelector)>>,
+    history: Option<&summary::HistoryStore>,
+    now: Timestamp,
+    step_seconds: i64,
+) {
+    let mut backfill_budget = incremental::BACKFILL_WORKLOADS_PER_CYCLE;
+    for (pi, members) in per_policy {
+        let spec = &snapshot.rightsizing_policies[pi].spec;
+        for chunk in members.chunks(WORKLOADS_PER_QUERY) {
+            let Some(history) = history else {
+                push_window_batch(out, snapshot, pi, chunk, now, step_seconds);
+                continue;
+            };
+            let selectors: Vec<WorkloadSelector> = chunk.iter().map(|(_, s)| s.clone()).collect();
+            let groups =
+                incremental::group_of(history, spec, &selectors, now.as_second(), step_seconds);
+            for (group, members) in groups {
+                let members: Vec<(usize, WorkloadSelector)> =
+                    members.into_iter().map(|i| chunk[i].clone()).collect();
+                if !group.is_backfill() {
+                    push_step_batch(out, snapshot, pi, group, &members, now, step_seconds);
+                    continue;
+                }
+                // Waiting for its turn to backfill: its window answers it meanwhile.
+                if backfill_budget < members.len() {
+                    push_window_batch(out, snapshot, pi, &members, now, step_seconds);
+                    continue;
+                }
+                backfill_budget -= members.len();
+                for part in members.chunks(incremental::BACKFILL_WORKLOADS_PER_QUERY) {
+                    let group = incremental::Group {
+                        workloads: part
+                            .iter()
+                            .map(|(_, s)| (s.namespace.clone(), s.label()))
+                            .collect(),
+                        ..group.clone()
+                    };
+                    push_step_batch(out, snapshot, pi, group, part, now, step_seconds);
+                }
+            }
+        }
+    }
+}
+
+/// Whether some workload of `members` rightsizes a sidecar: its terminations are another
+/// series, asked only then, so clusters without sidecars pay no extra query.
+fn has_sidecar(out: &RsPlan, snapshot: &Snapshot, members: &[(usize, WorkloadSelector)]) -> bool {
+    members.iter().any(|(i, _)| {
+        let spec = snapshot.workloads[out.workloads[*i].workload]
+            .template
+            .pod_spec();
+        container::counted_containers(spec).len() > spec.containers.len()
+    })
+}
+
+/// A new batch of `members`: its index and its workloads' selectors.
+fn new_batch(
+    out: &mut RsPlan,
+    members: &[(usize, WorkloadSelector)],
+) -> (usize, Vec<WorkloadSelector>) {
+    out.batches.push(members.iter().map(|(i, _)| *i).collect());
+    let selectors = members.iter().map(|(_, s)| s.clone()).collect();
+    (out.batches.len() - 1, selectors)
+}
+
+/// One batch of plan workloads `members` of policy `pi`, asked through the window queries.
+fn push_window_batch(
+    out: &mut RsPlan,
+    snapshot: &Snapshot,
+    pi: usize,
+    members: &[(usize, WorkloadSelector)],
+    now: Timestamp,
+    step_seconds: i64,
+) {
+    let spec = &snapshot.rightsizing_policies[pi].spec;
+    let (batch, selectors) = new_batch(out, members);
+    let init = has_sidecar(out, snapshot, members).then_some(RsSignal::InitOomKilled);
+    for signal in RsSignal::WINDOW.into_iter().chain(init) {
+        let query = window_query(
+            signal,
+            spec,
+            &snapshot.global.prometheus.resource_metrics,
+            selectors.clone(),
+            now,
+            step_seconds,
+        );
+        out.queries
+            .push((pi, signal, RsQuery::Window { batch, query }));
+    }
+}
+
+/// One batch of plan workloads `members` of policy `pi`, asked through the step queries of
+/// their incremental-history `group`.
+fn push_step_batch(
+    out: &mut RsPlan,
+    snapshot: &Snapshot,
+    pi: usize,
+    group: incremental::Group,
+    members: &[(usize, WorkloadSelector)],
+    now: Timestamp,
+    step_seconds: i64,
+) {
+    let spec = &snapshot.rightsizing_policies[pi].spec;
+    let (batch, selectors) = new_batch(out, members);
+    let init = has_sidecar(out, snapshot, members);
+    let gi = out.groups.len();
+    let queries = group.queries(
+        spec,
+        &snapshot.global.prometheus.resource_metrics,
+        selectors,
+        init,
+        now,
+        step_seconds,
+    );
+    out.groups.push(group);
+    for (signal, part, query) in queries {
+        out.queries.push((
+            pi,
+            signal,
+            RsQuery::Steps {
+                batch,
+                group: gi,
+                part,
+                query,
+            },
+        ));
+    }
+}
+
 /// An HPA's replica samples by (namespace, HPA name).
 type ReplicaSamples = HashMap<(String, String), Vec<Sample>>;
 
@@ -421,6 +543,10 @@ pub struct RsAnswers {
     replicas: HashMap<(usize, RsSignal), ReplicaSamples>,
     /// Plan workloads (indexes) a failed query left without some signal.
     failed: HashSet<usize>,
+    /// The step answers, by plan query index.
+    steps: Vec<(usize, crate::metrics::window::StepSet)>,
+    /// Incremental-history groups a failed query left incomplete.
+    failed_groups: HashSet<usize>,
 }
 
 impl RsAnswers {
@@ -439,8 +565,13 @@ impl RsAnswers {
                     .collect();
                 self.replicas.insert((*pi, *signal), m);
             }
+            (RsQuery::Steps { .. }, Ok(Answer::Steps(set))) => self.steps.push((index, set)),
             (RsQuery::Window { batch, .. }, _) => {
                 self.failed.extend(plan.batches[*batch].iter().copied());
+            }
+            (RsQuery::Steps { batch, group, .. }, _) => {
+                self.failed.extend(plan.batches[*batch].iter().copied());
+                self.failed_groups.insert(*group);
             }
             (RsQuery::Range(_), _) => {
                 let of_policy = plan.workloads.iter().enumerate();
@@ -453,7 +584,36 @@ impl RsAnswers {
     fn value(&self, signal: RsSignal, key: &WindowKey) -> Option<f64> {
         self.window.get(&signal)?.get(key).copied()
     }
+
+    /// Folds the step answers into `history`, group by group, and takes the window values of
+    /// their workloads from it. A group a query failed for is forgotten: it is read from the
+    /// start next cycle (its workloads keep their last recommendations meanwhile).
+    fn fold_steps(&mut self, plan: &RsPlan, history: &mut summary::HistoryStore) {
+        let mut per_group: BTreeMap<usize, Vec<(RsSignal, incremental::Part, &StepSetRef)>> =
+            BTreeMap::new();
+        let steps = std::mem::take(&mut self.steps);
+        for (index, set) in &steps {
+            if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[*index] {
+                per_group
+                    .entry(*group)
+                    .or_default()
+                    .push((*signal, *part, set));
+            }
+        }
+        for (gi, group) in plan.groups.iter().enumerate() {
+            if self.failed_groups.contains(&gi) {
+                history.forget(&group.workloads);
+                continue;
+            }
+            group.fold(history, per_group.get(&gi).map_or(&[], Vec::as_slice));
+            for (signal, key, v) in group.values(history) {
+                self.window.entry(signal).or_default().insert(key, v);
+            }
+        }
+    }
 }
+
+type StepSetRef = crate::metrics::window::StepSet;
 
 /// The HPA's kube-state-metrics replica history over the window of the resource it scales on
 /// (docs/design/hpa-coordination.md#h7); `None` when there is no current-replicas series for it.
@@ -673,9 +833,29 @@ pub fn evaluate(
 }
 
 /// CPU/memory requests with HPA coordination (docs/design/hpa-coordination.md).
-pub struct Resources;
+#[derive(Clone, Default)]
+pub struct Resources {
+    /// The usage history kept between cycles (docs/metrics.md#incremental-history); `None`
+    /// asks every window whole (a one-shot `kerf recommend`).
+    pub history: Option<std::sync::Arc<std::sync::Mutex<summary::HistoryStore>>>,
+}
+
+impl Resources {
+    /// The recommender keeping its usage history in `history` between cycles.
+    pub fn incremental(history: std::sync::Arc<std::sync::Mutex<summary::HistoryStore>>) -> Self {
+        Self {
+            history: Some(history),
+        }
+    }
+
+    fn locked(&self) -> Option<std::sync::MutexGuard<'_, summary::HistoryStore>> {
+        let h = self.history.as_ref()?;
+        Some(h.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
 
 pub struct ResourcesEvaluation<'p> {
+    recommender: &'p Resources,
     snapshot: &'p Snapshot,
     plan: &'p RsPlan,
     answers: RsAnswers,
@@ -698,8 +878,9 @@ impl Recommender for Resources {
     }
 
     fn plan(&self, snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> ResourcesPlan {
+        let history = self.locked();
         ResourcesPlan {
-            plan: plan(snapshot, now, step_seconds),
+            plan: plan(snapshot, now, step_seconds, history.as_deref()),
             step_seconds,
         }
     }
@@ -717,6 +898,7 @@ impl Recommender for Resources {
                 what: signal.as_str(),
                 query: match q {
                     RsQuery::Window { query, .. } => QueryRef::Window(query),
+                    RsQuery::Steps { query, .. } => QueryRef::Steps(query),
                     RsQuery::Range(query) => QueryRef::Range(query),
                 },
             })
@@ -730,6 +912,7 @@ impl Recommender for Resources {
         now: Timestamp,
     ) -> ResourcesEvaluation<'p> {
         ResourcesEvaluation {
+            recommender: self,
             snapshot,
             plan: &plan.plan,
             answers: RsAnswers::default(),
@@ -744,7 +927,23 @@ impl Evaluation for ResourcesEvaluation<'_> {
         self.answers.answer(self.plan, index, answer);
     }
 
-    fn finish(self, out: &mut CycleOutput) {
+    fn finish(mut self, out: &mut CycleOutput) {
+        if let Some(mut history) = self.recommender.locked() {
+            self.answers.fold_steps(self.plan, &mut history);
+            let planned: HashSet<(String, String)> = self
+                .plan
+                .workloads
+                .iter()
+                .map(|w| {
+                    let k = &self.snapshot.workloads[w.workload].key;
+                    (
+                        k.namespace.to_string(),
+                        format!("{}/{}", k.kind.as_str(), k.name),
+                    )
+                })
+                .collect();
+            history.retain_workloads(&planned);
+        }
         let results = {
             let gpu: HashMap<&WorkloadKey, _> =
                 out.gpu_results().map(|r| (&r.key, &r.containers)).collect();
@@ -865,7 +1064,7 @@ status:
         let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
         let mib = crate::core::quantity::MIB;
         let outcome = |snapshot: &Snapshot, oom_history: Option<f64>| {
-            let plan = plan(snapshot, now, 15);
+            let plan = plan(snapshot, now, 15, None);
             let key = WindowKey {
                 namespace: "shop".into(),
                 workload: "Deployment/web".into(),
@@ -927,7 +1126,7 @@ status:
     #[test]
     fn each_batch_asks_five_window_queries_the_oom_kills_by_reason_over_the_memory_window() {
         let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
-        let plan = plan(&one_web_pod(None), now, 15);
+        let plan = plan(&one_web_pod(None), now, 15, None);
         let signals: Vec<RsSignal> = plan.queries.iter().map(|(_, s, _)| *s).collect();
         assert_eq!(signals, RsSignal::WINDOW);
         let Some((_, _, RsQuery::Window { batch: 0, query })) = plan.queries.last() else {
@@ -957,13 +1156,13 @@ status:
         let mut m = load_dir(&dir).unwrap();
         load_text(&another_web_app("api", "api-hpa"), "test", &mut m).unwrap();
         let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
-        let plan = plan(&m.snapshot, now, 15);
+        let plan = plan(&m.snapshot, now, 15, None);
         let ranges: Vec<&RangeQuery> = plan
             .queries
             .iter()
             .filter_map(|(_, _, q)| match q {
                 RsQuery::Range(q) => Some(q),
-                RsQuery::Window { .. } => None,
+                RsQuery::Window { .. } | RsQuery::Steps { .. } => None,
             })
             .collect();
         for metric in [

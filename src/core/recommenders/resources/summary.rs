@@ -5,9 +5,9 @@
 //! metric source only for the steps since the last one and for the steps that just left the
 //! window, instead of the whole window.
 //!
-//! A histogram holds the values in logarithmic bins [`BIN_RATIO`] apart and answers with each
-//! bin's geometric middle: every value it gives is within [`RELATIVE_ERROR`] of a value it was
-//! given. Quantiles interpolate between ranks as Prometheus's `quantile_over_time` does, so a
+//! A histogram holds up to [`EXACT_VALUES`] distinct values exactly, then in logarithmic bins
+//! [`BIN_RATIO`] apart, answering with each bin's geometric middle: every value it gives is
+//! within [`RELATIVE_ERROR`] of a value it was given. Quantiles interpolate between ranks as Prometheus's `quantile_over_time` does, so a
 //! percentile read here is within that error of the exact one over the same steps.
 
 use crate::core::hash::HashMap;
@@ -38,24 +38,61 @@ fn value_of(bin: i16) -> f64 {
     BIN_RATIO.powf(f64::from(bin) + 0.5)
 }
 
-/// A multiset of values in logarithmic bins (sorted by bin, no empty bin).
+/// Distinct values a histogram keeps exactly before it bins them: a short window, or a
+/// container whose usage takes few values, reads exact percentiles (as the whole-window
+/// queries give them); a long, varied one costs at most a few hundred bytes per pod.
+pub const EXACT_VALUES: usize = 64;
+
+/// A multiset of values: exact while it holds at most [`EXACT_VALUES`] distinct ones, then in
+/// logarithmic bins. Both sorted, without empty entries.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Histogram {
+    exact: Vec<(f64, u32)>,
     bins: Vec<(i16, u32)>,
 }
 
 impl Histogram {
+    /// Binned once it held too many distinct values, until it is empty again.
+    fn binned(&self) -> bool {
+        !self.bins.is_empty()
+    }
+
     /// Adds `v` once.
     pub fn add(&mut self, v: f64) {
-        let b = bin_of(v);
+        if !self.binned() {
+            match self.exact.binary_search_by(|(x, _)| x.total_cmp(&v)) {
+                Ok(i) => self.exact[i].1 += 1,
+                Err(i) => self.exact.insert(i, (v, 1)),
+            }
+            if self.exact.len() > EXACT_VALUES {
+                for (x, c) in std::mem::take(&mut self.exact) {
+                    self.add_bin(bin_of(x), c);
+                }
+                self.exact.shrink_to_fit();
+            }
+            return;
+        }
+        self.add_bin(bin_of(v), 1);
+    }
+
+    fn add_bin(&mut self, b: i16, count: u32) {
         match self.bins.binary_search_by_key(&b, |(k, _)| *k) {
-            Ok(i) => self.bins[i].1 += 1,
-            Err(i) => self.bins.insert(i, (b, 1)),
+            Ok(i) => self.bins[i].1 += count,
+            Err(i) => self.bins.insert(i, (b, count)),
         }
     }
 
     /// Takes `v` out once (a step that left the window); a value never added is ignored.
     pub fn remove(&mut self, v: f64) {
+        if !self.binned() {
+            if let Ok(i) = self.exact.binary_search_by(|(x, _)| x.total_cmp(&v)) {
+                self.exact[i].1 -= 1;
+                if self.exact[i].1 == 0 {
+                    self.exact.remove(i);
+                }
+            }
+            return;
+        }
         let b = bin_of(v);
         if let Ok(i) = self.bins.binary_search_by_key(&b, |(k, _)| *k) {
             self.bins[i].1 -= 1;
@@ -65,24 +102,34 @@ impl Histogram {
         }
     }
 
+    /// (value, count) in ascending order.
+    fn entries(&self) -> impl Iterator<Item = (f64, u32)> + '_ {
+        self.exact
+            .iter()
+            .copied()
+            .chain(self.bins.iter().map(|(b, c)| (value_of(*b), *c)))
+    }
+
     pub fn count(&self) -> u64 {
-        self.bins.iter().map(|(_, c)| u64::from(*c)).sum()
+        self.entries().map(|(_, c)| u64::from(c)).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bins.is_empty()
+        self.exact.is_empty() && self.bins.is_empty()
     }
 
     /// The value at `rank` (0-based) of the sorted values.
     fn at_rank(&self, rank: u64) -> f64 {
         let mut seen = 0;
-        for (b, c) in &self.bins {
-            seen += u64::from(*c);
+        let mut last = 0.0;
+        for (v, c) in self.entries() {
+            seen += u64::from(c);
+            last = v;
             if rank < seen {
-                return value_of(*b);
+                return v;
             }
         }
-        self.bins.last().map_or(0.0, |(b, _)| value_of(*b))
+        last
     }
 
     /// `quantile_over_time(φ)` of the values: rank φ × (n − 1), interpolated linearly between
@@ -101,12 +148,13 @@ impl Histogram {
 
     /// `max_over_time` of the values.
     pub fn max(&self) -> Option<f64> {
-        self.bins.last().map(|(b, _)| value_of(*b))
+        self.entries().last().map(|(v, _)| v)
     }
 
     /// Bytes held (for the memory figure in docs/metrics.md).
     pub fn heap_bytes(&self) -> usize {
-        self.bins.capacity() * std::mem::size_of::<(i16, u32)>()
+        self.exact.capacity() * std::mem::size_of::<(f64, u32)>()
+            + self.bins.capacity() * std::mem::size_of::<(i16, u32)>()
     }
 }
 
@@ -161,12 +209,19 @@ pub struct ContainerHistory {
 impl ContainerHistory {
     /// Adds the value of `series` a pod had at grid step `at`.
     pub fn add(&mut self, pod: &str, series: Series, at: i64, v: f64) {
+        if series == Series::Memory {
+            self.seen(pod, at);
+        }
         let p = self.pods.entry(pod.to_string()).or_default();
         p.histogram(series).add(v);
-        if series == Series::Memory {
-            p.first_seen = Some(p.first_seen.map_or(at, |f| f.min(at)));
-            p.last_seen = Some(p.last_seen.map_or(at, |l| l.max(at)));
-        }
+    }
+
+    /// Records that a pod had a working set at grid step `at`, before the memory window (the
+    /// history's start only).
+    pub fn seen(&mut self, pod: &str, at: i64) {
+        let p = self.pods.entry(pod.to_string()).or_default();
+        p.first_seen = Some(p.first_seen.map_or(at, |f| f.min(at)));
+        p.last_seen = Some(p.last_seen.map_or(at, |l| l.max(at)));
     }
 
     /// Takes out the value of `series` a pod had at a step that left the window.
@@ -306,8 +361,17 @@ impl HistoryStore {
             .sum()
     }
 
+    /// Forgets `workloads` (read from the start next time).
+    pub fn forget(&mut self, workloads: &[(String, String)]) {
+        let gone: std::collections::HashSet<&(String, String)> = workloads.iter().collect();
+        self.containers
+            .retain(|(ns, w, _), _| !gone.contains(&(ns.clone(), w.clone())));
+        self.cpu.retain(|k, _| !gone.contains(k));
+        self.memory.retain(|k, _| !gone.contains(k));
+    }
+
     /// Forgets every workload not in `keep` (deleted, or no longer covered by a policy).
-    pub fn retain_workloads(&mut self, keep: &std::collections::HashSet<(String, String)>) {
+    pub fn retain_workloads(&mut self, keep: &crate::core::hash::HashSet<(String, String)>) {
         self.containers
             .retain(|(ns, w, _), _| keep.contains(&(ns.clone(), w.clone())));
         self.cpu.retain(|k, _| keep.contains(k));
@@ -347,6 +411,24 @@ mod tests {
         }
         let want = values.iter().copied().fold(0.0, f64::max);
         assert!((h.max().unwrap() - want).abs() <= want * RELATIVE_ERROR);
+    }
+
+    #[test]
+    fn histogram_is_exact_up_to_its_distinct_values_then_binned() {
+        let mut h = Histogram::default();
+        let few: Vec<f64> = (0..EXACT_VALUES).map(|i| 0.7 + i as f64 * 0.001).collect();
+        for v in few.iter().chain(&few) {
+            h.add(*v);
+        }
+        assert_eq!(
+            h.quantile(0.95),
+            Some(exact(0.95, &[few.clone(), few.clone()].concat()))
+        );
+        assert_eq!(h.max(), Some(few[EXACT_VALUES - 1]));
+        h.add(5.0);
+        assert!(h.binned());
+        assert!((h.max().unwrap() - 5.0).abs() <= 5.0 * RELATIVE_ERROR);
+        assert_eq!(h.count(), 2 * EXACT_VALUES as u64 + 1);
     }
 
     #[test]

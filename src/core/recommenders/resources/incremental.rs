@@ -1,0 +1,280 @@
+//! The CPU/memory plan and answers when the usage history is kept between cycles
+//! (docs/metrics.md#incremental-history): a batch of workloads whose history is folded up to the
+//! last cycle asks for the steps since then and the steps that left the window
+//! ([`summary::steps_to_ask`]); a batch new to the history asks for its whole window once,
+//! in small batches and at most [`BACKFILL_WORKLOADS_PER_CYCLE`] workloads a cycle; the others
+//! wait and are answered by the window queries meanwhile. The answers are folded into the
+//! [`HistoryStore`] and the window values read back from it, so evaluation is the same.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::summary::{self, Asked, Coverage, HistoryStore, Series};
+use super::{RsSignal, step_for, window_query, windows};
+use crate::api::{ResourceMetrics, RightsizingPolicySpec};
+use crate::metrics::window::{StepQuery, StepSet};
+use crate::metrics::{WindowKey, WorkloadSelector};
+
+/// Workloads whose whole window is read in one cycle, at most: a first start (or a new leader
+/// without the history) spreads the backfill over cycles instead of one burst.
+pub const BACKFILL_WORKLOADS_PER_CYCLE: usize = 500;
+/// Workloads per backfill query: a week of steps per pod makes answers large.
+pub const BACKFILL_WORKLOADS_PER_QUERY: usize = 25;
+
+/// Which steps a step query asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// New steps (or the whole window): added.
+    New,
+    /// Steps that left the window: taken out.
+    Expired,
+}
+
+/// How a group of workloads of one batch is asked this cycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// (namespace, `<Kind>/<name>`) of its workloads.
+    pub workloads: Vec<(String, String)>,
+    pub cpu: Asked,
+    pub memory: Asked,
+    /// The grids: (window, step) of CPU and memory, and the history's window.
+    pub cpu_grid: (i64, i64),
+    pub memory_grid: (i64, i64),
+    pub history_window: i64,
+    /// The CPU percentile as a quantile.
+    pub quantile: f64,
+    pub now: i64,
+}
+
+/// The workloads of `selectors` grouped by what they ask this cycle (the same steps on both
+/// grids), each with the indexes of its selectors.
+pub fn group_of(
+    history: &HistoryStore,
+    spec: &RightsizingPolicySpec,
+    selectors: &[WorkloadSelector],
+    now: i64,
+    step_seconds: i64,
+) -> Vec<(Group, Vec<usize>)> {
+    let (cpu_window, mem_window) = windows(spec);
+    let cpu_step = step_for(cpu_window, step_seconds);
+    let mem_step = step_for(mem_window, step_seconds);
+    let history_window = cpu_window.max(mem_window);
+    let mut groups: BTreeMap<String, (Group, Vec<usize>)> = BTreeMap::new();
+    for (i, s) in selectors.iter().enumerate() {
+        let key = (s.namespace.clone(), s.label());
+        let cpu = summary::steps_to_ask(history.cpu.get(&key).copied(), cpu_window, cpu_step, now);
+        let memory =
+            summary::steps_to_ask(history.memory.get(&key).copied(), mem_window, mem_step, now);
+        // Both grids read from the start when either is.
+        let (cpu, memory) = match (cpu, memory) {
+            (Asked::Steady { .. }, Asked::Steady { .. }) => (cpu, memory),
+            _ => (
+                backfill(now, cpu_window, cpu_step),
+                backfill(now, history_window, mem_step),
+            ),
+        };
+        let g = groups
+            .entry(format!("{cpu:?}{memory:?}"))
+            .or_insert_with(|| {
+                (
+                    Group {
+                        workloads: Vec::new(),
+                        cpu,
+                        memory,
+                        cpu_grid: (cpu_window, cpu_step),
+                        memory_grid: (mem_window, mem_step),
+                        history_window,
+                        quantile: spec.resources.cpu.clone().unwrap_or_default().percentile / 100.0,
+                        now,
+                    },
+                    Vec::new(),
+                )
+            });
+        g.0.workloads.push(key);
+        g.1.push(i);
+    }
+    groups.into_values().collect()
+}
+
+fn backfill(now: i64, window: i64, step: i64) -> Asked {
+    Asked::Backfill {
+        from: now - window,
+        to: now.div_euclid(step) * step,
+    }
+}
+
+impl Group {
+    pub fn is_backfill(&self) -> bool {
+        matches!(self.cpu, Asked::Backfill { .. })
+    }
+
+    /// The step queries of the group over `selectors` (its workloads'): per signal, the new
+    /// steps and, steady, the expired ones.
+    pub fn queries(
+        &self,
+        spec: &RightsizingPolicySpec,
+        metrics: &ResourceMetrics,
+        selectors: Vec<WorkloadSelector>,
+        init_oom: bool,
+        now: jiff::Timestamp,
+        step_seconds: i64,
+    ) -> Vec<(RsSignal, Part, StepQuery)> {
+        let mut out = Vec::new();
+        let signals = [
+            RsSignal::Cpu,
+            RsSignal::Throttled,
+            RsSignal::Memory,
+            RsSignal::OomKilled,
+        ];
+        let init = init_oom.then_some(RsSignal::InitOomKilled);
+        for signal in signals.into_iter().chain(init) {
+            let window = window_query(signal, spec, metrics, selectors.clone(), now, step_seconds);
+            let asked = match signal {
+                RsSignal::Cpu | RsSignal::Throttled => self.cpu,
+                _ => self.memory,
+            };
+            let step = |(from, to): (i64, i64), part| {
+                let mut w = window.clone();
+                // Memory and the OOM kills on the memory grid (their window's step).
+                w.step_seconds = match signal {
+                    RsSignal::Cpu | RsSignal::Throttled => self.cpu_grid.1,
+                    _ => self.memory_grid.1,
+                };
+                (
+                    signal,
+                    part,
+                    StepQuery {
+                        window: w,
+                        from,
+                        to,
+                    },
+                )
+            };
+            match asked {
+                Asked::Backfill { from, to } => out.push(step((from, to), Part::New)),
+                Asked::Steady { new, expired } => {
+                    out.push(step(new, Part::New));
+                    // An OOM kill is remembered by its last step: nothing to take out.
+                    if matches!(
+                        signal,
+                        RsSignal::Cpu | RsSignal::Throttled | RsSignal::Memory
+                    ) {
+                        out.push(step(expired, Part::Expired));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Folds the group's answers into `history` and sets what each grid now covers.
+    pub fn fold(&self, history: &mut HistoryStore, answers: &[(RsSignal, Part, &StepSet)]) {
+        let (cpu_window, cpu_step) = self.cpu_grid;
+        let (mem_window, mem_step) = self.memory_grid;
+        if self.is_backfill() {
+            for w in &self.workloads {
+                history
+                    .containers
+                    .retain(|(ns, l, _), _| (ns, l) != (&w.0, &w.1));
+            }
+        }
+        let mem_from = self.now - mem_window;
+        for (signal, part, set) in answers {
+            for pod in &set.steps {
+                let key = (
+                    pod.key.namespace.clone(),
+                    pod.key.workload.clone(),
+                    pod.key.container.clone(),
+                );
+                let c = history.containers.entry(key).or_default();
+                for &(t, v) in &pod.steps {
+                    match (signal, part) {
+                        (RsSignal::Cpu, Part::New) => c.add(&pod.pod, Series::Cpu, t, v),
+                        (RsSignal::Cpu, Part::Expired) => c.remove(&pod.pod, Series::Cpu, v),
+                        (RsSignal::Throttled, Part::New) => {
+                            c.add(&pod.pod, Series::Throttled, t, v)
+                        }
+                        (RsSignal::Throttled, Part::Expired) => {
+                            c.remove(&pod.pod, Series::Throttled, v)
+                        }
+                        // A backfill reads the working set over the history's window: the
+                        // steps before the memory window only say since when there is history.
+                        (RsSignal::Memory, Part::New) if t <= mem_from => c.seen(&pod.pod, t),
+                        (RsSignal::Memory, Part::New) => c.add(&pod.pod, Series::Memory, t, v),
+                        (RsSignal::Memory, Part::Expired) => c.remove(&pod.pod, Series::Memory, v),
+                        (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New) if v > 0.0 => {
+                            c.oom_at(t)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let through = |a: Asked| match a {
+            Asked::Backfill { to, .. } | Asked::Steady { new: (_, to), .. } => to,
+        };
+        for w in &self.workloads {
+            history.cpu.insert(
+                w.clone(),
+                Coverage {
+                    window_seconds: cpu_window,
+                    step_seconds: cpu_step,
+                    through: through(self.cpu),
+                },
+            );
+            history.memory.insert(
+                w.clone(),
+                Coverage {
+                    window_seconds: mem_window,
+                    step_seconds: mem_step,
+                    through: through(self.memory),
+                },
+            );
+        }
+    }
+
+    /// The window values of the group's workloads, as the window queries would answer them,
+    /// by signal.
+    pub fn values(&self, history: &mut HistoryStore) -> Vec<(RsSignal, WindowKey, f64)> {
+        let workloads: HashSet<(&str, &str)> = self
+            .workloads
+            .iter()
+            .map(|(n, l)| (n.as_str(), l.as_str()))
+            .collect();
+        let history_from = self.now - self.history_window;
+        let mem_step = self.memory_grid.1;
+        let first_step = (history_from.div_euclid(mem_step) + 1) * mem_step;
+        let oom_from = self.now - self.memory_grid.0;
+        let mut out = Vec::new();
+        for ((ns, w, container), c) in history.containers.iter_mut() {
+            if !workloads.contains(&(ns.as_str(), w.as_str())) {
+                continue;
+            }
+            c.forget_before(history_from);
+            let key = WindowKey {
+                namespace: ns.clone(),
+                workload: w.clone(),
+                container: container.clone(),
+            };
+            let mut put = |signal, v: Option<f64>| {
+                if let Some(v) = v {
+                    out.push((signal, key.clone(), v));
+                }
+            };
+            put(RsSignal::Cpu, c.cpu_quantile(self.quantile));
+            put(RsSignal::Memory, c.memory_peak());
+            put(RsSignal::Throttled, c.throttled_peak());
+            put(
+                RsSignal::History,
+                c.first_seen(history_from, first_step).map(|t| t as f64),
+            );
+            put(
+                RsSignal::OomKilled,
+                c.oom_killed_since(oom_from).then_some(1.0),
+            );
+        }
+        history
+            .containers
+            .retain(|_, c| !c.pods.is_empty() || c.last_oom.is_some_and(|t| t > oom_from));
+        out
+    }
+}
