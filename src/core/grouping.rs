@@ -22,14 +22,18 @@ pub fn pod_owner(pod: &Pod, snapshot: &Snapshot) -> Option<Chain> {
     let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
         map.get(&(Name::from(ns), Name::from(name))).cloned()
     };
-    owner_chain(
+    let chain = owner_chain(
         ns,
         pod.metadata.owner_references.as_deref().unwrap_or_default(),
         crate::core::owner::pod_template_hash(pod.metadata.labels.as_ref()),
         |rs| link(&snapshot.replicaset_owners, rs),
         |job| link(&snapshot.job_owners, job),
         |kind, name| snapshot.controller_of(ns, kind, name),
-    )
+    )?;
+    Some(crate::core::owner::with_lws_label(
+        chain,
+        pod.metadata.labels.as_ref(),
+    ))
 }
 
 /// Indexes of `snapshot.pods` by the workload that owns them (each owner's pods in snapshot
@@ -69,6 +73,25 @@ fn chain_above(snapshot: &Snapshot, w: &Workload, controller: &Link) -> Option<C
     )
 }
 
+/// KServe's label naming an InferenceService component (`pkg/constants`: `component`).
+const KSERVE_COMPONENT_LABEL: &str = "component";
+
+/// A KServe transformer's or explainer's Deployment: a workload apart from its
+/// InferenceService, whose workload is the predictor. The components run different servers
+/// (a GPU model server, a CPU transformer) whose main container KServe names alike
+/// (`kserve-container`): folded together they would share one recommendation. Never written
+/// (its InferenceService owns it).
+fn kserve_component_apart(w: &Workload) -> bool {
+    let Some(c) = w.ownership.controller.as_deref() else {
+        return false;
+    };
+    c.kind == "InferenceService"
+        && c.api_version.starts_with("serving.kserve.io/")
+        && w.labels
+            .get(KSERVE_COMPONENT_LABEL)
+            .is_some_and(|component| component != "predictor")
+}
+
 /// Every workload's own controller reference, as a link of the owner chains; and a leader
 /// Pod's, where a LeaderWorkerSet's worker StatefulSet names that Pod as its controller.
 pub fn record_workload_controllers(snapshot: &mut Snapshot) {
@@ -77,6 +100,9 @@ pub fn record_workload_controllers(snapshot: &mut Snapshot) {
         let Some(c) = w.ownership.controller.as_deref() else {
             continue;
         };
+        if kserve_component_apart(w) {
+            continue;
+        }
         if c.kind == "Pod" {
             pods_named.insert((w.key.namespace.clone(), c.name.clone()));
         }
@@ -149,7 +175,11 @@ pub fn group_under_topmost_owners(snapshot: &mut Snapshot) {
         let Some(c) = w.ownership.controller.as_deref() else {
             continue;
         };
-        match chain_above(snapshot, w, c) {
+        let chain = match kserve_component_apart(w) {
+            true => None,
+            false => chain_above(snapshot, w, c),
+        };
+        match chain {
             Some(chain) if chain.key != w.key => {
                 absorbed.insert(w.key.clone());
                 below.entry(chain.key).or_default().push(Arc::clone(w));
@@ -248,6 +278,53 @@ fn from_pods(snapshot: &mut Snapshot) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// KServe labels each component's Deployment (`component: predictor|transformer|explainer`)
+    /// and makes the InferenceService its controller: the predictor folds into the
+    /// InferenceService, a transformer stays a workload of its own, never written.
+    #[test]
+    fn a_kserve_transformer_is_a_workload_apart_from_its_inference_service() {
+        let deployment = |name: &str, component: &str| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: ml\n\
+                 \x20 labels: {{component: {component}, serving.kserve.io/inferenceservice: llm}}\n\
+                 \x20 ownerReferences:\n  - {{apiVersion: serving.kserve.io/v1beta1, kind: InferenceService, name: llm, uid: u, controller: true}}\n\
+                 spec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n\
+                 \x20   spec: {{containers: [{{name: kserve-container, image: x}}]}}\n---\n"
+            )
+        };
+        let text = format!(
+            "apiVersion: serving.kserve.io/v1beta1\nkind: InferenceService\nmetadata: {{name: llm, namespace: ml}}\nspec: {{}}\n---\n{}{}",
+            deployment("llm-predictor", "predictor"),
+            deployment("llm-transformer", "transformer"),
+        );
+        let mut m = crate::sources::dir::Manifests::default();
+        crate::sources::dir::load_text(&text, "t", &mut m).unwrap();
+        group_under_topmost_owners(&mut m.snapshot);
+        let s = &m.snapshot;
+        let mut keys: Vec<String> = s.workloads.iter().map(|w| w.key.to_string()).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["ml/Deployment/llm-transformer", "ml/InferenceService/llm"]
+        );
+        let transformer = s
+            .workloads
+            .iter()
+            .find(|w| w.key.name.as_str() == "llm-transformer");
+        assert!(
+            !transformer.unwrap().template_writable(),
+            "its InferenceService owns it"
+        );
+        assert!(
+            s.controller_of("ml", "Deployment", "llm-transformer")
+                .is_none()
+        );
+        assert!(
+            s.controller_of("ml", "Deployment", "llm-predictor")
+                .is_some()
+        );
+    }
 
     /// A template of two templates' containers, each once, the first one's where both name it.
     #[test]

@@ -122,6 +122,36 @@ pub fn pod_template_hash(labels: Option<&impl StrMap>) -> Option<&str> {
     labels?.get_str(POD_TEMPLATE_HASH_LABEL)
 }
 
+/// The label LeaderWorkerSet puts on every pod of its groups, naming it
+/// (`api/leaderworkerset/v1`: `SetNameLabelKey`).
+pub const LWS_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
+
+/// A pod's chain, with LeaderWorkerSet's label as the last link where the chain stops at a
+/// StatefulSet its owners are not known of yet: LWS recreates a group's worker StatefulSet when
+/// one of its pods goes, and its new pods are created before kerf has read the StatefulSet's
+/// link to the leader Pod. Without this they would miss the change at admission, differ from the
+/// recommendation and be evicted again, restarting the group each time.
+pub fn with_lws_label(chain: Chain, labels: Option<&impl StrMap>) -> Chain {
+    let stops_at_statefulset = chain.key.kind == WorkloadKind::StatefulSet;
+    match labels.and_then(|l| l.get_str(LWS_NAME_LABEL)) {
+        Some(lws) if stops_at_statefulset && !lws.is_empty() => {
+            let top = Link::new(
+                WorkloadKind::LeaderWorkerSet.api_version(),
+                WorkloadKind::LeaderWorkerSet.kind_name(),
+                lws,
+            );
+            let mut owners = chain.owners;
+            owners.insert(0, top);
+            Chain {
+                key: WorkloadKey::new(chain.key.namespace, WorkloadKind::LeaderWorkerSet, lws),
+                owners,
+                owned: false,
+            }
+        }
+        _ => chain,
+    }
+}
+
 /// An owner reference as a chain records it: the owner's apiVersion, kind and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Link {

@@ -39,11 +39,12 @@ pub fn pod_name_suffix(kind: WorkloadKind) -> String {
         WorkloadKind::CronJob => format!("-[0-9]+-(?:[0-9]+-)?{SAFE}{{5}}"),
         // Rollout → ReplicaSet `<rollout>-<pod-template-hash>` → pods, as a Deployment's.
         WorkloadKind::Rollout => format!("-{SAFE}{{1,10}}-{SAFE}{{5}}"),
-        // `<isvc>-predictor` (or `-transformer`, `-explainer`; `-default` before KServe 0.8)
-        // Deployment; on Knative its Revision `…-00001` and that Revision's `-deployment`.
-        WorkloadKind::InferenceService => format!(
-            "-(?:predictor|transformer|explainer)(?:-default)?(?:-[0-9]{{5}}-deployment)?-{SAFE}{{1,10}}-{SAFE}{{5}}"
-        ),
+        // `<isvc>-predictor` Deployment (`-predictor-default` before KServe 0.8); on Knative its
+        // Revision `…-00001` and that Revision's `-deployment`. A transformer or explainer is a
+        // workload of its own (`core::grouping`).
+        WorkloadKind::InferenceService => {
+            format!("-predictor(?:-default)?(?:-[0-9]{{5}}-deployment)?-{SAFE}{{1,10}}-{SAFE}{{5}}")
+        }
         // Revision `<service>-00001`, its Deployment `<revision>-deployment`.
         WorkloadKind::KnativeService => {
             format!("-[0-9]{{5}}-deployment-{SAFE}{{1,10}}-{SAFE}{{5}}")

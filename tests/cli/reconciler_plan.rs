@@ -1445,6 +1445,39 @@ async fn a_kserve_predictor_pod_is_mutated_at_admission_under_its_inference_serv
     );
 }
 
+/// A LeaderWorkerSet recreates a group's worker StatefulSet when one of its pods goes; the new
+/// workers are created before kerf has read that StatefulSet's link to the leader Pod. They are
+/// admitted with the change all the same, by LeaderWorkerSet's name label; a pod of a
+/// StatefulSet nothing links to and without the label is not.
+#[tokio::test]
+async fn a_new_lws_worker_is_mutated_at_admission_before_its_statefulset_is_read() {
+    let dir = root().join("tests/fixtures/workloads/manifests");
+    let src = FileSource::from_path(&root().join("tests/fixtures/workloads/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(&dir);
+    dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let worker = |labels: serde_json::Value| {
+        serde_json::json!({
+            "metadata": {"namespace": "ml", "labels": labels,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": "vllm-1", "uid": "new", "controller": true}]},
+            "spec": {"containers": [{"name": "vllm-worker", "image": "x",
+                "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}
+        })
+    };
+    let cpu = |pod: &serde_json::Value| {
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"].clone()
+    };
+    let labelled = admitted(
+        worker(serde_json::json!({"leaderworkerset.sigs.k8s.io/name": "vllm"})),
+        "ml",
+        &store,
+    );
+    assert_eq!(cpu(&labelled), "500m");
+    let unlabelled = admitted(worker(serde_json::json!({})), "ml", &store);
+    assert_eq!(cpu(&unlabelled), "2");
+}
+
 /// `pod` admitted in `namespace` by the webhook over `store`: the pod with kerf's patch applied.
 fn admitted(
     pod: serde_json::Value,

@@ -363,3 +363,22 @@ async fn the_kinds_the_configuration_lists_are_watched_and_written_only_through_
         calls(&seen)
     );
 }
+
+/// kerf's ClusterRole from before it read these kinds: listing InferenceServices is forbidden.
+/// The reader still syncs (the error is counted), rather than hold readiness for good.
+#[tokio::test]
+async fn a_kind_kerf_may_not_read_holds_no_readiness() {
+    let mut inner = cluster(objects());
+    let (client, _) = mock(move |r: &Recorded| {
+        if r.path == "/apis/serving.kserve.io/v1beta1/inferenceservices" {
+            return kube_support::status(403, "Forbidden");
+        }
+        inner(r)
+    });
+    let reader = synced_reader(client).await;
+    assert!(reader.is_synced());
+    assert!(
+        reader.health().last_error("InferenceService").is_some(),
+        "the refusal is reported"
+    );
+}

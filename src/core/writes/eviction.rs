@@ -57,8 +57,23 @@ pub fn paced(last: Option<&str>, now: Timestamp) -> bool {
         .is_none_or(|t| now.duration_since(t) >= EVICTION_INTERVAL)
 }
 
+/// KubeRay's label of a pod's role in its cluster (`ray-operator/controllers/ray/utils`:
+/// `RayNodeTypeLabelKey`), `head` on the head pod.
+const RAY_NODE_TYPE_LABEL: &str = "ray.io/node-type";
+
+/// Whether a pod is replaced after the others of its workload: a Ray cluster's head, whose
+/// loss restarts the cluster (its actors and Serve replicas, without GCS fault tolerance).
+pub fn replaced_last(pod: &Pod) -> bool {
+    use crate::core::pod::StrMap;
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get_str(RAY_NODE_TYPE_LABEL))
+        == Some("head")
+}
+
 /// The pods whose requests differ from the recommendation (capped at their limits, as
-/// admission sets them), by name.
+/// admission sets them), by name, a Ray head last.
 pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: &ContainerRequests) -> Vec<&'a Pod> {
     let mut out: Vec<&Pod> = pods
         .iter()
@@ -69,7 +84,9 @@ pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: &ContainerRequests) -> Vec<
                 .is_some_and(|s| !pod_matches(s, &pod_requests(s, wanted)))
         })
         .collect();
-    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out.sort_by(|a, b| {
+        (replaced_last(a), &a.metadata.name).cmp(&(replaced_last(b), &b.metadata.name))
+    });
     out
 }
 
@@ -167,6 +184,28 @@ mod tests {
         assert!(super::paced(None, now));
         assert!(!super::paced(Some("2026-07-01T11:56:00Z"), now));
         assert!(super::paced(Some("2026-07-01T11:55:00Z"), now));
+    }
+
+    #[test]
+    fn replaced_last() {
+        let mut head = pod("raycluster-kuberay-head-x2x4z", "1", true);
+        head.metadata.labels = Some(
+            [("ray.io/node-type".to_string(), "head".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let worker = pod("raycluster-kuberay-workergroup-worker-b6c7d", "1", true);
+        assert!(super::replaced_last(&head) && !super::replaced_last(&worker));
+        let got = super::pods_to_replace(&[&head, &worker], &cpu(250));
+        let names: Vec<_> = got.iter().map(|p| p.metadata.name.as_deref()).collect();
+        assert_eq!(
+            names,
+            [
+                Some("raycluster-kuberay-workergroup-worker-b6c7d"),
+                Some("raycluster-kuberay-head-x2x4z")
+            ],
+            "the head after the workers, though it sorts first by name"
+        );
     }
 
     #[test]

@@ -1003,15 +1003,20 @@ fn vpa_of(object: DynamicObject) -> Option<Vpa> {
     }
 }
 
-/// Whether a list or watch failed because the API server does not serve the resource.
-fn not_served(e: &watcher::Error) -> bool {
+/// The HTTP status of a list or watch the API server refused.
+fn refused_with(e: &watcher::Error) -> Option<u16> {
     match e {
         watcher::Error::InitialListFailed(::kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => s.code == 404,
-        watcher::Error::WatchError(s) => s.code == 404,
-        _ => false,
+        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => Some(s.code),
+        watcher::Error::WatchError(s) => Some(s.code),
+        _ => None,
     }
+}
+
+/// Whether a list or watch failed because the API server does not serve the resource.
+fn not_served(e: &watcher::Error) -> bool {
+    refused_with(e) == Some(404)
 }
 
 /// The VerticalPodAutoscalers, where their CRD is installed. A cluster without the CRD has no
@@ -1073,6 +1078,8 @@ fn spawn_vpa_watch(
         VPA_KIND,
         format!("{}.{}", ar.plural, ar.group),
         "the VerticalPodAutoscaler CRD is not installed: no VPA to respect",
+        // A VPA kerf cannot read could be one it must not write against: readiness waits.
+        false,
         stream,
         vpa_of,
         sync,
@@ -1157,6 +1164,7 @@ where
         r.label,
         format!("{}.{}", ar.plural, ar.group),
         "its CRD is not installed: none of its objects",
+        true,
         watcher(api, watcher::Config::default()),
         project,
         sync,
@@ -1167,11 +1175,14 @@ where
 /// The watch of a resource that may not be served (a CRD kerf reads but does not need). A
 /// cluster without it has none of its objects: the 404 completes the initial listing, empty, so
 /// readiness does not wait on it; the watch keeps retrying (backing off) and reads the objects
-/// once the CRD is installed.
+/// once the CRD is installed. With `forbidden_is_none`, a kind kerf may not read (403) is the
+/// same, its error logged and counted.
+#[allow(clippy::too_many_arguments)]
 fn spawn_optional<K, T>(
     kind: &'static str,
     resource: String,
     absent: &'static str,
+    forbidden_is_none: bool,
     stream: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
     project: impl Fn(K) -> T + Send + 'static,
     sync: &SyncTracker,
@@ -1204,6 +1215,14 @@ where
                         tracing::info!(kind, "{absent}");
                         logged_absent = true;
                     }
+                    writer.clear();
+                    tracker.done(kind);
+                }
+                // Not readable (kerf's ClusterRole from before it read the kind): none of its
+                // objects rather than readiness held for good; the error is logged and counted,
+                // and the watch keeps retrying.
+                Err(e) if forbidden_is_none && refused_with(&e) == Some(403) => {
+                    errors.error(&e);
                     writer.clear();
                     tracker.done(kind);
                 }

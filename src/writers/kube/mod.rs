@@ -285,6 +285,32 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
+/// The request restoring the original requests as `kerf-release`: a strategic merge patch on
+/// the built-in kinds; on a custom resource (a Rollout), which the API server refuses one for
+/// (415), a server-side apply of the same fields, forced so they move from kerf (its CRD keys
+/// `containers` by name, so only the named containers' requests are touched).
+fn release_request(key: &WorkloadKey, body: &Value) -> (PatchParams, Patch<Value>) {
+    if WorkloadKind::BUILT_IN.contains(&key.kind) {
+        let params = PatchParams {
+            field_manager: Some(RELEASE_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        return (params, Patch::Strategic(body.clone()));
+    }
+    let mut applied = json!({
+        "apiVersion": key.kind.api_version(),
+        "kind": key.kind.kind_name(),
+        "metadata": {"name": key.name.as_str(), "namespace": key.namespace.as_str()},
+    });
+    if let (Some(a), Some(b)) = (applied.as_object_mut(), body.as_object()) {
+        a.extend(b.clone());
+    }
+    (
+        PatchParams::apply(RELEASE_FIELD_MANAGER).force(),
+        Patch::Apply(applied),
+    )
+}
+
 struct Task {
     client: Client,
     cfg: WriterConfig,
@@ -820,11 +846,7 @@ impl Task {
         let api = self.workload_api(key);
         let live = match &restore {
             Some(body) => {
-                let params = PatchParams {
-                    field_manager: Some(RELEASE_FIELD_MANAGER.into()),
-                    ..Default::default()
-                };
-                let patch = Patch::Strategic(body);
+                let (params, patch) = release_request(key, body);
                 self.call(Some("template"), &format!("restore {key}"), || {
                     api.patch(&key.name, &params, &patch)
                 })
@@ -1085,4 +1107,33 @@ fn applied_body(key: &WorkloadKey, apply: KerfApply) -> Value {
         tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
     }
     apply.body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The API server takes a strategic merge patch on its own kinds only: a Rollout's release
+    /// is a forced server-side apply of the same fields, with the object's identity.
+    #[test]
+    fn release_request_is_a_strategic_patch_on_built_in_kinds_and_an_apply_on_a_rollout() {
+        let body = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "app", "resources": {"requests": {"cpu": "1"}}}]}}}});
+        let deployment = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
+        let (params, patch) = release_request(&deployment, &body);
+        assert!(matches!(&patch, Patch::Strategic(b) if *b == body));
+        assert_eq!(params.field_manager.as_deref(), Some(RELEASE_FIELD_MANAGER));
+        assert!(!params.force);
+        let rollout = WorkloadKey::new("shop", WorkloadKind::Rollout, "canary");
+        let (params, patch) = release_request(&rollout, &body);
+        let Patch::Apply(applied) = patch else {
+            panic!("not an apply: {patch:?}")
+        };
+        assert_eq!(applied["apiVersion"], "argoproj.io/v1alpha1");
+        assert_eq!(applied["kind"], "Rollout");
+        assert_eq!(applied["metadata"]["name"], "canary");
+        assert_eq!(applied["spec"], body["spec"]);
+        assert_eq!(params.field_manager.as_deref(), Some(RELEASE_FIELD_MANAGER));
+        assert!(params.force);
+    }
 }
