@@ -246,9 +246,13 @@ pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
             break;
         }
         let next = if here.is("apps", "ReplicaSet") {
+            let first = chain.len() == 1;
             replicaset_owner(&here.name)
                 .map(|d| Link::new("apps/v1", "Deployment", d.as_ref()))
                 .or_else(|| controller_of(&here.kind, &here.name))
+                // The pod's own ReplicaSet, not read yet: its Deployment by the hash rule, and
+                // on up from there (a KServe predictor's InferenceService).
+                .or_else(|| first.then(|| derived_deployment(&here.name, pod_template_hash))?)
         } else if here.is("batch", "Job") {
             job_owner(&here.name).map(|c| Link::new("batch/v1", "CronJob", c.as_ref()))
         } else {
@@ -258,15 +262,6 @@ pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
             Some(n) => chain.push(n),
             None => break,
         }
-    }
-    if chain.len() == 1 && chain[0].is("apps", "ReplicaSet") {
-        let rs = &chain[0].name;
-        let hash = pod_template_hash.filter(|h| !h.is_empty())?;
-        let dep = rs.strip_suffix(hash)?.strip_suffix('-')?;
-        if dep.is_empty() {
-            return None;
-        }
-        chain.push(Link::new("apps/v1", "Deployment", dep));
     }
     let (at, kind) = chain
         .iter()
@@ -282,6 +277,13 @@ pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
         owners: chain,
         owned,
     })
+}
+
+/// The Deployment of a ReplicaSet named `<deployment>-<pod-template-hash>` (module docs).
+fn derived_deployment(replicaset: &str, pod_template_hash: Option<&str>) -> Option<Link> {
+    let hash = pod_template_hash.filter(|h| !h.is_empty())?;
+    let dep = replicaset.strip_suffix(hash)?.strip_suffix('-')?;
+    (!dep.is_empty()).then(|| Link::new("apps/v1", "Deployment", dep))
 }
 
 /// The workload of a pod in `namespace` ([`owner_chain`]'s key).
@@ -373,6 +375,31 @@ mod tests {
         assert_eq!(
             k,
             Some(WorkloadKey::new("ns", WorkloadKind::Deployment, "my-app"))
+        );
+    }
+
+    /// A KServe predictor's pod admitted before its ReplicaSet is read: its Deployment by the
+    /// hash rule, and that Deployment's InferenceService from there.
+    #[test]
+    fn replicaset_without_link_derives_deployment_and_goes_on_up() {
+        let k = top_owner(
+            "ml",
+            &[rs("llm-predictor-6f9c8d7b5")],
+            Some("6f9c8d7b5"),
+            none,
+            none,
+            |kind: &str, name: &str| {
+                (kind == "Deployment" && name == "llm-predictor")
+                    .then(|| Link::new("serving.kserve.io/v1beta1", "InferenceService", "llm"))
+            },
+        );
+        assert_eq!(
+            k,
+            Some(WorkloadKey::new(
+                "ml",
+                WorkloadKind::InferenceService,
+                "llm"
+            ))
         );
     }
 

@@ -1069,7 +1069,9 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
         let kerfs = [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION]
             .iter()
             .any(|k| w.annotations.contains_key(*k));
+        // An object another controller owns is never written, its old annotations neither.
         if kerfs
+            && w.template_writable()
             && !gpu_covered.contains(&w.key)
             && !p.snapshot.global.is_protected(&w.key.namespace)
         {
