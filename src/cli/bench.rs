@@ -356,6 +356,131 @@ async fn measure<S: MetricSource>(
     (out, last_input)
 }
 
+/// What the kept-history cycles of `kerf bench resources` cost.
+struct KeptHistory {
+    first_cycles: usize,
+    first_samples: u64,
+    first_queries: usize,
+    steady_samples: u64,
+    steady_queries: usize,
+    steady_cpu: f64,
+    steady_prometheus_cpu: Option<f64>,
+    history_bytes: usize,
+    recommendations: Vec<(String, Option<i64>, Option<i64>)>,
+}
+
+/// The cycles of a Lease holder keeping its usage history: from one step before `now` until
+/// every workload's window has been read once (the first cycles), then the steady cycle at
+/// `now`. Each on the snapshot as it is (no writes laid over it: only the reads are measured).
+async fn kept_history_cycles(
+    snapshot: &crate::core::snapshot::Snapshot,
+    source: &crate::metrics::AnySource,
+    url: &str,
+    now: jiff::Timestamp,
+    step_seconds: i64,
+) -> KeptHistory {
+    let history: crate::reconcile::History = Default::default();
+    let before = now - jiff::SignedDuration::from_secs(step_seconds);
+    let mut first = (0, 0, 0);
+    loop {
+        let c = crate::reconcile::run_cycle_keeping(
+            snapshot,
+            source,
+            before,
+            step_seconds,
+            Some(&history),
+        )
+        .await;
+        first = (first.0 + 1, first.1 + c.samples_loaded, first.2 + c.queries);
+        let failed = c.queries_failed > 0;
+        let covered = history.lock().map(|h| h.cpu.len()).unwrap_or(0);
+        if covered >= c.resource_results().count() || failed || first.0 >= 200 {
+            break;
+        }
+    }
+    let prom0 = prometheus_cpu_seconds(url).await;
+    let cpu0 = cpu_seconds().unwrap_or(0.0);
+    let steady =
+        crate::reconcile::run_cycle_keeping(snapshot, source, now, step_seconds, Some(&history))
+            .await;
+    let steady_cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
+    let steady_prometheus_cpu = delta(prom0, prometheus_cpu_seconds(url).await);
+    let history_bytes = history.lock().map(|h| h.heap_bytes()).unwrap_or(0);
+    KeptHistory {
+        first_cycles: first.0,
+        first_samples: first.1,
+        first_queries: first.2,
+        steady_samples: steady.samples_loaded,
+        steady_queries: steady.queries,
+        steady_cpu,
+        steady_prometheus_cpu,
+        history_bytes,
+        recommendations: recommended_values(&steady),
+    }
+}
+
+/// Every workload's (key, CPU millicores, memory bytes) of its first container.
+fn recommended_values(
+    cycle: &crate::core::recommenders::cycle::CycleOutput,
+) -> Vec<(String, Option<i64>, Option<i64>)> {
+    let mut v: Vec<_> = cycle
+        .resource_results()
+        .filter_map(|r| {
+            let c = r.outcome.as_ref().ok()?.containers.first()?;
+            Some((
+                r.key.to_string(),
+                c.recommended.cpu_millis,
+                c.recommended.memory_bytes,
+            ))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// How many of `got` differ from `want` (same workloads) by more than 1 % or the recipe's
+/// rounding (1 millicore, 1 MiB); a workload missing from either counts.
+fn beyond_one_percent(
+    got: &[(String, Option<i64>, Option<i64>)],
+    want: &[(String, Option<i64>, Option<i64>)],
+) -> usize {
+    let close = |a: Option<i64>, b: Option<i64>, rounding: u64| match (a, b) {
+        (Some(a), Some(b)) => a.abs_diff(b) <= (b.unsigned_abs() / 100).max(rounding),
+        (a, b) => a == b,
+    };
+    let want: std::collections::BTreeMap<_, _> =
+        want.iter().map(|(k, c, m)| (k, (*c, *m))).collect();
+    let mut beyond = want.len().abs_diff(got.len());
+    for (k, c, m) in got {
+        match want.get(k) {
+            Some((wc, wm)) if close(*c, *wc, 1) && close(*m, *wm, 1 << 20) => {}
+            _ => beyond += 1,
+        }
+    }
+    beyond
+}
+
+fn delta(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some(after? - before?)
+}
+
+fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+/// Prometheus's own `process_cpu_seconds_total`, from its `/metrics`.
+async fn prometheus_cpu_seconds(url: &str) -> Option<f64> {
+    let text = reqwest::get(format!("{}/metrics", url.trim_end_matches('/')))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// `kerf bench resources`: one CPU/memory cycle (plan → window queries → recommenders → write
 /// planning → the in-memory writer) against Prometheus, and what it cost kerf.
 async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
@@ -388,8 +513,10 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
     let snapshot_rss = rss_mib();
     let policies = snapshot.rightsizing_policies.len();
     let source = crate::metrics::AnySource::from_args(None, Some(url), &snapshot.global).await?;
+    let kept = kept_history_cycles(&snapshot, &source, url, now, args.step_seconds).await;
     let store = crate::state::Store::new();
     let mut writer = crate::writers::memory::MemoryWriter::new();
+    let prom0 = prometheus_cpu_seconds(url).await;
     let cpu0 = cpu_seconds().unwrap_or(0.0);
     let t0 = Instant::now();
     let (_after, cycle, writes) = crate::reconcile::standalone::in_memory_cycle(
@@ -406,6 +533,7 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
         t0.elapsed().as_secs_f64(),
         cpu_seconds().unwrap_or(0.0) - cpu0,
     );
+    let prom_full = delta(prom0, prometheus_cpu_seconds(url).await);
     let results: Vec<_> = cycle.resource_results().collect();
     let ok = || results.iter().filter_map(|r| r.outcome.as_ref().ok());
     let recommended = ok()
@@ -448,6 +576,23 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
         "cpuSeconds": cpu,
         "rssBeforeCycleMiB": snapshot_rss,
         "peakRssMiB": peak_rss_mib(),
+        // The incremental history (docs/metrics.md#incremental-history), in the same run: the
+        // first cycles read each workload's window once, a steady cycle one step later reads
+        // the new and the expired steps, against the whole-window method above at that moment.
+        "samplesLoadedFullWindow": cycle.samples_loaded,
+        "prometheusCpuSecondsFullWindow": prom_full,
+        "queriesFullWindow": cycle.queries,
+        "samplesLoadedFirstCycle": kept.first_samples,
+        "firstCycles": kept.first_cycles,
+        "queriesFirstCycle": kept.first_queries,
+        "samplesLoadedSteadyCycle": kept.steady_samples,
+        "prometheusCpuSecondsSteadyCycle": kept.steady_prometheus_cpu,
+        "queriesSteadyCycle": kept.steady_queries,
+        "cpuSecondsSteadyCycle": kept.steady_cpu,
+        "historyBytes": kept.history_bytes,
+        "steadySamplesRatio": ratio(kept.steady_samples, cycle.samples_loaded),
+        "steadyPrometheusCpuRatio": kept.steady_prometheus_cpu.zip(prom_full).map(|(a, b)| a / b),
+        "steadyBeyondOnePercent": beyond_one_percent(&kept.recommendations, &recommended_values(&cycle)),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
