@@ -420,7 +420,7 @@ async fn kept_history_cycles(
 }
 
 /// Every workload's (key, CPU millicores, memory bytes) of its first container.
-fn recommended_values(
+pub fn recommended_values(
     cycle: &crate::core::recommenders::cycle::CycleOutput,
 ) -> Vec<(String, Option<i64>, Option<i64>)> {
     let mut v: Vec<_> = cycle

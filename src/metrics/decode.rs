@@ -35,6 +35,20 @@ pub struct Data {
     pub result: Vec<Group>,
     /// The first sample value that is not a number, if any (its series are still decoded).
     pub bad_value: Option<String>,
+    /// Samples the query loaded (`stats=all`: `stats.samples.totalQueryableSamples`).
+    pub samples_loaded: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct Stats {
+    #[serde(default)]
+    samples: Option<SampleStats>,
+}
+
+#[derive(serde::Deserialize)]
+struct SampleStats {
+    #[serde(default, rename = "totalQueryableSamples")]
+    total_queryable_samples: Option<u64>,
 }
 
 /// Decodes `body`; a JSON error is what `serde_json` says about it.
@@ -129,9 +143,16 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
         let mut result_type = None;
         let mut result = None;
         let mut bad_value = None;
+        let mut samples_loaded = None;
         while let Some(key) = map.next_key::<Key>()? {
             match key.0.as_ref() {
                 "resultType" => result_type = Some(map.next_value::<String>()?),
+                "stats" => {
+                    samples_loaded = map
+                        .next_value::<Option<Stats>>()?
+                        .and_then(|s| s.samples)
+                        .and_then(|s| s.total_queryable_samples);
+                }
                 "result" => {
                     result = Some(map.next_value_seed(ResultSeed {
                         labels: self.0,
@@ -147,6 +168,7 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
             result_type: result_type.ok_or_else(|| de::Error::missing_field("resultType"))?,
             result: result.ok_or_else(|| de::Error::missing_field("result"))?,
             bad_value,
+            samples_loaded,
         }))
     }
 }

@@ -443,25 +443,6 @@ impl PrometheusSource {
     }
 }
 
-type MatrixResponse = Response<MatrixData>;
-
-#[derive(Deserialize)]
-struct MatrixData {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<MatrixSeries>,
-    #[serde(default)]
-    stats: Option<QueryStats>,
-}
-
-#[derive(Deserialize)]
-struct MatrixSeries {
-    #[serde(default)]
-    metric: HashMap<String, String>,
-    #[serde(default)]
-    values: Vec<(f64, String)>,
-}
-
 /// Turns a `/api/v1/query_range` answer to a step query into a [`window::StepSet`]; never
 /// panics. A series whose pod is no workload's of the query, or without a container, is skipped;
 /// values that are not finite are dropped, with a warning.
@@ -471,57 +452,62 @@ fn parse_steps(
     status: StatusCode,
     body: &[u8],
 ) -> Result<window::StepSet, MetricError> {
-    let r = checked(status, body, serde_json::from_slice::<MatrixResponse>(body))?;
+    let labels = decode::KeyLabels {
+        namespace: &q.namespace_label,
+        pod: &q.pod_label,
+        container: &q.container_label,
+    };
+    let r = checked(status, body, decode::decode(labels, body))?;
     let data = result_of(r.data, |d| &d.result_type, "matrix")?;
+    if let Some(v) = data.bad_value {
+        return Err(MetricError::BadResponse(format!(
+            "sample value {v:?} is not a number"
+        )));
+    }
     let mut out = window::StepSet {
         warnings: r
             .warnings
             .into_iter()
             .map(|w| format!("prometheus: {w}"))
             .collect(),
-        samples_loaded: data
-            .stats
-            .and_then(|s| s.samples)
-            .and_then(|s| s.total_queryable_samples),
+        samples_loaded: data.samples_loaded,
         queries: 1,
         ..Default::default()
     };
-    for series in data.result {
-        let label = |l: &str| series.metric.get(l).cloned().unwrap_or_default();
-        let (ns, pod, container) = (
-            label(&q.namespace_label),
-            label(&q.pod_label),
-            label(&q.container_label),
-        );
-        let Some(workload) = owners.workload(&ns, &pod).filter(|_| !container.is_empty()) else {
+    for g in data.result {
+        let Some(workload) = owners
+            .workload(&g.namespace, &g.pod)
+            .filter(|_| !g.container.is_empty())
+        else {
             out.warnings.push(format!(
-                "{}: skipped series namespace={ns:?} pod={pod:?} container={container:?}: no workload or container",
-                q.metric
+                "{}: skipped series namespace={:?} pod={:?} container={:?}: no workload or container",
+                q.metric, g.namespace, g.pod, g.container
             ));
             continue;
         };
-        let total = series.values.len();
-        let steps: Vec<(i64, f64)> = series
-            .values
-            .iter()
-            .filter_map(|(t, v)| {
-                Some((*t as i64, v.parse::<f64>().ok().filter(|v| v.is_finite())?))
-            })
+        let total = g.points.len();
+        let steps: Vec<(i64, f64)> = g
+            .points
+            .into_iter()
+            .filter(|(_, v)| v.is_finite())
             .collect();
         if steps.len() != total {
             out.warnings.push(format!(
-                "{}: dropped {} NaN/Inf sample(s) of {ns}/{pod}/{container}",
+                "{}: dropped {} NaN/Inf sample(s) of {}/{}/{}",
                 q.metric,
-                total - steps.len()
+                total - steps.len(),
+                g.namespace,
+                g.pod,
+                g.container
             ));
         }
         out.steps.push(window::PodSteps {
             key: WindowKey {
-                namespace: ns,
+                namespace: g.namespace,
                 workload,
-                container,
+                container: g.container,
             },
-            pod,
+            pod: g.pod,
             steps,
         });
     }

@@ -12,6 +12,8 @@ mod kerf_cli;
 mod prometheus_support;
 #[path = "../support/webhook.rs"]
 mod support;
+#[path = "../support/usage_history.rs"]
+mod usage_history;
 
 mod bench_scale;
 mod browser;

@@ -12,10 +12,13 @@ mod pki;
 mod process_metrics;
 #[path = "../support/prometheus.rs"]
 mod prometheus_support;
+#[path = "../support/usage_history.rs"]
+mod usage_history;
 #[path = "../support/victoria.rs"]
 mod victoria;
 
 mod gpu_metrics;
+mod incremental_history;
 mod prometheus_reach;
 mod prometheus_source;
 mod victoria_metrics;

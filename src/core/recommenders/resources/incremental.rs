@@ -166,49 +166,56 @@ impl Group {
         out
     }
 
-    /// Folds the group's answers into `history` and sets what each grid now covers.
-    pub fn fold(&self, history: &mut HistoryStore, answers: &[(RsSignal, Part, &StepSet)]) {
-        let (cpu_window, cpu_step) = self.cpu_grid;
-        let (mem_window, mem_step) = self.memory_grid;
+    /// Before its answers: a group reading its whole window starts from nothing.
+    pub fn begin(&self, history: &mut HistoryStore) {
         if self.is_backfill() {
-            for w in &self.workloads {
-                history
-                    .containers
-                    .retain(|(ns, l, _), _| (ns, l) != (&w.0, &w.1));
-            }
+            history.forget(&self.workloads);
         }
-        let mem_from = self.now - mem_window;
-        for (signal, part, set) in answers {
-            for pod in &set.steps {
-                let key = (
-                    pod.key.namespace.clone(),
-                    pod.key.workload.clone(),
-                    pod.key.container.clone(),
-                );
-                let c = history.containers.entry(key).or_default();
-                for &(t, v) in &pod.steps {
-                    match (signal, part) {
-                        (RsSignal::Cpu, Part::New) => c.add(&pod.pod, Series::Cpu, t, v),
-                        (RsSignal::Cpu, Part::Expired) => c.remove(&pod.pod, Series::Cpu, v),
-                        (RsSignal::Throttled, Part::New) => {
-                            c.add(&pod.pod, Series::Throttled, t, v)
-                        }
-                        (RsSignal::Throttled, Part::Expired) => {
-                            c.remove(&pod.pod, Series::Throttled, v)
-                        }
-                        // A backfill reads the working set over the history's window: the
-                        // steps before the memory window only say since when there is history.
-                        (RsSignal::Memory, Part::New) if t <= mem_from => c.seen(&pod.pod, t),
-                        (RsSignal::Memory, Part::New) => c.add(&pod.pod, Series::Memory, t, v),
-                        (RsSignal::Memory, Part::Expired) => c.remove(&pod.pod, Series::Memory, v),
-                        (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New) if v > 0.0 => {
-                            c.oom_at(t)
-                        }
-                        _ => {}
+    }
+
+    /// Folds one answer into `history`: new steps added, expired ones taken out, OOM kills
+    /// remembered by their step.
+    pub fn fold_answer(
+        &self,
+        history: &mut HistoryStore,
+        signal: RsSignal,
+        part: Part,
+        set: &StepSet,
+    ) {
+        let mem_from = self.now - self.memory_grid.0;
+        for pod in &set.steps {
+            let key = (
+                pod.key.namespace.clone(),
+                pod.key.workload.clone(),
+                pod.key.container.clone(),
+            );
+            let c = history.containers.entry(key).or_default();
+            for &(t, v) in &pod.steps {
+                match (signal, part) {
+                    (RsSignal::Cpu, Part::New) => c.add(&pod.pod, Series::Cpu, t, v),
+                    (RsSignal::Cpu, Part::Expired) => c.remove(&pod.pod, Series::Cpu, v),
+                    (RsSignal::Throttled, Part::New) => c.add(&pod.pod, Series::Throttled, t, v),
+                    (RsSignal::Throttled, Part::Expired) => {
+                        c.remove(&pod.pod, Series::Throttled, v)
                     }
+                    // A backfill reads the working set over the history's window: the steps
+                    // before the memory window only say since when there is history.
+                    (RsSignal::Memory, Part::New) if t <= mem_from => c.seen(&pod.pod, t),
+                    (RsSignal::Memory, Part::New) => c.add(&pod.pod, Series::Memory, t, v),
+                    (RsSignal::Memory, Part::Expired) => c.remove(&pod.pod, Series::Memory, v),
+                    (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New) if v > 0.0 => {
+                        c.oom_at(t)
+                    }
+                    _ => {}
                 }
             }
         }
+    }
+
+    /// Once every answer is folded: what each grid of the group's workloads now covers.
+    pub fn cover(&self, history: &mut HistoryStore) {
+        let (cpu_window, cpu_step) = self.cpu_grid;
+        let (mem_window, mem_step) = self.memory_grid;
         let through = |a: Asked| match a {
             Asked::Backfill { to, .. } | Asked::Steady { new: (_, to), .. } => to,
         };

@@ -543,8 +543,6 @@ pub struct RsAnswers {
     replicas: HashMap<(usize, RsSignal), ReplicaSamples>,
     /// Plan workloads (indexes) a failed query left without some signal.
     failed: HashSet<usize>,
-    /// The step answers, by plan query index.
-    steps: Vec<(usize, crate::metrics::window::StepSet)>,
     /// Incremental-history groups a failed query left incomplete.
     failed_groups: HashSet<usize>,
 }
@@ -565,7 +563,8 @@ impl RsAnswers {
                     .collect();
                 self.replicas.insert((*pi, *signal), m);
             }
-            (RsQuery::Steps { .. }, Ok(Answer::Steps(set))) => self.steps.push((index, set)),
+            // Folded as it arrives ([`ResourcesEvaluation::answer`]).
+            (RsQuery::Steps { .. }, Ok(Answer::Steps(_))) => {}
             (RsQuery::Window { batch, .. }, _) => {
                 self.failed.extend(plan.batches[*batch].iter().copied());
             }
@@ -585,35 +584,36 @@ impl RsAnswers {
         self.window.get(&signal)?.get(key).copied()
     }
 
-    /// Folds the step answers into `history`, group by group, and takes the window values of
-    /// their workloads from it. A group a query failed for is forgotten: it is read from the
-    /// start next cycle (its workloads keep their last recommendations meanwhile).
-    fn fold_steps(&mut self, plan: &RsPlan, history: &mut summary::HistoryStore) {
-        let mut per_group: BTreeMap<usize, Vec<(RsSignal, incremental::Part, &StepSetRef)>> =
-            BTreeMap::new();
-        let steps = std::mem::take(&mut self.steps);
-        for (index, set) in &steps {
-            if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[*index] {
-                per_group
-                    .entry(*group)
-                    .or_default()
-                    .push((*signal, *part, set));
-            }
+    /// Folds a step answer into `history` as it arrives (a week of steps per pod is not held
+    /// until the last answer).
+    fn fold_step_answer(
+        &self,
+        plan: &RsPlan,
+        index: usize,
+        set: &crate::metrics::window::StepSet,
+        history: &mut summary::HistoryStore,
+    ) {
+        if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index] {
+            plan.groups[*group].fold_answer(history, *signal, *part, set);
         }
+    }
+
+    /// Once every answer is in: each group's coverage and window values, or, for a group a
+    /// query failed for, its history forgotten — read from the start next cycle, its workloads
+    /// keeping their last recommendations meanwhile.
+    fn finish_steps(&mut self, plan: &RsPlan, history: &mut summary::HistoryStore) {
         for (gi, group) in plan.groups.iter().enumerate() {
             if self.failed_groups.contains(&gi) {
                 history.forget(&group.workloads);
                 continue;
             }
-            group.fold(history, per_group.get(&gi).map_or(&[], Vec::as_slice));
+            group.cover(history);
             for (signal, key, v) in group.values(history) {
                 self.window.entry(signal).or_default().insert(key, v);
             }
         }
     }
 }
-
-type StepSetRef = crate::metrics::window::StepSet;
 
 /// The HPA's kube-state-metrics replica history over the window of the resource it scales on
 /// (docs/design/hpa-coordination.md#h7); `None` when there is no current-replicas series for it.
@@ -911,6 +911,11 @@ impl Recommender for Resources {
         plan: &'p ResourcesPlan,
         now: Timestamp,
     ) -> ResourcesEvaluation<'p> {
+        if let Some(mut history) = self.locked() {
+            for group in &plan.plan.groups {
+                group.begin(&mut history);
+            }
+        }
         ResourcesEvaluation {
             recommender: self,
             snapshot,
@@ -924,12 +929,16 @@ impl Recommender for Resources {
 
 impl Evaluation for ResourcesEvaluation<'_> {
     fn answer(&mut self, index: usize, answer: Result<Answer, MetricError>) {
+        if let (Ok(Answer::Steps(set)), Some(mut history)) = (&answer, self.recommender.locked()) {
+            self.answers
+                .fold_step_answer(self.plan, index, set, &mut history);
+        }
         self.answers.answer(self.plan, index, answer);
     }
 
     fn finish(mut self, out: &mut CycleOutput) {
         if let Some(mut history) = self.recommender.locked() {
-            self.answers.fold_steps(self.plan, &mut history);
+            self.answers.finish_steps(self.plan, &mut history);
             let planned: HashSet<(String, String)> = self
                 .plan
                 .workloads

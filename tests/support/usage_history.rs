@@ -1,0 +1,140 @@
+//! A small cluster and its usage, shared by the incremental-history tests (the file source's
+//! and a real Prometheus's): two Deployments under one policy with 1-hour windows, five hours
+//! of cAdvisor and kube-state-metrics samples every 15 s with a rollout, an OOM kill, a
+//! five-minute CPU spike and a workload appearing mid-window; and the comparison of a kept
+//! history's recommendations with the whole window's.
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+
+use kerf::core::recommenders::cycle::CycleOutput;
+
+pub const T0: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
+pub const HOURS: i64 = 5;
+pub const SCRAPE: i64 = 15;
+
+pub const POLICY: &str = r#"
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: RightsizingPolicy
+metadata: {name: shop, namespace: shop}
+spec:
+  scope: {labelSelector: {matchLabels: {team: shop}}}
+  automationStrategyRef: {name: s}
+  resources:
+    cpu: {mode: audit-only, percentile: 95, headroomPercent: 10, window: 1h}
+    memory: {mode: audit-only, headroomPercent: 20, window: 1h}
+---
+apiVersion: rightsizing.kubex.ai/v1alpha1
+kind: AutomationStrategy
+metadata: {name: s, namespace: shop}
+spec: {}
+"#;
+
+/// A Deployment of the policy's team, one `app` container.
+pub fn deployment(name: &str, replicas: u32, cpu: &str, memory: &str) -> String {
+    format!(
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: shop, labels: {{team: shop}}}}\n\
+         spec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n\
+         \x20   metadata: {{labels: {{app: {name}}}}}\n\
+         \x20   spec: {{containers: [{{name: app, image: w, resources: {{requests: {{cpu: \"{cpu}\", memory: {memory}}}}}}}]}}\n"
+    )
+}
+
+/// Pods of `web` (a rollout at 2h30 replaces both), and of `late` from 3h on.
+pub fn pods() -> Vec<(&'static str, i64, i64)> {
+    let (rollout, end) = (T0 + 9000, T0 + HOURS * 3600);
+    vec![
+        ("web-6d4b8c7f9-bcdfg", T0, rollout),
+        ("web-6d4b8c7f9-hjklm", T0, rollout),
+        ("web-7c9d5b8f4-npqrs", rollout - 120, end),
+        ("web-7c9d5b8f4-tvwxz", rollout - 120, end),
+        ("late-5f6d7c8b9-bcdfg", T0 + 3 * 3600, end),
+    ]
+}
+
+/// Usage that varies: a slow wave, noise, a five-minute CPU spike at 1h10 on one pod, a memory
+/// climb before an OOM kill at 2h (kube-state-metrics reports it from then on).
+pub fn openmetrics() -> String {
+    let mut cpu = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    let mut mem = String::from("# TYPE container_memory_working_set_bytes gauge\n");
+    let mut oom = String::from("# TYPE kube_pod_container_status_last_terminated_reason gauge\n");
+    for (p, (pod, from, to)) in pods().into_iter().enumerate() {
+        let mut counter = 0.0;
+        let mut t = from;
+        while t <= to {
+            let i = (t - T0) / SCRAPE;
+            let noise = ((i * 7919 + p as i64 * 104_729) % 97) as f64 / 97.0;
+            let mut rate = 0.3 + 0.15 * ((i as f64) / 40.0 + p as f64).sin() + 0.1 * noise;
+            if p == 0 && (T0 + 4200..T0 + 4500).contains(&t) {
+                rate = 1.8;
+            }
+            counter += rate * SCRAPE as f64;
+            let labels = format!("namespace=\"shop\",pod=\"{pod}\",container=\"app\"");
+            writeln!(
+                cpu,
+                "container_cpu_usage_seconds_total{{{labels}}} {counter:.3} {t}"
+            )
+            .unwrap();
+            let mut bytes = 400e6 + 50e6 * noise + 20e6 * ((i as f64) / 25.0).cos();
+            if p == 1 && (T0 + 6600..T0 + 7200).contains(&t) {
+                bytes += (t - T0 - 6600) as f64 * 1e6;
+            }
+            writeln!(
+                mem,
+                "container_memory_working_set_bytes{{{labels}}} {bytes:.0} {t}"
+            )
+            .unwrap();
+            if p == 1 && t >= T0 + 7200 {
+                writeln!(
+                    oom,
+                    "kube_pod_container_status_last_terminated_reason{{{labels},reason=\"OOMKilled\"}} 1 {t}"
+                )
+                .unwrap();
+            }
+            t += SCRAPE;
+        }
+    }
+    format!("{cpu}{mem}{oom}# EOF\n")
+}
+
+/// (workload, cpu millicores, memory bytes) of every recommendation of a cycle.
+pub fn recommended(out: &CycleOutput) -> Vec<(String, Option<i64>, Option<i64>)> {
+    kerf::cli::bench::recommended_values(out)
+}
+
+pub fn close(a: Option<i64>, b: Option<i64>, rounding: u64) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.abs_diff(b) <= (b.unsigned_abs() / 100).max(rounding),
+        (a, b) => a == b,
+    }
+}
+
+/// The cluster's snapshot.
+pub fn snapshot() -> kerf::core::snapshot::Snapshot {
+    let mut m = kerf::sources::dir::Manifests::default();
+    let text = format!(
+        "{POLICY}{}{}",
+        deployment("web", 2, "2", "2Gi"),
+        deployment("late", 1, "1", "1Gi")
+    );
+    kerf::sources::dir::load_text(&text, "test", &mut m).unwrap();
+    m.snapshot
+}
+
+/// Asserts that the kept history's recommendations are the whole window's, within 1 % or the
+/// recipe's rounding (1 millicore, 1 MiB); returns how many were compared.
+pub fn assert_close(full: &CycleOutput, kept: &CycleOutput, at: jiff::Timestamp) -> usize {
+    let (want, got) = (recommended(full), recommended(kept));
+    assert_eq!(
+        want.iter().map(|w| &w.0).collect::<Vec<_>>(),
+        got.iter().map(|g| &g.0).collect::<Vec<_>>(),
+        "at {at}"
+    );
+    for (w, g) in want.iter().zip(&got) {
+        assert!(
+            close(g.1, w.1, 1) && close(g.2, w.2, 1 << 20),
+            "at {at}: {g:?} from the kept history, {w:?} from the whole window"
+        );
+    }
+    want.len()
+}
