@@ -10,6 +10,7 @@ use jiff::Timestamp;
 
 use crate::api::{OptionNames, PrometheusSettings};
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
+use crate::core::writes::{CheckpointWrite, WriteOp};
 use crate::metrics::prometheus::PrometheusSource;
 use crate::reconcile::{PROMETHEUS, record_query_health, serve_persisted};
 use crate::sources::kube::Reader;
@@ -133,7 +134,17 @@ pub struct ReconcileCycle {
     /// The CPU/memory usage history kept between this holder's cycles: a steady cycle asks
     /// Prometheus for the steps since the last one only (docs/metrics.md#incremental-history).
     history: crate::reconcile::History,
+    /// Whether the checkpoint was read back (once, before the first computing cycle).
+    history_loaded: bool,
+    /// When the history was last checkpointed, and what was written.
+    checkpointed: Option<(tokio::time::Instant, Vec<String>)>,
 }
+
+/// How often the Lease holder checkpoints the usage history: a new holder reads back at most
+/// this much less than the old one had, and asks Prometheus for the steps since.
+pub const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
+/// The largest checkpoint part (a ConfigMap holds at most 1 MiB).
+pub const CHECKPOINT_PART_BYTES: usize = 900_000;
 
 impl ReconcileCycle {
     pub fn new(
@@ -152,7 +163,59 @@ impl ReconcileCycle {
             source: None,
             next_compute: None,
             history: Default::default(),
+            history_loaded: false,
+            checkpointed: None,
         }
+    }
+
+    /// Reads the usage history's checkpoint back, once: a new Lease holder, or a restarted
+    /// kerf, asks Prometheus only for the steps since it. A checkpoint that cannot be read is
+    /// logged; the windows are read again (paced, docs/metrics.md).
+    async fn load_history(&mut self) {
+        if self.history_loaded {
+            return;
+        }
+        match self.reader.history_checkpoints().await {
+            Ok(parts) => {
+                let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+                for part in &parts {
+                    match serde_json::from_str(part) {
+                        Ok(c) => history.restore(c),
+                        Err(e) => tracing::warn!("usage history checkpoint unreadable: {e}"),
+                    }
+                }
+                tracing::info!(
+                    parts = parts.len(),
+                    workloads = history.cpu.len(),
+                    "usage history read back from its checkpoint"
+                );
+                self.history_loaded = true;
+            }
+            Err(e) => tracing::warn!("usage history checkpoint not read ({e}): retrying"),
+        }
+    }
+
+    /// The checkpoint of the usage history, every [`CHECKPOINT_INTERVAL`] and only when it
+    /// changed.
+    fn checkpoint_due(&mut self) -> Option<WriteOp> {
+        let now = tokio::time::Instant::now();
+        if self
+            .checkpointed
+            .as_ref()
+            .is_some_and(|(at, _)| now.duration_since(*at) < CHECKPOINT_INTERVAL)
+        {
+            return None;
+        }
+        let parts = {
+            let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+            crate::core::recommenders::resources::summary::checkpoints(
+                &history,
+                CHECKPOINT_PART_BYTES,
+            )
+        };
+        let unchanged = self.checkpointed.as_ref().is_some_and(|(_, p)| *p == parts);
+        self.checkpointed = Some((now, parts.clone()));
+        (!unchanged).then(|| WriteOp::Checkpoint(Box::new(CheckpointWrite { parts })))
     }
 
     /// Queries, engines and writes: the Lease holder's part.
@@ -184,6 +247,7 @@ impl ReconcileCycle {
                 }
             }
         }
+        self.load_history().await;
         if let Some((_, prom)) = &self.source {
             let recommendations = self.reader.recommendations();
             // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
@@ -205,7 +269,7 @@ impl ReconcileCycle {
                 self.store.health().record_error(PROMETHEUS, message);
             }
             drop(cycle);
-            for op in ops {
+            for op in ops.into_iter().chain(self.checkpoint_due()) {
                 if self.writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");
                 }

@@ -63,6 +63,8 @@ pub struct MemoryWriter {
     events: Vec<EventWrite>,
     /// (namespace, pod) → the requests an in-place resize set, laid over the pod's containers.
     resized_pods: HashMap<(Name, Name), ContainerRequests>,
+    /// The usage history's last checkpoint, in parts.
+    checkpoint: Vec<String>,
 }
 
 impl MemoryWriter {
@@ -140,6 +142,11 @@ impl MemoryWriter {
         &self.events
     }
 
+    /// The usage history's last checkpoint (what a restarted kerf reads back).
+    pub fn checkpoint(&self) -> &[String] {
+        &self.checkpoint
+    }
+
     pub fn policy_status(&self, id: &PolicyId) -> Option<&PolicyStatus> {
         self.policy_status.get(id)
     }
@@ -163,6 +170,8 @@ impl MemoryWriter {
                 if read_only => {}
             // The pod's replacement is admitted with the change: the replay's rollout.
             WriteOp::Evict(e) => self.event(e.event),
+            // kerf's own state, written under readOnly too (as its recommendations are).
+            WriteOp::Checkpoint(c) => self.checkpoint = c.parts,
             WriteOp::Resize(r) => {
                 for pod in &r.pods {
                     let key = (pod.namespace.as_str().into(), pod.pod.as_str().into());

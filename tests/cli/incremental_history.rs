@@ -28,3 +28,79 @@ async fn a_kept_history_gives_the_whole_window_answer_cycle_after_cycle() {
     let h = history.lock().unwrap();
     assert_eq!(h.containers.len(), 2, "web's and late's container");
 }
+
+/// A source that counts the whole-window queries and the longest step query it is asked.
+struct Watching {
+    inner: FileSource,
+    windows: std::sync::atomic::AtomicUsize,
+    longest_steps: std::sync::atomic::AtomicI64,
+}
+
+impl kerf::metrics::MetricSource for Watching {
+    async fn range_query(
+        &self,
+        q: &kerf::metrics::RangeQuery,
+    ) -> Result<kerf::metrics::SeriesSet, kerf::metrics::MetricError> {
+        self.inner.range_query(q).await
+    }
+
+    async fn window_query(
+        &self,
+        q: &kerf::metrics::WindowQuery,
+    ) -> Result<kerf::metrics::WindowSet, kerf::metrics::MetricError> {
+        self.windows
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.window_query(q).await
+    }
+
+    async fn step_query(
+        &self,
+        q: &kerf::metrics::window::StepQuery,
+    ) -> Result<kerf::metrics::window::StepSet, kerf::metrics::MetricError> {
+        self.longest_steps
+            .fetch_max(q.to - q.from, std::sync::atomic::Ordering::SeqCst);
+        self.inner.step_query(q).await
+    }
+}
+
+/// A kerf restarted with the checkpoint of the history (its writer carried it) reads no window
+/// again: its first cycle asks only for the steps since the checkpoint, and recommends as the
+/// whole window does.
+#[tokio::test]
+async fn a_restart_with_the_checkpoint_reads_no_window_again() {
+    use kerf::core::recommenders::resources::summary::{HistoryStore, checkpoints};
+    let snapshot = snapshot();
+    let source = FileSource::from_str(&openmetrics()).unwrap();
+    let history = Arc::new(Mutex::new(HistoryStore::default()));
+    let before = jiff::Timestamp::from_second(T0 + 4 * 3600).unwrap();
+    run_cycle_keeping(&snapshot, &source, before, SCRAPE, Some(&history)).await;
+    let saved = checkpoints(&history.lock().unwrap(), 1 << 20);
+    assert!(!saved.is_empty());
+
+    let mut restored = HistoryStore::default();
+    for c in &saved {
+        restored.restore(serde_json::from_str(c).unwrap());
+    }
+    let restored = Arc::new(Mutex::new(restored));
+    let watching = Watching {
+        inner: FileSource::from_str(&openmetrics()).unwrap(),
+        windows: Default::default(),
+        longest_steps: Default::default(),
+    };
+    let now = jiff::Timestamp::from_second(T0 + 4 * 3600 + 120).unwrap();
+    let kept = run_cycle_keeping(&snapshot, &watching, now, SCRAPE, Some(&restored)).await;
+    assert_eq!(
+        watching.windows.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no whole-window query"
+    );
+    let longest = watching
+        .longest_steps
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        longest <= 120,
+        "only the steps since the checkpoint: {longest} s"
+    );
+    let full = run_cycle(&snapshot, &source, now, SCRAPE).await;
+    assert_eq!(assert_close(&full, &kept, now), 2);
+}

@@ -11,6 +11,7 @@ mod prometheus_support;
 
 mod gitops_conflict_kube;
 mod hpa_coordination_kube;
+mod kube_checkpoint;
 mod kube_lease;
 mod kube_owners;
 mod kube_prometheus_connection;

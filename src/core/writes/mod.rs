@@ -18,9 +18,9 @@ pub use fields::{
     workload_body,
 };
 pub use ops::{
-    ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations, HpaTarget, Kept,
-    PlanWarning, PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind, RestoreWrite,
-    WorkloadWrite, WriteOp,
+    CheckpointWrite, ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations,
+    HpaTarget, Kept, PlanWarning, PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind,
+    RestoreWrite, WorkloadWrite, WriteOp,
 };
 pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, rolled_back};
 pub use recommendation::{

@@ -447,6 +447,15 @@ pub enum WriteOp {
     /// One running pod of a workload whose template another controller owns, evicted through
     /// the Eviction API (docs/workloads.md).
     Evict(Box<EvictWrite>),
+    /// The usage history's checkpoint, in parts (docs/metrics.md#incremental-history).
+    Checkpoint(Box<CheckpointWrite>),
+}
+
+/// The usage history's checkpoint: each part's JSON, written as ConfigMap
+/// `kerf-history-<index>` in kerf's namespace; parts beyond these are removed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointWrite {
+    pub parts: Vec<String>,
 }
 
 /// One eviction of this cycle.
@@ -490,6 +499,7 @@ impl WriteOp {
             WriteOp::Warning(w) => w.workload.to_string(),
             WriteOp::Resize(r) => r.workload.to_string(),
             WriteOp::Evict(e) => e.workload.to_string(),
+            WriteOp::Checkpoint(_) => "usage history checkpoint".to_string(),
         }
     }
 }

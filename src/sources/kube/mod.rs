@@ -1421,6 +1421,39 @@ impl Reader {
         }
     }
 
+    /// The usage history's checkpoint parts in kerf's own namespace (ConfigMaps
+    /// `kerf-history-<index>`), in index order; none without an own namespace.
+    pub async fn history_checkpoints(&self) -> Result<Vec<String>, ::kube::Error> {
+        use crate::core::recommenders::resources::summary::{
+            HISTORY_CONFIGMAP_PREFIX, HISTORY_KEY, HISTORY_LABEL, HISTORY_LABEL_VALUE,
+        };
+        let Some(ns) = &self.own_namespace else {
+            return Ok(Vec::new());
+        };
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.inner.client.clone(), ns);
+        let lp = ::kube::api::ListParams::default()
+            .labels(&format!("{HISTORY_LABEL}={HISTORY_LABEL_VALUE}"));
+        let mut parts: Vec<(usize, String)> = api
+            .list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|cm| {
+                let index = cm
+                    .metadata
+                    .name
+                    .as_deref()?
+                    .strip_prefix(HISTORY_CONFIGMAP_PREFIX)?
+                    .parse()
+                    .ok()?;
+                Some((index, cm.data?.remove(HISTORY_KEY)?))
+            })
+            .collect();
+        parts.sort();
+        Ok(parts.into_iter().map(|(_, p)| p).collect())
+    }
+
     /// Every RightsizingRecommendation kerf wrote (previous HPA targets, original requests).
     pub fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.inner.kerf.recommendations.valid()

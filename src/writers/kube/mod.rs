@@ -38,7 +38,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::{Value, json};
@@ -56,6 +56,9 @@ use crate::core::model::{
 use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
 
 use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
+use crate::core::recommenders::resources::summary::{
+    HISTORY_CONFIGMAP_PREFIX, HISTORY_KEY, HISTORY_LABEL, HISTORY_LABEL_VALUE,
+};
 use crate::core::writes::*;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -429,6 +432,7 @@ impl Task {
             }
             WriteOp::Resize(r) => self.resize(&r).await,
             WriteOp::Evict(e) => self.evict(&e).await,
+            WriteOp::Checkpoint(c) => self.checkpoint(&c).await,
             WriteOp::Workload(w) => self.write_workload(&w).await,
             WriteOp::Restart(key) => self.restart(&key).await.map(|()| 1),
             WriteOp::Coordinated(c) => self.coordinated(&c).await,
@@ -594,6 +598,46 @@ impl Task {
     /// One eviction through the Eviction API (`pods/<name>/eviction`): a PodDisruptionBudget
     /// that forbids it now answers 429, which is counted and left for the next turn (never
     /// retried here, never forced). The Event follows an eviction that went through.
+    /// The usage history's checkpoint: ConfigMaps `kerf-history-<index>` in kerf's namespace
+    /// (server-side apply as `kerf`), then those of higher index removed.
+    async fn checkpoint(&mut self, c: &CheckpointWrite) -> Result<usize, CallError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.cfg.namespace);
+        let params = apply_params();
+        for (i, part) in c.parts.iter().enumerate() {
+            let name = format!("{HISTORY_CONFIGMAP_PREFIX}{i}");
+            let body = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.cfg.namespace,
+                             "labels": {HISTORY_LABEL: HISTORY_LABEL_VALUE}},
+                "data": {HISTORY_KEY: part},
+            });
+            let patch = Patch::Apply(&body);
+            self.call(None, &format!("checkpoint {name}"), || {
+                api.patch(&name, &params, &patch)
+            })
+            .await?;
+        }
+        let lp = ::kube::api::ListParams::default()
+            .labels(&format!("{HISTORY_LABEL}={HISTORY_LABEL_VALUE}"));
+        let listed = self
+            .call(None, "list checkpoints", || api.list_metadata(&lp))
+            .await?;
+        let mut removed = 0;
+        for cm in listed.items {
+            let name = cm.metadata.name.unwrap_or_default();
+            let index = name
+                .strip_prefix(HISTORY_CONFIGMAP_PREFIX)
+                .and_then(|i| i.parse::<usize>().ok());
+            if index.is_some_and(|i| i >= c.parts.len()) {
+                let dp = ::kube::api::DeleteParams::default();
+                self.call(None, &format!("remove {name}"), || api.delete(&name, &dp))
+                    .await?;
+                removed += 1;
+            }
+        }
+        Ok(c.parts.len() + removed)
+    }
+
     async fn evict(&self, e: &EvictWrite) -> Result<usize, CallError> {
         let count = |outcome: &str| {
             self.cfg

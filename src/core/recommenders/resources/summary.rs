@@ -379,6 +379,109 @@ impl HistoryStore {
     }
 }
 
+/// One workload's history as a checkpoint keeps it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkloadHistory {
+    pub namespace: String,
+    /// `<Kind>/<name>`.
+    pub workload: String,
+    pub cpu: Coverage,
+    pub memory: Coverage,
+    /// By container name.
+    pub containers: std::collections::BTreeMap<String, ContainerHistory>,
+}
+
+/// The usage history's checkpoint ConfigMaps: `kerf-history-<index>` in kerf's namespace, the
+/// label that finds them, the key of each part's JSON.
+pub const HISTORY_CONFIGMAP_PREFIX: &str = "kerf-history-";
+pub const HISTORY_LABEL: &str = "app.kubernetes.io/component";
+pub const HISTORY_LABEL_VALUE: &str = "kerf-history";
+pub const HISTORY_KEY: &str = "history.json";
+
+/// The format of a checkpoint's content; another one is not read (the windows are read again).
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// A part of the history, as written to the cluster (docs/metrics.md#incremental-history).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Checkpoint {
+    pub version: u32,
+    pub workloads: Vec<WorkloadHistory>,
+}
+
+impl HistoryStore {
+    /// Every workload whose both grids are covered, in (namespace, workload) order.
+    pub fn workload_histories(&self) -> Vec<WorkloadHistory> {
+        let mut out: std::collections::BTreeMap<(String, String), WorkloadHistory> =
+            std::collections::BTreeMap::new();
+        for (key, cpu) in &self.cpu {
+            let Some(memory) = self.memory.get(key) else {
+                continue;
+            };
+            out.insert(
+                key.clone(),
+                WorkloadHistory {
+                    namespace: key.0.clone(),
+                    workload: key.1.clone(),
+                    cpu: *cpu,
+                    memory: *memory,
+                    containers: Default::default(),
+                },
+            );
+        }
+        for ((ns, w, c), h) in &self.containers {
+            if let Some(wh) = out.get_mut(&(ns.clone(), w.clone())) {
+                wh.containers.insert(c.clone(), h.clone());
+            }
+        }
+        out.into_values().collect()
+    }
+
+    /// Adds the workloads of a checkpoint (a workload already here is replaced).
+    pub fn restore(&mut self, checkpoint: Checkpoint) {
+        if checkpoint.version != CHECKPOINT_VERSION {
+            return;
+        }
+        for w in checkpoint.workloads {
+            let key = (w.namespace.clone(), w.workload.clone());
+            self.forget(std::slice::from_ref(&key));
+            self.cpu.insert(key.clone(), w.cpu);
+            self.memory.insert(key.clone(), w.memory);
+            for (c, h) in w.containers {
+                self.containers
+                    .insert((w.namespace.clone(), w.workload.clone(), c), h);
+            }
+        }
+    }
+}
+
+/// The history in checkpoints of at most `max_bytes` of JSON each (a ConfigMap holds 1 MiB),
+/// a workload never split; each with its JSON.
+pub fn checkpoints(history: &HistoryStore, max_bytes: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut part: Vec<WorkloadHistory> = Vec::new();
+    let mut size = 0;
+    let json = |workloads: Vec<WorkloadHistory>| {
+        serde_json::to_string(&Checkpoint {
+            version: CHECKPOINT_VERSION,
+            workloads,
+        })
+        .expect("a history serializes")
+    };
+    for w in history.workload_histories() {
+        let len = serde_json::to_string(&w).map_or(0, |s| s.len());
+        if !part.is_empty() && size + len > max_bytes {
+            out.push(json(std::mem::take(&mut part)));
+            size = 0;
+        }
+        size += len;
+        part.push(w);
+    }
+    if !part.is_empty() {
+        out.push(json(part));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,6 +549,51 @@ mod tests {
         h.remove(2.0);
         assert!(h.is_empty());
         assert_eq!(h.quantile(0.5), None);
+    }
+
+    #[test]
+    fn checkpoints_restore_the_history_they_were_made_of() {
+        let mut h = HistoryStore::default();
+        for (w, n) in [("Deployment/web", 3), ("Deployment/api", 1)] {
+            let key = ("shop".to_string(), w.to_string());
+            let c = Coverage {
+                window_seconds: 3600,
+                step_seconds: 60,
+                through: 6000,
+            };
+            h.cpu.insert(key.clone(), c);
+            h.memory.insert(key.clone(), c);
+            let mut ch = ContainerHistory::default();
+            for i in 0..n * 100 {
+                ch.add(
+                    &format!("pod-{}", i % n),
+                    Series::Cpu,
+                    i * 60,
+                    0.1 + i as f64 * 0.01,
+                );
+                ch.add(&format!("pod-{}", i % n), Series::Memory, i * 60, 1e8);
+            }
+            ch.oom_at(1200);
+            h.containers.insert((key.0, key.1, "app".into()), ch);
+        }
+        let parts = checkpoints(&h, 1);
+        assert_eq!(
+            parts.len(),
+            2,
+            "one workload per part at this size, none split"
+        );
+        let mut back = HistoryStore::default();
+        for p in parts {
+            back.restore(serde_json::from_str(&p).unwrap());
+        }
+        assert_eq!(back.workload_histories(), h.workload_histories());
+        let stale = Checkpoint {
+            version: CHECKPOINT_VERSION + 1,
+            workloads: h.workload_histories(),
+        };
+        let mut other = HistoryStore::default();
+        other.restore(stale);
+        assert!(other.cpu.is_empty(), "another format is not read");
     }
 
     #[test]
