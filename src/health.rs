@@ -31,6 +31,8 @@ struct State {
     caches: Option<(BTreeSet<&'static str>, usize)>,
     /// Workloads whose state was read back from their annotations (in-cluster only).
     read_back: Option<usize>,
+    /// The usage history's progress: (workloads kept, workloads still to read their window).
+    history: Option<(usize, usize)>,
     /// Dependency → its last error and when it happened; cleared when it works again.
     errors: BTreeMap<String, (String, Instant)>,
 }
@@ -51,6 +53,12 @@ impl Health {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How far the usage history is (docs/metrics.md#incremental-history): `kept` workloads
+    /// read, `reading` still to read their window (shown on `/readyz`; it holds no readiness).
+    pub fn history_progress(&self, kept: usize, reading: usize) {
+        self.state().history = Some((kept, reading));
     }
 
     /// Readiness waits for `what` (shown on `/readyz` while not ready).
@@ -164,6 +172,15 @@ impl Health {
                 (None, None) => out.push_str("not ready: recommendations not loaded yet\n"),
             }
         }
+        if let Some((kept, reading)) = st.history {
+            let _ = match reading {
+                0 => writeln!(out, "usage history: {kept} workloads kept"),
+                n => writeln!(
+                    out,
+                    "usage history: {kept} workloads kept, {n} reading their window (the window queries answer them meanwhile)"
+                ),
+            };
+        }
         if !st.errors.is_empty() {
             out.push_str("last errors:\n");
             // Dependencies failing the same way (the API server unreachable) share one line.
@@ -270,6 +287,22 @@ impl LogLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readiness_says_how_far_the_usage_history_is() {
+        let h = Health::new();
+        h.history_progress(120, 30);
+        let (_, body) = h.readiness(true);
+        assert_eq!(
+            body,
+            "ready\nusage history: 120 workloads kept, 30 reading their window (the window queries answer them meanwhile)\n"
+        );
+        h.history_progress(150, 0);
+        assert_eq!(
+            h.readiness(true).1,
+            "ready\nusage history: 150 workloads kept\n"
+        );
+    }
 
     #[test]
     fn readiness_names_the_unsynced_caches_the_read_back_and_the_last_errors() {

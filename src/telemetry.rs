@@ -46,6 +46,12 @@ pub struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HistoryLabels {
+    /// `kept` or `reading`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResizeLabels {
     /// `accepted`, `refused` (by the API server), `infeasible`, `timed_out` (deferred or in
     /// progress beyond its bound), `fallback` (any other reason to roll out instead).
@@ -111,6 +117,8 @@ pub struct Metrics {
     pub watch_errors: Family<WatchErrorLabels, Counter>,
     pub field_takebacks: Family<ManagerLabel, Counter>,
     pub conflict_blocked_workloads: Gauge,
+    /// The usage history: workloads kept, and still reading their window.
+    pub history_workloads: Family<HistoryLabels, Gauge>,
     pub connections_closed: Family<ConnectionCloseLabels, Counter>,
     pub connections_open: Family<ListenerLabel, Gauge>,
     pub connections_max: Family<ListenerLabel, Gauge>,
@@ -176,6 +184,7 @@ impl Metrics {
             watch_errors: Family::default(),
             field_takebacks: Family::default(),
             conflict_blocked_workloads: Gauge::default(),
+            history_workloads: Family::default(),
             connections_closed: Family::default(),
             connections_open: Family::default(),
             connections_max: Family::default(),
@@ -276,6 +285,12 @@ impl Metrics {
             "kerf_field_takebacks",
             "Fields kerf set that another field manager took back, counted by the Lease holder, by manager",
             self.field_takebacks.clone(),
+        );
+        r.register(
+            "kerf_usage_history_workloads",
+            "Workloads whose CPU/memory usage history the Lease holder keeps (state=kept), or that \
+             still read their whole window once (state=reading)",
+            self.history_workloads.clone(),
         );
         r.register(
             "kerf_conflict_blocked_workloads",

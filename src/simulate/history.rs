@@ -288,6 +288,14 @@ impl<S: MetricSource> MetricSource for HistorySource<'_, S> {
         self.inner.window_query(query).await
     }
 
+    /// The kept usage history's steps, asked of the source itself as window queries are.
+    async fn step_query(
+        &self,
+        query: &crate::metrics::window::StepQuery,
+    ) -> Result<crate::metrics::window::StepSet, MetricError> {
+        self.inner.step_query(query).await
+    }
+
     fn coverage(&self) -> Option<(Timestamp, Timestamp)> {
         self.inner.coverage()
     }

@@ -26,7 +26,7 @@ use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::promql::LabelMatcher;
 use crate::metrics::{MetricSource, RangeQuery, SeriesSet};
-use crate::reconcile::standalone::in_memory_cycle;
+use crate::reconcile::standalone::in_memory_cycle_keeping;
 use crate::sources::dir::Manifests;
 use crate::state::Store;
 use crate::writers::memory::MemoryWriter;
@@ -933,9 +933,11 @@ pub async fn run<S: MetricSource>(
     // The objects as the last tick's writes left them (overlaying kerf's writes again is a
     // no-op), with the simulated pods: no fresh copy of the manifests per tick.
     let mut current = base.clone();
+    // Kept between ticks as a Lease holder keeps it: each tick asks for the steps since the last.
+    let usage: crate::reconcile::History = Default::default();
     for (ti, &tick) in ticks.iter().enumerate() {
         current.pods = replay.pods.sim.clone();
-        let (after, cycle, _) = in_memory_cycle(
+        let (after, cycle, _) = in_memory_cycle_keeping(
             &mut writer,
             current,
             &invalid,
@@ -943,6 +945,7 @@ pub async fn run<S: MetricSource>(
             tick,
             opts.step_seconds,
             &store,
+            Some(&usage),
         )
         .await;
         for (policy, e) in cycle.query_failures() {
