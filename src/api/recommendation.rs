@@ -182,7 +182,8 @@ pub struct EvictionStatus {
     /// The pod it asked to evict then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_evicted_pod: Option<String>,
-    /// Why no pod is evicted now (`NotAllReady`, `Paced`), when one is due.
+    /// Why no pod is evicted now (`NotAllReady`, `Paced`, `EvictionRefused`: the pod last
+    /// asked is still running, refused by a PodDisruptionBudget), when one is due.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
 }

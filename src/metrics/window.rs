@@ -57,9 +57,9 @@ pub fn pod_name_suffix(kind: WorkloadKind) -> String {
             format!("-(?:head(?:-{SAFE}{{5}})?|[a-z0-9.-]+-worker-{SAFE}{{5}})")
         }
         // Its RayCluster `<service>-raycluster-<5>` (or `<service>-<5>`), that cluster's pods.
-        WorkloadKind::RayService => {
-            format!("(?:-raycluster)?-{SAFE}{{5}}-(?:head|[a-z0-9.-]+-worker)-{SAFE}{{5}}")
-        }
+        WorkloadKind::RayService => format!(
+            "(?:-raycluster)?-{SAFE}{{5}}-(?:head(?:-{SAFE}{{5}})?|[a-z0-9.-]+-worker-{SAFE}{{5}})"
+        ),
         // PodClique `<set>-<replica>-<clique>`, its pods `<clique>-<5>`.
         WorkloadKind::PodCliqueSet => format!("-(?:0|[1-9][0-9]*)-[a-z0-9.-]+-{SAFE}{{5}}"),
         // A listed kind's controller names its pods as it does: any suffix after a dash.
@@ -588,6 +588,34 @@ mod tests {
         assert!(matches(Job, "load-3-x2x4z", "load"));
         assert!(matches(CronJob, "nightly-29430000-x2x4z", "nightly"));
         assert!(!matches(CronJob, "nightly-x2x4z", "nightly"));
+        // KubeRay: a RayService's cluster, its head (random or deterministic name) and workers.
+        assert!(matches(
+            RayService,
+            "svc-raycluster-bcdfg-head-x2x4z",
+            "svc"
+        ));
+        assert!(matches(RayService, "svc-raycluster-bcdfg-head", "svc"));
+        assert!(matches(
+            RayService,
+            "svc-raycluster-bcdfg-gpu-worker-x2x4z",
+            "svc"
+        ));
+        assert!(!matches(
+            RayService,
+            "svc-raycluster-bcdfg-gpu-worker",
+            "svc"
+        ));
+        // KServe: the predictor only (a transformer is a workload of its own).
+        assert!(matches(
+            InferenceService,
+            "llm-predictor-6f9c8d7b5-x2x4z",
+            "llm"
+        ));
+        assert!(!matches(
+            InferenceService,
+            "llm-transformer-6f9c8d7b5-x2x4z",
+            "llm"
+        ));
     }
 
     #[test]

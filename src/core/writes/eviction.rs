@@ -19,6 +19,9 @@ pub const EVICTION_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
 /// Why no pod is evicted now although one is due.
 pub const WAITING_NOT_ALL_READY: &str = "NotAllReady";
 pub const WAITING_PACED: &str = "Paced";
+/// The pod last asked is still running with the old requests, its interval not over: the
+/// eviction was refused (a PodDisruptionBudget's 429) or failed; it is asked again once paced.
+pub const WAITING_REFUSED: &str = "EvictionRefused";
 
 /// One eviction to ask for.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,7 +122,18 @@ pub fn plan_eviction(
         };
     }
     if !paced(status.last_eviction_time.as_deref(), now) {
-        status.waiting = Some(WAITING_PACED.into());
+        let refused = status
+            .last_evicted_pod
+            .as_deref()
+            .is_some_and(|last| due.iter().any(|p| p.metadata.name.as_deref() == Some(last)));
+        status.waiting = Some(
+            if refused {
+                WAITING_REFUSED
+            } else {
+                WAITING_PACED
+            }
+            .into(),
+        );
         return EvictionPlan {
             evict: None,
             status,
@@ -230,10 +244,21 @@ mod tests {
             Some("2026-07-01T12:00:00Z")
         );
 
+        // llm-a evicted and replaced (its replacement admitted with the change): paced.
         let later = at("2026-07-01T12:02:00Z");
-        let p2 = plan_eviction(&[&a, &b], Some(2), &cpu(250), Some(&p.status), later);
+        let replaced = pod("llm-a-new", "250m", true);
+        let p2 = plan_eviction(&[&a, &replaced], Some(2), &cpu(250), Some(&p.status), later);
         assert!(p2.evict.is_none());
         assert_eq!(p2.status.waiting.as_deref(), Some(WAITING_PACED));
+
+        // llm-a still running with the old requests: the eviction was refused (429), said so,
+        // and asked again once the interval is over — never forced sooner.
+        let refused = plan_eviction(&[&a, &b], Some(2), &cpu(250), Some(&p.status), later);
+        assert!(refused.evict.is_none());
+        assert_eq!(refused.status.waiting.as_deref(), Some(WAITING_REFUSED));
+        let retry = at("2026-07-01T12:05:00Z");
+        let again = plan_eviction(&[&a, &b], Some(2), &cpu(250), Some(&p.status), retry);
+        assert_eq!(again.evict.as_ref().unwrap().pod, "llm-a");
 
         let unready = pod("llm-a", "250m", false);
         let p3 = plan_eviction(&[&a, &unready], Some(2), &cpu(250), None, now);
