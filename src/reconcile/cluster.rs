@@ -136,8 +136,8 @@ pub struct ReconcileCycle {
     history: crate::reconcile::History,
     /// Whether the checkpoint was read back (once, before the first computing cycle).
     history_loaded: bool,
-    /// When the history was last checkpointed, and what was written.
-    checkpointed: Option<(tokio::time::Instant, Vec<String>)>,
+    /// When the history was last checkpointed, and a hash of what was written.
+    checkpointed: Option<(tokio::time::Instant, u64)>,
 }
 
 /// How often the Lease holder checkpoints the usage history: a new holder reads back at most
@@ -234,8 +234,14 @@ impl ReconcileCycle {
                 CHECKPOINT_PART_BYTES,
             )
         };
-        let unchanged = self.checkpointed.as_ref().is_some_and(|(_, p)| *p == parts);
-        self.checkpointed = Some((now, parts.clone()));
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            parts.hash(&mut h);
+            h.finish()
+        };
+        let unchanged = self.checkpointed.is_some_and(|(_, p)| p == hash);
+        self.checkpointed = Some((now, hash));
         (!unchanged).then(|| WriteOp::Checkpoint(Box::new(CheckpointWrite { parts })))
     }
 

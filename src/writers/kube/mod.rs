@@ -595,9 +595,6 @@ impl Task {
         Err(e)
     }
 
-    /// One eviction through the Eviction API (`pods/<name>/eviction`): a PodDisruptionBudget
-    /// that forbids it now answers 429, which is counted and left for the next turn (never
-    /// retried here, never forced). The Event follows an eviction that went through.
     /// The usage history's checkpoint: ConfigMaps `kerf-history-<index>` in kerf's namespace
     /// (server-side apply as `kerf`), then those of higher index removed.
     async fn checkpoint(&mut self, c: &CheckpointWrite) -> Result<usize, CallError> {
@@ -638,6 +635,9 @@ impl Task {
         Ok(c.parts.len() + removed)
     }
 
+    /// One eviction through the Eviction API (`pods/<name>/eviction`): a PodDisruptionBudget
+    /// that forbids it now answers 429, which is counted and left for the next turn (never
+    /// retried here, never forced). The Event follows an eviction that went through.
     async fn evict(&self, e: &EvictWrite) -> Result<usize, CallError> {
         let count = |outcome: &str| {
             self.cfg

@@ -23,11 +23,16 @@ pub const BACKFILL_WORKLOADS_PER_QUERY: usize = 25;
 /// Which steps a step query asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
-    /// New steps (or the whole window): added.
+    /// New settled steps (or the whole window): kept.
     New,
+    /// The steps too young to be final: counted this cycle only, read again the next.
+    Fresh,
     /// Steps that left the window: taken out.
     Expired,
 }
+
+/// Prometheus answers at most 11,000 points per series: longer intervals are asked in parts.
+const MAX_STEPS_PER_QUERY: i64 = 10_000;
 
 /// How a group of workloads of one batch is asked this cycle.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +48,9 @@ pub struct Group {
     /// The CPU percentile as a quantile.
     pub quantile: f64,
     pub now: i64,
+    /// Its workloads' selectors: a pod of the history none selects any more (one selected by
+    /// name, deleted) no longer counts, as in the window query.
+    pub selectors: Vec<WorkloadSelector>,
 }
 
 /// The workloads of `selectors` grouped by what they ask this cycle (the same steps on both
@@ -85,21 +93,32 @@ pub fn group_of(
                         history_window,
                         quantile: spec.resources.cpu.clone().unwrap_or_default().percentile / 100.0,
                         now,
+                        selectors: Vec::new(),
                     },
                     Vec::new(),
                 )
             });
         g.0.workloads.push(key);
+        g.0.selectors.push(s.clone());
         g.1.push(i);
     }
     groups.into_values().collect()
 }
 
 fn backfill(now: i64, window: i64, step: i64) -> Asked {
-    Asked::Backfill {
-        from: now - window,
-        to: now.div_euclid(step) * step,
+    summary::steps_to_ask(None, window, step, now)
+}
+
+/// `(from, to]` in parts of at most [`MAX_STEPS_PER_QUERY`] steps of `step`.
+fn parts(from: i64, to: i64, step: i64) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < to {
+        let end = (at + MAX_STEPS_PER_QUERY * step).min(to);
+        out.push((at, end));
+        at = end;
     }
+    out
 }
 
 impl Group {
@@ -149,18 +168,29 @@ impl Group {
                     },
                 )
             };
-            match asked {
-                Asked::Backfill { from, to } => out.push(step((from, to), Part::New)),
-                Asked::Steady { new, expired } => {
-                    out.push(step(new, Part::New));
-                    // An OOM kill is remembered by its last step: nothing to take out.
-                    if matches!(
-                        signal,
-                        RsSignal::Cpu | RsSignal::Throttled | RsSignal::Memory
-                    ) {
-                        out.push(step(expired, Part::Expired));
-                    }
-                }
+            // An OOM kill is remembered by its last step: nothing to take out.
+            let expires = matches!(
+                signal,
+                RsSignal::Cpu | RsSignal::Throttled | RsSignal::Memory
+            );
+            let grid = match signal {
+                RsSignal::Cpu | RsSignal::Throttled => self.cpu_grid.1,
+                _ => self.memory_grid.1,
+            };
+            let (new, fresh, expired) = match asked {
+                Asked::Backfill { from, to, fresh } => ((from, to), (to, fresh), None),
+                Asked::Steady {
+                    new,
+                    fresh,
+                    expired,
+                } => (new, (new.1, fresh), Some(expired).filter(|_| expires)),
+            };
+            for range in parts(new.0, new.1, grid) {
+                out.push(step(range, Part::New));
+            }
+            out.push(step(fresh, Part::Fresh));
+            for range in expired.map(|(a, b)| parts(a, b, grid)).unwrap_or_default() {
+                out.push(step(range, Part::Expired));
             }
         }
         out
@@ -192,21 +222,50 @@ impl Group {
             let c = history.containers.entry(key).or_default();
             for &(t, v) in &pod.steps {
                 match (signal, part) {
-                    (RsSignal::Cpu, Part::New) => c.add(&pod.pod, Series::Cpu, t, v),
+                    (RsSignal::Cpu, Part::New | Part::Fresh) => c.add(&pod.pod, Series::Cpu, t, v),
                     (RsSignal::Cpu, Part::Expired) => c.remove(&pod.pod, Series::Cpu, v),
-                    (RsSignal::Throttled, Part::New) => c.add(&pod.pod, Series::Throttled, t, v),
+                    (RsSignal::Throttled, Part::New | Part::Fresh) => {
+                        c.add(&pod.pod, Series::Throttled, t, v)
+                    }
                     (RsSignal::Throttled, Part::Expired) => {
                         c.remove(&pod.pod, Series::Throttled, v)
                     }
                     // A backfill reads the working set over the history's window: the steps
                     // before the memory window only say since when there is history.
                     (RsSignal::Memory, Part::New) if t <= mem_from => c.seen(&pod.pod, t),
-                    (RsSignal::Memory, Part::New) => c.add(&pod.pod, Series::Memory, t, v),
+                    (RsSignal::Memory, Part::New | Part::Fresh) => {
+                        c.add(&pod.pod, Series::Memory, t, v)
+                    }
                     (RsSignal::Memory, Part::Expired) => c.remove(&pod.pod, Series::Memory, v),
-                    (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New) if v > 0.0 => {
+                    (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New | Part::Fresh)
+                        if v > 0.0 =>
+                    {
                         c.oom_at(t)
                     }
                     _ => {}
+                }
+            }
+        }
+    }
+
+    /// Takes a [`Part::Fresh`] answer out again once the cycle's values are read: its steps are
+    /// read again, settled, the next cycle.
+    pub fn unfold_fresh(&self, history: &mut HistoryStore, signal: RsSignal, set: &StepSet) {
+        let series = match signal {
+            RsSignal::Cpu => Series::Cpu,
+            RsSignal::Throttled => Series::Throttled,
+            RsSignal::Memory => Series::Memory,
+            _ => return,
+        };
+        for pod in &set.steps {
+            let key = (
+                pod.key.namespace.clone(),
+                pod.key.workload.clone(),
+                pod.key.container.clone(),
+            );
+            if let Some(c) = history.containers.get_mut(&key) {
+                for &(_, v) in &pod.steps {
+                    c.remove(&pod.pod, series, v);
                 }
             }
         }
@@ -216,16 +275,14 @@ impl Group {
     pub fn cover(&self, history: &mut HistoryStore) {
         let (cpu_window, cpu_step) = self.cpu_grid;
         let (mem_window, mem_step) = self.memory_grid;
-        let through = |a: Asked| match a {
-            Asked::Backfill { to, .. } | Asked::Steady { new: (_, to), .. } => to,
-        };
         for w in &self.workloads {
             history.cpu.insert(
                 w.clone(),
                 Coverage {
                     window_seconds: cpu_window,
                     step_seconds: cpu_step,
-                    through: through(self.cpu),
+                    since: self.now - cpu_window,
+                    through: self.cpu.through(),
                 },
             );
             history.memory.insert(
@@ -233,7 +290,8 @@ impl Group {
                 Coverage {
                     window_seconds: mem_window,
                     step_seconds: mem_step,
-                    through: through(self.memory),
+                    since: self.now - mem_window,
+                    through: self.memory.through(),
                 },
             );
         }
@@ -251,10 +309,15 @@ impl Group {
         let mem_step = self.memory_grid.1;
         let first_step = (history_from.div_euclid(mem_step) + 1) * mem_step;
         let oom_from = self.now - self.memory_grid.0;
+        let owners = self.owners();
         let mut out = Vec::new();
         for ((ns, w, container), c) in history.containers.iter_mut() {
             if !workloads.contains(&(ns.as_str(), w.as_str())) {
                 continue;
+            }
+            if let Some(owners) = &owners {
+                c.pods
+                    .retain(|pod, _| owners.workload(ns, pod).as_deref() == Some(w.as_str()));
             }
             c.forget_before(history_from);
             let key = WindowKey {
@@ -279,9 +342,28 @@ impl Group {
                 c.oom_killed_since(oom_from).then_some(1.0),
             );
         }
-        history
-            .containers
-            .retain(|_, c| !c.pods.is_empty() || c.last_oom.is_some_and(|t| t > oom_from));
+        history.containers.retain(|(ns, w, _), c| {
+            !workloads.contains(&(ns.as_str(), w.as_str()))
+                || !c.pods.is_empty()
+                || c.last_oom.is_some_and(|t| t > oom_from)
+        });
         out
+    }
+
+    /// Which workload each pod belongs to, as the group's queries select them.
+    fn owners(&self) -> Option<crate::metrics::window::PodOwners> {
+        let q = crate::metrics::WindowQuery {
+            metric: String::new(),
+            aggregate: crate::metrics::WindowAggregate::Peak,
+            matchers: Vec::new(),
+            namespace_label: String::new(),
+            pod_label: String::new(),
+            container_label: String::new(),
+            workloads: self.selectors.clone(),
+            at: jiff::Timestamp::UNIX_EPOCH,
+            window_seconds: 1,
+            step_seconds: 1,
+        };
+        crate::metrics::window::PodOwners::new(&q).ok()
     }
 }

@@ -438,6 +438,7 @@ fn plan_batches(
                             .iter()
                             .map(|(_, s)| (s.namespace.clone(), s.label()))
                             .collect(),
+                        selectors: part.iter().map(|(_, s)| s.clone()).collect(),
                         ..group.clone()
                     };
                     push_step_batch(out, snapshot, pi, group, part, now, step_seconds);
@@ -545,6 +546,9 @@ pub struct RsAnswers {
     failed: HashSet<usize>,
     /// Incremental-history groups a failed query left incomplete.
     failed_groups: HashSet<usize>,
+    /// The step answers folded once the cycle's answers are all in (a steady group's, which
+    /// are small, and every fresh part), by plan query index.
+    pending_steps: Vec<(usize, crate::metrics::window::StepSet)>,
 }
 
 impl RsAnswers {
@@ -563,8 +567,13 @@ impl RsAnswers {
                     .collect();
                 self.replicas.insert((*pi, *signal), m);
             }
-            // Folded as it arrives ([`ResourcesEvaluation::answer`]).
-            (RsQuery::Steps { .. }, Ok(Answer::Steps(_))) => {}
+            // A backfill's settled steps are folded as they arrive
+            // ([`ResourcesEvaluation::answer`]); the others once all are in.
+            (RsQuery::Steps { group, part, .. }, Ok(Answer::Steps(set))) => {
+                if !folded_on_arrival(plan, *group, *part) {
+                    self.pending_steps.push((index, set));
+                }
+            }
             (RsQuery::Window { batch, .. }, _) => {
                 self.failed.extend(plan.batches[*batch].iter().copied());
             }
@@ -584,8 +593,8 @@ impl RsAnswers {
         self.window.get(&signal)?.get(key).copied()
     }
 
-    /// Folds a step answer into `history` as it arrives (a week of steps per pod is not held
-    /// until the last answer).
+    /// Folds a backfill's settled answer into `history` as it arrives (a week of steps per pod
+    /// is not held until the last answer).
     fn fold_step_answer(
         &self,
         plan: &RsPlan,
@@ -593,27 +602,60 @@ impl RsAnswers {
         set: &crate::metrics::window::StepSet,
         history: &mut summary::HistoryStore,
     ) {
-        if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index] {
+        if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index]
+            && folded_on_arrival(plan, *group, *part)
+        {
             plan.groups[*group].fold_answer(history, *signal, *part, set);
         }
     }
 
-    /// Once every answer is in: each group's coverage and window values, or, for a group a
-    /// query failed for, its history forgotten — read from the start next cycle, its workloads
-    /// keeping their last recommendations meanwhile.
+    /// Once every answer is in, per group: its pending answers folded, the fresh steps counted
+    /// for this cycle's window values and taken out again, and what it now covers. A steady
+    /// group a query failed for is left as it was (the next cycle asks for the steps since);
+    /// a backfill that failed is forgotten and read again. Their workloads keep their last
+    /// recommendations meanwhile.
     fn finish_steps(&mut self, plan: &RsPlan, history: &mut summary::HistoryStore) {
+        let mut pending: BTreeMap<usize, Vec<(RsSignal, incremental::Part, StepSetRef)>> =
+            BTreeMap::new();
+        for (index, set) in std::mem::take(&mut self.pending_steps) {
+            if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index] {
+                pending
+                    .entry(*group)
+                    .or_default()
+                    .push((*signal, *part, set));
+            }
+        }
         for (gi, group) in plan.groups.iter().enumerate() {
             if self.failed_groups.contains(&gi) {
-                history.forget(&group.workloads);
+                if group.is_backfill() {
+                    history.forget(&group.workloads);
+                }
                 continue;
             }
-            group.cover(history);
+            let answers = pending.remove(&gi).unwrap_or_default();
+            for (signal, part, set) in &answers {
+                group.fold_answer(history, *signal, *part, set);
+            }
             for (signal, key, v) in group.values(history) {
                 self.window.entry(signal).or_default().insert(key, v);
             }
+            for (signal, part, set) in &answers {
+                if *part == incremental::Part::Fresh {
+                    group.unfold_fresh(history, *signal, set);
+                }
+            }
+            group.cover(history);
         }
     }
 }
+
+/// Whether a step answer is folded as it arrives: a backfill's settled steps (large, and
+/// forgotten whole if the group fails).
+fn folded_on_arrival(plan: &RsPlan, group: usize, part: incremental::Part) -> bool {
+    plan.groups[group].is_backfill() && part == incremental::Part::New
+}
+
+type StepSetRef = crate::metrics::window::StepSet;
 
 /// The HPA's kube-state-metrics replica history over the window of the resource it scales on
 /// (docs/design/hpa-coordination.md#h7); `None` when there is no current-replicas series for it.

@@ -297,46 +297,73 @@ fn highest(values: impl Iterator<Item = f64>) -> Option<f64> {
     values.reduce(f64::max)
 }
 
-/// The grid a workload's history was folded on, and how far.
+/// The grid a workload's history was folded on, and how far: it holds the steps in
+/// `(since, through]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Coverage {
     pub window_seconds: i64,
     pub step_seconds: i64,
+    /// The window's lower edge at the last cycle (`now − window`, unix seconds).
+    pub since: i64,
     /// The last grid step folded in (unix seconds).
     pub through: i64,
 }
 
+/// How long after its time a step's value is taken as final: the last scrapes of its rate
+/// window may still be on their way (scrape duration, remote-write lag). Younger steps are read
+/// every cycle and counted for that cycle only.
+pub const SETTLE_SECONDS: i64 = 300;
+
 /// What the steps to ask next are for one grid: the new ones and the ones that left the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Asked {
-    /// Nothing is folded on this grid yet (or on another grid): the whole window.
-    Backfill { from: i64, to: i64 },
-    /// The steps in `(through, to]`, and those in `(through − window, to − window]` to take out.
+    /// Nothing is folded on this grid yet (or on another grid): the whole window, `(from, to]`
+    /// kept, `(to, fresh]` counted this cycle only.
+    Backfill { from: i64, to: i64, fresh: i64 },
+    /// The steps in `new` kept, `(new.1, fresh]` counted this cycle only, and those in
+    /// `expired` (which left the window since the last cycle) taken out.
     Steady {
         new: (i64, i64),
+        fresh: i64,
         expired: (i64, i64),
     },
 }
 
+impl Asked {
+    /// The last step kept after this cycle.
+    pub fn through(self) -> i64 {
+        match self {
+            Asked::Backfill { to, .. } | Asked::Steady { new: (_, to), .. } => to,
+        }
+    }
+}
+
 /// What a cycle at `now` asks on a grid of `step` over `window`, given what is folded.
-/// Intervals are left-open, right-closed in unix seconds.
+/// Intervals are left-open, right-closed in unix seconds, as the window query's
+/// `(now − window, now]`: the steps kept are those settled ([`SETTLE_SECONDS`]); the others, up
+/// to `now`, are read again every cycle.
 pub fn steps_to_ask(folded: Option<Coverage>, window: i64, step: i64, now: i64) -> Asked {
-    let to = now.div_euclid(step) * step;
+    let fresh = now.div_euclid(step) * step;
+    let settled = (now - SETTLE_SECONDS).div_euclid(step) * step;
+    let from = now - window;
     match folded {
         Some(c)
             if c.window_seconds == window
                 && c.step_seconds == step
-                && c.through <= to
-                && to - c.through < window =>
+                && c.through <= settled
+                && c.since <= from
+                && from - c.since < window =>
         {
             Asked::Steady {
-                new: (c.through, to),
-                expired: (c.through - window, to - window),
+                new: (c.through, settled),
+                fresh,
+                expired: (c.since, from),
             }
         }
         _ => Asked::Backfill {
-            from: now - window,
-            to,
+            from,
+            to: settled,
+            fresh,
         },
     }
 }
@@ -399,7 +426,7 @@ pub const HISTORY_LABEL_VALUE: &str = "kerf-history";
 pub const HISTORY_KEY: &str = "history.json";
 
 /// The format of a checkpoint's content; another one is not read (the windows are read again).
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// A part of the history, as written to the cluster (docs/metrics.md#incremental-history).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -457,27 +484,23 @@ impl HistoryStore {
 /// The history in checkpoints of at most `max_bytes` of JSON each (a ConfigMap holds 1 MiB),
 /// a workload never split; each with its JSON.
 pub fn checkpoints(history: &HistoryStore, max_bytes: usize) -> Vec<String> {
+    // Each workload serialized once, its JSON placed in a part as it is (a part is the
+    // `Checkpoint` document around them).
+    let head = format!("{{\"version\":{CHECKPOINT_VERSION},\"workloads\":[");
     let mut out = Vec::new();
-    let mut part: Vec<WorkloadHistory> = Vec::new();
-    let mut size = 0;
-    let json = |workloads: Vec<WorkloadHistory>| {
-        serde_json::to_string(&Checkpoint {
-            version: CHECKPOINT_VERSION,
-            workloads,
-        })
-        .expect("a history serializes")
-    };
+    let mut part = String::new();
     for w in history.workload_histories() {
-        let len = serde_json::to_string(&w).map_or(0, |s| s.len());
-        if !part.is_empty() && size + len > max_bytes {
-            out.push(json(std::mem::take(&mut part)));
-            size = 0;
+        let json = serde_json::to_string(&w).expect("a history serializes");
+        if !part.is_empty() && part.len() + json.len() > max_bytes {
+            part.push_str("]}");
+            out.push(std::mem::take(&mut part));
         }
-        size += len;
-        part.push(w);
+        part.push_str(if part.is_empty() { &head } else { "," });
+        part.push_str(&json);
     }
     if !part.is_empty() {
-        out.push(json(part));
+        part.push_str("]}");
+        out.push(part);
     }
     out
 }
@@ -559,6 +582,7 @@ mod tests {
             let c = Coverage {
                 window_seconds: 3600,
                 step_seconds: 60,
+                since: 2400,
                 through: 6000,
             };
             h.cpu.insert(key.clone(), c);
@@ -598,40 +622,54 @@ mod tests {
 
     #[test]
     fn steps_to_ask_backfills_then_asks_new_and_expired_steps() {
-        let (w, s) = (3600, 60);
+        // A window that is no multiple of the step (7 days on a 61-s grid, 46 s over).
+        let (w, s) = (604_800, 61);
+        let now = 1_767_225_600;
+        let settled = (now - SETTLE_SECONDS).div_euclid(s) * s;
+        let fresh = now.div_euclid(s) * s;
         assert_eq!(
-            steps_to_ask(None, w, s, 10_030),
+            steps_to_ask(None, w, s, now),
             Asked::Backfill {
-                from: 10_030 - w,
-                to: 10_020
+                from: now - w,
+                to: settled,
+                fresh
             }
         );
         let c = Coverage {
             window_seconds: w,
             step_seconds: s,
-            through: 10_020,
+            since: now - w,
+            through: settled,
         };
+        let later = now + 60;
+        let later_settled = (later - SETTLE_SECONDS).div_euclid(s) * s;
         assert_eq!(
-            steps_to_ask(Some(c), w, s, 10_100),
+            steps_to_ask(Some(c), w, s, later),
             Asked::Steady {
-                new: (10_020, 10_080),
-                expired: (10_020 - w, 10_080 - w)
-            }
+                new: (settled, later_settled),
+                fresh: later.div_euclid(s) * s,
+                expired: (now - w, later - w)
+            },
+            "what left the window is (now − w, later − w]: the steps the window query no longer has"
         );
         // Another window or step, or a gap longer than the window: the whole window again.
         for other in [
             Coverage {
-                window_seconds: 7200,
+                window_seconds: 3600,
                 ..c
             },
             Coverage {
                 step_seconds: 30,
                 ..c
             },
-            Coverage { through: 100, ..c },
+            Coverage {
+                since: now - 3 * w,
+                through: settled - 2 * w,
+                ..c
+            },
         ] {
             assert!(matches!(
-                steps_to_ask(Some(other), w, s, 10_100),
+                steps_to_ask(Some(other), w, s, later),
                 Asked::Backfill { .. }
             ));
         }
