@@ -48,7 +48,8 @@ pub const EXACT_VALUES: usize = 64;
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Histogram {
     exact: Vec<(f64, u32)>,
-    bins: Vec<(i16, u32)>,
+    /// (bin, count): a window holds at most 10,000 steps (`step_for`), so a bin's count fits.
+    bins: Vec<(i16, u16)>,
 }
 
 impl Histogram {
@@ -76,8 +77,9 @@ impl Histogram {
     }
 
     fn add_bin(&mut self, b: i16, count: u32) {
+        let count = u16::try_from(count).unwrap_or(u16::MAX);
         match self.bins.binary_search_by_key(&b, |(k, _)| *k) {
-            Ok(i) => self.bins[i].1 += count,
+            Ok(i) => self.bins[i].1 = self.bins[i].1.saturating_add(count),
             Err(i) => self.bins.insert(i, (b, count)),
         }
     }
@@ -95,7 +97,7 @@ impl Histogram {
         }
         let b = bin_of(v);
         if let Ok(i) = self.bins.binary_search_by_key(&b, |(k, _)| *k) {
-            self.bins[i].1 -= 1;
+            self.bins[i].1 = self.bins[i].1.saturating_sub(1);
             if self.bins[i].1 == 0 {
                 self.bins.remove(i);
             }
@@ -107,7 +109,7 @@ impl Histogram {
         self.exact
             .iter()
             .copied()
-            .chain(self.bins.iter().map(|(b, c)| (value_of(*b), *c)))
+            .chain(self.bins.iter().map(|(b, c)| (value_of(*b), u32::from(*c))))
     }
 
     pub fn count(&self) -> u64 {
@@ -154,7 +156,7 @@ impl Histogram {
     /// Bytes held (for the memory figure in docs/metrics.md).
     pub fn heap_bytes(&self) -> usize {
         self.exact.capacity() * std::mem::size_of::<(f64, u32)>()
-            + self.bins.capacity() * std::mem::size_of::<(i16, u32)>()
+            + self.bins.capacity() * std::mem::size_of::<(i16, u16)>()
     }
 }
 
