@@ -41,3 +41,31 @@ async fn a_kept_history_gives_prometheus_whole_window_answer_and_reads_a_fractio
         "steady cycles loaded {steady} samples, the whole windows {full_samples}"
     );
 }
+
+/// Days of sliding: 1-day windows over five days sampled every minute, cycles every 30 minutes
+/// from the end of the first day — through the rollout (day 2.5), the OOM kill (day 2), the
+/// spike (day 1.17, leaving the window a day later) and the workload appearing on day 3. Every
+/// cycle's kept history gives the whole window's recommendations.
+#[tokio::test]
+async fn a_kept_history_follows_days_of_sliding_against_prometheus() {
+    use crate::usage_history::{Scale, openmetrics_at, snapshot_with_window};
+    let scale = Scale {
+        unit: 86_400,
+        scrape: 60,
+    };
+    let prom = TestPrometheus::start_with_openmetrics(&openmetrics_at(scale));
+    let source = PrometheusSource::new(&prom.url(), std::time::Duration::from_secs(30)).unwrap();
+    let snapshot = snapshot_with_window("1d");
+    let history = Arc::new(Mutex::new(Default::default()));
+    let mut compared = 0;
+    let mut t = T0 + 86_400;
+    while t <= T0 + HOURS * 86_400 {
+        let now = jiff::Timestamp::from_second(t).unwrap();
+        let full = run_cycle(&snapshot, &source, now, 60).await;
+        let kept = run_cycle_keeping(&snapshot, &source, now, 60, Some(&history)).await;
+        assert_eq!(kept.queries_failed, 0, "at {now}");
+        compared += assert_close(&full, &kept, now);
+        t += 1800;
+    }
+    assert!(compared > 300, "{compared}");
+}

@@ -40,35 +40,58 @@ pub fn deployment(name: &str, replicas: u32, cpu: &str, memory: &str) -> String 
     )
 }
 
-/// Pods of `web` (a rollout at 2h30 replaces both), and of `late` from 3h on.
-pub fn pods() -> Vec<(&'static str, i64, i64)> {
-    let (rollout, end) = (T0 + 9000, T0 + HOURS * 3600);
+/// The time scale of the usage: `unit` seconds stand for the hour of the 1-hour windows (a
+/// day for 1-day windows), sampled every `scrape` seconds.
+#[derive(Clone, Copy)]
+pub struct Scale {
+    pub unit: i64,
+    pub scrape: i64,
+}
+
+/// Five hours at 15 s, for 1-hour windows.
+pub const HOURLY: Scale = Scale {
+    unit: 3600,
+    scrape: SCRAPE,
+};
+
+/// Pods of `web` (a rollout at 2.5 units replaces both), and of `late` from 3 units on.
+pub fn pods(scale: Scale) -> Vec<(&'static str, i64, i64)> {
+    let at = |hours: f64| T0 + (hours * scale.unit as f64) as i64;
+    let (rollout, end) = (at(2.5), at(HOURS as f64));
     vec![
         ("web-6d4b8c7f9-bcdfg", T0, rollout),
         ("web-6d4b8c7f9-hjklm", T0, rollout),
         ("web-7c9d5b8f4-npqrs", rollout - 120, end),
         ("web-7c9d5b8f4-tvwxz", rollout - 120, end),
-        ("late-5f6d7c8b9-bcdfg", T0 + 3 * 3600, end),
+        ("late-5f6d7c8b9-bcdfg", at(3.0), end),
     ]
 }
 
-/// Usage that varies: a slow wave, noise, a five-minute CPU spike at 1h10 on one pod, a memory
-/// climb before an OOM kill at 2h (kube-state-metrics reports it from then on).
+/// The usage of [`HOURLY`].
 pub fn openmetrics() -> String {
+    openmetrics_at(HOURLY)
+}
+
+/// Usage that varies: a slow wave, noise, a five-minute CPU spike at 1.17 units on one pod, a
+/// ten-minute memory climb before an OOM kill at 2 units (kube-state-metrics reports it from then
+/// on).
+pub fn openmetrics_at(scale: Scale) -> String {
+    let at = |hours: f64| T0 + (hours * scale.unit as f64) as i64;
+    let (spike, oom_at) = (at(4200.0 / 3600.0), at(2.0));
     let mut cpu = String::from("# TYPE container_cpu_usage_seconds counter\n");
     let mut mem = String::from("# TYPE container_memory_working_set_bytes gauge\n");
     let mut oom = String::from("# TYPE kube_pod_container_status_last_terminated_reason gauge\n");
-    for (p, (pod, from, to)) in pods().into_iter().enumerate() {
+    for (p, (pod, from, to)) in pods(scale).into_iter().enumerate() {
         let mut counter = 0.0;
         let mut t = from;
         while t <= to {
-            let i = (t - T0) / SCRAPE;
+            let i = (t - T0) / scale.scrape;
             let noise = ((i * 7919 + p as i64 * 104_729) % 97) as f64 / 97.0;
             let mut rate = 0.3 + 0.15 * ((i as f64) / 40.0 + p as f64).sin() + 0.1 * noise;
-            if p == 0 && (T0 + 4200..T0 + 4500).contains(&t) {
+            if p == 0 && (spike..spike + 300).contains(&t) {
                 rate = 1.8;
             }
-            counter += rate * SCRAPE as f64;
+            counter += rate * scale.scrape as f64;
             let labels = format!("namespace=\"shop\",pod=\"{pod}\",container=\"app\"");
             writeln!(
                 cpu,
@@ -76,22 +99,22 @@ pub fn openmetrics() -> String {
             )
             .unwrap();
             let mut bytes = 400e6 + 50e6 * noise + 20e6 * ((i as f64) / 25.0).cos();
-            if p == 1 && (T0 + 6600..T0 + 7200).contains(&t) {
-                bytes += (t - T0 - 6600) as f64 * 1e6;
+            if p == 1 && (oom_at - 600..oom_at).contains(&t) {
+                bytes += (t - oom_at + 600) as f64 * 1e6;
             }
             writeln!(
                 mem,
                 "container_memory_working_set_bytes{{{labels}}} {bytes:.0} {t}"
             )
             .unwrap();
-            if p == 1 && t >= T0 + 7200 {
+            if p == 1 && t >= oom_at {
                 writeln!(
                     oom,
                     "kube_pod_container_status_last_terminated_reason{{{labels},reason=\"OOMKilled\"}} 1 {t}"
                 )
                 .unwrap();
             }
-            t += SCRAPE;
+            t += scale.scrape;
         }
     }
     format!("{cpu}{mem}{oom}# EOF\n")
@@ -109,11 +132,17 @@ pub fn close(a: Option<i64>, b: Option<i64>, rounding: u64) -> bool {
     }
 }
 
-/// The cluster's snapshot.
+/// The cluster's snapshot, its policy's windows 1 hour.
 pub fn snapshot() -> kerf::core::snapshot::Snapshot {
+    snapshot_with_window("1h")
+}
+
+/// The cluster's snapshot, its policy's windows `window`.
+pub fn snapshot_with_window(window: &str) -> kerf::core::snapshot::Snapshot {
     let mut m = kerf::sources::dir::Manifests::default();
     let text = format!(
-        "{POLICY}{}{}",
+        "{}{}{}",
+        POLICY.replace("window: 1h", &format!("window: {window}")),
         deployment("web", 2, "2", "2Gi"),
         deployment("late", 1, "1", "1Gi")
     );
