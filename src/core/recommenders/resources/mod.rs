@@ -920,7 +920,11 @@ impl Recommender for Resources {
     }
 
     fn plan(&self, snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> ResourcesPlan {
-        let history = self.locked();
+        let mut history = self.locked();
+        if let Some(h) = history.as_deref_mut() {
+            let metrics = &snapshot.global.prometheus.resource_metrics;
+            h.keep_source(&serde_json::to_string(metrics).unwrap_or_default());
+        }
         ResourcesPlan {
             plan: plan(snapshot, now, step_seconds, history.as_deref()),
             step_seconds,

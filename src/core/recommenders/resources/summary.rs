@@ -379,6 +379,9 @@ pub struct HistoryStore {
     pub cpu: HashMap<(String, String), Coverage>,
     /// The same for the memory grid (working set, OOM kills, history).
     pub memory: HashMap<(String, String), Coverage>,
+    /// What the history was read with (GlobalConfiguration `resourceMetrics`, as JSON): other
+    /// metric names or matchers make it another history.
+    pub source: Option<String>,
 }
 
 impl HistoryStore {
@@ -388,6 +391,17 @@ impl HistoryStore {
             .iter()
             .map(|((a, b, c), h)| a.capacity() + b.capacity() + c.capacity() + h.heap_bytes())
             .sum()
+    }
+
+    /// Keeps the history only if it was read with `source` (the `resourceMetrics` now); else
+    /// starts over with it.
+    pub fn keep_source(&mut self, source: &str) {
+        if self.source.as_deref() != Some(source) {
+            *self = HistoryStore {
+                source: Some(source.to_string()),
+                ..Default::default()
+            };
+        }
     }
 
     /// Forgets `workloads` (read from the start next time).
@@ -434,6 +448,9 @@ pub const CHECKPOINT_VERSION: u32 = 2;
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Checkpoint {
     pub version: u32,
+    /// [`HistoryStore::source`].
+    #[serde(default)]
+    pub source: Option<String>,
     pub workloads: Vec<WorkloadHistory>,
 }
 
@@ -470,6 +487,11 @@ impl HistoryStore {
         if checkpoint.version != CHECKPOINT_VERSION {
             return;
         }
+        match (&self.source, &checkpoint.source) {
+            (None, Some(_)) => self.source = checkpoint.source.clone(),
+            (a, b) if a != b => return,
+            _ => {}
+        }
         for w in checkpoint.workloads {
             let key = (w.namespace.clone(), w.workload.clone());
             self.forget(std::slice::from_ref(&key));
@@ -488,7 +510,8 @@ impl HistoryStore {
 pub fn checkpoints(history: &HistoryStore, max_bytes: usize) -> Vec<String> {
     // Each workload serialized once, its JSON placed in a part as it is (a part is the
     // `Checkpoint` document around them).
-    let head = format!("{{\"version\":{CHECKPOINT_VERSION},\"workloads\":[");
+    let source = serde_json::to_string(&history.source).expect("a string serializes");
+    let head = format!("{{\"version\":{CHECKPOINT_VERSION},\"source\":{source},\"workloads\":[");
     let mut out = Vec::new();
     let mut part = String::new();
     for w in history.workload_histories() {
@@ -579,6 +602,7 @@ mod tests {
     #[test]
     fn checkpoints_restore_the_history_they_were_made_of() {
         let mut h = HistoryStore::default();
+        h.keep_source("{\"cpu\":\"container_cpu_usage_seconds_total\"}");
         for (w, n) in [("Deployment/web", 3), ("Deployment/api", 1)] {
             let key = ("shop".to_string(), w.to_string());
             let c = Coverage {
@@ -613,7 +637,11 @@ mod tests {
             back.restore(serde_json::from_str(&p).unwrap());
         }
         assert_eq!(back.workload_histories(), h.workload_histories());
+        assert_eq!(back.source, h.source);
+        back.keep_source("{\"cpu\":\"other\"}");
+        assert!(back.cpu.is_empty(), "other metrics: another history");
         let stale = Checkpoint {
+            source: None,
             version: CHECKPOINT_VERSION + 1,
             workloads: h.workload_histories(),
         };
