@@ -10,30 +10,26 @@ use std::sync::Arc;
 
 use crate::core::hash::{HashMap, HashMapExt};
 use crate::core::model::{Name, WorkloadKey};
-use crate::core::owner::{Chain, Link, link_key, owner_chain};
+use crate::core::owner::{Chain, Link, link_key, owner_chain, pod_chain};
 use crate::core::pod::Pod;
 use crate::core::pod::{Container, OwnerRef, PodSpec, PodTemplateSpec, Strings};
 use crate::core::snapshot::{Ownership, Snapshot, Workload};
 
-/// The top owner of a pod ([`owner::top_owner`]), with the snapshot's owner maps as the
-/// ReplicaSet → Deployment and Job → CronJob links.
+/// The owner chain of a pod ([`crate::core::owner::pod_chain`]), with the snapshot's owner
+/// maps as the ReplicaSet → Deployment, Job → CronJob and other controller links.
 pub fn pod_owner(pod: &Pod, snapshot: &Snapshot) -> Option<Chain> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
         map.get(&(Name::from(ns), Name::from(name))).cloned()
     };
-    let chain = owner_chain(
+    pod_chain(
         ns,
         pod.metadata.owner_references.as_deref().unwrap_or_default(),
-        crate::core::owner::pod_template_hash(pod.metadata.labels.as_ref()),
+        pod.metadata.labels.as_ref(),
         |rs| link(&snapshot.replicaset_owners, rs),
         |job| link(&snapshot.job_owners, job),
         |kind, name| snapshot.controller_of(ns, kind, name),
-    )?;
-    Some(crate::core::owner::with_lws_label(
-        chain,
-        pod.metadata.labels.as_ref(),
-    ))
+    )
 }
 
 /// Indexes of `snapshot.pods` by the workload that owns them (each owner's pods in snapshot

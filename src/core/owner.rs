@@ -131,7 +131,7 @@ pub const LWS_NAME_LABEL: &str = "leaderworkerset.sigs.k8s.io/name";
 /// one of its pods goes, and its new pods are created before kerf has read the StatefulSet's
 /// link to the leader Pod. Without this they would miss the change at admission, differ from the
 /// recommendation and be evicted again, restarting the group each time.
-pub fn with_lws_label(chain: Chain, labels: Option<&impl StrMap>) -> Chain {
+fn with_lws_label(chain: Chain, labels: Option<&impl StrMap>) -> Chain {
     let stops_at_statefulset = chain.key.kind == WorkloadKind::StatefulSet;
     match labels.and_then(|l| l.get_str(LWS_NAME_LABEL)) {
         Some(lws) if stops_at_statefulset && !lws.is_empty() => {
@@ -286,29 +286,83 @@ fn derived_deployment(replicaset: &str, pod_template_hash: Option<&str>) -> Opti
     (!dep.is_empty()).then(|| Link::new("apps/v1", "Deployment", dep))
 }
 
-/// The workload of a pod in `namespace` ([`owner_chain`]'s key).
-pub fn top_owner<R: AsRef<str>, J: AsRef<str>>(
+/// A pod's owner chain ([`owner_chain`]), read with its labels: the `pod-template-hash`
+/// names the Deployment of a ReplicaSet not read yet, LeaderWorkerSet's name label the
+/// LeaderWorkerSet of a group whose StatefulSet is not read yet ([`LWS_NAME_LABEL`]). The one
+/// reader of a pod's workload, for grouping and admission alike.
+pub fn pod_chain<R: AsRef<str>, J: AsRef<str>>(
     namespace: &str,
     owners: &[impl OwnerLink],
-    pod_template_hash: Option<&str>,
+    labels: Option<&impl StrMap>,
     replicaset_owner: impl Fn(&str) -> Option<R>,
     job_owner: impl Fn(&str) -> Option<J>,
     controller_of: impl Fn(&str, &str) -> Option<Link>,
-) -> Option<WorkloadKey> {
-    owner_chain(
+) -> Option<Chain> {
+    let chain = owner_chain(
         namespace,
         owners,
-        pod_template_hash,
+        pod_template_hash(labels),
         replicaset_owner,
         job_owner,
         controller_of,
-    )
-    .map(|c| c.key)
+    )?;
+    Some(with_lws_label(chain, labels))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The workload of a pod in `namespace` labelled with `pod_template_hash`, through the one
+    /// reader ([`pod_chain`]).
+    fn top_owner<R: AsRef<str>, J: AsRef<str>>(
+        namespace: &str,
+        owners: &[impl OwnerLink],
+        pod_template_hash: Option<&str>,
+        replicaset_owner: impl Fn(&str) -> Option<R>,
+        job_owner: impl Fn(&str) -> Option<J>,
+        controller_of: impl Fn(&str, &str) -> Option<Link>,
+    ) -> Option<WorkloadKey> {
+        let labels: std::collections::BTreeMap<String, String> = pod_template_hash
+            .map(|h| (POD_TEMPLATE_HASH_LABEL.to_string(), h.to_string()))
+            .into_iter()
+            .collect();
+        pod_chain(
+            namespace,
+            owners,
+            Some(&labels),
+            replicaset_owner,
+            job_owner,
+            controller_of,
+        )
+        .map(|c| c.key)
+    }
+
+    /// LeaderWorkerSet's name label is the workload where the chain stops at a StatefulSet
+    /// (a recreated group's worker StatefulSet, not read yet); elsewhere it changes nothing.
+    #[test]
+    fn with_lws_label() {
+        let labels: std::collections::BTreeMap<String, String> =
+            [(LWS_NAME_LABEL.to_string(), "vllm".to_string())].into();
+        let sts = [oref("apps/v1", "StatefulSet", "vllm-1", true)];
+        let chain = |owners: &[OwnerReference]| {
+            pod_chain("ml", owners, Some(&labels), none, none, no_link).map(|c| c.key)
+        };
+        assert_eq!(
+            chain(&sts),
+            Some(WorkloadKey::new(
+                "ml",
+                WorkloadKind::LeaderWorkerSet,
+                "vllm"
+            ))
+        );
+        let rs = [oref("apps/v1", "ReplicaSet", "web-7d9f", true)];
+        assert_eq!(
+            chain(&rs),
+            None,
+            "no hash, no Deployment: the label names no LWS here"
+        );
+    }
 
     fn oref(api_version: &str, kind: &str, name: &str, controller: bool) -> OwnerReference {
         OwnerReference {

@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use crate::api::WorkloadKind;
 use crate::core::admission::{PodSkeleton, mutate_hpa, mutate_skeleton};
 use crate::core::model::WorkloadKey;
-use crate::core::owner::{cronjob_named_in, pod_template_hash};
+use crate::core::owner::cronjob_named_in;
 use crate::state::{ObjectName, Store};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -411,10 +411,10 @@ fn decide_pod(req: &Reading<'_>, skel: Result<PodSkeleton, String>, store: &Stor
     if global.read_only {
         return Decision::skip("GlobalConfiguration readOnly");
     }
-    let Some(key) = crate::core::owner::owner_chain(
+    let Some(key) = crate::core::owner::pod_chain(
         &ns,
         meta.owner_references.as_deref().unwrap_or_default(),
-        pod_template_hash(meta.labels.as_ref()),
+        meta.labels.as_ref(),
         |rs| {
             store
                 .replicaset_owners
@@ -437,7 +437,7 @@ fn decide_pod(req: &Reading<'_>, skel: Result<PodSkeleton, String>, store: &Stor
                 .map(|e| e.value().clone())
         },
     )
-    .map(|chain| crate::core::owner::with_lws_label(chain, meta.labels.as_ref()).key) else {
+    .map(|chain| chain.key) else {
         return Decision::skip("pod has no workload owner");
     };
     tracing::Span::current().record("owner", tracing::field::display(&key));

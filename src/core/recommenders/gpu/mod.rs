@@ -906,7 +906,7 @@ mod tests {
         format!("{:?}", evaluate(s, plan, results, &BTreeSet::new(), now))
     }
 
-    /// Evaluation finds a workload's pods through the one resolver ([`owner::top_owner`]).
+    /// Evaluation finds a workload's pods through the one resolver ([`crate::core::owner::pod_chain`]).
     #[test]
     fn a_non_controller_owner_reference_is_not_the_owner() {
         let pod = |name: &str, owner: serde_json::Value| -> std::sync::Arc<Pod> {
