@@ -172,57 +172,98 @@ pub trait MetricSource: Send + Sync {
     fn record_split(&self) {}
 }
 
-/// [`MetricSource::window_query`], splitting a batch the source refuses as too big (or that
-/// times out) in two and retrying each half, down to one workload per query. Halves run one
-/// after the other: the caller bounds how many batches are in flight, and a split never
-/// multiplies the load on a source that is already struggling.
-pub async fn window_query_splitting<S: MetricSource>(
+/// A batch of workloads asked in one query, which the source may refuse as too big: a window
+/// query or a step query.
+pub trait Batch: Sized + Sync {
+    type Answer: Send;
+    /// The two halves of the batch, or `None` for one workload.
+    fn halves(&self) -> Option<(Self, Self)>;
+    fn ask<S: MetricSource>(
+        &self,
+        source: &S,
+    ) -> impl std::future::Future<Output = Result<Self::Answer, MetricError>> + Send;
+    /// The answer of both halves: the refused attempt and its split counted.
+    fn joined(left: Self::Answer, right: Self::Answer) -> Self::Answer;
+    /// The metric and the number of workloads, for the log.
+    fn describe(&self) -> (&str, usize);
+    /// Queries sent, refused batches split, samples loaded (when the source says).
+    fn counts(answer: &Self::Answer) -> (usize, usize, Option<u64>);
+}
+
+impl Batch for WindowQuery {
+    type Answer = WindowSet;
+    fn halves(&self) -> Option<(Self, Self)> {
+        self.split()
+    }
+    async fn ask<S: MetricSource>(&self, source: &S) -> Result<WindowSet, MetricError> {
+        source.window_query(self).await
+    }
+    fn joined(mut left: WindowSet, right: WindowSet) -> WindowSet {
+        left.merge(right);
+        left.splits += 1;
+        left.queries += 1;
+        left
+    }
+    fn describe(&self) -> (&str, usize) {
+        (&self.metric, self.workloads.len())
+    }
+    fn counts(a: &WindowSet) -> (usize, usize, Option<u64>) {
+        (a.queries, a.splits, a.samples_loaded)
+    }
+}
+
+impl Batch for window::StepQuery {
+    type Answer = window::StepSet;
+    fn halves(&self) -> Option<(Self, Self)> {
+        self.split()
+    }
+    async fn ask<S: MetricSource>(&self, source: &S) -> Result<window::StepSet, MetricError> {
+        source.step_query(self).await
+    }
+    fn joined(mut left: window::StepSet, right: window::StepSet) -> window::StepSet {
+        left.merge(right);
+        left.splits += 1;
+        left.queries += 1;
+        left
+    }
+    fn describe(&self) -> (&str, usize) {
+        (&self.window.metric, self.window.workloads.len())
+    }
+    fn counts(a: &window::StepSet) -> (usize, usize, Option<u64>) {
+        (a.queries, a.splits, a.samples_loaded)
+    }
+}
+
+/// `query` asked of `source`, splitting a batch the source refuses as too big (or that times
+/// out) in two and retrying each half, down to one workload per query. Halves run one after the
+/// other: the caller bounds how many batches are in flight, and a split never multiplies the
+/// load on a source that is already struggling.
+pub async fn asked_splitting<S: MetricSource, Q: Batch>(
     source: &S,
-    query: &WindowQuery,
-) -> Result<WindowSet, MetricError> {
-    match source.window_query(query).await {
+    query: &Q,
+) -> Result<Q::Answer, MetricError> {
+    match query.ask(source).await {
         Err(e) if e.is_too_big() => {
-            let Some((a, b)) = query.split() else {
+            let Some((a, b)) = query.halves() else {
                 return Err(e);
             };
             source.record_split();
-            tracing::debug!(
-                metric = %query.metric,
-                workloads = query.workloads.len(),
-                "window query refused ({e}); split in two"
-            );
-            let mut left = Box::pin(window_query_splitting(source, &a)).await?;
-            let right = Box::pin(window_query_splitting(source, &b)).await?;
-            left.merge(right);
-            left.splits += 1;
-            // The refused attempt was a query too.
-            left.queries += 1;
-            Ok(left)
+            let (metric, workloads) = query.describe();
+            tracing::debug!(metric, workloads, "query refused ({e}); split in two");
+            let left = Box::pin(asked_splitting(source, &a)).await?;
+            let right = Box::pin(asked_splitting(source, &b)).await?;
+            Ok(Q::joined(left, right))
         }
         other => other,
     }
 }
 
-/// [`MetricSource::step_query`], splitting a refused batch as [`window_query_splitting`] does.
-pub async fn step_query_splitting<S: MetricSource>(
+/// [`MetricSource::window_query`], split when refused ([`asked_splitting`]).
+pub async fn window_query_splitting<S: MetricSource>(
     source: &S,
-    query: &window::StepQuery,
-) -> Result<window::StepSet, MetricError> {
-    match source.step_query(query).await {
-        Err(e) if e.is_too_big() => {
-            let Some((a, b)) = query.split() else {
-                return Err(e);
-            };
-            source.record_split();
-            let mut left = Box::pin(step_query_splitting(source, &a)).await?;
-            let right = Box::pin(step_query_splitting(source, &b)).await?;
-            left.merge(right);
-            left.splits += 1;
-            left.queries += 1;
-            Ok(left)
-        }
-        other => other,
-    }
+    query: &WindowQuery,
+) -> Result<WindowSet, MetricError> {
+    asked_splitting(source, query).await
 }
 
 /// The source a command was given: an OpenMetrics file or a Prometheus URL.

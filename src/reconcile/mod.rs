@@ -21,7 +21,7 @@ pub use crate::core::writes::{
 use crate::state::Store;
 use std::sync::Arc;
 
-use crate::metrics::{MetricError, MetricSource, window_query_splitting};
+use crate::metrics::{Batch, MetricError, MetricSource, asked_splitting};
 
 /// Queries in flight at once (Prometheus handles a few concurrent queries well; a refused
 /// window query is split and retried within its slot, so this bounds the splits too).
@@ -39,6 +39,32 @@ struct Asked {
     samples: u64,
 }
 
+/// Asks one batch, split when the source refuses it ([`asked_splitting`]), with what it cost.
+async fn batched<S: MetricSource, Q: Batch>(
+    source: &S,
+    q: &Q,
+    answer: fn(Q::Answer) -> Answer,
+) -> (Asked, Result<Answer, MetricError>) {
+    match asked_splitting(source, q).await {
+        Ok(set) => {
+            let (queries, splits, samples) = Q::counts(&set);
+            let asked = Asked {
+                queries,
+                splits,
+                samples: samples.unwrap_or(0),
+            };
+            (asked, Ok(answer(set)))
+        }
+        Err(e) => {
+            let asked = Asked {
+                queries: 1,
+                ..Default::default()
+            };
+            (asked, Err(e))
+        }
+    }
+}
+
 /// Asks one planned query; a window query the source refuses as too big is split and retried.
 async fn ask<S: MetricSource>(source: &S, q: QueryRef<'_>) -> (Asked, Result<Answer, MetricError>) {
     match q {
@@ -49,40 +75,8 @@ async fn ask<S: MetricSource>(source: &S, q: QueryRef<'_>) -> (Asked, Result<Ans
             };
             (asked, source.range_query(q).await.map(Answer::Range))
         }
-        QueryRef::Steps(q) => match crate::metrics::step_query_splitting(source, q).await {
-            Ok(set) => {
-                let asked = Asked {
-                    queries: set.queries,
-                    splits: set.splits,
-                    samples: set.samples_loaded.unwrap_or(0),
-                };
-                (asked, Ok(Answer::Steps(set)))
-            }
-            Err(e) => (
-                Asked {
-                    queries: 1,
-                    ..Default::default()
-                },
-                Err(e),
-            ),
-        },
-        QueryRef::Window(q) => match window_query_splitting(source, q).await {
-            Ok(set) => {
-                let asked = Asked {
-                    queries: set.queries,
-                    splits: set.splits,
-                    samples: set.samples_loaded.unwrap_or(0),
-                };
-                (asked, Ok(Answer::Window(set)))
-            }
-            Err(e) => {
-                let asked = Asked {
-                    queries: 1,
-                    ..Default::default()
-                };
-                (asked, Err(e))
-            }
-        },
+        QueryRef::Steps(q) => batched(source, q, Answer::Steps).await,
+        QueryRef::Window(q) => batched(source, q, Answer::Window).await,
     }
 }
 
