@@ -393,7 +393,7 @@ async fn kept_history_cycles(
         .await;
         first = (first.0 + 1, first.1 + c.samples_loaded, first.2 + c.queries);
         let failed = c.queries_failed > 0;
-        let covered = history.lock().map(|h| h.cpu.len()).unwrap_or(0);
+        let covered = history.lock().map(|h| h.covered_workloads()).unwrap_or(0);
         if covered >= c.resource_results().count() || failed || first.0 >= 200 {
             break;
         }

@@ -171,7 +171,11 @@ impl ReconcileCycle {
     /// How far the usage history is, on `/readyz` and `kerf_usage_history_workloads`: the
     /// workloads kept, and those the cycle still answered by the window queries.
     fn report_history(&self, cycle: &crate::core::recommenders::cycle::CycleOutput) {
-        let kept = self.history.lock().map(|h| h.cpu.len()).unwrap_or_default();
+        let kept = self
+            .history
+            .lock()
+            .map(|h| h.covered_workloads())
+            .unwrap_or_default();
         let evaluated = cycle.resource_results().count();
         let reading = evaluated.saturating_sub(kept);
         self.store.health().history_progress(kept, reading);
@@ -207,7 +211,7 @@ impl ReconcileCycle {
                 }
                 tracing::info!(
                     parts = parts.len(),
-                    workloads = history.cpu.len(),
+                    workloads = history.covered_workloads(),
                     "usage history read back from its checkpoint"
                 );
                 self.history_loaded = true;

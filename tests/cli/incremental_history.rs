@@ -26,7 +26,8 @@ async fn a_kept_history_gives_the_whole_window_answer_cycle_after_cycle() {
     }
     assert!(compared > 400, "{compared}");
     let h = history.lock().unwrap();
-    assert_eq!(h.containers.len(), 2, "web's and late's container");
+    let containers: usize = h.workloads.values().map(|w| w.containers.len()).sum();
+    assert_eq!(containers, 2, "web's and late's container");
 }
 
 /// A source that counts the whole-window queries and the longest step query it is asked.

@@ -6,9 +6,9 @@
 //! wait and are answered by the window queries meanwhile. The answers are folded into the
 //! [`HistoryStore`] and the window values read back from it, so evaluation is the same.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
-use super::summary::{self, Asked, Coverage, HistoryStore, Series};
+use super::summary::{self, Asked, Coverage, Covered, HistoryStore, Series};
 use super::{RsSignal, step_for, window_query, windows};
 use crate::api::{ResourceMetrics, RightsizingPolicySpec};
 use crate::metrics::window::{StepQuery, StepSet};
@@ -69,9 +69,9 @@ pub fn group_of(
     let mut groups: BTreeMap<String, (Group, Vec<usize>)> = BTreeMap::new();
     for (i, s) in selectors.iter().enumerate() {
         let key = (s.namespace.clone(), s.label());
-        let cpu = summary::steps_to_ask(history.cpu.get(&key).copied(), cpu_window, cpu_step, now);
-        let memory =
-            summary::steps_to_ask(history.memory.get(&key).copied(), mem_window, mem_step, now);
+        let covered = history.covered(&key);
+        let cpu = summary::steps_to_ask(covered.map(|c| c.cpu), cpu_window, cpu_step, now);
+        let memory = summary::steps_to_ask(covered.map(|c| c.memory), mem_window, mem_step, now);
         // Both grids read from the start when either is.
         let (cpu, memory) = match (cpu, memory) {
             (Asked::Steady { .. }, Asked::Steady { .. }) => (cpu, memory),
@@ -214,12 +214,8 @@ impl Group {
     ) {
         let mem_from = self.now - self.memory_grid.0;
         for pod in &set.steps {
-            let key = (
-                pod.key.namespace.clone(),
-                pod.key.workload.clone(),
-                pod.key.container.clone(),
-            );
-            let c = history.containers.entry(key).or_default();
+            let k = &pod.key;
+            let c = history.container(&k.namespace, &k.workload, &k.container);
             for &(t, v) in &pod.steps {
                 match (signal, part) {
                     (RsSignal::Cpu, Part::New | Part::Fresh) => c.add(&pod.pod, Series::Cpu, t, v),
@@ -258,12 +254,13 @@ impl Group {
             _ => return,
         };
         for pod in &set.steps {
-            let key = (
-                pod.key.namespace.clone(),
-                pod.key.workload.clone(),
-                pod.key.container.clone(),
-            );
-            if let Some(c) = history.containers.get_mut(&key) {
+            let k = &pod.key;
+            let key = (k.namespace.clone(), k.workload.clone());
+            if let Some(c) = history
+                .workloads
+                .get_mut(&key)
+                .and_then(|w| w.containers.get_mut(&k.container))
+            {
                 for &(_, v) in &pod.steps {
                     c.remove(&pod.pod, series, v);
                 }
@@ -275,78 +272,70 @@ impl Group {
     pub fn cover(&self, history: &mut HistoryStore) {
         let (cpu_window, cpu_step) = self.cpu_grid;
         let (mem_window, mem_step) = self.memory_grid;
+        let covered = Covered {
+            cpu: Coverage {
+                window_seconds: cpu_window,
+                step_seconds: cpu_step,
+                since: self.now - cpu_window,
+                through: self.cpu.through(),
+            },
+            memory: Coverage {
+                window_seconds: mem_window,
+                step_seconds: mem_step,
+                since: self.now - mem_window,
+                through: self.memory.through(),
+            },
+        };
         for w in &self.workloads {
-            history.cpu.insert(
-                w.clone(),
-                Coverage {
-                    window_seconds: cpu_window,
-                    step_seconds: cpu_step,
-                    since: self.now - cpu_window,
-                    through: self.cpu.through(),
-                },
-            );
-            history.memory.insert(
-                w.clone(),
-                Coverage {
-                    window_seconds: mem_window,
-                    step_seconds: mem_step,
-                    since: self.now - mem_window,
-                    through: self.memory.through(),
-                },
-            );
+            history.workloads.entry(w.clone()).or_default().covered = Some(covered);
         }
     }
 
     /// The window values of the group's workloads, as the window queries would answer them,
     /// by signal.
     pub fn values(&self, history: &mut HistoryStore) -> Vec<(RsSignal, WindowKey, f64)> {
-        let workloads: HashSet<(&str, &str)> = self
-            .workloads
-            .iter()
-            .map(|(n, l)| (n.as_str(), l.as_str()))
-            .collect();
         let history_from = self.now - self.history_window;
         let mem_step = self.memory_grid.1;
         let first_step = (history_from.div_euclid(mem_step) + 1) * mem_step;
         let oom_from = self.now - self.memory_grid.0;
         let owners = self.owners();
         let mut out = Vec::new();
-        for ((ns, w, container), c) in history.containers.iter_mut() {
-            if !workloads.contains(&(ns.as_str(), w.as_str())) {
+        for key in &self.workloads {
+            let Some(kept) = history.workloads.get_mut(key) else {
                 continue;
-            }
-            if let Some(owners) = &owners {
-                c.pods
-                    .retain(|pod, _| owners.workload(ns, pod).as_deref() == Some(w.as_str()));
-            }
-            c.forget_before(history_from);
-            let key = WindowKey {
-                namespace: ns.clone(),
-                workload: w.clone(),
-                container: container.clone(),
             };
-            let mut put = |signal, v: Option<f64>| {
-                if let Some(v) = v {
-                    out.push((signal, key.clone(), v));
+            let (ns, w) = key;
+            for (container, c) in kept.containers.iter_mut() {
+                if let Some(owners) = &owners {
+                    c.pods
+                        .retain(|pod, _| owners.workload(ns, pod).as_deref() == Some(w.as_str()));
                 }
-            };
-            put(RsSignal::Cpu, c.cpu_quantile(self.quantile));
-            put(RsSignal::Memory, c.memory_peak());
-            put(RsSignal::Throttled, c.throttled_peak());
-            put(
-                RsSignal::History,
-                c.first_seen(history_from, first_step).map(|t| t as f64),
-            );
-            put(
-                RsSignal::OomKilled,
-                c.oom_killed_since(oom_from).then_some(1.0),
-            );
+                c.forget_before(history_from);
+                let key = WindowKey {
+                    namespace: ns.clone(),
+                    workload: w.clone(),
+                    container: container.clone(),
+                };
+                let mut put = |signal, v: Option<f64>| {
+                    if let Some(v) = v {
+                        out.push((signal, key.clone(), v));
+                    }
+                };
+                put(RsSignal::Cpu, c.cpu_quantile(self.quantile));
+                put(RsSignal::Memory, c.memory_peak());
+                put(RsSignal::Throttled, c.throttled_peak());
+                put(
+                    RsSignal::History,
+                    c.first_seen(history_from, first_step).map(|t| t as f64),
+                );
+                put(
+                    RsSignal::OomKilled,
+                    c.oom_killed_since(oom_from).then_some(1.0),
+                );
+            }
+            kept.containers
+                .retain(|_, c| !c.pods.is_empty() || c.last_oom.is_some_and(|t| t > oom_from));
         }
-        history.containers.retain(|(ns, w, _), c| {
-            !workloads.contains(&(ns.as_str(), w.as_str()))
-                || !c.pods.is_empty()
-                || c.last_oom.is_some_and(|t| t > oom_from)
-        });
         out
     }
 

@@ -370,15 +370,28 @@ pub fn steps_to_ask(folded: Option<Coverage>, window: i64, step: i64, now: i64) 
     }
 }
 
-/// Every workload container's history, with what each workload's grids cover.
+/// What a workload's two grids cover: the CPU grid (CPU, throttling) and the memory grid
+/// (working set, OOM kills, history).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Covered {
+    pub cpu: Coverage,
+    pub memory: Coverage,
+}
+
+/// One workload's history: its containers', and what its grids cover once a cycle folded
+/// every answer for it (until then it is being read).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeptWorkload {
+    pub covered: Option<Covered>,
+    /// By container name.
+    pub containers: std::collections::BTreeMap<String, ContainerHistory>,
+}
+
+/// Every workload's history, by (namespace, `<Kind>/<name>`): a cycle's group reaches its own
+/// workloads without going through the others'.
 #[derive(Clone, Debug, Default)]
 pub struct HistoryStore {
-    /// (namespace, `<Kind>/<name>`, container) → history.
-    pub containers: HashMap<(String, String, String), ContainerHistory>,
-    /// (namespace, `<Kind>/<name>`) → the CPU grid's coverage (CPU, throttling).
-    pub cpu: HashMap<(String, String), Coverage>,
-    /// The same for the memory grid (working set, OOM kills, history).
-    pub memory: HashMap<(String, String), Coverage>,
+    pub workloads: HashMap<(String, String), KeptWorkload>,
     /// What the history was read with (GlobalConfiguration `resourceMetrics`, as JSON): other
     /// metric names or matchers make it another history.
     pub source: Option<String>,
@@ -387,10 +400,46 @@ pub struct HistoryStore {
 impl HistoryStore {
     /// Bytes held by the histories (their pods and bins).
     pub fn heap_bytes(&self) -> usize {
-        self.containers
+        self.workloads
             .iter()
-            .map(|((a, b, c), h)| a.capacity() + b.capacity() + c.capacity() + h.heap_bytes())
+            .map(|((ns, w), k)| {
+                ns.capacity()
+                    + w.capacity()
+                    + std::mem::size_of::<KeptWorkload>()
+                    + k.containers
+                        .iter()
+                        .map(|(c, h)| c.capacity() + h.heap_bytes())
+                        .sum::<usize>()
+            })
             .sum()
+    }
+
+    /// What a workload's grids cover, once read.
+    pub fn covered(&self, key: &(String, String)) -> Option<Covered> {
+        self.workloads.get(key)?.covered
+    }
+
+    /// How many workloads are read (their grids covered).
+    pub fn covered_workloads(&self) -> usize {
+        self.workloads
+            .values()
+            .filter(|k| k.covered.is_some())
+            .count()
+    }
+
+    /// A container's history, new if there is none.
+    pub fn container(
+        &mut self,
+        namespace: &str,
+        workload: &str,
+        container: &str,
+    ) -> &mut ContainerHistory {
+        self.workloads
+            .entry((namespace.to_string(), workload.to_string()))
+            .or_default()
+            .containers
+            .entry(container.to_string())
+            .or_default()
     }
 
     /// Keeps the history only if it was read with `source` (the `resourceMetrics` now); else
@@ -406,32 +455,27 @@ impl HistoryStore {
 
     /// Forgets `workloads` (read from the start next time).
     pub fn forget(&mut self, workloads: &[(String, String)]) {
-        let gone: std::collections::HashSet<&(String, String)> = workloads.iter().collect();
-        self.containers
-            .retain(|(ns, w, _), _| !gone.contains(&(ns.clone(), w.clone())));
-        self.cpu.retain(|k, _| !gone.contains(k));
-        self.memory.retain(|k, _| !gone.contains(k));
+        for w in workloads {
+            self.workloads.remove(w);
+        }
     }
 
     /// Forgets every workload not in `keep` (deleted, or no longer covered by a policy).
     pub fn retain_workloads(&mut self, keep: &crate::core::hash::HashSet<(String, String)>) {
-        self.containers
-            .retain(|(ns, w, _), _| keep.contains(&(ns.clone(), w.clone())));
-        self.cpu.retain(|k, _| keep.contains(k));
-        self.memory.retain(|k, _| keep.contains(k));
+        self.workloads.retain(|k, _| keep.contains(k));
     }
 }
 
-/// One workload's history as a checkpoint keeps it.
+/// One workload's history as a checkpoint keeps it (borrowed from the store when written).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct WorkloadHistory {
-    pub namespace: String,
+pub struct WorkloadHistory<'a> {
+    pub namespace: std::borrow::Cow<'a, str>,
     /// `<Kind>/<name>`.
-    pub workload: String,
+    pub workload: std::borrow::Cow<'a, str>,
     pub cpu: Coverage,
     pub memory: Coverage,
     /// By container name.
-    pub containers: std::collections::BTreeMap<String, ContainerHistory>,
+    pub containers: std::borrow::Cow<'a, std::collections::BTreeMap<String, ContainerHistory>>,
 }
 
 /// The usage history's checkpoint ConfigMaps: `kerf-history-<index>` in kerf's namespace, the
@@ -451,35 +495,28 @@ pub struct Checkpoint {
     /// [`HistoryStore::source`].
     #[serde(default)]
     pub source: Option<String>,
-    pub workloads: Vec<WorkloadHistory>,
+    pub workloads: Vec<WorkloadHistory<'static>>,
 }
 
 impl HistoryStore {
-    /// Every workload whose both grids are covered, in (namespace, workload) order.
-    pub fn workload_histories(&self) -> Vec<WorkloadHistory> {
-        let mut out: std::collections::BTreeMap<(String, String), WorkloadHistory> =
-            std::collections::BTreeMap::new();
-        for (key, cpu) in &self.cpu {
-            let Some(memory) = self.memory.get(key) else {
-                continue;
-            };
-            out.insert(
-                key.clone(),
-                WorkloadHistory {
-                    namespace: key.0.clone(),
-                    workload: key.1.clone(),
-                    cpu: *cpu,
-                    memory: *memory,
-                    containers: Default::default(),
-                },
-            );
-        }
-        for ((ns, w, c), h) in &self.containers {
-            if let Some(wh) = out.get_mut(&(ns.clone(), w.clone())) {
-                wh.containers.insert(c.clone(), h.clone());
-            }
-        }
-        out.into_values().collect()
+    /// Every workload whose grids are covered, in (namespace, workload) order, borrowed.
+    pub fn workload_histories(&self) -> Vec<WorkloadHistory<'_>> {
+        let mut out: Vec<WorkloadHistory<'_>> = self
+            .workloads
+            .iter()
+            .filter_map(|((ns, w), k)| {
+                let covered = k.covered?;
+                Some(WorkloadHistory {
+                    namespace: ns.into(),
+                    workload: w.into(),
+                    cpu: covered.cpu,
+                    memory: covered.memory,
+                    containers: std::borrow::Cow::Borrowed(&k.containers),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.namespace, &a.workload).cmp(&(&b.namespace, &b.workload)));
+        out
     }
 
     /// Adds the workloads of a checkpoint (a workload already here is replaced).
@@ -493,14 +530,16 @@ impl HistoryStore {
             _ => {}
         }
         for w in checkpoint.workloads {
-            let key = (w.namespace.clone(), w.workload.clone());
-            self.forget(std::slice::from_ref(&key));
-            self.cpu.insert(key.clone(), w.cpu);
-            self.memory.insert(key.clone(), w.memory);
-            for (c, h) in w.containers {
-                self.containers
-                    .insert((w.namespace.clone(), w.workload.clone(), c), h);
-            }
+            self.workloads.insert(
+                (w.namespace.into_owned(), w.workload.into_owned()),
+                KeptWorkload {
+                    covered: Some(Covered {
+                        cpu: w.cpu,
+                        memory: w.memory,
+                    }),
+                    containers: w.containers.into_owned(),
+                },
+            );
         }
     }
 }
@@ -611,8 +650,6 @@ mod tests {
                 since: 2400,
                 through: 6000,
             };
-            h.cpu.insert(key.clone(), c);
-            h.memory.insert(key.clone(), c);
             let mut ch = ContainerHistory::default();
             for i in 0..n * 100 {
                 ch.add(
@@ -624,7 +661,13 @@ mod tests {
                 ch.add(&format!("pod-{}", i % n), Series::Memory, i * 60, 1e8);
             }
             ch.oom_at(1200);
-            h.containers.insert((key.0, key.1, "app".into()), ch);
+            h.workloads.insert(
+                key,
+                KeptWorkload {
+                    covered: Some(Covered { cpu: c, memory: c }),
+                    containers: [("app".to_string(), ch)].into(),
+                },
+            );
         }
         let parts = checkpoints(&h, 1);
         assert_eq!(
@@ -639,15 +682,17 @@ mod tests {
         assert_eq!(back.workload_histories(), h.workload_histories());
         assert_eq!(back.source, h.source);
         back.keep_source("{\"cpu\":\"other\"}");
-        assert!(back.cpu.is_empty(), "other metrics: another history");
+        assert!(back.workloads.is_empty(), "other metrics: another history");
         let stale = Checkpoint {
             source: None,
             version: CHECKPOINT_VERSION + 1,
-            workloads: h.workload_histories(),
+            workloads: serde_json::from_str::<Checkpoint>(&checkpoints(&h, 1 << 20)[0])
+                .unwrap()
+                .workloads,
         };
         let mut other = HistoryStore::default();
         other.restore(stale);
-        assert!(other.cpu.is_empty(), "another format is not read");
+        assert!(other.workloads.is_empty(), "another format is not read");
     }
 
     #[test]
