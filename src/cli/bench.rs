@@ -366,7 +366,14 @@ struct KeptHistory {
     steady_cpu: f64,
     steady_prometheus_cpu: Option<f64>,
     history_bytes: usize,
+    checkpoint_parts: usize,
+    checkpoint_bytes: usize,
+    checkpoint_seconds: f64,
+    /// Peak RSS once the history is read and checkpointed, before the whole-window cycle.
+    peak_rss: Option<f64>,
     recommendations: Vec<(String, Option<i64>, Option<i64>)>,
+    /// Held through the whole-window cycle, as a Lease holder holds it through its cycles.
+    history: crate::reconcile::History,
 }
 
 /// The cycles of a Lease holder keeping its usage history: from one step before `now` until
@@ -406,7 +413,25 @@ async fn kept_history_cycles(
     let steady_cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
     let steady_prometheus_cpu = delta(prom0, prometheus_cpu_seconds(url).await);
     let history_bytes = history.lock().map(|h| h.heap_bytes()).unwrap_or(0);
+    // The checkpoint a Lease holder writes every 10 minutes, built as it builds it.
+    let t0 = Instant::now();
+    let parts = history
+        .lock()
+        .map(|h| {
+            crate::core::recommenders::resources::summary::checkpoints(
+                &h,
+                crate::reconcile::cluster::CHECKPOINT_PART_BYTES,
+            )
+        })
+        .unwrap_or_default();
+    let checkpoint_seconds = t0.elapsed().as_secs_f64();
+    let peak_rss = peak_rss_mib();
     KeptHistory {
+        checkpoint_parts: parts.len(),
+        checkpoint_bytes: parts.iter().map(String::len).sum(),
+        checkpoint_seconds,
+        peak_rss,
+        history,
         first_cycles: first.0,
         first_samples: first.1,
         first_queries: first.2,
@@ -590,10 +615,16 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
         "queriesSteadyCycle": kept.steady_queries,
         "cpuSecondsSteadyCycle": kept.steady_cpu,
         "historyBytes": kept.history_bytes,
+        "historyBytesPerPod": kept.history_bytes / spec.pods.max(1),
+        "checkpointParts": kept.checkpoint_parts,
+        "checkpointBytes": kept.checkpoint_bytes,
+        "checkpointSeconds": kept.checkpoint_seconds,
+        "peakRssKeptHistoryMiB": kept.peak_rss,
         "steadySamplesRatio": ratio(kept.steady_samples, cycle.samples_loaded),
         "steadyPrometheusCpuRatio": kept.steady_prometheus_cpu.zip(prom_full).map(|(a, b)| a / b),
         "steadyBeyondOnePercent": beyond_one_percent(&kept.recommendations, &recommended_values(&cycle)),
     });
+    drop(kept.history);
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }

@@ -8,11 +8,14 @@ mod auth_proxy;
 mod kube_support;
 #[path = "../support/prometheus.rs"]
 mod prometheus_support;
+#[path = "../support/usage_history.rs"]
+mod usage_history;
 
 mod gitops_conflict_kube;
 mod hpa_coordination_kube;
 mod kube_checkpoint;
 mod kube_lease;
+mod kube_no_churn;
 mod kube_owners;
 mod kube_prometheus_connection;
 mod kube_reader;

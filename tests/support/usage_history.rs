@@ -167,3 +167,36 @@ pub fn assert_close(full: &CycleOutput, kept: &CycleOutput, at: jiff::Timestamp)
     }
     want.len()
 }
+
+/// Usage of `web`'s two pods that holds still but for noise below the recipe's rounding (CPU
+/// within a hundredth of a millicore, the working set within a kilobyte), for three hours.
+pub fn still_openmetrics() -> String {
+    let mut cpu = String::from("# TYPE container_cpu_usage_seconds counter\n");
+    let mut mem = String::from("# TYPE container_memory_working_set_bytes gauge\n");
+    for (p, pod) in ["web-6d4b8c7f9-bcdfg", "web-6d4b8c7f9-hjklm"]
+        .into_iter()
+        .enumerate()
+    {
+        let labels = format!("namespace=\"shop\",pod=\"{pod}\",container=\"app\"");
+        let mut counter = 0.0;
+        let mut t = T0;
+        while t <= T0 + 3 * 3600 {
+            let i = (t - T0) / SCRAPE;
+            let noise = ((i * 7919 + p as i64 * 104_729) % 97) as f64 / 97.0;
+            counter += (0.4003 + 1e-5 * noise) * SCRAPE as f64;
+            writeln!(
+                cpu,
+                "container_cpu_usage_seconds_total{{{labels}}} {counter:.7} {t}"
+            )
+            .unwrap();
+            let bytes = 300e6 + 1000.0 * noise;
+            writeln!(
+                mem,
+                "container_memory_working_set_bytes{{{labels}}} {bytes:.0} {t}"
+            )
+            .unwrap();
+            t += SCRAPE;
+        }
+    }
+    format!("{cpu}{mem}# EOF\n")
+}
