@@ -401,6 +401,14 @@ async fn kept_history_cycles(
         first = (first.0 + 1, first.1 + c.samples_loaded, first.2 + c.queries);
         let failed = c.queries_failed > 0;
         let covered = history.lock().map(|h| h.covered_workloads()).unwrap_or(0);
+        // Where the memory goes while the windows are read (stderr: the report is stdout).
+        eprintln!(
+            "first cycle {}: {covered} workloads kept, history {} MB, RSS {:.0} MiB, peak {:.0} MiB",
+            first.0,
+            history.lock().map(|h| h.heap_bytes()).unwrap_or(0) / 1_000_000,
+            rss_mib().unwrap_or(0.0),
+            peak_rss_mib().unwrap_or(0.0)
+        );
         if covered >= c.resource_results().count() || failed || first.0 >= 200 {
             break;
         }
@@ -413,6 +421,7 @@ async fn kept_history_cycles(
     let steady_cpu = cpu_seconds().unwrap_or(0.0) - cpu0;
     let steady_prometheus_cpu = delta(prom0, prometheus_cpu_seconds(url).await);
     let history_bytes = history.lock().map(|h| h.heap_bytes()).unwrap_or(0);
+    let peak_before_checkpoint = peak_rss_mib();
     // The checkpoint a Lease holder writes every 10 minutes, built as it builds it.
     let t0 = Instant::now();
     let parts = history
@@ -426,9 +435,14 @@ async fn kept_history_cycles(
         .unwrap_or_default();
     let checkpoint_seconds = t0.elapsed().as_secs_f64();
     let peak_rss = peak_rss_mib();
+    eprintln!(
+        "steady cycle and checkpoint: peak {:.0} MiB before the checkpoint, {:.0} MiB after",
+        peak_before_checkpoint.unwrap_or(0.0),
+        peak_rss.unwrap_or(0.0)
+    );
     KeptHistory {
         checkpoint_parts: parts.len(),
-        checkpoint_bytes: parts.iter().map(String::len).sum(),
+        checkpoint_bytes: parts.iter().map(Vec::len).sum(),
         checkpoint_seconds,
         peak_rss,
         history,

@@ -204,7 +204,7 @@ impl ReconcileCycle {
             Ok(parts) => {
                 let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
                 for part in &parts {
-                    match serde_json::from_str(part) {
+                    match crate::core::recommenders::resources::summary::read_checkpoint(part) {
                         Ok(c) => history.restore(c),
                         Err(e) => tracing::warn!("usage history checkpoint unreadable: {e}"),
                     }

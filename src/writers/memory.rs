@@ -64,7 +64,7 @@ pub struct MemoryWriter {
     /// (namespace, pod) → the requests an in-place resize set, laid over the pod's containers.
     resized_pods: HashMap<(Name, Name), ContainerRequests>,
     /// The usage history's last checkpoint, in parts.
-    checkpoint: Vec<String>,
+    checkpoint: Vec<Vec<u8>>,
 }
 
 impl MemoryWriter {
@@ -143,7 +143,7 @@ impl MemoryWriter {
     }
 
     /// The usage history's last checkpoint (what a restarted kerf reads back).
-    pub fn checkpoint(&self) -> &[String] {
+    pub fn checkpoint(&self) -> &[Vec<u8>] {
         &self.checkpoint
     }
 

@@ -69,7 +69,9 @@ impl kerf::metrics::MetricSource for Watching {
 /// whole window does.
 #[tokio::test]
 async fn a_restart_with_the_checkpoint_reads_no_window_again() {
-    use kerf::core::recommenders::resources::summary::{HistoryStore, checkpoints};
+    use kerf::core::recommenders::resources::summary::{
+        HistoryStore, checkpoints, read_checkpoint,
+    };
     let snapshot = snapshot();
     let source = FileSource::from_str(&openmetrics()).unwrap();
     let history = Arc::new(Mutex::new(HistoryStore::default()));
@@ -80,7 +82,7 @@ async fn a_restart_with_the_checkpoint_reads_no_window_again() {
 
     let mut restored = HistoryStore::default();
     for c in &saved {
-        restored.restore(serde_json::from_str(c).unwrap());
+        restored.restore(read_checkpoint(c).unwrap());
     }
     let restored = Arc::new(Mutex::new(restored));
     let watching = Watching {

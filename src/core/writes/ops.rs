@@ -455,7 +455,7 @@ pub enum WriteOp {
 /// `kerf-history-<index>` in kerf's namespace; parts beyond these are removed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckpointWrite {
-    pub parts: Vec<String>,
+    pub parts: Vec<Vec<u8>>,
 }
 
 /// One eviction of this cycle.

@@ -1423,7 +1423,7 @@ impl Reader {
 
     /// The usage history's checkpoint parts in kerf's own namespace (ConfigMaps
     /// `kerf-history-<index>`), in index order; none without an own namespace.
-    pub async fn history_checkpoints(&self) -> Result<Vec<String>, ::kube::Error> {
+    pub async fn history_checkpoints(&self) -> Result<Vec<Vec<u8>>, ::kube::Error> {
         use crate::core::recommenders::resources::summary::{
             HISTORY_CONFIGMAP_PREFIX, HISTORY_KEY, HISTORY_LABEL, HISTORY_LABEL_VALUE,
         };
@@ -1434,7 +1434,7 @@ impl Reader {
             Api::namespaced(self.inner.client.clone(), ns);
         let lp = ::kube::api::ListParams::default()
             .labels(&format!("{HISTORY_LABEL}={HISTORY_LABEL_VALUE}"));
-        let mut parts: Vec<(usize, String)> = api
+        let mut parts: Vec<(usize, Vec<u8>)> = api
             .list(&lp)
             .await?
             .items
@@ -1447,7 +1447,7 @@ impl Reader {
                     .strip_prefix(HISTORY_CONFIGMAP_PREFIX)?
                     .parse()
                     .ok()?;
-                Some((index, cm.data?.remove(HISTORY_KEY)?))
+                Some((index, cm.binary_data?.remove(HISTORY_KEY)?.0))
             })
             .collect();
         parts.sort();

@@ -606,7 +606,7 @@ impl Task {
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "namespace": self.cfg.namespace,
                              "labels": {HISTORY_LABEL: HISTORY_LABEL_VALUE}},
-                "data": {HISTORY_KEY: part},
+                "binaryData": {HISTORY_KEY: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, part)},
             });
             let patch = Patch::Apply(&body);
             self.call(None, &format!("checkpoint {name}"), || {

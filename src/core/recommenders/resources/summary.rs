@@ -479,11 +479,11 @@ pub struct WorkloadHistory<'a> {
 }
 
 /// The usage history's checkpoint ConfigMaps: `kerf-history-<index>` in kerf's namespace, the
-/// label that finds them, the key of each part's JSON.
+/// label that finds them, the `binaryData` key of each part (gzip-compressed JSON).
 pub const HISTORY_CONFIGMAP_PREFIX: &str = "kerf-history-";
 pub const HISTORY_LABEL: &str = "app.kubernetes.io/component";
 pub const HISTORY_LABEL_VALUE: &str = "kerf-history";
-pub const HISTORY_KEY: &str = "history.json";
+pub const HISTORY_KEY: &str = "history.json.gz";
 
 /// The format of a checkpoint's content; another one is not read (the windows are read again).
 pub const CHECKPOINT_VERSION: u32 = 2;
@@ -544,29 +544,55 @@ impl HistoryStore {
     }
 }
 
-/// The history in checkpoints of at most `max_bytes` of JSON each (a ConfigMap holds 1 MiB),
-/// a workload never split; each with its JSON.
-pub fn checkpoints(history: &HistoryStore, max_bytes: usize) -> Vec<String> {
-    // Each workload serialized once, its JSON placed in a part as it is (a part is the
-    // `Checkpoint` document around them).
+/// What a part's compressor may hold back before it is finished: a part is closed before its
+/// next workload could take it past its bound.
+const COMPRESSOR_SLACK: usize = 256 * 1024;
+
+/// The history in checkpoint parts of at most about `max_bytes` each (a ConfigMap holds
+/// 1 MiB), a workload never split: each part is a [`Checkpoint`] as gzip-compressed JSON, the
+/// workloads streamed into it one by one (JSON of numbers compresses about 5 times, so the
+/// cluster stores a fifth, and no part's JSON is held whole).
+pub fn checkpoints(history: &HistoryStore, max_bytes: usize) -> Vec<Vec<u8>> {
+    use std::io::Write as _;
     let source = serde_json::to_string(&history.source).expect("a string serializes");
     let head = format!("{{\"version\":{CHECKPOINT_VERSION},\"source\":{source},\"workloads\":[");
+    let new_part = || {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(head.as_bytes()).expect("writes to memory");
+        e
+    };
+    let finish = |mut e: flate2::write::GzEncoder<Vec<u8>>| {
+        e.write_all(b"]}").expect("writes to memory");
+        e.finish().expect("writes to memory")
+    };
     let mut out = Vec::new();
-    let mut part = String::new();
+    let mut part: Option<(flate2::write::GzEncoder<Vec<u8>>, usize)> = None;
     for w in history.workload_histories() {
-        let json = serde_json::to_string(&w).expect("a history serializes");
-        if !part.is_empty() && part.len() + json.len() > max_bytes {
-            part.push_str("]}");
-            out.push(std::mem::take(&mut part));
+        let json = serde_json::to_vec(&w).expect("a history serializes");
+        if let Some((e, n)) = &part
+            && *n > 0
+            && e.get_ref().len() + json.len() + COMPRESSOR_SLACK > max_bytes
+        {
+            let (e, _) = part.take().expect("just matched");
+            out.push(finish(e));
         }
-        part.push_str(if part.is_empty() { &head } else { "," });
-        part.push_str(&json);
+        let (e, n) = part.get_or_insert_with(|| (new_part(), 0));
+        if *n > 0 {
+            e.write_all(b",").expect("writes to memory");
+        }
+        e.write_all(&json).expect("writes to memory");
+        *n += 1;
     }
-    if !part.is_empty() {
-        part.push_str("]}");
-        out.push(part);
+    if let Some((e, _)) = part {
+        out.push(finish(e));
     }
     out
+}
+
+/// A checkpoint part as [`checkpoints`] wrote it.
+pub fn read_checkpoint(part: &[u8]) -> Result<Checkpoint, String> {
+    serde_json::from_reader(std::io::BufReader::new(flate2::read::GzDecoder::new(part)))
+        .map_err(|e| format!("not a gzip-compressed checkpoint: {e}"))
 }
 
 #[cfg(test)]
@@ -677,7 +703,7 @@ mod tests {
         );
         let mut back = HistoryStore::default();
         for p in parts {
-            back.restore(serde_json::from_str(&p).unwrap());
+            back.restore(read_checkpoint(&p).unwrap());
         }
         assert_eq!(back.workload_histories(), h.workload_histories());
         assert_eq!(back.source, h.source);
@@ -686,7 +712,7 @@ mod tests {
         let stale = Checkpoint {
             source: None,
             version: CHECKPOINT_VERSION + 1,
-            workloads: serde_json::from_str::<Checkpoint>(&checkpoints(&h, 1 << 20)[0])
+            workloads: read_checkpoint(&checkpoints(&h, 1 << 20)[0])
                 .unwrap()
                 .workloads,
         };
