@@ -216,30 +216,41 @@ impl Group {
         for pod in &set.steps {
             let k = &pod.key;
             let c = history.container(&k.namespace, &k.workload, &k.container);
-            for &(t, v) in &pod.steps {
-                match (signal, part) {
-                    (RsSignal::Cpu, Part::New | Part::Fresh) => c.add(&pod.pod, Series::Cpu, t, v),
-                    (RsSignal::Cpu, Part::Expired) => c.remove(&pod.pod, Series::Cpu, v),
-                    (RsSignal::Throttled, Part::New | Part::Fresh) => {
-                        c.add(&pod.pod, Series::Throttled, t, v)
-                    }
-                    (RsSignal::Throttled, Part::Expired) => {
-                        c.remove(&pod.pod, Series::Throttled, v)
-                    }
+            let steps = pod.steps.as_slice();
+            match (signal, part) {
+                (RsSignal::Cpu, Part::New | Part::Fresh) => c.add_all(&pod.pod, Series::Cpu, steps),
+                (RsSignal::Throttled, Part::New | Part::Fresh) => {
+                    c.add_all(&pod.pod, Series::Throttled, steps)
+                }
+                (RsSignal::Memory, Part::New | Part::Fresh) => {
                     // A backfill reads the working set over the history's window: the steps
                     // before the memory window only say since when there is history.
-                    (RsSignal::Memory, Part::New) if t <= mem_from => c.seen(&pod.pod, t),
-                    (RsSignal::Memory, Part::New | Part::Fresh) => {
-                        c.add(&pod.pod, Series::Memory, t, v)
+                    let (before, within): (Vec<(i64, f64)>, Vec<(i64, f64)>) = steps
+                        .iter()
+                        .partition(|&&(t, _)| part == Part::New && t <= mem_from);
+                    for (t, _) in before {
+                        c.seen(&pod.pod, t);
                     }
-                    (RsSignal::Memory, Part::Expired) => c.remove(&pod.pod, Series::Memory, v),
-                    (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New | Part::Fresh)
-                        if v > 0.0 =>
-                    {
-                        c.oom_at(t)
-                    }
-                    _ => {}
+                    c.add_all(&pod.pod, Series::Memory, &within);
                 }
+                (RsSignal::Cpu | RsSignal::Throttled | RsSignal::Memory, Part::Expired) => {
+                    let series = match signal {
+                        RsSignal::Cpu => Series::Cpu,
+                        RsSignal::Throttled => Series::Throttled,
+                        _ => Series::Memory,
+                    };
+                    for &(_, v) in steps {
+                        c.remove(&pod.pod, series, v);
+                    }
+                }
+                (RsSignal::OomKilled | RsSignal::InitOomKilled, Part::New | Part::Fresh) => {
+                    for &(t, v) in steps {
+                        if v > 0.0 {
+                            c.oom_at(t);
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }

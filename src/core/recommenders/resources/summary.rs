@@ -76,6 +76,49 @@ impl Histogram {
         self.add_bin(bin_of(v), 1);
     }
 
+    /// Adds every value of `values` (one pod's steps of one answer). Into an empty histogram
+    /// (a first reading: a week of steps per pod) in one allocation of its final size, instead
+    /// of growing it value by value, which left the allocator's pages full of holes between
+    /// the long-lived histograms (docs/performance.md).
+    pub fn add_all(&mut self, values: impl Iterator<Item = f64>) {
+        if !self.is_empty() {
+            values.for_each(|v| self.add(v));
+            return;
+        }
+        let mut sorted: Vec<f64> = values.collect();
+        sorted.sort_by(f64::total_cmp);
+        let runs = |keys: &mut dyn Iterator<Item = u64>| {
+            let mut out: Vec<(u64, u32)> = Vec::new();
+            for k in keys {
+                match out.last_mut() {
+                    Some((last, n)) if *last == k => *n += 1,
+                    _ => out.push((k, 1)),
+                }
+            }
+            out
+        };
+        let exact = runs(&mut sorted.iter().map(|v| v.to_bits()));
+        if exact.len() <= EXACT_VALUES {
+            self.exact = Vec::with_capacity(exact.len());
+            self.exact
+                .extend(exact.into_iter().map(|(bits, n)| (f64::from_bits(bits), n)));
+            return;
+        }
+        let mut bins: Vec<i16> = sorted.iter().map(|v| bin_of(*v)).collect();
+        bins.sort_unstable();
+        // Offset so that the bins' order is the keys' order.
+        let binned = runs(
+            &mut bins
+                .iter()
+                .map(|b| (i32::from(*b) - i32::from(i16::MIN)) as u64),
+        );
+        self.bins = Vec::with_capacity(binned.len());
+        self.bins.extend(binned.into_iter().map(|(k, n)| {
+            let b = (k as i32 + i32::from(i16::MIN)) as i16;
+            (b, u16::try_from(n).unwrap_or(u16::MAX))
+        }));
+    }
+
     fn add_bin(&mut self, b: i16, count: u32) {
         let count = u16::try_from(count).unwrap_or(u16::MAX);
         match self.bins.binary_search_by_key(&b, |(k, _)| *k) {
@@ -216,6 +259,20 @@ impl ContainerHistory {
         }
         let p = self.pods.entry(pod.to_string()).or_default();
         p.histogram(series).add(v);
+    }
+
+    /// Adds the values of `series` a pod had at the grid steps of `steps`.
+    pub fn add_all(&mut self, pod: &str, series: Series, steps: &[(i64, f64)]) {
+        if steps.is_empty() {
+            return;
+        }
+        if series == Series::Memory {
+            for &(at, _) in steps {
+                self.seen(pod, at);
+            }
+        }
+        let p = self.pods.entry(pod.to_string()).or_default();
+        p.histogram(series).add_all(steps.iter().map(|&(_, v)| v));
     }
 
     /// Records that a pod had a working set at grid step `at`, before the memory window (the
@@ -645,6 +702,39 @@ mod tests {
         assert!(h.binned());
         assert!((h.max().unwrap() - 5.0).abs() <= 5.0 * RELATIVE_ERROR);
         assert_eq!(h.count(), 2 * EXACT_VALUES as u64 + 1);
+    }
+
+    #[test]
+    fn histogram_add_all_is_adding_each_value() {
+        let wave = |n: usize| -> Vec<f64> {
+            (0..n)
+                .map(|i| {
+                    0.3 + 0.2 * ((i as f64) * 0.01).sin() + if i % 50 == 0 { 0.0 } else { 1e-3 }
+                })
+                .collect()
+        };
+        for values in [
+            wave(10_000),
+            wave(40),
+            vec![0.0, 0.0, 1.5, f64::NAN],
+            Vec::new(),
+        ] {
+            let mut one_by_one = Histogram::default();
+            values.iter().for_each(|v| one_by_one.add(*v));
+            let mut at_once = Histogram::default();
+            at_once.add_all(values.iter().copied());
+            assert_eq!(format!("{at_once:?}"), format!("{one_by_one:?}"));
+            assert_eq!(
+                at_once.exact.capacity(),
+                at_once.exact.len(),
+                "one allocation"
+            );
+            assert_eq!(at_once.bins.capacity(), at_once.bins.len());
+            // Into a histogram that holds values: the same as adding them one by one.
+            at_once.add_all(values.iter().copied());
+            values.iter().for_each(|v| one_by_one.add(*v));
+            assert_eq!(format!("{at_once:?}"), format!("{one_by_one:?}"));
+        }
     }
 
     #[test]
