@@ -225,7 +225,7 @@ impl Group {
                 (RsSignal::Memory, Part::New | Part::Fresh) => {
                     // A backfill reads the working set over the history's window: the steps
                     // before the memory window only say since when there is history.
-                    let (before, within): (Vec<(i64, f64)>, Vec<(i64, f64)>) = steps
+                    let (before, within): (Vec<_>, Vec<_>) = steps
                         .iter()
                         .partition(|&&(t, _)| part == Part::New && t <= mem_from);
                     for (t, _) in before {
