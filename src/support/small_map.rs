@@ -130,6 +130,11 @@ impl<K, V> SmallMap<K, V> {
         self.entries.len()
     }
 
+    /// Bytes its entries' storage takes (not what the entries point to).
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<(K, V)>()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

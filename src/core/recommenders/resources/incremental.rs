@@ -346,6 +346,11 @@ impl Group {
             }
             kept.containers
                 .retain(|_, c| !c.pods.is_empty() || c.last_oom.is_some_and(|t| t > oom_from));
+            // Held for days: no room kept for pods that came and went.
+            kept.containers.shrink_to_fit();
+            for (_, c) in kept.containers.iter_mut() {
+                c.pods.shrink_to_fit();
+            }
         }
         out
     }

@@ -11,6 +11,7 @@
 //! percentile read here is within that error of the exact one over the same steps.
 
 use crate::core::hash::HashMap;
+use crate::support::small_map::SmallMap;
 
 /// Successive bin edges differ by this factor.
 pub const BIN_RATIO: f64 = 1.01;
@@ -245,7 +246,8 @@ impl PodHistory {
 /// One container of a workload: its pods' histories and the last step an OOM kill showed.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ContainerHistory {
-    pub pods: std::collections::BTreeMap<String, PodHistory>,
+    /// One to a few pods: a sorted vector, not a tree (docs/performance.md).
+    pub pods: SmallMap<String, PodHistory>,
     /// The last grid step at which kube-state-metrics reported an OOM kill as one of the
     /// container's last terminations.
     pub last_oom: Option<i64>,
@@ -339,16 +341,17 @@ impl ContainerHistory {
 
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.pods
-            .iter()
-            .map(|(name, p)| {
-                name.capacity()
-                    + std::mem::size_of::<PodHistory>()
-                    + p.cpu.heap_bytes()
-                    + p.memory.heap_bytes()
-                    + p.throttled.heap_bytes()
-            })
-            .sum()
+        self.pods.heap_bytes()
+            + self
+                .pods
+                .iter()
+                .map(|(name, p)| {
+                    name.capacity()
+                        + p.cpu.heap_bytes()
+                        + p.memory.heap_bytes()
+                        + p.throttled.heap_bytes()
+                })
+                .sum::<usize>()
     }
 }
 
@@ -441,7 +444,7 @@ pub struct Covered {
 pub struct KeptWorkload {
     pub covered: Option<Covered>,
     /// By container name.
-    pub containers: std::collections::BTreeMap<String, ContainerHistory>,
+    pub containers: SmallMap<String, ContainerHistory>,
 }
 
 /// Every workload's history, by (namespace, `<Kind>/<name>`): a cycle's group reaches its own
@@ -463,6 +466,7 @@ impl HistoryStore {
                 ns.capacity()
                     + w.capacity()
                     + std::mem::size_of::<KeptWorkload>()
+                    + k.containers.heap_bytes()
                     + k.containers
                         .iter()
                         .map(|(c, h)| c.capacity() + h.heap_bytes())
@@ -532,7 +536,7 @@ pub struct WorkloadHistory<'a> {
     pub cpu: Coverage,
     pub memory: Coverage,
     /// By container name.
-    pub containers: std::borrow::Cow<'a, std::collections::BTreeMap<String, ContainerHistory>>,
+    pub containers: std::borrow::Cow<'a, SmallMap<String, ContainerHistory>>,
 }
 
 /// The usage history's checkpoint ConfigMaps: `kerf-history-<index>` in kerf's namespace, the
