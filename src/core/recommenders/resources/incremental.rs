@@ -225,12 +225,10 @@ impl Group {
                 (RsSignal::Memory, Part::New | Part::Fresh) => {
                     // A backfill reads the working set over the history's window: the steps
                     // before the memory window only say since when there is history.
-                    let (before, within): (Vec<_>, Vec<_>) = steps
+                    let (before, within): (Vec<(i64, f64)>, Vec<_>) = steps
                         .iter()
                         .partition(|&&(t, _)| part == Part::New && t <= mem_from);
-                    for (t, _) in before {
-                        c.seen(&pod.pod, t);
-                    }
+                    c.seen_at_all(&pod.pod, &before);
                     c.add_all(&pod.pod, Series::Memory, &within);
                 }
                 (RsSignal::Cpu | RsSignal::Throttled | RsSignal::Memory, Part::Expired) => {

@@ -269,12 +269,19 @@ impl ContainerHistory {
             return;
         }
         if series == Series::Memory {
-            for &(at, _) in steps {
-                self.seen(pod, at);
-            }
+            self.seen_at_all(pod, steps);
         }
         let p = self.pods.entry(pod.to_string()).or_default();
         p.histogram(series).add_all(steps.iter().map(|&(_, v)| v));
+    }
+
+    /// [`Self::seen`] at every step of `steps`: only the first and the last move anything.
+    pub fn seen_at_all(&mut self, pod: &str, steps: &[(i64, f64)]) {
+        let first = steps.iter().map(|&(t, _)| t).min();
+        let last = steps.iter().map(|&(t, _)| t).max();
+        for at in first.into_iter().chain(last) {
+            self.seen(pod, at);
+        }
     }
 
     /// Records that a pod had a working set at grid step `at`, before the memory window (the
