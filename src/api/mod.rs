@@ -38,7 +38,7 @@ pub use recommendation::{
     AppliedChange, ApplyMethod, CONDITION_CONFLICT, ConflictStatus, ContainerRecommendation,
     EvictionStatus, FieldTakeback, HpaRecommendation, REASON_CONFLICT, RecommendationPhase,
     RecommendationStatus, ResizeFallback, ResizeStatus, ResourceValues, RightsizingRecommendation,
-    RightsizingRecommendationSpec, Savings, WorkloadRef,
+    RightsizingRecommendationSpec, Savings, WorkloadRef, WriteMethod,
 };
 pub use rightsizing::{
     ClusterRightsizingPolicy, ClusterRightsizingPolicySpec, CpuRecipe, HpaCoordination,

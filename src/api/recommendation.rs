@@ -160,6 +160,13 @@ pub struct RecommendationStatus {
     /// How kerf applies the CPU/memory change to running pods (docs/policies.md#in-place-resize).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_method: Option<ApplyMethod>,
+    /// How kerf sends its write of the pod template (docs/gitops.md#how-kerf-writes): `apply`,
+    /// `jsonPatch`, or `evict` where kerf writes no template; absent where nothing is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_method: Option<WriteMethod>,
+    /// Why that way (the schema that decided it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_method_reason: Option<String>,
     /// The in-place resize of the running pods, while `applyMethod` is `inPlace` or after it fell
     /// back to a rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,6 +220,29 @@ impl ApplyMethod {
             ApplyMethod::InPlace => "inPlace",
             ApplyMethod::Evict => "evict",
             ApplyMethod::None => "none",
+        }
+    }
+}
+
+/// How a write of a workload's pod template is sent, from the target's schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WriteMethod {
+    /// Server-side apply of kerf's fields (containers a list keyed by name).
+    Apply,
+    /// An RFC 6902 JSON Patch whose `test` operations pin each container's name at its index
+    /// (an atomic or unknown containers list).
+    JsonPatch,
+    /// No template is written: running pods are replaced through the Eviction API.
+    Evict,
+}
+
+impl WriteMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteMethod::Apply => "apply",
+            WriteMethod::JsonPatch => "jsonPatch",
+            WriteMethod::Evict => "evict",
         }
     }
 }

@@ -7,7 +7,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{OutputFormat, RecommendArgs};
-use crate::api::{ApplyMethod, RecommendationStatus};
+use crate::api::{ApplyMethod, RecommendationStatus, WriteMethod};
 use crate::core::model::{PolicyId, WorkloadKey};
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::cycle::CycleOutput;
@@ -294,6 +294,9 @@ pub fn workload_json(
         // The phase's reason (`HPACoupled`, `VPAConflict`, …), as the recommendation's status says.
         "reason": ok.and_then(|o| o.reason.clone()),
         "applyMethod": method.as_str(),
+        // How the template write is sent (docs/gitops.md#how-kerf-writes); null: none.
+        "writeMethod": status.and_then(|s| s.write_method).map(WriteMethod::as_str),
+        "writeMethodReason": status.and_then(|s| s.write_method_reason.clone()),
         "eviction": status.and_then(|s| s.eviction.as_ref()).map(|e| json!({
             "podsToReplace": e.pods_to_replace,
             "lastEvictionTime": e.last_eviction_time,

@@ -224,14 +224,18 @@ pub fn project(entries: &[ManagedFieldsEntry], kind: WorkloadKind) -> Vec<FieldM
     out
 }
 
-/// Whether the entry owns an HPA's `spec.metrics`.
+/// Whether the entry owns an HPA's target: `spec.metrics` (an `autoscaling/v2` entry) or
+/// `spec.targetCPUUtilizationPercentage` (an `autoscaling/v1` one, e.g. a GitOps tool applying
+/// a v1 manifest: the API server keeps each entry's fields at its own version).
 fn owns_hpa_metrics(mf: &ManagedFieldsEntry) -> bool {
     mf.subresource.as_deref().is_none_or(str::is_empty)
         && mf
             .fields_v1
             .as_ref()
             .and_then(|f| f.0.get("f:spec"))
-            .is_some_and(|s| s.get("f:metrics").is_some())
+            .is_some_and(|s| {
+                s.get("f:metrics").is_some() || s.get("f:targetCPUUtilizationPercentage").is_some()
+            })
 }
 
 /// Keeps of an HPA's `managedFields` only the entries owning `spec.metrics`, reduced to that

@@ -193,6 +193,13 @@ impl Workload {
 }
 
 impl Snapshot {
+    /// The `openAPIV3Schema` of `kind`'s version in the CRDs at hand.
+    pub fn crd_schema(&self, kind: crate::api::WorkloadKind) -> Option<&serde_json::Value> {
+        self.crds
+            .iter()
+            .find_map(|c| crate::core::writes::write_method::crd_version_schema(c, kind))
+    }
+
     /// The controller reference of the object `kind`/`name` in `namespace`, when known.
     pub fn controller_of(
         &self,
@@ -374,6 +381,9 @@ pub struct Snapshot {
     /// owner chain passes through other than a ReplicaSet's Deployment and a Job's CronJob
     /// (docs/workloads.md): a Deployment's InferenceService, a Revision's Configuration, …
     pub controllers: BTreeMap<(Name, Name), crate::core::owner::Link>,
+    /// The CustomResourceDefinitions of the custom kinds kerf writes (Rollouts, listed kinds):
+    /// their schema decides how a template write is sent (docs/gitops.md#how-kerf-writes).
+    pub crds: Vec<Arc<serde_json::Value>>,
 }
 
 /// Whether running pods can be resized in place (docs/policies.md#in-place-resize).

@@ -542,6 +542,11 @@ fn read_cluster_object(
             h.metadata.namespace.get_or_insert_with(|| "default".into());
             s.hpas.push(h);
         }
+        // `kubectl get crd NAME -o yaml`: its schema decides how kerf writes that kind's
+        // template (docs/gitops.md#how-kerf-writes).
+        "CustomResourceDefinition" if api_version.starts_with("apiextensions.k8s.io/") => {
+            s.crds.push(Arc::new(doc));
+        }
         "VerticalPodAutoscaler"
             if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
         {

@@ -492,6 +492,7 @@ mod tests {
                 recommendation: recommended.map(recommendation),
             }),
             requests: None,
+            method: crate::api::WriteMethod::Apply,
         }))
     }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
@@ -179,11 +180,20 @@ pub fn workload_body(
     let mut init_containers = Vec::new();
     for (name, r) in requests {
         let mut req = serde_json::Map::new();
+        let live = live_request_text(spec, name);
         if let Some(m) = r.cpu_millis {
-            req.insert("cpu".into(), json!(quantity::format_cpu_millis(m)));
+            let text = live("cpu", &|q| quantity::cpu_millis(q).ok() == Some(m));
+            req.insert(
+                "cpu".into(),
+                json!(text.unwrap_or_else(|| quantity::format_cpu_millis(m))),
+            );
         }
         if let Some(b) = r.memory_bytes {
-            req.insert("memory".into(), json!(quantity::format_memory_bytes(b)));
+            let text = live("memory", &|q| quantity::memory_bytes(q).ok() == Some(b));
+            req.insert(
+                "memory".into(),
+                json!(text.unwrap_or_else(|| quantity::format_memory_bytes(b))),
+            );
         }
         if req.is_empty() {
             continue;
@@ -218,6 +228,24 @@ pub fn workload_body(
         }
     }
     (body, missing)
+}
+
+/// The live text of a container's request when it equals what kerf writes: server-side apply
+/// compares the raw text, so `500000Ki` over a user's `512M` would move the field to kerf
+/// although the value is the same (docs/gitops.md#how-kerf-writes).
+fn live_request_text<'a>(
+    spec: &'a PodSpec,
+    container: &'a str,
+) -> impl Fn(&str, &dyn Fn(&Quantity) -> bool) -> Option<String> + 'a {
+    move |resource, same| {
+        let c = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .find(|c| c.name == container)?;
+        let q = c.resources.as_ref()?.requests.as_ref()?.get(resource)?;
+        same(q).then(|| q.0.clone())
+    }
 }
 
 /// Requests a release gives back (docs/design/hpa-coordination.md#h13).

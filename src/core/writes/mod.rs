@@ -11,6 +11,7 @@ mod ops;
 mod plan;
 mod recommendation;
 pub mod resize;
+pub mod write_method;
 
 pub use fields::{
     KerfApply, Live, Released, gpu_restart_due, has_any, kerf_apply, live_template,

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::fields::requests_match;
 use super::resize::PodResize;
-use crate::api::{PolicyStatus, RecommendationStatus, RightsizingRecommendationSpec};
+use crate::api::{PolicyStatus, RecommendationStatus, RightsizingRecommendationSpec, WriteMethod};
 use crate::core::hpa::{self, HpaResource};
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ContainerRequests, CoordinatedHpa,
@@ -54,6 +54,8 @@ pub struct WorkloadWrite {
     pub gpu: Option<GpuAnnotations>,
     /// Template container requests kerf sets (auto-patch / coordinated change), by container.
     pub requests: Option<ContainerRequests>,
+    /// How the write is sent (`apply` or `jsonPatch`, from the kind's schema).
+    pub method: WriteMethod,
 }
 
 /// One `metav1.Condition` kerf wants on a policy.
@@ -425,6 +427,8 @@ pub struct RestoreWrite {
     pub keep: Option<Kept>,
     pub recommendation: Option<RecommendationWrite>,
     pub event: EventWrite,
+    /// How kerf's own part of the write is sent (`apply` or `jsonPatch`).
+    pub method: WriteMethod,
 }
 
 #[derive(Clone, Debug)]

@@ -26,7 +26,7 @@ use super::{
 use crate::api::{
     AppliedChange, ApplyMethod, CONDITION_METRICS_FOUND, CONDITION_PROMETHEUS_AVAILABLE,
     CONDITION_READY, CONDITION_STRATEGY_RESOLVED, PolicyStatus, REASON_CONFLICT,
-    RecommendationPhase, RecommendationStatus,
+    RecommendationPhase, RecommendationStatus, WorkloadKind, WriteMethod,
 };
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, PolicyId,
@@ -46,6 +46,7 @@ use crate::core::writes::conflict::{Assessment, ConflictInput, ConflictRules, as
 use crate::core::writes::eviction::plan_eviction;
 use crate::core::writes::method::{Delivery, MethodInput, delivery};
 use crate::core::writes::resize::RESIZES_PER_CYCLE;
+use crate::core::writes::write_method::template_write_method;
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
 pub fn recommendation_name(key: &WorkloadKey) -> String {
@@ -274,6 +275,11 @@ struct Planning<'a> {
 }
 
 impl Planning<'_> {
+    /// How a template write of `kind` is sent (docs/gitops.md#how-kerf-writes).
+    fn write_method(&self, kind: WorkloadKind) -> WriteMethod {
+        template_write_method(kind, self.snapshot.crd_schema(kind)).0
+    }
+
     /// The running pods of `key` (not being deleted).
     fn running_pods(&self, key: &WorkloadKey) -> Vec<&Pod> {
         let by_owner = self
@@ -309,6 +315,11 @@ impl Planning<'_> {
             .as_ref()
             .map(|a| self.delivery(wo, r, w, a, previous, writing));
         status.apply_method = delivery.as_ref().map(|d| d.method);
+        let writes_template = matches!(
+            status.apply_method,
+            Some(ApplyMethod::Rollout | ApplyMethod::Evict)
+        );
+        record_write_method(status, w.key.kind, self.snapshot, writes_template);
         status.resize = delivery
             .as_ref()
             .filter(|_| writing)
@@ -522,6 +533,7 @@ fn restore_writes(p: &Planning<'_>) -> BTreeMap<WorkloadKey, WriteOp> {
                 keep: None,
                 recommendation,
                 event,
+                method: p.write_method(w.key.kind),
             })),
         );
     }
@@ -682,6 +694,8 @@ fn gpu_only_recommendation(
     };
     (status.phase, status.reason) = recommendation_phase(status.phase, status.reason.take(), gates);
     record_conflict(&mut status, conflict, p.now);
+    let writes = gpu.recommendation.is_some() && !p.snapshot.global.read_only;
+    record_write_method(&mut status, gpu.key.kind, p.snapshot, writes);
     let recommendation = RecommendationWrite {
         namespace: gpu.key.namespace.to_string(),
         name: recommendation_name(&gpu.key),
@@ -694,6 +708,25 @@ fn gpu_only_recommendation(
         .into_iter()
         .chain(conflict_event(w, conflict))
         .collect()
+}
+
+/// How the workload's template write is sent (docs/gitops.md#how-kerf-writes), recorded in its
+/// status when kerf writes one (`writes`); `evict` where kerf writes no template.
+fn record_write_method(
+    status: &mut RecommendationStatus,
+    kind: WorkloadKind,
+    snapshot: &Snapshot,
+    writes: bool,
+) {
+    let (method, reason) = match writes {
+        true => {
+            let (m, r) = template_write_method(kind, snapshot.crd_schema(kind));
+            (Some(m), Some(r))
+        }
+        false => (None, None),
+    };
+    status.write_method = method;
+    status.write_method_reason = reason;
 }
 
 /// Where a workload with a CPU/memory result stands this cycle.
@@ -893,7 +926,12 @@ fn resource_writes(
     ops.extend(resize);
     ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
     if !template_untouched {
-        ops.push(template_write(w, plan, kept_hpa));
+        ops.push(template_write(
+            w,
+            plan,
+            kept_hpa,
+            p.write_method(w.key.kind),
+        ));
         ops.extend(applied);
     }
     ops
@@ -936,11 +974,17 @@ fn recommendation_of(
 }
 
 /// The template write of a rolled-out change, with the HPA target when coordinated.
-fn template_write(w: &Arc<Workload>, plan: &AgentPlan, kept_hpa: Option<HpaTarget>) -> WriteOp {
+fn template_write(
+    w: &Arc<Workload>,
+    plan: &AgentPlan,
+    kept_hpa: Option<HpaTarget>,
+    method: WriteMethod,
+) -> WriteOp {
     let workload = WorkloadWrite {
         observed: Arc::clone(w),
         gpu: None,
         requests: Some(plan.requests.clone()),
+        method,
     };
     match kept_hpa {
         Some(hpa) => WriteOp::Coordinated(Box::new(CoordinatedChange { workload, hpa })),
@@ -1032,6 +1076,7 @@ fn release_write(
         keep,
         recommendation: Some(recommendation),
         event,
+        method: p.write_method(w.key.kind),
     }))
 }
 
@@ -1060,6 +1105,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
                 recommendation: r.recommendation.as_deref().cloned(),
             }),
             requests: None,
+            method: p.write_method(w.key.kind),
         };
         if !write.in_place() {
             ops.push(WriteOp::Workload(Box::new(write)));
@@ -1079,6 +1125,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
                 observed: Arc::clone(w),
                 gpu: Some(GpuAnnotations::default()),
                 requests: None,
+                method: p.write_method(w.key.kind),
             })));
         }
     }

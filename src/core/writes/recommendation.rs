@@ -192,6 +192,8 @@ pub fn gpu_recommendation_status(
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
         conflict: previous.and_then(|p| p.conflict.clone()),
         apply_method: None,
+        write_method: None,
+        write_method_reason: None,
         resize: None,
         eviction: None,
     }
@@ -219,6 +221,8 @@ pub fn recommendation_status(
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
         conflict: previous.and_then(|p| p.conflict.clone()),
         apply_method: previous.and_then(|p| p.apply_method),
+        write_method: previous.and_then(|p| p.write_method),
+        write_method_reason: previous.and_then(|p| p.write_method_reason.clone()),
         resize: previous.and_then(|p| p.resize.clone()),
         eviction: previous.and_then(|p| p.eviction.clone()),
     };

@@ -31,6 +31,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -228,6 +229,8 @@ struct Inner {
     pods: Arc<Projected<Arc<crate::core::pod::Pod>>>,
     hpas: Arc<Projected<HorizontalPodAutoscaler>>,
     vpas: Arc<Projected<Option<Vpa>>>,
+    /// The CRDs of the custom kinds kerf writes (their schema decides how it writes them).
+    crds: Arc<Projected<Option<Arc<serde_json::Value>>>>,
     /// The controllers GPU inference runs under and the objects their chains pass through.
     owners: Vec<Arc<Projected<OwnerObject>>>,
     /// The kinds GlobalConfiguration `workloadKinds` lists, watched as it lists them.
@@ -971,6 +974,8 @@ fn spawn_pod_watches(
 
 /// The VerticalPodAutoscaler kind, as kerf reads it (upstream: kubernetes/autoscaler
 /// `vertical-pod-autoscaler/deploy/vpa-v1-crd-gen.yaml`).
+/// The CRDs watch's name in readiness and errors.
+pub const CRD_KIND: &str = "CustomResourceDefinition";
 pub const VPA_KIND: &str = "VerticalPodAutoscaler";
 
 pub fn vpa_resource() -> ApiResource {
@@ -1082,6 +1087,54 @@ fn spawn_vpa_watch(
         false,
         stream,
         vpa_of,
+        sync,
+        tasks,
+    )
+}
+
+/// A CRD kept only where it is a custom kind kerf writes the template of (a Rollout, a listed
+/// kind), reduced to what decides how: its group, kind and versions' schemas.
+fn writable_crd(crd: CustomResourceDefinition) -> Option<Arc<serde_json::Value>> {
+    let group = crd.spec.group.clone();
+    let kind = crd.spec.names.kind.clone();
+    let writable = crd.spec.versions.iter().any(|v| {
+        WorkloadKind::of_object(&format!("{group}/{}", v.name), &kind)
+            .is_some_and(|k| k.template_writable() && !WorkloadKind::BUILT_IN.contains(&k))
+    });
+    if !writable {
+        return None;
+    }
+    let versions: Vec<serde_json::Value> = crd
+        .spec
+        .versions
+        .iter()
+        .map(|v| serde_json::json!({"name": v.name, "schema": v.schema}))
+        .collect();
+    Some(Arc::new(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "spec": {"group": group, "names": {"kind": kind}, "versions": versions},
+    })))
+}
+
+/// The CRDs of the custom kinds kerf writes: a change to one is seen as it is made.
+fn spawn_crd_watch(
+    client: &Client,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<Option<Arc<serde_json::Value>>>> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let stream = watcher(api, watcher::Config::default()).modify(|o| {
+        strip_meta(&mut o.metadata);
+    });
+    spawn_optional(
+        CRD_KIND,
+        "customresourcedefinitions.apiextensions.k8s.io".into(),
+        "CustomResourceDefinitions are not served: custom kinds are written by JSON Patch",
+        // Not readable (a ClusterRole from before kerf read CRDs): written the safe way.
+        true,
+        stream,
+        writable_crd,
         sync,
         tasks,
     )
@@ -1350,6 +1403,7 @@ impl Reader {
         let (kerf, mut tasks) = spawn_kerf_watches(&client, &sync);
         let w = spawn_workload_watches(&client, &sync, store.as_ref(), &mut tasks);
         let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
+        let crds = spawn_crd_watch(&client, &sync, &mut tasks);
         let owners = spawn_owner_watches(&client, &sync, &mut tasks);
         let resize = spawn_resize_discovery(&client, &mut tasks);
         let p = spawn_pod_watches(client.clone(), sync.clone(), store.as_ref(), &mut tasks);
@@ -1366,6 +1420,7 @@ impl Reader {
                 pods: p.pods,
                 hpas: p.hpas,
                 vpas,
+                crds,
                 owners,
                 listed: Default::default(),
                 client,
@@ -1602,6 +1657,7 @@ impl Reader {
             job_owners,
             resize: *self.inner.resize.borrow(),
             controllers,
+            crds: i.crds.values().into_iter().flatten().collect(),
         };
         let mut snapshot = snapshot;
         // Owned Deployments and StatefulSets under their topmost owner, from the controller

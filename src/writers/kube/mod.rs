@@ -46,14 +46,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::api::{
     ClusterGpuReactivePolicy, ClusterRightsizingPolicy, GpuReactivePolicy, PolicyStatus,
-    RightsizingPolicy, RightsizingRecommendation, WorkloadKind,
+    RightsizingPolicy, RightsizingRecommendation, WorkloadKind, WriteMethod,
 };
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, ContainerRequests, WorkloadKey,
+    ANNOTATION_ROLLBACK, ContainerRequests, RequestSet, WorkloadKey,
 };
+use crate::core::writes::write_method::json_patch;
 use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
+use std::collections::BTreeMap;
 
 use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
 use crate::core::recommenders::resources::summary::{
@@ -288,30 +290,16 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// The request restoring the original requests as `kerf-release`: a strategic merge patch on
-/// the built-in kinds; on a custom resource (a Rollout), which the API server refuses one for
-/// (415), a server-side apply of the same fields, forced so they move from kerf (its CRD keys
-/// `containers` by name, so only the named containers' requests are touched).
-fn release_request(key: &WorkloadKey, body: &Value) -> (PatchParams, Patch<Value>) {
-    if WorkloadKind::BUILT_IN.contains(&key.kind) {
-        let params = PatchParams {
-            field_manager: Some(RELEASE_FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        return (params, Patch::Strategic(body.clone()));
-    }
-    let mut applied = json!({
-        "apiVersion": key.kind.api_version(),
-        "kind": key.kind.kind_name(),
-        "metadata": {"name": key.name.as_str(), "namespace": key.namespace.as_str()},
-    });
-    if let (Some(a), Some(b)) = (applied.as_object_mut(), body.as_object()) {
-        a.extend(b.clone());
-    }
-    (
-        PatchParams::apply(RELEASE_FIELD_MANAGER).force(),
-        Patch::Apply(applied),
-    )
+/// The request restoring the original requests on a built-in kind as `kerf-release`: a
+/// strategic merge patch (an Update: the changed fields move to that manager, and an Update
+/// never prunes). Custom kinds, which take no strategic merge patch, get a JSON Patch
+/// ([`Task::release_by_json_patch`]).
+fn release_request(body: &Value) -> (PatchParams, Patch<Value>) {
+    let params = PatchParams {
+        field_manager: Some(RELEASE_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    (params, Patch::Strategic(body.clone()))
 }
 
 struct Task {
@@ -494,20 +482,60 @@ impl Task {
             return Err(CallError::Gone(key.clone()));
         };
         let set = w.requests.clone().unwrap_or_default();
+        if w.method == WriteMethod::JsonPatch {
+            let mut annotations: BTreeMap<String, Option<String>> = BTreeMap::new();
+            if let Some(d) = &desired_ann {
+                for k in [ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION] {
+                    annotations.insert(k.to_string(), d.get(k).cloned());
+                }
+            }
+            made += self
+                .json_patch(
+                    key,
+                    &live,
+                    FIELD_MANAGER,
+                    &annotations,
+                    &set,
+                    &BTreeMap::new(),
+                )
+                .await?;
+        } else {
+            made += self
+                .apply_kerfs(
+                    key,
+                    &live,
+                    desired_ann.as_ref(),
+                    &set,
+                    annotation_values_differ || requests_differ,
+                )
+                .await?;
+        }
+        if w.gpu
+            .as_ref()
+            .is_some_and(|g| gpu_restart_due(&w.observed, g))
+        {
+            self.restart(key).await?;
+            made += 1;
+        }
+        Ok(made)
+    }
+
+    /// kerf's server-side apply of its fields on `live` (annotations, requests): the number of
+    /// requests made (none when only a removal kerf already applied is left).
+    async fn apply_kerfs(
+        &mut self,
+        key: &WorkloadKey,
+        live: &DynamicObject,
+        desired_ann: Option<&BTreeMap<String, String>>,
+        set: &ContainerRequests,
+        values_differ: bool,
+    ) -> Result<usize, CallError> {
+        let api = self.workload_api(key);
         let body = self::applied_body(
             key,
-            kerf_apply(
-                key,
-                live_of(&live),
-                desired_ann.as_ref(),
-                &set,
-                Released::NONE,
-            ),
+            kerf_apply(key, live_of(live), desired_ann, set, Released::NONE),
         );
-        if !annotation_values_differ
-            && !requests_differ
-            && self.last_applied.get(key) == Some(&body)
-        {
+        if !values_differ && self.last_applied.get(key) == Some(&body) {
             // Only a removal kerf already applied: another manager keeps the annotation.
             return Ok(0);
         }
@@ -517,17 +545,45 @@ impl Task {
             api.patch(&key.name, &params, &patch)
         })
         .await?;
-        made += 1;
         self.last_applied.insert(key.clone(), body);
+        Ok(1)
+    }
 
-        if w.gpu
-            .as_ref()
-            .is_some_and(|g| gpu_restart_due(&w.observed, g))
-        {
-            self.restart(key).await?;
-            made += 1;
+    /// A JSON Patch of `live` by `manager`, each container pinned by a `test` of its name
+    /// (docs/gitops.md#how-kerf-writes): 1 request, or 0 when there is nothing to change.
+    #[allow(clippy::too_many_arguments)]
+    async fn json_patch(
+        &self,
+        key: &WorkloadKey,
+        live: &DynamicObject,
+        manager: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+        set: &ContainerRequests,
+        removed: &BTreeMap<String, RequestSet>,
+    ) -> Result<usize, CallError> {
+        let object = serde_json::to_value(live).unwrap_or_default();
+        let (patch, missing) = json_patch(&object, key.kind, annotations, set, removed);
+        for c in &missing {
+            tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
         }
-        Ok(made)
+        let changes = patch
+            .0
+            .iter()
+            .any(|op| !matches!(op, json_patch::PatchOperation::Test(_)));
+        if !changes {
+            return Ok(0);
+        }
+        let api = self.workload_api(key);
+        let params = PatchParams {
+            field_manager: Some(manager.into()),
+            ..Default::default()
+        };
+        let patch = Patch::<()>::Json(patch);
+        self.call(Some("template"), &format!("patch {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
+        Ok(1)
     }
 
     /// A workload's in-place resize: each pod's `resize` subresource patched in turn, paced by
@@ -855,6 +911,12 @@ impl Task {
         let Some(live) = live else {
             return Err(CallError::Gone(key.clone()));
         };
+        if r.method == WriteMethod::JsonPatch {
+            let none = BTreeMap::new();
+            return Ok(1 + self
+                .json_patch(key, &live, FIELD_MANAGER, &none, &r.requests, &r.removed)
+                .await?);
+        }
         let released = Released {
             restored: &ContainerRequests::new(),
             removed: &r.removed,
@@ -888,9 +950,12 @@ impl Task {
             return Ok(0);
         }
         let api = self.workload_api(key);
+        if r.method == WriteMethod::JsonPatch || !WorkloadKind::BUILT_IN.contains(&key.kind) {
+            return self.release_by_json_patch(r, set).await;
+        }
         let live = match &restore {
             Some(body) => {
-                let (params, patch) = release_request(key, body);
+                let (params, patch) = release_request(body);
                 self.call(Some("template"), &format!("restore {key}"), || {
                     api.patch(&key.name, &params, &patch)
                 })
@@ -918,6 +983,60 @@ impl Task {
         .await?;
         self.last_applied.insert(key.clone(), body);
         Ok(2)
+    }
+
+    /// Release on a custom kind: the restored and removed requests as a JSON Patch by
+    /// `kerf-release` (an Update, which never prunes: a second release keeps what the first gave
+    /// back), then, where kerf applies, its apply without them; where kerf patches, what it
+    /// keeps as its own JSON Patch.
+    async fn release_by_json_patch(
+        &mut self,
+        r: &RestoreWrite,
+        keep: &ContainerRequests,
+    ) -> Result<usize, CallError> {
+        let key = &r.observed.key;
+        let api = self.workload_api(key);
+        let read = |api: Api<DynamicObject>| async move { api.get_opt(&key.name).await };
+        let live = self
+            .call(None, &format!("read {key}"), || read(api.clone()))
+            .await?
+            .ok_or_else(|| CallError::Gone(key.clone()))?;
+        let none = BTreeMap::new();
+        let mut made = 1 + self
+            .json_patch(
+                key,
+                &live,
+                RELEASE_FIELD_MANAGER,
+                &none,
+                &r.requests,
+                &r.removed,
+            )
+            .await?;
+        if r.method == WriteMethod::JsonPatch {
+            if !keep.is_empty() {
+                made += self
+                    .json_patch(key, &live, FIELD_MANAGER, &none, keep, &BTreeMap::new())
+                    .await?;
+            }
+            return Ok(made);
+        }
+        let live = self
+            .call(None, &format!("read {key}"), || read(api.clone()))
+            .await?
+            .ok_or_else(|| CallError::Gone(key.clone()))?;
+        let released = Released {
+            restored: &r.requests,
+            removed: &r.removed,
+        };
+        let body = applied_body(key, kerf_apply(key, live_of(&live), None, keep, released));
+        let params = apply_params();
+        let patch = Patch::Apply(&body);
+        self.call(Some("template"), &format!("release {key}"), || {
+            api.patch(&key.name, &params, &patch)
+        })
+        .await?;
+        self.last_applied.insert(key.clone(), body);
+        Ok(made + 2)
     }
 
     /// Release of the HPA target: a merge patch by `kerf-release` (the metric list is atomic,
@@ -1151,33 +1270,4 @@ fn applied_body(key: &WorkloadKey, apply: KerfApply) -> Value {
         tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
     }
     apply.body
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The API server takes a strategic merge patch on its own kinds only: a Rollout's release
-    /// is a forced server-side apply of the same fields, with the object's identity.
-    #[test]
-    fn release_request_is_a_strategic_patch_on_built_in_kinds_and_an_apply_on_a_rollout() {
-        let body = json!({"spec": {"template": {"spec": {"containers": [
-            {"name": "app", "resources": {"requests": {"cpu": "1"}}}]}}}});
-        let deployment = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
-        let (params, patch) = release_request(&deployment, &body);
-        assert!(matches!(&patch, Patch::Strategic(b) if *b == body));
-        assert_eq!(params.field_manager.as_deref(), Some(RELEASE_FIELD_MANAGER));
-        assert!(!params.force);
-        let rollout = WorkloadKey::new("shop", WorkloadKind::Rollout, "canary");
-        let (params, patch) = release_request(&rollout, &body);
-        let Patch::Apply(applied) = patch else {
-            panic!("not an apply: {patch:?}")
-        };
-        assert_eq!(applied["apiVersion"], "argoproj.io/v1alpha1");
-        assert_eq!(applied["kind"], "Rollout");
-        assert_eq!(applied["metadata"]["name"], "canary");
-        assert_eq!(applied["spec"], body["spec"]);
-        assert_eq!(params.field_manager.as_deref(), Some(RELEASE_FIELD_MANAGER));
-        assert!(params.force);
-    }
 }

@@ -160,4 +160,5 @@ pub async fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+pub mod real_merge;
 pub mod ssa;

@@ -1,0 +1,252 @@
+//! How kerf sends a write of a pod template, decided from the target's schema
+//! (docs/gitops.md#how-kerf-writes), and the JSON Patch it sends where a server-side apply
+//! would replace what it did not mean to change.
+//!
+//! Server-side apply merges a list item by item only where the schema makes the list a map
+//! keyed by `name` (`x-kubernetes-list-type: map`, `x-kubernetes-list-map-keys: [name]`); a plain
+//! array, or one under `x-kubernetes-preserve-unknown-fields`, is atomic, and an apply of a
+//! partial container list replaces the whole list (structured-merge-diff's `typed/merge.go`;
+//! the API server converts a CRD's schema with kube-openapi's `schemaconv`). Argo Rollouts
+//! before v1.9 ships such a CRD. There kerf writes an RFC 6902 JSON Patch whose `test`
+//! operations pin each container's name at its index: a list that changed under kerf fails
+//! the write instead of being corrupted.
+
+use std::collections::BTreeMap;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{
+    AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, TestOperation,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::{Value, json};
+
+use crate::api::{WorkloadKind, WriteMethod};
+use crate::core::model::{ContainerRequests, RequestSet};
+use crate::core::quantity;
+
+/// How the containers list of a kind's pod template merges under server-side apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerList {
+    /// A map keyed by `name`: an apply merges container by container.
+    MapByName,
+    /// Atomic: an apply replaces the list whole.
+    Atomic,
+    /// Under `x-kubernetes-preserve-unknown-fields` (types deduced: lists atomic).
+    Deduced,
+}
+
+/// The containers list of the pod template at `template_path` in a CRD version's
+/// `openAPIV3Schema`.
+pub fn container_list(schema: &Value, template_path: &[&str]) -> ContainerList {
+    let mut node = schema;
+    for step in template_path.iter().chain(&["spec", "containers"]) {
+        match node.get("properties").and_then(|p| p.get(*step)) {
+            Some(next) => node = next,
+            None => return ContainerList::Deduced,
+        }
+    }
+    let keyed_by_name = node.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map")
+        && node.get("x-kubernetes-list-map-keys") == Some(&json!(["name"]));
+    if keyed_by_name {
+        ContainerList::MapByName
+    } else {
+        ContainerList::Atomic
+    }
+}
+
+/// The `openAPIV3Schema` of `kind`'s served version in a CRD object (`None`: not that kind's
+/// CRD, or the version is not in it).
+pub fn crd_version_schema(crd: &Value, kind: WorkloadKind) -> Option<&Value> {
+    let (group, version) = kind.api_version().split_once('/')?;
+    let spec = crd.get("spec")?;
+    if spec.get("group")?.as_str()? != group
+        || spec.get("names")?.get("kind")?.as_str()? != kind.kind_name()
+    {
+        return None;
+    }
+    spec.get("versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
+        .get("schema")?
+        .get("openAPIV3Schema")
+}
+
+/// How a template write of `kind` is sent, and why: `schema` is its CRD's `openAPIV3Schema`
+/// (`None`: none at hand). Kubernetes' own kinds key containers by name.
+pub fn template_write_method(kind: WorkloadKind, schema: Option<&Value>) -> (WriteMethod, String) {
+    if !kind.template_writable() {
+        return (
+            WriteMethod::Evict,
+            format!("{kind}'s controller owns the pod template: running pods are evicted"),
+        );
+    }
+    if WorkloadKind::BUILT_IN.contains(&kind) {
+        return (
+            WriteMethod::Apply,
+            "containers are a list keyed by name: server-side apply of kerf's fields".into(),
+        );
+    }
+    match schema.map(|s| container_list(s, kind.template_path())) {
+        Some(ContainerList::MapByName) => (
+            WriteMethod::Apply,
+            format!("{kind}'s CRD keys containers by name: server-side apply of kerf's fields"),
+        ),
+        Some(ContainerList::Atomic) => (
+            WriteMethod::JsonPatch,
+            format!(
+                "{kind}'s CRD makes containers an atomic list (an apply would replace it whole): \
+                 JSON Patch pinned to each container's name"
+            ),
+        ),
+        Some(ContainerList::Deduced) => (
+            WriteMethod::JsonPatch,
+            format!(
+                "{kind}'s CRD leaves the pod template to x-kubernetes-preserve-unknown-fields \
+                 (lists atomic): JSON Patch pinned to each container's name"
+            ),
+        ),
+        None => (
+            WriteMethod::JsonPatch,
+            format!(
+                "no CRD of {kind} at hand to say how its containers merge: JSON Patch pinned to \
+                 each container's name (the safe way)"
+            ),
+        ),
+    }
+}
+
+/// RFC 6901: a JSON Pointer from path segments (`~` and `/` escaped).
+fn pointer(segments: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(segments.iter().copied())
+}
+
+fn add(segments: &[&str], value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation {
+        path: pointer(segments),
+        value,
+    })
+}
+
+/// A JSON Patch of a workload `live` (the object as the API server returned it): annotations
+/// set (`Some`) or removed (`None`), then per container the requests set and removed. Every
+/// container touched is first pinned by a `test` of its name at its index; missing parent maps
+/// are added first. Containers `live` does not have are left out (returned).
+pub fn json_patch(
+    live: &Value,
+    kind: WorkloadKind,
+    annotations: &BTreeMap<String, Option<String>>,
+    set: &ContainerRequests,
+    removed: &BTreeMap<String, RequestSet>,
+) -> (Patch, Vec<String>) {
+    let mut ops = Vec::new();
+    let live_annotations = live.pointer("/metadata/annotations");
+    if annotations.values().any(Option::is_some) && live_annotations.is_none() {
+        ops.push(add(&["metadata", "annotations"], json!({})));
+    }
+    for (k, v) in annotations {
+        let path = ["metadata", "annotations", k.as_str()];
+        match v {
+            Some(v) => ops.push(add(&path, json!(v))),
+            None if live_annotations.and_then(|a| a.get(k)).is_some() => {
+                ops.push(PatchOperation::Remove(RemoveOperation {
+                    path: pointer(&path),
+                }))
+            }
+            None => {}
+        }
+    }
+    let mut missing = Vec::new();
+    let names: std::collections::BTreeSet<&String> = set.keys().chain(removed.keys()).collect();
+    for name in names {
+        match container_ops(live, kind, name, set.get(name), removed.get(name)) {
+            Some(c) => ops.extend(c),
+            None => missing.push(name.clone()),
+        }
+    }
+    (Patch(ops), missing)
+}
+
+/// The operations for one container: `None` when the template has no container of that name.
+fn container_ops(
+    live: &Value,
+    kind: WorkloadKind,
+    name: &str,
+    set: Option<&crate::core::model::ResourceRequests>,
+    removed: Option<&RequestSet>,
+) -> Option<Vec<PatchOperation>> {
+    let mut template = live;
+    for step in kind.template_path() {
+        template = template.get(*step)?;
+    }
+    let spec = template.get("spec")?;
+    let (list, index, container) = ["containers", "initContainers"].iter().find_map(|list| {
+        spec.get(*list)?
+            .as_array()?
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.get("name").and_then(Value::as_str) == Some(name))
+            .map(|(i, c)| (*list, i.to_string(), c))
+    })?;
+    let mut base: Vec<&str> = kind.template_path().to_vec();
+    base.extend(["spec", list, index.as_str()]);
+    let at = |tail: &[&'static str]| -> Vec<&str> { base.iter().chain(tail).copied().collect() };
+    let mut ops = vec![PatchOperation::Test(TestOperation {
+        path: pointer(&at(&["name"])),
+        value: json!(name),
+    })];
+    let requests = container.get("resources").and_then(|r| r.get("requests"));
+    let live = |r: &str| {
+        requests
+            .and_then(|q| q.get(r))
+            .and_then(Value::as_str)
+            .map(|t| Quantity(t.to_string()))
+    };
+    // A value equal to the live one (whatever its text) is left as it is.
+    let mut values = Vec::new();
+    if let Some(s) = set {
+        if let Some(m) = s.cpu_millis
+            && live("cpu").and_then(|q| quantity::cpu_millis(&q).ok()) != Some(m)
+        {
+            values.push(("cpu", quantity::format_cpu_millis(m)));
+        }
+        if let Some(b) = s.memory_bytes
+            && live("memory").and_then(|q| quantity::memory_bytes(&q).ok()) != Some(b)
+        {
+            values.push(("memory", quantity::format_memory_bytes(b)));
+        }
+    }
+    if !values.is_empty() {
+        if container.get("resources").is_none() {
+            ops.push(add(&at(&["resources"]), json!({})));
+        }
+        if requests.is_none() {
+            ops.push(add(&at(&["resources", "requests"]), json!({})));
+        }
+    }
+    for (r, v) in values {
+        let path = pointer(&at(&["resources", "requests", r]));
+        ops.push(match requests.and_then(|q| q.get(r)) {
+            Some(_) => PatchOperation::Replace(ReplaceOperation {
+                path,
+                value: json!(v),
+            }),
+            None => PatchOperation::Add(AddOperation {
+                path,
+                value: json!(v),
+            }),
+        });
+    }
+    let gone = removed.copied().unwrap_or_default();
+    for (r, go) in [("cpu", gone.cpu), ("memory", gone.memory)] {
+        if go && requests.and_then(|q| q.get(r)).is_some() {
+            ops.push(PatchOperation::Remove(RemoveOperation {
+                path: pointer(&at(&["resources", "requests", r])),
+            }));
+        }
+    }
+    Some(ops)
+}
+
+#[cfg(test)]
+mod tests;
