@@ -155,6 +155,11 @@ fn cluster(r: &Recorded) -> Reply {
             vec![vpa("web", "Recreate")],
         ),
         p if p.starts_with("/apis/rightsizing.kubex.ai/") => list("X", kerf, vec![]),
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" => list(
+            "CustomResourceDefinition",
+            "apiextensions.k8s.io/v1",
+            vec![],
+        ),
         "/apis/apps/v1/statefulsets" | "/apis/apps/v1/daemonsets" => list("X", "apps/v1", vec![]),
         "/apis/autoscaling/v2/horizontalpodautoscalers" => {
             list("HorizontalPodAutoscaler", "autoscaling/v2", vec![])
@@ -347,9 +352,9 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     assert_eq!(
-        lists, 29,
-        "a list of every kind (9 of kerf, 8 built-in, the VPA, 11 of the controllers GPU \
-         inference runs under, retried while their CRDs are not installed)"
+        lists, 30,
+        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, 11 of the controllers \
+         GPU inference runs under, retried while their CRDs are not installed)"
     );
     assert!(
         seen.iter().any(|r| r.path == "/api/v1"),

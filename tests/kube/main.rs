@@ -24,4 +24,5 @@ mod kube_replicas;
 mod kube_resize;
 mod kube_watch_errors;
 mod kube_writer;
+mod real_merge_writes;
 mod release_kube;
