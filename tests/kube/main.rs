@@ -24,5 +24,6 @@ mod kube_replicas;
 mod kube_resize;
 mod kube_watch_errors;
 mod kube_writer;
+mod real_merge_property;
 mod real_merge_writes;
 mod release_kube;
