@@ -31,7 +31,6 @@ const IGNORED_KINDS: &[&str] = &[
     "Service",
     "ConfigMap",
     "ServiceAccount",
-    "CustomResourceDefinition",
     "PodDisruptionBudget",
 ];
 
