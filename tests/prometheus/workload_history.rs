@@ -512,6 +512,7 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         at: at(end),
         window_seconds: 3_600,
         step_seconds: 15,
+        rate_seconds: 60,
     };
     match prom(&limited).window_query(&batch).await {
         Err(e @ MetricError::Refused(_)) => {
@@ -827,6 +828,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 at: at(end - 7),
                 window_seconds: window,
                 step_seconds: step,
+                rate_seconds: 60,
             };
             let (a, b) = (
                 f.window_query(&q).await.unwrap(),

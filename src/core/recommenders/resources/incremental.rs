@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::summary::{self, Asked, Coverage, Covered, HistoryStore, Series};
-use super::{RsSignal, step_for, window_query, windows};
+use super::{RsSignal, cpu_step_for, rate_window, step_for, window_query, windows};
 use crate::api::{ResourceMetrics, RightsizingPolicySpec};
 use crate::metrics::window::{StepQuery, StepSet};
 use crate::metrics::{WindowKey, WorkloadSelector};
@@ -63,7 +63,7 @@ pub fn group_of(
     step_seconds: i64,
 ) -> Vec<(Group, Vec<usize>)> {
     let (cpu_window, mem_window) = windows(spec);
-    let cpu_step = step_for(cpu_window, step_seconds);
+    let cpu_step = cpu_step_for(cpu_window, step_seconds, rate_window(spec));
     let mem_step = step_for(mem_window, step_seconds);
     let history_window = cpu_window.max(mem_window);
     let mut groups: BTreeMap<String, (Group, Vec<usize>)> = BTreeMap::new();
@@ -366,6 +366,7 @@ impl Group {
             at: jiff::Timestamp::UNIX_EPOCH,
             window_seconds: 1,
             step_seconds: 1,
+            rate_seconds: 1,
         };
         crate::metrics::window::PodOwners::new(&q).ok()
     }

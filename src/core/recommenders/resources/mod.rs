@@ -132,6 +132,12 @@ fn windows(spec: &crate::api::RightsizingPolicySpec) -> (i64, i64) {
     (cpu.seconds() as i64, memory.seconds() as i64)
 }
 
+/// The CPU usage rate's timescale of a policy, in seconds (`rateWindow`).
+fn rate_window(spec: &crate::api::RightsizingPolicySpec) -> i64 {
+    let cpu = spec.resources.cpu.clone().unwrap_or_default();
+    cpu.rate_window.seconds() as i64
+}
+
 /// The range query of one HPA replica signal selecting `series` (namespace, HPA name) over the
 /// last `window` seconds.
 fn replicas_query(
@@ -179,6 +185,7 @@ fn window_query(
         RsSignal::OomKilled | RsSignal::InitOomKilled => Vec::new(),
         _ => LabelMatcher::of_resource_metrics(metrics),
     };
+    let rate = rate_window(spec);
     let (aggregate, window) = match signal {
         RsSignal::Cpu => {
             let percentile = spec.resources.cpu.clone().unwrap_or_default().percentile;
@@ -215,7 +222,11 @@ fn window_query(
         workloads,
         at: now,
         window_seconds: window,
-        step_seconds: step_for(window, step_seconds),
+        step_seconds: match signal {
+            RsSignal::Cpu | RsSignal::Throttled => cpu_step_for(window, step_seconds, rate),
+            _ => step_for(window, step_seconds),
+        },
+        rate_seconds: rate,
     }
 }
 
@@ -260,8 +271,23 @@ pub struct RsPlan {
 }
 
 /// The step for a window: at least `step`, coarse enough to stay under [`MAX_POINTS`].
+/// (Memory needs no finer one: its peak counts every sample of each step's interval.)
 pub fn step_for(window_seconds: i64, step: i64) -> i64 {
     step.max((window_seconds + MAX_POINTS - 1) / MAX_POINTS)
+}
+
+/// Steps of a CPU window at most: a histogram's bin counts to 65,535 (45 days at 1 minute).
+const MAX_CPU_STEPS: i64 = 65_000;
+
+/// The CPU grid's step for a window: [`step_for`]'s, but never coarser than the rate window
+/// `rate_seconds`, so the percentile is one of rates over `rate_seconds` whatever the window
+/// (a coarser grid would sample fewer of them, not other ones) — up to [`MAX_CPU_STEPS`].
+pub fn cpu_step_for(window_seconds: i64, step: i64, rate_seconds: i64) -> i64 {
+    let finest = (window_seconds + MAX_CPU_STEPS - 1) / MAX_CPU_STEPS;
+    step_for(window_seconds, step)
+        .min(rate_seconds)
+        .max(finest)
+        .max(1)
 }
 
 /// Selects a workload's pods by the names its controller gives them ([`pod_name_suffix`]);
@@ -1026,6 +1052,21 @@ mod tests {
 
     use super::*;
     use crate::core::hash::HashMapExt;
+
+    #[test]
+    fn cpu_step_for_is_never_coarser_than_the_rate_window() {
+        // 1 day, 7 days, 14 days at the default 15 s step and 1-minute rates: the memory grid
+        // coarsens with the window, the CPU grid stops at the rate window.
+        assert_eq!(step_for(86_400, 15), 15);
+        assert_eq!(cpu_step_for(86_400, 15, 60), 15);
+        assert_eq!(step_for(604_800, 15), 61);
+        assert_eq!(cpu_step_for(604_800, 15, 60), 60);
+        assert_eq!(cpu_step_for(1_209_600, 15, 60), 60);
+        // A 5-minute timescale on a 7-day window: the usual grid is fine enough.
+        assert_eq!(cpu_step_for(604_800, 15, 300), 61);
+        // Beyond 45 days at 1 minute the histograms' counts would overflow: coarser.
+        assert_eq!(cpu_step_for(90 * 86_400, 15, 60), 120);
+    }
     use crate::sources::dir::{load_dir, load_text};
 
     /// A Deployment the HPA example's policy covers (`app: web`), with an HPA of its own.
