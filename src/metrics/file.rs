@@ -173,6 +173,13 @@ impl FileSource {
         let mut values: BTreeMap<WindowKey, f64> = BTreeMap::new();
         for pod in self.pod_steps(q, &grid)? {
             let steps = || pod.steps.iter().map(|(_, v)| *v);
+            let last_where = |keep: &dyn Fn(f64) -> bool| {
+                pod.steps
+                    .iter()
+                    .rev()
+                    .find(|(_, v)| keep(*v))
+                    .map(|(t, _)| *t as f64)
+            };
             let per_pod = match &q.aggregate {
                 WindowAggregate::RateQuantile { quantile } => {
                     window::quantile(*quantile, &mut steps().collect::<Vec<f64>>())
@@ -180,6 +187,15 @@ impl FileSource {
                 WindowAggregate::Peak | WindowAggregate::RateRatioPeak { .. } => {
                     steps().reduce(f64::max)
                 }
+                WindowAggregate::RateRatioAbove { ratio, last, .. } => {
+                    if *last {
+                        last_where(&|v| v >= *ratio)
+                    } else {
+                        let n = steps().filter(|v| *v >= *ratio).count();
+                        (n > 0).then_some(n as f64)
+                    }
+                }
+                WindowAggregate::LastPositive => last_where(&|v| v > 0.0),
                 WindowAggregate::FirstSeen => pod.steps.first().map(|(t, _)| *t as f64),
             };
             let Some(v) = per_pod else { continue };
@@ -273,9 +289,12 @@ impl FileSource {
             for ((pod, container), lists) in pods {
                 let value = |t: i64| match &q.aggregate {
                     WindowAggregate::RateQuantile { .. } => at(&lists[0], t, Read::Rate),
-                    WindowAggregate::Peak => at(&lists[0], t, Read::StepMax),
+                    WindowAggregate::Peak | WindowAggregate::LastPositive => {
+                        at(&lists[0], t, Read::StepMax)
+                    }
                     WindowAggregate::FirstSeen => at(&lists[0], t, Read::Instant),
-                    WindowAggregate::RateRatioPeak { .. } => {
+                    WindowAggregate::RateRatioPeak { .. }
+                    | WindowAggregate::RateRatioAbove { .. } => {
                         let d = at(&lists[1], t, Read::Rate).filter(|d| *d > 0.0)?;
                         Some(at(&lists[0], t, Read::Rate)? / d)
                     }

@@ -80,6 +80,18 @@ pub enum WindowAggregate {
     /// `max_over_time` of `rate(metric) / rate(denominator)` where the denominator's rate is
     /// positive (the throttled share of CFS periods); the highest across pods.
     RateRatioPeak { denominator: String },
+    /// Where that rate ratio reached `ratio`: the number of steps at or above it
+    /// (`count_over_time`), or with `last` the latest such step (unix seconds); the highest
+    /// across pods. What a throttling floor's reason says.
+    RateRatioAbove {
+        denominator: String,
+        ratio: f64,
+        last: bool,
+    },
+    /// The latest step at which the gauge's step peak (as [`WindowAggregate::Peak`]) was above
+    /// 0, unix seconds; the latest across pods (kube-state-metrics' OOM kills: when one was last
+    /// shown).
+    LastPositive,
     /// The earliest subquery step at which the gauge had a value (unix seconds); the earliest
     /// across pods: how much history there is.
     FirstSeen,
@@ -141,7 +153,9 @@ impl WindowQuery {
     /// The metrics the query reads (the denominator too).
     pub fn metrics(&self) -> Vec<&str> {
         let mut m = vec![self.metric.as_str()];
-        if let WindowAggregate::RateRatioPeak { denominator } = &self.aggregate {
+        if let WindowAggregate::RateRatioPeak { denominator }
+        | WindowAggregate::RateRatioAbove { denominator, .. } = &self.aggregate
+        {
             m.push(denominator);
         }
         m
@@ -299,13 +313,14 @@ pub fn build_steps(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
                 WindowAggregate::RateQuantile { .. } => {
                     format!("sum by ({by}) (rate({}[{r}]))", sel(&q.metric))
                 }
-                WindowAggregate::Peak => {
+                WindowAggregate::Peak | WindowAggregate::LastPositive => {
                     format!("sum by ({by}) (max_over_time({}[{s}]))", sel(&q.metric))
                 }
                 WindowAggregate::FirstSeen => {
                     format!("sum by ({by}) ({})", sel(&q.metric))
                 }
-                WindowAggregate::RateRatioPeak { denominator } => format!(
+                WindowAggregate::RateRatioPeak { denominator }
+                | WindowAggregate::RateRatioAbove { denominator, .. } => format!(
                     "(sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0))",
                     sel(&q.metric),
                     sel(denominator)
@@ -460,6 +475,22 @@ pub fn build(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
                     "max_over_time((sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0))[{w}:{s}])",
                     sel(&q.metric),
                     sel(denominator)
+                ),
+                WindowAggregate::RateRatioAbove { denominator, ratio, last } => {
+                    let above = format!(
+                        "(sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0)) >= {ratio}",
+                        sel(&q.metric),
+                        sel(denominator)
+                    );
+                    if *last {
+                        format!("max_over_time(timestamp({above})[{w}:{s}])")
+                    } else {
+                        format!("count_over_time(({above})[{w}:{s}])")
+                    }
+                }
+                WindowAggregate::LastPositive => format!(
+                    "max_over_time(timestamp(sum by ({by}) (max_over_time({}[{s}])) > 0)[{w}:{s}])",
+                    sel(&q.metric)
                 ),
                 WindowAggregate::FirstSeen => format!(
                     "min_over_time(timestamp(sum by ({by}) ({}))[{w}:{s}])",

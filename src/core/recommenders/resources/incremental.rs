@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use super::summary::{self, Asked, Coverage, Covered, HistoryStore, Series};
-use super::{RsSignal, cpu_step_for, rate_window, step_for, window_query, windows};
+use super::{
+    RsSignal, THROTTLED_RATIO, cpu_step_for, rate_window, step_for, window_query, windows,
+};
 use crate::api::{ResourceMetrics, RightsizingPolicySpec};
 use crate::metrics::window::{StepQuery, StepSet};
 use crate::metrics::{WindowKey, WorkloadSelector};
@@ -220,7 +222,10 @@ impl Group {
             match (signal, part) {
                 (RsSignal::Cpu, Part::New | Part::Fresh) => c.add_all(&pod.pod, Series::Cpu, steps),
                 (RsSignal::Throttled, Part::New | Part::Fresh) => {
-                    c.add_all(&pod.pod, Series::Throttled, steps)
+                    c.add_all(&pod.pod, Series::Throttled, steps);
+                    if let Some(&(t, _)) = steps.iter().rev().find(|(_, v)| *v >= THROTTLED_RATIO) {
+                        c.throttled_at(t);
+                    }
                 }
                 (RsSignal::Memory, Part::New | Part::Fresh) => {
                     // A backfill reads the working set over the history's window: the steps
@@ -307,6 +312,7 @@ impl Group {
         let mem_step = self.memory_grid.1;
         let first_step = (history_from.div_euclid(mem_step) + 1) * mem_step;
         let oom_from = self.now - self.memory_grid.0;
+        let cpu_from = self.now - self.cpu_grid.0;
         let owners = self.owners();
         let mut out = Vec::new();
         for key in &self.workloads {
@@ -333,13 +339,19 @@ impl Group {
                 put(RsSignal::Cpu, c.cpu_quantile(self.quantile));
                 put(RsSignal::Memory, c.memory_peak());
                 put(RsSignal::Throttled, c.throttled_peak());
+                let throttled = c.throttled_steps(THROTTLED_RATIO);
+                put(RsSignal::ThrottledFor, throttled.map(|n| n as f64));
+                put(
+                    RsSignal::ThrottledAt,
+                    c.throttled_since(cpu_from).map(|t| t as f64),
+                );
                 put(
                     RsSignal::History,
                     c.first_seen(history_from, first_step).map(|t| t as f64),
                 );
                 put(
                     RsSignal::OomKilled,
-                    c.oom_killed_since(oom_from).then_some(1.0),
+                    c.oom_killed_since(oom_from).map(|t| t as f64),
                 );
             }
             kept.containers
