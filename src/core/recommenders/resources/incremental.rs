@@ -22,6 +22,16 @@ pub const BACKFILL_WORKLOADS_PER_CYCLE: usize = 500;
 /// Workloads per backfill query: a week of steps per pod makes answers large.
 pub const BACKFILL_WORKLOADS_PER_QUERY: usize = 25;
 
+/// Workloads whose whole window is read in a cycle of `workloads`: at most
+/// [`BACKFILL_WORKLOADS_PER_CYCLE`], and at most a third of them (at least one). A first
+/// reading costs Prometheus a few times a window query per workload (every step's look-back of
+/// a range query counts), and the workloads still waiting are answered by the window queries
+/// meanwhile: a third keeps a warm-up cycle under twice a whole-window cycle
+/// (docs/performance.md).
+pub fn backfill_budget(workloads: usize) -> usize {
+    (workloads / 3).clamp(1, BACKFILL_WORKLOADS_PER_CYCLE)
+}
+
 /// Which steps a step query asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
@@ -381,5 +391,21 @@ impl Group {
             rate_seconds: 1,
         };
         crate::metrics::window::PodOwners::new(&q).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backfill_budget_reads_at_most_500_and_a_third_of_the_workloads_a_cycle() {
+        // The default fleet: 500 a cycle, 50 cycles.
+        assert_eq!(backfill_budget(25_000), 500);
+        assert_eq!(backfill_budget(1_700), 500);
+        // A small fleet: a third a cycle, four cycles for 250.
+        assert_eq!(backfill_budget(250), 83);
+        assert_eq!(backfill_budget(2), 1);
+        assert_eq!(backfill_budget(0), 1);
     }
 }

@@ -456,7 +456,7 @@ fn plan_batches(
     now: Timestamp,
     step_seconds: i64,
 ) {
-    let mut backfill_budget = incremental::BACKFILL_WORKLOADS_PER_CYCLE;
+    let mut backfill_budget = incremental::backfill_budget(per_policy.values().map(Vec::len).sum());
     for (pi, members) in per_policy {
         let spec = &snapshot.rightsizing_policies[pi].spec;
         for chunk in members.chunks(WORKLOADS_PER_QUERY) {
