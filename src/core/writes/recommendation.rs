@@ -85,6 +85,7 @@ pub fn recommendation_spec(
             })
         }),
         risk_flags: outcome.risk_flags.clone(),
+        risk_reasons: outcome.risk_reasons.clone(),
         savings: outcome.savings.clone(),
     }
 }
