@@ -368,10 +368,17 @@ async fn a_prometheus_outage_keeps_the_recommendation_and_says_metrics_unavailab
     let kept = written(&dir_loop);
     let status = kept.status.clone().unwrap();
     assert_eq!(kept.spec, good.spec, "the recommendation as it was");
-    assert_eq!(status.applied, good_status.applied, "status.applied as it was");
+    assert_eq!(
+        status.applied, good_status.applied,
+        "status.applied as it was"
+    );
     assert_eq!(status.phase, good_status.phase);
     assert_eq!(status.reason.as_deref(), Some("MetricsUnavailable"));
-    assert_eq!(*store.get(&key).unwrap(), *served, "admission serves the same");
+    assert_eq!(
+        *store.get(&key).unwrap(),
+        *served,
+        "admission serves the same"
+    );
 
     dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
     let back = written(&dir_loop);

@@ -486,3 +486,68 @@ pub fn default_identity() -> String {
         })
         .unwrap_or_else(|| format!("kerf-{}", std::process::id()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Lease whose client is never answered: these rules read only its state.
+    fn lease() -> Lease {
+        let (service, _handle) = tower_test::mock::pair::<
+            http::Request<::kube::client::Body>,
+            http::Response<::kube::client::Body>,
+        >();
+        let client = Client::new(service, "default");
+        Lease::new(client, "kerf-system", "kerf-0", LeaseConfig::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leadership_end() {
+        let mut l = lease();
+        let t0 = Instant::now();
+        assert_eq!(l.leadership_end(), None, "no confirmed renewal: never led");
+        l.confirmed = Some(t0);
+        assert_eq!(l.leadership_end(), Some(t0 + Duration::from_secs(15)));
+        l.renewing_since = Some(t0 + Duration::from_secs(3));
+        assert_eq!(
+            l.leadership_end(),
+            Some(t0 + Duration::from_secs(13)),
+            "the renew deadline from the first round since"
+        );
+        l.renewing_since = Some(t0 + Duration::from_secs(8));
+        assert_eq!(
+            l.leadership_end(),
+            Some(t0 + Duration::from_secs(15)),
+            "never past the confirmed renewal's expiry"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_not_writing() {
+        let mut l = lease();
+        let t0 = Instant::now();
+        l.shown_holder_until = Some(t0 + Duration::from_secs(15));
+        assert!(l.held_not_writing(t0 + Duration::from_secs(1)));
+        assert!(!l.held_not_writing(t0 + Duration::from_secs(15)), "expired");
+        l.confirmed = Some(t0);
+        assert!(!l.held_not_writing(t0 + Duration::from_secs(1)), "it leads");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn next_renew_time() {
+        let mut l = lease();
+        let now: Timestamp = "2026-07-01T12:00:00.123456789Z".parse().unwrap();
+        let first = l.next_renew_time(now);
+        assert_eq!(first.to_string(), "2026-07-01T12:00:00.123456Z");
+        let second = l.next_renew_time(now);
+        assert_eq!(
+            second.to_string(),
+            "2026-07-01T12:00:00.123457Z",
+            "later than the first"
+        );
+        for _ in 0..SENT_KEPT {
+            l.next_renew_time(now);
+        }
+        assert_eq!(l.sent.len(), SENT_KEPT);
+    }
+}
