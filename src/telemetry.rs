@@ -113,6 +113,7 @@ pub struct Metrics {
     pub resizes: Family<ResizeLabels, Counter>,
     pub evictions: Family<EvictionLabels, Counter>,
     pub is_leader: Gauge,
+    pub lease_held_not_writing: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
     pub watch_errors: Family<WatchErrorLabels, Counter>,
     pub field_takebacks: Family<ManagerLabel, Counter>,
@@ -180,6 +181,7 @@ impl Metrics {
             resizes: Family::default(),
             evictions: Family::default(),
             is_leader: Gauge::default(),
+            lease_held_not_writing: Gauge::default(),
             tls_reloads: Family::default(),
             watch_errors: Family::default(),
             field_takebacks: Family::default(),
@@ -270,6 +272,12 @@ impl Metrics {
             "kerf_is_leader",
             "1 when this replica holds the writer Lease",
             self.is_leader.clone(),
+        );
+        r.register(
+            "kerf_lease_held_not_writing",
+            "1 when the API server shows this replica as the writer Lease holder but its renewals \
+             are not confirmed in time, so it writes nothing until the Lease expires",
+            self.lease_held_not_writing.clone(),
         );
         r.register(
             "kerf_tls_reloads",

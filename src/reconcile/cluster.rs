@@ -49,6 +49,7 @@ pub async fn run(
         &cfg.namespace,
         crate::writers::kube::lease::default_identity(),
         store.metrics().clone(),
+        store.health().clone(),
     );
     let mut lease_alive = lease.clone();
     let writer: WriterHandle = crate::writers::kube::Writer::spawn(
