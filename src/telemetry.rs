@@ -114,6 +114,8 @@ pub struct Metrics {
     pub evictions: Family<EvictionLabels, Counter>,
     pub is_leader: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
+    /// The serving certificate's `notAfter`, Unix seconds; read again on every reload.
+    pub tls_certificate_expiration: Gauge,
     pub watch_errors: Family<WatchErrorLabels, Counter>,
     pub field_takebacks: Family<ManagerLabel, Counter>,
     pub conflict_blocked_workloads: Gauge,
@@ -181,6 +183,7 @@ impl Metrics {
             evictions: Family::default(),
             is_leader: Gauge::default(),
             tls_reloads: Family::default(),
+            tls_certificate_expiration: Gauge::default(),
             watch_errors: Family::default(),
             field_takebacks: Family::default(),
             conflict_blocked_workloads: Gauge::default(),
@@ -275,6 +278,11 @@ impl Metrics {
             "kerf_tls_reloads",
             "Serving certificate reload attempts by outcome (kind label = ok|error)",
             self.tls_reloads.clone(),
+        );
+        r.register(
+            "kerf_tls_certificate_expiration_timestamp_seconds",
+            "When the serving certificate in use expires (its notAfter), in Unix seconds",
+            self.tls_certificate_expiration.clone(),
         );
         r.register(
             "kerf_watch_errors",
