@@ -160,6 +160,7 @@ pub async fn run_in_memory<S: MetricSource>(
         snapshot,
         notes,
         invalid,
+        ..
     } = manifests;
     fill_owners(store, &snapshot);
     // The samples the cycle fetches are kept (bounded) for the /debug page's charts.
