@@ -259,6 +259,7 @@ pub fn serve_persisted(
     store.set_conflicts(crate::core::writes::conflict::blocked_workloads(
         recommendations,
     ));
+    store.count_recommendations(recommendations);
     let held = held_back(snapshot, recommendations);
     // One workload at a time: each new state replaces the old one in place, so the store never
     // holds two generations.
