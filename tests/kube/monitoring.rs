@@ -482,3 +482,119 @@ async fn every_alert_fires_and_stays_silent_on_series_kerf_exposed() {
     promtool(&["test", "rules", "alerts.test.yaml"], dir.path())
         .unwrap_or_else(|e| panic!("promtool test rules failed:\n{e}"));
 }
+
+/// Grafana's variables as the test's queries fill them: the namespace the scrape labels kerf
+/// with, and a rate window of a minute (the scrape runs every second).
+fn filled(expr: &str, variables: &[&str]) -> String {
+    let mut out = expr.replace("$__rate_interval", "1m");
+    for v in variables {
+        let value = match *v {
+            "namespace" => "kerf-system",
+            other => panic!("a query uses the variable {other}, which the test cannot fill"),
+        };
+        out = out.replace(&format!("${v}"), value);
+    }
+    assert!(
+        !out.contains('$'),
+        "a variable the dashboard does not define: {expr}"
+    );
+    out
+}
+
+/// `GET path` on `prometheus` with `params`: the JSON answer's `data`, or the error.
+async fn prometheus_api(prometheus: &TestPrometheus, path: &str, params: &[(&str, &str)]) -> Value {
+    let mut url = url::Url::parse(&format!("{}{path}", prometheus.url())).unwrap();
+    url.query_pairs_mut().extend_pairs(params);
+    let r = reqwest::Client::new()
+        .get(url)
+        .send()
+        .await
+        .expect("Prometheus answers");
+    let status = r.status();
+    let body: Value = r.json().await.expect("JSON");
+    assert!(
+        status.is_success() && body["status"] == "success",
+        "{path} {params:?}: {body}"
+    );
+    body["data"].clone()
+}
+
+/// Every query of `dashboard.json` (each target of each panel, and the namespace variable's)
+/// parses and returns data from a real Prometheus that scraped a running `kerf serve` every
+/// second while it answered reviews (some unreadable), ran cycles over the HPA example — a few
+/// while its Prometheus was down — and, with kerf's writer and Lease on the mock API server,
+/// wrote, evicted and resized, and recorded a field Argo CD took back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_panel_returns_data_from_a_prometheus_that_scraped_kerf() {
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("manifests/monitoring/dashboard.json")).unwrap(),
+    )
+    .expect("dashboard.json");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .filter(|v| *v != "datasource")
+        .collect();
+    let mut source = source_prometheus();
+    let s = serve(&source, "1", 30).await;
+    let writer = WriterSide::start(cluster(true, false, false)).await;
+    // A writer whose field Argo CD took back (docs/gitops.md), recorded before the scrapes.
+    let mut gitops = crate::gitops_conflict_kube::Cluster::new(false);
+    gitops.cycle(0).await;
+    gitops.argocd_sync(2, &["Deployment"]).await;
+    gitops.cycle(10).await;
+    let gitops = serve_registry(gitops.metrics.clone()).await;
+    let labels: &[(&str, &str)] = &[("namespace", "kerf-system")];
+    let scraper = TestPrometheus::start_scraping(&[
+        (s.health.to_string(), labels),
+        (writer.health.to_string(), labels),
+        (gitops.to_string(), labels),
+    ]);
+    let c = client(&s.pki.ca_pem(), s.webhook, false);
+    for i in 0..24 {
+        send_review(&c, &s, false).await;
+        send_review(&c, &s, true).await;
+        writer.turn(i).await;
+        match i {
+            8 => source.stop(),
+            14 => source.restart(),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The last of it scraped.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let namespaces = prometheus_api(
+        &scraper,
+        "/api/v1/label/namespace/values",
+        &[("match[]", "kerf_reconcile_cycles_total")],
+    )
+    .await;
+    assert_eq!(
+        namespaces,
+        json!(["kerf-system"]),
+        "the namespace variable's values"
+    );
+    let mut empty = Vec::new();
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = filled(target["expr"].as_str().unwrap(), &variables);
+            let data = prometheus_api(&scraper, "/api/v1/query", &[("query", &expr)]).await;
+            queries += 1;
+            let values: Vec<&Value> = data["result"].as_array().unwrap().iter().collect();
+            if values.is_empty() {
+                empty.push(format!("{}: {expr}", panel["title"]));
+            }
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "panels without data:\n{}",
+        empty.join("\n")
+    );
+    assert!(queries > 20, "{queries} queries");
+}
