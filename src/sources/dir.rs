@@ -719,6 +719,63 @@ mod tests {
 
     use super::*;
 
+    /// A field Kubernetes' types do not know is one warning per field and file, whichever list
+    /// item or container holds it; another file says it again; kerf's own kinds stay strict and
+    /// other kinds are counted, not read.
+    #[test]
+    fn unknown_fields_of_kubernetes_kinds_are_warned_once_per_field_and_file() {
+        let deployment = |name: &str, second: &str| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: shop}}\n\
+                 spec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    spec:\n      \
+                 containers:\n        - {{name: a, image: i}}\n        - {{name: b, image: i, {second}: {{}}}}\n"
+            )
+        };
+        let dump = format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}",
+            [deployment("web", "resoures"), deployment("api", "resoures")]
+                .iter()
+                .map(|d| {
+                    let doc: serde_json::Value = serde_saphyr::from_str(d).unwrap();
+                    format!("  - {doc}\n")
+                })
+                .collect::<String>()
+        );
+        let mut reader = ManifestReader::default();
+        reader.text(&dump, "a.yaml");
+        reader.text(&deployment("db", "resoures"), "b.yaml");
+        reader.text(
+            "apiVersion: v1\nkind: LimitRange\nmetadata: {name: l}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {name: t}\n",
+            "c.yaml",
+        );
+        let m = reader.finish().unwrap();
+        assert_eq!(
+            m.warnings,
+            [
+                "a.yaml: document 1 item 1 (Deployment web): spec.template.spec.containers[1].resoures: \
+                 unknown field; did you mean resources? (ignored, also in 1 more object of this file)",
+                "b.yaml: document 1 (Deployment db): spec.template.spec.containers[1].resoures: \
+                 unknown field; did you mean resources? (ignored)",
+            ]
+        );
+        assert_eq!(m.snapshot.workloads.len(), 3, "the Deployments are read");
+        assert_eq!(
+            m.skipped().as_deref(),
+            Some(
+                "skipped 3 objects of 2 kinds kerf does not read: Service, LimitRange (a kind \
+                 whose objects own pods is read once GlobalConfiguration spec.workloadKinds lists it)"
+            )
+        );
+        assert!(
+            m.reject_warnings()
+                .unwrap_err()
+                .to_string()
+                .starts_with("2 errors:")
+        );
+    }
+
     /// The loader links a ReplicaSet to its Deployment and a Job to its CronJob only through the
     /// controller reference of the right API group ([`owner`]); anything else leaves a Job a
     /// workload of its own.
