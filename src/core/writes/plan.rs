@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use super::recommendation::{
     Gates, RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken,
-    phase_while_metrics_unavailable, plan_release, plan_restore, recommendation_phase,
-    recommendation_spec, recommendation_status,
+    phase_while_metrics_unavailable, plan_release, plan_restore, pre_change_target,
+    recommendation_phase, recommendation_spec, recommendation_status,
 };
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations, HpaTarget, Kept,
@@ -790,6 +790,25 @@ fn coordinated_outcome(
     Some(o)
 }
 
+/// The outcome with the coordinated HPA target planned from the pre-change pair
+/// ([`pre_change_target`]); `None` when the outcome's own stands.
+fn with_pre_change_target(
+    outcome: &RightsizingOutcome,
+    previous: Option<&RecommendationStatus>,
+) -> Option<RightsizingOutcome> {
+    let plan = outcome.apply.as_ref()?;
+    let kept = pre_change_target(&plan.requests, plan.hpa.as_ref()?, previous)?;
+    let mut o = outcome.clone();
+    if let Some(h) = o.hpa.as_mut() {
+        h.target_before = Some(kept.target_before);
+        h.target_after = Some(kept.target_after);
+    }
+    if let Some(p) = o.apply.as_mut() {
+        p.hpa = Some(kept);
+    }
+    Some(o)
+}
+
 /// What every replica serves at admission (`status.applied`): this cycle's plan; while another
 /// manager takes the template back, the requests alone (never a coordinated HPA target kerf
 /// cannot set now: requests and target change together or not at all); the last one while the
@@ -864,7 +883,8 @@ fn resource_writes(
         false => (RestorePlan::default(), None),
     };
     ops.extend(warning);
-    let adjusted = coordinated_outcome(outcome, &release);
+    let adjusted = coordinated_outcome(outcome, &release)
+        .or_else(|| with_pre_change_target(outcome, previous.as_ref()));
     let outcome = adjusted.as_ref().unwrap_or(outcome);
     let plan = outcome.apply.as_ref().filter(|_| standing.writes());
     status.applied = served(outcome, plan, standing, status.applied.take());
@@ -900,9 +920,7 @@ fn resource_writes(
         recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
     record_conflict(&mut status, conflict, p.now);
     let mut recommendation = recommendation_of(wo, r, w, outcome, status, observed);
-    if standing.metrics_unavailable && !standing.held {
-        kept_through_outage(&mut recommendation, previous.as_ref());
-    }
+    kept_through_outage(&mut recommendation, previous.as_ref(), standing);
     let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
     let applied = plan
         .and_then(|plan| plan.hpa.as_ref())
@@ -953,10 +971,17 @@ fn evict_write(w: &Workload, d: &Delivery) -> Option<WriteOp> {
     })))
 }
 
-/// A cycle whose queries failed leaves the recommendation as it was (the spec recorded before;
-/// `status.applied` is carried by [`served`]) and says why in the phase's reason: an outage
-/// never empties the state every replica serves admission from.
-fn kept_through_outage(rec: &mut RecommendationWrite, previous: Option<&RecommendationStatus>) {
+/// A cycle whose queries failed (no rollback holding the workload) leaves the recommendation as
+/// it was (the spec recorded before; `status.applied` is carried by [`served`]) and says why in
+/// the phase's reason: an outage never empties the state every replica serves admission from.
+fn kept_through_outage(
+    rec: &mut RecommendationWrite,
+    previous: Option<&RecommendationStatus>,
+    standing: Standing,
+) {
+    if !standing.metrics_unavailable || standing.held {
+        return;
+    }
     if let Some(observed) = &rec.observed {
         rec.spec = observed.spec.clone();
     }
