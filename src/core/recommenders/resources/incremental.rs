@@ -39,6 +39,10 @@ pub enum Part {
     New,
     /// The steps too young to be final: counted this cycle only, read again the next.
     Fresh,
+    /// New settled steps through `settled`, then the fresh ones: one query for both, split
+    /// when answered ([`split_answer`]); Prometheus's cost of a steady cycle is mostly per
+    /// query.
+    NewThenFresh { settled: i64 },
     /// Steps that left the window: taken out.
     Expired,
 }
@@ -115,6 +119,31 @@ pub fn group_of(
         g.1.push(i);
     }
     groups.into_values().collect()
+}
+
+/// An answer as the parts it holds: a [`Part::NewThenFresh`] one split at its last settled
+/// step into its new and its fresh steps, any other whole.
+pub fn split_answer(part: Part, set: StepSet) -> Vec<(Part, StepSet)> {
+    let Part::NewThenFresh { settled } = part else {
+        return vec![(part, set)];
+    };
+    let mut fresh = StepSet {
+        steps: Vec::new(),
+        ..Default::default()
+    };
+    let mut new = set;
+    for pod in &mut new.steps {
+        let at = pod.steps.partition_point(|(t, _)| *t <= settled);
+        if at < pod.steps.len() {
+            fresh.steps.push(crate::metrics::window::PodSteps {
+                key: pod.key.clone(),
+                pod: pod.pod.clone(),
+                steps: pod.steps.split_off(at),
+            });
+        }
+    }
+    new.steps.retain(|p| !p.steps.is_empty());
+    vec![(Part::New, new), (Part::Fresh, fresh)]
 }
 
 fn backfill(now: i64, window: i64, step: i64) -> Asked {
@@ -197,10 +226,17 @@ impl Group {
                     expired,
                 } => (new, (new.1, fresh), Some(expired).filter(|_| expires)),
             };
-            for range in parts(new.0, new.1, grid) {
-                out.push(step(range, Part::New));
+            let new_parts = parts(new.0, new.1, grid);
+            match new_parts.split_last() {
+                Some((last, rest)) => {
+                    for range in rest {
+                        out.push(step(*range, Part::New));
+                    }
+                    let settled = Part::NewThenFresh { settled: last.1 };
+                    out.push(step((last.0, fresh.1), settled));
+                }
+                None => out.push(step(fresh, Part::Fresh)),
             }
-            out.push(step(fresh, Part::Fresh));
             for range in expired.map(|(a, b)| parts(a, b, grid)).unwrap_or_default() {
                 out.push(step(range, Part::Expired));
             }
@@ -397,6 +433,40 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::window::PodSteps;
+
+    #[test]
+    fn split_answer_parts_settled_from_fresh_steps() {
+        let pod = |name: &str, steps: Vec<(i64, f64)>| PodSteps {
+            key: crate::metrics::WindowKey {
+                namespace: "shop".into(),
+                workload: "Deployment/web".into(),
+                container: "app".into(),
+            },
+            pod: name.into(),
+            steps,
+        };
+        let set = StepSet {
+            steps: vec![
+                pod("a", vec![(60, 1.0), (120, 2.0), (180, 3.0)]),
+                pod("b", vec![(180, 4.0)]),
+            ],
+            ..Default::default()
+        };
+        let parts = split_answer(Part::NewThenFresh { settled: 120 }, set.clone());
+        assert_eq!(parts[0].0, Part::New);
+        assert_eq!(parts[0].1.steps, [pod("a", vec![(60, 1.0), (120, 2.0)])]);
+        assert_eq!(parts[1].0, Part::Fresh);
+        assert_eq!(
+            parts[1].1.steps,
+            [pod("a", vec![(180, 3.0)]), pod("b", vec![(180, 4.0)])]
+        );
+        // Any other part is left whole.
+        assert_eq!(
+            split_answer(Part::Expired, set.clone()),
+            [(Part::Expired, set)]
+        );
+    }
 
     #[test]
     fn backfill_budget_reads_at_most_500_and_a_third_of_the_workloads_a_cycle() {
