@@ -2,7 +2,7 @@
 //! (docs/metrics.md#incremental-history): a batch of workloads whose history is folded up to the
 //! last cycle asks for the steps since then and the steps that left the window
 //! ([`summary::steps_to_ask`]); a batch new to the history asks for its whole window once,
-//! in small batches and at most [`BACKFILL_WORKLOADS_PER_CYCLE`] workloads a cycle; the others
+//! in small batches and at most a third of the workloads a cycle ([`backfill_budget`]); the others
 //! wait and are answered by the window queries meanwhile. The answers are folded into the
 //! [`HistoryStore`] and the window values read back from it, so evaluation is the same.
 
@@ -16,20 +16,17 @@ use crate::api::{ResourceMetrics, RightsizingPolicySpec};
 use crate::metrics::window::{StepQuery, StepSet};
 use crate::metrics::{WindowKey, WorkloadSelector};
 
-/// Workloads whose whole window is read in one cycle, at most: a first start (or a new leader
-/// without the history) spreads the backfill over cycles instead of one burst.
-pub const BACKFILL_WORKLOADS_PER_CYCLE: usize = 500;
 /// Workloads per backfill query: a week of steps per pod makes answers large.
 pub const BACKFILL_WORKLOADS_PER_QUERY: usize = 25;
 
-/// Workloads whose whole window is read in a cycle of `workloads`: at most
-/// [`BACKFILL_WORKLOADS_PER_CYCLE`], and at most a third of them (at least one). A first
-/// reading costs Prometheus a few times a window query per workload (every step's look-back of
-/// a range query counts), and the workloads still waiting are answered by the window queries
-/// meanwhile: a third keeps a warm-up cycle under twice a whole-window cycle
-/// (docs/performance.md).
+/// Workloads whose whole window is read in a cycle of `workloads`: a third of them (at least
+/// one), so the warm-up after a first start (or a new leader without the history) is over in
+/// three or four cycles. A first reading costs Prometheus about twice a window query per
+/// workload (every step's look-back of a range query counts), and the workloads still waiting
+/// are answered by the window queries meanwhile: a third keeps a warm-up cycle well under twice
+/// a whole-window cycle (docs/performance.md).
 pub fn backfill_budget(workloads: usize) -> usize {
-    (workloads / 3).clamp(1, BACKFILL_WORKLOADS_PER_CYCLE)
+    (workloads / 3).max(1)
 }
 
 /// Which steps a step query asks for.
@@ -469,11 +466,9 @@ mod tests {
     }
 
     #[test]
-    fn backfill_budget_reads_at_most_500_and_a_third_of_the_workloads_a_cycle() {
-        // The default fleet: 500 a cycle, 50 cycles.
-        assert_eq!(backfill_budget(25_000), 500);
-        assert_eq!(backfill_budget(1_700), 500);
-        // A small fleet: a third a cycle, four cycles for 250.
+    fn backfill_budget_reads_a_third_of_the_workloads_a_cycle() {
+        // The default fleet: four cycles (8,333 + 8,333 + 8,333 + 1).
+        assert_eq!(backfill_budget(25_000), 8_333);
         assert_eq!(backfill_budget(250), 83);
         assert_eq!(backfill_budget(2), 1);
         assert_eq!(backfill_budget(0), 1);
