@@ -623,6 +623,51 @@ mod tests {
         (p, Some(reason.to_string()))
     }
 
+    /// docs/policies.md#cpu-percentile: the RightsizingRecommendation carries a floor's risk
+    /// flag and its reason.
+    #[test]
+    fn recommendation_spec_says_what_floor_holds_a_request() {
+        use crate::core::model::ResourceRequests;
+        use crate::core::recommenders::resources::container::ContainerSignals;
+        use crate::core::recommenders::resources::workload::{
+            ContainerInput, History, WorkloadInput, evaluate_workload,
+        };
+        let input = WorkloadInput {
+            policy: Default::default(),
+            strategy_unresolved: None,
+            containers: vec![ContainerInput {
+                signals: ContainerSignals {
+                    name: "app".into(),
+                    current: ResourceRequests {
+                        cpu_millis: Some(1000),
+                        memory_bytes: Some(1 << 30),
+                    },
+                    cpu: Some(0.2),
+                    memory: Some(f64::from(1 << 30)),
+                    throttled: true,
+                    ..Default::default()
+                },
+                in_scope: true,
+                gpu_current: None,
+                gpu_recommended: None,
+            }],
+            hpa: None,
+            pod_level_resources: Vec::new(),
+            vpa: None,
+            replicas: 1,
+            history: History::default(),
+            now: jiff::Timestamp::UNIX_EPOCH,
+        };
+        let outcome = evaluate_workload(&input).unwrap();
+        let key = WorkloadKey::new("shop", crate::api::WorkloadKind::Deployment, "web");
+        let spec = recommendation_spec(&outcome, &key, None);
+        assert_eq!(spec.risk_flags, ["throttled"]);
+        assert_eq!(
+            spec.risk_reasons,
+            ["app: throttled; CPU request held at 1 (usage alone: 230m)"]
+        );
+    }
+
     #[test]
     fn pre_change_target() {
         let requests = |cpu| {
