@@ -711,6 +711,26 @@ fn gpu_only_recommendation(
         .collect()
 }
 
+/// The phase and reason of a workload's recommendation under the gates of this cycle
+/// (`rolled_back`: its previous status says it was rolled back).
+fn set_phase(
+    status: &mut RecommendationStatus,
+    outcome: &RightsizingOutcome,
+    standing: Standing,
+    rolled_back: bool,
+    releasing: bool,
+) {
+    let gates = Gates {
+        restore: None,
+        rolled_back,
+        read_only: standing.read_only,
+        conflict_blocked: standing.fight,
+        releasing,
+    };
+    (status.phase, status.reason) =
+        recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
+}
+
 /// How the workload's template write is sent (docs/gitops.md#how-kerf-writes), recorded in its
 /// status when kerf writes one (`writes`); `evict` where kerf writes no template.
 fn record_write_method(
@@ -909,15 +929,14 @@ fn resource_writes(
         status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
     }
     release.settle(&mut status);
-    let gates = Gates {
-        restore: None,
-        rolled_back: rolled_back(previous.as_ref()),
-        read_only: standing.read_only,
-        conflict_blocked: standing.fight,
-        releasing: !release.is_empty(),
-    };
-    (status.phase, status.reason) =
-        recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
+    let held_back = rolled_back(previous.as_ref());
+    set_phase(
+        &mut status,
+        outcome,
+        standing,
+        held_back,
+        !release.is_empty(),
+    );
     record_conflict(&mut status, conflict, p.now);
     let mut recommendation = recommendation_of(wo, r, w, outcome, status, observed);
     kept_through_outage(&mut recommendation, previous.as_ref(), standing);
@@ -930,6 +949,7 @@ fn resource_writes(
         // The release, with what kerf keeps applying, in one step.
         let kept = plan.map(|plan| Kept {
             requests: plan.requests.clone(),
+            limits: plan.limits.clone(),
             hpa: kept_hpa,
         });
         ops.push(release_write(p, w, release, kept, recommendation));
@@ -1025,6 +1045,7 @@ fn template_write(
         observed: Arc::clone(w),
         gpu: None,
         requests: Some(plan.requests.clone()),
+        limits: Some(plan.limits.clone()),
         method,
     };
     match kept_hpa {
@@ -1146,6 +1167,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
                 recommendation: r.recommendation.as_deref().cloned(),
             }),
             requests: None,
+            limits: None,
             method: p.write_method(w.key.kind),
         };
         if !write.in_place() {
@@ -1166,6 +1188,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
                 observed: Arc::clone(w),
                 gpu: Some(GpuAnnotations::default()),
                 requests: None,
+                limits: None,
                 method: p.write_method(w.key.kind),
             })));
         }

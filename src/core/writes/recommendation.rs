@@ -125,6 +125,8 @@ pub fn gpu_recommendation_spec(
             in_scope: true,
             current: ResourceRequests::default(),
             recommended: ResourceRequests::default(),
+            current_limits: ResourceRequests::default(),
+            recommended_limits: ResourceRequests::default(),
             cpu_source: Source::NoData,
             memory_source: Source::NoData,
             cpu_usage: None,
@@ -636,6 +638,7 @@ mod tests {
             policy: Default::default(),
             strategy_unresolved: None,
             containers: vec![ContainerInput {
+                limits: ResourceRequests::default(),
                 signals: ContainerSignals {
                     name: "app".into(),
                     current: ResourceRequests {

@@ -907,6 +907,7 @@ pub fn evaluate(
             let g = gpu_w.and_then(|m| m.get(c.name.as_str()));
             containers.push(ContainerInput {
                 signals: observed_signals(&c.name, current, key, answers, &oom, cpu_step),
+                limits: container::container_limits(c),
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
                 gpu_recommended: g.and_then(|g| g.recommended),
