@@ -922,7 +922,8 @@ fn write_gpu_target(
 }
 
 /// The CPU/memory concern (docs/design/kai-admission.md#k10): requests from an auto-patch
-/// CPU/memory policy, capped at the container's limit as admitted (kerf never writes a limit).
+/// CPU/memory policy, with the limits the change carries (`RequestsAndLimits`), else capped at
+/// the container's limit as admitted.
 fn resource_requests(
     desired: &mut Value,
     pod: &Admitted<'_>,
@@ -951,9 +952,19 @@ fn resource_requests(
             }
             value
         };
+        // The limits that go with the requests (docs/policies.md#limits): where the change
+        // carries one, the pod gets it; elsewhere the request is capped at the pod's limit.
+        let limits = state.limits.get(name.as_str()).cloned().unwrap_or_default();
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
             let limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);
-            let m = capped(m, limit, "cpu", fmt_cpu, &mut decided.notes);
+            let m = match limits.cpu_millis {
+                Some(l) => {
+                    let same = |v: &Value| cpu_millis_of(v) == Some(l);
+                    set_str(resources_mut(c, "limits")?, "cpu", fmt_cpu(l), same);
+                    m
+                }
+                None => capped(m, limit, "cpu", fmt_cpu, &mut decided.notes),
+            };
             let same = |v: &Value| cpu_millis_of(v) == Some(m);
             if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
                 decided.changes.note(name, "cpu", fmt_cpu(m));
@@ -961,7 +972,14 @@ fn resource_requests(
         }
         if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
             let limit = resource_value(admitted, "limits", "memory").and_then(memory_bytes_of);
-            let b = capped(b, limit, "memory", fmt_memory, &mut decided.notes);
+            let b = match limits.memory_bytes {
+                Some(l) => {
+                    let same = |v: &Value| memory_bytes_of(v) == Some(l);
+                    set_str(resources_mut(c, "limits")?, "memory", fmt_memory(l), same);
+                    b
+                }
+                None => capped(b, limit, "memory", fmt_memory, &mut decided.notes),
+            };
             let same = |v: &Value| memory_bytes_of(v) == Some(b);
             if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
                 decided.changes.note(name, "memory", fmt_memory(b));

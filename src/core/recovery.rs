@@ -72,11 +72,13 @@ pub fn serving_state_each(
             ..Default::default()
         });
         state.resources = resources;
+        state.limits = crate::core::writes::served_values(&change.limits);
         state.hpa = hpa;
     }
     let warnings = recover_each(snapshot, |key, mut state| {
         if let Some(rs) = applied.remove(&key) {
             state.resources = rs.resources;
+            state.limits = rs.limits;
             state.hpa = rs.hpa;
         }
         emit(key, state);

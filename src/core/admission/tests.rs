@@ -1,5 +1,6 @@
 //! One test per rule of docs/design/kai-admission.md.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 
 use super::*;
@@ -687,6 +688,47 @@ fn request_capped_at_existing_limit() {
         out["spec"]["containers"][0]["resources"]["requests"]["cpu"],
         "2000m"
     );
+}
+
+/// A change carrying limits (`RequestsAndLimits`) sets them with the requests: a Guaranteed pod
+/// admitted smaller stays Guaranteed (docs/policies.md#limits).
+#[test]
+fn limits_the_change_carries_are_set_with_the_requests() {
+    let mut s = WorkloadState::default();
+    let both = ResourceRequests {
+        cpu_millis: Some(2500),
+        memory_bytes: Some(10 << 30),
+    };
+    s.resources.insert("main".into(), both.clone());
+    s.limits.insert("main".into(), both);
+    let p = pod(
+        json!({}),
+        json!([{"name": "main", "resources": {
+            "requests": {"cpu": "4", "memory": "16Gi"},
+            "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]),
+    );
+    let out = run(&p, &s);
+    let r = &out["spec"]["containers"][0]["resources"];
+    assert_eq!(r["requests"], json!({"cpu": "2500m", "memory": "10Gi"}));
+    assert_eq!(
+        r["limits"],
+        json!({"cpu": "2500m", "memory": "10Gi", "nvidia.com/gpu": "1"})
+    );
+    let qos = |r: &Value| {
+        let cpu = |m: &Value| {
+            crate::core::quantity::cpu_millis(&Quantity(m["cpu"].as_str().unwrap().into())).ok()
+        };
+        let mem = |m: &Value| {
+            crate::core::quantity::memory_bytes(&Quantity(m["memory"].as_str().unwrap().into()))
+                .ok()
+        };
+        let pair = |m: &Value| ResourceRequests {
+            cpu_millis: cpu(m),
+            memory_bytes: mem(m),
+        };
+        crate::core::limits::qos_class(&[(pair(&r["requests"]), pair(&r["limits"]))])
+    };
+    assert_eq!(qos(r), "Guaranteed");
 }
 
 #[test]

@@ -59,6 +59,7 @@ fn status(applied: i64, conflict: Option<ConflictStatus>) -> RecommendationStatu
                     ..Default::default()
                 },
             )]),
+            limits: SmallMap::new(),
             hpa: None,
         })),
         last_applied_time: Some(render(at(applied))),
