@@ -369,36 +369,29 @@ pub fn kerf_apply(
     let mut limits = owned_values(&owned.limits, &template, true);
     // A released resource's limit goes with its request.
     for (c, l) in limits.iter_mut() {
-        let removed = released.removed.get(c).copied().unwrap_or_default();
-        let restored = released
-            .restored
-            .get(c)
-            .map(RequestSet::of)
-            .unwrap_or_default();
-        let other = others.limits.get(c).copied().unwrap_or_default();
-        if removed.cpu || (restored.cpu && other.cpu) {
+        let gone = leaving(released, &others.limits, c);
+        if gone.cpu {
             l.cpu_millis = None;
         }
-        if removed.memory || (restored.memory && other.memory) {
+        if gone.memory {
             l.memory_bytes = None;
         }
     }
     overlay(&mut limits, set_limits);
     let mut still_kerfs = Vec::new();
     for (c, r) in requests.iter_mut() {
-        let removed = released.removed.get(c).copied().unwrap_or_default();
         let restored = released
             .restored
             .get(c)
             .map(RequestSet::of)
             .unwrap_or_default();
-        let other = others.requests.get(c).copied().unwrap_or_default();
-        if removed.cpu || (restored.cpu && other.cpu) {
+        let gone = leaving(released, &others.requests, c);
+        if gone.cpu {
             r.cpu_millis = None;
         } else if restored.cpu && r.cpu_millis.is_some() {
             still_kerfs.push(format!("{c} cpu"));
         }
-        if removed.memory || (restored.memory && other.memory) {
+        if gone.memory {
             r.memory_bytes = None;
         } else if restored.memory && r.memory_bytes.is_some() {
             still_kerfs.push(format!("{c} memory"));
@@ -410,6 +403,23 @@ pub fn kerf_apply(
         body,
         still_kerfs,
         not_in_template,
+    }
+}
+
+/// Which of container `c`'s values kerf's apply leaves out on a release: those kerf created
+/// (removed), and those restored that another manager (`others`) now owns — leaving out one only
+/// kerf owns would make server-side apply delete it.
+fn leaving(released: Released<'_>, others: &BTreeMap<String, RequestSet>, c: &str) -> RequestSet {
+    let removed = released.removed.get(c).copied().unwrap_or_default();
+    let restored = released
+        .restored
+        .get(c)
+        .map(RequestSet::of)
+        .unwrap_or_default();
+    let other = others.get(c).copied().unwrap_or_default();
+    RequestSet {
+        cpu: removed.cpu || (restored.cpu && other.cpu),
+        memory: removed.memory || (restored.memory && other.memory),
     }
 }
 

@@ -992,11 +992,25 @@ impl Task {
             restored: &r.requests,
             removed: &r.removed,
         };
-        let apply = kerf_apply(key, live_of(&live), None, set, set_limits, released);
+        self.apply_after_release(key, &live, (set, set_limits), released)
+            .await?;
+        Ok(2)
+    }
+
+    /// kerf's apply after a release gave values back: what it keeps, without them.
+    async fn apply_after_release(
+        &mut self,
+        key: &WorkloadKey,
+        live: &DynamicObject,
+        (keep, keep_limits): (&ContainerRequests, &ContainerRequests),
+        released: Released<'_>,
+    ) -> Result<(), CallError> {
+        let apply = kerf_apply(key, live_of(live), None, keep, keep_limits, released);
         for field in &apply.still_kerfs {
             tracing::warn!(workload = %key, request = %field, "only kerf owns a restored request: kerf keeps owning it");
         }
         let body = applied_body(key, apply);
+        let api = self.workload_api(key);
         let params = apply_params();
         let patch = Patch::Apply(&body);
         self.call(Some("template"), &format!("release {key}"), || {
@@ -1004,7 +1018,7 @@ impl Task {
         })
         .await?;
         self.last_applied.insert(key.clone(), body);
-        Ok(2)
+        Ok(())
     }
 
     /// Release on a custom kind: the restored and removed requests as a JSON Patch by
@@ -1053,15 +1067,8 @@ impl Task {
             restored: &r.requests,
             removed: &r.removed,
         };
-        let apply = kerf_apply(key, live_of(&live), None, keep, keep_limits, released);
-        let body = applied_body(key, apply);
-        let params = apply_params();
-        let patch = Patch::Apply(&body);
-        self.call(Some("template"), &format!("release {key}"), || {
-            api.patch(&key.name, &params, &patch)
-        })
-        .await?;
-        self.last_applied.insert(key.clone(), body);
+        self.apply_after_release(key, &live, (keep, keep_limits), released)
+            .await?;
         Ok(made + 2)
     }
 
