@@ -324,8 +324,8 @@ pub struct FieldTakeback {
     pub time: String,
 }
 
-/// The CPU/memory change kerf applies: the requests it sets on new pods (auto-patch resources
-/// only) and the coordinated HPA target it enforces when the HPA is admitted.
+/// The change kerf applies: the requests it sets on new pods (auto-patch resources only), the
+/// coordinated HPA target it enforces when the HPA is admitted, and an owned workload's GPU.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedChange {
@@ -333,4 +333,9 @@ pub struct AppliedChange {
     pub requests: SmallMap<String, ResourceValues>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpa: Option<Box<HpaRecommendation>>,
+    /// The GPU recommendation and baseline of a workload whose object kerf does not annotate
+    /// (another controller owns it), as the annotations `rightsizing.kubex.ai/gpu-recommendation`
+    /// and `rightsizing.kubex.ai/gpu-baseline` would carry them: admission serves them from here.
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub gpu_annotations: SmallMap<String, String>,
 }

@@ -93,6 +93,26 @@ pub fn gpu_change_recreates(input: &MethodInput<'_>) -> Option<&'static str> {
     input.gpu_recreates.then_some("GPUChange")
 }
 
+/// A GPU recommendation reaches running pods the kind's way: where kerf writes the template, its
+/// annotations change and the pods roll; where another controller owns it, new pods get it at
+/// admission and running ones are replaced by eviction, as a CPU/memory change is.
+pub fn gpu_change_method(template_writable: bool) -> ApplyMethod {
+    if template_writable {
+        ApplyMethod::Rollout
+    } else {
+        ApplyMethod::Evict
+    }
+}
+
+/// A GPU recommendation with no CPU/memory change to deliver: its method
+/// ([`gpu_change_method`]); the eviction is planned by the write planning.
+pub fn gpu_delivery(template_writable: bool) -> Delivery {
+    Delivery {
+        method: gpu_change_method(template_writable),
+        ..Delivery::rollout(None)
+    }
+}
+
 /// Only where the API server serves `pods/resize` (Kubernetes 1.33 or later).
 pub fn resize_served(input: &MethodInput<'_>) -> Option<&'static str> {
     (input.support == ResizeSupport::NotServed).then_some("ResizeNotServed")
@@ -218,6 +238,15 @@ mod tests {
         i.gpu_recreates = true;
         assert_eq!(super::gpu_change_recreates(&i), Some("GPUChange"));
         assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::Rollout);
+    }
+
+    #[test]
+    fn gpu_change_method() {
+        assert_eq!(super::gpu_change_method(true), ApplyMethod::Rollout);
+        assert_eq!(super::gpu_change_method(false), ApplyMethod::Evict);
+        let d = gpu_delivery(false);
+        assert_eq!(d.method, ApplyMethod::Evict);
+        assert!(d.resize.is_none() && d.eviction.is_none() && d.rollout_reason.is_none());
     }
 
     #[test]

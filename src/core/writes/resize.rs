@@ -204,9 +204,9 @@ pub struct Fallback {
 /// A pod with pod-level resources is not resized in place (the API server refuses it before
 /// Kubernetes 1.36: "pods with pod-level resources cannot be resized").
 pub fn no_pod_level_resources(spec: &PodSpec) -> Result<(), Fallback> {
-    match spec.resources {
-        None => Ok(()),
-        Some(_) => Err(Fallback {
+    match crate::core::hpa::pod_level_resources_set(spec) {
+        false => Ok(()),
+        true => Err(Fallback {
             reason: "PodLevelResources",
             message: "the pod sets pod-level resources, which cannot be resized in place".into(),
         }),
