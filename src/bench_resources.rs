@@ -91,14 +91,19 @@ fn pods(spec: &HistorySpec) -> Vec<(usize, String, String, String)> {
         .collect()
 }
 
-fn policy_spec() -> RightsizingPolicySpec {
-    let yaml = r#"
-automationStrategyRef: {name: bench}
+/// The bench's policy; its CPU rate window holds two of the history's scrapes (1 minute at
+/// 30-s scrapes, 2 hours at the coarse default).
+fn policy_spec(scrape_seconds: i64) -> RightsizingPolicySpec {
+    let rate = (2 * scrape_seconds).max(60);
+    let yaml = format!(
+        r#"
+automationStrategyRef: {{name: bench}}
 resources:
-  cpu: {mode: auto-patch, percentile: 95, headroomPercent: 15, window: 7d}
-  memory: {mode: audit-only, headroomPercent: 20, window: 7d}
-"#;
-    serde_saphyr::from_str(yaml).expect("static bench policy parses")
+  cpu: {{mode: auto-patch, percentile: 95, headroomPercent: 15, window: 7d, rateWindow: {rate}s}}
+  memory: {{mode: audit-only, headroomPercent: 20, window: 7d}}
+"#
+    );
+    serde_saphyr::from_str(&yaml).expect("bench policy parses")
 }
 
 /// The synthetic cluster: one RightsizingPolicy per namespace, Deployments with one `app`
@@ -120,7 +125,7 @@ pub fn synth_snapshot(spec: &HistorySpec, now: Timestamp) -> Snapshot {
             policy_type: PolicyType::RightsizingPolicy,
             creation: None,
             generation: None,
-            spec: policy_spec(),
+            spec: policy_spec(spec.scrape_seconds),
             status: None,
         });
         add_bench_strategy(&mut s, ns);
@@ -323,8 +328,8 @@ mod tests {
         assert_eq!(plan.workloads.len(), 100);
         assert_eq!(
             plan.queries.len(),
-            5 * 5,
-            "5 policies of one batch, 5 window queries per batch"
+            5 * 7,
+            "5 policies of one batch, 7 window queries per batch"
         );
         assert_eq!(
             plan.workloads.iter().map(|w| w.pods.len()).sum::<usize>(),

@@ -151,6 +151,32 @@ impl Store {
         self.conflicts.store(Arc::new(conflicts));
     }
 
+    /// `kerf_recommendations{phase,reason}` from the persisted state: series of counts that went
+    /// to zero are dropped, not kept at 0.
+    pub fn count_recommendations(
+        &self,
+        recommendations: &[Arc<crate::core::persisted::PersistedRecommendation>],
+    ) {
+        let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for r in recommendations {
+            let status = r.status.clone().unwrap_or_default();
+            let phase = serde_json::to_value(status.phase)
+                .ok()
+                .and_then(|p| p.as_str().map(str::to_string))
+                .unwrap_or_default();
+            *counts
+                .entry((phase, status.reason.unwrap_or_default()))
+                .or_default() += 1;
+        }
+        let family = &self.metrics.recommendations;
+        family.clear();
+        for ((phase, reason), n) in counts {
+            family
+                .get_or_create(&crate::telemetry::RecommendationLabels { phase, reason })
+                .set(n);
+        }
+    }
+
     pub fn conflicts(&self) -> Arc<Vec<(WorkloadKey, String)>> {
         self.conflicts.load_full()
     }

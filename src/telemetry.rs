@@ -46,6 +46,14 @@ pub struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecommendationLabels {
+    /// `applied`, `blocked`, `audit-only`, `pending`.
+    pub phase: String,
+    /// The status' reason (`HPACoupled`, `InsufficientHistory`, …), empty when it has none.
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HistoryLabels {
     /// `kept` or `reading`.
     pub state: String,
@@ -109,14 +117,20 @@ pub struct Metrics {
     pub prometheus_query_duration_seconds: Family<QueryLabels, Histogram>,
     pub prometheus_query_failures: Family<QueryLabels, Counter>,
     pub prometheus_query_splits: Counter,
+    pub prometheus_samples_loaded: Family<QueryLabels, Counter>,
     pub cluster_writes: Family<WriteLabels, Counter>,
     pub resizes: Family<ResizeLabels, Counter>,
     pub evictions: Family<EvictionLabels, Counter>,
     pub is_leader: Gauge,
+    pub lease_held_not_writing: Gauge,
     pub tls_reloads: Family<KindLabel, Counter>,
+    /// The serving certificate's `notAfter`, Unix seconds; read again on every reload.
+    pub tls_certificate_expiration: Gauge,
     pub watch_errors: Family<WatchErrorLabels, Counter>,
     pub field_takebacks: Family<ManagerLabel, Counter>,
     pub conflict_blocked_workloads: Gauge,
+    /// RightsizingRecommendations by phase and reason, from the persisted state.
+    pub recommendations: Family<RecommendationLabels, Gauge>,
     /// The usage history: workloads kept, and still reading their window.
     pub history_workloads: Family<HistoryLabels, Gauge>,
     pub connections_closed: Family<ConnectionCloseLabels, Counter>,
@@ -176,14 +190,18 @@ impl Metrics {
             prometheus_query_duration_seconds: Family::new_with_constructor(query_histogram),
             prometheus_query_failures: Family::default(),
             prometheus_query_splits: Counter::default(),
+            prometheus_samples_loaded: Family::default(),
             cluster_writes: Family::default(),
             resizes: Family::default(),
             evictions: Family::default(),
             is_leader: Gauge::default(),
+            lease_held_not_writing: Gauge::default(),
             tls_reloads: Family::default(),
+            tls_certificate_expiration: Gauge::default(),
             watch_errors: Family::default(),
             field_takebacks: Family::default(),
             conflict_blocked_workloads: Gauge::default(),
+            recommendations: Family::default(),
             history_workloads: Family::default(),
             connections_closed: Family::default(),
             connections_open: Family::default(),
@@ -250,6 +268,12 @@ impl Metrics {
             self.prometheus_query_splits.clone(),
         );
         r.register(
+            "kerf_prometheus_samples_loaded",
+            "Samples Prometheus loaded to answer kerf's window and step queries (stats=all), by \
+             signal",
+            self.prometheus_samples_loaded.clone(),
+        );
+        r.register(
             "kerf_cluster_writes",
             "Writes to the API server by target and outcome",
             self.cluster_writes.clone(),
@@ -272,9 +296,20 @@ impl Metrics {
             self.is_leader.clone(),
         );
         r.register(
+            "kerf_lease_held_not_writing",
+            "1 when the API server shows this replica as the writer Lease holder but its renewals \
+             are not confirmed in time, so it writes nothing until the Lease expires",
+            self.lease_held_not_writing.clone(),
+        );
+        r.register(
             "kerf_tls_reloads",
             "Serving certificate reload attempts by outcome (kind label = ok|error)",
             self.tls_reloads.clone(),
+        );
+        r.register(
+            "kerf_tls_certificate_expiration_timestamp_seconds",
+            "When the serving certificate in use expires (its notAfter), in Unix seconds",
+            self.tls_certificate_expiration.clone(),
         );
         r.register(
             "kerf_watch_errors",
@@ -296,6 +331,12 @@ impl Metrics {
             "kerf_conflict_blocked_workloads",
             "Workloads kerf does not write because another field manager keeps taking its fields back",
             self.conflict_blocked_workloads.clone(),
+        );
+        r.register(
+            "kerf_recommendations",
+            "RightsizingRecommendations by phase and reason, from the persisted state on every \
+             replica",
+            self.recommendations.clone(),
         );
         r.register(
             "kerf_connections_closed",

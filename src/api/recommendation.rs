@@ -108,6 +108,9 @@ pub struct RightsizingRecommendationSpec {
     /// e.g. `hpa-coupled`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub risk_flags: Vec<String>,
+    /// Why a floor holds a request (`throttled`, `oom-killed`): the signal, its value and when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub risk_reasons: Vec<String>,
     #[serde(default)]
     pub savings: Savings,
 }

@@ -30,13 +30,21 @@ fn default_memory_headroom() -> f64 {
 fn default_resource_window() -> DurationStr {
     DurationStr::parse("7d").expect("valid literal")
 }
+fn default_rate_window() -> DurationStr {
+    DurationStr::parse("1m").expect("valid literal")
+}
+
+/// The scrape interval of cAdvisor's series a `rateWindow` must hold twice (a rate needs two
+/// samples): kube-prometheus scrapes the kubelet's cAdvisor every 30 s.
+pub const ASSUMED_SCRAPE_SECONDS: u64 = 30;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CpuRecipe {
     #[serde(default)]
     pub mode: ResourceMode,
-    /// Percentile of the CPU usage rate over `window` (default 95).
+    /// Percentile of the CPU usage rate over `window` (default 95): of the rates over
+    /// `rateWindow`, sampled at least every `rateWindow`.
     #[serde(default = "default_percentile")]
     #[x_kube(validation = Rule::new("self > 0.0 && self <= 100.0").message("percentile must be in (0, 100]"))]
     pub percentile: f64,
@@ -46,6 +54,11 @@ pub struct CpuRecipe {
     #[serde(default = "default_resource_window")]
     #[x_kube(validation = Rule::new(CEL_AT_LEAST_1M).message("window must be at least 1m"))]
     pub window: DurationStr,
+    /// The timescale of the CPU usage rate (default 1m), the same whatever `window`: at least
+    /// twice the scrape interval (30 s assumed).
+    #[serde(default = "default_rate_window")]
+    #[x_kube(validation = Rule::new(CEL_AT_LEAST_1M).message("rateWindow must be at least 1m (twice the 30s scrape interval)"))]
+    pub rate_window: DurationStr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +72,7 @@ impl Default for CpuRecipe {
             percentile: default_percentile(),
             headroom_percent: default_cpu_headroom(),
             window: default_resource_window(),
+            rate_window: default_rate_window(),
             min: None,
             max: None,
         }
@@ -233,6 +247,14 @@ fn validate_rightsizing(
             "must be >= 0",
         );
         v.at_least_1m(&cpu.window, "spec.resources.cpu.window");
+        v.check(
+            cpu.rate_window.seconds() >= 2 * ASSUMED_SCRAPE_SECONDS,
+            "spec.resources.cpu.rateWindow",
+            format!(
+                "must be at least twice the {ASSUMED_SCRAPE_SECONDS}s scrape interval (got {})",
+                cpu.rate_window
+            ),
+        );
     }
     if let Some(mem) = &resources.memory {
         v.check(

@@ -16,7 +16,7 @@
 //! without properties is raw JSON (`managedFields[].fieldsV1`) and holds anything.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::Value;
 
@@ -44,17 +44,37 @@ fn kind_schemas() -> &'static HashMap<String, Value> {
     })
 }
 
-/// `ObjectMeta`'s schema, subschemas inlined (the form a CRD's schema has).
+/// `T`'s schema as k8s-openapi declares it, subschemas inlined (the form a CRD's schema has).
+fn schema_of<T: schemars::JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::openapi3()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    serde_json::to_value(generator.into_root_schema_for::<T>()).unwrap_or(Value::Null)
+}
+
+/// `ObjectMeta`'s schema.
 fn metadata_schema() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let generator = schemars::generate::SchemaSettings::openapi3()
-            .with(|s| s.inline_subschemas = true)
-            .into_generator();
-        let schema = generator
-            .into_root_schema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
-        serde_json::to_value(schema).unwrap_or(Value::Null)
-    })
+    SCHEMA.get_or_init(schema_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>)
+}
+
+/// Every field of a Kubernetes object that `T`, the Kubernetes type kerf reads it as, does not
+/// declare: what kerf's reading drops without a word, by the same walk as kerf's own kinds. Not
+/// an error: a newer cluster's objects carry fields kerf's Kubernetes types do not know yet.
+pub fn unknown_fields_of<T: schemars::JsonSchema>(object: &Value) -> Vec<FieldError> {
+    type Schemas = Mutex<HashMap<&'static str, Arc<Value>>>;
+    // A static in a generic function is one for every `T`: the schemas are keyed by type.
+    static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
+    let schema = SCHEMAS
+        .get_or_init(Schemas::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(std::any::type_name::<T>())
+        .or_insert_with(|| Arc::new(schema_of::<T>()))
+        .clone();
+    let mut out = Vec::new();
+    walk(&schema, object, "", Bare::RawJson, &mut out);
+    out
 }
 
 /// Every field of `object` (a kerf kind, by its `kind`) that its schema does not declare, in

@@ -323,6 +323,10 @@ pub struct ObjectSourceArgs {
         conflicts_with = "manifests"
     )]
     pub namespace: Option<String>,
+    /// A field of a Kubernetes kind (Deployment, Pod, …) that kerf's types do not know is an
+    /// error, not a warning (kerf's own kinds are always read strictly).
+    #[arg(long, env = "KERF_STRICT")]
+    pub strict: bool,
 }
 
 impl ObjectSourceArgs {
@@ -351,6 +355,15 @@ impl ObjectSourceArgs {
             }
             (None, None) => anyhow::bail!("give --manifests PATH or --kubeconfig PATH"),
         };
+        if self.strict {
+            manifests.reject_warnings()?;
+        }
+        for w in &manifests.warnings {
+            eprintln!("warning: {w}");
+        }
+        if let Some(skipped) = manifests.skipped() {
+            eprintln!("{skipped}");
+        }
         if let Some(ns) = own_namespace {
             manifests.snapshot.global.protect(ns);
         }

@@ -351,9 +351,19 @@ async fn run_standalone(
         "the first cycle over the manifests in {}",
         dir_loop.dir().display()
     ));
-    let global = crate::sources::dir::load_dir(dir_loop.dir())
-        .map(|m| m.snapshot.global)
-        .unwrap_or_default();
+    // Said once here, not every cycle the loop reads the directory again.
+    let global = match crate::sources::dir::load_dir(dir_loop.dir()) {
+        Ok(m) => {
+            for w in &m.warnings {
+                tracing::warn!("{w}");
+            }
+            if let Some(skipped) = m.skipped() {
+                tracing::info!("{skipped}");
+            }
+            m.snapshot.global
+        }
+        Err(_) => Default::default(),
+    };
     let source = super::metric_source(&source, &connection, &global)
         .await
         .context("the metric source")?

@@ -15,6 +15,7 @@ use crate::api::WorkloadKind;
 use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT, RequestSet,
 };
+use crate::core::pod::PodSpec;
 
 /// The field manager of every server-side apply kerf makes.
 pub const FIELD_MANAGER: &str = "kerf";
@@ -141,8 +142,14 @@ fn container_name(key: &str) -> Option<String> {
 }
 
 /// The fields one entry owns; `None` for a subresource's entry (status, scale) or one without
-/// `fieldsV1`.
-pub fn entry_fields(mf: &ManagedFieldsEntry, kind: WorkloadKind) -> Option<EntryFields<'_>> {
+/// `fieldsV1`. Where the containers list is atomic (a CRD without list markers: Argo Rollouts
+/// before v1.9), an entry owns the list whole (`f:containers: {}`): it owns the requests of every
+/// container `template` has.
+pub fn entry_fields<'a>(
+    mf: &'a ManagedFieldsEntry,
+    kind: WorkloadKind,
+    pod_spec: Option<&'a PodSpec>,
+) -> Option<EntryFields<'a>> {
     if mf.subresource.as_deref().is_some_and(|s| !s.is_empty()) {
         return None;
     }
@@ -158,9 +165,15 @@ pub fn entry_fields(mf: &ManagedFieldsEntry, kind: WorkloadKind) -> Option<Entry
         .and_then(|t| t.get("f:metadata"))
         .and_then(|m| m.get("f:annotations"));
     let spec = template.and_then(|t| t.get("f:spec"));
-    let mut requests = Vec::new();
+    let mut requests: Vec<(String, bool, &'a str)> = Vec::new();
     for (list, init) in [("f:containers", false), ("f:initContainers", true)] {
         let items = spec.and_then(|s| s.get(list)).and_then(Value::as_object);
+        if items.is_some_and(serde_json::Map::is_empty) {
+            for (container, init, resource) in atomic_list_requests(pod_spec, init) {
+                requests.push((container, init, resource));
+            }
+            continue;
+        }
         for (key, item) in items.into_iter().flatten() {
             let Some(container) = container_name(key) else {
                 continue;
@@ -178,12 +191,35 @@ pub fn entry_fields(mf: &ManagedFieldsEntry, kind: WorkloadKind) -> Option<Entry
     })
 }
 
+/// The requests of every container of `template`'s list (`init`: the init containers), owned
+/// with the list when it is atomic.
+fn atomic_list_requests(
+    template: Option<&PodSpec>,
+    init: bool,
+) -> impl Iterator<Item = (String, bool, &'static str)> + '_ {
+    let list = template.map(|t| match init {
+        true => t.init_containers.as_deref().unwrap_or_default(),
+        false => t.containers.as_slice(),
+    });
+    list.into_iter().flatten().flat_map(move |c| {
+        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        ["cpu", "memory"]
+            .into_iter()
+            .filter(move |r| requests.is_some_and(|q| q.contains_key(*r)))
+            .map(move |r| (c.name.to_string(), init, r))
+    })
+}
+
 /// The tracked fields of a workload's `managedFields`, per entry (subresource entries and
 /// entries owning none of them are left out).
-pub fn project(entries: &[ManagedFieldsEntry], kind: WorkloadKind) -> Vec<FieldManager> {
+pub fn project(
+    entries: &[ManagedFieldsEntry],
+    kind: WorkloadKind,
+    template: Option<&PodSpec>,
+) -> Vec<FieldManager> {
     let mut out = Vec::new();
     for mf in entries {
-        let Some(owned) = entry_fields(mf, kind) else {
+        let Some(owned) = entry_fields(mf, kind, template) else {
             continue;
         };
         let mut tracked = BTreeSet::new();
@@ -299,15 +335,15 @@ pub struct Owned {
 }
 
 /// What kerf's own apply configuration owns on a live workload.
-pub fn kerf_owned(meta: &ObjectMeta, kind: WorkloadKind) -> Owned {
-    owned_where(meta, kind, |mf| {
+pub fn kerf_owned(meta: &ObjectMeta, kind: WorkloadKind, template: Option<&PodSpec>) -> Owned {
+    owned_where(meta, kind, template, |mf| {
         mf.manager.as_deref() == Some(FIELD_MANAGER) && mf.operation.as_deref() == Some("Apply")
     })
 }
 
 /// What every manager but `kerf` owns (a field kerf leaves out of its apply survives only then).
-pub fn others_owned(meta: &ObjectMeta, kind: WorkloadKind) -> Owned {
-    owned_where(meta, kind, |mf| {
+pub fn others_owned(meta: &ObjectMeta, kind: WorkloadKind, template: Option<&PodSpec>) -> Owned {
+    owned_where(meta, kind, template, |mf| {
         mf.manager.as_deref() != Some(FIELD_MANAGER)
     })
 }
@@ -315,6 +351,7 @@ pub fn others_owned(meta: &ObjectMeta, kind: WorkloadKind) -> Owned {
 fn owned_where(
     meta: &ObjectMeta,
     kind: WorkloadKind,
+    template: Option<&PodSpec>,
     manager: impl Fn(&ManagedFieldsEntry) -> bool,
 ) -> Owned {
     let mut owned = Owned::default();
@@ -324,7 +361,7 @@ fn owned_where(
         .flatten()
         .filter(|mf| manager(mf))
     {
-        let Some(fields) = entry_fields(mf, kind) else {
+        let Some(fields) = entry_fields(mf, kind, template) else {
             continue;
         };
         owned

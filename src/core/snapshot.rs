@@ -193,6 +193,7 @@ impl Workload {
                     &o.name,
                 ))
             });
+        let template: crate::core::pod::PodTemplateSpec = template.into();
         Workload {
             ownership: Ownership {
                 controller,
@@ -206,13 +207,13 @@ impl Workload {
             uid: meta.uid,
             labels: strings(meta.labels).unwrap_or_default(),
             annotations: strings(meta.annotations).unwrap_or_default(),
-            template: template.into(),
-            replicas,
             field_managers: meta
                 .managed_fields
                 .as_deref()
-                .map(|m| project(m, kind))
+                .map(|m| project(m, kind, template.spec.as_ref()))
                 .unwrap_or_default(),
+            template,
+            replicas,
         }
     }
 }

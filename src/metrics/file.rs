@@ -173,6 +173,13 @@ impl FileSource {
         let mut values: BTreeMap<WindowKey, f64> = BTreeMap::new();
         for pod in self.pod_steps(q, &grid)? {
             let steps = || pod.steps.iter().map(|(_, v)| *v);
+            let last_where = |keep: &dyn Fn(f64) -> bool| {
+                pod.steps
+                    .iter()
+                    .rev()
+                    .find(|(_, v)| keep(*v))
+                    .map(|(t, _)| *t as f64)
+            };
             let per_pod = match &q.aggregate {
                 WindowAggregate::RateQuantile { quantile } => {
                     window::quantile(*quantile, &mut steps().collect::<Vec<f64>>())
@@ -180,6 +187,15 @@ impl FileSource {
                 WindowAggregate::Peak | WindowAggregate::RateRatioPeak { .. } => {
                     steps().reduce(f64::max)
                 }
+                WindowAggregate::RateRatioAbove { ratio, last, .. } => {
+                    if *last {
+                        last_where(&|v| v >= *ratio)
+                    } else {
+                        let n = steps().filter(|v| *v >= *ratio).count();
+                        (n > 0).then_some(n as f64)
+                    }
+                }
+                WindowAggregate::LastPositive => last_where(&|v| v > 0.0),
                 WindowAggregate::FirstSeen => pod.steps.first().map(|(t, _)| *t as f64),
             };
             let Some(v) = per_pod else { continue };
@@ -216,7 +232,8 @@ impl FileSource {
         q: &WindowQuery,
         grid: &[i64],
     ) -> Result<Vec<window::PodSteps>, MetricError> {
-        let range_ms = promql::rate_window_seconds(q.step_seconds) * 1000;
+        let range_ms = q.rate_seconds * 1000;
+        let step_ms = q.step_seconds * 1000;
         let metrics = q.metrics();
         let mut out = Vec::new();
         for term in window::terms(q) {
@@ -255,25 +272,31 @@ impl FileSource {
                 }
             }
             let sem = self.semantics;
-            // `sum by (namespace,pod,container)` of the instant value or rate at `t`.
-            let at = |list: &[&Series], t: i64, counter: bool| -> Option<f64> {
+            // `sum by (namespace,pod,container)` of the rate, the instant value or the step
+            // interval's highest sample at `t`.
+            let at = |list: &[&Series], t: i64, read: Read| -> Option<f64> {
                 list.iter()
-                    .filter_map(|s| {
-                        if counter {
-                            rate(&s.samples, t * 1000, range_ms, sem)
-                        } else {
-                            instant(&s.samples, t * 1000, sem)
-                        }
+                    .filter_map(|s| match read {
+                        Read::Rate => rate(&s.samples, t * 1000, range_ms, sem),
+                        Read::Instant => instant(&s.samples, t * 1000, sem),
+                        Read::StepMax => window(&s.samples, t * 1000, step_ms, sem)
+                            .iter()
+                            .map(|(_, v)| *v)
+                            .reduce(f64::max),
                     })
                     .reduce(|a, b| a + b)
             };
             for ((pod, container), lists) in pods {
                 let value = |t: i64| match &q.aggregate {
-                    WindowAggregate::RateQuantile { .. } => at(&lists[0], t, true),
-                    WindowAggregate::Peak | WindowAggregate::FirstSeen => at(&lists[0], t, false),
-                    WindowAggregate::RateRatioPeak { .. } => {
-                        let d = at(&lists[1], t, true).filter(|d| *d > 0.0)?;
-                        Some(at(&lists[0], t, true)? / d)
+                    WindowAggregate::RateQuantile { .. } => at(&lists[0], t, Read::Rate),
+                    WindowAggregate::Peak | WindowAggregate::LastPositive => {
+                        at(&lists[0], t, Read::StepMax)
+                    }
+                    WindowAggregate::FirstSeen => at(&lists[0], t, Read::Instant),
+                    WindowAggregate::RateRatioPeak { .. }
+                    | WindowAggregate::RateRatioAbove { .. } => {
+                        let d = at(&lists[1], t, Read::Rate).filter(|d| *d > 0.0)?;
+                        Some(at(&lists[0], t, Read::Rate)? / d)
                     }
                 };
                 let Some(caps) = capture.captures(pod) else {
@@ -312,6 +335,17 @@ impl MetricSource for FileSource {
     fn coverage(&self) -> Option<(jiff::Timestamp, jiff::Timestamp)> {
         self.coverage
     }
+}
+
+/// How a window query reads one series at a step.
+#[derive(Clone, Copy)]
+enum Read {
+    /// `rate(m[R])`.
+    Rate,
+    /// `m`: the newest sample within the lookback.
+    Instant,
+    /// `max_over_time(m[step])`: the step's interval's highest sample.
+    StepMax,
 }
 
 fn selected(s: &Series, q: &RangeQuery) -> bool {
@@ -623,6 +657,7 @@ mod tests {
             at: Timestamp::from_second(T0 + 3_600).unwrap(),
             window_seconds: 3_600,
             step_seconds: 60,
+            rate_seconds: 240,
         };
         let values = |q: &WindowQuery| -> Vec<(String, String, f64)> {
             let set = src.evaluate_window(q).unwrap();

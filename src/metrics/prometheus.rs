@@ -534,17 +534,34 @@ async fn observed<T>(
     result
 }
 
+/// `kerf_prometheus_samples_loaded_total`: what a query cost Prometheus, when it said
+/// (`stats=all`; VictoriaMetrics does not).
+fn count_loaded(m: &Metrics, metric: &str, loaded: Option<u64>) {
+    if let Some(n) = loaded {
+        let labels = QueryLabels {
+            signal: metric.to_string(),
+        };
+        m.prometheus_samples_loaded.get_or_create(&labels).inc_by(n);
+    }
+}
+
 impl MetricSource for PrometheusSource {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
         observed(&self.metrics, &query.metric, self.query(query)).await
     }
 
     async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
-        observed(&self.metrics, &query.metric, self.window(query)).await
+        let answer = observed(&self.metrics, &query.metric, self.window(query)).await;
+        let loaded = answer.as_ref().ok().and_then(|a| a.samples_loaded);
+        count_loaded(&self.metrics, &query.metric, loaded);
+        answer
     }
 
     async fn step_query(&self, query: &window::StepQuery) -> Result<window::StepSet, MetricError> {
-        observed(&self.metrics, &query.window.metric, self.steps(query)).await
+        let answer = observed(&self.metrics, &query.window.metric, self.steps(query)).await;
+        let loaded = answer.as_ref().ok().and_then(|a| a.samples_loaded);
+        count_loaded(&self.metrics, &query.window.metric, loaded);
+        answer
     }
 
     fn record_split(&self) {

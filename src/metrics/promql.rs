@@ -10,31 +10,20 @@ use crate::support::metric_name::{is_label_name, is_metric_name};
 /// Prometheus refuses range queries with more points per series than this.
 pub const MAX_POINTS: i64 = 11_000;
 
-/// Smallest rate window: with the common 15–30 s scrape interval, 60 s still holds ≥ 2 samples.
-pub const MIN_RATE_WINDOW_SECONDS: i64 = 60;
-
 /// Smallest rate window of a range query's counter (the GPU signals): four scrapes at GPU
 /// Process Exporter's default 60 s cadence (its `SCRAPE_INTERVAL`), so the window always holds
 /// at least two samples, and still two after a missed scrape (docs/design/gpu-engine.md#g2).
 pub const MIN_RANGE_RATE_WINDOW_SECONDS: i64 = 240;
 
-/// Window `R` of `rate(m[R])` for a counter queried at `step_seconds`.
-///
-/// The product design converts counters with `rate()` "over the sample step". A window of
-/// exactly one step holds a single sample when scrapes are as far apart as the step (rate needs
-/// ≥ 2, else the point is missing), so the window is 4 steps (the Grafana `$__rate_interval` rule
-/// of thumb; one missed scrape still leaves a rate), and never under 60 s — kerf's reading in
-/// docs/design/gpu-engine.md#g2, with its limit (scrape interval ≤ window / 2). Both sources use
-/// this one function, so the file source and Prometheus compute the same rates.
-pub fn rate_window_seconds(step_seconds: i64) -> i64 {
-    (4 * step_seconds).max(MIN_RATE_WINDOW_SECONDS)
-}
-
 /// Window `R` of `rate(m[R])` for a counter read by a range query at `step_seconds`: four steps,
 /// never under [`MIN_RANGE_RATE_WINDOW_SECONDS`]. The GPU exporters are scraped every 60 s by
-/// default, where the window queries' 60 s floor ([`rate_window_seconds`]) holds one sample at
-/// most grid points and the counter silently yields nothing. Both sources use this one
-/// function; the shipped recording rule rates over the same 4 minutes.
+/// default, where a 60 s window holds one sample at most grid points and the counter silently
+/// yields nothing. A window of exactly one step holds a single sample when scrapes are as far
+/// apart as the step (rate needs ≥ 2), so the window is 4 steps (the Grafana
+/// `$__rate_interval` rule of thumb; one missed scrape still leaves a rate) — kerf's reading in
+/// docs/design/gpu-engine.md#g2. Both sources use this one function; the shipped recording rule
+/// rates over the same 4 minutes. (The CPU/memory window queries rate over the policy's
+/// `rateWindow` instead.)
 pub fn range_rate_window_seconds(step_seconds: i64) -> i64 {
     (4 * step_seconds).max(MIN_RANGE_RATE_WINDOW_SECONDS)
 }
@@ -278,13 +267,6 @@ mod tests {
             aggregation: Default::default(),
             matchers: Vec::new(),
         }
-    }
-
-    #[test]
-    fn rate_window_is_four_steps_but_at_least_a_minute() {
-        assert_eq!(rate_window_seconds(5), 60);
-        assert_eq!(rate_window_seconds(15), 60);
-        assert_eq!(rate_window_seconds(60), 240);
     }
 
     /// A range query's counter at GPU Process Exporter's 60 s scrapes: at kerf's default 15 s

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use super::MetricError;
-use super::promql::{LabelMatcher, quote, rate_window_seconds, regex_escape};
+use super::promql::{LabelMatcher, quote, regex_escape};
 use crate::api::WorkloadKind;
 use crate::support::metric_name::{is_label_name, is_metric_name};
 
@@ -73,11 +73,25 @@ pub enum WindowAggregate {
     /// `quantile_over_time(φ, …)` of the usage rate (a counter's `rate`), φ in [0, 1]
     /// (Prometheus's interpolation, [`quantile`]); the highest across the workload's pods.
     RateQuantile { quantile: f64 },
-    /// `max_over_time` of a gauge; the highest across pods.
+    /// `max_over_time` of a gauge, of every sample: at each step the highest sample of the
+    /// step's interval (`max_over_time(m[step])`), then the highest step; the highest across
+    /// pods.
     Peak,
     /// `max_over_time` of `rate(metric) / rate(denominator)` where the denominator's rate is
     /// positive (the throttled share of CFS periods); the highest across pods.
     RateRatioPeak { denominator: String },
+    /// Where that rate ratio reached `ratio`: the number of steps at or above it
+    /// (`count_over_time`), or with `last` the latest such step (unix seconds); the highest
+    /// across pods. What a throttling floor's reason says.
+    RateRatioAbove {
+        denominator: String,
+        ratio: f64,
+        last: bool,
+    },
+    /// The latest step at which the gauge's step peak (as [`WindowAggregate::Peak`]) was above
+    /// 0, unix seconds; the latest across pods (kube-state-metrics' OOM kills: when one was last
+    /// shown).
+    LastPositive,
     /// The earliest subquery step at which the gauge had a value (unix seconds); the earliest
     /// across pods: how much history there is.
     FirstSeen,
@@ -117,6 +131,9 @@ pub struct WindowQuery {
     pub at: Timestamp,
     pub window_seconds: i64,
     pub step_seconds: i64,
+    /// `R` of `rate(m[R])`: the CPU usage rate's timescale, the same whatever the window
+    /// (the policy's `rateWindow`).
+    pub rate_seconds: i64,
 }
 
 impl WindowQuery {
@@ -136,7 +153,9 @@ impl WindowQuery {
     /// The metrics the query reads (the denominator too).
     pub fn metrics(&self) -> Vec<&str> {
         let mut m = vec![self.metric.as_str()];
-        if let WindowAggregate::RateRatioPeak { denominator } = &self.aggregate {
+        if let WindowAggregate::RateRatioPeak { denominator }
+        | WindowAggregate::RateRatioAbove { denominator, .. } = &self.aggregate
+        {
             m.push(denominator);
         }
         m
@@ -284,7 +303,8 @@ pub fn build_steps(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
         "{},{},{}",
         q.namespace_label, q.pod_label, q.container_label
     );
-    let r = secs(rate_window_seconds(q.step_seconds));
+    let r = secs(q.rate_seconds);
+    let s = secs(q.step_seconds);
     let terms: Vec<String> = terms(q)
         .into_iter()
         .map(|t| {
@@ -293,10 +313,14 @@ pub fn build_steps(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
                 WindowAggregate::RateQuantile { .. } => {
                     format!("sum by ({by}) (rate({}[{r}]))", sel(&q.metric))
                 }
-                WindowAggregate::Peak | WindowAggregate::FirstSeen => {
+                WindowAggregate::Peak | WindowAggregate::LastPositive => {
+                    format!("sum by ({by}) (max_over_time({}[{s}]))", sel(&q.metric))
+                }
+                WindowAggregate::FirstSeen => {
                     format!("sum by ({by}) ({})", sel(&q.metric))
                 }
-                WindowAggregate::RateRatioPeak { denominator } => format!(
+                WindowAggregate::RateRatioPeak { denominator }
+                | WindowAggregate::RateRatioAbove { denominator, .. } => format!(
                     "(sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0))",
                     sel(&q.metric),
                     sel(denominator)
@@ -431,7 +455,7 @@ pub fn build(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
     // `(at − window, at]` in Prometheus 2 (closed ranges) and 3 (left-open) alike.
     let w = format!("{}ms", q.window_seconds * 1000 - 1);
     let s = secs(q.step_seconds);
-    let r = secs(rate_window_seconds(q.step_seconds));
+    let r = secs(q.rate_seconds);
     let terms: Vec<String> = terms(q)
         .into_iter()
         .map(|t| {
@@ -441,13 +465,32 @@ pub fn build(q: &WindowQuery, extra: Option<&LabelMatcher>) -> String {
                     "quantile_over_time({quantile}, sum by ({by}) (rate({}[{r}]))[{w}:{s}])",
                     sel(&q.metric)
                 ),
-                WindowAggregate::Peak => {
-                    format!("max_over_time(sum by ({by}) ({})[{w}:{s}])", sel(&q.metric))
-                }
+                // Each step's interval's highest sample, not the value at the step: every
+                // sample of the window counts, whatever the step.
+                WindowAggregate::Peak => format!(
+                    "max_over_time(sum by ({by}) (max_over_time({}[{s}]))[{w}:{s}])",
+                    sel(&q.metric)
+                ),
                 WindowAggregate::RateRatioPeak { denominator } => format!(
                     "max_over_time((sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0))[{w}:{s}])",
                     sel(&q.metric),
                     sel(denominator)
+                ),
+                WindowAggregate::RateRatioAbove { denominator, ratio, last } => {
+                    let above = format!(
+                        "(sum by ({by}) (rate({}[{r}])) / (sum by ({by}) (rate({}[{r}])) > 0)) >= {ratio}",
+                        sel(&q.metric),
+                        sel(denominator)
+                    );
+                    if *last {
+                        format!("max_over_time(timestamp({above})[{w}:{s}])")
+                    } else {
+                        format!("count_over_time(({above})[{w}:{s}])")
+                    }
+                }
+                WindowAggregate::LastPositive => format!(
+                    "max_over_time(timestamp(sum by ({by}) (max_over_time({}[{s}])) > 0)[{w}:{s}])",
+                    sel(&q.metric)
                 ),
                 WindowAggregate::FirstSeen => format!(
                     "min_over_time(timestamp(sum by ({by}) ({}))[{w}:{s}])",
@@ -549,6 +592,7 @@ mod tests {
             at: Timestamp::from_second(1_767_268_800).unwrap(),
             window_seconds: 604_800,
             step_seconds: 61,
+            rate_seconds: 244,
         }
     }
 

@@ -49,6 +49,7 @@ pub async fn run(
         &cfg.namespace,
         crate::writers::kube::lease::default_identity(),
         store.metrics().clone(),
+        store.health().clone(),
     );
     let mut lease_alive = lease.clone();
     let writer: WriterHandle = crate::writers::kube::Writer::spawn(
@@ -168,31 +169,6 @@ impl ReconcileCycle {
         }
     }
 
-    /// How far the usage history is, on `/readyz` and `kerf_usage_history_workloads`: the
-    /// workloads kept, and those the cycle still answered by the window queries.
-    fn report_history(&self, cycle: &crate::core::recommenders::cycle::CycleOutput) {
-        let kept = self
-            .history
-            .lock()
-            .map(|h| h.covered_workloads())
-            .unwrap_or_default();
-        let evaluated = cycle.resource_results().count();
-        let reading = evaluated.saturating_sub(kept);
-        self.store.health().history_progress(kept, reading);
-        for (state, n) in [("kept", kept), ("reading", reading)] {
-            let labels = crate::telemetry::HistoryLabels {
-                state: state.into(),
-            };
-            let gauge = self
-                .store
-                .metrics()
-                .history_workloads
-                .get_or_create(&labels)
-                .clone();
-            gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-    }
-
     /// Reads the usage history's checkpoint back, once: a new Lease holder, or a restarted
     /// kerf, asks Prometheus only for the steps since it. A checkpoint that cannot be read is
     /// logged; the windows are read again (paced, docs/metrics.md).
@@ -295,7 +271,7 @@ impl ReconcileCycle {
             let (cycle, ops) =
                 crate::reconcile::reconcile_cycle(&c, &recording, self.store.metrics()).await;
             self.store.set_live(recording.view(snapshot, &cycle, now));
-            self.report_history(&cycle);
+            super::report_history(&self.store, &self.history, &cycle);
             record_query_health(&self.store, &cycle);
             if let Some(message) = &not_applied {
                 self.store.health().record_error(PROMETHEUS, message);

@@ -259,6 +259,7 @@ pub fn serve_persisted(
     store.set_conflicts(crate::core::writes::conflict::blocked_workloads(
         recommendations,
     ));
+    store.count_recommendations(recommendations);
     let held = held_back(snapshot, recommendations);
     // One workload at a time: each new state replaces the old one in place, so the store never
     // holds two generations.
@@ -269,6 +270,30 @@ pub fn serve_persisted(
     });
     store.retain(|k| present.contains(k));
     warnings
+}
+
+/// How far the usage history is, on `/readyz` and `kerf_usage_history_workloads`: the workloads
+/// kept, and those the cycle still answered by the window queries (the Lease holder's loop and
+/// the standalone one).
+pub fn report_history(store: &Store, history: &History, cycle: &CycleOutput) {
+    let kept = history
+        .lock()
+        .map(|h| h.covered_workloads())
+        .unwrap_or_default();
+    let evaluated = cycle.resource_results().count();
+    let reading = evaluated.saturating_sub(kept);
+    store.health().history_progress(kept, reading);
+    for (state, n) in [("kept", kept), ("reading", reading)] {
+        let labels = crate::telemetry::HistoryLabels {
+            state: state.into(),
+        };
+        let gauge = store
+            .metrics()
+            .history_workloads
+            .get_or_create(&labels)
+            .clone();
+        gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
 }
 
 /// The dependency name of Prometheus on `/readyz`.

@@ -131,7 +131,7 @@ impl DirLoop {
         for bad in &manifests.invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
-        Ok(run_in_memory(
+        let evaluated = run_in_memory(
             &mut self.writer,
             manifests,
             source,
@@ -140,7 +140,11 @@ impl DirLoop {
             store,
             self.history.as_ref(),
         )
-        .await)
+        .await;
+        if let Some(history) = &self.history {
+            crate::reconcile::report_history(store, history, &evaluated.cycle);
+        }
+        Ok(evaluated)
     }
 }
 
@@ -160,6 +164,7 @@ pub async fn run_in_memory<S: MetricSource>(
         snapshot,
         notes,
         invalid,
+        ..
     } = manifests;
     fill_owners(store, &snapshot);
     // The samples the cycle fetches are kept (bounded) for the /debug page's charts.

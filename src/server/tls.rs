@@ -136,12 +136,14 @@ impl CertReloader {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
+        self.report_expiry(&metrics);
         loop {
             tick.tick().await;
             match self.poll().await {
                 Reload::Unchanged => {}
                 Reload::Reloaded => {
                     tracing::info!(cert = %self.cert_path.display(), "TLS certificate reloaded");
+                    self.report_expiry(&metrics);
                     metrics
                         .tls_reloads
                         .get_or_create(&KindLabel { kind: "ok" })
@@ -154,6 +156,20 @@ impl CertReloader {
                         .get_or_create(&KindLabel { kind: "error" })
                         .inc();
                 }
+            }
+        }
+    }
+
+    /// `kerf_tls_certificate_expiration_timestamp_seconds` from the pair serving now: the alert on
+    /// an expiring certificate must follow a rotation, so it is read again after every reload.
+    fn report_expiry(&self, metrics: &crate::telemetry::Metrics) {
+        let current = self.current.load();
+        match current.cert.first().and_then(|leaf| not_after(leaf)) {
+            Some(at) => {
+                metrics.tls_certificate_expiration.set(at);
+            }
+            None => {
+                tracing::warn!(cert = %self.cert_path.display(), "cannot read the serving certificate's notAfter")
             }
         }
     }
@@ -175,4 +191,77 @@ impl ResolvesServerCert for CertReloader {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.load_full())
     }
+}
+
+/// The end of a certificate's validity (`notAfter`) in Unix seconds, read from its DER (RFC 5280
+/// section 4.1: Certificate, tbsCertificate, validity): the one field kerf needs, without an
+/// X.509 library in the binary.
+pub fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, certificate, _) = der_element(der)?;
+    let (_, mut tbs, _) = der_element(certificate)?;
+    if tbs.first() == Some(&0xa0) {
+        tbs = der_element(tbs)?.2; // the explicit version
+    }
+    for _ in ["serialNumber", "signature", "issuer"] {
+        tbs = der_element(tbs)?.2;
+    }
+    let (_, validity, _) = der_element(tbs)?;
+    let (_, _, after_not_before) = der_element(validity)?;
+    let (tag, time, _) = der_element(after_not_before)?;
+    der_time(tag, time)
+}
+
+/// One DER element: (tag, contents, the bytes after it).
+fn der_element(bytes: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = bytes.split_first()?;
+    let (&first, mut rest) = rest.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |len, b| (len << 8) | usize::from(*b));
+        rest = &rest[n..];
+        len
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`, years 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`), the two
+/// forms RFC 5280 allows, in Unix seconds.
+fn der_time(tag: u8, contents: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(contents).ok()?.strip_suffix('Z')?;
+    let full = match (tag, text.len()) {
+        (0x17, 12) => {
+            let century = if text[..2].parse::<u8>().ok()? >= 50 {
+                "19"
+            } else {
+                "20"
+            };
+            format!("{century}{text}")
+        }
+        (0x18, 14) => text.to_string(),
+        _ => return None,
+    };
+    let field = |range: std::ops::Range<usize>| full.get(range)?.parse::<i16>().ok();
+    let at = jiff::civil::DateTime::new(
+        field(0..4)?,
+        i8::try_from(field(4..6)?).ok()?,
+        i8::try_from(field(6..8)?).ok()?,
+        i8::try_from(field(8..10)?).ok()?,
+        i8::try_from(field(10..12)?).ok()?,
+        i8::try_from(field(12..14)?).ok()?,
+        0,
+    )
+    .ok()?;
+    Some(
+        at.to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()?
+            .timestamp()
+            .as_second(),
+    )
 }

@@ -6,8 +6,11 @@
 //!
 //! kerf's own kinds are read strictly ([`crate::api::strict`]): a field their schema does not
 //! declare is an error, as `kubectl apply` reports it. Kubernetes kinds are read as the
-//! Kubernetes types know them, fields unknown to those types ignored: the API server checks them
-//! against its own version's schema, which may be newer than the one kerf is built with.
+//! Kubernetes types know them: the API server checks them against its own version's schema, which
+//! may be newer than the one kerf is built with, so a field those types do not know is a warning
+//! (its path and the nearest known name, once per field and file), an error only with `--strict`.
+//! Objects of kinds kerf does not read (`kubectl get all -o yaml` holds Services, ConfigMaps…)
+//! are skipped and counted in one summary line.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,21 +28,18 @@ use crate::core::model::PolicyId;
 use crate::core::owner;
 use crate::core::snapshot::{InvalidPolicy, Policy, Snapshot, StrategyKey, Workload};
 
-/// Kinds that may sit in a manifests directory but mean nothing to kerf.
-const IGNORED_KINDS: &[&str] = &[
-    "Namespace",
-    "Service",
-    "ConfigMap",
-    "ServiceAccount",
-    "CustomResourceDefinition",
-    "PodDisruptionBudget",
-];
-
 /// The objects read from a directory, as a snapshot plus notes about ignored documents.
 #[derive(Debug, Default)]
 pub struct Manifests {
     pub snapshot: Snapshot,
     pub notes: Vec<String>,
+    /// Fields of Kubernetes kinds that kerf's types do not know (dropped as read): each with
+    /// where it is and the nearest known name, once per field and file.
+    pub warnings: Vec<String>,
+    /// Objects of kinds kerf does not read, by kind (the summary line: [`Manifests::skipped`]).
+    pub skipped_kinds: std::collections::BTreeMap<String, usize>,
+    /// The unknown fields as found.
+    pub(crate) dropped: Vec<Dropped>,
     /// Policies left out because they are invalid, each with its file, object and field: as in a
     /// cluster, the others are evaluated and these say why in their status (`Ready=False`).
     pub invalid: Vec<InvalidPolicy>,
@@ -65,6 +65,16 @@ fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// A Kubernetes object decoded as `T`, the fields `T` does not know noted in `dropped`.
+fn decode_builtin<T: DeserializeOwned + schemars::JsonSchema>(
+    doc: serde_json::Value,
+    what: &str,
+    dropped: &mut Vec<crate::api::FieldError>,
+) -> anyhow::Result<T> {
+    dropped.extend(crate::api::strict::unknown_fields_of::<T>(&doc));
+    decode(doc, what)
 }
 
 fn decode<T: DeserializeOwned>(doc: serde_json::Value, what: &str) -> anyhow::Result<T> {
@@ -182,6 +192,37 @@ fn all_errors(errors: Vec<String>) -> Option<anyhow::Error> {
 }
 
 impl Manifests {
+    /// `skipped 14 objects of 6 kinds kerf does not read: Service, ConfigMap, …` (the kinds with
+    /// the most objects first), or `None` when every object was read.
+    pub fn skipped(&self) -> Option<String> {
+        let objects: usize = self.skipped_kinds.values().sum();
+        let mut kinds: Vec<(&String, &usize)> = self.skipped_kinds.iter().collect();
+        kinds.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let names: Vec<&str> = kinds.iter().map(|(k, _)| k.as_str()).collect();
+        let plural = |n: usize, word: &str| match n {
+            1 => format!("1 {word}"),
+            n => format!("{n} {word}s"),
+        };
+        (objects > 0).then(|| {
+            format!(
+                "skipped {} of {} kerf does not read: {} (a kind whose objects own pods is read \
+                 once GlobalConfiguration spec.workloadKinds lists it)",
+                plural(objects, "object"),
+                plural(names.len(), "kind"),
+                names.join(", ")
+            )
+        })
+    }
+
+    /// The unknown fields of Kubernetes kinds as one error (`--strict`), or `Ok` when there are
+    /// none.
+    pub fn reject_warnings(&self) -> anyhow::Result<()> {
+        match all_errors(self.warnings.clone()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// The invalid policies as one error (for a one-shot command, where the user's input must be
     /// right): every one of them, each once.
     pub fn reject_invalid(&self) -> anyhow::Result<()> {
@@ -247,7 +288,7 @@ impl ManifestReader {
         let invalid = self.manifests.invalid.len();
         if let Err(e) = read_object(doc, at, &mut self.manifests) {
             match e.downcast::<UnsupportedKind>() {
-                Ok(unknown) => self.unknown_kinds.push((unknown.doc, at.to_string())),
+                Ok(unknown) => self.unknown_kinds.push((unknown.0, at.to_string())),
                 Err(e) => self.error(format!("{e:#}")),
             }
         }
@@ -260,9 +301,20 @@ impl ManifestReader {
         crate::api::listed_kinds::set_listed(&self.manifests.snapshot.global.workload_kinds);
         for (doc, at) in std::mem::take(&mut self.unknown_kinds) {
             if let Err(e) = read_object(doc, &at, &mut self.manifests) {
-                self.error(format!("{e:#}"));
+                match e.downcast::<UnsupportedKind>() {
+                    Ok(UnsupportedKind(doc)) => {
+                        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+                        *self
+                            .manifests
+                            .skipped_kinds
+                            .entry(kind.to_string())
+                            .or_default() += 1;
+                    }
+                    Err(e) => self.error(format!("{e:#}")),
+                }
             }
         }
+        self.manifests.warnings = dropped_field_warnings(&self.manifests.dropped);
         crate::core::grouping::group_under_topmost_owners(&mut self.manifests.snapshot);
         match self.errors.is_empty() {
             true => Ok(self.manifests),
@@ -282,17 +334,80 @@ pub fn in_creation_order(objects: &mut [(serde_json::Value, String)]) {
     });
 }
 
-/// An object of a kind kerf does not know (nor the configuration lists).
+/// A field of a Kubernetes object that kerf's type for its kind does not know.
 #[derive(Debug)]
-struct UnsupportedKind {
-    message: String,
-    /// The object, read again once the configuration's `workloadKinds` is known.
-    doc: serde_json::Value,
+pub(crate) struct Dropped {
+    /// The document (`FILE: document 2 item 5`).
+    at: String,
+    kind: String,
+    /// The document and the object, as errors name them.
+    what: String,
+    field: crate::api::FieldError,
 }
+
+/// The unknown fields of Kubernetes kinds, one warning per field and file (a dump of a newer
+/// cluster carries the same new field in every object of a kind): the first object's document
+/// named, and how many more objects of that file have it.
+fn dropped_field_warnings(dropped: &[Dropped]) -> Vec<String> {
+    // Per file, kind and field path with list indices left out.
+    let mut seen: std::collections::HashMap<(&str, &str, String), (usize, usize)> =
+        Default::default();
+    let mut order = Vec::new();
+    for (i, d) in dropped.iter().enumerate() {
+        let file = d.at.split(": document ").next().unwrap_or(&d.at);
+        let key = (file, d.kind.as_str(), indices_dropped(&d.field.field));
+        match seen.get_mut(&key) {
+            Some((_, more)) => *more += 1,
+            None => {
+                seen.insert(key.clone(), (i, 0));
+                order.push(key);
+            }
+        }
+    }
+    order
+        .iter()
+        .map(|key| {
+            let (first, more) = seen[key];
+            let Dropped { what, field, .. } = &dropped[first];
+            let also = match more {
+                0 => String::new(),
+                1 => ", also in 1 more object of this file".to_string(),
+                n => format!(", also in {n} more objects of this file"),
+            };
+            format!("{what}: {field} (ignored{also})")
+        })
+        .collect()
+}
+
+/// `spec.containers[2].resizePolicy` → `spec.containers[].resizePolicy`.
+fn indices_dropped(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push('[');
+            }
+            ']' => {
+                in_index = false;
+                out.push(']');
+            }
+            _ if in_index => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An object of a kind kerf does not read (nor the configuration lists): read again once the
+/// configuration's `workloadKinds` is known, then skipped.
+#[derive(Debug)]
+struct UnsupportedKind(serde_json::Value);
 
 impl std::fmt::Display for UnsupportedKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        f.write_str("a kind kerf does not read")
     }
 }
 
@@ -316,13 +431,18 @@ fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::R
             .push(format!("{what}: output kind, ignored as input")),
         (true, k) if POLICY_KINDS.contains(&k) => read_policy_object(&doc, k, &what, &name, m),
         (true, k) => read_configuration(&doc, k, &what, &mut m.snapshot)?,
-        // A core Service means nothing to kerf; a Knative Service is a workload.
-        (false, k)
-            if IGNORED_KINDS.contains(&k) && WorkloadKind::of_object(&api_version, k).is_none() =>
-        {
-            m.notes.push(format!("{what}: ignored"))
+        (false, k) => {
+            let mut dropped = Vec::new();
+            let read =
+                read_cluster_object(doc, k, &api_version, &what, &mut m.snapshot, &mut dropped);
+            m.dropped.extend(dropped.into_iter().map(|field| Dropped {
+                at: at.to_string(),
+                kind: k.to_string(),
+                what: what.clone(),
+                field,
+            }));
+            read?
         }
-        (false, k) => read_cluster_object(doc, k, &api_version, &what, &mut m.snapshot)?,
     }
     Ok(())
 }
@@ -468,22 +588,23 @@ fn read_cluster_object(
     api_version: &str,
     what: &str,
     s: &mut Snapshot,
+    dropped: &mut Vec<crate::api::FieldError>,
 ) -> anyhow::Result<()> {
     match kind {
         "Deployment" => {
-            let o: Deployment = decode(doc, what)?;
+            let o: Deployment = decode_builtin(doc, what, dropped)?;
             s.workloads.push(Arc::new(Workload::from(o)));
         }
         "StatefulSet" => {
-            let o: StatefulSet = decode(doc, what)?;
+            let o: StatefulSet = decode_builtin(doc, what, dropped)?;
             s.workloads.push(Arc::new(Workload::from(o)));
         }
         "DaemonSet" => {
-            let o: DaemonSet = decode(doc, what)?;
+            let o: DaemonSet = decode_builtin(doc, what, dropped)?;
             s.workloads.push(Arc::new(Workload::from(o)));
         }
         "Job" => {
-            let j: Job = decode(doc, what)?;
+            let j: Job = decode_builtin(doc, what, dropped)?;
             let ns = j
                 .metadata
                 .namespace
@@ -503,11 +624,11 @@ fn read_cluster_object(
             }
         }
         "CronJob" => {
-            let o: CronJob = decode(doc, what)?;
+            let o: CronJob = decode_builtin(doc, what, dropped)?;
             s.workloads.push(Arc::new(Workload::from(o)));
         }
         "ReplicaSet" => {
-            let r: ReplicaSet = decode(doc, what)?;
+            let r: ReplicaSet = decode_builtin(doc, what, dropped)?;
             let ns = r
                 .metadata
                 .namespace
@@ -527,7 +648,7 @@ fn read_cluster_object(
             }
         }
         "Pod" => {
-            let mut p: Pod = decode(doc, what)?;
+            let mut p: Pod = decode_builtin(doc, what, dropped)?;
             p.metadata.namespace.get_or_insert_with(|| "default".into());
             p.metadata.managed_fields = None;
             s.pods.push(Arc::new(p.into()));
@@ -538,7 +659,7 @@ fn read_cluster_object(
                     "{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read"
                 );
             }
-            let mut h: HorizontalPodAutoscaler = decode(doc, what)?;
+            let mut h: HorizontalPodAutoscaler = decode_builtin(doc, what, dropped)?;
             h.metadata.namespace.get_or_insert_with(|| "default".into());
             s.hpas.push(h);
         }
@@ -565,12 +686,7 @@ fn read_cluster_object(
             )?;
             record_controller(s, k, &meta);
         }
-        other => {
-            let message = format!(
-                "{what}: unsupported kind {other} ({api_version}): list it in GlobalConfiguration spec.workloadKinds if its objects own pods"
-            );
-            return Err(UnsupportedKind { message, doc }.into());
-        }
+        _ => return Err(UnsupportedKind(doc).into()),
     }
     Ok(())
 }
@@ -607,6 +723,63 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    /// A field Kubernetes' types do not know is one warning per field and file, whichever list
+    /// item or container holds it; another file says it again; kerf's own kinds stay strict and
+    /// other kinds are counted, not read.
+    #[test]
+    fn unknown_fields_of_kubernetes_kinds_are_warned_once_per_field_and_file() {
+        let deployment = |name: &str, second: &str| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: shop}}\n\
+                 spec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    spec:\n      \
+                 containers:\n        - {{name: a, image: i}}\n        - {{name: b, image: i, {second}: {{}}}}\n"
+            )
+        };
+        let dump = format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}",
+            [deployment("web", "resoures"), deployment("api", "resoures")]
+                .iter()
+                .map(|d| {
+                    let doc: serde_json::Value = serde_saphyr::from_str(d).unwrap();
+                    format!("  - {doc}\n")
+                })
+                .collect::<String>()
+        );
+        let mut reader = ManifestReader::default();
+        reader.text(&dump, "a.yaml");
+        reader.text(&deployment("db", "resoures"), "b.yaml");
+        reader.text(
+            "apiVersion: v1\nkind: LimitRange\nmetadata: {name: l}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {name: t}\n",
+            "c.yaml",
+        );
+        let m = reader.finish().unwrap();
+        assert_eq!(
+            m.warnings,
+            [
+                "a.yaml: document 1 item 1 (Deployment web): spec.template.spec.containers[1].resoures: \
+                 unknown field; did you mean resources? (ignored, also in 1 more object of this file)",
+                "b.yaml: document 1 (Deployment db): spec.template.spec.containers[1].resoures: \
+                 unknown field; did you mean resources? (ignored)",
+            ]
+        );
+        assert_eq!(m.snapshot.workloads.len(), 3, "the Deployments are read");
+        assert_eq!(
+            m.skipped().as_deref(),
+            Some(
+                "skipped 3 objects of 2 kinds kerf does not read: Service, LimitRange (a kind \
+                 whose objects own pods is read once GlobalConfiguration spec.workloadKinds lists it)"
+            )
+        );
+        assert!(
+            m.reject_warnings()
+                .unwrap_err()
+                .to_string()
+                .starts_with("2 errors:")
+        );
+    }
 
     /// The loader links a ReplicaSet to its Deployment and a Job to its CronJob only through the
     /// controller reference of the right API group ([`owner`]); anything else leaves a Job a

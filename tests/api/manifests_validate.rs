@@ -895,47 +895,216 @@ fn the_image_runs_as_the_deployment_expects() {
     assert_eq!(ports, exposed);
 }
 
-/// `manifests/monitoring` is a kustomize component adding the GPU usage recording rules as a
-/// PrometheusRule next to kerf's install: it renders with the base, and its rules are exactly
-/// those of the plain rule file (`gpu-rules.yaml`, which `promtool test rules` checks).
-#[test]
-fn monitoring_component_adds_the_plain_rule_files_rules_as_a_prometheus_rule() {
-    // kustomize takes relative paths only: the overlay lives inside the repository.
+/// Renders `components` (paths from the repository root) next to the base install, through an
+/// overlay inside the repository (kustomize takes relative paths only).
+fn with_components(components: &[&str]) -> Vec<Value> {
     let dir = tempfile::Builder::new()
         .prefix(".monitoring-overlay-")
         .tempdir_in(root())
         .expect("tempdir");
+    let list: String = components.iter().map(|c| format!("  - ../{c}\n")).collect();
     std::fs::write(
         dir.path().join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources:\n  - ../manifests\ncomponents:\n  - ../manifests/monitoring\n",
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources:\n  - ../manifests\ncomponents:\n{list}"
+        ),
     )
     .expect("write kustomization");
-    let docs = kustomize(dir.path());
+    kustomize(dir.path())
+}
+
+fn is_operator_kind(v: &Value) -> bool {
+    v["apiVersion"] == "monitoring.coreos.com/v1"
+}
+
+/// `manifests/monitoring` is a kustomize component: next to kerf's install it adds a
+/// ServiceMonitor, the alerts, the GPU usage recording rules and the dashboard ConfigMap, and
+/// renders alone too. kubernetes-validate knows no Prometheus Operator kind: those are checked
+/// here against what they must select — the Service's labels and its `metrics` port, which
+/// targets the container's `health` port where /metrics is served. The GPU rules are exactly
+/// those of the plain rule file (`gpu-rules.yaml`, which `promtool test rules` checks).
+#[test]
+fn monitoring_component_adds_monitor_rules_and_dashboard() {
+    let alone: BTreeSet<String> = kustomize(&root().join("manifests/monitoring"))
+        .iter()
+        .map(id)
+        .collect();
+    let docs = with_components(&["manifests/monitoring"]);
     let base = kustomize(&root().join("manifests"));
-    assert_eq!(docs.len(), base.len() + 1, "the component adds one object");
+    let added: BTreeSet<String> = docs.iter().filter(|d| !base.contains(d)).map(id).collect();
+    assert_eq!(added, alone, "the component alone renders what it adds");
+    assert_eq!(
+        added,
+        BTreeSet::from(
+            [
+                "v1/ConfigMap kerf-dashboard",
+                "monitoring.coreos.com/v1/PrometheusRule kerf-alerts",
+                "monitoring.coreos.com/v1/PrometheusRule kerf-gpu-usage",
+                "monitoring.coreos.com/v1/ServiceMonitor kerf",
+            ]
+            .map(String::from)
+        )
+    );
+    let builtin: Vec<&Value> = docs
+        .iter()
+        .filter(|d| !is_kerf(d) && !is_third_party(d) && !is_operator_kind(d))
+        .collect();
+    kubernetes_validate(&builtin).unwrap_or_else(|e| panic!("{e}"));
+
+    let service = find(&docs, "Service", "kerf");
+    let monitor = find(&docs, "ServiceMonitor", "kerf");
+    assert_eq!(monitor["metadata"]["namespace"], "kerf-system");
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"]["matchNames"],
+        serde_json::json!([service["metadata"]["namespace"]])
+    );
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][k], v, "selects the Service");
+    }
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    let port = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == endpoint["port"])
+        .expect("the monitor's port is a port of the Service");
+    assert_eq!(
+        port["targetPort"], "health",
+        "the health listener serves /metrics"
+    );
+
+    for rule in ["kerf-alerts", "kerf-gpu-usage"] {
+        let rule = find(&docs, "PrometheusRule", rule);
+        assert_eq!(rule["metadata"]["namespace"], "kerf-system");
+    }
     let rule = find(&docs, "PrometheusRule", "kerf-gpu-usage");
-    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
-    assert_eq!(rule["metadata"]["namespace"], "kerf-system");
     let plain = &yaml_docs(
         &std::fs::read_to_string(root().join("manifests/monitoring/gpu-rules.yaml"))
             .expect("read gpu-rules.yaml"),
     )[0];
     assert_eq!(rule["spec"]["groups"], plain["groups"]);
-    let records: Vec<&str> = plain["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .flat_map(|g| g["rules"].as_array().expect("rules"))
-        .map(|r| r["record"].as_str().expect("record"))
-        .collect();
-    // The two names the GPU reactive policies read.
+
+    let dashboard = find(&docs, "ConfigMap", "kerf-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("manifests/monitoring/dashboard.json")).unwrap(),
+    )
+    .expect("dashboard.json is JSON");
+    let in_map: Value = serde_json::from_str(dashboard["data"]["kerf.json"].as_str().unwrap())
+        .expect("the ConfigMap holds the dashboard");
+    assert_eq!(in_map, shipped);
+}
+
+/// The PodMonitor alternative replaces the ServiceMonitor (never both: every sample twice) and
+/// scrapes the container port /metrics is served on, on kerf's pods.
+#[test]
+fn pod_monitor_component_replaces_the_service_monitor() {
+    let docs = with_components(&["manifests/monitoring", "manifests/monitoring/pod-monitor"]);
+    assert!(!docs.iter().any(|d| d["kind"] == "ServiceMonitor"));
+    let monitor = find(&docs, "PodMonitor", "kerf");
+    let deployment = find(&docs, "Deployment", "kerf");
+    let template = &deployment["spec"]["template"];
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&template["metadata"]["labels"][k], v, "selects kerf's pods");
+    }
     assert_eq!(
-        records,
-        [
-            "kubex_gpu_container_sm_utilization_percent",
-            "kubex_gpu_container_sm_utilization_percent",
-            "kubex_gpu_container_memory_footprint_percent"
-        ]
+        monitor["spec"]["namespaceSelector"]["matchNames"],
+        serde_json::json!([deployment["metadata"]["namespace"]])
     );
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    let ports = template["spec"]["containers"][0]["ports"]
+        .as_array()
+        .unwrap();
+    let port = ports
+        .iter()
+        .find(|p| p["name"] == endpoint["port"])
+        .expect("a named container port");
+    assert_eq!(port["containerPort"], 8080);
+    assert_eq!(
+        template["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip_while(|a| *a != "--health-listen")
+            .nth(1)
+            .and_then(Value::as_str)
+            .map(|a| a.ends_with(":8080")),
+        Some(true),
+        "/metrics is on the health listener"
+    );
+}
+
+/// Every series the alerts and the dashboard read is one kerf exports (`src/telemetry.rs`, as
+/// `/metrics` names it), and every alert links to a runbook section that exists.
+#[test]
+fn alerts_and_dashboard_read_only_what_kerf_exports_and_link_their_runbooks() {
+    // The names registered in src/telemetry.rs (a family without a series yet is not on
+    // /metrics at all), with the suffixes their samples carry; the tests that run the alerts and
+    // the dashboard's queries on a real kerf's series check the rest.
+    let telemetry = std::fs::read_to_string(root().join("src/telemetry.rs")).unwrap();
+    let registered = regex::Regex::new(r#"r\.register\(\s*"(kerf_[a-z_]+)""#).unwrap();
+    let mut exported = BTreeSet::new();
+    for c in registered.captures_iter(&telemetry) {
+        let name = &c[1];
+        exported.extend(["", "_total", "_bucket", "_count", "_sum"].map(|s| format!("{name}{s}")));
+    }
+    assert!(exported.len() > 100, "{exported:?}");
+    let names = |expr: &str| -> Vec<String> {
+        let re = regex::Regex::new(r"\bkerf_[a-z_]+").unwrap();
+        re.find_iter(expr).map(|m| m.as_str().to_string()).collect()
+    };
+    let alerts = &yaml_docs(
+        &std::fs::read_to_string(root().join("manifests/monitoring/kerf-alerts.yaml")).unwrap(),
+    )[0];
+    let troubleshooting = std::fs::read_to_string(root().join("docs/troubleshooting.md")).unwrap();
+    let mut count = 0;
+    for rule in alerts["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+    {
+        let alert = rule["alert"].as_str().expect("only alerts in kerf-alerts");
+        count += 1;
+        for n in names(rule["expr"].as_str().unwrap()) {
+            assert!(exported.contains(&n), "{alert}: kerf exports no {n}");
+        }
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap();
+        let anchor = url
+            .strip_prefix("docs/troubleshooting.md#")
+            .unwrap_or_else(|| panic!("{alert}: {url}"));
+        assert_eq!(anchor, alert.to_lowercase());
+        assert!(
+            troubleshooting.contains(&format!("<a id=\"{anchor}\"></a>")),
+            "{alert}: no runbook section #{anchor} in docs/troubleshooting.md"
+        );
+    }
+    assert!(count >= 10, "{count} alerts");
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("manifests/monitoring/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            queries += 1;
+            for n in names(target["expr"].as_str().unwrap()) {
+                assert!(
+                    exported.contains(&n),
+                    "{}: kerf exports no {n}",
+                    panel["title"]
+                );
+            }
+        }
+    }
+    assert!(queries > 20, "{queries} queries");
 }

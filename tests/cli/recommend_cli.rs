@@ -604,3 +604,87 @@ fn the_default_strategy_rolls_out() {
     );
     assert_eq!(entry(&v, "web")["applyMethod"], "rollout");
 }
+
+/// Argo Rollouts' CRD as `kubectl get crd rollouts.argoproj.io -o yaml` gives it, reduced to
+/// the containers list: v1.8.4's plain array, or v1.9.0's map keyed by `name`.
+fn rollout_crd_yaml(map_list: bool) -> String {
+    let markers = if map_list {
+        "\n                          x-kubernetes-list-type: map\n                          x-kubernetes-list-map-keys: [name]"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: rollouts.argoproj.io}}
+spec:
+  group: argoproj.io
+  names: {{kind: Rollout, plural: rollouts}}
+  scope: Namespaced
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                template:
+                  type: object
+                  properties:
+                    spec:
+                      type: object
+                      properties:
+                        containers:
+                          type: array{markers}
+                          items: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"
+    )
+}
+
+/// How a Rollout's template write is sent follows the CRD found beside it: a plain array
+/// (v1.8) is written by JSON Patch, a map keyed by name (v1.9) by server-side apply, none at
+/// hand by JSON Patch with the reason; a workload whose template another controller owns is
+/// evicted.
+#[test]
+fn the_write_method_follows_the_crd_in_the_directory() {
+    let fixture = root().join("tests/fixtures/workloads");
+    let metrics = fixture.join("metrics.om");
+    let objects = std::fs::read_to_string(fixture.join("manifests/objects.yaml")).unwrap();
+    let with = |crd: Option<bool>| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("objects.yaml"), &objects).unwrap();
+        if let Some(map_list) = crd {
+            std::fs::write(dir.path().join("crd.yaml"), rollout_crd_yaml(map_list)).unwrap();
+        }
+        let v = recommend_json(dir.path(), &metrics);
+        let canary = entry(&v, "canary").clone();
+        let llm = entry(&v, "llm").clone();
+        (canary, llm)
+    };
+    let (v18, llm) = with(Some(false));
+    assert_eq!(v18["writeMethod"], "jsonPatch", "{v18}");
+    assert!(
+        v18["writeMethodReason"]
+            .as_str()
+            .unwrap()
+            .contains("atomic"),
+        "{v18}"
+    );
+    assert_eq!(llm["writeMethod"], "evict");
+    assert_eq!(llm["applyMethod"], "evict");
+    let (v19, _) = with(Some(true));
+    assert_eq!(v19["writeMethod"], "apply", "{v19}");
+    let (none, _) = with(None);
+    assert_eq!(none["writeMethod"], "jsonPatch");
+    assert!(
+        none["writeMethodReason"]
+            .as_str()
+            .unwrap()
+            .contains("no CRD"),
+        "{none}"
+    );
+}

@@ -334,6 +334,59 @@ async fn applied_cpu_requests_and_hpa_target_survive_a_failed_cycle() {
     assert_eq!(*store.get(&key).unwrap(), *before);
 }
 
+/// A Prometheus outage never empties the persisted state: the RightsizingRecommendation keeps
+/// its recommendation and `status.applied` as the last good cycle wrote them, its phase stays
+/// with reason `MetricsUnavailable` (not `NoUsageData`: an outage, not missing data), admission
+/// keeps serving it, and the next good cycle writes the same again.
+#[tokio::test]
+async fn a_prometheus_outage_keeps_the_recommendation_and_says_metrics_unavailable() {
+    let file = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let store = kerf::state::Store::new();
+    let mut dir_loop =
+        kerf::reconcile::standalone::DirLoop::new(root().join("examples/hpa/manifests"));
+    let key = WorkloadKey::new("shop", kerf::api::WorkloadKind::Deployment, "web");
+    let name = kerf::core::writes::recommendation_name(&key);
+    let written = |dir_loop: &kerf::reconcile::standalone::DirLoop| {
+        dir_loop
+            .writer()
+            .recommendation_named("shop", &name)
+            .cloned()
+            .expect("web's RightsizingRecommendation")
+    };
+    // Twice: the second cycle sees the first one's writes (steady from there on).
+    dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    let good = written(&dir_loop);
+    let good_status = good.status.clone().unwrap();
+    assert_eq!(good_status.phase, kerf::api::RecommendationPhase::Applied);
+    assert!(good_status.applied.is_some());
+    assert!(!good.spec.containers.is_empty());
+    let served = store.get(&key).expect("web served");
+
+    let down = dir_loop.run_once(&Down, at(), 15, &store).await.unwrap();
+    assert!(down.cycle.resource_results().all(|r| r.metrics_unavailable));
+    let kept = written(&dir_loop);
+    let status = kept.status.clone().unwrap();
+    assert_eq!(kept.spec, good.spec, "the recommendation as it was");
+    assert_eq!(
+        status.applied, good_status.applied,
+        "status.applied as it was"
+    );
+    assert_eq!(status.phase, good_status.phase);
+    assert_eq!(status.reason.as_deref(), Some("MetricsUnavailable"));
+    assert_eq!(
+        *store.get(&key).unwrap(),
+        *served,
+        "admission serves the same"
+    );
+
+    dir_loop.run_once(&file, at(), 15, &store).await.unwrap();
+    let back = written(&dir_loop);
+    assert_eq!(back.spec, good.spec);
+    assert_eq!(back.status.as_ref().unwrap().phase, good_status.phase);
+    assert_eq!(back.status.as_ref().unwrap().reason, good_status.reason);
+}
+
 /// One rule for invalid policies in every object source: an invalid policy is left out and says
 /// why in its status, and the other policies are evaluated — from a directory as in a cluster.
 #[tokio::test]

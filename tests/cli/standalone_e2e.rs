@@ -4,7 +4,7 @@
 use crate::kerf_cli;
 use crate::prometheus_support;
 use crate::support;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kerf_cli::{AT, root};
@@ -107,80 +107,14 @@ fn prometheus_down_keeps_the_persisted_recommendations_and_says_why() {
     );
 }
 
-struct Serve {
-    child: Child,
-    webhook: std::net::SocketAddr,
-    health: std::net::SocketAddr,
-    _dir: tempfile::TempDir,
-    pki: Pki,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn serve_standalone(manifests: &str, source: &[&str]) -> Serve {
     serve_standalone_with(manifests, source, &[]).await
 }
 
-/// [`serve_standalone`] with extra environment. kerf's own namespace comes from `env` only: the
-/// test's `POD_NAMESPACE` is not passed on, and the service-account namespace file is a path
-/// that does not exist unless `env` names another.
+/// [`support::serve_standalone`] on `manifests` at the examples' time, with extra environment.
 async fn serve_standalone_with(manifests: &str, source: &[&str], env: &[(&str, &str)]) -> Serve {
-    install_provider();
-    let dir = tempfile::tempdir().unwrap();
-    let no_namespace_file = dir.path().join("no-namespace-file");
-    let pki = Pki::new();
-    let (cert, key) = write_pair(dir.path(), &pki.leaf("kerf"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
-        .args([
-            "serve",
-            "--standalone",
-            "--manifests",
-            manifests,
-            "--at",
-            AT,
-        ])
-        .args(source)
-        // Port 0: kerf binds and logs the ports it got (no port picked here and freed first).
-        .args(["--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"])
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .current_dir(root())
-        .env_remove("POD_NAMESPACE")
-        .env("KERF_NAMESPACE_FILE", &no_namespace_file)
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (webhook, health) = serving_addresses(&mut child);
-    let s = Serve {
-        child,
-        webhook,
-        health,
-        _dir: dir,
-        pki,
-    };
-    let start = Instant::now();
-    loop {
-        if let Ok(r) = reqwest::get(format!("http://{}/readyz", s.health)).await
-            && r.status() == 200
-        {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "kerf serve never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    s
+    let args = [&["--manifests", manifests, "--at", AT][..], source].concat();
+    support::serve_standalone(&args, env, None).await
 }
 
 fn new_llm_pod_review() -> Value {

@@ -87,7 +87,7 @@ fn cpu_metric(target: i64) -> Value {
         "target": {"type": "Utilization", "averageUtilization": target}}}])
 }
 
-struct Cluster {
+pub(crate) struct Cluster {
     state: Arc<Mutex<State>>,
     client: Client,
     log: Log,
@@ -96,13 +96,13 @@ struct Cluster {
     seen: usize,
     manifests: String,
     /// The writer's metrics registry.
-    metrics: Arc<kerf::telemetry::Metrics>,
+    pub(crate) metrics: Arc<kerf::telemetry::Metrics>,
 }
 
 impl Cluster {
     /// `shop/web` as Argo CD created it (its manager owns the request), with an HPA on CPU at
     /// 50 % when `hpa`.
-    fn new(hpa: bool) -> Self {
+    pub(crate) fn new(hpa: bool) -> Self {
         let mut st = State::new(
             "shop",
             "web",
@@ -191,7 +191,7 @@ impl Cluster {
     }
 
     /// One reconcile cycle at minute `min` (the server's clock too); the requests it made.
-    async fn cycle(&mut self, min: i64) -> Vec<Recorded> {
+    pub(crate) async fn cycle(&mut self, min: i64) -> Vec<Recorded> {
         self.set_clock(min);
         let s = self.snapshot();
         let c = run_cycle(&s, &NoSamples, at(min), 15).await;
@@ -211,7 +211,7 @@ impl Cluster {
     }
 
     /// Argo CD's self-heal at minute `min`: the fixture's `kinds` applied as `argocd-controller`.
-    async fn argocd_sync(&mut self, min: i64, kinds: &[&str]) {
+    pub(crate) async fn argocd_sync(&mut self, min: i64, kinds: &[&str]) {
         self.set_clock(min);
         for doc in argocd_fixture() {
             let kind = doc["kind"].as_str().unwrap();

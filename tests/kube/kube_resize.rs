@@ -18,7 +18,7 @@ use crate::kube_support::{self, Recorded, Reply, calls, mock, requests};
 const STRATEGIC: &str = "application/strategic-merge-patch+json";
 const STATUS_PATH: &str = "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/rightsizingrecommendations/deployment-web/status";
 
-fn writer(
+pub(crate) fn writer(
     client: kube::Client,
     metrics: std::sync::Arc<Metrics>,
 ) -> (WriterHandle, watch::Sender<bool>) {
@@ -34,7 +34,7 @@ fn body(cpu: &str) -> Value {
     json!({"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]}})
 }
 
-fn resize_op(pods: &[&str]) -> WriteOp {
+pub(crate) fn resize_op(pods: &[&str]) -> WriteOp {
     let key = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
     let requests: ContainerRequests = [(
         "app".to_string(),
@@ -280,7 +280,7 @@ async fn an_hpa_coordinated_change_reaches_the_cluster_as_a_template_write() {
     );
 }
 
-fn evict_op(pod: &str) -> WriteOp {
+pub(crate) fn evict_op(pod: &str) -> WriteOp {
     let key = WorkloadKey::new("ml", WorkloadKind::InferenceService, "llm");
     WriteOp::Evict(Box::new(kerf::core::writes::EvictWrite {
         workload: key.clone(),

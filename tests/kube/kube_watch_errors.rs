@@ -246,3 +246,153 @@ async fn the_reconciler_gives_up_when_watches_keep_failing_past_the_sync_timeout
     );
     assert!(!store.is_ready());
 }
+
+const ROLLOUTS: &str = "/apis/argoproj.io/v1alpha1/rollouts";
+
+/// Samples the number of LISTs of `path` every minute for `minutes` minutes (time simulated).
+async fn lists_per_minute(log: &kube_support::Log, path: &str, minutes: usize) -> Vec<usize> {
+    let mut per_minute = Vec::new();
+    let mut before = lists_of(log, path);
+    for _ in 0..minutes {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let now = lists_of(log, path);
+        per_minute.push(now - before);
+        before = now;
+    }
+    per_minute
+}
+
+/// A kind whose CRD is not installed (Argo Rollouts here): asked again with a growing backoff,
+/// to one list every few minutes, each 404 counted (30 minutes, time simulated). kube-runtime's
+/// own backoff, reset by the `Init` before every list, asked about once a second.
+#[tokio::test(start_paused = true)]
+async fn a_missing_crd_is_listed_again_every_few_minutes_and_counted() {
+    let (client, log) = mock(|r: &Recorded| {
+        if r.path == ROLLOUTS {
+            return Reply::Text(404, "404 page not found".into());
+        }
+        cluster(Arc::new(AtomicBool::new(true)), true)(r)
+    });
+    let store = Store::new();
+    let reader = Reader::start_with_store(client, store.clone());
+    tokio::time::timeout(Duration::from_secs(60), reader.wait_synced())
+        .await
+        .expect("a kind kerf can do without holds no readiness");
+    let per_minute = lists_per_minute(&log, ROLLOUTS, 30).await;
+    let total = lists_of(&log, ROLLOUTS);
+    assert!(
+        (10..=18).contains(&total),
+        "{total} lists in 30 minutes: {per_minute:?}"
+    );
+    assert!(
+        per_minute[10..].iter().all(|&n| n <= 1),
+        "at most one list a minute once backed off: {per_minute:?}"
+    );
+    assert!(
+        per_minute[20..].iter().sum::<usize>() <= 3,
+        "about one list every five minutes: {per_minute:?}"
+    );
+    assert_eq!(
+        watch_errors(&store, "Rollout", "crd_missing"),
+        total as u64,
+        "every 404 counted"
+    );
+    assert_eq!(reader.health().last_error("Rollout"), None, "not an error");
+}
+
+/// Any failing list backs off too: pods answered 500 for 10 minutes are listed about every
+/// 30 s once backed off (not every second), each failure counted; then they list again.
+#[tokio::test(start_paused = true)]
+async fn a_failing_list_backs_off_exponentially_and_every_failure_is_counted() {
+    let failing = Arc::new(AtomicBool::new(true));
+    let f = failing.clone();
+    let (client, log) = mock(move |r: &Recorded| {
+        if r.path == "/api/v1/pods" && f.load(Ordering::SeqCst) && !r.query_has("watch=true") {
+            return kube_support::status(500, "InternalError");
+        }
+        cluster(Arc::new(AtomicBool::new(true)), true)(r)
+    });
+    let store = Store::new();
+    let reader = Reader::start_with_store(client, store.clone());
+    let per_minute = lists_per_minute(&log, "/api/v1/pods", 10).await;
+    let total = lists_of(&log, "/api/v1/pods");
+    assert!(
+        (20..=30).contains(&total),
+        "{total} lists in 10 minutes: {per_minute:?}"
+    );
+    assert!(
+        per_minute[2..].iter().all(|&n| (1..=3).contains(&n)),
+        "two a minute once backed off (30 s ± 20 %): {per_minute:?}"
+    );
+    assert_eq!(watch_errors(&store, "Pod", "api_error"), total as u64);
+    assert!(!reader.is_synced());
+    failing.store(false, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(60), reader.wait_synced())
+        .await
+        .expect("pods list again within the longest delay");
+    assert_eq!(reader.health().last_error("Pod"), None);
+}
+
+/// A watch the API server answers with a plain HTTP 410 (not a watch ERROR event, as a proxy
+/// or an aggregated server does): kerf lists again and sees what changed, instead of retrying
+/// the expired resourceVersion.
+#[tokio::test(start_paused = true)]
+async fn a_watch_answered_410_lists_again() {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7"},
+        "spec": {"containers": [{"name": "app", "image": "x"}]}});
+    let mut pod_lists = 0;
+    let (client, log) = mock(move |r: &Recorded| {
+        if r.path == "/api/v1/pods" {
+            if r.query_has("watch=true") {
+                return match r.query_has("resourceVersion=1") {
+                    true => kube_support::status(410, "Expired"),
+                    false => Reply::Hang,
+                };
+            }
+            // The first list is at version 1; the pod came after.
+            pod_lists += 1;
+            let (version, items) = match pod_lists {
+                1 => ("1", vec![]),
+                _ => ("7", vec![pod.clone()]),
+            };
+            return Reply::Json(
+                200,
+                json!({"apiVersion": "v1", "kind": "PodList",
+                       "metadata": {"resourceVersion": version}, "items": items}),
+            );
+        }
+        cluster(Arc::new(AtomicBool::new(true)), true)(r)
+    });
+    let store = Store::new();
+    let reader = Reader::start_with_store(client, store.clone());
+    tokio::time::timeout(Duration::from_secs(60), reader.wait_synced())
+        .await
+        .unwrap();
+    eventually(60, "a second list of pods", || {
+        lists_of(&log, "/api/v1/pods") >= 2
+    })
+    .await;
+    let watches: Vec<String> = requests(&log)
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && r.query_has("watch=true"))
+        .map(|r| r.query.clone())
+        .collect();
+    let expired = watches
+        .iter()
+        .filter(|q| q.split('&').any(|p| p == "resourceVersion=1"))
+        .count();
+    assert_eq!(
+        expired, 1,
+        "the expired resourceVersion was asked for once: {watches:#?}"
+    );
+    assert!(watch_errors(&store, "Pod", "expired") >= 1);
+    let (snapshot, _) = reader.snapshot();
+    assert!(
+        snapshot
+            .pods
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some("web-1")),
+        "the relist's pod is read"
+    );
+}

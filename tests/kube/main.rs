@@ -4,10 +4,14 @@
 
 #[path = "../support/auth_proxy.rs"]
 mod auth_proxy;
+#[path = "../support/kerf_cli.rs"]
+mod kerf_cli;
 #[path = "../support/kube/mod.rs"]
 mod kube_support;
 #[path = "../support/prometheus.rs"]
 mod prometheus_support;
+#[path = "../support/webhook.rs"]
+mod support;
 #[path = "../support/usage_history.rs"]
 mod usage_history;
 
@@ -24,5 +28,7 @@ mod kube_replicas;
 mod kube_resize;
 mod kube_watch_errors;
 mod kube_writer;
+mod monitoring;
+mod real_merge_property;
 mod real_merge_writes;
 mod release_kube;

@@ -129,7 +129,7 @@ impl Cluster {
             uid: None,
             labels: Default::default(),
             annotations: Default::default(),
-            template: live_template(live, kind).into(),
+            template: live_template(live, kind),
             replicas: Some(2),
             field_managers: Vec::new(),
             ownership: Default::default(),

@@ -19,6 +19,7 @@ mod victoria;
 
 mod gpu_metrics;
 mod incremental_history;
+mod peer_definition;
 mod prometheus_reach;
 mod prometheus_source;
 mod victoria_metrics;

@@ -22,11 +22,11 @@ use kerf::reconcile::run_cycle;
 use kerf::sources::dir::load_dir;
 use serde_json::Value;
 
-const MIB: f64 = 1024.0 * 1024.0;
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
 /// A policy (CPU p95 auto-patch, memory peak audit-only, no headroom, both over `window`), its
 /// strategy, and one Deployment per `(name, today's pods)` requesting 1 CPU and 1Gi.
-fn manifests(window: &str, workloads: &[(&str, &[&str])]) -> tempfile::TempDir {
+pub(crate) fn manifests(window: &str, workloads: &[(&str, &[&str])]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let mut y = format!(
         r#"apiVersion: rightsizing.kubex.ai/v1alpha1
@@ -87,7 +87,7 @@ status: {{phase: Running, startTime: "2026-01-01T00:00:00Z"}}
 
 /// OpenMetrics for one pod's `app` container: a CPU counter at `cores` and a working set at
 /// `bytes(t)`, every `scrape` seconds over `[from, to]`.
-fn pod_series(
+pub(crate) fn pod_series(
     out: &mut (String, String),
     pod: &str,
     (from, to, scrape): (i64, i64, i64),
@@ -114,7 +114,7 @@ fn pod_series(
     }
 }
 
-fn openmetrics(series: (String, String)) -> String {
+pub(crate) fn openmetrics(series: (String, String)) -> String {
     with_last_terminated(series, "")
 }
 
@@ -143,14 +143,18 @@ fn last_terminated(out: &mut String, pod: &str, reason: &str, (from, to, scrape)
     }
 }
 
-async fn cycle<S: MetricSource>(dir: &std::path::Path, source: &S, at: Timestamp) -> CycleOutput {
+pub(crate) async fn cycle<S: MetricSource>(
+    dir: &std::path::Path,
+    source: &S,
+    at: Timestamp,
+) -> CycleOutput {
     let m = load_dir(dir).unwrap();
     run_cycle(&m.snapshot, source, at, 15).await
 }
 
 /// The cycle at `at` from Prometheus `p`, once every query of it succeeded and the file source
 /// holding the same `text` gave the same recommendations.
-async fn cycle_agreeing(
+pub(crate) async fn cycle_agreeing(
     dir: &std::path::Path,
     text: &str,
     p: &TestPrometheus,
@@ -170,15 +174,15 @@ async fn cycle_agreeing(
     out
 }
 
-fn at(t: i64) -> Timestamp {
+pub(crate) fn at(t: i64) -> Timestamp {
     Timestamp::from_second(t).unwrap()
 }
 
-fn prom(p: &TestPrometheus) -> PrometheusSource {
+pub(crate) fn prom(p: &TestPrometheus) -> PrometheusSource {
     PrometheusSource::new(&p.url(), std::time::Duration::from_secs(30)).unwrap()
 }
 
-fn file(text: &str, p: &TestPrometheus) -> FileSource {
+pub(crate) fn file(text: &str, p: &TestPrometheus) -> FileSource {
     FileSource::from_str(text)
         .unwrap()
         .with_semantics(p.file_semantics())
@@ -512,6 +516,7 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
         at: at(end),
         window_seconds: 3_600,
         step_seconds: 15,
+        rate_seconds: 60,
     };
     match prom(&limited).window_query(&batch).await {
         Err(e @ MetricError::Refused(_)) => {
@@ -625,14 +630,14 @@ async fn a_window_longer_than_the_history_is_flagged_and_auto_patch_waits_a_day(
     pod_series(
         &mut s,
         two_days[0],
-        (end - 2 * 86_400, end, 120),
+        (end - 2 * 86_400, end, 30),
         |_| 0.5,
         |_| 200.0 * MIB,
     );
     pod_series(
         &mut s,
         five_hours[0],
-        (end - 5 * 3_600, end, 120),
+        (end - 5 * 3_600, end, 30),
         |_| 0.25,
         |_| 100.0 * MIB,
     );
@@ -827,6 +832,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 at: at(end - 7),
                 window_seconds: window,
                 step_seconds: step,
+                rate_seconds: 60,
             };
             let (a, b) = (
                 f.window_query(&q).await.unwrap(),

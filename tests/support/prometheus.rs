@@ -133,19 +133,37 @@ impl TestPrometheus {
         Self::start(text, Some(web.clone()), &[])
     }
 
+    /// An empty Prometheus scraping `targets` (`host:port`, each with its target labels, e.g.
+    /// `namespace`) at `/metrics` every second, as a ServiceMonitor's scrape would.
+    pub fn start_scraping(targets: &[(String, &[(&str, &str)])]) -> Self {
+        let mut config = String::from(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: kerf\n    static_configs:\n",
+        );
+        for (target, labels) in targets {
+            config += &format!("      - targets: ['{target}']\n        labels:\n");
+            for (k, v) in labels.iter() {
+                config += &format!("          {k}: '{v}'\n");
+            }
+        }
+        Self::start_with_config("# EOF\n", &config, None, &[])
+    }
+
     fn start(text: &str, web: Option<WebConfig>, args: &[&str]) -> Self {
+        let config = "global:\n  scrape_interval: 1h\nscrape_configs: []\n";
+        Self::start_with_config(text, config, web, args)
+    }
+
+    fn start_with_config(text: &str, config: &str, web: Option<WebConfig>, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("data.om");
         std::fs::write(&file, text).expect("write OpenMetrics file");
         let data = dir.path().join("data");
-        if let Err(out) = promtool_load(&file, &data) {
+        if text != "# EOF\n"
+            && let Err(out) = promtool_load(&file, &data)
+        {
             panic!("promtool refused the test data:\n{out}");
         }
-        std::fs::write(
-            dir.path().join("prometheus.yml"),
-            "global:\n  scrape_interval: 1h\nscrape_configs: []\n",
-        )
-        .expect("write config");
+        std::fs::write(dir.path().join("prometheus.yml"), config).expect("write config");
         if let Some(web) = &web {
             std::fs::write(dir.path().join("web.yml"), web.yaml()).expect("write web config");
         }

@@ -47,7 +47,25 @@ impl Pki {
     }
 
     pub fn leaf(&self, common_name: &str) -> Leaf {
+        self.leaf_valid_for(common_name, None)
+    }
+
+    /// A serving pair valid until `days` from today (UTC midnight), or rcgen's default (the year
+    /// 4096) with `None`.
+    pub fn leaf_valid_for(&self, common_name: &str, days: Option<i64>) -> Leaf {
         let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        if let Some(days) = days {
+            let until = jiff::Timestamp::now()
+                .to_zoned(jiff::tz::TimeZone::UTC)
+                .date()
+                .checked_add(jiff::Span::new().days(days))
+                .unwrap();
+            params.not_after = rcgen::date_time_ymd(
+                i32::from(until.year()),
+                until.month() as u8,
+                until.day() as u8,
+            );
+        }
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, common_name);
@@ -357,4 +375,77 @@ pub fn serving_addresses(child: &mut std::process::Child) -> (SocketAddr, Socket
     let _ = child.kill();
     let _ = child.wait();
     panic!("{failed}");
+}
+
+/// A `kerf serve --standalone` child with `args` (`--manifests`, the metric source…) from the
+/// repository root, listening on loopback ports it picks, its serving certificate from a test CA
+/// (valid for `cert_days`, else for ever); killed when dropped. kerf's own namespace comes from
+/// `env` only: the test's `POD_NAMESPACE` is not passed on, and the service-account namespace
+/// file is a path that does not exist unless `env` names another.
+pub struct Serve {
+    pub child: std::process::Child,
+    pub webhook: SocketAddr,
+    pub health: SocketAddr,
+    _dir: tempfile::TempDir,
+    pub pki: Pki,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts [`Serve`] and waits until `/readyz` answers 200.
+pub async fn serve_standalone(
+    args: &[&str],
+    env: &[(&str, &str)],
+    cert_days: Option<i64>,
+) -> Serve {
+    use std::process::{Command, Stdio};
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let no_namespace_file = dir.path().join("no-namespace-file");
+    let pki = Pki::new();
+    let (cert, key) = write_pair(dir.path(), &pki.leaf_valid_for("kerf", cert_days));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kerf"))
+        .args(["serve", "--standalone"])
+        .args(args)
+        // Port 0: kerf binds and logs the ports it got (no port picked here and freed first).
+        .args(["--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0"])
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("POD_NAMESPACE")
+        .env("KERF_NAMESPACE_FILE", &no_namespace_file)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (webhook, health) = serving_addresses(&mut child);
+    let s = Serve {
+        child,
+        webhook,
+        health,
+        _dir: dir,
+        pki,
+    };
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(r) = reqwest::get(format!("http://{}/readyz", s.health)).await
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "kerf serve never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s
 }

@@ -261,3 +261,78 @@ async fn graceful_shutdown_closes_idle_keep_alive_connections() {
         .expect("the idle connection is closed");
     assert!(matches!(read, Ok(0)), "{read:?}");
 }
+
+/// The serving certificate's `notAfter` as openssl reads it, in Unix seconds.
+fn openssl_not_after(cert: &std::path::Path) -> i64 {
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(cert)
+        .output()
+        .expect("openssl runs (`scripts/test --setup-only` installs it)");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let iso = text.trim().strip_prefix("notAfter=").expect(&text);
+    iso.replace(' ', "T")
+        .parse::<jiff::Timestamp>()
+        .unwrap_or_else(|e| panic!("{iso}: {e}"))
+        .as_second()
+}
+
+/// `kerf_tls_certificate_expiration_timestamp_seconds` is the `notAfter` of the pair serving now,
+/// as openssl reads it: an openssl certificate (UTCTime, 30 days), then after a rotation an rcgen
+/// one (GeneralizedTime, year 4096) — the alert on an expiring certificate follows the rotation.
+#[tokio::test]
+async fn the_certificate_expiry_metric_follows_a_rotation() {
+    install_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "30", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "{out:?}");
+    let server = start(Store::new(), &cert, &key, |c| {
+        c.reload_interval = Duration::from_millis(100);
+    })
+    .await;
+    let expiry = || async {
+        let (_, text) = get_text(server.health, "/metrics").await;
+        process_metrics::value(&text, "kerf_tls_certificate_expiration_timestamp_seconds")
+    };
+    let in_30_days = openssl_not_after(&cert);
+    let start = Instant::now();
+    while expiry().await != in_30_days as f64 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            expiry().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let now = jiff::Timestamp::now().as_second();
+    assert!((in_30_days - now - 30 * 86_400).abs() < 120, "{in_30_days}");
+
+    let pki = Pki::new();
+    write_pair(dir.path(), &pki.leaf("rotated"));
+    let rotated = openssl_not_after(&cert);
+    assert_ne!(rotated, in_30_days);
+    while expiry().await != rotated as f64 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{}",
+            expiry().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -71,7 +71,7 @@ fn project_keeps_the_tracked_fields_of_each_manager_and_their_time() {
          "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {"f:rightsizing.kubex.ai/x": {}}}}}
     ]))
     .unwrap();
-    let projected = project(&entries, WorkloadKind::Deployment);
+    let projected = project(&entries, WorkloadKind::Deployment, None);
     assert_eq!(projected.len(), 1, "{projected:?}");
     let p = &projected[0];
     assert_eq!(p.manager, "argocd-controller");
@@ -154,8 +154,8 @@ fn one_walk_serves_conflict_detection_and_release() {
         ..Default::default()
     };
     let kind = WorkloadKind::CronJob;
-    let kerf = kerf_owned(&meta, kind);
-    let others = others_owned(&meta, kind);
+    let kerf = kerf_owned(&meta, kind, None);
+    let others = others_owned(&meta, kind, None);
     assert_eq!(
         kerf.annotations,
         BTreeSet::from(["rightsizing.kubex.ai/gpu-recommendation".to_string()])
@@ -174,7 +174,7 @@ fn one_walk_serves_conflict_detection_and_release() {
         BTreeMap::from([("app".to_string(), set(false, true))])
     );
 
-    let projected = project(meta.managed_fields.as_deref().unwrap(), kind);
+    let projected = project(meta.managed_fields.as_deref().unwrap(), kind, None);
     let managers: Vec<&str> = projected.iter().map(|m| m.manager.as_str()).collect();
     assert_eq!(managers, ["kerf", "flux"], "the status entry is left out");
     assert_eq!(projected[0].time, Some(at(1)));
@@ -203,4 +203,62 @@ fn one_walk_serves_conflict_detection_and_release() {
             .collect();
         assert_eq!(requests, expected, "{}", p.manager);
     }
+}
+
+/// An `autoscaling/v1` entry owns the target as `spec.targetCPUUtilizationPercentage`: it owns
+/// the HPA's target as much as a v2 entry owning `spec.metrics`.
+#[test]
+fn owns_hpa_metrics_under_either_autoscaling_version() {
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "shop", "managedFields": [
+            {"manager": "argocd-controller", "operation": "Apply", "apiVersion": "autoscaling/v1",
+             "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:targetCPUUtilizationPercentage": {}, "f:maxReplicas": {}}}},
+            {"manager": "kerf", "operation": "Apply", "apiVersion": "autoscaling/v2",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}}}},
+            {"manager": "helm", "operation": "Update", "apiVersion": "autoscaling/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:minReplicas": {}}}}
+        ]},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5}
+    }))
+    .unwrap();
+    let owners: Vec<String> = project_hpa(&hpa).into_iter().map(|m| m.manager).collect();
+    assert_eq!(owners, vec!["argocd-controller", "kerf"]);
+    assert_eq!(hpa_metrics_owners(&hpa), (true, true));
+}
+
+/// A list without list markers (Argo Rollouts before v1.9) is owned whole (`f:containers: {}`):
+/// its owner owns the requests of every container the template has.
+#[test]
+fn entry_fields_reads_an_atomic_containers_list_as_every_containers_requests() {
+    let mf: ManagedFieldsEntry = serde_json::from_value(json!({
+        "manager": "argocd-controller", "operation": "Apply", "apiVersion": "argoproj.io/v1alpha1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {}}}}}
+    }))
+    .unwrap();
+    let template: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(json!({
+        "containers": [
+            {"name": "app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            {"name": "proxy", "resources": {"requests": {"cpu": "100m"}}}
+        ]
+    }))
+    .unwrap();
+    let template: PodSpec = template.into();
+    let fields = entry_fields(&mf, WorkloadKind::Rollout, Some(&template)).unwrap();
+    assert_eq!(
+        fields.requests,
+        vec![
+            ("app".to_string(), false, "cpu"),
+            ("app".to_string(), false, "memory"),
+            ("proxy".to_string(), false, "cpu"),
+        ]
+    );
+    // Without the template, nothing can be named.
+    assert!(
+        entry_fields(&mf, WorkloadKind::Rollout, None)
+            .unwrap()
+            .requests
+            .is_empty()
+    );
 }

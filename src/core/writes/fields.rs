@@ -180,20 +180,17 @@ pub fn workload_body(
     let mut init_containers = Vec::new();
     for (name, r) in requests {
         let mut req = serde_json::Map::new();
-        let live = live_request_text(spec, name);
         if let Some(m) = r.cpu_millis {
-            let text = live("cpu", &|q| quantity::cpu_millis(q).ok() == Some(m));
-            req.insert(
-                "cpu".into(),
-                json!(text.unwrap_or_else(|| quantity::format_cpu_millis(m))),
-            );
+            let text = live_request(spec, name, "cpu")
+                .filter(|q| quantity::cpu_millis(q).ok() == Some(m))
+                .map_or_else(|| quantity::format_cpu_millis(m), |q| q.0.clone());
+            req.insert("cpu".into(), json!(text));
         }
         if let Some(b) = r.memory_bytes {
-            let text = live("memory", &|q| quantity::memory_bytes(q).ok() == Some(b));
-            req.insert(
-                "memory".into(),
-                json!(text.unwrap_or_else(|| quantity::format_memory_bytes(b))),
-            );
+            let text = live_request(spec, name, "memory")
+                .filter(|q| quantity::memory_bytes(q).ok() == Some(b))
+                .map_or_else(|| quantity::format_memory_bytes(b), |q| q.0.clone());
+            req.insert("memory".into(), json!(text));
         }
         if req.is_empty() {
             continue;
@@ -230,22 +227,19 @@ pub fn workload_body(
     (body, missing)
 }
 
-/// The live text of a container's request when it equals what kerf writes: server-side apply
-/// compares the raw text, so `500000Ki` over a user's `512M` would move the field to kerf
-/// although the value is the same (docs/gitops.md#how-kerf-writes).
-fn live_request_text<'a>(
-    spec: &'a PodSpec,
-    container: &'a str,
-) -> impl Fn(&str, &dyn Fn(&Quantity) -> bool) -> Option<String> + 'a {
-    move |resource, same| {
-        let c = spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .find(|c| c.name == container)?;
-        let q = c.resources.as_ref()?.requests.as_ref()?.get(resource)?;
-        same(q).then(|| q.0.clone())
-    }
+/// A container's request as the template writes it: server-side apply compares the raw text,
+/// so kerf applies this text where its value is the same (`500000Ki` over a user's `512M` would
+/// move the field to kerf although nothing changed; docs/gitops.md#how-kerf-writes).
+fn live_request<'a>(spec: &'a PodSpec, container: &str, resource: &str) -> Option<&'a Quantity> {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == container)?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get(resource)
 }
 
 /// Requests a release gives back (docs/design/hpa-coordination.md#h13).
@@ -303,9 +297,9 @@ pub fn kerf_apply(
     set: &ContainerRequests,
     released: Released<'_>,
 ) -> KerfApply {
-    let owned = kerf_owned(live.metadata, key.kind);
-    let others = others_owned(live.metadata, key.kind);
     let template = live_template(live, key.kind);
+    let owned = kerf_owned(live.metadata, key.kind, template.spec.as_ref());
+    let others = others_owned(live.metadata, key.kind, template.spec.as_ref());
     let annotations = annotations
         .cloned()
         .unwrap_or_else(|| owned_annotation_values(&owned, live));

@@ -15,8 +15,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::recommendation::{
     Gates, RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
-    gpu_recommendation_spec, gpu_recommendation_status, keep_taken, plan_release, plan_restore,
-    recommendation_phase, recommendation_spec, recommendation_status,
+    gpu_recommendation_spec, gpu_recommendation_status, keep_taken,
+    phase_while_metrics_unavailable, plan_release, plan_restore, recommendation_phase,
+    recommendation_spec, recommendation_status,
 };
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations, HpaTarget, Kept,
@@ -1013,7 +1014,10 @@ fn resource_writes(
     (status.phase, status.reason) =
         recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
     record_conflict(&mut status, conflict, p.now);
-    let recommendation = recommendation_of(wo, r, w, outcome, status, observed);
+    let mut recommendation = recommendation_of(wo, r, w, outcome, status, observed);
+    if standing.metrics_unavailable && !standing.held {
+        kept_through_outage(&mut recommendation, previous.as_ref());
+    }
     let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
     let applied = plan
         .and_then(|plan| plan.hpa.as_ref())
@@ -1057,6 +1061,18 @@ fn evict_write(w: &Workload, d: &Delivery) -> Option<WriteOp> {
         event: EventWrite::evicted(w, &pod.pod, left),
         pod,
     })))
+}
+
+/// A cycle whose queries failed leaves the recommendation as it was (the spec recorded before;
+/// `status.applied` is carried by [`served`]) and says why in the phase's reason: an outage
+/// never empties the state every replica serves admission from.
+fn kept_through_outage(rec: &mut RecommendationWrite, previous: Option<&RecommendationStatus>) {
+    if let Some(observed) = &rec.observed {
+        rec.spec = observed.spec.clone();
+    }
+    if let Some(status) = rec.status.as_mut() {
+        (status.phase, status.reason) = phase_while_metrics_unavailable(previous);
+    }
 }
 
 /// The RightsizingRecommendation write of a workload with a CPU/memory result (and its GPU

@@ -85,6 +85,7 @@ pub fn recommendation_spec(
             })
         }),
         risk_flags: outcome.risk_flags.clone(),
+        risk_reasons: outcome.risk_reasons.clone(),
         savings: outcome.savings.clone(),
     }
 }
@@ -545,6 +546,19 @@ pub struct Gates {
 /// The reason of phase `audit-only` under GlobalConfiguration `readOnly`.
 pub const REASON_READ_ONLY: &str = "ReadOnly";
 
+/// The reason while the metric source cannot be queried: an outage, not missing data
+/// (`NoUsageData`).
+pub const REASON_METRICS_UNAVAILABLE: &str = "MetricsUnavailable";
+
+/// The phase and reason while the metric source cannot be queried: the phase in force stays
+/// (`pending` when there was none), the reason says why nothing was re-evaluated.
+pub fn phase_while_metrics_unavailable(
+    previous: Option<&RecommendationStatus>,
+) -> (RecommendationPhase, Option<String>) {
+    let phase = previous.map_or(RecommendationPhase::Pending, |s| s.phase);
+    (phase, Some(REASON_METRICS_UNAVAILABLE.to_string()))
+}
+
 /// The RightsizingRecommendation's phase and reason: the outcome's (`phase`, `reason`) unless a
 /// gate stops it. A restore says its kind; a rollback holds the workload at `audit-only` (also
 /// under `readOnly`, so the hold survives it); an `applied` outcome is `audit-only` under
@@ -590,6 +604,26 @@ mod tests {
 
     fn said(p: RecommendationPhase, reason: &str) -> (RecommendationPhase, Option<String>) {
         (p, Some(reason.to_string()))
+    }
+
+    #[test]
+    fn phase_while_metrics_unavailable() {
+        let status = |phase| RecommendationStatus {
+            phase,
+            reason: Some("HPACoupled".into()),
+            ..Default::default()
+        };
+        for kept in [Applied, Blocked, AuditOnly, Pending] {
+            assert_eq!(
+                super::phase_while_metrics_unavailable(Some(&status(kept))),
+                said(kept, "MetricsUnavailable")
+            );
+        }
+        assert_eq!(
+            super::phase_while_metrics_unavailable(None),
+            said(Pending, "MetricsUnavailable")
+        );
+        assert_ne!(REASON_METRICS_UNAVAILABLE, "NoUsageData");
     }
 
     #[test]

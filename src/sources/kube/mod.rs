@@ -9,13 +9,14 @@
 //! (`core::pod` for pods and workload templates; owner names for ReplicaSets and CronJob Jobs), so
 //! the caches never hold whole objects.
 //!
-//! A list or watch that fails is retried with backoff; each failure is counted
+//! A list or watch that fails is retried with a growing backoff ([`relist`]); each failure is counted
 //! (`kerf_watch_errors_total`), logged at `warn` with the resource and the API server's message
 //! (once a minute per resource while it repeats), and kept as the resource's last error for
 //! `/readyz` until the resource works again (`docs/design/runtime.md#r14`). A watch task that
 //! ends or panics is reported by [`Reader::stopped`].
 
 pub mod list;
+pub mod relist;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -32,6 +33,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use relist::{not_served, refused_with};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -581,15 +583,20 @@ impl WatchErrors {
         }
     }
 
-    fn error(&mut self, e: &watcher::Error) {
-        let p = describe_watch_error(&self.resource, self.crd, e);
+    /// Counts a failure in `kerf_watch_errors_total`.
+    fn count(&self, reason: &'static str) {
         self.metrics
             .watch_errors
             .get_or_create(&WatchErrorLabels {
                 resource: self.kind.into(),
-                reason: p.reason.into(),
+                reason: reason.into(),
             })
             .inc();
+    }
+
+    fn error(&mut self, e: &watcher::Error) {
+        let p = describe_watch_error(&self.resource, self.crd, e);
+        self.count(p.reason);
         if p.reason == "expired" {
             tracing::debug!(resource = %self.kind, "{} (relisting)", p.message);
             return;
@@ -674,9 +681,8 @@ fn spawn_kerf_as<K: KerfKind, T: Clone + Send + Sync + 'static>(
     let ar = ApiResource::erase::<K>(&());
     let mut errors = sync.errors(index, format!("{}.{}", ar.plural, ar.group), true);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let stream = watcher(api, watcher::Config::default())
-        .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata))
-        .default_backoff();
+    let stream = relist::watch(api, watcher::Config::default())
+        .modify(|o: &mut DynamicObject| strip_meta(&mut o.metadata));
     sync.spawn(index, async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
@@ -851,7 +857,7 @@ fn spawn_workload_watches(
     let cfg = watcher::Config::default;
     let (deployments, t) = spawn_builtin(
         "Deployment",
-        watcher(Api::<Deployment>::all(client.clone()), cfg()),
+        relist::watch(Api::<Deployment>::all(client.clone()), cfg()),
         workload_of::<Deployment>,
         sync.clone(),
         None,
@@ -859,7 +865,7 @@ fn spawn_workload_watches(
     tasks.push(t);
     let (statefulsets, t) = spawn_builtin(
         "StatefulSet",
-        watcher(Api::<StatefulSet>::all(client.clone()), cfg()),
+        relist::watch(Api::<StatefulSet>::all(client.clone()), cfg()),
         workload_of::<StatefulSet>,
         sync.clone(),
         None,
@@ -867,7 +873,7 @@ fn spawn_workload_watches(
     tasks.push(t);
     let (daemonsets, t) = spawn_builtin(
         "DaemonSet",
-        watcher(Api::<DaemonSet>::all(client.clone()), cfg()),
+        relist::watch(Api::<DaemonSet>::all(client.clone()), cfg()),
         workload_of::<DaemonSet>,
         sync.clone(),
         None,
@@ -875,7 +881,7 @@ fn spawn_workload_watches(
     tasks.push(t);
     let (jobs, t) = spawn_builtin(
         "Job",
-        watcher(Api::<Job>::all(client.clone()), cfg()),
+        relist::watch(Api::<Job>::all(client.clone()), cfg()),
         |mut j: Job| {
             if let Some(cron) = owner::cronjob_of(&j.metadata) {
                 return ListedJob::OfCronJob(cron.to_string());
@@ -891,7 +897,7 @@ fn spawn_workload_watches(
     tasks.push(t);
     let (cronjobs, t) = spawn_builtin(
         "CronJob",
-        watcher(Api::<CronJob>::all(client.clone()), cfg()),
+        relist::watch(Api::<CronJob>::all(client.clone()), cfg()),
         workload_of::<CronJob>,
         sync.clone(),
         None,
@@ -925,7 +931,7 @@ fn spawn_pod_watches(
     // Only owner references are needed: metadata-only requests.
     let (replicasets, t) = spawn_builtin(
         "ReplicaSet",
-        watcher(
+        relist::watch(
             Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
             cfg(),
         ),
@@ -942,7 +948,7 @@ fn spawn_pod_watches(
     tasks.push(t);
     let (pods, t) = spawn_builtin(
         "Pod",
-        watcher(Api::<Pod>::all(client.clone()), cfg()),
+        relist::watch(Api::<Pod>::all(client.clone()), cfg()),
         |mut p: Pod| {
             strip_meta(&mut p.metadata);
             Arc::new(crate::core::pod::Pod::from(p))
@@ -953,7 +959,7 @@ fn spawn_pod_watches(
     tasks.push(t);
     let (hpas, t) = spawn_builtin(
         "HorizontalPodAutoscaler",
-        watcher(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
+        relist::watch(Api::<HorizontalPodAutoscaler>::all(client), cfg()),
         |mut h: HorizontalPodAutoscaler| {
             // Only who owns `spec.metrics`, for conflicts (docs/gitops.md).
             strip_last_applied(&mut h.metadata);
@@ -1008,22 +1014,6 @@ fn vpa_of(object: DynamicObject) -> Option<Vpa> {
     }
 }
 
-/// The HTTP status of a list or watch the API server refused.
-fn refused_with(e: &watcher::Error) -> Option<u16> {
-    match e {
-        watcher::Error::InitialListFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => Some(s.code),
-        watcher::Error::WatchError(s) => Some(s.code),
-        _ => None,
-    }
-}
-
-/// Whether a list or watch failed because the API server does not serve the resource.
-fn not_served(e: &watcher::Error) -> bool {
-    refused_with(e) == Some(404)
-}
-
 /// The VerticalPodAutoscalers, where their CRD is installed. A cluster without the CRD has no
 /// VPA: the 404 completes the initial listing, empty, so readiness does not wait on a CRD kerf
 /// does not need; the watch keeps retrying (backing off) and reads VPAs once it is installed.
@@ -1076,7 +1066,7 @@ fn spawn_vpa_watch(
 ) -> Arc<Projected<Option<Vpa>>> {
     let ar = vpa_resource();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let stream = watcher(api, watcher::Config::default()).modify(|o: &mut DynamicObject| {
+    let stream = relist::watch(api, watcher::Config::default()).modify(|o: &mut DynamicObject| {
         strip_meta(&mut o.metadata);
     });
     spawn_optional(
@@ -1124,7 +1114,7 @@ fn spawn_crd_watch(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Arc<Projected<Option<Arc<serde_json::Value>>>> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let stream = watcher(api, watcher::Config::default()).modify(|o| {
+    let stream = relist::watch(api, watcher::Config::default()).modify(|o| {
         strip_meta(&mut o.metadata);
     });
     spawn_optional(
@@ -1221,7 +1211,7 @@ where
         format!("{}.{}", ar.plural, ar.group),
         "its CRD is not installed: none of its objects",
         true,
-        watcher(api, watcher::Config::default()),
+        relist::watch(api, watcher::Config::default()),
         project,
         sync,
         tasks,
@@ -1230,8 +1220,9 @@ where
 
 /// The watch of a resource that may not be served (a CRD kerf reads but does not need). A
 /// cluster without it has none of its objects: the 404 completes the initial listing, empty, so
-/// readiness does not wait on it; the watch keeps retrying (backing off) and reads the objects
-/// once the CRD is installed. With `forbidden_is_none`, a kind kerf may not read (403) is the
+/// readiness does not wait on it; the watch keeps retrying (every few minutes at most once it
+/// failed a few times, [`relist`]; each 404 counted as `crd_missing`) and reads the objects once
+/// the CRD is installed. With `forbidden_is_none`, a kind kerf may not read (403) is the
 /// same, its error logged and counted.
 #[allow(clippy::too_many_arguments)]
 fn spawn_optional<K, T>(
@@ -1248,7 +1239,6 @@ where
     K: Resource + Clone + Debug + Send + 'static,
     T: Clone + Send + Sync + 'static,
 {
-    let stream = stream.default_backoff();
     let index = Arc::new(Projected::new());
     let writer = index.clone();
     let mut errors = sync.errors(kind, resource, false);
@@ -1266,7 +1256,9 @@ where
                         tracker.done(kind);
                     }
                 }
+                // Counted, not kept as an error: kerf works without the kind.
                 Err(e) if not_served(&e) => {
+                    errors.count("crd_missing");
                     if !logged_absent {
                         tracing::info!(kind, "{absent}");
                         logged_absent = true;
@@ -1302,7 +1294,6 @@ where
 {
     let index = Arc::new(Projected::new());
     let writer = index.clone();
-    let stream = stream.default_backoff();
     let resource = match K::group(&()).as_ref() {
         "" => K::plural(&()).to_string(),
         group => format!("{}.{group}", K::plural(&())),

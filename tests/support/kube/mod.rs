@@ -34,6 +34,39 @@ pub enum Reply {
     Events(Vec<Value>),
     /// Never answered (an open watch).
     Hang,
+    /// The reply, sent after a delay (a slow API server: the request has taken effect already).
+    Late(std::time::Duration, Box<Reply>),
+}
+
+/// The HTTP response of a reply (`None`: never answered).
+fn response(reply: Reply) -> Option<Response<Body>> {
+    let json = |code: u16, bytes: Vec<u8>| {
+        Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(bytes))
+            .unwrap()
+    };
+    match reply {
+        Reply::Json(code, v) => Some(json(code, serde_json::to_vec(&v).unwrap())),
+        Reply::Text(code, text) => Some(
+            Response::builder()
+                .status(code)
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(Body::from(text.into_bytes()))
+                .unwrap(),
+        ),
+        Reply::Events(events) => {
+            let mut body = Vec::new();
+            for e in events {
+                body.extend(serde_json::to_vec(&e).unwrap());
+                body.push(b'\n');
+            }
+            Some(json(200, body))
+        }
+        Reply::Hang => None,
+        Reply::Late(_, reply) => response(*reply),
+    }
 }
 
 pub fn status(code: u16, reason: &str) -> Reply {
@@ -112,36 +145,21 @@ where
             let reply = handler(&rec);
             seen.lock().unwrap().push(rec);
             match reply {
-                Reply::Json(code, v) => {
-                    let resp = Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&v).unwrap()))
-                        .unwrap();
-                    send.send_response(resp);
-                }
-                Reply::Text(code, text) => {
-                    let resp = Response::builder()
-                        .status(code)
-                        .header("content-type", "text/plain; charset=utf-8")
-                        .body(Body::from(text.into_bytes()))
-                        .unwrap();
-                    send.send_response(resp);
-                }
-                Reply::Events(events) => {
-                    let mut body = Vec::new();
-                    for e in events {
-                        body.extend(serde_json::to_vec(&e).unwrap());
-                        body.push(b'\n');
-                    }
-                    let resp = Response::builder()
-                        .status(200)
-                        .header("content-type", "application/json")
-                        .body(Body::from(body))
-                        .unwrap();
-                    send.send_response(resp);
-                }
                 Reply::Hang => parked.push(send),
+                // Answered later, without holding up the requests that come meanwhile.
+                Reply::Late(after, reply) => {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        if let Some(resp) = response(*reply) {
+                            send.send_response(resp);
+                        }
+                    });
+                }
+                reply => {
+                    if let Some(resp) = response(reply) {
+                        send.send_response(resp);
+                    }
+                }
             }
         }
     });

@@ -11,6 +11,11 @@
 //!
 //! RightsizingRecommendation spec/status applies are kept, Events are kept, anything else is a
 //! test failure.
+//!
+//! The emulator is a fast, readable model; it is not trusted on its own: every PATCH of the
+//! Deployment or the HPA it answers is also sent through the API server's own merge
+//! (structured-merge-diff, [`super::real_merge`]) from the same object, and a test fails where
+//! the two disagree on a tracked field's value or owners.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -269,7 +274,54 @@ impl State {
         }))
     }
 
+    /// Answers `r` from the emulator, and checks every write against the API server's own merge
+    /// (structured-merge-diff, [`super::real_merge`]): the same request on the same object must
+    /// leave the same values and owners of the fields the emulator tracks.
     fn answer(&mut self, r: &Recorded) -> Reply {
+        let checked = r.method == "PATCH"
+            && (r.path == self.deployment_path() || Some(r.path.clone()) == self.hpa_path());
+        if !checked {
+            return self.answer_emulated(r);
+        }
+        let hpa = r.path != self.deployment_path();
+        let before = if hpa {
+            self.hpa().unwrap()
+        } else {
+            self.deployment()
+        };
+        let reply = self.answer_emulated(r);
+        let emulated = if hpa {
+            self.hpa().unwrap()
+        } else {
+            self.deployment()
+        };
+        let mut store = super::real_merge::Store::new("2026-01-01T00:00:00Z");
+        store.objects.insert(r.path.clone(), before);
+        let (manager, force) = (
+            r.query
+                .split('&')
+                .find_map(|p| p.strip_prefix("fieldManager="))
+                .unwrap_or_default(),
+            r.query_has("force=true"),
+        );
+        let real = store
+            .write(&r.path, &r.content_type, &r.body, manager, force)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "structured-merge-diff refused {} {}: {e:?}",
+                    r.method, r.path
+                )
+            });
+        let (a, b) = (tracked(&emulated, hpa), tracked(&real, hpa));
+        assert_eq!(
+            a, b,
+            "the emulator and structured-merge-diff disagree after {} {} ({}) {}",
+            r.method, r.path, r.content_type, r.body
+        );
+        reply
+    }
+
+    fn answer_emulated(&mut self, r: &Recorded) -> Reply {
         let manager = r
             .query
             .split('&')
@@ -467,6 +519,80 @@ impl State {
             }
         }
     }
+}
+
+/// The fields the emulator tracks on a Deployment (annotations, container requests) or an HPA
+/// (`spec.metrics`): each one's value (quantities as numbers) and its owners (manager,
+/// operation), as `managedFields` says.
+fn tracked(obj: &Value, hpa: bool) -> BTreeMap<String, (Value, BTreeSet<(String, String)>)> {
+    let mut out = BTreeMap::new();
+    let owners = |fields: &[String]| -> BTreeSet<(String, String)> {
+        obj["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                let mut v = Some(&e["fieldsV1"]);
+                for f in fields {
+                    v = v.and_then(|x| x.get(f));
+                }
+                v.is_some()
+            })
+            .map(|e| {
+                (
+                    e["manager"].as_str().unwrap_or_default().to_string(),
+                    e["operation"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    if hpa {
+        if let Some(m) = obj["spec"].get("metrics") {
+            out.insert(
+                "spec.metrics".into(),
+                (m.clone(), owners(&["f:spec".into(), "f:metrics".into()])),
+            );
+        }
+        return out;
+    }
+    for (k, v) in obj["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        let path = [
+            "f:metadata".into(),
+            "f:annotations".into(),
+            format!("f:{k}"),
+        ];
+        out.insert(format!("annotation {k}"), (v.clone(), owners(&path)));
+    }
+    for c in obj["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = c["name"].as_str().unwrap_or_default();
+        for (r, q) in c["resources"]["requests"].as_object().into_iter().flatten() {
+            let q = Quantity(q.as_str().unwrap_or_default().to_string());
+            let value = match r.as_str() {
+                "cpu" => json!(quantity::cpu_millis(&q).ok()),
+                _ => json!(quantity::memory_bytes(&q).ok()),
+            };
+            let path = ["f:spec", "f:template", "f:spec", "f:containers"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([
+                    format!("k:{{\"name\":\"{name}\"}}"),
+                    "f:resources".into(),
+                    "f:requests".into(),
+                    format!("f:{r}"),
+                ])
+                .collect::<Vec<_>>();
+            out.insert(format!("{name} {r}"), (value, owners(&path)));
+        }
+    }
+    out
 }
 
 /// Server-side apply of one field by `owner`: `Some` sets it (a changed value takes it from the

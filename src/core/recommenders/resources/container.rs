@@ -24,7 +24,7 @@
 //! - **Must not decrease**: a container that was CPU-throttled (cpu) or OOM-killed (memory) in the
 //!   window never gets a recommended request below its current request — usage-based or static.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
 use jiff::Timestamp;
@@ -260,6 +260,8 @@ pub struct ResourceRec {
     pub source: Source,
     /// Throttled (cpu) / OOM-killed (memory): never below the current request.
     pub must_not_decrease: bool,
+    /// That floor set the value: usage alone recommends `from_usage`, less.
+    pub held: Option<i64>,
 }
 
 /// What the hub knows about one counted container.
@@ -273,6 +275,27 @@ pub struct ContainerSignals {
     pub memory: Option<f64>,
     pub throttled: bool,
     pub oom_killed: bool,
+    /// What a floor's reason says: the peak throttled share, how long a pod was throttled
+    /// (seconds) and when last (unix seconds); when an OOM kill was last seen (unix seconds).
+    pub throttling: Option<Episode>,
+    pub oom_killed_at: Option<OomSeen>,
+}
+
+/// When an OOM kill was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OomSeen {
+    /// A today's pod's termination finished then (unix seconds).
+    Killed(i64),
+    /// kube-state-metrics last showed one as a pod's last termination then (unix seconds).
+    Shown(i64),
+}
+
+/// When and how much a container was throttled in the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Episode {
+    pub peak_share: f64,
+    pub seconds: Option<i64>,
+    pub last_at: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -295,16 +318,25 @@ pub fn recommend_container(c: &ContainerSignals, p: &PolicyParams) -> ContainerR
         recommend_memory_bytes(c.memory, &p.memory)
     });
     ContainerRec {
-        cpu: ResourceRec {
-            value: cpu.map(|v| never_below_current(v, c.current.cpu_millis, c.throttled)),
-            source: cpu_src,
-            must_not_decrease: c.throttled,
-        },
-        memory: ResourceRec {
-            value: mem.map(|v| never_below_current(v, c.current.memory_bytes, c.oom_killed)),
-            source: mem_src,
-            must_not_decrease: c.oom_killed,
-        },
+        cpu: floored(cpu, cpu_src, c.current.cpu_millis, c.throttled),
+        memory: floored(mem, mem_src, c.current.memory_bytes, c.oom_killed),
+    }
+}
+
+/// One resource's recommendation after its floor ([`never_below_current`]), saying whether
+/// the floor set it.
+fn floored(
+    value: Option<i64>,
+    source: Source,
+    current: Option<i64>,
+    must_not_decrease: bool,
+) -> ResourceRec {
+    let after = value.map(|v| never_below_current(v, current, must_not_decrease));
+    ResourceRec {
+        value: after,
+        source,
+        must_not_decrease,
+        held: value.filter(|v| Some(*v) != after),
     }
 }
 
@@ -336,36 +368,44 @@ fn ts_in(
 }
 
 /// Whether `container` was OOM-killed with a termination that finished in `[start, end]`: its current
-/// or last state is `terminated` with reason `OOMKilled` and `finishedAt` in the window.
+/// or last state is `terminated` with reason `OOMKilled` and `finishedAt` in the window. The
+/// latest such `finishedAt` (unix seconds).
 pub fn oom_killed_in_window(
     statuses: &[ContainerStatus],
     container: &str,
     start: Timestamp,
     end: Timestamp,
-) -> bool {
-    statuses.iter().filter(|s| s.name == container).any(|s| {
-        [s.last_state.as_ref(), s.state.as_ref()]
-            .into_iter()
-            .flatten()
-            .filter_map(|st| st.terminated.as_ref())
-            .any(|t| {
-                t.reason.as_deref() == Some(OOM_KILLED)
-                    && t.finished_at.as_ref().is_some_and(|f| ts_in(f, start, end))
-            })
-    })
+) -> Option<i64> {
+    statuses
+        .iter()
+        .filter(|s| s.name == container)
+        .flat_map(|s| [s.last_state.as_ref(), s.state.as_ref()])
+        .flatten()
+        .filter_map(|st| st.terminated.as_ref())
+        .filter(|t| t.reason.as_deref() == Some(OOM_KILLED))
+        .filter_map(|t| t.finished_at.as_ref().filter(|f| ts_in(f, start, end)))
+        .map(|f| f.0.as_second())
+        .max()
 }
 
-/// Names of the containers (regular and init) OOM-killed in `[start, end]` in any of `pods`.
-pub fn oom_killed_containers(pods: &[&Pod], start: Timestamp, end: Timestamp) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// The containers (regular and init) OOM-killed in `[start, end]` in any of `pods`, by name,
+/// with the latest kill's `finishedAt` (unix seconds).
+pub fn oom_killed_containers(
+    pods: &[&Pod],
+    start: Timestamp,
+    end: Timestamp,
+) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
     for status in pods.iter().filter_map(|p| p.status.as_ref()) {
         for list in [&status.container_statuses, &status.init_container_statuses]
             .into_iter()
             .flatten()
         {
             for s in list {
-                if oom_killed_in_window(std::slice::from_ref(s), &s.name, start, end) {
-                    out.insert(s.name.to_string());
+                if let Some(at) = oom_killed_in_window(std::slice::from_ref(s), &s.name, start, end)
+                {
+                    let latest: &mut i64 = out.entry(s.name.to_string()).or_insert(at);
+                    *latest = (*latest).max(at);
                 }
             }
         }
@@ -593,6 +633,7 @@ mod tests {
             memory: series(&[100.0 * MIB as f64]),
             throttled: true,
             oom_killed: false,
+            ..Default::default()
         };
         let r = recommend_container(&c, &p);
         assert_eq!(
@@ -629,6 +670,7 @@ mod tests {
             memory: series(&[100.0 * MIB as f64]),
             throttled: false,
             oom_killed: true,
+            ..Default::default()
         };
         let r = recommend_container(&c, &policy(&[]));
         assert_eq!(r.memory.value, Some(512 * MIB));
@@ -659,32 +701,19 @@ mod tests {
                 "lastState": {"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}}
             }))
         };
-        let inside = (end - SignedDuration::from_hours(24)).to_string();
-        let outside = (end - SignedDuration::from_hours(24 * 8)).to_string();
-        assert!(oom_killed_in_window(
-            &[mk("OOMKilled", &inside)],
-            "app",
-            start,
-            end
-        ));
-        assert!(!oom_killed_in_window(
-            &[mk("OOMKilled", &outside)],
-            "app",
-            start,
-            end
-        ));
-        assert!(!oom_killed_in_window(
-            &[mk("Error", &inside)],
-            "app",
-            start,
-            end
-        ));
-        assert!(!oom_killed_in_window(
-            &[mk("OOMKilled", &inside)],
-            "other",
-            start,
-            end
-        ));
+        let killed = end - SignedDuration::from_hours(24);
+        let (inside, outside) = (
+            killed.to_string(),
+            (end - SignedDuration::from_hours(24 * 8)).to_string(),
+        );
+        assert_eq!(
+            oom_killed_in_window(&[mk("OOMKilled", &inside)], "app", start, end),
+            Some(killed.as_second()),
+            "when it was killed"
+        );
+        assert!(oom_killed_in_window(&[mk("OOMKilled", &outside)], "app", start, end).is_none());
+        assert!(oom_killed_in_window(&[mk("Error", &inside)], "app", start, end).is_none());
+        assert!(oom_killed_in_window(&[mk("OOMKilled", &inside)], "other", start, end).is_none());
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "status": {
                 "containerStatuses": [serde_json::to_value(mk("Completed", &inside)).unwrap()],
@@ -694,7 +723,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             oom_killed_containers(&[&pod], start, end),
-            BTreeSet::from(["proxy".to_string()])
+            BTreeMap::from([("proxy".to_string(), killed.as_second())])
         );
     }
 

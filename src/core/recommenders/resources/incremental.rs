@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use super::summary::{self, Asked, Coverage, Covered, HistoryStore, Series};
-use super::{RsSignal, step_for, window_query, windows};
+use super::{
+    RsSignal, THROTTLED_RATIO, cpu_step_for, rate_window, step_for, window_query, windows,
+};
 use crate::api::{ResourceMetrics, RightsizingPolicySpec};
 use crate::metrics::window::{StepQuery, StepSet};
 use crate::metrics::{WindowKey, WorkloadSelector};
@@ -19,6 +21,16 @@ use crate::metrics::{WindowKey, WorkloadSelector};
 pub const BACKFILL_WORKLOADS_PER_CYCLE: usize = 500;
 /// Workloads per backfill query: a week of steps per pod makes answers large.
 pub const BACKFILL_WORKLOADS_PER_QUERY: usize = 25;
+
+/// Workloads whose whole window is read in a cycle of `workloads`: at most
+/// [`BACKFILL_WORKLOADS_PER_CYCLE`], and at most a third of them (at least one). A first
+/// reading costs Prometheus a few times a window query per workload (every step's look-back of
+/// a range query counts), and the workloads still waiting are answered by the window queries
+/// meanwhile: a third keeps a warm-up cycle under twice a whole-window cycle
+/// (docs/performance.md).
+pub fn backfill_budget(workloads: usize) -> usize {
+    (workloads / 3).clamp(1, BACKFILL_WORKLOADS_PER_CYCLE)
+}
 
 /// Which steps a step query asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +75,7 @@ pub fn group_of(
     step_seconds: i64,
 ) -> Vec<(Group, Vec<usize>)> {
     let (cpu_window, mem_window) = windows(spec);
-    let cpu_step = step_for(cpu_window, step_seconds);
+    let cpu_step = cpu_step_for(cpu_window, step_seconds, rate_window(spec));
     let mem_step = step_for(mem_window, step_seconds);
     let history_window = cpu_window.max(mem_window);
     let mut groups: BTreeMap<String, (Group, Vec<usize>)> = BTreeMap::new();
@@ -220,7 +232,10 @@ impl Group {
             match (signal, part) {
                 (RsSignal::Cpu, Part::New | Part::Fresh) => c.add_all(&pod.pod, Series::Cpu, steps),
                 (RsSignal::Throttled, Part::New | Part::Fresh) => {
-                    c.add_all(&pod.pod, Series::Throttled, steps)
+                    c.add_all(&pod.pod, Series::Throttled, steps);
+                    if let Some(&(t, _)) = steps.iter().rev().find(|(_, v)| *v >= THROTTLED_RATIO) {
+                        c.throttled_at(t);
+                    }
                 }
                 (RsSignal::Memory, Part::New | Part::Fresh) => {
                     // A backfill reads the working set over the history's window: the steps
@@ -307,6 +322,7 @@ impl Group {
         let mem_step = self.memory_grid.1;
         let first_step = (history_from.div_euclid(mem_step) + 1) * mem_step;
         let oom_from = self.now - self.memory_grid.0;
+        let cpu_from = self.now - self.cpu_grid.0;
         let owners = self.owners();
         let mut out = Vec::new();
         for key in &self.workloads {
@@ -333,13 +349,19 @@ impl Group {
                 put(RsSignal::Cpu, c.cpu_quantile(self.quantile));
                 put(RsSignal::Memory, c.memory_peak());
                 put(RsSignal::Throttled, c.throttled_peak());
+                let throttled = c.throttled_steps(THROTTLED_RATIO);
+                put(RsSignal::ThrottledFor, throttled.map(|n| n as f64));
+                put(
+                    RsSignal::ThrottledAt,
+                    c.throttled_since(cpu_from).map(|t| t as f64),
+                );
                 put(
                     RsSignal::History,
                     c.first_seen(history_from, first_step).map(|t| t as f64),
                 );
                 put(
                     RsSignal::OomKilled,
-                    c.oom_killed_since(oom_from).then_some(1.0),
+                    c.oom_killed_since(oom_from).map(|t| t as f64),
                 );
             }
             kept.containers
@@ -366,7 +388,24 @@ impl Group {
             at: jiff::Timestamp::UNIX_EPOCH,
             window_seconds: 1,
             step_seconds: 1,
+            rate_seconds: 1,
         };
         crate::metrics::window::PodOwners::new(&q).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backfill_budget_reads_at_most_500_and_a_third_of_the_workloads_a_cycle() {
+        // The default fleet: 500 a cycle, 50 cycles.
+        assert_eq!(backfill_budget(25_000), 500);
+        assert_eq!(backfill_budget(1_700), 500);
+        // A small fleet: a third a cycle, four cycles for 250.
+        assert_eq!(backfill_budget(250), 83);
+        assert_eq!(backfill_budget(2), 1);
+        assert_eq!(backfill_budget(0), 1);
     }
 }

@@ -11,6 +11,7 @@
 //! stays a range query per policy.
 
 pub mod container;
+pub mod floors;
 pub mod incremental;
 pub mod summary;
 pub mod workload;
@@ -71,10 +72,14 @@ pub enum RsSignal {
     Memory,
     /// The peak throttled share of CFS periods over the CPU window.
     Throttled,
+    /// The most steps a pod spent throttled ([`THROTTLED_RATIO`]) in the CPU window.
+    ThrottledFor,
+    /// The last step a pod was throttled in the CPU window (unix seconds).
+    ThrottledAt,
     /// The earliest working-set sample over the longer window: how much history there is.
     History,
     /// kube-state-metrics: an OOM kill as a pod's last termination, at some step of the memory
-    /// window (pods replaced since included).
+    /// window (pods replaced since included): the last step it showed (unix seconds).
     OomKilled,
     /// The same for init containers (sidecars): asked only for batches with a sidecar.
     InitOomKilled,
@@ -86,10 +91,12 @@ pub enum RsSignal {
 
 impl RsSignal {
     /// The per-(workload, container) window signals, queried for every batch.
-    pub const WINDOW: [RsSignal; 5] = [
+    pub const WINDOW: [RsSignal; 7] = [
         RsSignal::Cpu,
         RsSignal::Memory,
         RsSignal::Throttled,
+        RsSignal::ThrottledFor,
+        RsSignal::ThrottledAt,
         RsSignal::History,
         RsSignal::OomKilled,
     ];
@@ -102,7 +109,9 @@ impl RsSignal {
         match self {
             RsSignal::Cpu => &metrics.cpu,
             RsSignal::Memory | RsSignal::History => &metrics.memory,
-            RsSignal::Throttled => &metrics.throttling,
+            RsSignal::Throttled | RsSignal::ThrottledFor | RsSignal::ThrottledAt => {
+                &metrics.throttling
+            }
             RsSignal::OomKilled => LAST_TERMINATED_METRIC,
             RsSignal::InitOomKilled => INIT_LAST_TERMINATED_METRIC,
             RsSignal::HpaCurrentReplicas => hpa::KSM_CURRENT_REPLICAS,
@@ -116,6 +125,8 @@ impl RsSignal {
             RsSignal::Cpu => "cpu",
             RsSignal::Memory => "memory",
             RsSignal::Throttled => "cpu_throttling",
+            RsSignal::ThrottledFor => "cpu_throttled_steps",
+            RsSignal::ThrottledAt => "cpu_throttled_at",
             RsSignal::History => "history",
             RsSignal::OomKilled => "oom_killed",
             RsSignal::InitOomKilled => "init_oom_killed",
@@ -130,6 +141,12 @@ fn windows(spec: &crate::api::RightsizingPolicySpec) -> (i64, i64) {
     let cpu = spec.resources.cpu.clone().unwrap_or_default().window;
     let memory = spec.resources.memory.clone().unwrap_or_default().window;
     (cpu.seconds() as i64, memory.seconds() as i64)
+}
+
+/// The CPU usage rate's timescale of a policy, in seconds (`rateWindow`).
+fn rate_window(spec: &crate::api::RightsizingPolicySpec) -> i64 {
+    let cpu = spec.resources.cpu.clone().unwrap_or_default();
+    cpu.rate_window.seconds() as i64
 }
 
 /// The range query of one HPA replica signal selecting `series` (namespace, HPA name) over the
@@ -179,6 +196,7 @@ fn window_query(
         RsSignal::OomKilled | RsSignal::InitOomKilled => Vec::new(),
         _ => LabelMatcher::of_resource_metrics(metrics),
     };
+    let rate = rate_window(spec);
     let (aggregate, window) = match signal {
         RsSignal::Cpu => {
             let percentile = spec.resources.cpu.clone().unwrap_or_default().percentile;
@@ -195,11 +213,19 @@ fn window_query(
                 name: REASON_LABEL.into(),
                 value: container::OOM_KILLED.into(),
             });
-            (WindowAggregate::Peak, mem_window)
+            (WindowAggregate::LastPositive, mem_window)
         }
         RsSignal::Throttled => (
             WindowAggregate::RateRatioPeak {
                 denominator: metrics.periods.clone(),
+            },
+            cpu_window,
+        ),
+        RsSignal::ThrottledFor | RsSignal::ThrottledAt => (
+            WindowAggregate::RateRatioAbove {
+                denominator: metrics.periods.clone(),
+                ratio: THROTTLED_RATIO,
+                last: signal == RsSignal::ThrottledAt,
             },
             cpu_window,
         ),
@@ -215,7 +241,14 @@ fn window_query(
         workloads,
         at: now,
         window_seconds: window,
-        step_seconds: step_for(window, step_seconds),
+        step_seconds: match signal {
+            RsSignal::Cpu
+            | RsSignal::Throttled
+            | RsSignal::ThrottledFor
+            | RsSignal::ThrottledAt => cpu_step_for(window, step_seconds, rate),
+            _ => step_for(window, step_seconds),
+        },
+        rate_seconds: rate,
     }
 }
 
@@ -260,8 +293,23 @@ pub struct RsPlan {
 }
 
 /// The step for a window: at least `step`, coarse enough to stay under [`MAX_POINTS`].
+/// (Memory needs no finer one: its peak counts every sample of each step's interval.)
 pub fn step_for(window_seconds: i64, step: i64) -> i64 {
     step.max((window_seconds + MAX_POINTS - 1) / MAX_POINTS)
+}
+
+/// Steps of a CPU window at most: a histogram's bin counts to 65,535 (45 days at 1 minute).
+const MAX_CPU_STEPS: i64 = 65_000;
+
+/// The CPU grid's step for a window: [`step_for`]'s, but never coarser than the rate window
+/// `rate_seconds`, so the percentile is one of rates over `rate_seconds` whatever the window
+/// (a coarser grid would sample fewer of them, not other ones) — up to [`MAX_CPU_STEPS`].
+pub fn cpu_step_for(window_seconds: i64, step: i64, rate_seconds: i64) -> i64 {
+    let finest = (window_seconds + MAX_CPU_STEPS - 1) / MAX_CPU_STEPS;
+    step_for(window_seconds, step)
+        .min(rate_seconds)
+        .max(finest)
+        .max(1)
 }
 
 /// Selects a workload's pods by the names its controller gives them ([`pod_name_suffix`]);
@@ -408,7 +456,7 @@ fn plan_batches(
     now: Timestamp,
     step_seconds: i64,
 ) {
-    let mut backfill_budget = incremental::BACKFILL_WORKLOADS_PER_CYCLE;
+    let mut backfill_budget = incremental::backfill_budget(per_policy.values().map(Vec::len).sum());
     for (pi, members) in per_policy {
         let spec = &snapshot.rightsizing_policies[pi].spec;
         for chunk in members.chunks(WORKLOADS_PER_QUERY) {
@@ -722,26 +770,44 @@ fn history(
     }
 }
 
-/// One container's signals over the window, from the window answers and today's pods.
+/// One container's signals over the window, from the window answers and today's pods (`oom`:
+/// their OOM kills' `finishedAt`), the CPU grid's step `cpu_step`.
 fn observed_signals(
     name: &str,
     current: crate::core::model::ResourceRequests,
     key: &WindowKey,
     answers: &RsAnswers,
-    oom: &BTreeSet<String>,
+    oom: &BTreeMap<String, i64>,
+    cpu_step: i64,
 ) -> ContainerSignals {
+    let peak_share = answers.value(RsSignal::Throttled, key);
+    // Names are unique across a pod's containers and init containers: the two series never
+    // speak of the same container.
+    let shown = [RsSignal::OomKilled, RsSignal::InitOomKilled]
+        .into_iter()
+        .filter_map(|s| answers.value(s, key))
+        .filter(|v| container::oom_killed_in_history(Some(*v)))
+        .reduce(f64::max);
+    let oom_killed_at = match (oom.get(name), shown) {
+        (Some(at), _) => Some(container::OomSeen::Killed(*at)),
+        (None, Some(at)) => Some(container::OomSeen::Shown(at as i64)),
+        (None, None) => None,
+    };
     ContainerSignals {
         name: name.to_string(),
         current,
         cpu: answers.value(RsSignal::Cpu, key),
         memory: answers.value(RsSignal::Memory, key),
-        throttled: container::throttled(answers.value(RsSignal::Throttled, key), THROTTLED_RATIO),
-        // Names are unique across a pod's containers and init containers: the two series never
-        // speak of the same container.
-        oom_killed: oom.contains(name)
-            || [RsSignal::OomKilled, RsSignal::InitOomKilled]
-                .into_iter()
-                .any(|s| container::oom_killed_in_history(answers.value(s, key))),
+        throttled: container::throttled(peak_share, THROTTLED_RATIO),
+        oom_killed: oom_killed_at.is_some(),
+        throttling: peak_share.map(|peak_share| container::Episode {
+            peak_share,
+            seconds: answers
+                .value(RsSignal::ThrottledFor, key)
+                .map(|steps| steps as i64 * cpu_step),
+            last_at: answers.value(RsSignal::ThrottledAt, key).map(|t| t as i64),
+        }),
+        oom_killed_at,
     }
 }
 
@@ -822,6 +888,8 @@ pub fn evaluate(
         let mut containers = Vec::new();
         let mut bad_request: Option<String> = None;
         let gpu_w = gpu.get(&w.key).copied();
+        let (cpu_window, _) = windows(&policy.spec);
+        let cpu_step = cpu_step_for(cpu_window, step_seconds, rate_window(&policy.spec));
         for (c, key) in counted.iter().zip(&keys) {
             let current = match container::effective_requests(c) {
                 Ok(r) => r,
@@ -834,7 +902,7 @@ pub fn evaluate(
                 || policy.spec.scope.containers.iter().any(|n| *n == c.name);
             let g = gpu_w.and_then(|m| m.get(c.name.as_str()));
             containers.push(ContainerInput {
-                signals: observed_signals(&c.name, current, key, answers, &oom),
+                signals: observed_signals(&c.name, current, key, answers, &oom, cpu_step),
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
                 gpu_recommended: g.and_then(|g| g.recommended),
@@ -1026,6 +1094,21 @@ mod tests {
 
     use super::*;
     use crate::core::hash::HashMapExt;
+
+    #[test]
+    fn cpu_step_for_is_never_coarser_than_the_rate_window() {
+        // 1 day, 7 days, 14 days at the default 15 s step and 1-minute rates: the memory grid
+        // coarsens with the window, the CPU grid stops at the rate window.
+        assert_eq!(step_for(86_400, 15), 15);
+        assert_eq!(cpu_step_for(86_400, 15, 60), 15);
+        assert_eq!(step_for(604_800, 15), 61);
+        assert_eq!(cpu_step_for(604_800, 15, 60), 60);
+        assert_eq!(cpu_step_for(1_209_600, 15, 60), 60);
+        // A 5-minute timescale on a 7-day window: the usual grid is fine enough.
+        assert_eq!(cpu_step_for(604_800, 15, 300), 61);
+        // Beyond 45 days at 1 minute the histograms' counts would overflow: coarser.
+        assert_eq!(cpu_step_for(90 * 86_400, 15, 60), 120);
+    }
     use crate::sources::dir::{load_dir, load_text};
 
     /// A Deployment the HPA example's policy covers (`app: web`), with an HPA of its own.
@@ -1164,22 +1247,34 @@ status:
             "never below the request"
         );
         assert!(from_status.containers[0].oom_killed);
+        assert_eq!(from_status.risk_flags, ["oom-killed"], "the floor is said");
 
-        assert_eq!(outcome(&no_oom, Some(1.0)), from_status);
-        assert_eq!(
-            outcome(&oom_in_status, Some(1.0)),
-            from_status,
-            "either one"
+        // The history's answer: the last step an OOM kill showed.
+        let shown = Some((now.as_second() - 3600) as f64);
+        let floor = |o: &workload::RightsizingOutcome| {
+            (memory(o), o.containers[0].oom_killed, o.risk_flags.clone())
+        };
+        assert_eq!(floor(&outcome(&no_oom, shown)), floor(&from_status));
+        assert!(
+            outcome(&no_oom, shown).risk_reasons[0]
+                .contains("showed it as a pod's last termination until 2026-01-01 11:00 UTC"),
+            "{:?}",
+            outcome(&no_oom, shown).risk_reasons
         );
-        assert_eq!(outcome(&no_oom, Some(0.0)), neither);
+        assert_eq!(
+            outcome(&oom_in_status, shown),
+            from_status,
+            "either one; a pod's own termination says when"
+        );
+        assert_eq!(outcome(&no_oom, None), neither);
         assert_eq!(outcome(&one_web_pod(None), None), neither);
     }
 
-    /// docs/metrics.md#history-by-workload: per batch one window query per signal, the fifth
-    /// the OOM kills kube-state-metrics recorded, selected by `reason="OOMKilled"` over the
-    /// memory window.
+    /// docs/metrics.md#history-by-workload: per batch one window query per signal, the last
+    /// the OOM kills kube-state-metrics recorded (when last shown), selected by
+    /// `reason="OOMKilled"` over the memory window.
     #[test]
-    fn each_batch_asks_five_window_queries_the_oom_kills_by_reason_over_the_memory_window() {
+    fn each_batch_asks_seven_window_queries_the_oom_kills_by_reason_over_the_memory_window() {
         let now = "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap();
         let plan = plan(&one_web_pod(None), now, 15, None);
         let signals: Vec<RsSignal> = plan.queries.iter().map(|(_, s, _)| *s).collect();
@@ -1198,7 +1293,7 @@ status:
                 value: "OOMKilled".into()
             }]
         );
-        assert_eq!(query.aggregate, WindowAggregate::Peak);
+        assert_eq!(query.aggregate, WindowAggregate::LastPositive);
         assert_eq!(query.window_seconds, 86_400, "the memory window");
     }
 

@@ -192,6 +192,14 @@ impl Histogram {
         Some(self.at_rank(lower) * (1.0 - weight) + self.at_rank(upper) * weight)
     }
 
+    /// How many values are at least `v` (`count_over_time` of the steps at or above it).
+    pub fn count_at_least(&self, v: f64) -> u64 {
+        self.entries()
+            .filter(|(x, _)| *x >= v)
+            .map(|(_, c)| u64::from(c))
+            .sum()
+    }
+
     /// `max_over_time` of the values.
     pub fn max(&self) -> Option<f64> {
         self.entries().last().map(|(v, _)| v)
@@ -251,6 +259,10 @@ pub struct ContainerHistory {
     /// The last grid step at which kube-state-metrics reported an OOM kill as one of the
     /// container's last terminations.
     pub last_oom: Option<i64>,
+    /// The last grid step at which one of its pods was throttled (at least the throttling
+    /// ratio): when the throttling floor's reason says it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_throttled: Option<i64>,
 }
 
 impl ContainerHistory {
@@ -304,6 +316,11 @@ impl ContainerHistory {
         self.last_oom = Some(self.last_oom.map_or(at, |l| l.max(at)));
     }
 
+    /// A pod was throttled at grid step `at`.
+    pub fn throttled_at(&mut self, at: i64) {
+        self.last_throttled = Some(self.last_throttled.map_or(at, |l| l.max(at)));
+    }
+
     /// Drops the pods with nothing left: no value in any window, no working set since
     /// `history_from` (the start of the longest window).
     pub fn forget_before(&mut self, history_from: i64) {
@@ -341,9 +358,24 @@ impl ContainerHistory {
             .min()
     }
 
-    /// Whether an OOM kill was seen at a step after `from`.
-    pub fn oom_killed_since(&self, from: i64) -> bool {
-        self.last_oom.is_some_and(|l| l > from)
+    /// The last step after `from` at which an OOM kill was seen.
+    pub fn oom_killed_since(&self, from: i64) -> Option<i64> {
+        self.last_oom.filter(|l| *l > from)
+    }
+
+    /// The last step after `from` at which a pod was throttled.
+    pub fn throttled_since(&self, from: i64) -> Option<i64> {
+        self.last_throttled.filter(|l| *l > from)
+    }
+
+    /// The most steps any pod spent throttled (a throttled share at least `ratio`), if any.
+    pub fn throttled_steps(&self, ratio: f64) -> Option<u64> {
+        let most = self
+            .pods
+            .values()
+            .map(|p| p.throttled.count_at_least(ratio))
+            .max()?;
+        (most > 0).then_some(most)
     }
 
     /// Bytes held.
@@ -895,7 +927,10 @@ mod tests {
         assert_eq!(c.first_seen(100, 120), Some(120), "seen before the window");
         assert_eq!(c.first_seen(200, 240), Some(240), "old's last step left it");
         c.oom_at(120);
-        assert!(c.oom_killed_since(60) && !c.oom_killed_since(120));
+        assert_eq!(
+            (c.oom_killed_since(60), c.oom_killed_since(120)),
+            (Some(120), None)
+        );
         for (t, v) in [(60, 0.2), (120, 0.3), (180, 0.4)] {
             let _ = t;
             c.remove("old", Series::Cpu, v);

@@ -220,6 +220,9 @@ pub struct RightsizingOutcome {
     pub managed: Managed,
     /// What else the user should know (e.g. where `max-replicas-reached` was read from).
     pub reasons: Vec<String>,
+    /// The reasons of the floors that hold a request (risk flags `throttled`, `oom-killed`),
+    /// also in `reasons`: the RightsizingRecommendation's `spec.riskReasons`.
+    pub risk_reasons: Vec<String>,
 }
 
 pub fn get(r: &ResourceRequests, res: HpaResource) -> Option<i64> {
@@ -312,6 +315,10 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             span(input.history.window_seconds)
         ));
     }
+    let signals: Vec<&ContainerSignals> = input.containers.iter().map(|c| &c.signals).collect();
+    let (floor_flags, risk_reasons) = super::floors::floor_reasons(&signals, &ctx.recs);
+    risk_flags.extend(floor_flags);
+    reasons.extend(risk_reasons.iter().cloned());
     let hpa_out = input
         .hpa
         .as_ref()
@@ -360,6 +367,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         apply,
         managed,
         reasons,
+        risk_reasons,
     })
 }
 
@@ -543,7 +551,7 @@ fn managed(
 }
 
 /// A duration for messages: `36h`, `90m`, `45s`.
-fn span(seconds: i64) -> String {
+pub(super) fn span(seconds: i64) -> String {
     match seconds {
         s if s >= 3600 && s % 3600 == 0 => format!("{}h", s / 3600),
         s if s >= 3600 => format!("{:.1}h", s as f64 / 3600.0),

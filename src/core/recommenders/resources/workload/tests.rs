@@ -66,6 +66,7 @@ fn container(name: &str, cpu_m: i64, mem_mi: i64, use_m: i64, use_mi: i64) -> Co
             memory: series((use_mi * MIB) as f64),
             throttled: false,
             oom_killed: false,
+            ..Default::default()
         },
         in_scope: true,
         gpu_current: None,
