@@ -377,8 +377,10 @@ impl WriterSide {
         let lease_cfg = LeaseConfig {
             name: "kerf-writer".into(),
             duration: Duration::from_secs(15),
-            renew_every: Duration::from_millis(50),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_millis(50),
             metrics: metrics.clone(),
+            health: None,
         };
         let lease = Lease::new(client.clone(), "kerf-system", "kerf-0", lease_cfg).run();
         let (writer, gate) = writer(client, metrics.clone());
