@@ -1524,7 +1524,7 @@ async fn a_kserve_gpu_upsize_is_evicted_and_its_replacement_admitted_with_the_gp
     );
 
     let store = kerf::state::Store::new();
-    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(&fixture.join("manifests"));
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(fixture.join("manifests"));
     dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
     let pod = serde_json::json!({
         "metadata": {"namespace": "ml", "annotations": {"gpu-fraction": "0.5"},
@@ -1540,6 +1540,50 @@ async fn a_kserve_gpu_upsize_is_evicted_and_its_replacement_admitted_with_the_gp
         alloc["kserve-container"].gpu
     };
     assert_eq!(gpus(&admitted), Some(1.0), "{admitted:#}");
+}
+
+/// A LeaderWorkerSet whose worker template requests CPU at pod level (`spec.resources`): the
+/// template kerf reads for it keeps that, so in auto-patch it is `blocked` with
+/// `PodLevelResources` as a Deployment would be, and nothing is evicted; an empty
+/// `resources: {}` is no pod-level request.
+#[tokio::test]
+async fn a_lws_group_with_pod_level_requests_is_blocked() {
+    let fixture = root().join("tests/fixtures/workloads");
+    let objects = std::fs::read_to_string(fixture.join("manifests/objects.yaml")).unwrap();
+    let worker = "    spec:\n      containers:\n        - name: vllm-worker";
+    assert!(objects.contains(worker));
+    let outcome = |pod_level: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let changed = objects.replace(
+            worker,
+            &format!("    spec:\n      resources: {pod_level}\n      containers:\n        - name: vllm-worker"),
+        );
+        std::fs::write(dir.path().join("objects.yaml"), changed).unwrap();
+        let m = load_dir(dir.path()).unwrap();
+        (m, dir)
+    };
+    let src = FileSource::from_path(&fixture.join("metrics.om")).unwrap();
+    for (pod_level, blocked) in [("{requests: {cpu: \"4\"}}", true), ("{}", false)] {
+        let (m, _dir) = outcome(pod_level);
+        let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+        let lws = c
+            .resource_results()
+            .find(|r| r.key.name.as_str() == "vllm")
+            .unwrap();
+        let o = lws.outcome.as_ref().unwrap();
+        assert_eq!(
+            o.reason.as_deref() == Some("PodLevelResources"),
+            blocked,
+            "{pod_level}: {:?} {}",
+            o.reason,
+            o.message
+        );
+        let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+        let evicts_lws = ops
+            .iter()
+            .any(|op| matches!(op, WriteOp::Evict(e) if e.workload.name.as_str() == "vllm"));
+        assert_eq!(evicts_lws, !blocked, "{pod_level}");
+    }
 }
 
 /// A LeaderWorkerSet recreates a group's worker StatefulSet when one of its pods goes; the new
