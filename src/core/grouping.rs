@@ -62,7 +62,7 @@ fn chain_above(snapshot: &Snapshot, w: &Workload, controller: &Link) -> Option<C
     owner_chain(
         ns,
         &owners,
-        None,
+        crate::core::owner::TemplateHashes::default(),
         |rs| link(&snapshot.replicaset_owners, rs),
         |job| link(&snapshot.job_owners, job),
         |kind, name| snapshot.controller_of(ns, kind, name),

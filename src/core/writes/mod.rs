@@ -15,8 +15,8 @@ pub mod write_method;
 
 pub use fields::{
     KerfApply, Live, Released, gpu_restart_due, has_any, kerf_apply, live_template,
-    merge_conditions, nest, release_patch, requests_match, same_gpu, template_requests,
-    workload_body,
+    merge_conditions, nest, release_patch, requests_match, restart_body, same_gpu,
+    template_requests, workload_body,
 };
 pub use ops::{
     CheckpointWrite, ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations,

@@ -50,8 +50,8 @@ use crate::api::{
 };
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, ContainerRequests, RequestSet, WorkloadKey,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, ContainerRequests,
+    RequestSet, WorkloadKey,
 };
 use crate::core::writes::write_method::json_patch;
 use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
@@ -798,9 +798,7 @@ impl Task {
     /// Rolling restart through the pod template annotation (a merge patch: see the module docs).
     async fn restart(&self, key: &WorkloadKey) -> Result<(), CallError> {
         let at = crate::core::model::rfc3339_secs(Timestamp::now());
-        let mut path: Vec<&str> = key.kind.template_path().to_vec();
-        path.extend(["metadata", "annotations"]);
-        let body = nest(&path, json!({ ANNOTATION_RESTARTED_AT: at }));
+        let body = crate::core::writes::restart_body(key.kind, &at);
         let api = self.workload_api(key);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
