@@ -196,7 +196,7 @@ pub fn kubelet_resize(pod: &Pod) -> KubeletResize {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fallback {
     /// `Infeasible`, `ResizeError`, `DeferredTooLong`, `InProgressTooLong`, `QoSClassChange`,
-    /// `PodLevelResources`, `Refused` (by the API server, recorded by the writer).
+    /// `PodLevelResources`, `WindowsPod`, `Refused` (by the API server, recorded by the writer).
     pub reason: &'static str,
     pub message: String,
 }
@@ -210,6 +210,19 @@ pub fn no_pod_level_resources(spec: &PodSpec) -> Result<(), Fallback> {
             reason: "PodLevelResources",
             message: "the pod sets pod-level resources, which cannot be resized in place".into(),
         }),
+    }
+}
+
+/// A Windows pod (`spec.os.name: windows`) is not resized in place: the API server refuses it
+/// (`ValidatePodResize`: "Forbidden: windows pods cannot be resized"), so the change rolls out
+/// without a resize request.
+pub fn not_windows(spec: &PodSpec) -> Result<(), Fallback> {
+    match spec.os.as_deref().map(|os| os.name.as_str()) {
+        Some("windows") => Err(Fallback {
+            reason: "WindowsPod",
+            message: "the pod runs on Windows, whose pods cannot be resized in place".into(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -430,8 +443,10 @@ pub fn plan_workload_resize(
             }
             continue;
         }
-        if let Err(f) = no_pod_level_resources(spec).and_then(|()| qos_class_kept(spec, &requests))
-        {
+        let refused = not_windows(spec)
+            .and_then(|()| no_pod_level_resources(spec))
+            .and_then(|()| qos_class_kept(spec, &requests));
+        if let Err(f) = refused {
             out.fallback.get_or_insert(f);
             continue;
         }

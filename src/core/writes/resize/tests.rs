@@ -114,6 +114,27 @@ fn no_pod_level_resources() {
 }
 
 #[test]
+fn not_windows() {
+    let with_os = |os: Value| {
+        pod(json!({
+            "metadata": {"name": "p", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app"}], "os": os}
+        }))
+    };
+    assert!(super::not_windows(spec(&running(json!([{"name": "app"}])))).is_ok());
+    assert!(super::not_windows(spec(&with_os(json!({"name": "linux"})))).is_ok());
+    let f = super::not_windows(spec(&with_os(json!({"name": "windows"})))).unwrap_err();
+    assert_eq!(f.reason, "WindowsPod");
+    // The whole workload's change rolls out, no pod asked.
+    let mut p = with_os(json!({"name": "windows"}));
+    p.status = running(json!([])).status;
+    let mut budget = 10;
+    let r = plan_workload_resize(&[&p], &cpu(250), at("2026-07-01T12:00:00Z"), &mut budget);
+    assert!(r.requests.is_empty());
+    assert_eq!(r.fallback.unwrap().reason, "WindowsPod");
+}
+
+#[test]
 fn kubelet_resize_within_bounds() {
     let now = at("2026-07-01T12:00:00Z");
     let base = running(json!([{"name": "app"}]));
