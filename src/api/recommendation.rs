@@ -211,6 +211,9 @@ pub enum ApplyMethod {
     /// Another controller owns the template: new pods get the change at admission, running
     /// ones are replaced one at a time through the Eviction API (docs/workloads.md).
     Evict,
+    /// New pods only: the change is admitted into the next pods the controller creates, no
+    /// running pod is replaced (a RayJob's cluster: evicting its head fails the job).
+    Admission,
     /// Nothing is applied.
     #[default]
     None,
@@ -222,6 +225,7 @@ impl ApplyMethod {
             ApplyMethod::Rollout => "rollout",
             ApplyMethod::InPlace => "inPlace",
             ApplyMethod::Evict => "evict",
+            ApplyMethod::Admission => "admission",
             ApplyMethod::None => "none",
         }
     }

@@ -264,6 +264,9 @@ pub fn workload_json(
         ));
     }
     let method = apply_method(status);
+    if method == ApplyMethod::Admission {
+        reasons.push(crate::core::writes::method::REASON_JOB_CLUSTER.into());
+    }
     if method == ApplyMethod::InPlace && support == ResizeSupport::Assumed {
         reasons.push(
             "resized in place as a cluster serving pods/resize (Kubernetes 1.33+) would: no API \

@@ -71,6 +71,7 @@ fn collection(api_version: &str, kind: &str) -> String {
         "Rollout" => "rollouts",
         "RayCluster" => "rayclusters",
         "RayService" => "rayservices",
+        "RayJob" => "rayjobs",
         "PodCliqueSet" => "podcliquesets",
         "PodClique" => "podcliques",
         "RightsizingPolicy" => "rightsizingpolicies",
@@ -372,6 +373,7 @@ async fn a_gpu_upsize_of_kserve_and_lws_evicts_one_pod_of_each_and_writes_no_tem
 /// worker group pinned by its `groupName` and each container by its name — and none of its pods
 /// is evicted (KubeRay rolls to a new cluster). One whose zero-downtime upgrade is off
 /// (`upgradeStrategy.type: None`) is never written: one of its pods is evicted, workers first.
+/// A RayJob's cluster is neither written nor evicted: `applyMethod: admission`.
 #[tokio::test]
 async fn a_rayservice_change_is_written_to_its_ray_cluster_config_and_evicted_without_zero_downtime()
  {
@@ -420,6 +422,25 @@ async fn a_rayservice_change_is_written_to_its_ray_cluster_config_and_evicted_wi
         "{:?}",
         calls(&seen)
     );
+    // The RayJob's cluster runs a job: nothing of it is evicted or written, new pods only.
+    assert!(
+        !seen
+            .iter()
+            .any(|r| r.method != "GET" && r.path.contains("/rayjobs/")),
+        "{:?}",
+        calls(&seen)
+    );
+    let job = seen
+        .iter()
+        .filter(|r| {
+            r.path
+                .ends_with("/rightsizingrecommendations/rayjob-train/status")
+        })
+        .map(|r| &r.body["status"])
+        .next_back()
+        .unwrap_or_else(|| panic!("{:?}", calls(&seen)));
+    assert_eq!(job["applyMethod"], "admission", "{job}");
+    assert!(job["eviction"].is_null(), "{job}");
 }
 
 /// Kinds kerf knows only because GlobalConfiguration `workloadKinds` lists them: once the reader

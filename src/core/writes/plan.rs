@@ -45,7 +45,9 @@ use crate::core::recommenders::resources::workload::{AgentPlan, RightsizingOutco
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::core::writes::conflict::{Assessment, ConflictInput, ConflictRules, assess};
 use crate::core::writes::eviction::{Wanted, plan_eviction};
-use crate::core::writes::method::{Delivery, MethodInput, delivery, gpu_delivery};
+use crate::core::writes::method::{
+    Delivery, MethodInput, delivery, gpu_delivery, running_pods_kept,
+};
 use crate::core::writes::resize::RESIZES_PER_CYCLE;
 use crate::core::writes::write_method::{ray_cluster_config_write_method, template_write_method};
 
@@ -381,6 +383,7 @@ impl Planning<'_> {
         };
         let input = MethodInput {
             template_writable,
+            new_pods_only: running_pods_kept(w.key.kind),
             strategy_in_place,
             support: self.snapshot.resize,
             coordinated: apply.hpa.is_some(),
@@ -433,7 +436,7 @@ impl Planning<'_> {
         let wanted_gpu = gpu
             .filter(|g| !g.metrics_unavailable)
             .and_then(|g| g.recommendation.as_deref())?;
-        let mut d = gpu_delivery(w.template_writable());
+        let mut d = gpu_delivery(w.template_writable(), running_pods_kept(w.key.kind));
         if writing && d.method == ApplyMethod::Evict {
             let pods = self.running_pods(&w.key);
             let none = crate::core::model::ContainerRequests::default();
@@ -667,7 +670,9 @@ impl<'a> Conflicts<'a> {
                     let untouched = previous.and_then(|s| s.apply_method).is_some_and(|m| {
                         matches!(
                             m,
-                            crate::api::ApplyMethod::InPlace | crate::api::ApplyMethod::Evict
+                            crate::api::ApplyMethod::InPlace
+                                | crate::api::ApplyMethod::Evict
+                                | crate::api::ApplyMethod::Admission
                         )
                     });
                     if untouched || !w.template_writable() {
@@ -992,10 +997,13 @@ fn resource_writes(
     // Without a CPU/memory plan, a GPU change alone is delivered while kerf writes.
     let writing = plan.is_some() || (outcome.apply.is_none() && standing.writes());
     let delivery = p.delivery_recorded(wo, r, w, outcome, writing, &mut status, previous.as_ref());
-    // In place or by eviction: the template is never written.
-    let template_untouched = delivery
-        .as_ref()
-        .is_some_and(|d| matches!(d.method, ApplyMethod::InPlace | ApplyMethod::Evict));
+    // In place, by eviction or at admission only: the template is never written.
+    let template_untouched = delivery.as_ref().is_some_and(|d| {
+        matches!(
+            d.method,
+            ApplyMethod::InPlace | ApplyMethod::Evict | ApplyMethod::Admission
+        )
+    });
     let kept_hpa = plan
         .and_then(|plan| plan.hpa.as_ref())
         .map(|h| hpa_target(p.snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
@@ -1138,6 +1146,8 @@ fn change_due(
         Some(ApplyMethod::Evict) => delivery
             .and_then(|d| d.eviction.as_ref())
             .is_some_and(|e| e.evict.is_some()),
+        // Only new pods change, as they come.
+        Some(ApplyMethod::Admission) => false,
         _ => !requests_match(&w.template, &plan.requests),
     };
     pods_change || kept_hpa.is_some_and(|h| !release.is_empty() && !h.in_place())
