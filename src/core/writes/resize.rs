@@ -174,6 +174,17 @@ fn true_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
         .find(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// A `PodResizeInProgress` the kubelet does not set while applying a resize: one with a reason
+/// other than `Error`, or a message. VPA's updater falls back at once on such a condition
+/// (`CanEvictInPlacingPod`, "unexpected in-progress-resize condition") instead of waiting out
+/// the hour; so does kerf.
+pub fn in_progress_unexpected(c: &PodCondition) -> bool {
+    let reason = c.reason.as_deref().unwrap_or_default();
+    let message = c.message.as_deref().unwrap_or_default();
+    // `Error` is the kubelet's own failure, read as such.
+    reason != "Error" && (!reason.is_empty() || !message.is_empty())
+}
+
 /// The pod's resize conditions, read as the kubelet sets them.
 pub fn kubelet_resize(pod: &Pod) -> KubeletResize {
     let since = |c: &PodCondition| c.last_transition_time.as_ref().map(|t| t.0);
@@ -187,6 +198,11 @@ pub fn kubelet_resize(pod: &Pod) -> KubeletResize {
     }
     match true_condition(pod, POD_RESIZE_IN_PROGRESS) {
         Some(c) if c.reason.as_deref() == Some("Error") => KubeletResize::Failed(message(c)),
+        Some(c) if in_progress_unexpected(c) => KubeletResize::Failed(format!(
+            "unexpected in-progress condition (reason {:?}): {}",
+            c.reason.as_deref().unwrap_or_default(),
+            message(c)
+        )),
         Some(c) => KubeletResize::InProgress(since(c)),
         None => KubeletResize::Settled,
     }

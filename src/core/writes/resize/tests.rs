@@ -15,8 +15,14 @@ fn running(containers: Value) -> Pod {
 }
 
 fn with_condition(mut p: Pod, type_: &str, reason: &str, at: &str) -> Pod {
+    // The kubelet sets a message with a reason only (an InProgress being applied has neither).
+    let message = if reason.is_empty() {
+        ""
+    } else {
+        "node is full"
+    };
     let c: PodCondition = serde_json::from_value(json!({
-        "type": type_, "status": "True", "reason": reason, "message": "node is full",
+        "type": type_, "status": "True", "reason": reason, "message": message,
         "lastTransitionTime": at
     }))
     .unwrap();
@@ -192,6 +198,30 @@ fn kubelet_resize_within_bounds() {
         "2026-07-01T11:59:00Z",
     );
     assert_eq!(ok(&failed).unwrap_err().reason, "ResizeError");
+}
+
+/// An in-progress condition the kubelet does not set while applying (another reason, or a
+/// message) falls back at once, as VPA's updater does, not after the hour.
+#[test]
+fn in_progress_unexpected() {
+    let now = at("2026-07-01T12:00:00Z");
+    let base = running(json!([{"name": "app"}]));
+    let condition = |reason: &str| {
+        with_condition(
+            base.clone(),
+            POD_RESIZE_IN_PROGRESS,
+            reason,
+            "2026-07-01T11:59:00Z",
+        )
+    };
+    let of = |p: &Pod| p.status.as_ref().unwrap().conditions.as_ref().unwrap()[0].clone();
+    assert!(!super::in_progress_unexpected(&of(&condition(""))));
+    assert!(!super::in_progress_unexpected(&of(&condition("Error"))));
+    let odd = condition("SomethingNew");
+    assert!(super::in_progress_unexpected(&of(&odd)));
+    let f = super::kubelet_resize_within_bounds(&kubelet_resize(&odd), now).unwrap_err();
+    assert_eq!(f.reason, "ResizeError");
+    assert!(f.message.contains("SomethingNew"), "{}", f.message);
 }
 
 #[test]
