@@ -284,6 +284,12 @@ impl Metrics {
              fell back to a rollout, by outcome",
             self.resizes.clone(),
         );
+        self.register_operation(r);
+    }
+
+    /// The metrics of running kerf in a cluster: evictions, the Lease, TLS, watches, take-backs,
+    /// the usage history, recommendations and connections.
+    fn register_operation(&self, r: &mut Registry) {
         r.register(
             "kerf_evictions",
             "Pods evicted so that their replacements are admitted with kerf's requests, for \

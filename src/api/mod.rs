@@ -41,9 +41,9 @@ pub use recommendation::{
     RightsizingRecommendationSpec, Savings, WorkloadRef, WriteMethod,
 };
 pub use rightsizing::{
-    ClusterRightsizingPolicy, ClusterRightsizingPolicySpec, CpuRecipe, HpaCoordination,
-    MemoryRecipe, ResourceMode, ResourceRecipes, RightsizingPolicy, RightsizingPolicySpec,
-    StaticRequests, TargetBounds,
+    ClusterRightsizingPolicy, ClusterRightsizingPolicySpec, ControlledValues, CpuRecipe,
+    HpaCoordination, MemoryRecipe, ResourceMode, ResourceRecipes, RightsizingPolicy,
+    RightsizingPolicySpec, StaticRequests, TargetBounds,
 };
 pub use strategy::{
     AutomationStrategy, AutomationStrategySpec, ClusterAutomationStrategy,

@@ -18,6 +18,18 @@ pub enum ResourceMode {
     AuditOnly,
 }
 
+/// Which of a container's values kerf sets for a resource (VPA's `controlledValues`):
+/// `RequestsAndLimits` (default) scales a limit with its request, keeping their ratio;
+/// `RequestsOnly` leaves the limit and caps the request at it (docs/policies.md#limits).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum ControlledValues {
+    #[default]
+    RequestsAndLimits,
+    RequestsOnly,
+}
+
 fn default_percentile() -> f64 {
     95.0
 }
@@ -43,6 +55,10 @@ pub const ASSUMED_SCRAPE_SECONDS: u64 = 30;
 pub struct CpuRecipe {
     #[serde(default)]
     pub mode: ResourceMode,
+    /// `RequestsAndLimits` (default): a limit keeps its ratio to the request;
+    /// `RequestsOnly`: the limit stays and the request is capped at it.
+    #[serde(default)]
+    pub controlled_values: ControlledValues,
     /// Percentile of the CPU usage rate over `window` (default 95): of the rates over
     /// `rateWindow`, sampled at least every `rateWindow`.
     #[serde(default = "default_percentile")]
@@ -69,6 +85,7 @@ impl Default for CpuRecipe {
     fn default() -> Self {
         Self {
             mode: ResourceMode::AuditOnly,
+            controlled_values: ControlledValues::default(),
             percentile: default_percentile(),
             headroom_percent: default_cpu_headroom(),
             window: default_resource_window(),
@@ -84,6 +101,10 @@ impl Default for CpuRecipe {
 pub struct MemoryRecipe {
     #[serde(default)]
     pub mode: ResourceMode,
+    /// `RequestsAndLimits` (default): a limit keeps its ratio to the request;
+    /// `RequestsOnly`: the limit stays and the request is capped at it.
+    #[serde(default)]
+    pub controlled_values: ControlledValues,
     #[serde(default = "default_memory_headroom")]
     #[x_kube(validation = Rule::new("self >= 0.0").message("headroomPercent must be >= 0"))]
     pub headroom_percent: f64,
@@ -100,6 +121,7 @@ impl Default for MemoryRecipe {
     fn default() -> Self {
         Self {
             mode: ResourceMode::AuditOnly,
+            controlled_values: ControlledValues::default(),
             headroom_percent: default_memory_headroom(),
             window: default_resource_window(),
             min: None,

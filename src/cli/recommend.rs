@@ -166,16 +166,38 @@ fn resources_json(rs: Option<&RsResult>) -> Value {
                     "cpu": {
                         "current": quantity(c.current.cpu_millis, format_cpu_millis),
                         "recommended": quantity(c.recommended.cpu_millis, format_cpu_millis),
+                        "limit": limit_json(
+                            c.current_limits.cpu_millis,
+                            c.recommended_limits.cpu_millis,
+                            format_cpu_millis,
+                        ),
                     },
                     "memory": {
                         "current": quantity(c.current.memory_bytes, format_memory_bytes),
                         "recommended": quantity(c.recommended.memory_bytes, format_memory_bytes),
+                        "limit": limit_json(
+                            c.current_limits.memory_bytes,
+                            c.recommended_limits.memory_bytes,
+                            format_memory_bytes,
+                        ),
                     },
                 }),
             )
         })
         .collect();
     Value::Object(m)
+}
+
+/// A container's limit of one resource (docs/policies.md#limits): null where it has none (kerf
+/// never adds one).
+fn limit_json(current: Option<i64>, recommended: Option<i64>, fmt: fn(i64) -> String) -> Value {
+    match current {
+        None => Value::Null,
+        Some(_) => json!({
+            "current": quantity(current, fmt),
+            "recommended": quantity(recommended, fmt),
+        }),
+    }
 }
 
 fn hpa_json(rs: Option<&RsResult>) -> Value {

@@ -126,6 +126,8 @@ pub struct EntryFields<'a> {
     pub template_annotations: Vec<&'a str>,
     /// (container, an init container, `cpu` or `memory`).
     pub requests: Vec<(String, bool, &'a str)>,
+    /// The same for the containers' limits.
+    pub limits: Vec<(String, bool, &'a str)>,
 }
 
 fn keys(v: Option<&Value>) -> impl Iterator<Item = &str> {
@@ -166,11 +168,15 @@ pub fn entry_fields<'a>(
         .and_then(|m| m.get("f:annotations"));
     let spec = template.and_then(|t| t.get("f:spec"));
     let mut requests: Vec<(String, bool, &'a str)> = Vec::new();
+    let mut limits: Vec<(String, bool, &'a str)> = Vec::new();
     for (list, init) in [("f:containers", false), ("f:initContainers", true)] {
         let items = spec.and_then(|s| s.get(list)).and_then(Value::as_object);
         if items.is_some_and(serde_json::Map::is_empty) {
-            for (container, init, resource) in atomic_list_requests(pod_spec, init) {
+            for (container, init, resource) in atomic_list_requests(pod_spec, init, false) {
                 requests.push((container, init, resource));
+            }
+            for (container, init, resource) in atomic_list_requests(pod_spec, init, true) {
+                limits.push((container, init, resource));
             }
             continue;
         }
@@ -182,27 +188,36 @@ pub fn entry_fields<'a>(
             for resource in keys(owned).filter(|r| matches!(*r, "cpu" | "memory")) {
                 requests.push((container.clone(), init, resource));
             }
+            let owned = item.get("f:resources").and_then(|r| r.get("f:limits"));
+            for resource in keys(owned).filter(|r| matches!(*r, "cpu" | "memory")) {
+                limits.push((container.clone(), init, resource));
+            }
         }
     }
     Some(EntryFields {
         annotations: keys(annotations).collect(),
         template_annotations: keys(template_annotations).collect(),
         requests,
+        limits,
     })
 }
 
-/// The requests of every container of `template`'s list (`init`: the init containers), owned
-/// with the list when it is atomic.
+/// The requests (`limits`: the limits) of every container of `template`'s list (`init`: the
+/// init containers), owned with the list when it is atomic.
 fn atomic_list_requests(
     template: Option<&PodSpec>,
     init: bool,
+    limits: bool,
 ) -> impl Iterator<Item = (String, bool, &'static str)> + '_ {
     let list = template.map(|t| match init {
         true => t.init_containers.as_deref().unwrap_or_default(),
         false => t.containers.as_slice(),
     });
     list.into_iter().flatten().flat_map(move |c| {
-        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        let requests = c.resources.as_ref().and_then(|r| match limits {
+            true => r.limits.as_ref(),
+            false => r.requests.as_ref(),
+        });
         ["cpu", "memory"]
             .into_iter()
             .filter(move |r| requests.is_some_and(|q| q.contains_key(*r)))
@@ -332,6 +347,8 @@ pub struct Owned {
     pub annotations: BTreeSet<String>,
     /// container → the requests owned.
     pub requests: BTreeMap<String, RequestSet>,
+    /// container → the limits owned.
+    pub limits: BTreeMap<String, RequestSet>,
 }
 
 /// What kerf's own apply configuration owns on a live workload.
@@ -369,6 +386,11 @@ fn owned_where(
             .extend(fields.annotations.iter().map(|k| k.to_string()));
         for (container, _, resource) in fields.requests {
             let e = owned.requests.entry(container).or_default();
+            e.cpu |= resource == "cpu";
+            e.memory |= resource == "memory";
+        }
+        for (container, _, resource) in fields.limits {
+            let e = owned.limits.entry(container).or_default();
             e.cpu |= resource == "cpu";
             e.memory |= resource == "memory";
         }

@@ -7,6 +7,7 @@ pub mod allocation;
 pub mod grouping;
 pub mod hash;
 pub mod hpa;
+pub mod limits;
 pub mod managed_fields;
 pub mod model;
 pub mod owner;

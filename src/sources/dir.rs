@@ -248,6 +248,16 @@ pub struct ManifestReader {
 }
 
 impl ManifestReader {
+    /// An object of a kind kerf does not read, counted for the summary line.
+    fn skip(&mut self, doc: &serde_json::Value) {
+        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        *self
+            .manifests
+            .skipped_kinds
+            .entry(kind.to_string())
+            .or_default() += 1;
+    }
+
     fn error(&mut self, e: String) {
         self.all.push(e.clone());
         self.errors.push(e);
@@ -288,6 +298,9 @@ impl ManifestReader {
         let invalid = self.manifests.invalid.len();
         if let Err(e) = read_object(doc, at, &mut self.manifests) {
             match e.downcast::<UnsupportedKind>() {
+                // Kubernetes' own groups hold no listed kind: counted now, not kept (a dump's
+                // ConfigMaps and Secrets can be large).
+                Ok(UnsupportedKind(doc)) if kubernetes_group(&doc) => self.skip(&doc),
                 Ok(unknown) => self.unknown_kinds.push((unknown.0, at.to_string())),
                 Err(e) => self.error(format!("{e:#}")),
             }
@@ -302,14 +315,7 @@ impl ManifestReader {
         for (doc, at) in std::mem::take(&mut self.unknown_kinds) {
             if let Err(e) = read_object(doc, &at, &mut self.manifests) {
                 match e.downcast::<UnsupportedKind>() {
-                    Ok(UnsupportedKind(doc)) => {
-                        let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
-                        *self
-                            .manifests
-                            .skipped_kinds
-                            .entry(kind.to_string())
-                            .or_default() += 1;
-                    }
+                    Ok(UnsupportedKind(doc)) => self.skip(&doc),
                     Err(e) => self.error(format!("{e:#}")),
                 }
             }
@@ -398,6 +404,18 @@ fn indices_dropped(path: &str) -> String {
         }
     }
     out
+}
+
+/// The object's API group is Kubernetes' own (the core group, `apps`, `batch`, `policy`,
+/// `autoscaling`, `extensions`, or one under `k8s.io`), where no workload kind is listed.
+fn kubernetes_group(doc: &serde_json::Value) -> bool {
+    let api_version = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    matches!(
+        group,
+        "" | "apps" | "batch" | "policy" | "autoscaling" | "extensions"
+    ) || group == "k8s.io"
+        || group.ends_with(".k8s.io")
 }
 
 /// An object of a kind kerf does not read (nor the configuration lists): read again once the

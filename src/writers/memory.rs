@@ -42,6 +42,8 @@ struct WorkloadFields {
     gpu: Option<Rendered>,
     /// Template requests kerf set, by container (a `None` resource is left as it is).
     requests: ContainerRequests,
+    /// Template limits kerf set with them (docs/policies.md#limits).
+    limits: ContainerRequests,
     /// Pod template `restartedAt` of kerf's last rolling restart.
     restarted_at: Option<String>,
     /// A rollback removed the `rollback` annotation.
@@ -215,6 +217,8 @@ impl MemoryWriter {
                     // kerf keeps owning the fields, with the values from before kerf.
                     RestoreKind::Rollback => {
                         merge_requests(&mut fields.requests, &r.requests);
+                        let restored = r.requests.iter().map(|(c, v)| (c, RequestSet::of(v)));
+                        drop_requests(&mut fields.limits, restored.chain(removed.clone()));
                         drop_requests(&mut fields.requests, removed);
                         fields.rollback_cleared = true;
                         if let Some(h) = &r.hpa {
@@ -225,13 +229,17 @@ impl MemoryWriter {
                     // kerf) stand again; what kerf keeps is applied in the same step.
                     RestoreKind::Release => {
                         let restored = r.requests.iter().map(|(c, v)| (c, RequestSet::of(v)));
-                        drop_requests(&mut fields.requests, restored.chain(removed));
+                        let gone = restored.chain(removed);
+                        let gone: Vec<(&String, RequestSet)> = gone.collect();
+                        drop_requests(&mut fields.limits, gone.iter().map(|(c, s)| (*c, *s)));
+                        drop_requests(&mut fields.requests, gone.into_iter());
                         if let Some(h) = &r.hpa {
                             self.hpa_targets
                                 .remove(&(h.namespace.clone(), h.name.clone()));
                         }
                         if let Some(keep) = &r.keep {
                             merge_requests(&mut fields.requests, &keep.requests);
+                            merge_requests(&mut fields.limits, &keep.limits);
                             if let Some(h) = &keep.hpa {
                                 self.hpa(h);
                             }
@@ -258,6 +266,9 @@ impl MemoryWriter {
         }
         if let Some(r) = &w.requests {
             merge_requests(&mut fields.requests, r);
+        }
+        if let Some(l) = &w.limits {
+            merge_requests(&mut fields.limits, l);
         }
         if restart {
             self.restart(key, now);
@@ -346,6 +357,7 @@ impl WorkloadFields {
         gpu || restart
             || (self.rollback_cleared && w.annotations.contains_key(ANNOTATION_ROLLBACK))
             || !requests_match(&w.template, &self.requests)
+            || !crate::core::writes::limits_match(&w.template, &self.limits)
     }
 
     fn lay_over(&self, w: &mut Workload) {
@@ -363,6 +375,9 @@ impl WorkloadFields {
         // The overlaid workload is held as the cluster's: no growth slack.
         w.annotations.shrink_to_fit();
         set_template_requests(&mut w.template, &self.requests);
+        if let Some(spec) = w.template.spec.as_mut() {
+            set_pod_values(spec, &self.limits, true);
+        }
         if let Some(at) = &self.restarted_at {
             let annotations = w
                 .template
@@ -412,6 +427,12 @@ fn set_template_requests(template: &mut PodTemplateSpec, requests: &ContainerReq
 
 /// Sets `requests` on the containers of a pod spec (a template's or a resized pod's).
 fn set_pod_requests(spec: &mut PodSpec, requests: &ContainerRequests) {
+    set_pod_values(spec, requests, false);
+}
+
+/// Sets `values` as the requests (or `limits`) of the containers of a pod spec.
+fn set_pod_values(spec: &mut PodSpec, values: &ContainerRequests, limits: bool) {
+    let requests = values;
     let containers = spec
         .containers
         .iter_mut()
@@ -420,11 +441,12 @@ fn set_pod_requests(spec: &mut PodSpec, requests: &ContainerRequests) {
         let Some(want) = requests.get(c.name.as_str()) else {
             continue;
         };
-        let map = c
-            .resources
-            .get_or_insert_with(Default::default)
-            .requests
-            .get_or_insert_with(Default::default);
+        let resources = c.resources.get_or_insert_with(Default::default);
+        let map = match limits {
+            true => &mut resources.limits,
+            false => &mut resources.requests,
+        }
+        .get_or_insert_with(Default::default);
         if let Some(m) = want.cpu_millis {
             map.insert("cpu".into(), Quantity(format_cpu_millis(m)));
         }
@@ -492,6 +514,7 @@ mod tests {
                 recommendation: recommended.map(recommendation),
             }),
             requests: None,
+            limits: None,
             method: crate::api::WriteMethod::Apply,
         }))
     }

@@ -688,3 +688,69 @@ fn the_write_method_follows_the_crd_in_the_directory() {
         "{none}"
     );
 }
+
+/// Limits as VPA keeps them (docs/policies.md#limits): with requests equal to limits (a
+/// Guaranteed pod), the worked example's CPU request moves 1000m → 700m and its limit with it,
+/// so the pod stays Guaranteed; the HPA target still moves 50 → 71 % (the HPA divides by
+/// requests). A 2:1 limit keeps its ratio; `RequestsOnly` leaves the limit and never takes the
+/// request above it.
+#[test]
+fn limits_keep_their_ratio_and_the_hpa_target_is_unchanged() {
+    let cpu_limit = |limit: &str, extra: &str| {
+        let limit = limit.to_string();
+        let extra = extra.to_string();
+        hpa_example_edited(move |t| {
+            t.replace(
+                "requests: {cpu: 1000m, memory: 512Mi}",
+                &format!(
+                    "requests: {{cpu: 1000m, memory: 512Mi}}\n            limits: {{cpu: {limit}}}"
+                ),
+            )
+            .replace("window: 1h}", &format!("window: 1h{extra}}}"))
+        })
+    };
+    let run = |dir: &tempfile::TempDir| {
+        let v = recommend_json(
+            &dir.path().join("."),
+            &root().join("examples/hpa/metrics.om"),
+        );
+        entry(&v, "web").clone()
+    };
+    let guaranteed = run(&cpu_limit("1000m", ""));
+    let cpu = &guaranteed["resources"]["app"]["cpu"];
+    assert_eq!(cpu["recommended"], "700m", "{guaranteed}");
+    assert_eq!(
+        cpu["limit"],
+        serde_json::json!({"current": "1", "recommended": "700m"})
+    );
+    assert_eq!(
+        guaranteed["resources"]["app"]["memory"]["limit"],
+        Value::Null
+    );
+    assert_eq!(guaranteed["hpa"]["targetAfter"], 71);
+    let qos = |r: &Value| {
+        let pair = |x: &Value, k: &str| {
+            let parse = |s: &Value| s.as_str().map(|t| t.to_string());
+            (
+                parse(&x[k]["recommended"]),
+                parse(&x[k]["limit"]["recommended"]),
+            )
+        };
+        let (req, lim) = pair(&r["resources"]["app"], "cpu");
+        req.is_some() && req == lim
+    };
+    assert!(qos(&guaranteed), "requests equal limits after the change");
+    let double = run(&cpu_limit("2000m", ""));
+    assert_eq!(
+        double["resources"]["app"]["cpu"]["limit"],
+        serde_json::json!({"current": "2", "recommended": "1400m"})
+    );
+    // RequestsOnly with a limit below what usage asks: the request is capped at the limit.
+    let only = run(&cpu_limit("500m", ", controlledValues: RequestsOnly"));
+    let cpu = &only["resources"]["app"]["cpu"];
+    assert_eq!(cpu["recommended"], "500m", "{only}");
+    assert_eq!(
+        cpu["limit"],
+        serde_json::json!({"current": "500m", "recommended": "500m"})
+    );
+}

@@ -42,6 +42,13 @@ async fn cycle(dir: &str, metrics: &str) -> (kerf::sources::dir::Manifests, Cycl
     (m, c)
 }
 
+fn coordinated_op(ops: &[WriteOp]) -> Option<&kerf::core::writes::CoordinatedChange> {
+    ops.iter().find_map(|op| match op {
+        WriteOp::Coordinated(c) => Some(&**c),
+        _ => None,
+    })
+}
+
 fn workload_op<'a>(
     ops: &'a [WriteOp],
     name: &str,
@@ -130,13 +137,7 @@ async fn store_keeps_the_last_state_while_prometheus_is_down() {
 async fn coordinated_change_and_applied_event_for_the_hpa_example() {
     let (m, c) = cycle("examples/hpa/manifests", "examples/hpa/metrics.om").await;
     let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
-    let coordinated = ops
-        .iter()
-        .find_map(|op| match op {
-            WriteOp::Coordinated(c) => Some(c),
-            _ => None,
-        })
-        .expect("one coordinated change");
+    let coordinated = coordinated_op(&ops).expect("one coordinated change");
     assert_eq!(coordinated.hpa.name, "web");
     assert_eq!(coordinated.hpa.average_utilization, 71);
     let req = &coordinated.workload.requests.as_ref().unwrap()["app"];
@@ -168,6 +169,54 @@ async fn coordinated_change_and_applied_event_for_the_hpa_example() {
     assert_eq!(applied.requests["app"].memory, None, "memory is audit-only");
     let hpa = applied.hpa.as_ref().unwrap();
     assert_eq!((hpa.target_before, hpa.target_after), (Some(50), Some(71)));
+}
+
+/// The HPA half of a coordinated change failed (the template took 700m, the HPA kept 50 %): the
+/// next cycle writes the HPA target planned from the pre-change pair (71 %), not one recomputed
+/// from the half-changed pair (round(50 × 700/700) = 50, which would pass for done), and the
+/// recommendation keeps saying 50 → 71.
+#[tokio::test]
+async fn a_failed_hpa_half_is_written_again_with_the_target_planned_before_the_change() {
+    let (m, c) = cycle("examples/hpa/manifests", "examples/hpa/metrics.om").await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let rec = recommendation_op(&ops, "deployment-web").unwrap();
+    let recorded = std::sync::Arc::new(kerf::core::persisted::PersistedRecommendation {
+        namespace: rec.namespace.as_str().into(),
+        name: rec.name.as_str().into(),
+        owner_uids: Vec::new(),
+        spec: rec.spec.clone(),
+        status: rec.status.clone(),
+    });
+    // The template half went through; the HPA still says 50 %.
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["web.yaml", "pods.yaml"] {
+        let text = std::fs::read_to_string(root().join("examples/hpa/manifests").join(f)).unwrap();
+        let text = match f {
+            "web.yaml" => text.replace(
+                "requests: {cpu: 1000m, memory: 512Mi}",
+                "requests: {cpu: 700m, memory: 512Mi}",
+            ),
+            _ => text,
+        };
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    let half = load_dir(dir.path()).unwrap();
+    let src = FileSource::from_path(&root().join("examples/hpa/metrics.om")).unwrap();
+    let c = run_cycle(&half.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&half.snapshot, &c, &[], &[recorded], at());
+    let coordinated = coordinated_op(&ops).expect("the change is written again");
+    assert_eq!(coordinated.hpa.average_utilization, 71);
+    let req = &coordinated.workload.requests.as_ref().unwrap()["app"];
+    assert_eq!(req.cpu_millis, Some(700));
+    let rec = recommendation_op(&ops, "deployment-web").unwrap();
+    let hpa = rec.status.as_ref().unwrap().applied.as_ref().unwrap();
+    let hpa = hpa.hpa.as_ref().unwrap();
+    assert_eq!((hpa.target_before, hpa.target_after), (Some(50), Some(71)));
+    let spec = rec.spec.hpa.as_ref().unwrap();
+    assert_eq!(
+        (spec.target_before, spec.target_after),
+        (Some(50), Some(71))
+    );
 }
 
 /// docs/design/hpa-coordination.md#h11: a coordinated change goes through the pod template (a

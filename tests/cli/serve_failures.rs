@@ -420,10 +420,10 @@ async fn ready_standalone_still_names_a_failing_prometheus() {
             .arg(format!("http://kerf:s3cret@127.0.0.1:{port}"));
     });
     // The first cycle ran (failed queries keep the last recommendations): ready, and the
-    // failure is there for whoever looks.
+    // failure is there for whoever looks (after the usage history's line).
     let (status, body) = kerf.poll("/readyz", 20, |s, _| s == 200).await;
     let error = body
-        .strip_prefix("ready\nlast errors:\n  prometheus (")
+        .strip_prefix("ready\nusage history: 0 workloads kept\nlast errors:\n  prometheus (")
         .expect(&body);
     assert!(
         error.contains("s ago): GpuReactivePolicy/ml/gpu-reactive ")

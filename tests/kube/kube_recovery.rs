@@ -201,6 +201,7 @@ async fn what_the_writer_persists_recovers_to_the_same_state() {
             recommendation: Some(rec()),
         }),
         requests: None,
+        limits: None,
         method: kerf::api::WriteMethod::Apply,
     }));
     assert!(matches!(

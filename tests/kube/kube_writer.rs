@@ -135,6 +135,7 @@ async fn annotations_are_server_side_applied_by_kerf_and_restart_follows_a_new_r
         observed: workload(BTreeMap::new()).into(),
         gpu: Some(gpu(1.0, Some(rec.clone()))),
         requests: None,
+        limits: None,
         method: kerf::api::WriteMethod::Apply,
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 3 });
@@ -207,6 +208,7 @@ async fn nothing_is_sent_when_the_workload_already_matches() {
                 memory_bytes: Some(256 << 20),
             },
         )])),
+        limits: None,
         method: kerf::api::WriteMethod::Apply,
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::Unchanged);
@@ -230,6 +232,7 @@ async fn same_values_with_a_new_timestamp_update_the_annotation_without_a_restar
         observed: workload(annotations).into(),
         gpu: Some(gpu(1.0, Some(new.clone()))),
         requests: None,
+        limits: None,
         method: kerf::api::WriteMethod::Apply,
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 2 });
@@ -274,6 +277,7 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
         observed: workload(annotations).into(),
         gpu: Some(GpuAnnotations::default()),
         requests: None,
+        limits: None,
         method: kerf::api::WriteMethod::Apply,
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 3 });
@@ -329,6 +333,7 @@ async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status()
         observed: workload(BTreeMap::new()).into(),
         gpu: Some(gpu(1.0, Some(recommendation(1.5, 0)))),
         requests: None,
+        limits: None,
         method: kerf::api::WriteMethod::Apply,
     }));
     assert_eq!(w.apply(op).await, WriteOutcome::ReadOnly);
@@ -606,6 +611,7 @@ fn coordinated(observed_target: Option<i32>) -> WriteOp {
                     memory_bytes: None,
                 },
             )])),
+            limits: None,
             method: kerf::api::WriteMethod::Apply,
         },
         hpa: HpaTarget {

@@ -199,8 +199,14 @@ fn run(t: Target, steps: &[Step]) {
                 };
                 match method {
                     WriteMethod::JsonPatch => {
-                        let (p, _) =
-                            json_patch(&live, kind, &BTreeMap::new(), &set, &BTreeMap::new());
+                        let (p, _) = json_patch(
+                            &live,
+                            kind,
+                            &BTreeMap::new(),
+                            &set,
+                            &ContainerRequests::new(),
+                            &BTreeMap::new(),
+                        );
                         store
                             .write(
                                 &path,
@@ -212,7 +218,15 @@ fn run(t: Target, steps: &[Step]) {
                             .unwrap();
                     }
                     _ => {
-                        let body = kerf_apply(&key, view, None, &set, Released::NONE).body;
+                        let body = kerf_apply(
+                            &key,
+                            view,
+                            None,
+                            &set,
+                            &ContainerRequests::new(),
+                            Released::NONE,
+                        )
+                        .body;
                         store.write(&path, APPLY, &body, "kerf", true).unwrap();
                     }
                 }

@@ -151,6 +151,7 @@ impl Cluster {
             observed: self.observed(kind),
             gpu: None,
             requests: Some(requests),
+            limits: None,
             method,
         })))
         .await;
@@ -182,6 +183,7 @@ impl Cluster {
             hpa: None,
             keep: (!keep.is_empty()).then_some(Kept {
                 requests: keep,
+                limits: ContainerRequests::new(),
                 hpa: None,
             }),
             recommendation: None,
@@ -523,6 +525,7 @@ fn the_release_never_deletes_what_it_gives_back_in_any_order() {
         WorkloadKind::Rollout,
         &BTreeMap::new(),
         &req("app", Some(1000), None),
+        &ContainerRequests::new(),
         &removed,
     );
     let mut after = live.clone();

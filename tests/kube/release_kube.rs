@@ -1131,13 +1131,13 @@ mod bodies {
             let key = WorkloadKey::new("shop", WorkloadKind::Deployment, "web");
             let live: DynamicObject = serde_json::from_value(state.deployment()).unwrap();
             if let Some(patch) =
-                release_patch(&key, &restored, &live_template(Live { metadata: &live.metadata, data: &live.data }, WorkloadKind::Deployment))
+                release_patch(&key, &restored, &ContainerRequests::new(), &live_template(Live { metadata: &live.metadata, data: &live.data }, WorkloadKind::Deployment))
             {
                 state.update_requests("kerf-release", &patch);
             }
             let live: DynamicObject = serde_json::from_value(state.deployment()).unwrap();
             let released = Released { restored: &restored, removed: &removed };
-            let apply = kerf_apply(&key, Live { metadata: &live.metadata, data: &live.data }, None, &set, released);
+            let apply = kerf_apply(&key, Live { metadata: &live.metadata, data: &live.data }, None, &set, &ContainerRequests::new(), released);
             state.apply_deployment("kerf", &apply.body);
 
             for ((c, r), s) in FIELDS.iter().zip(&stories) {

@@ -2,13 +2,15 @@
 //! scraped every 30 s, the CPU percentile kerf reports is the p95 of one-minute rates computed
 //! directly from the raw samples — within 5 % — for 1-day, 7-day and 14-day windows alike, and
 //! the memory peak is the raw maximum, a single sample between two grid steps included; through
-//! a real Prometheus, the file source and the kept history. Needs `prometheus` and `promtool`.
+//! a real Prometheus, the file source and the kept history. And a floor that holds a request
+//! says so. Needs `prometheus` and `promtool`.
 
 use std::sync::{Arc, Mutex};
 
 use crate::prometheus_support::{EPOCH, Lcg, TestPrometheus};
 use crate::workload_history::{
-    MIB, at, cycle, cycle_agreeing, file, manifests, openmetrics, pod_series, prom,
+    MIB, at, cycle, cycle_agreeing, file, manifests, openmetrics, openmetrics_with, pod_series,
+    prom,
 };
 use kerf::core::recommenders::cycle::CycleOutput;
 use kerf::metrics::window::quantile;
@@ -139,4 +141,83 @@ async fn cpu_p95_is_the_p95_of_one_minute_rates_and_memory_the_raw_peak_for_ever
         // The history's 0.5 %, and ten minutes less of the window at the first cycle.
         assert!((cpu - direct).abs() <= 0.05 * direct, "{cpu} vs {direct}");
     }
+}
+
+/// A held request says what held it: a container throttled for ten minutes keeps its 1-CPU
+/// request where its usage alone asks 200m; the JSON (and the table) say the risk flag and the
+/// signal, its value and when — through Prometheus and the file source alike.
+#[tokio::test]
+async fn a_throttling_floor_says_what_held_the_request() {
+    let (from, end) = (END - 86_400 - 600, END);
+    let throttled_from = END - 7_200;
+    let mut s = (String::new(), String::new());
+    pod_series(&mut s, POD, (from, end, SCRAPE), |_| 0.2, |_| 100.0 * MIB);
+    let labels = format!("namespace=\"shop\",pod=\"{POD}\",container=\"app\"");
+    let (mut periods, mut throttled, mut cfs) = (0.0, 0.0, String::new());
+    let mut thr = String::new();
+    for t in (from..=end).step_by(SCRAPE as usize) {
+        writeln_cfs(
+            &mut cfs,
+            "container_cpu_cfs_periods_total",
+            &labels,
+            periods,
+            t,
+        );
+        writeln_cfs(
+            &mut thr,
+            "container_cpu_cfs_throttled_periods_total",
+            &labels,
+            throttled,
+            t,
+        );
+        // 100 ms periods: 300 a scrape; a fifth of them throttled for ten minutes.
+        periods += 300.0;
+        if (throttled_from..throttled_from + 600).contains(&t) {
+            throttled += 60.0;
+        }
+    }
+    let text = openmetrics_with(
+        s,
+        &format!(
+            "# TYPE container_cpu_cfs_periods counter\n{cfs}# TYPE container_cpu_cfs_throttled_periods counter\n{thr}"
+        ),
+    );
+    let p = TestPrometheus::start_with_openmetrics(&text);
+    let dir = manifests("1d", &[("web", &[POD])]);
+    let out = cycle_agreeing(dir.path(), &text, &p, at(END)).await;
+    let json = kerf::cli::recommend::to_json(&out);
+    let web = &json["recommendations"][0];
+    assert_eq!(
+        web["riskFlags"],
+        serde_json::json!(["throttled"]),
+        "{web:#}"
+    );
+    assert_eq!(
+        web["resources"]["app"]["cpu"]["recommended"], "1",
+        "{web:#}"
+    );
+    let reasons: Vec<&str> = web["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str())
+        .collect();
+    let said = reasons
+        .iter()
+        .find(|r| r.starts_with("app: throttled"))
+        .unwrap_or_else(|| panic!("{reasons:?}"));
+    eprintln!("{said}");
+    assert_eq!(
+        *said,
+        "app: throttled 20 % of CFS periods for 10m (last at 2026-01-15 22:10 UTC); CPU request \
+         held at 1 (usage alone: 200m)"
+    );
+    let table =
+        kerf::cli::recommend::to_table(&out, at(END), &kerf::writers::memory::MemoryWriter::new());
+    assert!(table.contains(said), "{table}");
+}
+
+fn writeln_cfs(out: &mut String, metric: &str, labels: &str, value: f64, t: i64) {
+    use std::fmt::Write as _;
+    writeln!(out, "{metric}{{{labels}}} {value} {t}").unwrap();
 }

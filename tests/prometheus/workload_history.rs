@@ -118,6 +118,11 @@ pub(crate) fn openmetrics(series: (String, String)) -> String {
     with_last_terminated(series, "")
 }
 
+/// [`openmetrics`] with more metric families (their `# TYPE` lines and samples).
+pub(crate) fn openmetrics_with(series: (String, String), families: &str) -> String {
+    openmetrics(series).replace("# EOF\n", &format!("{families}# EOF\n"))
+}
+
 /// [`openmetrics`] with kube-state-metrics' last termination reason series `ksm`
 /// ([`last_terminated`]).
 fn with_last_terminated(series: (String, String), ksm: &str) -> String {
@@ -332,11 +337,9 @@ async fn a_sidecar_oom_kill_of_a_pod_replaced_mid_window_keeps_its_memory_reques
         "kube_pod_container_status_last_terminated_reason",
         "kube_pod_init_container_status_last_terminated_reason",
     );
-    let text = openmetrics(s).replace(
-        "# EOF\n",
-        &format!(
-            "# TYPE kube_pod_init_container_status_last_terminated_reason gauge\n{ksm}# EOF\n"
-        ),
+    let text = openmetrics_with(
+        s,
+        &format!("# TYPE kube_pod_init_container_status_last_terminated_reason gauge\n{ksm}"),
     );
     let p = TestPrometheus::start_with_openmetrics(&text);
     let dir = manifests("1d", &[("web", &[today])]);
@@ -819,6 +822,31 @@ async fn file_and_prometheus_window_aggregates_agree() {
             vec![],
         ),
         (oom_metric, WindowAggregate::Peak, oom_killed.clone()),
+        // What the floors' reasons say: how many steps and when last a pod was throttled, when
+        // an OOM kill last showed.
+        (
+            "container_cpu_cfs_throttled_periods_total",
+            WindowAggregate::RateRatioAbove {
+                denominator: "container_cpu_cfs_periods_total".into(),
+                ratio: 0.05,
+                last: false,
+            },
+            vec![],
+        ),
+        (
+            "container_cpu_cfs_throttled_periods_total",
+            WindowAggregate::RateRatioAbove {
+                denominator: "container_cpu_cfs_periods_total".into(),
+                ratio: 0.05,
+                last: true,
+            },
+            vec![],
+        ),
+        (
+            oom_metric,
+            WindowAggregate::LastPositive,
+            oom_killed.clone(),
+        ),
     ] {
         for (window, step) in [(3 * 3_600, 15), (86_400, 61)] {
             let q = WindowQuery {
@@ -838,7 +866,25 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 f.window_query(&q).await.unwrap(),
                 prom(&p).window_query(&q).await.unwrap(),
             );
-            if metric == oom_metric {
+            if metric == oom_metric && aggregate == WindowAggregate::LastPositive {
+                // When last shown: web's app to the end, its replaced pod's proxy an hour in
+                // (in the day-long window only); db's 0 is no OOM kill.
+                let mut want = vec![("Deployment/web", "app", (end - 7) as f64)];
+                if window == 86_400 {
+                    want.push(("Deployment/web", "proxy", (start + 3_600) as f64));
+                }
+                let got: Vec<(&str, &str, f64)> = a
+                    .values
+                    .iter()
+                    .map(|(k, v)| (k.workload.as_str(), k.container.as_str(), *v))
+                    .collect();
+                let close = got.len() == want.len()
+                    && got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| (g.0, g.1) == (w.0, w.1) && (g.2 - w.2).abs() <= step as f64);
+                assert!(close, "{window}s: {got:?} vs {want:?}");
+            } else if metric == oom_metric {
                 // web's replaced pod's proxy only in the day-long window; db's 0 is a value.
                 let mut want = vec![
                     ("Deployment/web", "app", 1.0),
@@ -853,6 +899,8 @@ async fn file_and_prometheus_window_aggregates_agree() {
                     .map(|(k, v)| (k.workload.as_str(), k.container.as_str(), *v))
                     .collect();
                 assert_eq!(got, want, "{window}s");
+            } else if matches!(aggregate, WindowAggregate::RateRatioAbove { .. }) {
+                assert!(!a.values.is_empty(), "{aggregate:?}: some pod throttled");
             } else {
                 assert_eq!(
                     a.values.len(),

@@ -95,13 +95,29 @@ pub fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {
 
 /// The requests a container of `template` has, as kerf compares them.
 pub fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
+    template_values(template, container, false)
+}
+
+/// The limits a container of `template` has (`None` where it has none).
+pub fn template_limits(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
+    template_values(template, container, true)
+}
+
+fn template_values(
+    template: &PodTemplateSpec,
+    container: &str,
+    limits: bool,
+) -> Option<ResourceRequests> {
     let spec = template.spec.as_ref()?;
     let c = spec
         .containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
         .find(|c| c.name == container)?;
-    let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    let req = c.resources.as_ref().and_then(|r| match limits {
+        true => r.limits.as_ref(),
+        false => r.requests.as_ref(),
+    });
     Some(ResourceRequests {
         cpu_millis: req
             .and_then(|r| r.get("cpu"))
@@ -113,9 +129,18 @@ pub fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<
 }
 
 pub fn requests_match(template: &PodTemplateSpec, wanted: &ContainerRequests) -> bool {
+    values_match(template, wanted, false)
+}
+
+/// Whether the template's limits are `wanted`'s.
+pub fn limits_match(template: &PodTemplateSpec, wanted: &ContainerRequests) -> bool {
+    values_match(template, wanted, true)
+}
+
+fn values_match(template: &PodTemplateSpec, wanted: &ContainerRequests, limits: bool) -> bool {
     wanted
         .iter()
-        .all(|(c, want)| match template_requests(template, c) {
+        .all(|(c, want)| match template_values(template, c, limits) {
             // A container the template does not have cannot be written; nothing to do for it.
             None => true,
             Some(have) => {
@@ -152,11 +177,18 @@ fn owned_annotation_values(owned: &Owned, live: Live<'_>) -> BTreeMap<String, St
 
 /// The live template values of the requests `owned` names.
 fn owned_request_values(owned: &Owned, template: &PodTemplateSpec) -> ContainerRequests {
+    owned_values(&owned.requests, template, false)
+}
+
+fn owned_values(
+    owned: &BTreeMap<String, RequestSet>,
+    template: &PodTemplateSpec,
+    limits: bool,
+) -> ContainerRequests {
     owned
-        .requests
         .iter()
         .filter_map(|(c, set)| {
-            template_requests(template, c).map(|have| {
+            template_values(template, c, limits).map(|have| {
                 let owned = ResourceRequests {
                     cpu_millis: have.cpu_millis.filter(|_| set.cpu),
                     memory_bytes: have.memory_bytes.filter(|_| set.memory),
@@ -182,6 +214,7 @@ pub fn workload_body(
     key: &WorkloadKey,
     annotations: &BTreeMap<String, String>,
     requests: &ContainerRequests,
+    limits: &ContainerRequests,
     template: &PodTemplateSpec,
 ) -> (Value, Vec<String>) {
     let mut missing = Vec::new();
@@ -194,24 +227,22 @@ pub fn workload_body(
     let spec = template.spec.as_ref().unwrap_or(&empty);
     let mut containers = Vec::new();
     let mut init_containers = Vec::new();
-    for (name, r) in requests {
-        let mut req = serde_json::Map::new();
-        if let Some(m) = r.cpu_millis {
-            let text = live_request(spec, name, "cpu")
-                .filter(|q| quantity::cpu_millis(q).ok() == Some(m))
-                .map_or_else(|| quantity::format_cpu_millis(m), |q| q.0.clone());
-            req.insert("cpu".into(), json!(text));
-        }
-        if let Some(b) = r.memory_bytes {
-            let text = live_request(spec, name, "memory")
-                .filter(|q| quantity::memory_bytes(q).ok() == Some(b))
-                .map_or_else(|| quantity::format_memory_bytes(b), |q| q.0.clone());
-            req.insert("memory".into(), json!(text));
-        }
-        if req.is_empty() {
+    let names: std::collections::BTreeSet<&String> = requests.keys().chain(limits.keys()).collect();
+    for name in names {
+        let none = ResourceRequests::default();
+        let req = rendered(spec, name, requests.get(name).unwrap_or(&none), false);
+        let lim = rendered(spec, name, limits.get(name).unwrap_or(&none), true);
+        if req.is_empty() && lim.is_empty() {
             continue;
         }
-        let entry = json!({"name": name, "resources": {"requests": req}});
+        let mut resources = serde_json::Map::new();
+        if !req.is_empty() {
+            resources.insert("requests".into(), Value::Object(req));
+        }
+        if !lim.is_empty() {
+            resources.insert("limits".into(), Value::Object(lim));
+        }
+        let entry = json!({"name": name, "resources": resources});
         if spec.containers.iter().any(|c| c.name == name) {
             containers.push(entry);
         } else if spec
@@ -243,19 +274,48 @@ pub fn workload_body(
     (body, missing)
 }
 
-/// A container's request as the template writes it: server-side apply compares the raw text,
-/// so kerf applies this text where its value is the same (`500000Ki` over a user's `512M` would
-/// move the field to kerf although nothing changed; docs/gitops.md#how-kerf-writes).
-fn live_request<'a>(spec: &'a PodSpec, container: &str, resource: &str) -> Option<&'a Quantity> {
-    spec.containers
+/// `values` (requests, or `limits`) of a container as kerf writes them: where a value equals the
+/// live one, the live text (server-side apply compares the raw text: `500000Ki` over a user's
+/// `512M` would move the field to kerf although nothing changed; docs/gitops.md#how-kerf-writes).
+fn rendered(
+    spec: &PodSpec,
+    container: &str,
+    values: &ResourceRequests,
+    limits: bool,
+) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    if let Some(m) = values.cpu_millis {
+        let text = live_value(spec, container, "cpu", limits)
+            .filter(|q| quantity::cpu_millis(q).ok() == Some(m))
+            .map_or_else(|| quantity::format_cpu_millis(m), |q| q.0.clone());
+        out.insert("cpu".into(), json!(text));
+    }
+    if let Some(b) = values.memory_bytes {
+        let text = live_value(spec, container, "memory", limits)
+            .filter(|q| quantity::memory_bytes(q).ok() == Some(b))
+            .map_or_else(|| quantity::format_memory_bytes(b), |q| q.0.clone());
+        out.insert("memory".into(), json!(text));
+    }
+    out
+}
+
+fn live_value<'a>(
+    spec: &'a PodSpec,
+    container: &str,
+    resource: &str,
+    limits: bool,
+) -> Option<&'a Quantity> {
+    let r = spec
+        .containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
         .find(|c| c.name == container)?
         .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get(resource)
+        .as_ref()?;
+    match limits {
+        true => r.limits.as_ref()?.get(resource),
+        false => r.requests.as_ref()?.get(resource),
+    }
 }
 
 /// Requests a release gives back (docs/design/hpa-coordination.md#h13).
@@ -281,10 +341,11 @@ impl Released<'_> {
 pub fn release_patch(
     key: &WorkloadKey,
     restored: &ContainerRequests,
+    limits: &ContainerRequests,
     template: &PodTemplateSpec,
 ) -> Option<Value> {
     // A restored container the template no longer has has nothing to restore.
-    let (full, _) = workload_body(key, &BTreeMap::new(), restored, template);
+    let (full, _) = workload_body(key, &BTreeMap::new(), restored, limits, template);
     let spec = full.get("spec")?;
     Some(json!({ "spec": spec }))
 }
@@ -311,6 +372,7 @@ pub fn kerf_apply(
     live: Live<'_>,
     annotations: Option<&BTreeMap<String, String>>,
     set: &ContainerRequests,
+    set_limits: &ContainerRequests,
     released: Released<'_>,
 ) -> KerfApply {
     let template = live_template(live, key.kind);
@@ -320,6 +382,24 @@ pub fn kerf_apply(
         .cloned()
         .unwrap_or_else(|| owned_annotation_values(&owned, live));
     let mut requests = owned_request_values(&owned, &template);
+    let mut limits = owned_values(&owned.limits, &template, true);
+    // A released resource's limit goes with its request.
+    for (c, l) in limits.iter_mut() {
+        let removed = released.removed.get(c).copied().unwrap_or_default();
+        let restored = released
+            .restored
+            .get(c)
+            .map(RequestSet::of)
+            .unwrap_or_default();
+        let other = others.limits.get(c).copied().unwrap_or_default();
+        if removed.cpu || (restored.cpu && other.cpu) {
+            l.cpu_millis = None;
+        }
+        if removed.memory || (restored.memory && other.memory) {
+            l.memory_bytes = None;
+        }
+    }
+    overlay(&mut limits, set_limits);
     let mut still_kerfs = Vec::new();
     for (c, r) in requests.iter_mut() {
         let removed = released.removed.get(c).copied().unwrap_or_default();
@@ -340,8 +420,19 @@ pub fn kerf_apply(
             still_kerfs.push(format!("{c} memory"));
         }
     }
+    overlay(&mut requests, set);
+    let (body, not_in_template) = workload_body(key, &annotations, &requests, &limits, &template);
+    KerfApply {
+        body,
+        still_kerfs,
+        not_in_template,
+    }
+}
+
+/// `set`'s values over `values`, resource by resource.
+fn overlay(values: &mut ContainerRequests, set: &ContainerRequests) {
     for (c, want) in set {
-        let e = requests.entry(c.clone()).or_default();
+        let e = values.entry(c.clone()).or_default();
         if want.cpu_millis.is_some() {
             e.cpu_millis = want.cpu_millis;
         }
@@ -349,12 +440,44 @@ pub fn kerf_apply(
             e.memory_bytes = want.memory_bytes;
         }
     }
-    let (body, not_in_template) = workload_body(key, &annotations, &requests, &template);
-    KerfApply {
-        body,
-        still_kerfs,
-        not_in_template,
+}
+
+/// The limits a release or a rollback gives back with the `restored` requests: where kerf owns a
+/// container's limit (it scaled it with the request), the limit at the restored request in the
+/// live ratio — the user's own limit again (docs/policies.md#limits); a limit kerf never wrote
+/// is left alone.
+pub fn restored_limits(
+    key: &WorkloadKey,
+    live: Live<'_>,
+    restored: &ContainerRequests,
+) -> ContainerRequests {
+    let template = live_template(live, key.kind);
+    let owned = kerf_owned(live.metadata, key.kind, template.spec.as_ref());
+    let mut out = ContainerRequests::new();
+    for (c, r) in restored {
+        let Some(set) = owned.limits.get(c) else {
+            continue;
+        };
+        let have = template_requests(&template, c).unwrap_or_default();
+        let lim = template_limits(&template, c).unwrap_or_default();
+        let scale = |owned: bool, req: Option<i64>, lim: Option<i64>, to: Option<i64>| {
+            to.filter(|_| owned)
+                .and_then(|to| crate::core::limits::proportional_limit(req, lim, to))
+        };
+        let l = ResourceRequests {
+            cpu_millis: scale(set.cpu, have.cpu_millis, lim.cpu_millis, r.cpu_millis),
+            memory_bytes: scale(
+                set.memory,
+                have.memory_bytes,
+                lim.memory_bytes,
+                r.memory_bytes,
+            ),
+        };
+        if l.cpu_millis.is_some() || l.memory_bytes.is_some() {
+            out.insert(c.clone(), l);
+        }
     }
+    out
 }
 
 /// Conditions after applying `updates` at `now`: `lastTransitionTime` changes only when a

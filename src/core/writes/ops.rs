@@ -54,6 +54,8 @@ pub struct WorkloadWrite {
     pub gpu: Option<GpuAnnotations>,
     /// Template container requests kerf sets (auto-patch / coordinated change), by container.
     pub requests: Option<ContainerRequests>,
+    /// The limits that go with them (docs/policies.md#limits), by container.
+    pub limits: Option<ContainerRequests>,
     /// How the write is sent (`apply` or `jsonPatch`, from the kind's schema).
     pub method: WriteMethod,
 }
@@ -404,6 +406,8 @@ impl RestoreKind {
 pub struct Kept {
     /// This cycle's requests (auto-patch resources), by container.
     pub requests: ContainerRequests,
+    /// The limits that go with them.
+    pub limits: ContainerRequests,
     /// This cycle's coordinated HPA target.
     pub hpa: Option<HpaTarget>,
 }

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use super::recommendation::{
     Gates, RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken,
-    phase_while_metrics_unavailable, plan_release, plan_restore, recommendation_phase,
-    recommendation_spec, recommendation_status,
+    phase_while_metrics_unavailable, plan_release, plan_restore, pre_change_target,
+    recommendation_phase, recommendation_spec, recommendation_status,
 };
 use super::{
     ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations, HpaTarget, Kept,
@@ -821,6 +821,26 @@ fn gpu_only_recommendation(
         .collect()
 }
 
+/// The phase and reason of a workload's recommendation under the gates of this cycle
+/// (`rolled_back`: its previous status says it was rolled back).
+fn set_phase(
+    status: &mut RecommendationStatus,
+    outcome: &RightsizingOutcome,
+    standing: Standing,
+    rolled_back: bool,
+    releasing: bool,
+) {
+    let gates = Gates {
+        restore: None,
+        rolled_back,
+        read_only: standing.read_only,
+        conflict_blocked: standing.fight,
+        releasing,
+    };
+    (status.phase, status.reason) =
+        recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
+}
+
 /// How the workload's template write is sent (docs/gitops.md#how-kerf-writes), recorded in its
 /// status when kerf writes one (`writes`); `evict` where kerf writes no template.
 fn record_write_method(
@@ -909,6 +929,25 @@ fn coordinated_outcome(
     Some(o)
 }
 
+/// The outcome with the coordinated HPA target planned from the pre-change pair
+/// ([`pre_change_target`]); `None` when the outcome's own stands.
+fn with_pre_change_target(
+    outcome: &RightsizingOutcome,
+    previous: Option<&RecommendationStatus>,
+) -> Option<RightsizingOutcome> {
+    let plan = outcome.apply.as_ref()?;
+    let kept = pre_change_target(&plan.requests, plan.hpa.as_ref()?, previous)?;
+    let mut o = outcome.clone();
+    if let Some(h) = o.hpa.as_mut() {
+        h.target_before = Some(kept.target_before);
+        h.target_after = Some(kept.target_after);
+    }
+    if let Some(p) = o.apply.as_mut() {
+        p.hpa = Some(kept);
+    }
+    Some(o)
+}
+
 /// What every replica serves at admission (`status.applied`): this cycle's plan; while another
 /// manager takes the template back, the requests alone (never a coordinated HPA target kerf
 /// cannot set now: requests and target change together or not at all); the last one while the
@@ -983,7 +1022,8 @@ fn resource_writes(
         false => (RestorePlan::default(), None),
     };
     ops.extend(warning);
-    let adjusted = coordinated_outcome(outcome, &release);
+    let adjusted = coordinated_outcome(outcome, &release)
+        .or_else(|| with_pre_change_target(outcome, previous.as_ref()));
     let outcome = adjusted.as_ref().unwrap_or(outcome);
     let plan = outcome.apply.as_ref().filter(|_| standing.writes());
     status.applied = served(outcome, plan, standing, status.applied.take());
@@ -1012,20 +1052,17 @@ fn resource_writes(
         status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
     }
     release.settle(&mut status);
-    let gates = Gates {
-        restore: None,
-        rolled_back: rolled_back(previous.as_ref()),
-        read_only: standing.read_only,
-        conflict_blocked: standing.fight,
-        releasing: !release.is_empty(),
-    };
-    (status.phase, status.reason) =
-        recommendation_phase(outcome.phase, outcome.reason.clone(), gates);
+    let held_back = rolled_back(previous.as_ref());
+    set_phase(
+        &mut status,
+        outcome,
+        standing,
+        held_back,
+        !release.is_empty(),
+    );
     record_conflict(&mut status, conflict, p.now);
     let mut recommendation = recommendation_of(wo, r, w, outcome, status, observed);
-    if standing.metrics_unavailable && !standing.held {
-        kept_through_outage(&mut recommendation, previous.as_ref());
-    }
+    kept_through_outage(&mut recommendation, previous.as_ref(), standing);
     let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
     let applied = plan
         .and_then(|plan| plan.hpa.as_ref())
@@ -1035,6 +1072,7 @@ fn resource_writes(
         // The release, with what kerf keeps applying, in one step.
         let kept = plan.map(|plan| Kept {
             requests: plan.requests.clone(),
+            limits: plan.limits.clone(),
             hpa: kept_hpa,
         });
         ops.push(release_write(p, w, release, kept, recommendation));
@@ -1071,10 +1109,17 @@ fn evict_write(w: &Workload, d: &Delivery) -> Option<WriteOp> {
     })))
 }
 
-/// A cycle whose queries failed leaves the recommendation as it was (the spec recorded before;
-/// `status.applied` is carried by [`served`]) and says why in the phase's reason: an outage
-/// never empties the state every replica serves admission from.
-fn kept_through_outage(rec: &mut RecommendationWrite, previous: Option<&RecommendationStatus>) {
+/// A cycle whose queries failed (no rollback holding the workload) leaves the recommendation as
+/// it was (the spec recorded before; `status.applied` is carried by [`served`]) and says why in
+/// the phase's reason: an outage never empties the state every replica serves admission from.
+fn kept_through_outage(
+    rec: &mut RecommendationWrite,
+    previous: Option<&RecommendationStatus>,
+    standing: Standing,
+) {
+    if !standing.metrics_unavailable || standing.held {
+        return;
+    }
     if let Some(observed) = &rec.observed {
         rec.spec = observed.spec.clone();
     }
@@ -1118,6 +1163,7 @@ fn template_write(
         observed: Arc::clone(w),
         gpu: None,
         requests: Some(plan.requests.clone()),
+        limits: Some(plan.limits.clone()),
         method,
     };
     match kept_hpa {
@@ -1241,6 +1287,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
                 recommendation: r.recommendation.as_deref().cloned(),
             }),
             requests: None,
+            limits: None,
             method: p.write_method(w.key.kind),
         };
         if !write.in_place() {
@@ -1261,6 +1308,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
                 observed: Arc::clone(w),
                 gpu: Some(GpuAnnotations::default()),
                 requests: None,
+                limits: None,
                 method: p.write_method(w.key.kind),
             })));
         }

@@ -125,6 +125,8 @@ pub fn gpu_recommendation_spec(
             in_scope: true,
             current: ResourceRequests::default(),
             recommended: ResourceRequests::default(),
+            current_limits: ResourceRequests::default(),
+            recommended_limits: ResourceRequests::default(),
             cpu_source: Source::NoData,
             memory_source: Source::NoData,
             cpu_usage: None,
@@ -299,6 +301,24 @@ pub fn applied_change(requests: &ContainerRequests, hpa: Option<&CoordinatedHpa>
         }),
         gpu_annotations: Default::default(),
     }
+}
+
+/// The coordinated HPA target of a change whose requests are still those `status.applied`
+/// records: the one planned from the pre-change pair. Recomputed from the live pair, a
+/// half-applied change (the template written, the HPA write failed) would pass for a whole one:
+/// round(50 × 700/700) = 50 instead of 71. `None`: the plan's own target stands (a new change,
+/// another HPA, or the same target).
+pub fn pre_change_target(
+    requests: &ContainerRequests,
+    planned: &CoordinatedHpa,
+    previous: Option<&RecommendationStatus>,
+) -> Option<CoordinatedHpa> {
+    let applied = previous?.applied.as_ref()?;
+    let recorded = served_change(applied).1?;
+    let same_change = recorded.hpa_name == planned.hpa_name
+        && recorded.resource == planned.resource
+        && applied_change(requests, None).requests == applied.requests;
+    (same_change && recorded != *planned).then_some(recorded)
 }
 
 /// [`applied_change`] read back: the requests and the HPA target the webhook serves. A value
@@ -604,6 +624,107 @@ mod tests {
 
     fn said(p: RecommendationPhase, reason: &str) -> (RecommendationPhase, Option<String>) {
         (p, Some(reason.to_string()))
+    }
+
+    /// docs/policies.md#cpu-percentile: the RightsizingRecommendation carries a floor's risk
+    /// flag and its reason.
+    #[test]
+    fn recommendation_spec_says_what_floor_holds_a_request() {
+        use crate::core::model::ResourceRequests;
+        use crate::core::recommenders::resources::container::ContainerSignals;
+        use crate::core::recommenders::resources::workload::{
+            ContainerInput, History, WorkloadInput, evaluate_workload,
+        };
+        let input = WorkloadInput {
+            policy: Default::default(),
+            strategy_unresolved: None,
+            containers: vec![ContainerInput {
+                limits: ResourceRequests::default(),
+                signals: ContainerSignals {
+                    name: "app".into(),
+                    current: ResourceRequests {
+                        cpu_millis: Some(1000),
+                        memory_bytes: Some(1 << 30),
+                    },
+                    cpu: Some(0.2),
+                    memory: Some(f64::from(1 << 30)),
+                    throttled: true,
+                    ..Default::default()
+                },
+                in_scope: true,
+                gpu_current: None,
+                gpu_recommended: None,
+            }],
+            hpa: None,
+            pod_level_resources: Vec::new(),
+            vpa: None,
+            replicas: 1,
+            history: History::default(),
+            now: jiff::Timestamp::UNIX_EPOCH,
+        };
+        let outcome = evaluate_workload(&input).unwrap();
+        let key = WorkloadKey::new("shop", crate::api::WorkloadKind::Deployment, "web");
+        let spec = recommendation_spec(&outcome, &key, None);
+        assert_eq!(spec.risk_flags, ["throttled"]);
+        assert_eq!(
+            spec.risk_reasons,
+            ["app: throttled; CPU request held at 1 (usage alone: 230m)"]
+        );
+    }
+
+    #[test]
+    fn pre_change_target() {
+        let requests = |cpu| {
+            ContainerRequests::from([(
+                "app".into(),
+                ResourceRequests {
+                    cpu_millis: Some(cpu),
+                    memory_bytes: None,
+                },
+            )])
+        };
+        let hpa = |before, after| CoordinatedHpa {
+            hpa_name: "web".into(),
+            resource: "cpu".into(),
+            target_before: before,
+            target_after: after,
+        };
+        let recorded = RecommendationStatus {
+            applied: Some(Box::new(applied_change(&requests(700), Some(&hpa(50, 71))))),
+            ..Default::default()
+        };
+        // The template half went through, the HPA half did not: the live pair gives 50 → 50.
+        assert_eq!(
+            super::pre_change_target(&requests(700), &hpa(50, 50), Some(&recorded)),
+            Some(hpa(50, 71))
+        );
+        // Both halves went through: the live pair gives 71 → 71; the same target stands.
+        assert_eq!(
+            super::pre_change_target(&requests(700), &hpa(71, 71), Some(&recorded)),
+            Some(hpa(50, 71))
+        );
+        assert_eq!(
+            super::pre_change_target(&requests(700), &hpa(50, 71), Some(&recorded)),
+            None,
+            "already the plan's"
+        );
+        assert_eq!(
+            super::pre_change_target(&requests(650), &hpa(71, 76), Some(&recorded)),
+            None,
+            "a new change is planned from the live pair"
+        );
+        let other = CoordinatedHpa {
+            hpa_name: "web-2".into(),
+            ..hpa(50, 50)
+        };
+        assert_eq!(
+            super::pre_change_target(&requests(700), &other, Some(&recorded)),
+            None
+        );
+        assert_eq!(
+            super::pre_change_target(&requests(700), &hpa(50, 50), None),
+            None
+        );
     }
 
     #[test]

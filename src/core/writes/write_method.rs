@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 
 use crate::api::{WorkloadKind, WriteMethod};
-use crate::core::model::{ContainerRequests, RequestSet};
+use crate::core::model::{ContainerRequests, RequestSet, ResourceRequests};
 use crate::core::quantity;
 
 /// How the containers list of a kind's pod template merges under server-side apply.
@@ -150,6 +150,7 @@ pub fn json_patch(
     kind: WorkloadKind,
     annotations: &BTreeMap<String, Option<String>>,
     set: &ContainerRequests,
+    limits: &ContainerRequests,
     removed: &BTreeMap<String, RequestSet>,
 ) -> (Patch, Vec<String>) {
     let mut ops = Vec::new();
@@ -170,9 +171,14 @@ pub fn json_patch(
         }
     }
     let mut missing = Vec::new();
-    let names: std::collections::BTreeSet<&String> = set.keys().chain(removed.keys()).collect();
+    let names: std::collections::BTreeSet<&String> = set
+        .keys()
+        .chain(limits.keys())
+        .chain(removed.keys())
+        .collect();
     for name in names {
-        match container_ops(live, kind, name, set.get(name), removed.get(name)) {
+        let values = (set.get(name), limits.get(name));
+        match container_ops(live, kind, name, values, removed.get(name)) {
             Some(c) => ops.extend(c),
             None => missing.push(name.clone()),
         }
@@ -226,14 +232,14 @@ fn container_ops(
     live: &Value,
     kind: WorkloadKind,
     name: &str,
-    set: Option<&crate::core::model::ResourceRequests>,
+    (set, limits): (Option<&ResourceRequests>, Option<&ResourceRequests>),
     removed: Option<&RequestSet>,
 ) -> Option<Vec<PatchOperation>> {
     let mut ops = Vec::new();
     let mut found = false;
     for (path, pin) in template_locations(live, kind) {
         let path: Vec<&str> = path.iter().map(String::as_str).collect();
-        if let Some(c) = container_ops_at(live, &path, name, set, removed) {
+        if let Some(c) = container_ops_at(live, &path, name, (set, limits), removed) {
             found = true;
             ops.extend(pin);
             ops.extend(c);
@@ -248,7 +254,7 @@ fn container_ops_at(
     live: &Value,
     path: &[&str],
     name: &str,
-    set: Option<&crate::core::model::ResourceRequests>,
+    (set, limits): (Option<&ResourceRequests>, Option<&ResourceRequests>),
     removed: Option<&RequestSet>,
 ) -> Option<Vec<PatchOperation>> {
     // A pointer: a step may be a list index (a RayService's worker group).
@@ -270,46 +276,33 @@ fn container_ops_at(
         value: json!(name),
     })];
     let requests = container.get("resources").and_then(|r| r.get("requests"));
-    let live = |r: &str| {
-        requests
-            .and_then(|q| q.get(r))
-            .and_then(Value::as_str)
-            .map(|t| Quantity(t.to_string()))
-    };
-    // A value equal to the live one (whatever its text) is left as it is.
-    let mut values = Vec::new();
-    if let Some(s) = set {
-        if let Some(m) = s.cpu_millis
-            && live("cpu").and_then(|q| quantity::cpu_millis(&q).ok()) != Some(m)
-        {
-            values.push(("cpu", quantity::format_cpu_millis(m)));
+    let mut parents_added = container.get("resources").is_some();
+    for (which, values) in [("requests", set), ("limits", limits)] {
+        let have = container.get("resources").and_then(|r| r.get(which));
+        let changes = changed_values(have, values);
+        if changes.is_empty() {
+            continue;
         }
-        if let Some(b) = s.memory_bytes
-            && live("memory").and_then(|q| quantity::memory_bytes(&q).ok()) != Some(b)
-        {
-            values.push(("memory", quantity::format_memory_bytes(b)));
-        }
-    }
-    if !values.is_empty() {
-        if container.get("resources").is_none() {
+        if !parents_added {
             ops.push(add(&at(&["resources"]), json!({})));
+            parents_added = true;
         }
-        if requests.is_none() {
-            ops.push(add(&at(&["resources", "requests"]), json!({})));
+        if have.is_none() {
+            ops.push(add(&at(&["resources", which]), json!({})));
         }
-    }
-    for (r, v) in values {
-        let path = pointer(&at(&["resources", "requests", r]));
-        ops.push(match requests.and_then(|q| q.get(r)) {
-            Some(_) => PatchOperation::Replace(ReplaceOperation {
-                path,
-                value: json!(v),
-            }),
-            None => PatchOperation::Add(AddOperation {
-                path,
-                value: json!(v),
-            }),
-        });
+        for (r, v) in changes {
+            let path = pointer(&at(&["resources", which, r]));
+            ops.push(match have.and_then(|q| q.get(r)) {
+                Some(_) => PatchOperation::Replace(ReplaceOperation {
+                    path,
+                    value: json!(v),
+                }),
+                None => PatchOperation::Add(AddOperation {
+                    path,
+                    value: json!(v),
+                }),
+            });
+        }
     }
     let gone = removed.copied().unwrap_or_default();
     for (r, go) in [("cpu", gone.cpu), ("memory", gone.memory)] {
@@ -320,6 +313,34 @@ fn container_ops_at(
         }
     }
     Some(ops)
+}
+
+/// The values of `values` that differ from the live ones `have` (whatever the live text), as
+/// kerf writes them.
+fn changed_values(
+    have: Option<&Value>,
+    values: Option<&ResourceRequests>,
+) -> Vec<(&'static str, String)> {
+    let Some(v) = values else {
+        return Vec::new();
+    };
+    let live = |r: &str| {
+        have.and_then(|q| q.get(r))
+            .and_then(Value::as_str)
+            .map(|t| Quantity(t.to_string()))
+    };
+    let mut out = Vec::new();
+    if let Some(m) = v.cpu_millis
+        && live("cpu").and_then(|q| quantity::cpu_millis(&q).ok()) != Some(m)
+    {
+        out.push(("cpu", quantity::format_cpu_millis(m)));
+    }
+    if let Some(b) = v.memory_bytes
+        && live("memory").and_then(|q| quantity::memory_bytes(&q).ok()) != Some(b)
+    {
+        out.push(("memory", quantity::format_memory_bytes(b)));
+    }
+    out
 }
 
 #[cfg(test)]

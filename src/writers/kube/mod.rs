@@ -54,6 +54,7 @@ use crate::core::model::{
     RequestSet, WorkloadKey,
 };
 use crate::core::writes::write_method::json_patch;
+use crate::core::writes::{limits_match, restored_limits, template_limits};
 use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
 use std::collections::BTreeMap;
 
@@ -463,10 +464,12 @@ impl Task {
                 }
             }
         }
+        let limits = w.limits.clone().unwrap_or_default();
         let requests_differ = w
             .requests
             .as_ref()
-            .is_some_and(|r| !requests_match(&w.observed.template, r));
+            .is_some_and(|r| !requests_match(&w.observed.template, r))
+            || !limits_match(&w.observed.template, &limits);
         if !annotation_values_differ && !annotation_removal && !requests_differ {
             return Ok(0);
         }
@@ -495,7 +498,7 @@ impl Task {
                     &live,
                     FIELD_MANAGER,
                     &annotations,
-                    &set,
+                    (&set, &limits),
                     &BTreeMap::new(),
                 )
                 .await?;
@@ -505,7 +508,7 @@ impl Task {
                     key,
                     &live,
                     desired_ann.as_ref(),
-                    &set,
+                    (&set, &limits),
                     annotation_values_differ || requests_differ,
                 )
                 .await?;
@@ -527,13 +530,13 @@ impl Task {
         key: &WorkloadKey,
         live: &DynamicObject,
         desired_ann: Option<&BTreeMap<String, String>>,
-        set: &ContainerRequests,
+        (set, limits): (&ContainerRequests, &ContainerRequests),
         values_differ: bool,
     ) -> Result<usize, CallError> {
         let api = self.workload_api(key);
         let body = self::applied_body(
             key,
-            kerf_apply(key, live_of(live), desired_ann, set, Released::NONE),
+            kerf_apply(key, live_of(live), desired_ann, set, limits, Released::NONE),
         );
         if !values_differ && self.last_applied.get(key) == Some(&body) {
             // Only a removal kerf already applied: another manager keeps the annotation.
@@ -558,11 +561,11 @@ impl Task {
         live: &DynamicObject,
         manager: &str,
         annotations: &BTreeMap<String, Option<String>>,
-        set: &ContainerRequests,
+        (set, limits): (&ContainerRequests, &ContainerRequests),
         removed: &BTreeMap<String, RequestSet>,
     ) -> Result<usize, CallError> {
         let object = serde_json::to_value(live).unwrap_or_default();
-        let (patch, missing) = json_patch(&object, key.kind, annotations, set, removed);
+        let (patch, missing) = json_patch(&object, key.kind, annotations, set, limits, removed);
         for c in &missing {
             tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
         }
@@ -909,10 +912,12 @@ impl Task {
         let Some(live) = live else {
             return Err(CallError::Gone(key.clone()));
         };
+        let limits = restored_limits(key, live_of(&live), &r.requests);
         if r.method == WriteMethod::JsonPatch {
             let none = BTreeMap::new();
+            let values = (&r.requests, &limits);
             return Ok(1 + self
-                .json_patch(key, &live, FIELD_MANAGER, &none, &r.requests, &r.removed)
+                .json_patch(key, &live, FIELD_MANAGER, &none, values, &r.removed)
                 .await?);
         }
         let released = Released {
@@ -921,7 +926,7 @@ impl Task {
         };
         let body = applied_body(
             key,
-            kerf_apply(key, live_of(&live), None, &r.requests, released),
+            kerf_apply(key, live_of(&live), None, &r.requests, &limits, released),
         );
         let params = apply_params();
         let patch = Patch::Apply(&body);
@@ -942,15 +947,32 @@ impl Task {
         let key = &r.observed.key;
         let empty = ContainerRequests::new();
         let set = r.keep.as_ref().map_or(&empty, |k| &k.requests);
+        let set_limits = r.keep.as_ref().map_or(&empty, |k| &k.limits);
         let template = &r.observed.template;
-        let restore = release_patch(key, &r.requests, template);
-        if restore.is_none() && !has_any(template, &r.removed) && requests_match(template, set) {
+        if r.requests.is_empty() && !has_any(template, &r.removed) && requests_match(template, set)
+        {
             return Ok(0);
         }
         let api = self.workload_api(key);
         if r.method == WriteMethod::JsonPatch || !WorkloadKind::BUILT_IN.contains(&key.kind) {
-            return self.release_by_json_patch(r, set).await;
+            return self.release_by_json_patch(r, (set, set_limits)).await;
         }
+        // The limits kerf scaled go back with their requests: read them where there are any.
+        let limited = r.requests.keys().any(|c| {
+            template_limits(template, c)
+                .is_some_and(|l| l.cpu_millis.is_some() || l.memory_bytes.is_some())
+        });
+        let limits = match limited {
+            true => {
+                let live = self
+                    .call(None, &format!("read {key}"), || api.get_opt(&key.name))
+                    .await?
+                    .ok_or_else(|| CallError::Gone(key.clone()))?;
+                restored_limits(key, live_of(&live), &r.requests)
+            }
+            false => ContainerRequests::new(),
+        };
+        let restore = release_patch(key, &r.requests, &limits, template);
         let live = match &restore {
             Some(body) => {
                 let (params, patch) = release_request(body);
@@ -968,7 +990,7 @@ impl Task {
             restored: &r.requests,
             removed: &r.removed,
         };
-        let apply = kerf_apply(key, live_of(&live), None, set, released);
+        let apply = kerf_apply(key, live_of(&live), None, set, set_limits, released);
         for field in &apply.still_kerfs {
             tracing::warn!(workload = %key, request = %field, "only kerf owns a restored request: kerf keeps owning it");
         }
@@ -990,7 +1012,7 @@ impl Task {
     async fn release_by_json_patch(
         &mut self,
         r: &RestoreWrite,
-        keep: &ContainerRequests,
+        (keep, keep_limits): (&ContainerRequests, &ContainerRequests),
     ) -> Result<usize, CallError> {
         let key = &r.observed.key;
         let api = self.workload_api(key);
@@ -1000,20 +1022,23 @@ impl Task {
             .await?
             .ok_or_else(|| CallError::Gone(key.clone()))?;
         let none = BTreeMap::new();
+        let limits = restored_limits(key, live_of(&live), &r.requests);
+        let restored = (&r.requests, &limits);
         let mut made = 1 + self
             .json_patch(
                 key,
                 &live,
                 RELEASE_FIELD_MANAGER,
                 &none,
-                &r.requests,
+                restored,
                 &r.removed,
             )
             .await?;
         if r.method == WriteMethod::JsonPatch {
             if !keep.is_empty() {
+                let kept = (keep, keep_limits);
                 made += self
-                    .json_patch(key, &live, FIELD_MANAGER, &none, keep, &BTreeMap::new())
+                    .json_patch(key, &live, FIELD_MANAGER, &none, kept, &BTreeMap::new())
                     .await?;
             }
             return Ok(made);
@@ -1026,7 +1051,8 @@ impl Task {
             restored: &r.requests,
             removed: &r.removed,
         };
-        let body = applied_body(key, kerf_apply(key, live_of(&live), None, keep, released));
+        let apply = kerf_apply(key, live_of(&live), None, keep, keep_limits, released);
+        let body = applied_body(key, apply);
         let params = apply_params();
         let patch = Patch::Apply(&body);
         self.call(Some("template"), &format!("release {key}"), || {

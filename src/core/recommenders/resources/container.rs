@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use crate::core::pod::{Container, ContainerStatus, Pod, PodSpec};
 use jiff::Timestamp;
 
-use crate::api::{CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
+use crate::api::{ControlledValues, CpuRecipe, MemoryRecipe, ResourceMode, RightsizingPolicySpec};
 use crate::core::model::{ContainerRequests, ResourceRequests};
 use crate::core::quantity::{self, MIB, QuantityError, ceil_clean};
 
@@ -154,6 +154,8 @@ pub struct PolicyParams {
     pub memory: MemoryParams,
     /// container name (or `"*"`) → fixed requests.
     pub static_requests: ContainerRequests,
+    /// `controlledValues` of cpu and memory.
+    pub controlled: (ControlledValues, ControlledValues),
 }
 
 impl PolicyParams {
@@ -182,11 +184,29 @@ impl PolicyParams {
                 },
             );
         }
+        let controlled = (
+            spec.resources
+                .cpu
+                .as_ref()
+                .map(|c| c.controlled_values)
+                .unwrap_or_default(),
+            spec.resources
+                .memory
+                .as_ref()
+                .map(|m| m.controlled_values)
+                .unwrap_or_default(),
+        );
         Ok(Self {
             cpu,
             memory,
             static_requests,
+            controlled,
         })
+    }
+
+    /// `controlledValues` of cpu and memory (docs/policies.md#limits).
+    pub fn controlled_values(&self) -> (ControlledValues, ControlledValues) {
+        self.controlled
     }
 
     /// Fixed requests for `container`: the exact entry wins over `"*"`, resource by resource.
@@ -432,6 +452,16 @@ pub fn effective_requests(c: &Container) -> Result<ResourceRequests, QuantityErr
         cpu_millis: get("cpu").map(quantity::cpu_millis).transpose()?,
         memory_bytes: get("memory").map(quantity::memory_bytes).transpose()?,
     })
+}
+
+/// A container's limits (cpu millicores, memory bytes); one that does not parse counts as none.
+pub fn container_limits(c: &Container) -> ResourceRequests {
+    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let get = |name: &str| limits.and_then(|m| m.get(name));
+    ResourceRequests {
+        cpu_millis: get("cpu").and_then(|q| quantity::cpu_millis(q).ok()),
+        memory_bytes: get("memory").and_then(|q| quantity::memory_bytes(q).ok()),
+    }
 }
 
 #[cfg(test)]

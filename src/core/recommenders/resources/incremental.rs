@@ -2,7 +2,7 @@
 //! (docs/metrics.md#incremental-history): a batch of workloads whose history is folded up to the
 //! last cycle asks for the steps since then and the steps that left the window
 //! ([`summary::steps_to_ask`]); a batch new to the history asks for its whole window once,
-//! in small batches and at most [`BACKFILL_WORKLOADS_PER_CYCLE`] workloads a cycle; the others
+//! in small batches and at most a third of the workloads a cycle ([`backfill_budget`]); the others
 //! wait and are answered by the window queries meanwhile. The answers are folded into the
 //! [`HistoryStore`] and the window values read back from it, so evaluation is the same.
 
@@ -16,20 +16,17 @@ use crate::api::{ResourceMetrics, RightsizingPolicySpec};
 use crate::metrics::window::{StepQuery, StepSet};
 use crate::metrics::{WindowKey, WorkloadSelector};
 
-/// Workloads whose whole window is read in one cycle, at most: a first start (or a new leader
-/// without the history) spreads the backfill over cycles instead of one burst.
-pub const BACKFILL_WORKLOADS_PER_CYCLE: usize = 500;
 /// Workloads per backfill query: a week of steps per pod makes answers large.
 pub const BACKFILL_WORKLOADS_PER_QUERY: usize = 25;
 
-/// Workloads whose whole window is read in a cycle of `workloads`: at most
-/// [`BACKFILL_WORKLOADS_PER_CYCLE`], and at most a third of them (at least one). A first
-/// reading costs Prometheus a few times a window query per workload (every step's look-back of
-/// a range query counts), and the workloads still waiting are answered by the window queries
-/// meanwhile: a third keeps a warm-up cycle under twice a whole-window cycle
-/// (docs/performance.md).
+/// Workloads whose whole window is read in a cycle of `workloads`: a third of them (at least
+/// one), so the warm-up after a first start (or a new leader without the history) is over in
+/// three or four cycles. A first reading costs Prometheus about twice a window query per
+/// workload (every step's look-back of a range query counts), and the workloads still waiting
+/// are answered by the window queries meanwhile: a third keeps a warm-up cycle well under twice
+/// a whole-window cycle (docs/performance.md).
 pub fn backfill_budget(workloads: usize) -> usize {
-    (workloads / 3).clamp(1, BACKFILL_WORKLOADS_PER_CYCLE)
+    (workloads / 3).max(1)
 }
 
 /// Which steps a step query asks for.
@@ -39,6 +36,10 @@ pub enum Part {
     New,
     /// The steps too young to be final: counted this cycle only, read again the next.
     Fresh,
+    /// New settled steps through `settled`, then the fresh ones: one query for both, split
+    /// when answered ([`split_answer`]); Prometheus's cost of a steady cycle is mostly per
+    /// query.
+    NewThenFresh { settled: i64 },
     /// Steps that left the window: taken out.
     Expired,
 }
@@ -115,6 +116,31 @@ pub fn group_of(
         g.1.push(i);
     }
     groups.into_values().collect()
+}
+
+/// An answer as the parts it holds: a [`Part::NewThenFresh`] one split at its last settled
+/// step into its new and its fresh steps, any other whole.
+pub fn split_answer(part: Part, set: StepSet) -> Vec<(Part, StepSet)> {
+    let Part::NewThenFresh { settled } = part else {
+        return vec![(part, set)];
+    };
+    let mut fresh = StepSet {
+        steps: Vec::new(),
+        ..Default::default()
+    };
+    let mut new = set;
+    for pod in &mut new.steps {
+        let at = pod.steps.partition_point(|(t, _)| *t <= settled);
+        if at < pod.steps.len() {
+            fresh.steps.push(crate::metrics::window::PodSteps {
+                key: pod.key.clone(),
+                pod: pod.pod.clone(),
+                steps: pod.steps.split_off(at),
+            });
+        }
+    }
+    new.steps.retain(|p| !p.steps.is_empty());
+    vec![(Part::New, new), (Part::Fresh, fresh)]
 }
 
 fn backfill(now: i64, window: i64, step: i64) -> Asked {
@@ -197,10 +223,17 @@ impl Group {
                     expired,
                 } => (new, (new.1, fresh), Some(expired).filter(|_| expires)),
             };
-            for range in parts(new.0, new.1, grid) {
-                out.push(step(range, Part::New));
+            let new_parts = parts(new.0, new.1, grid);
+            match new_parts.split_last() {
+                Some((last, rest)) => {
+                    for range in rest {
+                        out.push(step(*range, Part::New));
+                    }
+                    let settled = Part::NewThenFresh { settled: last.1 };
+                    out.push(step((last.0, fresh.1), settled));
+                }
+                None => out.push(step(fresh, Part::Fresh)),
             }
-            out.push(step(fresh, Part::Fresh));
             for range in expired.map(|(a, b)| parts(a, b, grid)).unwrap_or_default() {
                 out.push(step(range, Part::Expired));
             }
@@ -397,13 +430,45 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::window::PodSteps;
 
     #[test]
-    fn backfill_budget_reads_at_most_500_and_a_third_of_the_workloads_a_cycle() {
-        // The default fleet: 500 a cycle, 50 cycles.
-        assert_eq!(backfill_budget(25_000), 500);
-        assert_eq!(backfill_budget(1_700), 500);
-        // A small fleet: a third a cycle, four cycles for 250.
+    fn split_answer_parts_settled_from_fresh_steps() {
+        let pod = |name: &str, steps: Vec<(i64, f64)>| PodSteps {
+            key: crate::metrics::WindowKey {
+                namespace: "shop".into(),
+                workload: "Deployment/web".into(),
+                container: "app".into(),
+            },
+            pod: name.into(),
+            steps,
+        };
+        let set = StepSet {
+            steps: vec![
+                pod("a", vec![(60, 1.0), (120, 2.0), (180, 3.0)]),
+                pod("b", vec![(180, 4.0)]),
+            ],
+            ..Default::default()
+        };
+        let parts = split_answer(Part::NewThenFresh { settled: 120 }, set.clone());
+        assert_eq!(parts[0].0, Part::New);
+        assert_eq!(parts[0].1.steps, [pod("a", vec![(60, 1.0), (120, 2.0)])]);
+        assert_eq!(parts[1].0, Part::Fresh);
+        assert_eq!(
+            parts[1].1.steps,
+            [pod("a", vec![(180, 3.0)]), pod("b", vec![(180, 4.0)])]
+        );
+        // Any other part is left whole.
+        assert_eq!(
+            split_answer(Part::Expired, set.clone()),
+            [(Part::Expired, set)]
+        );
+    }
+
+    #[test]
+    fn backfill_budget_reads_a_third_of_the_workloads_a_cycle() {
+        // The default fleet: four cycles (8,333 + 8,333 + 8,333 + 1).
+        assert_eq!(backfill_budget(25_000), 8_333);
         assert_eq!(backfill_budget(250), 83);
         assert_eq!(backfill_budget(2), 1);
         assert_eq!(backfill_budget(0), 1);

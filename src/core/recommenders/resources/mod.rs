@@ -474,12 +474,13 @@ fn plan_batches(
                     push_step_batch(out, snapshot, pi, group, &members, now, step_seconds);
                     continue;
                 }
-                // Waiting for its turn to backfill: its window answers it meanwhile.
-                if backfill_budget < members.len() {
-                    push_window_batch(out, snapshot, pi, &members, now, step_seconds);
-                    continue;
+                // Those waiting for their turn to backfill: the window answers them meanwhile.
+                let turn = backfill_budget.min(members.len());
+                let (members, waiting) = members.split_at(turn);
+                if !waiting.is_empty() {
+                    push_window_batch(out, snapshot, pi, waiting, now, step_seconds);
                 }
-                backfill_budget -= members.len();
+                backfill_budget -= turn;
                 for part in members.chunks(incremental::BACKFILL_WORKLOADS_PER_QUERY) {
                     let group = incremental::Group {
                         workloads: part
@@ -596,7 +597,7 @@ pub struct RsAnswers {
     failed_groups: HashSet<usize>,
     /// The step answers folded once the cycle's answers are all in (a steady group's, which
     /// are small, and every fresh part), by plan query index.
-    pending_steps: Vec<(usize, crate::metrics::window::StepSet)>,
+    pending_steps: Vec<(usize, incremental::Part, crate::metrics::window::StepSet)>,
 }
 
 impl RsAnswers {
@@ -615,12 +616,8 @@ impl RsAnswers {
                     .collect();
                 self.replicas.insert((*pi, *signal), m);
             }
-            // A backfill's settled steps are folded as they arrive
-            // ([`ResourcesEvaluation::answer`]); the others once all are in.
-            (RsQuery::Steps { group, part, .. }, Ok(Answer::Steps(set))) => {
-                if !folded_on_arrival(plan, *group, *part) {
-                    self.pending_steps.push((index, set));
-                }
+            (RsQuery::Steps { .. }, Ok(Answer::Steps(set))) => {
+                self.steps_answer(plan, index, set, None);
             }
             (RsQuery::Window { batch, .. }, _) => {
                 self.failed.extend(plan.batches[*batch].iter().copied());
@@ -641,19 +638,26 @@ impl RsAnswers {
         self.window.get(&signal)?.get(key).copied()
     }
 
-    /// Folds a backfill's settled answer into `history` as it arrives (a week of steps per pod
-    /// is not held until the last answer).
-    fn fold_step_answer(
-        &self,
+    /// Takes a step answer: a backfill's settled steps folded into `history` as they arrive
+    /// (a week of steps per pod is not held until the last answer), the others kept until all
+    /// are in.
+    fn steps_answer(
+        &mut self,
         plan: &RsPlan,
         index: usize,
-        set: &crate::metrics::window::StepSet,
-        history: &mut summary::HistoryStore,
+        set: crate::metrics::window::StepSet,
+        mut history: Option<&mut summary::HistoryStore>,
     ) {
-        if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index]
-            && folded_on_arrival(plan, *group, *part)
-        {
-            plan.groups[*group].fold_answer(history, *signal, *part, set);
+        let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index] else {
+            return;
+        };
+        for (part, set) in incremental::split_answer(*part, set) {
+            match history.as_deref_mut() {
+                Some(h) if folded_on_arrival(plan, *group, part) => {
+                    plan.groups[*group].fold_answer(h, *signal, part, &set)
+                }
+                _ => self.pending_steps.push((index, part, set)),
+            }
         }
     }
 
@@ -665,12 +669,12 @@ impl RsAnswers {
     fn finish_steps(&mut self, plan: &RsPlan, history: &mut summary::HistoryStore) {
         let mut pending: BTreeMap<usize, Vec<(RsSignal, incremental::Part, StepSetRef)>> =
             BTreeMap::new();
-        for (index, set) in std::mem::take(&mut self.pending_steps) {
-            if let (_, signal, RsQuery::Steps { group, part, .. }) = &plan.queries[index] {
+        for (index, part, set) in std::mem::take(&mut self.pending_steps) {
+            if let (_, signal, RsQuery::Steps { group, .. }) = &plan.queries[index] {
                 pending
                     .entry(*group)
                     .or_default()
-                    .push((*signal, *part, set));
+                    .push((*signal, part, set));
             }
         }
         for (gi, group) in plan.groups.iter().enumerate() {
@@ -903,6 +907,7 @@ pub fn evaluate(
             let g = gpu_w.and_then(|m| m.get(c.name.as_str()));
             containers.push(ContainerInput {
                 signals: observed_signals(&c.name, current, key, answers, &oom, cpu_step),
+                limits: container::container_limits(c),
                 in_scope,
                 gpu_current: g.and_then(|g| g.current),
                 gpu_recommended: g.and_then(|g| g.recommended),
@@ -1043,11 +1048,14 @@ impl Recommender for Resources {
 
 impl Evaluation for ResourcesEvaluation<'_> {
     fn answer(&mut self, index: usize, answer: Result<Answer, MetricError>) {
-        if let (Ok(Answer::Steps(set)), Some(mut history)) = (&answer, self.recommender.locked()) {
-            self.answers
-                .fold_step_answer(self.plan, index, set, &mut history);
+        match answer {
+            Ok(Answer::Steps(set)) => {
+                let mut history = self.recommender.locked();
+                self.answers
+                    .steps_answer(self.plan, index, set, history.as_deref_mut());
+            }
+            other => self.answers.answer(self.plan, index, other),
         }
-        self.answers.answer(self.plan, index, answer);
     }
 
     fn finish(mut self, out: &mut CycleOutput) {

@@ -94,6 +94,8 @@ impl History {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerInput {
     pub signals: ContainerSignals,
+    /// The container's current limits (cpu millicores, memory bytes; `None`: no limit).
+    pub limits: ResourceRequests,
     /// Selected by the policy's `scope.containers` (empty scope = every counted container).
     pub in_scope: bool,
     /// GPU units, when the GPU engine has them (shown and counted in savings only).
@@ -144,6 +146,10 @@ pub struct ContainerOutcome {
     pub current: ResourceRequests,
     /// After any hub adjustment for the HPA bounds. `None` = nothing recommended.
     pub recommended: ResourceRequests,
+    /// The current limits, and the limits that go with the recommended requests
+    /// ([`crate::core::limits::container_resources`]; `None`: no limit, none added).
+    pub current_limits: ResourceRequests,
+    pub recommended_limits: ResourceRequests,
     pub cpu_source: Source,
     pub memory_source: Source,
     /// The usage the recommendation rests on (the charts show it): the CPU percentile (cores)
@@ -178,6 +184,9 @@ pub struct HpaOutcome {
 pub struct AgentPlan {
     /// Requests of the auto-patch resources, per container.
     pub requests: ContainerRequests,
+    /// The limits that go with them (`RequestsAndLimits`), per container: only those a
+    /// container has.
+    pub limits: ContainerRequests,
     pub hpa: Option<CoordinatedHpa>,
 }
 
@@ -303,6 +312,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             None => ResourceRequests::default(),
         })
         .collect();
+    requests_only_caps(input, &ctx.params, &mut recommended);
 
     let mut risk_flags = Vec::new();
     let mut reasons = Vec::new();
@@ -319,10 +329,23 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     let (floor_flags, risk_reasons) = super::floors::floor_reasons(&signals, &ctx.recs);
     risk_flags.extend(floor_flags);
     reasons.extend(risk_reasons.iter().cloned());
-    let hpa_out = input
+    let mut hpa_out = input
         .hpa
         .as_ref()
         .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags, &mut reasons));
+    // The HPA bounds may have raised a request past a RequestsOnly limit: the limit wins, and
+    // the target that needed more cannot be coordinated.
+    if requests_only_caps(input, &ctx.params, &mut recommended)
+        && let Some(h) = hpa_out.as_mut().filter(|h| h.coordinated)
+    {
+        h.coordinated = false;
+        h.blocked = true;
+        h.skip_reason = Some(SkipReason::TargetOutOfBounds);
+        h.reason = Some(REASON_HPA_COUPLED.to_string());
+        h.message = "keeping the HPA target within its bounds needs a request above a \
+                     RequestsOnly limit"
+            .to_string();
+    }
 
     let containers: Vec<ContainerOutcome> = input
         .containers
@@ -334,6 +357,14 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             in_scope: c.in_scope,
             current: c.signals.current.clone(),
             recommended: recd.clone(),
+            current_limits: c.limits.clone(),
+            recommended_limits: crate::core::limits::container_resources(
+                ctx.params.controlled_values(),
+                &c.signals.current,
+                &c.limits,
+                recd,
+            )
+            .1,
             cpu_source: rec.map_or(Source::NoData, |r| r.cpu.source),
             memory_source: rec.map_or(Source::NoData, |r| r.memory.source),
             cpu_usage: c.signals.cpu,
@@ -449,13 +480,21 @@ fn applied_or_pending(
         );
     }
     let mut requests = ContainerRequests::new();
+    let mut limits = ContainerRequests::new();
     for c in containers.iter().filter(|c| c.in_scope) {
         let mut r = ResourceRequests::default();
+        let mut l = ResourceRequests::default();
         for res in auto {
             set(&mut r, *res, get(&c.recommended, *res));
+            if get(&c.recommended, *res).is_some() {
+                set(&mut l, *res, get(&c.recommended_limits, *res));
+            }
         }
         if r.cpu_millis.is_some() || r.memory_bytes.is_some() {
             requests.insert(c.name.clone(), r);
+        }
+        if l.cpu_millis.is_some() || l.memory_bytes.is_some() {
+            limits.insert(c.name.clone(), l);
         }
     }
     if requests.is_empty() {
@@ -497,7 +536,11 @@ fn applied_or_pending(
         RecommendationPhase::Applied,
         None,
         message,
-        Some(AgentPlan { requests, hpa }),
+        Some(AgentPlan {
+            requests,
+            limits,
+            hpa,
+        }),
     )
 }
 
@@ -898,6 +941,31 @@ pub fn savings(containers: &[ContainerOutcome], replicas: i32) -> Savings {
         total_memory_bytes: times(memory),
         total_gpu_units: times(gpu),
     }
+}
+
+/// `RequestsOnly` (docs/policies.md#limits): a recommended request never goes above the
+/// container's limit; capped before HPA coordination, so the target is computed from what is
+/// written.
+fn requests_only_caps(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &mut [ResourceRequests],
+) -> bool {
+    let (cpu, memory) = params.controlled_values();
+    let before = recommended.to_vec();
+    for (c, r) in input.containers.iter().zip(recommended.iter_mut()) {
+        if cpu == crate::api::ControlledValues::RequestsOnly {
+            r.cpu_millis = r
+                .cpu_millis
+                .map(|v| crate::core::limits::request_capped_at_limit(v, c.limits.cpu_millis));
+        }
+        if memory == crate::api::ControlledValues::RequestsOnly {
+            r.memory_bytes = r
+                .memory_bytes
+                .map(|v| crate::core::limits::request_capped_at_limit(v, c.limits.memory_bytes));
+        }
+    }
+    before != recommended
 }
 
 #[cfg(test)]

@@ -113,7 +113,14 @@ fn json_patch_pins_each_container_and_changes_only_its_requests() {
         "rightsizing.kubex.ai/gpu-baseline".to_string(),
         Some("{}".to_string()),
     )]);
-    let (patch, missing) = json_patch(&live, WorkloadKind::Rollout, &ann, &set, &BTreeMap::new());
+    let (patch, missing) = json_patch(
+        &live,
+        WorkloadKind::Rollout,
+        &ann,
+        &set,
+        &ContainerRequests::new(),
+        &BTreeMap::new(),
+    );
     assert!(missing.is_empty());
     let text = serde_json::to_value(&patch).unwrap();
     assert_eq!(
@@ -157,6 +164,7 @@ fn json_patch_fails_on_a_list_that_changed_under_it() {
         WorkloadKind::Rollout,
         &BTreeMap::new(),
         &set,
+        &ContainerRequests::new(),
         &BTreeMap::new(),
     );
     // Git reordered the containers since kerf read the object.
@@ -182,7 +190,14 @@ fn json_patch_removes_requests_and_annotations_and_skips_missing_containers() {
     )]);
     let set = ContainerRequests::from([("gone".to_string(), requests(Some(1), None))]);
     let ann = BTreeMap::from([("a/b~c".to_string(), None), ("not/there".to_string(), None)]);
-    let (patch, missing) = json_patch(&live, WorkloadKind::Rollout, &ann, &set, &removed);
+    let (patch, missing) = json_patch(
+        &live,
+        WorkloadKind::Rollout,
+        &ann,
+        &set,
+        &ContainerRequests::new(),
+        &removed,
+    );
     assert_eq!(missing, vec!["gone".to_string()]);
     let mut after = live.clone();
     json_patch::patch(&mut after, &patch).unwrap();
@@ -247,6 +262,7 @@ fn json_patch_writes_every_ray_group_holding_the_container() {
         WorkloadKind::RayService,
         &BTreeMap::new(),
         &set,
+        &ContainerRequests::new(),
         &BTreeMap::new(),
     );
     assert!(missing.is_empty());

@@ -68,6 +68,7 @@ fn container(name: &str, cpu_m: i64, mem_mi: i64, use_m: i64, use_mi: i64) -> Co
             oom_killed: false,
             ..Default::default()
         },
+        limits: ResourceRequests::default(),
         in_scope: true,
         gpu_current: None,
         gpu_recommended: None,
