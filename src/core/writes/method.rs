@@ -56,6 +56,14 @@ impl Delivery {
         }
     }
 
+    /// In place, by eviction or at admission only: the template is never written.
+    pub fn writes_no_template(&self) -> bool {
+        matches!(
+            self.method,
+            ApplyMethod::InPlace | ApplyMethod::Evict | ApplyMethod::Admission
+        )
+    }
+
     /// What the RightsizingRecommendation's `status.resize` records.
     pub fn status(&self) -> Option<Box<ResizeStatus>> {
         if self.resize.is_none() && self.fallback.is_none() {
@@ -255,6 +263,22 @@ mod tests {
         let d = delivery(&i, &mut 10);
         assert_eq!(d.method, ApplyMethod::Admission);
         assert!(d.eviction.is_none() && d.resize.is_none());
+    }
+
+    #[test]
+    fn writes_no_template() {
+        for (method, none) in [
+            (ApplyMethod::Rollout, false),
+            (ApplyMethod::InPlace, true),
+            (ApplyMethod::Evict, true),
+            (ApplyMethod::Admission, true),
+        ] {
+            let d = Delivery {
+                method,
+                ..Delivery::rollout(None)
+            };
+            assert_eq!(d.writes_no_template(), none, "{method:?}");
+        }
     }
 
     #[test]

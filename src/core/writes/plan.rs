@@ -1037,13 +1037,7 @@ fn resource_writes(
     // Without a CPU/memory plan, a GPU change alone is delivered while kerf writes.
     let writing = plan.is_some() || (outcome.apply.is_none() && standing.writes());
     let delivery = p.delivery_recorded(wo, r, w, outcome, writing, &mut status, previous.as_ref());
-    // In place, by eviction or at admission only: the template is never written.
-    let template_untouched = delivery.as_ref().is_some_and(|d| {
-        matches!(
-            d.method,
-            ApplyMethod::InPlace | ApplyMethod::Evict | ApplyMethod::Admission
-        )
-    });
+    let template_untouched = delivery.as_ref().is_some_and(Delivery::writes_no_template);
     let kept_hpa = plan
         .and_then(|plan| plan.hpa.as_ref())
         .map(|h| hpa_target(p.snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
