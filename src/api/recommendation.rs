@@ -338,6 +338,10 @@ pub struct FieldTakeback {
 pub struct AppliedChange {
     #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
     pub requests: SmallMap<String, ResourceValues>,
+    /// The limits that go with them (`controlledValues: RequestsAndLimits`), set at admission
+    /// with the requests (docs/policies.md#limits).
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub limits: SmallMap<String, ResourceValues>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpa: Option<Box<HpaRecommendation>>,
     /// The GPU recommendation and baseline of a workload whose object kerf does not annotate

@@ -929,7 +929,8 @@ fn write_gpu_target(
 }
 
 /// The CPU/memory concern (docs/design/kai-admission.md#k10): requests from an auto-patch
-/// CPU/memory policy, capped at the container's limit as admitted (kerf never writes a limit).
+/// CPU/memory policy, with the limits the change carries (`RequestsAndLimits`), else capped at
+/// the container's limit as admitted.
 fn resource_requests(
     desired: &mut Value,
     pod: &Admitted<'_>,
@@ -958,9 +959,19 @@ fn resource_requests(
             }
             value
         };
+        // The limits that go with the requests (docs/policies.md#limits): where the change
+        // carries one, the pod gets it; elsewhere the request is capped at the pod's limit.
+        let limits = state.limits.get(name.as_str()).cloned().unwrap_or_default();
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
             let limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);
-            let m = capped(m, limit, "cpu", fmt_cpu, &mut decided.notes);
+            let m = match limits.cpu_millis {
+                Some(l) => {
+                    let same = |v: &Value| cpu_millis_of(v) == Some(l);
+                    set_str(resources_mut(c, "limits")?, "cpu", fmt_cpu(l), same);
+                    m
+                }
+                None => capped(m, limit, "cpu", fmt_cpu, &mut decided.notes),
+            };
             let same = |v: &Value| cpu_millis_of(v) == Some(m);
             if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
                 decided.changes.note(name, "cpu", fmt_cpu(m));
@@ -968,7 +979,14 @@ fn resource_requests(
         }
         if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
             let limit = resource_value(admitted, "limits", "memory").and_then(memory_bytes_of);
-            let b = capped(b, limit, "memory", fmt_memory, &mut decided.notes);
+            let b = match limits.memory_bytes {
+                Some(l) => {
+                    let same = |v: &Value| memory_bytes_of(v) == Some(l);
+                    set_str(resources_mut(c, "limits")?, "memory", fmt_memory(l), same);
+                    b
+                }
+                None => capped(b, limit, "memory", fmt_memory, &mut decided.notes),
+            };
             let same = |v: &Value| memory_bytes_of(v) == Some(b);
             if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
                 decided.changes.note(name, "memory", fmt_memory(b));
@@ -1034,11 +1052,7 @@ fn pod_level_requests_kept(
     decided: &mut Decided,
 ) -> Result<(), ShapeError> {
     for resource in ["cpu", "memory"] {
-        let Some(limit) = pod_level_request(pod, resource) else {
-            continue;
-        };
-        let wanted = aggregate_container_requests(desired, resource);
-        if wanted <= limit || wanted <= aggregate_container_requests(pod, resource) {
+        if !pod_level_exceeded(desired, pod, resource) {
             continue;
         }
         for list in ["containers", "initContainers"] {
@@ -1046,12 +1060,16 @@ fn pod_level_requests_kept(
                 .pointer(&format!("/spec/{list}"))
                 .and_then(Value::as_array);
             for (i, c) in admitted.into_iter().flatten().enumerate() {
-                let before = resource_value(c, "requests", resource).cloned();
                 let at = match list {
                     "containers" => ContainerAt::Regular(i),
                     _ => ContainerAt::Init(i),
                 };
-                restore_request(container_mut(desired, at)?, resource, before);
+                let container = container_mut(desired, at)?;
+                // The limit kerf scales with the request goes back with it.
+                for which in ["requests", "limits"] {
+                    let before = resource_value(c, which, resource).cloned();
+                    restore_request(container, which, resource, before);
+                }
             }
         }
         for changed in decided.changes.containers.values_mut() {
@@ -1059,30 +1077,62 @@ fn pod_level_requests_kept(
         }
         decided.changes.containers.retain(|_, c| !c.is_empty());
         decided.notes.push(format!(
-            "{resource} requests not set: the containers would request more than the pod-level \
-             {resource} request (spec.resources), which the API server refuses"
+            "{resource} requests and limits not set: the containers would exceed the pod-level \
+             {resource} (spec.resources), which the API server refuses"
         ));
     }
     Ok(())
 }
 
-/// A container's request of `resource` put back as admitted (`None`: it had none), leaving no
-/// empty map behind.
-fn restore_request(c: &mut Map<String, Value>, resource: &str, before: Option<Value>) {
+/// Whether kerf's container values of `resource` in `desired` break the pod's pod-level ones
+/// where the pod's own did not: the containers' aggregate request above the pod-level request,
+/// or a container's limit above the pod-level limit (`validatePodResourceConsistency`).
+fn pod_level_exceeded(desired: &Value, pod: &Value, resource: &str) -> bool {
+    let requests_over = pod_level_request(pod, resource).is_some_and(|p| {
+        let wanted = aggregate_container_requests(desired, resource);
+        wanted > p && wanted > aggregate_container_requests(pod, resource)
+    });
+    let pod_limit = pod
+        .pointer(&format!("/spec/resources/limits/{resource}"))
+        .and_then(|v| match resource {
+            "cpu" => cpu_millis_of(v),
+            _ => memory_bytes_of(v),
+        });
+    let limit_over = pod_limit.is_some_and(|p| {
+        ["containers", "initContainers"].iter().any(|list| {
+            desired
+                .pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| resource_value(c, "limits", resource))
+                .filter_map(|v| match resource {
+                    "cpu" => cpu_millis_of(v),
+                    _ => memory_bytes_of(v),
+                })
+                .any(|l| l > p)
+        })
+    });
+    requests_over || limit_over
+}
+
+/// A container's request (or limit: `which`) of `resource` put back as admitted (`None`: it had
+/// none), leaving no empty map behind.
+fn restore_request(c: &mut Map<String, Value>, which: &str, resource: &str, before: Option<Value>) {
     let Some(Value::Object(resources)) = c.get_mut("resources") else {
         return;
     };
-    if let Some(Value::Object(requests)) = resources.get_mut("requests") {
+    if let Some(Value::Object(values)) = resources.get_mut(which) {
         match before {
             Some(v) => {
-                requests.insert(resource.into(), v);
+                values.insert(resource.into(), v);
             }
             None => {
-                requests.remove(resource);
+                values.remove(resource);
             }
         }
-        if requests.is_empty() {
-            resources.remove("requests");
+        if values.is_empty() {
+            resources.remove(which);
         }
     }
     if resources.is_empty() {

@@ -549,6 +549,8 @@ pub struct WorkloadState {
     pub template_gpu: GpuMap,
     /// CPU/memory requests to set at admission, per container (auto-patch only).
     pub resources: ContainerRequests,
+    /// The limits that go with them (docs/policies.md#limits), per container.
+    pub limits: ContainerRequests,
     /// Coordinated HPA target to enforce on HPA admission.
     pub hpa: Option<CoordinatedHpa>,
     /// The policy that produced the state (shown in the `mutated` annotation).

@@ -73,6 +73,7 @@ pub fn serving_state_each(
             ..Default::default()
         });
         state.resources = resources;
+        state.limits = crate::core::writes::served_values(&change.limits);
         state.hpa = hpa;
     }
     // An owned workload's GPU annotations, as its recommendation publishes them.
@@ -87,6 +88,7 @@ pub fn serving_state_each(
     let warnings = recover_each(snapshot, &published, |key, mut state| {
         if let Some(rs) = applied.remove(&key) {
             state.resources = rs.resources;
+            state.limits = rs.limits;
             state.hpa = rs.hpa;
         }
         emit(key, state);

@@ -539,3 +539,73 @@ fn the_release_never_deletes_what_it_gives_back_in_any_order() {
         json!({})
     );
 }
+
+/// A Guaranteed pod (requests = limits) that kerf shrinks stays Guaranteed through the real
+/// merge: the template write carries the limits with the requests, and a release gives back
+/// both (docs/policies.md#limits).
+#[tokio::test]
+async fn a_guaranteed_template_stays_guaranteed_through_a_write_and_its_release() {
+    let c = Cluster::new(WorkloadKind::Deployment, true);
+    let mut git = manifest(WorkloadKind::Deployment, "sidecar", "100m");
+    git["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}});
+    c.sync(WorkloadKind::Deployment, &git).unwrap();
+    let requests = req("app", Some(2500), Some(10 << 30));
+    let live = c.observed(WorkloadKind::Deployment);
+    let spec = live.template.spec.as_ref().unwrap();
+    let app = spec.containers.iter().find(|x| x.name == "app").unwrap();
+    let current = kerf::core::recommenders::resources::container::effective_requests(app).unwrap();
+    let current_limits = kerf::core::recommenders::resources::container::container_limits(app);
+    let both = (
+        kerf::api::ControlledValues::RequestsAndLimits,
+        kerf::api::ControlledValues::RequestsAndLimits,
+    );
+    let (_, limits) =
+        kerf::core::limits::container_resources(both, &current, &current_limits, &requests["app"]);
+    c.write(WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: live,
+        gpu: None,
+        requests: Some(requests),
+        limits: Some(ContainerRequests::from([("app".to_string(), limits)])),
+        method: WriteMethod::Apply,
+    })))
+    .await;
+    let app = c.container(WorkloadKind::Deployment, "app").unwrap();
+    assert_eq!(
+        app["resources"]["requests"],
+        json!({"cpu": "2500m", "memory": "10Gi"})
+    );
+    assert_eq!(
+        app["resources"]["limits"],
+        json!({"cpu": "2500m", "memory": "10Gi", "nvidia.com/gpu": "1"})
+    );
+    let pair = |app: &Value| {
+        let q = |v: &Value| Quantity(v.as_str().unwrap().to_string());
+        let r = &app["resources"];
+        let rr = |m: &Value| ResourceRequests {
+            cpu_millis: quantity::cpu_millis(&q(&m["cpu"])).ok(),
+            memory_bytes: quantity::memory_bytes(&q(&m["memory"])).ok(),
+        };
+        (rr(&r["requests"]), rr(&r["limits"]))
+    };
+    assert_eq!(kerf::core::limits::qos_class(&[pair(&app)]), "Guaranteed");
+    // Released: the requests and the limits kerf scaled are the user's again.
+    c.release(
+        WorkloadKind::Deployment,
+        req("app", Some(4000), Some(16 << 30)),
+        ContainerRequests::new(),
+        WriteMethod::Apply,
+    )
+    .await;
+    let app = c.container(WorkloadKind::Deployment, "app").unwrap();
+    assert_eq!(
+        app["resources"]["requests"],
+        json!({"cpu": "4", "memory": "16Gi"})
+    );
+    assert_eq!(
+        app["resources"]["limits"],
+        json!({"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"})
+    );
+    assert_eq!(kerf::core::limits::qos_class(&[pair(&app)]), "Guaranteed");
+}

@@ -1,5 +1,6 @@
 //! One test per rule of docs/design/kai-admission.md.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 
 use super::*;
@@ -689,6 +690,47 @@ fn request_capped_at_existing_limit() {
     );
 }
 
+/// A change carrying limits (`RequestsAndLimits`) sets them with the requests: a Guaranteed pod
+/// admitted smaller stays Guaranteed (docs/policies.md#limits).
+#[test]
+fn limits_the_change_carries_are_set_with_the_requests() {
+    let mut s = WorkloadState::default();
+    let both = ResourceRequests {
+        cpu_millis: Some(2500),
+        memory_bytes: Some(10 << 30),
+    };
+    s.resources.insert("main".into(), both.clone());
+    s.limits.insert("main".into(), both);
+    let p = pod(
+        json!({}),
+        json!([{"name": "main", "resources": {
+            "requests": {"cpu": "4", "memory": "16Gi"},
+            "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]),
+    );
+    let out = run(&p, &s);
+    let r = &out["spec"]["containers"][0]["resources"];
+    assert_eq!(r["requests"], json!({"cpu": "2500m", "memory": "10Gi"}));
+    assert_eq!(
+        r["limits"],
+        json!({"cpu": "2500m", "memory": "10Gi", "nvidia.com/gpu": "1"})
+    );
+    let qos = |r: &Value| {
+        let cpu = |m: &Value| {
+            crate::core::quantity::cpu_millis(&Quantity(m["cpu"].as_str().unwrap().into())).ok()
+        };
+        let mem = |m: &Value| {
+            crate::core::quantity::memory_bytes(&Quantity(m["memory"].as_str().unwrap().into()))
+                .ok()
+        };
+        let pair = |m: &Value| ResourceRequests {
+            cpu_millis: cpu(m),
+            memory_bytes: mem(m),
+        };
+        crate::core::limits::qos_class(&[(pair(&r["requests"]), pair(&r["limits"]))])
+    };
+    assert_eq!(qos(r), "Guaranteed");
+}
+
 #[test]
 fn init_container_requests_set_by_name() {
     let mut s = WorkloadState::default();
@@ -1240,6 +1282,23 @@ fn pod_level_requests_kept() {
     assert_eq!(
         super::pod_level_request(&with_pod_level(json!({})), "cpu"),
         None
+    );
+    // A container limit kerf scales above the pod-level limit: both go back as the pod had them.
+    let mut limited = s.clone();
+    limited.limits.insert(
+        "vllm-worker".into(),
+        ResourceRequests {
+            cpu_millis: Some(6000),
+            memory_bytes: None,
+        },
+    );
+    let mut p = with_pod_level(json!({"requests": {"cpu": "8"}, "limits": {"cpu": "5"}}));
+    p["spec"]["containers"][0]["resources"]["limits"] = json!({"cpu": "4"});
+    let out = run(&p, &limited);
+    let c = &out["spec"]["containers"][0]["resources"];
+    assert_eq!(
+        (&c["requests"]["cpu"], &c["limits"]["cpu"]),
+        (&json!("2"), &json!("4"))
     );
 }
 

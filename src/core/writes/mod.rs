@@ -27,5 +27,5 @@ pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, 
 pub use recommendation::{
     Gates, REASON_NO_RECOMMENDATION, REASON_READ_ONLY, RestoreHpa, RestorePlan, applied_change,
     coordinated_after_release, plan_release, plan_restore, recommendation_phase,
-    recommendation_spec, recommendation_status, served_change,
+    recommendation_spec, recommendation_status, recorded_values, served_change, served_values,
 };

@@ -48,6 +48,7 @@ use crate::core::writes::eviction::{Wanted, plan_eviction};
 use crate::core::writes::method::{
     Delivery, MethodInput, delivery, gpu_delivery, running_pods_kept,
 };
+use crate::core::writes::recorded_values;
 use crate::core::writes::resize::RESIZES_PER_CYCLE;
 use crate::core::writes::write_method::{ray_cluster_config_write_method, template_write_method};
 
@@ -881,6 +882,23 @@ struct Standing {
 }
 
 impl Standing {
+    fn of(
+        p: &Planning<'_>,
+        r: &RsResult,
+        w: &Workload,
+        previous: Option<&RecommendationStatus>,
+        conflict: Option<&Assessment>,
+    ) -> Self {
+        Standing {
+            metrics_unavailable: r.metrics_unavailable,
+            read_only: p.snapshot.global.read_only,
+            held: rolled_back(previous) || rollback_requested(w),
+            fight: conflict.is_some_and(|a| a.blocked),
+        }
+    }
+}
+
+impl Standing {
     /// A cycle that writes nothing to the workload takes nothing and gives nothing back.
     fn writes(self) -> bool {
         !self.metrics_unavailable && !self.read_only && !self.held && !self.fight
@@ -959,7 +977,9 @@ fn served(
     carried: Option<Box<AppliedChange>>,
 ) -> Option<Box<AppliedChange>> {
     if let Some(p) = plan {
-        return Some(Box::new(applied_change(&p.requests, p.hpa.as_ref())));
+        let mut change = applied_change(&p.requests, p.hpa.as_ref());
+        change.limits = recorded_values(&p.limits);
+        return Some(Box::new(change));
     }
     if standing.fight && !standing.held && !standing.metrics_unavailable && !standing.read_only {
         return outcome
@@ -1007,12 +1027,7 @@ fn resource_writes(
     let observed = p.index.find(&r.key).cloned();
     let previous = observed.as_ref().and_then(|o| o.status.clone());
     let mut status = recommendation_status(outcome, previous.as_ref());
-    let standing = Standing {
-        metrics_unavailable: r.metrics_unavailable,
-        read_only: p.snapshot.global.read_only,
-        held: rolled_back(previous.as_ref()) || rollback_requested(w),
-        fight: conflict.is_some_and(|a| a.blocked),
-    };
+    let standing = Standing::of(p, r, w, previous.as_ref(), conflict);
     if !standing.writes() {
         keep_taken(&mut status, previous.as_ref());
     }

@@ -34,6 +34,7 @@ use crate::core::recommenders::resources::container::{PolicyError, Source};
 use crate::core::recommenders::resources::workload::{
     AgentPlan, ContainerOutcome, Managed, RightsizingOutcome, get, savings,
 };
+use crate::support::small_map::SmallMap;
 
 fn values(r: &ResourceRequests, gpu: Option<f64>) -> ResourceValues {
     ResourceValues {
@@ -279,17 +280,8 @@ pub fn keep_taken(status: &mut RecommendationStatus, previous: Option<&Recommend
 /// The change kerf applies, as the RightsizingRecommendation records it (`status.applied`).
 pub fn applied_change(requests: &ContainerRequests, hpa: Option<&CoordinatedHpa>) -> AppliedChange {
     AppliedChange {
-        requests: requests
-            .iter()
-            .map(|(c, r)| {
-                let values = ResourceValues {
-                    cpu: r.cpu_millis.map(quantity::cpu_quantity),
-                    memory: r.memory_bytes.map(quantity::memory_quantity),
-                    gpu: None,
-                };
-                (c.clone(), values)
-            })
-            .collect(),
+        requests: recorded_values(requests),
+        limits: Default::default(),
         hpa: hpa.map(|h| {
             Box::new(HpaRecommendation {
                 name: h.hpa_name.clone(),
@@ -301,6 +293,38 @@ pub fn applied_change(requests: &ContainerRequests, hpa: Option<&CoordinatedHpa>
         }),
         gpu_annotations: Default::default(),
     }
+}
+
+/// Requests or limits as `status.applied` records them.
+pub fn recorded_values(values: &ContainerRequests) -> SmallMap<String, ResourceValues> {
+    values
+        .iter()
+        .map(|(c, r)| {
+            let values = ResourceValues {
+                cpu: r.cpu_millis.map(quantity::cpu_quantity),
+                memory: r.memory_bytes.map(quantity::memory_quantity),
+                gpu: None,
+            };
+            (c.clone(), values)
+        })
+        .collect()
+}
+
+/// Requests or limits `status.applied` records, read back.
+pub fn served_values(values: &SmallMap<String, ResourceValues>) -> ContainerRequests {
+    values
+        .iter()
+        .map(|(c, v)| {
+            let r = ResourceRequests {
+                cpu_millis: v.cpu.as_ref().and_then(|q| quantity::cpu_millis(q).ok()),
+                memory_bytes: v
+                    .memory
+                    .as_ref()
+                    .and_then(|q| quantity::memory_bytes(q).ok()),
+            };
+            (c.clone(), r)
+        })
+        .collect()
 }
 
 /// The coordinated HPA target of a change whose requests are still those `status.applied`
@@ -324,20 +348,7 @@ pub fn pre_change_target(
 /// [`applied_change`] read back: the requests and the HPA target the webhook serves. A value
 /// that does not parse is left out (the webhook then leaves that field of the pod alone).
 pub fn served_change(applied: &AppliedChange) -> (ContainerRequests, Option<CoordinatedHpa>) {
-    let requests = applied
-        .requests
-        .iter()
-        .map(|(c, v)| {
-            let r = ResourceRequests {
-                cpu_millis: v.cpu.as_ref().and_then(|q| quantity::cpu_millis(q).ok()),
-                memory_bytes: v
-                    .memory
-                    .as_ref()
-                    .and_then(|q| quantity::memory_bytes(q).ok()),
-            };
-            (c.clone(), r)
-        })
-        .collect();
+    let requests = served_values(&applied.requests);
     let hpa = applied.hpa.as_ref().and_then(|h| {
         Some(CoordinatedHpa {
             hpa_name: h.name.clone(),

@@ -853,6 +853,7 @@ impl WorkloadResult {
             gpu,
             template_gpu: self.template_gpu.clone(),
             resources: Default::default(),
+            limits: Default::default(),
             hpa: None,
             policy: self.main_policy().cloned(),
             strategy: self.strategy.clone(),

@@ -333,48 +333,9 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .hpa
         .as_ref()
         .map(|h| evaluate_hpa(&ctx, h, &mut recommended, &mut risk_flags, &mut reasons));
-    // The HPA bounds may have raised a request past a RequestsOnly limit: the limit wins, and
-    // the target that needed more cannot be coordinated.
-    if requests_only_caps(input, &ctx.params, &mut recommended)
-        && let Some(h) = hpa_out.as_mut().filter(|h| h.coordinated)
-    {
-        h.coordinated = false;
-        h.blocked = true;
-        h.skip_reason = Some(SkipReason::TargetOutOfBounds);
-        h.reason = Some(REASON_HPA_COUPLED.to_string());
-        h.message = "keeping the HPA target within its bounds needs a request above a \
-                     RequestsOnly limit"
-            .to_string();
-    }
+    capped_after_hpa(input, &ctx.params, &mut recommended, hpa_out.as_mut());
 
-    let containers: Vec<ContainerOutcome> = input
-        .containers
-        .iter()
-        .zip(&ctx.recs)
-        .zip(&recommended)
-        .map(|((c, rec), recd)| ContainerOutcome {
-            name: c.signals.name.clone(),
-            in_scope: c.in_scope,
-            current: c.signals.current.clone(),
-            recommended: recd.clone(),
-            current_limits: c.limits.clone(),
-            recommended_limits: crate::core::limits::container_resources(
-                ctx.params.controlled_values(),
-                &c.signals.current,
-                &c.limits,
-                recd,
-            )
-            .1,
-            cpu_source: rec.map_or(Source::NoData, |r| r.cpu.source),
-            memory_source: rec.map_or(Source::NoData, |r| r.memory.source),
-            cpu_usage: c.signals.cpu,
-            memory_usage: c.signals.memory,
-            throttled: c.signals.throttled,
-            oom_killed: c.signals.oom_killed,
-            gpu_current: c.gpu_current,
-            gpu_recommended: c.gpu_recommended,
-        })
-        .collect();
+    let containers = container_outcomes(&ctx, &recommended);
     let savings = savings(&containers, input.replicas);
 
     let auto: Vec<HpaResource> = [HpaResource::Cpu, HpaResource::Memory]
@@ -940,6 +901,59 @@ pub fn savings(containers: &[ContainerOutcome], replicas: i32) -> Savings {
         total_cpu_cores: times(cpu),
         total_memory_bytes: times(memory),
         total_gpu_units: times(gpu),
+    }
+}
+
+/// Each container's outcome: current and recommended requests and limits, usage, floors.
+fn container_outcomes(ctx: &Ctx<'_>, recommended: &[ResourceRequests]) -> Vec<ContainerOutcome> {
+    ctx.input
+        .containers
+        .iter()
+        .zip(&ctx.recs)
+        .zip(recommended)
+        .map(|((c, rec), recd)| ContainerOutcome {
+            name: c.signals.name.clone(),
+            in_scope: c.in_scope,
+            current: c.signals.current.clone(),
+            recommended: recd.clone(),
+            current_limits: c.limits.clone(),
+            recommended_limits: crate::core::limits::container_resources(
+                ctx.params.controlled_values(),
+                &c.signals.current,
+                &c.limits,
+                recd,
+            )
+            .1,
+            cpu_source: rec.map_or(Source::NoData, |r| r.cpu.source),
+            memory_source: rec.map_or(Source::NoData, |r| r.memory.source),
+            cpu_usage: c.signals.cpu,
+            memory_usage: c.signals.memory,
+            throttled: c.signals.throttled,
+            oom_killed: c.signals.oom_killed,
+            gpu_current: c.gpu_current,
+            gpu_recommended: c.gpu_recommended,
+        })
+        .collect()
+}
+
+/// The HPA bounds may have raised a request past a `RequestsOnly` limit: the limit wins, and
+/// the target that needed more cannot be coordinated.
+fn capped_after_hpa(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &mut [ResourceRequests],
+    hpa: Option<&mut HpaOutcome>,
+) {
+    if requests_only_caps(input, params, recommended)
+        && let Some(h) = hpa.filter(|h| h.coordinated)
+    {
+        h.coordinated = false;
+        h.blocked = true;
+        h.skip_reason = Some(SkipReason::TargetOutOfBounds);
+        h.reason = Some(REASON_HPA_COUPLED.to_string());
+        h.message = "keeping the HPA target within its bounds needs a request above a \
+                     RequestsOnly limit"
+            .to_string();
     }
 }
 

@@ -59,6 +59,7 @@ fn status(applied: i64, conflict: Option<ConflictStatus>) -> RecommendationStatu
                     ..Default::default()
                 },
             )]),
+            limits: SmallMap::new(),
             hpa: None,
             gpu_annotations: SmallMap::new(),
         })),
