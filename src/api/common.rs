@@ -178,6 +178,8 @@ pub enum WorkloadKind {
     RayCluster,
     /// KubeRay `ray.io/v1` RayService.
     RayService,
+    /// KubeRay `ray.io/v1` RayJob (its RayCluster runs one job).
+    RayJob,
     /// NVIDIA Grove `grove.io/v1alpha1` PodCliqueSet.
     PodCliqueSet,
     /// A kind listed in GlobalConfiguration `spec.workloadKinds`.
@@ -299,7 +301,7 @@ impl WorkloadKind {
         )
     }
 
-    pub const ALL: [WorkloadKind; 12] = [
+    pub const ALL: [WorkloadKind; 13] = [
         WorkloadKind::Deployment,
         WorkloadKind::StatefulSet,
         WorkloadKind::DaemonSet,
@@ -311,6 +313,7 @@ impl WorkloadKind {
         WorkloadKind::LeaderWorkerSet,
         WorkloadKind::RayCluster,
         WorkloadKind::RayService,
+        WorkloadKind::RayJob,
         WorkloadKind::PodCliqueSet,
     ];
 
@@ -337,6 +340,7 @@ impl WorkloadKind {
             WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
             WorkloadKind::RayCluster => "RayCluster",
             WorkloadKind::RayService => "RayService",
+            WorkloadKind::RayJob => "RayJob",
             WorkloadKind::PodCliqueSet => "PodCliqueSet",
             WorkloadKind::Listed(k) => k.data().kind,
         }
@@ -364,6 +368,7 @@ impl WorkloadKind {
             WorkloadKind::LeaderWorkerSet => "leaderworkersets",
             WorkloadKind::RayCluster => "rayclusters",
             WorkloadKind::RayService => "rayservices",
+            WorkloadKind::RayJob => "rayjobs",
             WorkloadKind::PodCliqueSet => "podcliquesets",
             WorkloadKind::Listed(k) => k.data().plural,
         }
@@ -400,7 +405,9 @@ impl WorkloadKind {
             WorkloadKind::InferenceService => "serving.kserve.io/v1beta1",
             WorkloadKind::KnativeService => "serving.knative.dev/v1",
             WorkloadKind::LeaderWorkerSet => "leaderworkerset.x-k8s.io/v1",
-            WorkloadKind::RayCluster | WorkloadKind::RayService => "ray.io/v1",
+            WorkloadKind::RayCluster | WorkloadKind::RayService | WorkloadKind::RayJob => {
+                "ray.io/v1"
+            }
             WorkloadKind::PodCliqueSet => "grove.io/v1alpha1",
             WorkloadKind::Listed(k) => k.data().api_version,
         }

@@ -211,6 +211,9 @@ pub enum ApplyMethod {
     /// Another controller owns the template: new pods get the change at admission, running
     /// ones are replaced one at a time through the Eviction API (docs/workloads.md).
     Evict,
+    /// New pods only: the change is admitted into the next pods the controller creates, no
+    /// running pod is replaced (a RayJob's cluster: evicting its head fails the job).
+    Admission,
     /// Nothing is applied.
     #[default]
     None,
@@ -222,6 +225,7 @@ impl ApplyMethod {
             ApplyMethod::Rollout => "rollout",
             ApplyMethod::InPlace => "inPlace",
             ApplyMethod::Evict => "evict",
+            ApplyMethod::Admission => "admission",
             ApplyMethod::None => "none",
         }
     }
@@ -327,8 +331,8 @@ pub struct FieldTakeback {
     pub time: String,
 }
 
-/// The CPU/memory change kerf applies: the requests it sets on new pods (auto-patch resources
-/// only) and the coordinated HPA target it enforces when the HPA is admitted.
+/// The change kerf applies: the requests it sets on new pods (auto-patch resources only), the
+/// coordinated HPA target it enforces when the HPA is admitted, and an owned workload's GPU.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedChange {
@@ -340,4 +344,9 @@ pub struct AppliedChange {
     pub limits: SmallMap<String, ResourceValues>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpa: Option<Box<HpaRecommendation>>,
+    /// The GPU recommendation and baseline of a workload whose object kerf does not annotate
+    /// (another controller owns it), as the annotations `rightsizing.kubex.ai/gpu-recommendation`
+    /// and `rightsizing.kubex.ai/gpu-baseline` would carry them: admission serves them from here.
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub gpu_annotations: SmallMap<String, String>,
 }

@@ -229,19 +229,11 @@ fn resize_support(support: ResizeSupport) -> &'static str {
     }
 }
 
-/// How the workload's change reaches its pods, as its RightsizingRecommendation records it; a
-/// GPU recommendation without a CPU/memory change rolls the pods (annotations and a restart).
-fn apply_method(
-    status: Option<&RecommendationStatus>,
-    gpu: Option<&WorkloadResult>,
-) -> ApplyMethod {
+/// How the workload's change reaches its pods, as the write planning recorded it in its
+/// RightsizingRecommendation (GPU and CPU/memory alike).
+fn apply_method(status: Option<&RecommendationStatus>) -> ApplyMethod {
     status
         .and_then(|s| s.apply_method)
-        .filter(|m| *m != ApplyMethod::None)
-        .or_else(|| {
-            gpu.filter(|g| g.recommendation.is_some())
-                .map(|_| ApplyMethod::Rollout)
-        })
         .unwrap_or(ApplyMethod::None)
 }
 
@@ -293,7 +285,10 @@ pub fn workload_json(
             f.reason, f.message
         ));
     }
-    let method = apply_method(status, gpu);
+    let method = apply_method(status);
+    if method == ApplyMethod::Admission {
+        reasons.push(crate::core::writes::method::REASON_JOB_CLUSTER.into());
+    }
     if method == ApplyMethod::InPlace && support == ResizeSupport::Assumed {
         reasons.push(
             "resized in place as a cluster serving pods/resize (Kubernetes 1.33+) would: no API \
@@ -472,7 +467,7 @@ pub fn to_table(cycle: &CycleOutput, at: Timestamp, writer: &MemoryWriter) -> St
             },
         );
         let q = |v: Option<i64>, f: fn(i64) -> String| v.map_or_else(|| "-".to_string(), f);
-        let method = apply_method(recorded_status(writer, &r.key), None).as_str();
+        let method = apply_method(recorded_status(writer, &r.key)).as_str();
         for c in &o.containers {
             let _ = writeln!(
                 s,

@@ -451,7 +451,7 @@ pub fn pod_skeleton(pod: &Value) -> Result<Value, ShapeError> {
         let s = spec
             .as_object()
             .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
-        let mut ss = pick(s, &["schedulerName"]);
+        let mut ss = pick(s, &["schedulerName", "resources"]);
         for list in ["containers", "initContainers"] {
             match s.get(list) {
                 None => {}
@@ -579,6 +579,9 @@ pub struct MetaSkeleton {
 pub(crate) struct SpecSkeleton {
     #[serde(default)]
     pub(crate) scheduler_name: Option<Value>,
+    /// Pod-level requests and limits: kerf's container requests stay within them.
+    #[serde(default)]
+    pub(crate) resources: Option<Value>,
     #[serde(default, deserialize_with = "objects_only")]
     pub(crate) containers: Option<Vec<ContainerSkeleton>>,
     #[serde(default, deserialize_with = "objects_only")]
@@ -618,6 +621,9 @@ impl PodSkeleton {
             let mut ss = Map::new();
             if let Some(n) = sp.scheduler_name {
                 ss.insert("schedulerName".into(), n);
+            }
+            if let Some(r) = sp.resources {
+                ss.insert("resources".into(), r);
             }
             let list = |cs: Vec<ContainerSkeleton>| {
                 Value::Array(
@@ -754,6 +760,7 @@ fn desired_pod(
         None => admitted.frac.is_some(),
     };
     resource_requests(&mut desired, &admitted, state, &mut decided)?;
+    pod_level_requests_kept(&mut desired, pod, &mut decided)?;
     let to_kai = scheduler_and_queue(
         &mut desired,
         &admitted,
@@ -987,6 +994,150 @@ fn resource_requests(
         }
     }
     Ok(())
+}
+
+/// A pod's pod-level request of `resource` (`spec.resources`, Kubernetes' PodLevelResources):
+/// its request, else its limit (the API server defaults the request to the limit).
+fn pod_level_request(pod: &Value, resource: &str) -> Option<i64> {
+    let r = pod.pointer("/spec/resources")?;
+    let of = |which: &str| r.get(which).and_then(|m| m.get(resource));
+    let v = of("requests").or_else(|| of("limits"))?;
+    match resource {
+        "cpu" => cpu_millis_of(v),
+        _ => memory_bytes_of(v),
+    }
+}
+
+/// The containers' aggregate request of `resource` as the API server counts it against the
+/// pod-level one (`AggregateContainerRequests`, kubernetes
+/// `staging/src/k8s.io/component-helpers/resource/helpers.go`): the regular containers' and
+/// sidecars' sum, or an init container's with the sidecars started before it, whichever is
+/// more.
+fn aggregate_container_requests(pod: &Value, resource: &str) -> i64 {
+    let request = |c: &Value| {
+        let v = resource_value(c, "requests", resource);
+        match resource {
+            "cpu" => v.and_then(cpu_millis_of),
+            _ => v.and_then(memory_bytes_of),
+        }
+        .unwrap_or(0)
+    };
+    let list = |name: &str| {
+        pod.pointer(&format!("/spec/{name}"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut sum: i64 = list("containers").iter().map(request).sum();
+    let mut init_peak = 0;
+    let mut sidecars = 0;
+    for c in &list("initContainers") {
+        if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+            sidecars += request(c);
+            sum += request(c);
+        } else {
+            init_peak = init_peak.max(sidecars + request(c));
+        }
+    }
+    sum.max(init_peak)
+}
+
+/// The pod-level guard: where the containers' requests kerf set would exceed the pod's
+/// pod-level request of a resource, the API server refuses the pod (422, "must be greater than
+/// or equal to aggregate container requests"); kerf then leaves that resource's container
+/// requests as the pod had them, and says why.
+fn pod_level_requests_kept(
+    desired: &mut Value,
+    pod: &Value,
+    decided: &mut Decided,
+) -> Result<(), ShapeError> {
+    for resource in ["cpu", "memory"] {
+        if !pod_level_exceeded(desired, pod, resource) {
+            continue;
+        }
+        for list in ["containers", "initContainers"] {
+            let admitted = pod
+                .pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array);
+            for (i, c) in admitted.into_iter().flatten().enumerate() {
+                let at = match list {
+                    "containers" => ContainerAt::Regular(i),
+                    _ => ContainerAt::Init(i),
+                };
+                let container = container_mut(desired, at)?;
+                // The limit kerf scales with the request goes back with it.
+                for which in ["requests", "limits"] {
+                    let before = resource_value(c, which, resource).cloned();
+                    restore_request(container, which, resource, before);
+                }
+            }
+        }
+        for changed in decided.changes.containers.values_mut() {
+            changed.remove(resource);
+        }
+        decided.changes.containers.retain(|_, c| !c.is_empty());
+        decided.notes.push(format!(
+            "{resource} requests and limits not set: the containers would exceed the pod-level \
+             {resource} (spec.resources), which the API server refuses"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether kerf's container values of `resource` in `desired` break the pod's pod-level ones
+/// where the pod's own did not: the containers' aggregate request above the pod-level request,
+/// or a container's limit above the pod-level limit (`validatePodResourceConsistency`).
+fn pod_level_exceeded(desired: &Value, pod: &Value, resource: &str) -> bool {
+    let requests_over = pod_level_request(pod, resource).is_some_and(|p| {
+        let wanted = aggregate_container_requests(desired, resource);
+        wanted > p && wanted > aggregate_container_requests(pod, resource)
+    });
+    let pod_limit = pod
+        .pointer(&format!("/spec/resources/limits/{resource}"))
+        .and_then(|v| match resource {
+            "cpu" => cpu_millis_of(v),
+            _ => memory_bytes_of(v),
+        });
+    let limit_over = pod_limit.is_some_and(|p| {
+        ["containers", "initContainers"].iter().any(|list| {
+            desired
+                .pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| resource_value(c, "limits", resource))
+                .filter_map(|v| match resource {
+                    "cpu" => cpu_millis_of(v),
+                    _ => memory_bytes_of(v),
+                })
+                .any(|l| l > p)
+        })
+    });
+    requests_over || limit_over
+}
+
+/// A container's request (or limit: `which`) of `resource` put back as admitted (`None`: it had
+/// none), leaving no empty map behind.
+fn restore_request(c: &mut Map<String, Value>, which: &str, resource: &str, before: Option<Value>) {
+    let Some(Value::Object(resources)) = c.get_mut("resources") else {
+        return;
+    };
+    if let Some(Value::Object(values)) = resources.get_mut(which) {
+        match before {
+            Some(v) => {
+                values.insert(resource.into(), v);
+            }
+            None => {
+                values.remove(resource);
+            }
+        }
+        if values.is_empty() {
+            resources.remove(which);
+        }
+    }
+    if resources.is_empty() {
+        c.remove("resources");
+    }
 }
 
 /// The scheduler and queue concern (docs/design/kai-admission.md#k5); returns whether kerf

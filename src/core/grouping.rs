@@ -62,7 +62,7 @@ fn chain_above(snapshot: &Snapshot, w: &Workload, controller: &Link) -> Option<C
     owner_chain(
         ns,
         &owners,
-        None,
+        crate::core::owner::TemplateHashes::default(),
         |rs| link(&snapshot.replicaset_owners, rs),
         |job| link(&snapshot.job_owners, job),
         |kind, name| snapshot.controller_of(ns, kind, name),
@@ -126,8 +126,9 @@ pub fn record_workload_controllers(snapshot: &mut Snapshot) {
 }
 
 /// A template of the containers of `templates`, each container from the first that has it
-/// (a LeaderWorkerSet's leader and worker templates name their containers apart), the labels
-/// of all.
+/// (a LeaderWorkerSet's leader and worker templates name their containers apart), and the
+/// first pod-level resources set: the guard that keeps kerf off pod-level requests reads them
+/// here, as on a Deployment's template.
 fn merged_template<'a>(templates: impl Iterator<Item = &'a PodSpec>) -> PodSpec {
     let mut out = PodSpec::default();
     let add = |list: &mut Vec<Container>, c: &Container| {
@@ -136,6 +137,9 @@ fn merged_template<'a>(templates: impl Iterator<Item = &'a PodSpec>) -> PodSpec 
         }
     };
     for t in templates {
+        if out.resources.is_none() && crate::core::hpa::pod_level_resources_set(t) {
+            out.resources = t.resources.clone();
+        }
         for c in &t.containers {
             add(&mut out.containers, c);
         }
@@ -144,6 +148,20 @@ fn merged_template<'a>(templates: impl Iterator<Item = &'a PodSpec>) -> PodSpec 
         }
     }
     out
+}
+
+/// The annotations of the templates an owner's objects hold, the first one's where two set one:
+/// KAI's GPU fraction is stated there, and admission's GPU baseline is read from it.
+fn merged_annotations<'a>(templates: impl Iterator<Item = &'a Strings>) -> Option<Strings> {
+    let mut out = Strings::new();
+    for t in templates {
+        for (k, v) in t.iter() {
+            if out.get(k).is_none() {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The workload of a topmost owner seen only through what it owns (its object was not read).
@@ -215,9 +233,10 @@ pub fn group_under_topmost_owners(snapshot: &mut Snapshot) {
         }
         let w = Arc::make_mut(w);
         let spec = merged_template(parts.iter().map(|p| p.template.pod_spec()));
-        let labels = w.template.metadata.take().unwrap_or_default();
+        let mut metadata = w.template.metadata.take().unwrap_or_default();
+        metadata.annotations = merged_annotations(parts.iter().map(|p| p.template.annotations()));
         w.template = PodTemplateSpec {
-            metadata: Some(labels),
+            metadata: Some(metadata),
             spec: Some(spec),
         };
         w.replicas = Some(parts.iter().filter_map(|p| p.replicas).sum());
@@ -335,5 +354,38 @@ mod tests {
         let m = merged_template([&leader, &worker].into_iter());
         let names: Vec<&str> = m.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["vllm-leader", "proxy", "vllm-worker"]);
+    }
+
+    /// The first template's pod-level resources that are set (an empty `resources: {}` is not).
+    #[test]
+    fn merged_template_keeps_pod_level_resources() {
+        let t = |resources: serde_json::Value| -> PodSpec {
+            serde_json::from_value(serde_json::json!({
+                "containers": [{"name": "vllm-worker"}], "resources": resources
+            }))
+            .unwrap()
+        };
+        let (empty, set) = (
+            t(serde_json::json!({})),
+            t(serde_json::json!({"requests": {"cpu": "4"}})),
+        );
+        let m = merged_template([&empty, &set].into_iter());
+        assert!(crate::core::hpa::pod_level_resources_set(&m));
+        assert_eq!(m.resources, set.resources);
+        assert!(merged_template([&empty].into_iter()).resources.is_none());
+    }
+
+    /// KAI's fraction annotation of the owned templates reaches the merged one, the first's kept.
+    #[test]
+    fn merged_annotations() {
+        let a = Strings::from([("gpu-fraction".to_string(), "0.5".to_string())]);
+        let b = Strings::from([
+            ("gpu-fraction".to_string(), "0.25".to_string()),
+            ("team".to_string(), "x".to_string()),
+        ]);
+        let m = super::merged_annotations([&a, &b].into_iter()).unwrap();
+        assert_eq!(m.get("gpu-fraction").map(String::as_str), Some("0.5"));
+        assert_eq!(m.len(), 2);
+        assert!(super::merged_annotations(std::iter::empty()).is_none());
     }
 }

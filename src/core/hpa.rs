@@ -344,6 +344,20 @@ pub fn pod_level_requests_set(spec: &crate::core::pod::PodSpec) -> bool {
         })
 }
 
+/// Whether a pod sets pod-level resources at all (`IsPodLevelResourcesSet`, same file: a request
+/// or a limit of a supported pod-level resource; an empty `spec.resources: {}` is none).
+pub fn pod_level_resources_set(spec: &crate::core::pod::PodSpec) -> bool {
+    let supported = |m: Option<&crate::support::small_map::SmallMap<String, _>>| {
+        m.is_some_and(|m| {
+            m.keys()
+                .any(|k| matches!(k.as_str(), "cpu" | "memory") || k.starts_with("hugepages-"))
+        })
+    };
+    spec.resources
+        .as_ref()
+        .is_some_and(|r| supported(r.requests.as_ref()) || supported(r.limits.as_ref()))
+}
+
 /// The resources (cpu, memory) the pod template requests at pod level: for those the scheduler
 /// reserves the pod-level request, not the containers' sum (`PodRequests`, same file).
 pub fn pod_level_resources(spec: &crate::core::pod::PodSpec) -> Vec<HpaResource> {
@@ -640,6 +654,28 @@ mod tests {
 
     fn mem_util(t: i32) -> serde_json::Value {
         json!({"type": "Resource", "resource": {"name": "memory", "target": {"type": "Utilization", "averageUtilization": t}}})
+    }
+
+    /// Upstream counts a pod as having pod-level resources only when a supported resource is
+    /// requested or limited there: `spec.resources: {}` is none, a GPU limit neither.
+    #[test]
+    fn pod_level_resources_set() {
+        let spec = |resources: serde_json::Value| -> crate::core::pod::PodSpec {
+            serde_json::from_value(json!({"containers": [], "resources": resources})).unwrap()
+        };
+        assert!(!super::pod_level_resources_set(&spec(json!({}))));
+        assert!(!super::pod_level_resources_set(&spec(
+            json!({"limits": {"nvidia.com/gpu": "1"}})
+        )));
+        assert!(super::pod_level_resources_set(&spec(
+            json!({"limits": {"memory": "8Gi"}})
+        )));
+        assert!(super::pod_level_resources_set(&spec(
+            json!({"requests": {"cpu": "2"}})
+        )));
+        let none: crate::core::pod::PodSpec =
+            serde_json::from_value(json!({"containers": []})).unwrap();
+        assert!(!super::pod_level_resources_set(&none));
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub trait OwnerLink {
 /// The label the Deployment controller puts on every pod and ReplicaSet it creates.
 pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 
+/// Argo Rollouts' label of a pod's template hash (`rollouts-pod-template-hash`), its ReplicaSet
+/// named `<rollout>-<hash>` (`rollout/replicaset.go`): Argo does not set `pod-template-hash`.
+pub const ROLLOUTS_POD_TEMPLATE_HASH_LABEL: &str = "rollouts-pod-template-hash";
+
 /// Both shapes have the same four fields.
 macro_rules! owner_link {
     ($t:ty) => {
@@ -231,7 +235,7 @@ pub struct Chain {
 pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
     namespace: &str,
     owners: &[impl OwnerLink],
-    pod_template_hash: Option<&str>,
+    hashes: TemplateHashes<'_>,
     replicaset_owner: impl Fn(&str) -> Option<R>,
     job_owner: impl Fn(&str) -> Option<J>,
     controller_of: impl Fn(&str, &str) -> Option<Link>,
@@ -252,7 +256,7 @@ pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
                 .or_else(|| controller_of(&here.kind, &here.name))
                 // The pod's own ReplicaSet, not read yet: its Deployment by the hash rule, and
                 // on up from there (a KServe predictor's InferenceService).
-                .or_else(|| first.then(|| derived_deployment(&here.name, pod_template_hash))?)
+                .or_else(|| first.then(|| derived_owner(&here.name, hashes))?)
         } else if here.is("batch", "Job") {
             job_owner(&here.name).map(|c| Link::new("batch/v1", "CronJob", c.as_ref()))
         } else {
@@ -279,11 +283,36 @@ pub fn owner_chain<R: AsRef<str>, J: AsRef<str>>(
     })
 }
 
-/// The Deployment of a ReplicaSet named `<deployment>-<pod-template-hash>` (module docs).
-fn derived_deployment(replicaset: &str, pod_template_hash: Option<&str>) -> Option<Link> {
-    let hash = pod_template_hash.filter(|h| !h.is_empty())?;
-    let dep = replicaset.strip_suffix(hash)?.strip_suffix('-')?;
-    (!dep.is_empty()).then(|| Link::new("apps/v1", "Deployment", dep))
+/// A pod's template-hash labels: the Deployment controller's and Argo Rollouts'.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TemplateHashes<'a> {
+    pub deployment: Option<&'a str>,
+    pub rollout: Option<&'a str>,
+}
+
+impl<'a> TemplateHashes<'a> {
+    /// The hashes a pod's labels carry.
+    pub fn of(labels: Option<&'a impl StrMap>) -> Self {
+        Self {
+            deployment: pod_template_hash(labels),
+            rollout: labels.and_then(|l| l.get_str(ROLLOUTS_POD_TEMPLATE_HASH_LABEL)),
+        }
+    }
+}
+
+/// The owner of a ReplicaSet not read yet, by its name: `<rollout>-<hash>` for a pod labelled
+/// `rollouts-pod-template-hash` (an Argo Rollout's), else `<deployment>-<pod-template-hash>`
+/// (module docs).
+fn derived_owner(replicaset: &str, hashes: TemplateHashes<'_>) -> Option<Link> {
+    let named = |hash: Option<&str>| {
+        let hash = hash.filter(|h| !h.is_empty())?;
+        let owner = replicaset.strip_suffix(hash)?.strip_suffix('-')?;
+        (!owner.is_empty()).then_some(owner)
+    };
+    if let Some(rollout) = named(hashes.rollout) {
+        return Some(Link::new("argoproj.io/v1alpha1", "Rollout", rollout));
+    }
+    named(hashes.deployment).map(|d| Link::new("apps/v1", "Deployment", d))
 }
 
 /// A pod's owner chain ([`owner_chain`]), read with its labels: the `pod-template-hash`
@@ -301,7 +330,7 @@ pub fn pod_chain<R: AsRef<str>, J: AsRef<str>>(
     let chain = owner_chain(
         namespace,
         owners,
-        pod_template_hash(labels),
+        TemplateHashes::of(labels),
         replicaset_owner,
         job_owner,
         controller_of,
@@ -340,6 +369,48 @@ mod tests {
 
     /// LeaderWorkerSet's name label is the workload where the chain stops at a StatefulSet
     /// (a recreated group's worker StatefulSet, not read yet); elsewhere it changes nothing.
+    /// Argo Rollouts labels its pods `rollouts-pod-template-hash`: a pod of a ReplicaSet not read
+    /// yet is the Rollout's; the Deployment controller's label names a Deployment.
+    #[test]
+    fn derived_owner() {
+        let argo = TemplateHashes {
+            deployment: None,
+            rollout: Some("5f7d8c9b4"),
+        };
+        let got = super::derived_owner("canary-5f7d8c9b4", argo).unwrap();
+        assert_eq!(
+            (got.kind.as_str(), got.name.as_str()),
+            ("Rollout", "canary")
+        );
+        let apps = TemplateHashes {
+            deployment: Some("6f9c8d7b5"),
+            rollout: None,
+        };
+        let got = super::derived_owner("web-6f9c8d7b5", apps).unwrap();
+        assert_eq!(
+            (got.kind.as_str(), got.name.as_str()),
+            ("Deployment", "web")
+        );
+        assert!(super::derived_owner("web-6f9c8d7b5", TemplateHashes::default()).is_none());
+        assert!(super::derived_owner("other-1", argo).is_none());
+        let labels: std::collections::BTreeMap<String, String> = [(
+            ROLLOUTS_POD_TEMPLATE_HASH_LABEL.to_string(),
+            "5f7d8c9b4".to_string(),
+        )]
+        .into();
+        let rs = [oref("apps/v1", "ReplicaSet", "canary-5f7d8c9b4", true)];
+        let chain = pod_chain(
+            "ml",
+            &rs,
+            Some(&labels),
+            |_| None::<String>,
+            |_| None::<String>,
+            |_, _| None,
+        )
+        .unwrap();
+        assert_eq!(chain.key.kind, WorkloadKind::Rollout);
+    }
+
     #[test]
     fn with_lws_label() {
         let labels: std::collections::BTreeMap<String, String> =

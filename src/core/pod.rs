@@ -166,6 +166,16 @@ pub struct PodSpec {
     /// when they are set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Box<Resources>>,
+    /// `spec.os` (boxed: most pods set none): a Windows pod cannot be resized in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<Box<PodOs>>,
+}
+
+/// A pod's `spec.os`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodOs {
+    #[serde(default)]
+    pub name: String,
 }
 
 /// The metadata kerf reads of a pod template: its labels and annotations (a template's name,
@@ -257,6 +267,7 @@ static NO_SPEC: PodSpec = PodSpec {
     containers: Vec::new(),
     init_containers: None,
     resources: None,
+    os: None,
 };
 static NO_STRINGS: Strings = SmallMap::new();
 
@@ -347,6 +358,7 @@ impl From<k8s::PodSpec> for PodSpec {
                 .init_containers
                 .map(|cs| cs.into_iter().map(Container::from).collect()),
             resources: s.resources.map(|r| Box::new(r.into())),
+            os: s.os.map(|os| Box::new(PodOs { name: os.name })),
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::core::recommenders::gpu::{resolve_strategy, template_gpu};
 use crate::core::selection;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::core::writes::served_change;
+use crate::support::small_map::SmallMap;
 
 /// Store entries plus what was ignored and why.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -75,7 +76,16 @@ pub fn serving_state_each(
         state.limits = crate::core::writes::served_values(&change.limits);
         state.hpa = hpa;
     }
-    let warnings = recover_each(snapshot, |key, mut state| {
+    // An owned workload's GPU annotations, as its recommendation publishes them.
+    let published: Published<'_> = recommendations
+        .iter()
+        .filter_map(|rec| {
+            let a = rec.status.as_ref()?.applied.as_ref()?;
+            (!a.gpu_annotations.is_empty()).then(|| (rec.workload(), &a.gpu_annotations))
+        })
+        .filter_map(|(key, a)| Some((key?, a)))
+        .collect();
+    let warnings = recover_each(snapshot, &published, |key, mut state| {
         if let Some(rs) = applied.remove(&key) {
             state.resources = rs.resources;
             state.limits = rs.limits;
@@ -93,7 +103,7 @@ pub fn serving_state_each(
 /// [`recover_each`]).
 pub fn recover(snapshot: &Snapshot) -> Recovered {
     let mut entries = Vec::new();
-    let warnings = recover_each(snapshot, |k, s| entries.push((k, s)));
+    let warnings = recover_each(snapshot, &Published::default(), |k, s| entries.push((k, s)));
     Recovered { entries, warnings }
 }
 
@@ -204,10 +214,32 @@ fn served_strategy(
     })
 }
 
-/// Each store entry recovered from the annotations, handed to `emit` one at a time (so a caller
-/// filling the store never holds a second generation of them); returns what was ignored and why.
-pub fn recover_each(
-    snapshot: &Snapshot,
+/// The GPU annotations RightsizingRecommendations publish for workloads kerf does not annotate
+/// (`status.applied.gpuAnnotations`), by workload.
+pub type Published<'a> = HashMap<WorkloadKey, &'a SmallMap<String, String>>;
+
+/// A GPU annotation of `w`: on the object, or, for a workload whose object another controller
+/// owns (kerf writes no annotation there), as its RightsizingRecommendation publishes it.
+pub fn gpu_annotation<'a>(
+    w: &'a Workload,
+    published: &Published<'a>,
+    key: &str,
+) -> Option<&'a str> {
+    if let Some(v) = w.annotations.get(key) {
+        return Some(v);
+    }
+    if w.template_writable() {
+        return None;
+    }
+    published.get(&w.key)?.get(key).map(String::as_str)
+}
+
+/// Each store entry recovered from the annotations (or an owned workload's published ones),
+/// handed to `emit` one at a time (so a caller filling the store never holds a second generation
+/// of them); returns what was ignored and why.
+pub fn recover_each<'a>(
+    snapshot: &'a Snapshot,
+    published: &Published<'a>,
     mut emit: impl FnMut(WorkloadKey, WorkloadState),
 ) -> Vec<String> {
     let mut warnings = Vec::new();
@@ -220,7 +252,7 @@ pub fn recover_each(
         .map(|p| (&p.id, p))
         .collect();
     for w in &snapshot.workloads {
-        let Some(text) = w.annotations.get(ANNOTATION_GPU_RECOMMENDATION) else {
+        let Some(text) = gpu_annotation(w, published, ANNOTATION_GPU_RECOMMENDATION) else {
             continue;
         };
         if snapshot.global.is_protected(&w.key.namespace) {
@@ -237,7 +269,7 @@ pub fn recover_each(
             }
         };
         let template = template_gpu(w);
-        let baseline = w.annotations.get(ANNOTATION_GPU_BASELINE).and_then(|t| {
+        let baseline = gpu_annotation(w, published, ANNOTATION_GPU_BASELINE).and_then(|t| {
             let ignored = |e| {
                 format!(
                     "{}: ignoring annotation {ANNOTATION_GPU_BASELINE}: {e}",

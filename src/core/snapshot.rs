@@ -104,6 +104,23 @@ pub struct Ownership {
     /// Its pods' owner chain, topmost first, for a workload whose pods sit below other objects
     /// (an InferenceService's Deployment and ReplicaSet); empty otherwise.
     pub chain: Vec<crate::core::owner::Link>,
+    /// A RayService whose change KubeRay rolls to a new cluster ([`zero_downtime_upgrade`]):
+    /// kerf writes it to `spec.rayClusterConfig`.
+    pub ray_cluster_config: bool,
+}
+
+/// Whether KubeRay prepares a new cluster when a RayService's `spec.rayClusterConfig` changes
+/// (`rayservice_controller.go`, `shouldPrepareNewCluster` → `isZeroDowntimeUpgradeEnabled`):
+/// unless `spec.upgradeStrategy.type` is `None`. (The operator's `ENABLE_ZERO_DOWNTIME=false`
+/// turns it off too, which kerf cannot see.) `object`: the RayService whole.
+pub fn zero_downtime_upgrade(object: &serde_json::Value) -> bool {
+    object
+        .pointer("/spec/rayClusterConfig")
+        .is_some_and(serde_json::Value::is_object)
+        && object
+            .pointer("/spec/upgradeStrategy/type")
+            .and_then(serde_json::Value::as_str)
+            != Some("None")
 }
 
 impl Workload {
@@ -111,6 +128,11 @@ impl Workload {
     /// template kerf does not write, a template another controller owns) never through it.
     pub fn template_writable(&self) -> bool {
         self.key.kind.template_writable() && !self.ownership.owned
+    }
+
+    /// A RayService whose change is written to `spec.rayClusterConfig` (KubeRay rolls it).
+    pub fn writes_ray_cluster_config(&self) -> bool {
+        self.key.kind == WorkloadKind::RayService && self.ownership.ray_cluster_config
     }
 }
 
@@ -144,7 +166,10 @@ impl Workload {
         } else {
             (Default::default(), None)
         };
-        Ok(Self::from_object(meta, kind, template, replicas))
+        let mut w = Self::from_object(meta, kind, template, replicas);
+        w.ownership.ray_cluster_config =
+            kind == WorkloadKind::RayService && object.is_some_and(zero_downtime_upgrade);
+        Ok(w)
     }
 }
 
@@ -416,6 +441,36 @@ pub struct InvalidPolicy {
 #[cfg(test)]
 mod strategy_tests {
     use super::*;
+
+    /// KubeRay rolls a RayService to a new cluster unless its upgrade strategy is `None`;
+    /// metadata alone (no spec read) says nothing, so it is not assumed.
+    #[test]
+    fn zero_downtime_upgrade() {
+        let service = |strategy: serde_json::Value| {
+            serde_json::json!({"spec": {"upgradeStrategy": strategy,
+                "rayClusterConfig": {"headGroupSpec": {}}}})
+        };
+        assert!(super::zero_downtime_upgrade(&service(serde_json::json!(
+            null
+        ))));
+        assert!(super::zero_downtime_upgrade(&service(
+            serde_json::json!({"type": "NewCluster"})
+        )));
+        assert!(super::zero_downtime_upgrade(&service(
+            serde_json::json!({"type": "NewClusterWithIncrementalUpgrade"})
+        )));
+        assert!(!super::zero_downtime_upgrade(&service(
+            serde_json::json!({"type": "None"})
+        )));
+        assert!(!super::zero_downtime_upgrade(&serde_json::json!({})));
+        let meta: ObjectMeta =
+            serde_json::from_value(serde_json::json!({"name": "s", "namespace": "ml"})).unwrap();
+        let read = |object: Option<&serde_json::Value>| {
+            Workload::of_controller(meta.clone(), WorkloadKind::RayService, object).unwrap()
+        };
+        assert!(read(Some(&service(serde_json::json!(null)))).writes_ray_cluster_config());
+        assert!(!read(None).writes_ray_cluster_config());
+    }
 
     /// A policy whose strategy does not resolve says which strategies it could name, the
     /// nearest first.

@@ -60,6 +60,10 @@ pub fn pod_name_suffix(kind: WorkloadKind) -> String {
         WorkloadKind::RayService => format!(
             "(?:-raycluster)?-{SAFE}{{5}}-(?:head(?:-{SAFE}{{5}})?|[a-z0-9.-]+-worker-{SAFE}{{5}})"
         ),
+        // Its RayCluster `<job>-<5>` (KubeRay's `GenerateRayClusterName`), that cluster's pods.
+        WorkloadKind::RayJob => {
+            format!("-{SAFE}{{5}}-(?:head(?:-{SAFE}{{5}})?|[a-z0-9.-]+-worker-{SAFE}{{5}})")
+        }
         // PodClique `<set>-<replica>-<clique>`, its pods `<clique>-<5>`.
         WorkloadKind::PodCliqueSet => format!("-(?:0|[1-9][0-9]*)-[a-z0-9.-]+-{SAFE}{{5}}"),
         // A listed kind's controller names its pods as it does: any suffix after a dash.
@@ -649,6 +653,10 @@ mod tests {
             "svc-raycluster-bcdfg-gpu-worker",
             "svc"
         ));
+        // KubeRay: a RayJob's cluster `<job>-<5>`, its head and workers.
+        assert!(matches(RayJob, "train-bcdfg-head-x2x4z", "train"));
+        assert!(matches(RayJob, "train-bcdfg-gpu-worker-x2x4z", "train"));
+        assert!(!matches(RayJob, "train-x2x4z", "train"));
         // KServe: the predictor only (a transformer is a workload of its own).
         assert!(matches(
             InferenceService,

@@ -1547,6 +1547,94 @@ async fn a_kserve_predictor_pod_is_mutated_at_admission_under_its_inference_serv
     );
 }
 
+/// A GPU upsize of a KServe predictor (a template KServe owns, so never written): `applyMethod:
+/// evict`, one running pod evicted, and the pod that replaces it admitted with the GPU
+/// recommendation, published in the RightsizingRecommendation since the object carries no
+/// annotation of kerf's.
+#[tokio::test]
+async fn a_kserve_gpu_upsize_is_evicted_and_its_replacement_admitted_with_the_gpu() {
+    let fixture = root().join("tests/fixtures/owned-gpu");
+    let m = load_dir(&fixture.join("manifests")).unwrap();
+    let src = FileSource::from_path(&fixture.join("metrics.om")).unwrap();
+    let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+    let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+    let evicted: Vec<String> = ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::Evict(e) => Some(e.pod.pod.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evicted, ["llm-predictor-6f9c8d7b5-b6c7d", "vllm-0"]);
+    assert!(
+        !ops.iter()
+            .any(|op| matches!(op, WriteOp::Workload(_) | WriteOp::Coordinated(_))),
+        "{ops:#?}"
+    );
+
+    let store = kerf::state::Store::new();
+    let mut dir_loop = kerf::reconcile::standalone::DirLoop::new(fixture.join("manifests"));
+    dir_loop.run_once(&src, at(), 15, &store).await.unwrap();
+    let pod = serde_json::json!({
+        "metadata": {"namespace": "ml", "annotations": {"gpu-fraction": "0.5"},
+            "labels": {"component": "predictor", "pod-template-hash": "6f9c8d7b5"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "llm-predictor-6f9c8d7b5", "uid": "r", "controller": true}]},
+        "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "kserve-container",
+            "image": "x", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]}
+    });
+    let admitted = admitted(pod, "ml", &store);
+    let gpus = |p: &serde_json::Value| {
+        let alloc = kerf::views::pods::pod_alloc(&serde_json::from_value(p.clone()).unwrap());
+        alloc["kserve-container"].gpu
+    };
+    assert_eq!(gpus(&admitted), Some(1.0), "{admitted:#}");
+}
+
+/// A LeaderWorkerSet whose worker template requests CPU at pod level (`spec.resources`): the
+/// template kerf reads for it keeps that, so in auto-patch it is `blocked` with
+/// `PodLevelResources` as a Deployment would be, and nothing is evicted; an empty
+/// `resources: {}` is no pod-level request.
+#[tokio::test]
+async fn a_lws_group_with_pod_level_requests_is_blocked() {
+    let fixture = root().join("tests/fixtures/workloads");
+    let objects = std::fs::read_to_string(fixture.join("manifests/objects.yaml")).unwrap();
+    let worker = "    spec:\n      containers:\n        - name: vllm-worker";
+    assert!(objects.contains(worker));
+    let outcome = |pod_level: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let changed = objects.replace(
+            worker,
+            &format!("    spec:\n      resources: {pod_level}\n      containers:\n        - name: vllm-worker"),
+        );
+        std::fs::write(dir.path().join("objects.yaml"), changed).unwrap();
+        let m = load_dir(dir.path()).unwrap();
+        (m, dir)
+    };
+    let src = FileSource::from_path(&fixture.join("metrics.om")).unwrap();
+    for (pod_level, blocked) in [("{requests: {cpu: \"4\"}}", true), ("{}", false)] {
+        let (m, _dir) = outcome(pod_level);
+        let c = run_cycle(&m.snapshot, &src, at(), 15).await;
+        let lws = c
+            .resource_results()
+            .find(|r| r.key.name.as_str() == "vllm")
+            .unwrap();
+        let o = lws.outcome.as_ref().unwrap();
+        assert_eq!(
+            o.reason.as_deref() == Some("PodLevelResources"),
+            blocked,
+            "{pod_level}: {:?} {}",
+            o.reason,
+            o.message
+        );
+        let ops = plan_writes(&m.snapshot, &c, &[], &[], at());
+        let evicts_lws = ops
+            .iter()
+            .any(|op| matches!(op, WriteOp::Evict(e) if e.workload.name.as_str() == "vllm"));
+        assert_eq!(evicts_lws, !blocked, "{pod_level}");
+    }
+}
+
 /// A LeaderWorkerSet recreates a group's worker StatefulSet when one of its pods goes; the new
 /// workers are created before kerf has read that StatefulSet's link to the leader Pod. They are
 /// admitted with the change all the same, by LeaderWorkerSet's name label; a pod of a

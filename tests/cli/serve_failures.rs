@@ -283,7 +283,7 @@ async fn a_forbidden_watch_and_a_missing_crd_are_shown_then_kerf_exits_1_after_t
             // Every other cache synced by then (under load some take a moment longer).
             b.contains("  Pod (")
                 && b.contains("  GpuReactivePolicy (")
-                && b.contains("caches not synced (2 of 29)")
+                && b.contains("caches not synced (2 of 30)")
         })
         .await;
     assert_eq!(status, 503, "{body}");
@@ -291,7 +291,7 @@ async fn a_forbidden_watch_and_a_missing_crd_are_shown_then_kerf_exits_1_after_t
     assert_eq!(
         head,
         "not ready: waiting for the caches to sync\n\
-         caches not synced (2 of 29): GpuReactivePolicy, Pod\n\
+         caches not synced (2 of 30): GpuReactivePolicy, Pod\n\
          annotations read back: not yet (they are read once every cache has synced)\n"
     );
     let errors: Vec<(&str, &str)> = errors

@@ -19,6 +19,16 @@ fn fixture() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/workloads")
 }
 
+/// A KServe InferenceService and a LeaderWorkerSet on KAI half GPUs, running hot.
+fn owned_gpu_fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/owned-gpu")
+}
+
+/// Two RayServices, one rolling to a new cluster on a change, one not.
+fn rayservice_fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rayservice")
+}
+
 fn listed_fixture() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/listed-kinds")
 }
@@ -60,11 +70,15 @@ fn collection(api_version: &str, kind: &str) -> String {
         "LeaderWorkerSet" => "leaderworkersets",
         "Rollout" => "rollouts",
         "RayCluster" => "rayclusters",
+        "RayService" => "rayservices",
+        "RayJob" => "rayjobs",
         "PodCliqueSet" => "podcliquesets",
         "PodClique" => "podcliques",
         "RightsizingPolicy" => "rightsizingpolicies",
         "AutomationStrategy" => "automationstrategies",
         "GlobalConfiguration" => "globalconfigurations",
+        "GpuReactivePolicy" => "gpureactivepolicies",
+        "PolicyEvaluation" => "policyevaluations",
         // The listed kinds' CRDs (tests/fixtures/listed-kinds).
         "ModelDeployment" => "modeldeployments",
         "Server" => "servers",
@@ -291,6 +305,142 @@ async fn a_cycle_over_the_cluster_writes_no_owned_template_and_evicts_one_pod_pe
         evicted.contains(&"/api/v1/namespaces/ml/pods/llm-predictor-6f9c8d7b5-b6c7d/eviction"),
         "{evicted:?}"
     );
+}
+
+/// A GPU upsize of a KServe predictor and of a LeaderWorkerSet group, read from the cluster and
+/// sent through the real writer: no owned Deployment, StatefulSet or the owners themselves are
+/// written; one pod of each is evicted (the LeaderWorkerSet's leader, whose GPU changes), and
+/// each RightsizingRecommendation says `applyMethod: evict` and publishes the GPU
+/// recommendation admission serves to the replacement pods.
+#[tokio::test]
+async fn a_gpu_upsize_of_kserve_and_lws_evicts_one_pod_of_each_and_writes_no_template() {
+    let (client, _) = mock(cluster(objects_in(&owned_gpu_fixture())));
+    let reader = synced_reader(client).await;
+    let (snap, _) = reader.snapshot();
+    let seen = cycle_sent(&snap, &owned_gpu_fixture()).await;
+    let never = [
+        "/apis/apps/v1/",
+        "/apis/serving.kserve.io/",
+        "/apis/leaderworkerset.x-k8s.io/",
+    ];
+    assert!(
+        !seen
+            .iter()
+            .any(|r| r.method != "GET" && never.iter().any(|o| r.path.starts_with(o))),
+        "{:?}",
+        calls(&seen)
+    );
+    let mut evicted: Vec<&str> = seen
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .map(|r| r.path.as_str())
+        .collect();
+    evicted.sort();
+    assert_eq!(
+        evicted,
+        [
+            "/api/v1/namespaces/ml/pods/llm-predictor-6f9c8d7b5-b6c7d/eviction",
+            "/api/v1/namespaces/ml/pods/vllm-0/eviction"
+        ]
+    );
+    for name in ["inferenceservice-llm", "leaderworkerset-vllm"] {
+        let status = seen
+            .iter()
+            .filter(|r| {
+                r.method == "PATCH"
+                    && r.path
+                        .ends_with(&format!("/rightsizingrecommendations/{name}/status"))
+            })
+            .map(|r| &r.body["status"])
+            .next_back()
+            .unwrap_or_else(|| panic!("{name}: {:?}", calls(&seen)));
+        assert_eq!(status["applyMethod"], "evict", "{name}: {status}");
+        assert_eq!(
+            status["eviction"]["podsToReplace"],
+            json!(if name == "inferenceservice-llm" { 2 } else { 1 }),
+            "{status}"
+        );
+        let published =
+            status["applied"]["gpuAnnotations"]["rightsizing.kubex.ai/gpu-recommendation"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: {status}"));
+        assert!(published.contains("1"), "{published}");
+    }
+}
+
+/// A RayService read whole from the cluster: its change is written through the real writer to
+/// `spec.rayClusterConfig` — a JSON Patch, every group holding the container written, each
+/// worker group pinned by its `groupName` and each container by its name — and none of its pods
+/// is evicted (KubeRay rolls to a new cluster). One whose zero-downtime upgrade is off
+/// (`upgradeStrategy.type: None`) is never written: one of its pods is evicted, workers first.
+/// A RayJob's cluster is neither written nor evicted: `applyMethod: admission`.
+#[tokio::test]
+async fn a_rayservice_change_is_written_to_its_ray_cluster_config_and_evicted_without_zero_downtime()
+ {
+    let (client, _) = mock(cluster(objects_in(&rayservice_fixture())));
+    let reader = synced_reader(client).await;
+    let (snap, _) = reader.snapshot();
+    let by_name = |name: &str| {
+        snap.workloads
+            .iter()
+            .find(|w| w.key.name.as_str() == name)
+            .unwrap()
+            .clone()
+    };
+    assert!(by_name("llm-serve").writes_ray_cluster_config());
+    assert!(!by_name("plain-serve").writes_ray_cluster_config());
+    let seen = cycle_sent(&snap, &rayservice_fixture()).await;
+    let patch = seen
+        .iter()
+        .find(|r| {
+            r.method == "PATCH" && r.path == "/apis/ray.io/v1/namespaces/ml/rayservices/llm-serve"
+        })
+        .unwrap_or_else(|| panic!("{:?}", calls(&seen)));
+    assert_eq!(patch.content_type, "application/json-patch+json");
+    let ops = patch.body.as_array().unwrap();
+    let config = "/spec/rayClusterConfig";
+    for op in [
+        json!({"op": "test", "path": format!("{config}/workerGroupSpecs/1/groupName"), "value": "gpu-group"}),
+        json!({"op": "test", "path": format!("{config}/workerGroupSpecs/0/template/spec/containers/0/name"), "value": "ray-worker"}),
+        json!({"op": "replace", "path": format!("{config}/headGroupSpec/template/spec/containers/0/resources/requests/cpu"), "value": "500m"}),
+        json!({"op": "replace", "path": format!("{config}/workerGroupSpecs/1/template/spec/containers/0/resources/requests/cpu"), "value": "500m"}),
+    ] {
+        assert!(ops.contains(&op), "{op} not in {}", patch.body);
+    }
+    let evicted: Vec<&str> = seen
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .map(|r| r.path.as_str())
+        .collect();
+    assert_eq!(
+        evicted,
+        ["/api/v1/namespaces/ml/pods/plain-serve-raycluster-bcdfg-gpu-group-worker-b6c7d/eviction"]
+    );
+    assert!(
+        !seen.iter().any(|r| r.method == "PATCH"
+            && r.path == "/apis/ray.io/v1/namespaces/ml/rayservices/plain-serve"),
+        "{:?}",
+        calls(&seen)
+    );
+    // The RayJob's cluster runs a job: nothing of it is evicted or written, new pods only.
+    assert!(
+        !seen
+            .iter()
+            .any(|r| r.method != "GET" && r.path.contains("/rayjobs/")),
+        "{:?}",
+        calls(&seen)
+    );
+    let job = seen
+        .iter()
+        .filter(|r| {
+            r.path
+                .ends_with("/rightsizingrecommendations/rayjob-train/status")
+        })
+        .map(|r| &r.body["status"])
+        .next_back()
+        .unwrap_or_else(|| panic!("{:?}", calls(&seen)));
+    assert_eq!(job["applyMethod"], "admission", "{job}");
+    assert!(job["eviction"].is_null(), "{job}");
 }
 
 /// Kinds kerf knows only because GlobalConfiguration `workloadKinds` lists them: once the reader

@@ -352,8 +352,8 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     assert_eq!(
-        lists, 30,
-        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, 11 of the controllers \
+        lists, 31,
+        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, 12 of the controllers \
          GPU inference runs under, retried while their CRDs are not installed)"
     );
     assert!(

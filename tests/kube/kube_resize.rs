@@ -361,6 +361,68 @@ async fn evictions_go_through_the_eviction_api_and_a_disruption_budget_refusal_w
     assert_eq!(evictions(&metrics, "disruption_budget"), 1);
 }
 
+/// The Eviction API's other budget answers (kubernetes `pkg/registry/core/pod/storage/
+/// eviction.go`): a pod under two PodDisruptionBudgets gets 500, a budget whose
+/// `disruptionsAllowed` is negative 403. Each is counted as the budget's refusal, sent once and
+/// left to the pace like a 429, not as a failure; another 500 stays a failure.
+#[tokio::test]
+async fn two_budgets_and_a_negative_budget_are_budget_refusals_paced_like_a_429() {
+    let (client, log) = mock(|r: &Recorded| {
+        let status = |code: u16, reason: &str, message: &str| {
+            Reply::Json(
+                code,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "message": message, "reason": reason, "code": code}),
+            )
+        };
+        if r.path.ends_with("/pods/two-budgets/eviction") {
+            return status(
+                500,
+                "InternalError",
+                "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            );
+        }
+        if r.path.ends_with("/pods/negative/eviction") {
+            return status(
+                403,
+                "Forbidden",
+                "poddisruptionbudgets.policy \"llm\" is forbidden: pdb disruptions allowed is negative",
+            );
+        }
+        if r.path.ends_with("/pods/broken/eviction") {
+            return status(500, "InternalError", "etcdserver: request timed out");
+        }
+        Reply::Json(200, r.body.clone())
+    });
+    let metrics = Metrics::new();
+    let (w, _lease) = writer(client, metrics.clone());
+    for pod in ["two-budgets", "negative"] {
+        assert_eq!(
+            w.apply(evict_op(pod)).await,
+            WriteOutcome::Written { requests: 1 },
+            "{pod}"
+        );
+    }
+    assert_eq!(evictions(&metrics, "disruption_budget"), 2);
+    assert_eq!(evictions(&metrics, "failed"), 0);
+    let seen = requests(&log);
+    assert_eq!(
+        seen.len(),
+        2,
+        "each sent once, no Event: {:?}",
+        calls(&seen)
+    );
+    assert!(!matches!(
+        w.apply(evict_op("broken")).await,
+        WriteOutcome::Written { .. }
+    ));
+    assert_eq!(
+        evictions(&metrics, "failed"),
+        1,
+        "a server error is a failure"
+    );
+}
+
 /// The example's pods as the API server serves them after kerf's resize (spec at 700m), with
 /// the kubelet's `condition` (type, reason) set 2 minutes before the cycle, if any.
 fn resized(

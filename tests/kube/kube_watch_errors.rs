@@ -152,7 +152,7 @@ async fn a_forbidden_list_is_logged_once_counted_and_shown_on_readyz_until_it_wo
     assert_eq!(
         head,
         "not ready: waiting for the caches to sync\n\
-         caches not synced (1 of 29): Pod\n\
+         caches not synced (1 of 30): Pod\n\
          annotations read back: not yet (they are read once every cache has synced)\n"
     );
     let (dependency, message) = errors.trim_end().split_once("): ").expect(errors);
@@ -179,7 +179,7 @@ async fn a_forbidden_list_is_logged_once_counted_and_shown_on_readyz_until_it_wo
     assert_eq!(store.health().last_error("Pod"), None);
     assert_eq!(
         store.health().readiness(false).1,
-        "not ready: reading the annotations back\ncaches: all 29 synced\n\
+        "not ready: reading the annotations back\ncaches: all 30 synced\n\
          annotations read back: not yet (they are read once every cache has synced)\n"
     );
     assert_eq!(logs.lines("INFO", "Pod: list/watch works again").len(), 1);

@@ -299,6 +299,31 @@ async fn apply_carries_forward_requests_kerf_owns_and_removes_dropped_annotation
     );
 }
 
+/// An Argo Rollout restarts through its own `spec.restartAt` (Argo evicts the older pods, no
+/// canary steps), never its template: a Rollout with `workloadRef` must keep an empty template,
+/// and a template change would start a canary.
+#[tokio::test]
+async fn a_rollout_restarts_through_spec_restart_at_never_its_template() {
+    let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));
+    let (w, _lease) = writer(client, true, false);
+    let key = WorkloadKey::new("shop", WorkloadKind::Rollout, "canary");
+    assert_eq!(
+        w.apply(WriteOp::Restart(key)).await,
+        WriteOutcome::Written { requests: 1 }
+    );
+    let seen = requests(&log);
+    assert_eq!(
+        calls(&seen),
+        [(
+            "PATCH",
+            "/apis/argoproj.io/v1alpha1/namespaces/shop/rollouts/canary"
+        )]
+    );
+    let body = &seen[0].body;
+    assert!(body["spec"]["restartAt"].as_str().is_some(), "{body}");
+    assert!(body["spec"].get("template").is_none(), "{body}");
+}
+
 #[tokio::test]
 async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status() {
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));

@@ -66,7 +66,7 @@ async fn kerf_serve_runs_from_env_and_exits_zero_on_sigterm() {
     };
     assert!(
         body.starts_with(
-            "not ready: waiting for the caches to sync\ncaches not synced (29 of 29): "
+            "not ready: waiting for the caches to sync\ncaches not synced (30 of 30): "
         ),
         "{body}"
     );

@@ -1231,3 +1231,88 @@ mod kai_property {
         assert_eq!(kai_oracle::kai_validate_gpu_requests(&ok), Ok(()));
     }
 }
+
+/// A pod with pod-level requests (or limits, which default them): kerf's container requests are
+/// set only where their aggregate stays within them; beyond, that resource is left as the pod
+/// had it (the API server would refuse the pod), the other still set, and the reason said.
+#[test]
+fn pod_level_requests_kept() {
+    let mut s = WorkloadState::default();
+    for (name, cpu) in [("vllm-worker", 3000), ("proxy", 500)] {
+        s.resources.insert(
+            name.into(),
+            ResourceRequests {
+                cpu_millis: Some(cpu),
+                memory_bytes: Some(1 << 30),
+            },
+        );
+    }
+    let with_pod_level = |resources: Value| {
+        let mut p = pod(
+            json!(null),
+            json!([{"name": "vllm-worker", "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}},
+                   {"name": "proxy"}]),
+        );
+        p["spec"]["resources"] = resources;
+        p
+    };
+    // cpu 3.5 over a pod-level 3: kept; memory 2Gi within 4Gi (a limit: the request's default).
+    let p = with_pod_level(json!({"requests": {"cpu": "3"}, "limits": {"memory": "4Gi"}}));
+    let m = mutate_pod(&p, &s, &kai()).unwrap();
+    let out = run(&p, &s);
+    let c = &out["spec"]["containers"];
+    assert_eq!(c[0]["resources"]["requests"]["cpu"], "2");
+    assert!(c[1]["resources"]["requests"].get("cpu").is_none());
+    assert_eq!(c[0]["resources"]["requests"]["memory"], "1Gi");
+    assert_eq!(c[1]["resources"]["requests"]["memory"], "1Gi");
+    assert!(
+        m.notes.iter().any(|n| n.contains("pod-level cpu")),
+        "{:?}",
+        m.notes
+    );
+    assert!(super::aggregate_container_requests(&out, "cpu") <= 3000);
+    // Within the pod-level request: set as on any pod.
+    let p = with_pod_level(json!({"requests": {"cpu": "4"}}));
+    let out = run(&p, &s);
+    assert_eq!(
+        out["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "3000m"
+    );
+    // `resources: {}` is no pod-level request.
+    assert_eq!(
+        super::pod_level_request(&with_pod_level(json!({})), "cpu"),
+        None
+    );
+    // A container limit kerf scales above the pod-level limit: both go back as the pod had them.
+    let mut limited = s.clone();
+    limited.limits.insert(
+        "vllm-worker".into(),
+        ResourceRequests {
+            cpu_millis: Some(6000),
+            memory_bytes: None,
+        },
+    );
+    let mut p = with_pod_level(json!({"requests": {"cpu": "8"}, "limits": {"cpu": "5"}}));
+    p["spec"]["containers"][0]["resources"]["limits"] = json!({"cpu": "4"});
+    let out = run(&p, &limited);
+    let c = &out["spec"]["containers"][0]["resources"];
+    assert_eq!(
+        (&c["requests"]["cpu"], &c["limits"]["cpu"]),
+        (&json!("2"), &json!("4"))
+    );
+}
+
+/// The regular containers' and sidecars' sum, or an init container with the sidecars before it.
+#[test]
+fn aggregate_container_requests() {
+    let p = json!({"spec": {
+        "initContainers": [
+            {"name": "mesh", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}},
+            {"name": "download", "resources": {"requests": {"cpu": "4"}}}],
+        "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}, {"name": "b"}]}});
+    assert_eq!(super::aggregate_container_requests(&p, "cpu"), 4100);
+    let p = json!({"spec": {"containers": [
+        {"name": "a", "resources": {"requests": {"memory": "1Gi"}}},
+        {"name": "b", "resources": {"requests": {"memory": "1Gi"}}}]}});
+    assert_eq!(super::aggregate_container_requests(&p, "memory"), 2 << 30);
+}

@@ -9,8 +9,10 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::resize::{pod_matches, pod_requests};
 use crate::api::EvictionStatus;
-use crate::core::model::{ContainerRequests, rfc3339_secs};
-use crate::core::pod::{POD_READY, Pod};
+use crate::core::admission::GpuTarget;
+use crate::core::allocation::{Allocation, container_allocations};
+use crate::core::model::{ContainerRequests, GpuMap, rfc3339_secs};
+use crate::core::pod::{POD_READY, Pod, Strings};
 
 /// The least time between two evictions of one workload's pods: a model server's replacement
 /// pod needs minutes to load its weights and become ready.
@@ -75,16 +77,48 @@ pub fn replaced_last(pod: &Pod) -> bool {
         == Some("head")
 }
 
-/// The pods whose requests differ from the recommendation (capped at their limits, as
-/// admission sets them), by name, a Ray head last.
-pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: &ContainerRequests) -> Vec<&'a Pod> {
+/// What a workload's new pods are admitted with: the CPU/memory requests kerf applies and,
+/// per container, the GPUs recommended.
+#[derive(Clone, Copy, Debug)]
+pub struct Wanted<'a> {
+    pub requests: &'a ContainerRequests,
+    pub gpu: Option<&'a GpuMap>,
+}
+
+/// Whether a pod holds the GPUs admission gives a new pod of its workload: per container the
+/// recommended size as admission writes it ([`GpuTarget`]); a size admission cannot use, or a
+/// container the pod does not have, leaves the pod as it is.
+pub fn pod_gpu_matches(pod: &Pod, gpu: &GpuMap) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return true;
+    };
+    let none = Strings::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&none);
+    let held = container_allocations(spec, annotations);
+    gpu.iter().all(|(container, units)| {
+        let Some(target) = GpuTarget::from_units(*units) else {
+            return true;
+        };
+        match held.get(container) {
+            Some(Allocation::Gpus(g)) => (g - target.units()).abs() < 1e-9,
+            Some(Allocation::Missing(_)) => false,
+            None => true,
+        }
+    })
+}
+
+/// The pods whose requests (capped at their limits, as admission sets them) or GPUs differ
+/// from what a new pod is admitted with, by name, a Ray head last.
+pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: Wanted<'_>) -> Vec<&'a Pod> {
     let mut out: Vec<&Pod> = pods
         .iter()
         .copied()
         .filter(|p| {
-            p.spec
+            let requests_differ = p
+                .spec
                 .as_ref()
-                .is_some_and(|s| !pod_matches(s, &pod_requests(s, wanted)))
+                .is_some_and(|s| !pod_matches(s, &pod_requests(s, wanted.requests)));
+            requests_differ || wanted.gpu.is_some_and(|g| !pod_gpu_matches(p, g))
         })
         .collect();
     out.sort_by(|a, b| {
@@ -97,7 +131,7 @@ pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: &ContainerRequests) -> Vec<
 pub fn plan_eviction(
     pods: &[&Pod],
     replicas: Option<i32>,
-    wanted: &ContainerRequests,
+    wanted: Wanted<'_>,
     previous: Option<&EvictionStatus>,
     now: Timestamp,
 ) -> EvictionPlan {
@@ -176,6 +210,31 @@ mod tests {
         .unwrap()
     }
 
+    fn cpu_only(requests: &ContainerRequests) -> Wanted<'_> {
+        Wanted {
+            requests,
+            gpu: None,
+        }
+    }
+
+    /// A KAI fractional pod (`gpu-fraction`) or one holding whole `nvidia.com/gpu`.
+    fn gpu_pod(name: &str, fraction: Option<&str>, whole: Option<&str>) -> Pod {
+        let mut resources = serde_json::json!({"requests": {"cpu": "250m"}});
+        if let Some(n) = whole {
+            resources["limits"] = serde_json::json!({"nvidia.com/gpu": n});
+        }
+        let annotations = match fraction {
+            Some(f) => serde_json::json!({"gpu-fraction": f}),
+            None => serde_json::json!({}),
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+            "spec": {"containers": [{"name": "kserve-container", "resources": resources}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()
+    }
+
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
     }
@@ -210,7 +269,7 @@ mod tests {
         );
         let worker = pod("raycluster-kuberay-workergroup-worker-b6c7d", "1", true);
         assert!(super::replaced_last(&head) && !super::replaced_last(&worker));
-        let got = super::pods_to_replace(&[&head, &worker], &cpu(250));
+        let got = super::pods_to_replace(&[&head, &worker], cpu_only(&cpu(250)));
         let names: Vec<_> = got.iter().map(|p| p.metadata.name.as_deref()).collect();
         assert_eq!(
             names,
@@ -223,10 +282,63 @@ mod tests {
     }
 
     #[test]
+    fn pod_gpu_matches() {
+        let wanted = GpuMap::from([("kserve-container".to_string(), 0.7)]);
+        assert!(super::pod_gpu_matches(
+            &gpu_pod("a", Some("0.7"), None),
+            &wanted
+        ));
+        assert!(!super::pod_gpu_matches(
+            &gpu_pod("a", Some("0.5"), None),
+            &wanted
+        ));
+        // Whole GPUs (`nvidia.com/gpu`).
+        let two = GpuMap::from([("kserve-container".to_string(), 2.0)]);
+        assert!(super::pod_gpu_matches(&gpu_pod("a", None, Some("2")), &two));
+        assert!(!super::pod_gpu_matches(
+            &gpu_pod("a", None, Some("1")),
+            &two
+        ));
+        // A size admission cannot use, or another container's: the pod is left as it is.
+        let other = GpuMap::from([("sidecar".to_string(), 1.0)]);
+        assert!(super::pod_gpu_matches(
+            &gpu_pod("a", None, Some("1")),
+            &other
+        ));
+        let unusable = GpuMap::from([("kserve-container".to_string(), 0.0)]);
+        assert!(super::pod_gpu_matches(
+            &gpu_pod("a", None, Some("1")),
+            &unusable
+        ));
+    }
+
+    /// A GPU change alone replaces the pods not yet holding it, as a CPU/memory change does.
+    #[test]
+    fn pods_to_replace_follows_the_gpu_too() {
+        let none = ContainerRequests::default();
+        let gpu = GpuMap::from([("kserve-container".to_string(), 1.0)]);
+        let (old, new) = (
+            gpu_pod("a", Some("0.5"), None),
+            gpu_pod("b", None, Some("1")),
+        );
+        let wanted = Wanted {
+            requests: &none,
+            gpu: Some(&gpu),
+        };
+        let got = super::pods_to_replace(&[&old, &new], wanted);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].metadata.name.as_deref(), Some("a"));
+        let now = at("2026-07-01T12:00:00Z");
+        let plan = plan_eviction(&[&old, &new], Some(2), wanted, None, now);
+        assert_eq!(plan.evict.unwrap().pod, "a");
+        assert!(super::pods_to_replace(&[&old, &new], cpu_only(&none)).is_empty());
+    }
+
+    #[test]
     fn pods_to_replace() {
         let done = pod("a", "250m", true);
         let old = pod("b", "1", true);
-        let got = super::pods_to_replace(&[&old, &done], &cpu(250));
+        let got = super::pods_to_replace(&[&old, &done], cpu_only(&cpu(250)));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].metadata.name.as_deref(), Some("b"));
     }
@@ -236,7 +348,7 @@ mod tests {
     fn plan_eviction_takes_one_pod_per_interval_while_all_are_ready() {
         let now = at("2026-07-01T12:00:00Z");
         let (a, b) = (pod("llm-b", "1", true), pod("llm-a", "1", true));
-        let p = plan_eviction(&[&a, &b], Some(2), &cpu(250), None, now);
+        let p = plan_eviction(&[&a, &b], Some(2), cpu_only(&cpu(250)), None, now);
         assert_eq!(p.evict.as_ref().unwrap().pod, "llm-a");
         assert_eq!(p.status.pods_to_replace, 2);
         assert_eq!(
@@ -247,27 +359,45 @@ mod tests {
         // llm-a evicted and replaced (its replacement admitted with the change): paced.
         let later = at("2026-07-01T12:02:00Z");
         let replaced = pod("llm-a-new", "250m", true);
-        let p2 = plan_eviction(&[&a, &replaced], Some(2), &cpu(250), Some(&p.status), later);
+        let p2 = plan_eviction(
+            &[&a, &replaced],
+            Some(2),
+            cpu_only(&cpu(250)),
+            Some(&p.status),
+            later,
+        );
         assert!(p2.evict.is_none());
         assert_eq!(p2.status.waiting.as_deref(), Some(WAITING_PACED));
 
         // llm-a still running with the old requests: the eviction was refused (429), said so,
         // and asked again once the interval is over — never forced sooner.
-        let refused = plan_eviction(&[&a, &b], Some(2), &cpu(250), Some(&p.status), later);
+        let refused = plan_eviction(
+            &[&a, &b],
+            Some(2),
+            cpu_only(&cpu(250)),
+            Some(&p.status),
+            later,
+        );
         assert!(refused.evict.is_none());
         assert_eq!(refused.status.waiting.as_deref(), Some(WAITING_REFUSED));
         let retry = at("2026-07-01T12:05:00Z");
-        let again = plan_eviction(&[&a, &b], Some(2), &cpu(250), Some(&p.status), retry);
+        let again = plan_eviction(
+            &[&a, &b],
+            Some(2),
+            cpu_only(&cpu(250)),
+            Some(&p.status),
+            retry,
+        );
         assert_eq!(again.evict.as_ref().unwrap().pod, "llm-a");
 
         let unready = pod("llm-a", "250m", false);
-        let p3 = plan_eviction(&[&a, &unready], Some(2), &cpu(250), None, now);
+        let p3 = plan_eviction(&[&a, &unready], Some(2), cpu_only(&cpu(250)), None, now);
         assert!(p3.evict.is_none());
         assert_eq!(p3.status.waiting.as_deref(), Some(WAITING_NOT_ALL_READY));
 
         let done = pod("llm-a", "250m", true);
         let finished = pod("llm-b", "250m", true);
-        let p4 = plan_eviction(&[&done, &finished], Some(2), &cpu(250), None, now);
+        let p4 = plan_eviction(&[&done, &finished], Some(2), cpu_only(&cpu(250)), None, now);
         assert!(p4.evict.is_none() && p4.status.waiting.is_none());
         assert_eq!(p4.status.pods_to_replace, 0);
     }

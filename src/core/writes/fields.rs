@@ -37,6 +37,22 @@ pub fn nest(path: &[&str], leaf: Value) -> Value {
     path.iter().rev().fold(leaf, |acc, k| json!({ *k: acc }))
 }
 
+/// The merge patch of a rolling restart at `at`: an Argo Rollout's own `spec.restartAt` (its
+/// pods older than that are replaced, as its strategy's `maxUnavailable` allows, with no canary
+/// steps: `rollout/restart.go`); any other kind's pod template annotation
+/// `rightsizing.kubex.ai/restartedAt`, which a template change rolls.
+pub fn restart_body(kind: WorkloadKind, at: &str) -> Value {
+    if kind == WorkloadKind::Rollout {
+        return json!({"spec": {"restartAt": at}});
+    }
+    let mut path: Vec<&str> = kind.template_path().to_vec();
+    path.extend(["metadata", "annotations"]);
+    nest(
+        &path,
+        json!({ crate::core::model::ANNOTATION_RESTARTED_AT: at }),
+    )
+}
+
 /// Writing `gpu` over the workload `observed` changes the GPU allocation its pods get: a rolling
 /// restart is due (Jobs and CronJobs are never restarted). What a pod gets is, per container, the
 /// recommendation as admission writes it, else the template's own allocation — so removing a
@@ -506,4 +522,25 @@ pub fn merge_conditions(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+
+    /// A Rollout restarts through Argo's `spec.restartAt`, never its template (a template change
+    /// would start a canary); a Deployment through its template annotation.
+    #[test]
+    fn restart_body() {
+        let at = "2026-07-01T12:00:00Z";
+        assert_eq!(
+            super::restart_body(WorkloadKind::Rollout, at),
+            json!({"spec": {"restartAt": at}})
+        );
+        assert_eq!(
+            super::restart_body(WorkloadKind::Deployment, at),
+            json!({"spec": {"template": {"metadata": {"annotations": {
+                "rightsizing.kubex.ai/restartedAt": at}}}}})
+        );
+    }
 }

@@ -14,6 +14,8 @@ use crate::core::snapshot::ResizeSupport;
 pub struct MethodInput<'a> {
     /// kerf writes the workload's template (not a kind or a template another controller owns).
     pub template_writable: bool,
+    /// No running pod may be replaced ([`running_pods_kept`]).
+    pub new_pods_only: bool,
     /// The strategy says `resize: inPlaceOrRollout`.
     pub strategy_in_place: bool,
     pub support: ResizeSupport,
@@ -54,6 +56,14 @@ impl Delivery {
         }
     }
 
+    /// In place, by eviction or at admission only: the template is never written.
+    pub fn writes_no_template(&self) -> bool {
+        matches!(
+            self.method,
+            ApplyMethod::InPlace | ApplyMethod::Evict | ApplyMethod::Admission
+        )
+    }
+
     /// What the RightsizingRecommendation's `status.resize` records.
     pub fn status(&self) -> Option<Box<ResizeStatus>> {
         if self.resize.is_none() && self.fallback.is_none() {
@@ -75,6 +85,17 @@ impl Delivery {
     }
 }
 
+/// The reason a RayJob's change reaches new pods only.
+pub const REASON_JOB_CLUSTER: &str = "a RayJob's cluster is never evicted (losing its head fails \
+    the job): the change reaches the pods its cluster creates from now on, at admission";
+
+/// A RayJob's running cluster is never evicted: KubeRay's RayJob controls that cluster for one
+/// job (`rayjob_controller.go`), and evicting its head fails the job. The change reaches the
+/// pods that cluster creates from now on at admission (`applyMethod: admission`).
+pub fn running_pods_kept(kind: crate::api::WorkloadKind) -> bool {
+    kind == crate::api::WorkloadKind::RayJob
+}
+
 /// A template another controller owns is never written: the change reaches new pods at
 /// admission and running ones by eviction (docs/workloads.md).
 pub fn owned_template_evicts(input: &MethodInput<'_>) -> bool {
@@ -93,6 +114,30 @@ pub fn gpu_change_recreates(input: &MethodInput<'_>) -> Option<&'static str> {
     input.gpu_recreates.then_some("GPUChange")
 }
 
+/// A GPU recommendation reaches running pods the kind's way: where kerf writes the template, its
+/// annotations change and the pods roll; where another controller owns it, new pods get it at
+/// admission and running ones are replaced by eviction, as a CPU/memory change is.
+pub fn gpu_change_method(template_writable: bool) -> ApplyMethod {
+    if template_writable {
+        ApplyMethod::Rollout
+    } else {
+        ApplyMethod::Evict
+    }
+}
+
+/// A GPU recommendation with no CPU/memory change to deliver: its method
+/// ([`gpu_change_method`]); the eviction is planned by the write planning.
+pub fn gpu_delivery(template_writable: bool, new_pods_only: bool) -> Delivery {
+    let method = match new_pods_only {
+        true => ApplyMethod::Admission,
+        false => gpu_change_method(template_writable),
+    };
+    Delivery {
+        method,
+        ..Delivery::rollout(None)
+    }
+}
+
 /// Only where the API server serves `pods/resize` (Kubernetes 1.33 or later).
 pub fn resize_served(input: &MethodInput<'_>) -> Option<&'static str> {
     (input.support == ResizeSupport::NotServed).then_some("ResizeNotServed")
@@ -107,6 +152,12 @@ pub fn fallback_kept<'a>(input: &MethodInput<'a>) -> Option<&'a ResizeFallback> 
 
 /// The method of one workload's change, `budget` the pods still to be asked this cycle.
 pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
+    if input.new_pods_only {
+        return Delivery {
+            method: ApplyMethod::Admission,
+            ..Delivery::rollout(None)
+        };
+    }
     if owned_template_evicts(input) {
         return Delivery {
             method: ApplyMethod::Evict,
@@ -176,6 +227,7 @@ mod tests {
     fn input<'a>(pods: &'a [&'a Pod], requests: &'a ContainerRequests) -> MethodInput<'a> {
         MethodInput {
             template_writable: true,
+            new_pods_only: false,
             strategy_in_place: true,
             support: ResizeSupport::Served,
             coordinated: false,
@@ -199,6 +251,37 @@ mod tests {
     }
 
     #[test]
+    fn running_pods_kept() {
+        use crate::api::WorkloadKind;
+        assert!(super::running_pods_kept(WorkloadKind::RayJob));
+        assert!(!super::running_pods_kept(WorkloadKind::RayCluster));
+        let r = cpu(250);
+        let mut i = input(&[], &r);
+        i.template_writable = false;
+        i.new_pods_only = true;
+        // Before any other rule: no eviction, no template, no resize.
+        let d = delivery(&i, &mut 10);
+        assert_eq!(d.method, ApplyMethod::Admission);
+        assert!(d.eviction.is_none() && d.resize.is_none());
+    }
+
+    #[test]
+    fn writes_no_template() {
+        for (method, none) in [
+            (ApplyMethod::Rollout, false),
+            (ApplyMethod::InPlace, true),
+            (ApplyMethod::Evict, true),
+            (ApplyMethod::Admission, true),
+        ] {
+            let d = Delivery {
+                method,
+                ..Delivery::rollout(None)
+            };
+            assert_eq!(d.writes_no_template(), none, "{method:?}");
+        }
+    }
+
+    #[test]
     fn coordinated_change_rolls_out() {
         let r = cpu(250);
         let mut i = input(&[], &r);
@@ -218,6 +301,16 @@ mod tests {
         i.gpu_recreates = true;
         assert_eq!(super::gpu_change_recreates(&i), Some("GPUChange"));
         assert_eq!(delivery(&i, &mut 10).method, ApplyMethod::Rollout);
+    }
+
+    #[test]
+    fn gpu_change_method() {
+        assert_eq!(super::gpu_change_method(true), ApplyMethod::Rollout);
+        assert_eq!(super::gpu_change_method(false), ApplyMethod::Evict);
+        let d = gpu_delivery(false, false);
+        assert_eq!(d.method, ApplyMethod::Evict);
+        assert_eq!(gpu_delivery(false, true).method, ApplyMethod::Admission);
+        assert!(d.resize.is_none() && d.eviction.is_none() && d.rollout_reason.is_none());
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod write_method;
 
 pub use fields::{
     KerfApply, Live, Released, gpu_restart_due, has_any, kerf_apply, limits_match, live_template,
-    merge_conditions, nest, release_patch, requests_match, restored_limits, same_gpu,
+    merge_conditions, nest, release_patch, requests_match, restart_body, restored_limits, same_gpu,
     template_limits, template_requests, workload_body,
 };
 pub use ops::{

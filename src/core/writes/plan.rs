@@ -44,11 +44,13 @@ use crate::core::recommenders::gpu::{WorkloadResult, pods_by_owner};
 use crate::core::recommenders::resources::workload::{AgentPlan, RightsizingOutcome, RsResult};
 use crate::core::snapshot::{InvalidPolicy, REASON_STRATEGY_UNRESOLVED, Snapshot, Workload};
 use crate::core::writes::conflict::{Assessment, ConflictInput, ConflictRules, assess};
-use crate::core::writes::eviction::plan_eviction;
-use crate::core::writes::method::{Delivery, MethodInput, delivery};
+use crate::core::writes::eviction::{Wanted, plan_eviction};
+use crate::core::writes::method::{
+    Delivery, MethodInput, delivery, gpu_delivery, running_pods_kept,
+};
 use crate::core::writes::recorded_values;
 use crate::core::writes::resize::RESIZES_PER_CYCLE;
-use crate::core::writes::write_method::template_write_method;
+use crate::core::writes::write_method::{ray_cluster_config_write_method, template_write_method};
 
 /// Name of a workload's RightsizingRecommendation: `<kind>-<name>`, lower-case kind.
 pub fn recommendation_name(key: &WorkloadKey) -> String {
@@ -282,6 +284,12 @@ impl Planning<'_> {
         template_write_method(kind, self.snapshot.crd_schema(kind)).0
     }
 
+    /// How the CPU/memory change of `w` is written: [`Planning::write_method`], or into a
+    /// RayService's `spec.rayClusterConfig`.
+    fn change_write_method(&self, w: &Workload) -> WriteMethod {
+        workload_write_method(w, self.snapshot).0
+    }
+
     /// The running pods of `key` (not being deleted).
     fn running_pods(&self, key: &WorkloadKey) -> Vec<&Pod> {
         let by_owner = self
@@ -312,16 +320,16 @@ impl Planning<'_> {
         status: &mut RecommendationStatus,
         previous: Option<&RecommendationStatus>,
     ) -> Option<Delivery> {
-        let delivery = outcome
-            .apply
-            .as_ref()
-            .map(|a| self.delivery(wo, r, w, a, previous, writing));
+        let delivery = match outcome.apply.as_ref() {
+            Some(a) => Some(self.delivery(wo, r, w, a, previous, writing)),
+            None => self.gpu_delivery(wo.gpu.as_deref(), w, previous, writing),
+        };
         status.apply_method = delivery.as_ref().map(|d| d.method);
         let writes_template = matches!(
             status.apply_method,
             Some(ApplyMethod::Rollout | ApplyMethod::Evict)
         );
-        record_write_method(status, w.key.kind, self.snapshot, writes_template);
+        record_write_method(status, w, self.snapshot, writes_template);
         status.resize = delivery
             .as_ref()
             .filter(|_| writing)
@@ -367,7 +375,8 @@ impl Planning<'_> {
                 };
                 gpu_restart_due(w, &annotations)
             });
-        let template_writable = w.template_writable();
+        // A RayService's change is written to its rayClusterConfig: KubeRay rolls it.
+        let template_writable = w.template_writable() || w.writes_ray_cluster_config();
         let pods = if writing && (strategy_in_place || !template_writable) {
             self.running_pods(&r.key)
         } else {
@@ -375,6 +384,7 @@ impl Planning<'_> {
         };
         let input = MethodInput {
             template_writable,
+            new_pods_only: running_pods_kept(w.key.kind),
             strategy_in_place,
             support: self.snapshot.resize,
             coordinated: apply.hpa.is_some(),
@@ -392,17 +402,99 @@ impl Planning<'_> {
             self.resize_budget.set(budget);
         }
         if writing && d.method == ApplyMethod::Evict {
-            let recorded = previous.and_then(|s| s.eviction.as_deref());
-            d.eviction = Some(plan_eviction(
-                &pods,
-                w.replicas,
-                &apply.requests,
-                recorded,
-                self.now,
-            ));
+            let wanted = Wanted {
+                requests: &apply.requests,
+                gpu: gpu_wanted(wo.gpu.as_deref()),
+            };
+            d.eviction = Some(self.eviction(w, &pods, wanted, previous));
         }
         d
     }
+
+    /// This cycle's eviction of an owned workload's running `pods`, paced from the last one
+    /// recorded.
+    fn eviction(
+        &self,
+        w: &Workload,
+        pods: &[&Pod],
+        wanted: Wanted<'_>,
+        previous: Option<&RecommendationStatus>,
+    ) -> super::eviction::EvictionPlan {
+        let recorded = previous.and_then(|s| s.eviction.as_deref());
+        plan_eviction(pods, w.replicas, wanted, recorded, self.now)
+    }
+
+    /// How a GPU recommendation without a CPU/memory change reaches the running pods
+    /// ([`gpu_delivery`]); `None` without a recommendation. `writing`: an owned workload's pods
+    /// are looked at and one evicted when due.
+    fn gpu_delivery(
+        &self,
+        gpu: Option<&WorkloadResult>,
+        w: &Workload,
+        previous: Option<&RecommendationStatus>,
+        writing: bool,
+    ) -> Option<Delivery> {
+        let wanted_gpu = gpu
+            .filter(|g| !g.metrics_unavailable)
+            .and_then(|g| g.recommendation.as_deref())?;
+        let mut d = gpu_delivery(w.template_writable(), running_pods_kept(w.key.kind));
+        if writing && d.method == ApplyMethod::Evict {
+            let pods = self.running_pods(&w.key);
+            let none = crate::core::model::ContainerRequests::default();
+            let wanted = Wanted {
+                requests: &none,
+                gpu: Some(&wanted_gpu.containers),
+            };
+            d.eviction = Some(self.eviction(w, &pods, wanted, previous));
+        }
+        Some(d)
+    }
+}
+
+/// The GPUs an owned workload's new pods are admitted with, which its running pods are
+/// replaced to get: the recommendation, while its metrics answer.
+fn gpu_wanted(gpu: Option<&WorkloadResult>) -> Option<&crate::core::model::GpuMap> {
+    gpu.filter(|g| !g.metrics_unavailable)
+        .and_then(|g| g.recommendation.as_deref())
+        .map(|r| &r.containers)
+}
+
+/// An owned workload's GPU recommendation and baseline, published in `status.applied` for
+/// admission to serve (kerf writes no annotation on an object another controller owns); kept
+/// as last published while the GPU metrics are unavailable.
+fn publish_owned_gpu(
+    status: &mut RecommendationStatus,
+    w: &Workload,
+    gpu: Option<&WorkloadResult>,
+    previous: Option<&RecommendationStatus>,
+    writes: bool,
+) {
+    if w.template_writable() {
+        return;
+    }
+    let published = match gpu {
+        Some(g) if writes && !g.metrics_unavailable => GpuAnnotations {
+            baseline: g.baseline.clone(),
+            recommendation: g.recommendation.as_deref().cloned(),
+        }
+        .rendered()
+        .into_iter()
+        .collect(),
+        _ => previous
+            .and_then(|s| s.applied.as_ref())
+            .map(|a| a.gpu_annotations.clone())
+            .unwrap_or_default(),
+    };
+    if published.is_empty() {
+        if let Some(a) = status.applied.as_mut() {
+            a.gpu_annotations = published;
+        }
+        return;
+    }
+    status
+        .applied
+        .get_or_insert_with(Default::default)
+        .gpu_annotations = published;
 }
 
 /// The status a restore leaves: audit-only with the restore's reason; nothing kerf applied is
@@ -579,7 +671,9 @@ impl<'a> Conflicts<'a> {
                     let untouched = previous.and_then(|s| s.apply_method).is_some_and(|m| {
                         matches!(
                             m,
-                            crate::api::ApplyMethod::InPlace | crate::api::ApplyMethod::Evict
+                            crate::api::ApplyMethod::InPlace
+                                | crate::api::ApplyMethod::Evict
+                                | crate::api::ApplyMethod::Admission
                         )
                     });
                     if untouched || !w.template_writable() {
@@ -696,8 +790,23 @@ fn gpu_only_recommendation(
     };
     (status.phase, status.reason) = recommendation_phase(status.phase, status.reason.take(), gates);
     record_conflict(&mut status, conflict, p.now);
+    let writing = !p.snapshot.global.read_only && !gates.rolled_back && !gates.conflict_blocked;
     let writes = gpu.recommendation.is_some() && !p.snapshot.global.read_only;
-    record_write_method(&mut status, gpu.key.kind, p.snapshot, writes);
+    record_write_method(&mut status, w, p.snapshot, writes);
+    publish_owned_gpu(&mut status, w, Some(gpu), previous, writing);
+    let delivery = p.gpu_delivery(Some(gpu), w, previous, writing);
+    status.apply_method = delivery.as_ref().map(|d| d.method);
+    status.eviction = delivery
+        .as_ref()
+        .and_then(|d| d.eviction.as_ref())
+        .map(|e| Box::new(e.status.clone()));
+    if delivery
+        .as_ref()
+        .and_then(|d| d.eviction.as_ref())
+        .is_some_and(|e| e.evict.is_some())
+    {
+        status.last_applied_time = Some(crate::core::model::rfc3339_secs(p.now));
+    }
     let recommendation = RecommendationWrite {
         namespace: gpu.key.namespace.to_string(),
         name: recommendation_name(&gpu.key),
@@ -709,6 +818,7 @@ fn gpu_only_recommendation(
     recommendation_write(recommendation)
         .into_iter()
         .chain(conflict_event(w, conflict))
+        .chain(delivery.as_ref().and_then(|d| evict_write(w, d)))
         .collect()
 }
 
@@ -736,19 +846,28 @@ fn set_phase(
 /// status when kerf writes one (`writes`); `evict` where kerf writes no template.
 fn record_write_method(
     status: &mut RecommendationStatus,
-    kind: WorkloadKind,
+    w: &Workload,
     snapshot: &Snapshot,
     writes: bool,
 ) {
     let (method, reason) = match writes {
         true => {
-            let (m, r) = template_write_method(kind, snapshot.crd_schema(kind));
+            let (m, r) = workload_write_method(w, snapshot);
             (Some(m), Some(r))
         }
         false => (None, None),
     };
     status.write_method = method;
     status.write_method_reason = reason;
+}
+
+/// How a write of `w`'s change is sent, and why: a RayService that rolls to a new cluster on a
+/// change is written in its `spec.rayClusterConfig`, any other by its kind's CRD schema.
+fn workload_write_method(w: &Workload, snapshot: &Snapshot) -> (WriteMethod, String) {
+    if w.writes_ray_cluster_config() {
+        return ray_cluster_config_write_method();
+    }
+    template_write_method(w.key.kind, snapshot.crd_schema(w.key.kind))
 }
 
 /// Where a workload with a CPU/memory result stands this cycle.
@@ -923,19 +1042,17 @@ fn resource_writes(
     let outcome = adjusted.as_ref().unwrap_or(outcome);
     let plan = outcome.apply.as_ref().filter(|_| standing.writes());
     status.applied = served(outcome, plan, standing, status.applied.take());
-    let delivery = p.delivery_recorded(
-        wo,
-        r,
-        w,
-        outcome,
-        plan.is_some(),
+    publish_owned_gpu(
         &mut status,
+        w,
+        wo.gpu.as_deref(),
         previous.as_ref(),
+        standing.writes(),
     );
-    // In place or by eviction: the template is never written.
-    let template_untouched = delivery
-        .as_ref()
-        .is_some_and(|d| matches!(d.method, ApplyMethod::InPlace | ApplyMethod::Evict));
+    // Without a CPU/memory plan, a GPU change alone is delivered while kerf writes.
+    let writing = plan.is_some() || (outcome.apply.is_none() && standing.writes());
+    let delivery = p.delivery_recorded(wo, r, w, outcome, writing, &mut status, previous.as_ref());
+    let template_untouched = delivery.as_ref().is_some_and(Delivery::writes_no_template);
     let kept_hpa = plan
         .and_then(|plan| plan.hpa.as_ref())
         .map(|h| hpa_target(p.snapshot, &r.key, &h.hpa_name, &h.resource, h.target_after));
@@ -979,16 +1096,11 @@ fn resource_writes(
     ops.extend(recommendation_write(recommendation));
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
+    ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
     let Some(plan) = plan else { return ops };
     ops.extend(resize);
-    ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
     if !template_untouched {
-        ops.push(template_write(
-            w,
-            plan,
-            kept_hpa,
-            p.write_method(w.key.kind),
-        ));
+        ops.push(template_write(w, plan, kept_hpa, p.change_write_method(w)));
         ops.extend(applied);
     }
     ops
@@ -1089,6 +1201,8 @@ fn change_due(
         Some(ApplyMethod::Evict) => delivery
             .and_then(|d| d.eviction.as_ref())
             .is_some_and(|e| e.evict.is_some()),
+        // Only new pods change, as they come.
+        Some(ApplyMethod::Admission) => false,
         _ => !requests_match(&w.template, &plan.requests),
     };
     pods_change || kept_hpa.is_some_and(|h| !release.is_empty() && !h.in_place())

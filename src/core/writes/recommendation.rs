@@ -291,6 +291,7 @@ pub fn applied_change(requests: &ContainerRequests, hpa: Option<&CoordinatedHpa>
                 skip_reason: None,
             })
         }),
+        gpu_annotations: Default::default(),
     }
 }
 

@@ -174,6 +174,17 @@ fn true_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
         .find(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// A `PodResizeInProgress` the kubelet does not set while applying a resize: one with a reason
+/// other than `Error`, or a message. VPA's updater falls back at once on such a condition
+/// (`CanEvictInPlacingPod`, "unexpected in-progress-resize condition") instead of waiting out
+/// the hour; so does kerf.
+pub fn in_progress_unexpected(c: &PodCondition) -> bool {
+    let reason = c.reason.as_deref().unwrap_or_default();
+    let message = c.message.as_deref().unwrap_or_default();
+    // `Error` is the kubelet's own failure, read as such.
+    reason != "Error" && (!reason.is_empty() || !message.is_empty())
+}
+
 /// The pod's resize conditions, read as the kubelet sets them.
 pub fn kubelet_resize(pod: &Pod) -> KubeletResize {
     let since = |c: &PodCondition| c.last_transition_time.as_ref().map(|t| t.0);
@@ -187,6 +198,11 @@ pub fn kubelet_resize(pod: &Pod) -> KubeletResize {
     }
     match true_condition(pod, POD_RESIZE_IN_PROGRESS) {
         Some(c) if c.reason.as_deref() == Some("Error") => KubeletResize::Failed(message(c)),
+        Some(c) if in_progress_unexpected(c) => KubeletResize::Failed(format!(
+            "unexpected in-progress condition (reason {:?}): {}",
+            c.reason.as_deref().unwrap_or_default(),
+            message(c)
+        )),
         Some(c) => KubeletResize::InProgress(since(c)),
         None => KubeletResize::Settled,
     }
@@ -196,7 +212,7 @@ pub fn kubelet_resize(pod: &Pod) -> KubeletResize {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fallback {
     /// `Infeasible`, `ResizeError`, `DeferredTooLong`, `InProgressTooLong`, `QoSClassChange`,
-    /// `PodLevelResources`, `Refused` (by the API server, recorded by the writer).
+    /// `PodLevelResources`, `WindowsPod`, `Refused` (by the API server, recorded by the writer).
     pub reason: &'static str,
     pub message: String,
 }
@@ -204,12 +220,25 @@ pub struct Fallback {
 /// A pod with pod-level resources is not resized in place (the API server refuses it before
 /// Kubernetes 1.36: "pods with pod-level resources cannot be resized").
 pub fn no_pod_level_resources(spec: &PodSpec) -> Result<(), Fallback> {
-    match spec.resources {
-        None => Ok(()),
-        Some(_) => Err(Fallback {
+    match crate::core::hpa::pod_level_resources_set(spec) {
+        false => Ok(()),
+        true => Err(Fallback {
             reason: "PodLevelResources",
             message: "the pod sets pod-level resources, which cannot be resized in place".into(),
         }),
+    }
+}
+
+/// A Windows pod (`spec.os.name: windows`) is not resized in place: the API server refuses it
+/// (`ValidatePodResize`: "Forbidden: windows pods cannot be resized"), so the change rolls out
+/// without a resize request.
+pub fn not_windows(spec: &PodSpec) -> Result<(), Fallback> {
+    match spec.os.as_deref().map(|os| os.name.as_str()) {
+        Some("windows") => Err(Fallback {
+            reason: "WindowsPod",
+            message: "the pod runs on Windows, whose pods cannot be resized in place".into(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -430,8 +459,10 @@ pub fn plan_workload_resize(
             }
             continue;
         }
-        if let Err(f) = no_pod_level_resources(spec).and_then(|()| qos_class_kept(spec, &requests))
-        {
+        let refused = not_windows(spec)
+            .and_then(|()| no_pod_level_resources(spec))
+            .and_then(|()| qos_class_kept(spec, &requests));
+        if let Err(f) = refused {
             out.fallback.get_or_insert(f);
             continue;
         }

@@ -72,6 +72,19 @@ pub fn crd_version_schema(crd: &Value, kind: WorkloadKind) -> Option<&Value> {
         .get("openAPIV3Schema")
 }
 
+/// A RayService's change is written to its `spec.rayClusterConfig`, where KubeRay reads the
+/// cluster it rolls to (docs/workloads.md): by JSON Patch, since `workerGroupSpecs` is a plain
+/// list (an apply would replace it whole) and each group is found by its `groupName`.
+pub fn ray_cluster_config_write_method() -> (WriteMethod, String) {
+    (
+        WriteMethod::JsonPatch,
+        "RayService: spec.rayClusterConfig is written, KubeRay rolls to a new cluster; its \
+         workerGroupSpecs is a plain list: JSON Patch pinned to each group's groupName and \
+         each container's name"
+            .into(),
+    )
+}
+
 /// How a template write of `kind` is sent, and why: `schema` is its CRD's `openAPIV3Schema`
 /// (`None`: none at hand). Kubernetes' own kinds key containers by name.
 pub fn template_write_method(kind: WorkloadKind, schema: Option<&Value>) -> (WriteMethod, String) {
@@ -173,7 +186,48 @@ pub fn json_patch(
     (Patch(ops), missing)
 }
 
-/// The operations for one container: `None` when the template has no container of that name.
+/// Where KubeRay's RayService holds its cluster's pod templates (`ray-operator/apis/ray/v1`:
+/// `RayClusterSpec` under `spec.rayClusterConfig`).
+const RAY_CLUSTER_CONFIG: [&str; 2] = ["spec", "rayClusterConfig"];
+
+/// The pod templates of a workload `live` that kerf writes, each with the `test` pinning it: a
+/// kind's one template ([`WorkloadKind::template_path`]), none pinned; a RayService's head
+/// group's and each worker group's under `spec.rayClusterConfig`, a worker group pinned by its
+/// `groupName` at its index (`workerGroupSpecs` is a plain list: its order may change under
+/// kerf).
+pub fn template_locations(
+    live: &Value,
+    kind: WorkloadKind,
+) -> Vec<(Vec<String>, Option<PatchOperation>)> {
+    let owned = |path: &[&str]| path.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    if kind != WorkloadKind::RayService {
+        return vec![(owned(kind.template_path()), None)];
+    }
+    let mut head = owned(&RAY_CLUSTER_CONFIG);
+    head.extend(["headGroupSpec".into(), "template".into()]);
+    let mut out = vec![(head, None)];
+    let groups = live
+        .pointer("/spec/rayClusterConfig/workerGroupSpecs")
+        .and_then(Value::as_array);
+    for (i, group) in groups.into_iter().flatten().enumerate() {
+        let mut base = owned(&RAY_CLUSTER_CONFIG);
+        base.extend(["workerGroupSpecs".into(), i.to_string()]);
+        let pin = group.get("groupName").map(|name| {
+            let mut at: Vec<&str> = base.iter().map(String::as_str).collect();
+            at.push("groupName");
+            PatchOperation::Test(TestOperation {
+                path: pointer(&at),
+                value: name.clone(),
+            })
+        });
+        base.push("template".into());
+        out.push((base, pin));
+    }
+    out
+}
+
+/// The operations for one container in every template of `live` that has it: `None` when
+/// none has a container of that name.
 fn container_ops(
     live: &Value,
     kind: WorkloadKind,
@@ -181,10 +235,30 @@ fn container_ops(
     (set, limits): (Option<&ResourceRequests>, Option<&ResourceRequests>),
     removed: Option<&RequestSet>,
 ) -> Option<Vec<PatchOperation>> {
-    let mut template = live;
-    for step in kind.template_path() {
-        template = template.get(*step)?;
+    let mut ops = Vec::new();
+    let mut found = false;
+    for (path, pin) in template_locations(live, kind) {
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        if let Some(c) = container_ops_at(live, &path, name, (set, limits), removed) {
+            found = true;
+            ops.extend(pin);
+            ops.extend(c);
+        }
     }
+    found.then_some(ops)
+}
+
+/// The operations for one container of the template at `path`: `None` when that template has
+/// no container of that name.
+fn container_ops_at(
+    live: &Value,
+    path: &[&str],
+    name: &str,
+    (set, limits): (Option<&ResourceRequests>, Option<&ResourceRequests>),
+    removed: Option<&RequestSet>,
+) -> Option<Vec<PatchOperation>> {
+    // A pointer: a step may be a list index (a RayService's worker group).
+    let template = live.pointer(pointer(path).as_str())?;
     let spec = template.get("spec")?;
     let (list, index, container) = ["containers", "initContainers"].iter().find_map(|list| {
         spec.get(*list)?
@@ -194,7 +268,7 @@ fn container_ops(
             .find(|(_, c)| c.get("name").and_then(Value::as_str) == Some(name))
             .map(|(i, c)| (*list, i.to_string(), c))
     })?;
-    let mut base: Vec<&str> = kind.template_path().to_vec();
+    let mut base: Vec<&str> = path.to_vec();
     base.extend(["spec", list, index.as_str()]);
     let at = |tail: &[&'static str]| -> Vec<&str> { base.iter().chain(tail).copied().collect() };
     let mut ops = vec![PatchOperation::Test(TestOperation {

@@ -1151,7 +1151,10 @@ fn spawn_owner_resource_watch(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Arc<Projected<OwnerObject>> {
     let ar = r.api_resource();
-    if r.workload.is_some_and(WorkloadKind::template_writable) {
+    // Read whole: a kind whose template kerf writes, and a RayService (whether KubeRay rolls
+    // its changes to a new cluster is in its spec).
+    let whole = |k: WorkloadKind| k.template_writable() || k == WorkloadKind::RayService;
+    if r.workload.is_some_and(whole) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let project = move |o: DynamicObject| owner_object(&r, o.metadata, Some(&o.data));
         spawn_owner_watch(r, &ar, api, project, sync, tasks)

@@ -50,8 +50,8 @@ use crate::api::{
 };
 use crate::core::hpa::utilization_metrics;
 use crate::core::model::{
-    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_RESTARTED_AT,
-    ANNOTATION_ROLLBACK, ContainerRequests, RequestSet, WorkloadKey,
+    ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, ContainerRequests,
+    RequestSet, WorkloadKey,
 };
 use crate::core::writes::write_method::json_patch;
 use crate::core::writes::{limits_match, restored_limits, template_limits};
@@ -727,9 +727,9 @@ impl Task {
                 count("evicted");
                 self::count(&self.cfg.metrics, "eviction", "ok");
             }
-            Ok(Err(KubeError::Api(s))) if s.code == 429 => {
+            Ok(Err(KubeError::Api(s))) if budget_refusal(s.code, &s.message) => {
                 count("disruption_budget");
-                tracing::info!(pod = %e.pod.pod, "eviction refused by a PodDisruptionBudget: next turn");
+                tracing::info!(pod = %e.pod.pod, code = s.code, "eviction refused by a PodDisruptionBudget ({}): next turn", s.message);
                 return Ok(1);
             }
             Ok(Err(KubeError::Api(s))) if s.code == 404 => {
@@ -801,9 +801,7 @@ impl Task {
     /// Rolling restart through the pod template annotation (a merge patch: see the module docs).
     async fn restart(&self, key: &WorkloadKey) -> Result<(), CallError> {
         let at = crate::core::model::rfc3339_secs(Timestamp::now());
-        let mut path: Vec<&str> = key.kind.template_path().to_vec();
-        path.extend(["metadata", "annotations"]);
-        let body = nest(&path, json!({ ANNOTATION_RESTARTED_AT: at }));
+        let body = crate::core::writes::restart_body(key.kind, &at);
         let api = self.workload_api(key);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
@@ -1290,6 +1288,23 @@ impl Task {
 }
 
 /// The planning's view of a workload read from the API server.
+/// Whether the Eviction API refused for a PodDisruptionBudget (kubernetes
+/// `pkg/registry/core/pod/storage/eviction.go`): 429 when the budget allows no disruption now,
+/// 500 when more than one budget covers the pod, 403 when a budget's `disruptionsAllowed` is
+/// negative or its unconfirmed evictions are too many. Each is the budget speaking: paced like
+/// a 429, not a failure retried every turn.
+pub fn budget_refusal(code: u16, message: &str) -> bool {
+    match code {
+        429 => true,
+        500 => message.contains("more than one PodDisruptionBudget"),
+        403 => {
+            message.contains("disruptions allowed is negative")
+                || message.contains("DisruptedPods map too big")
+        }
+        _ => false,
+    }
+}
+
 fn live_of(live: &DynamicObject) -> Live<'_> {
     Live {
         metadata: &live.metadata,
@@ -1303,4 +1318,28 @@ fn applied_body(key: &WorkloadKey, apply: KerfApply) -> Value {
         tracing::warn!(workload = %key, container = %c, "template has no such container: requests not written");
     }
     apply.body
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn budget_refusal() {
+        assert!(super::budget_refusal(
+            429,
+            "Cannot evict pod as it would violate the pod's disruption budget."
+        ));
+        assert!(super::budget_refusal(
+            500,
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+        ));
+        assert!(super::budget_refusal(
+            403,
+            "poddisruptionbudgets.policy \"llm\" is forbidden: pdb disruptions allowed is negative"
+        ));
+        assert!(!super::budget_refusal(500, "etcdserver: request timed out"));
+        assert!(!super::budget_refusal(
+            403,
+            "pods \"x\" is forbidden: User cannot create"
+        ));
+    }
 }

@@ -61,6 +61,7 @@ fn status(applied: i64, conflict: Option<ConflictStatus>) -> RecommendationStatu
             )]),
             limits: SmallMap::new(),
             hpa: None,
+            gpu_annotations: SmallMap::new(),
         })),
         last_applied_time: Some(render(at(applied))),
         conflict: conflict.map(Box::new),

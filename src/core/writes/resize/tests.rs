@@ -15,8 +15,14 @@ fn running(containers: Value) -> Pod {
 }
 
 fn with_condition(mut p: Pod, type_: &str, reason: &str, at: &str) -> Pod {
+    // The kubelet sets a message with a reason only (an InProgress being applied has neither).
+    let message = if reason.is_empty() {
+        ""
+    } else {
+        "node is full"
+    };
     let c: PodCondition = serde_json::from_value(json!({
-        "type": type_, "status": "True", "reason": reason, "message": "node is full",
+        "type": type_, "status": "True", "reason": reason, "message": message,
         "lastTransitionTime": at
     }))
     .unwrap();
@@ -114,6 +120,27 @@ fn no_pod_level_resources() {
 }
 
 #[test]
+fn not_windows() {
+    let with_os = |os: Value| {
+        pod(json!({
+            "metadata": {"name": "p", "namespace": "shop"},
+            "spec": {"containers": [{"name": "app"}], "os": os}
+        }))
+    };
+    assert!(super::not_windows(spec(&running(json!([{"name": "app"}])))).is_ok());
+    assert!(super::not_windows(spec(&with_os(json!({"name": "linux"})))).is_ok());
+    let f = super::not_windows(spec(&with_os(json!({"name": "windows"})))).unwrap_err();
+    assert_eq!(f.reason, "WindowsPod");
+    // The whole workload's change rolls out, no pod asked.
+    let mut p = with_os(json!({"name": "windows"}));
+    p.status = running(json!([])).status;
+    let mut budget = 10;
+    let r = plan_workload_resize(&[&p], &cpu(250), at("2026-07-01T12:00:00Z"), &mut budget);
+    assert!(r.requests.is_empty());
+    assert_eq!(r.fallback.unwrap().reason, "WindowsPod");
+}
+
+#[test]
 fn kubelet_resize_within_bounds() {
     let now = at("2026-07-01T12:00:00Z");
     let base = running(json!([{"name": "app"}]));
@@ -171,6 +198,30 @@ fn kubelet_resize_within_bounds() {
         "2026-07-01T11:59:00Z",
     );
     assert_eq!(ok(&failed).unwrap_err().reason, "ResizeError");
+}
+
+/// An in-progress condition the kubelet does not set while applying (another reason, or a
+/// message) falls back at once, as VPA's updater does, not after the hour.
+#[test]
+fn in_progress_unexpected() {
+    let now = at("2026-07-01T12:00:00Z");
+    let base = running(json!([{"name": "app"}]));
+    let condition = |reason: &str| {
+        with_condition(
+            base.clone(),
+            POD_RESIZE_IN_PROGRESS,
+            reason,
+            "2026-07-01T11:59:00Z",
+        )
+    };
+    let of = |p: &Pod| p.status.as_ref().unwrap().conditions.as_ref().unwrap()[0].clone();
+    assert!(!super::in_progress_unexpected(&of(&condition(""))));
+    assert!(!super::in_progress_unexpected(&of(&condition("Error"))));
+    let odd = condition("SomethingNew");
+    assert!(super::in_progress_unexpected(&of(&odd)));
+    let f = super::kubelet_resize_within_bounds(&kubelet_resize(&odd), now).unwrap_err();
+    assert_eq!(f.reason, "ResizeError");
+    assert!(f.message.contains("SomethingNew"), "{}", f.message);
 }
 
 #[test]

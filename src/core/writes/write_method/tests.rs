@@ -207,3 +207,91 @@ fn json_patch_removes_requests_and_annotations_and_skips_missing_containers() {
         json!({"memory": "512M"})
     );
 }
+
+/// KubeRay's RayService: the head group's template and each worker group's, the worker groups
+/// pinned by their `groupName` at their index; any other kind, its one template unpinned.
+#[test]
+fn template_locations() {
+    let service = json!({"spec": {"rayClusterConfig": {
+        "headGroupSpec": {"template": {}},
+        "workerGroupSpecs": [{"groupName": "cpu-group", "template": {}},
+                             {"groupName": "gpu-group", "template": {}}]}}});
+    let got = super::template_locations(&service, WorkloadKind::RayService);
+    let paths: Vec<String> = got.iter().map(|(p, _)| p.join(".")).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.rayClusterConfig.headGroupSpec.template",
+            "spec.rayClusterConfig.workerGroupSpecs.0.template",
+            "spec.rayClusterConfig.workerGroupSpecs.1.template"
+        ]
+    );
+    assert!(got[0].1.is_none());
+    let pin = serde_json::to_value(got[2].1.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        pin,
+        json!({"op": "test", "path": "/spec/rayClusterConfig/workerGroupSpecs/1/groupName",
+               "value": "gpu-group"})
+    );
+    let rollout = super::template_locations(&json!({}), WorkloadKind::Rollout);
+    assert_eq!(
+        rollout,
+        vec![(vec!["spec".to_string(), "template".to_string()], None)]
+    );
+}
+
+/// A container two worker groups share is written in both, each group pinned.
+#[test]
+fn json_patch_writes_every_ray_group_holding_the_container() {
+    let group = |name: &str| {
+        json!({"groupName": name, "template": {"spec": {"containers": [
+            {"name": "ray-worker", "resources": {"requests": {"cpu": "2"}}}]}}})
+    };
+    let service = json!({"spec": {"rayClusterConfig": {
+        "headGroupSpec": {"template": {"spec": {"containers": [{"name": "ray-head"}]}}},
+        "workerGroupSpecs": [group("cpu-group"), group("gpu-group")]}}});
+    let set = ContainerRequests::from([(
+        "ray-worker".to_string(),
+        ResourceRequests {
+            cpu_millis: Some(500),
+            memory_bytes: None,
+        },
+    )]);
+    let (patch, missing) = json_patch(
+        &service,
+        WorkloadKind::RayService,
+        &BTreeMap::new(),
+        &set,
+        &ContainerRequests::new(),
+        &BTreeMap::new(),
+    );
+    assert!(missing.is_empty());
+    let ops = serde_json::to_value(&patch).unwrap();
+    let replaced: Vec<&str> = ops
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["op"] == "replace")
+        .map(|op| op["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        replaced,
+        [
+            "/spec/rayClusterConfig/workerGroupSpecs/0/template/spec/containers/0/resources/requests/cpu",
+            "/spec/rayClusterConfig/workerGroupSpecs/1/template/spec/containers/0/resources/requests/cpu"
+        ]
+    );
+    let mut patched = service.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    // The groups swapped under kerf: the pinned names fail the patch instead.
+    let mut swapped = service.clone();
+    swapped["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["groupName"] = json!("gpu-group");
+    assert!(json_patch::patch(&mut swapped, &patch).is_err());
+}
+
+#[test]
+fn ray_cluster_config_write_method() {
+    let (method, reason) = super::ray_cluster_config_write_method();
+    assert_eq!(method, WriteMethod::JsonPatch);
+    assert!(reason.contains("rayClusterConfig"), "{reason}");
+}

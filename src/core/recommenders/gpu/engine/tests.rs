@@ -125,6 +125,7 @@ impl PodB {
                 containers: self.containers,
                 init_containers: (!self.init.is_empty()).then_some(self.init),
                 resources: None,
+                os: None,
             }),
             status: Some(PodStatus {
                 start_time: self.started_min_ago.map(|m| {
