@@ -92,6 +92,80 @@ pub fn container_resources(
     )
 }
 
+/// [`container_resources`] kept within the namespace's LimitRange (`limit_range`, its
+/// Container item): what every path writes.
+pub fn bounded_resources(
+    controlled: (ControlledValues, ControlledValues),
+    requests: &ResourceRequests,
+    limits: &ResourceRequests,
+    recommended: &ResourceRequests,
+    limit_range: Option<&ContainerLimitRange>,
+) -> (ResourceRequests, ResourceRequests) {
+    let (mut r, mut l) = container_resources(controlled, requests, limits, recommended);
+    let Some(lr) = limit_range else {
+        return (r, l);
+    };
+    if let Some(req) = r.cpu_millis.filter(|_| recommended.cpu_millis.is_some()) {
+        let (req, lim) = within_limit_range(
+            req,
+            l.cpu_millis,
+            lr.min.cpu_millis,
+            lr.max.cpu_millis,
+            lr.max_ratio.0,
+        );
+        (r.cpu_millis, l.cpu_millis) = (Some(req), lim);
+    }
+    if let Some(req) = r
+        .memory_bytes
+        .filter(|_| recommended.memory_bytes.is_some())
+    {
+        let (req, lim) = within_limit_range(
+            req,
+            l.memory_bytes,
+            lr.min.memory_bytes,
+            lr.max.memory_bytes,
+            lr.max_ratio.1,
+        );
+        (r.memory_bytes, l.memory_bytes) = (Some(req), lim);
+    }
+    (r, l)
+}
+
+/// The Container bounds of every LimitRange of `namespace` together, as the API server checks
+/// each: the highest `min`, the lowest `max` and ratio (`None`: the namespace has none).
+pub fn namespace_limit_range(
+    ranges: &[ContainerLimitRange],
+    namespace: &str,
+) -> Option<ContainerLimitRange> {
+    let mut here = ranges.iter().filter(|r| {
+        r.name
+            .split_once('/')
+            .is_some_and(|(ns, _)| ns == namespace)
+    });
+    let first = here.next()?.clone();
+    Some(here.fold(first, |mut acc, r| {
+        let hi = |a: Option<i64>, b: Option<i64>| a.max(b);
+        let lo = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        let lof = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        acc.name = format!("{}, {}", acc.name, r.name);
+        acc.min.cpu_millis = hi(acc.min.cpu_millis, r.min.cpu_millis);
+        acc.min.memory_bytes = hi(acc.min.memory_bytes, r.min.memory_bytes);
+        acc.max.cpu_millis = lo(acc.max.cpu_millis, r.max.cpu_millis);
+        acc.max.memory_bytes = lo(acc.max.memory_bytes, r.max.memory_bytes);
+        acc.max_ratio = (
+            lof(acc.max_ratio.0, r.max_ratio.0),
+            lof(acc.max_ratio.1, r.max_ratio.1),
+        );
+        acc
+    }))
+}
+
 /// Kubernetes' QoS class of a pod from its containers' (requests, limits) of cpu and memory
 /// (`pkg/apis/core/helper/qos/qos.go`, `ComputePodQOS`): Guaranteed when every container has
 /// both limits and requests equal to them, BestEffort when none has any, else Burstable.
@@ -116,6 +190,92 @@ pub fn qos_class(containers: &[(ResourceRequests, ResourceRequests)]) -> &'stati
     } else {
         "Burstable"
     }
+}
+
+/// The `type: Container` item of a namespace's LimitRange, as kerf keeps to it: each bound in
+/// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerLimitRange {
+    /// `<namespace>/<name>` of the LimitRange, for the reason.
+    pub name: String,
+    pub min: ResourceRequests,
+    pub max: ResourceRequests,
+    /// `maxLimitRequestRatio` (limit ÷ request) per resource.
+    pub max_ratio: (Option<f64>, Option<f64>),
+}
+
+impl ContainerLimitRange {
+    /// The Container item of a LimitRange object (`spec.limits[]` with `type: Container`);
+    /// `None` when it has none kerf reads.
+    pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
+        let meta = obj.get("metadata")?;
+        let name = format!(
+            "{}/{}",
+            meta.get("namespace")
+                .and_then(|v| v.as_str())
+                .unwrap_or("default"),
+            meta.get("name")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+        );
+        let item = obj
+            .get("spec")?
+            .get("limits")?
+            .as_array()?
+            .iter()
+            .find(|i| i.get("type").and_then(|t| t.as_str()) == Some("Container"))?;
+        let q = |which: &str,
+                 r: &str|
+         -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+            item.get(which)?
+                .get(r)?
+                .as_str()
+                .map(|t| k8s_openapi::apimachinery::pkg::api::resource::Quantity(t.to_string()))
+        };
+        let values = |which: &str| ResourceRequests {
+            cpu_millis: q(which, "cpu").and_then(|v| crate::core::quantity::cpu_millis(&v).ok()),
+            memory_bytes: q(which, "memory")
+                .and_then(|v| crate::core::quantity::memory_bytes(&v).ok()),
+        };
+        let ratio = |r: &str| {
+            q("maxLimitRequestRatio", r)
+                .and_then(|v| crate::core::quantity::cpu_millis(&v).ok())
+                .map(|m| m as f64 / 1000.0)
+        };
+        Some(Self {
+            name,
+            min: values("min"),
+            max: values("max"),
+            max_ratio: (ratio("cpu"), ratio("memory")),
+        })
+    }
+}
+
+/// A request and limit kept within a LimitRange's Container bounds, as the API server's
+/// LimitRanger admission checks them (`plugin/pkg/admission/limitranger/admission.go`): the
+/// request and limit at least `min`, at most `max`, and the limit at most `maxLimitRequestRatio`
+/// times the request (the request is raised to meet it). `None` bounds are no bounds.
+pub fn within_limit_range(
+    request: i64,
+    limit: Option<i64>,
+    min: Option<i64>,
+    max: Option<i64>,
+    max_ratio: Option<f64>,
+) -> (i64, Option<i64>) {
+    let clamp = |v: i64| {
+        let v = min.map_or(v, |m| v.max(m));
+        max.map_or(v, |m| v.min(m))
+    };
+    let limit = limit.map(clamp);
+    let mut request = clamp(request);
+    if let Some(l) = limit {
+        request = request.min(l);
+        if let Some(r) = max_ratio.filter(|r| *r > 0.0) {
+            let least = (l as f64 / r).ceil() as i64;
+            request = request.max(least).min(l);
+        }
+    }
+    (request, limit)
 }
 
 #[cfg(test)]

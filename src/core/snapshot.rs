@@ -410,6 +410,8 @@ pub struct Snapshot {
     /// The CustomResourceDefinitions of the custom kinds kerf writes (Rollouts, listed kinds):
     /// their schema decides how a template write is sent (docs/gitops.md#how-kerf-writes).
     pub crds: Vec<Arc<serde_json::Value>>,
+    /// The Container bounds of the namespaces' LimitRanges (docs/policies.md#limits).
+    pub limit_ranges: Vec<crate::core::limits::ContainerLimitRange>,
 }
 
 /// Whether running pods can be resized in place (docs/policies.md#in-place-resize).

@@ -686,6 +686,15 @@ fn read_cluster_object(
         "CustomResourceDefinition" if api_version.starts_with("apiextensions.k8s.io/") => {
             s.crds.push(Arc::new(doc));
         }
+        // Requests and limits are kept within it (docs/policies.md#limits).
+        "LimitRange" if api_version == "v1" => {
+            let mut doc = doc;
+            if doc["metadata"].get("namespace").is_none() {
+                doc["metadata"]["namespace"] = serde_json::json!("default");
+            }
+            s.limit_ranges
+                .extend(crate::core::limits::ContainerLimitRange::from_object(&doc));
+        }
         "VerticalPodAutoscaler"
             if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
         {

@@ -754,3 +754,36 @@ fn limits_keep_their_ratio_and_the_hpa_target_is_unchanged() {
         serde_json::json!({"current": "500m", "recommended": "500m"})
     );
 }
+
+/// The namespace's LimitRange bounds what kerf recommends (docs/policies.md#limits): a minimum
+/// above what usage asks raises the request to it, and the reason names the LimitRange.
+#[test]
+fn a_limit_range_keeps_the_recommendation_within_its_bounds() {
+    let dir = hpa_example_edited(|t| t.to_string());
+    std::fs::write(
+        dir.path().join("limitrange.yaml"),
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: bounds, namespace: shop}\n\
+         spec:\n  limits:\n    - type: Container\n      min: {cpu: 800m}\n      max: {memory: 8Gi}\n",
+    )
+    .unwrap();
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(
+        web["resources"]["app"]["cpu"]["recommended"], "800m",
+        "{web}"
+    );
+    let reasons = web["reasons"].to_string();
+    assert!(
+        reasons.contains("cpu request kept within LimitRange shop/bounds: 800m (without it: 700m)"),
+        "{reasons}"
+    );
+    // Without it, the worked example's 700m.
+    let plain = recommend_json(
+        &root().join("examples/hpa/manifests"),
+        &root().join("examples/hpa/metrics.om"),
+    );
+    assert_eq!(
+        entry(&plain, "web")["resources"]["app"]["cpu"]["recommended"],
+        "700m"
+    );
+}

@@ -155,6 +155,7 @@ fn cluster(r: &Recorded) -> Reply {
             vec![vpa("web", "Recreate")],
         ),
         p if p.starts_with("/apis/rightsizing.kubex.ai/") => list("X", kerf, vec![]),
+        "/api/v1/limitranges" => list("LimitRange", "v1", vec![]),
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" => list(
             "CustomResourceDefinition",
             "apiextensions.k8s.io/v1",
@@ -352,9 +353,9 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     assert_eq!(
-        lists, 31,
-        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, 12 of the controllers \
-         GPU inference runs under, retried while their CRDs are not installed)"
+        lists, 32,
+        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, the LimitRanges, 12 of \
+         the controllers GPU inference runs under, retried while their CRDs are not installed)"
     );
     assert!(
         seen.iter().any(|r| r.path == "/api/v1"),

@@ -106,3 +106,41 @@ fn qos_class_follows_compute_pod_qos() {
     assert_eq!(qos_class(&[g.clone(), b]), "Burstable");
     assert_eq!(qos_class(&[g.clone(), g]), "Guaranteed");
 }
+
+#[test]
+fn within_limit_range_keeps_min_max_and_the_ratio() {
+    // Below min: raised; above max: lowered (the limit too).
+    assert_eq!(
+        within_limit_range(50, None, Some(100), Some(4000), None),
+        (100, None)
+    );
+    assert_eq!(
+        within_limit_range(6000, Some(8000), Some(100), Some(4000), None),
+        (4000, Some(4000))
+    );
+    // A 2:1 maximum ratio: a request shrunk under half its limit is raised to it.
+    assert_eq!(
+        within_limit_range(300, Some(1000), None, None, Some(2.0)),
+        (500, Some(1000))
+    );
+    // Nothing set: unchanged.
+    assert_eq!(
+        within_limit_range(300, Some(1000), None, None, None),
+        (300, Some(1000))
+    );
+}
+
+#[test]
+fn container_limit_range_reads_the_container_item() {
+    let lr = serde_json::json!({"apiVersion": "v1", "kind": "LimitRange",
+        "metadata": {"name": "bounds", "namespace": "shop"},
+        "spec": {"limits": [
+            {"type": "Pod", "max": {"cpu": "16"}},
+            {"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"},
+             "max": {"cpu": "4", "memory": "8Gi"}, "maxLimitRequestRatio": {"cpu": "2"}}]}});
+    let c = ContainerLimitRange::from_object(&lr).unwrap();
+    assert_eq!(c.name, "shop/bounds");
+    assert_eq!(c.min, rr(Some(100), Some(64 * MIB)));
+    assert_eq!(c.max, rr(Some(4000), Some(8 * 1024 * MIB)));
+    assert_eq!(c.max_ratio, (Some(2.0), None));
+}

@@ -669,6 +669,7 @@ mod tests {
             hpa: None,
             pod_level_resources: Vec::new(),
             vpa: None,
+            limit_range: None,
             replicas: 1,
             history: History::default(),
             now: jiff::Timestamp::UNIX_EPOCH,

@@ -233,6 +233,8 @@ struct Inner {
     vpas: Arc<Projected<Option<Vpa>>>,
     /// The CRDs of the custom kinds kerf writes (their schema decides how it writes them).
     crds: Arc<Projected<Option<Arc<serde_json::Value>>>>,
+    /// The namespaces' LimitRanges, their Container bounds.
+    limit_ranges: Arc<Projected<Option<crate::core::limits::ContainerLimitRange>>>,
     /// The controllers GPU inference runs under and the objects their chains pass through.
     owners: Vec<Arc<Projected<OwnerObject>>>,
     /// The kinds GlobalConfiguration `workloadKinds` lists, watched as it lists them.
@@ -982,6 +984,8 @@ fn spawn_pod_watches(
 /// `vertical-pod-autoscaler/deploy/vpa-v1-crd-gen.yaml`).
 /// The CRDs watch's name in readiness and errors.
 pub const CRD_KIND: &str = "CustomResourceDefinition";
+/// The LimitRanges watch's name in readiness and errors.
+pub const LIMIT_RANGE_KIND: &str = "LimitRange";
 pub const VPA_KIND: &str = "VerticalPodAutoscaler";
 
 pub fn vpa_resource() -> ApiResource {
@@ -1125,6 +1129,33 @@ fn spawn_crd_watch(
         true,
         stream,
         writable_crd,
+        sync,
+        tasks,
+    )
+}
+
+/// The namespaces' LimitRanges: kerf keeps requests and limits within them.
+fn spawn_limit_range_watch(
+    client: &Client,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<Option<crate::core::limits::ContainerLimitRange>>> {
+    let api: Api<k8s_openapi::api::core::v1::LimitRange> = Api::all(client.clone());
+    let stream = relist::watch(api, watcher::Config::default()).modify(|o| {
+        strip_meta(&mut o.metadata);
+    });
+    spawn_optional(
+        LIMIT_RANGE_KIND,
+        "limitranges".into(),
+        "LimitRanges are not served: none to keep to",
+        // Not readable (a ClusterRole from before kerf read them): none, the watch retrying.
+        true,
+        stream,
+        |lr| {
+            serde_json::to_value(&lr)
+                .ok()
+                .and_then(|v| crate::core::limits::ContainerLimitRange::from_object(&v))
+        },
         sync,
         tasks,
     )
@@ -1398,6 +1429,7 @@ impl Reader {
         let w = spawn_workload_watches(&client, &sync, store.as_ref(), &mut tasks);
         let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
         let crds = spawn_crd_watch(&client, &sync, &mut tasks);
+        let limit_ranges = spawn_limit_range_watch(&client, &sync, &mut tasks);
         let owners = spawn_owner_watches(&client, &sync, &mut tasks);
         let resize = spawn_resize_discovery(&client, &mut tasks);
         let p = spawn_pod_watches(client.clone(), sync.clone(), store.as_ref(), &mut tasks);
@@ -1415,6 +1447,7 @@ impl Reader {
                 hpas: p.hpas,
                 vpas,
                 crds,
+                limit_ranges,
                 owners,
                 listed: Default::default(),
                 client,
@@ -1652,6 +1685,7 @@ impl Reader {
             resize: *self.inner.resize.borrow(),
             controllers,
             crds: i.crds.values().into_iter().flatten().collect(),
+            limit_ranges: i.limit_ranges.values().into_iter().flatten().collect(),
         };
         let mut snapshot = snapshot;
         // Owned Deployments and StatefulSets under their topmost owner, from the controller

@@ -924,6 +924,10 @@ pub fn evaluate(
                 containers,
                 hpa,
                 pod_level_resources: hpa::pod_level_resources(spec),
+                limit_range: crate::core::limits::namespace_limit_range(
+                    &snapshot.limit_ranges,
+                    &w.key.namespace,
+                ),
                 vpa: crate::core::vpa::applying_vpa(
                     &snapshot.vpas,
                     &w.key.namespace,

@@ -132,6 +132,8 @@ pub struct WorkloadInput {
     pub pod_level_resources: Vec<HpaResource>,
     /// A VPA on the workload that applies its recommendations ([`crate::core::vpa`]).
     pub vpa: Option<crate::core::vpa::Vpa>,
+    /// The namespace's LimitRange bounds for containers (docs/policies.md#limits).
+    pub limit_range: Option<crate::core::limits::ContainerLimitRange>,
     /// Current replicas (for total savings).
     pub replicas: i32,
     /// How much usage history the recommendation rests on.
@@ -312,6 +314,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
             None => ResourceRequests::default(),
         })
         .collect();
+    let range_reasons = limit_range_reasons(input, &ctx.params, &recommended);
     requests_only_caps(input, &ctx.params, &mut recommended);
 
     let mut risk_flags = Vec::new();
@@ -329,6 +332,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     let (floor_flags, risk_reasons) = super::floors::floor_reasons(&signals, &ctx.recs);
     risk_flags.extend(floor_flags);
     reasons.extend(risk_reasons.iter().cloned());
+    reasons.extend(range_reasons);
     let mut hpa_out = input
         .hpa
         .as_ref()
@@ -917,11 +921,12 @@ fn container_outcomes(ctx: &Ctx<'_>, recommended: &[ResourceRequests]) -> Vec<Co
             current: c.signals.current.clone(),
             recommended: recd.clone(),
             current_limits: c.limits.clone(),
-            recommended_limits: crate::core::limits::container_resources(
+            recommended_limits: crate::core::limits::bounded_resources(
                 ctx.params.controlled_values(),
                 &c.signals.current,
                 &c.limits,
                 recd,
+                ctx.input.limit_range.as_ref(),
             )
             .1,
             cpu_source: rec.map_or(Source::NoData, |r| r.cpu.source),
@@ -951,10 +956,58 @@ fn capped_after_hpa(
         h.blocked = true;
         h.skip_reason = Some(SkipReason::TargetOutOfBounds);
         h.reason = Some(REASON_HPA_COUPLED.to_string());
-        h.message = "keeping the HPA target within its bounds needs a request above a \
-                     RequestsOnly limit"
+        h.message = "keeping the HPA target within its bounds needs a request outside a \
+                     RequestsOnly limit or the namespace's LimitRange"
             .to_string();
     }
+}
+
+/// What the namespace's LimitRange changed of the recommended requests (docs/policies.md#limits),
+/// naming it: a pod outside it would be refused at creation.
+fn limit_range_reasons(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &[ResourceRequests],
+) -> Vec<String> {
+    let Some(lr) = input.limit_range.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (c, rec) in input.containers.iter().zip(recommended) {
+        let (current, limits) = (&c.signals.current, &c.limits);
+        let controlled = params.controlled_values();
+        let free = crate::core::limits::container_resources(controlled, current, limits, rec).0;
+        let kept =
+            crate::core::limits::bounded_resources(controlled, current, limits, rec, Some(lr)).0;
+        let pairs = [
+            (
+                "cpu",
+                free.cpu_millis,
+                kept.cpu_millis,
+                crate::core::quantity::format_cpu_millis as fn(i64) -> String,
+            ),
+            (
+                "memory",
+                free.memory_bytes,
+                kept.memory_bytes,
+                crate::core::quantity::format_memory_bytes,
+            ),
+        ];
+        for (r, free, kept, fmt) in pairs {
+            if let (Some(f), Some(k)) = (free, kept)
+                && f != k
+            {
+                out.push(format!(
+                    "{}: {r} request kept within LimitRange {}: {} (without it: {})",
+                    c.signals.name,
+                    lr.name,
+                    fmt(k),
+                    fmt(f)
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// `RequestsOnly` (docs/policies.md#limits): a recommended request never goes above the
@@ -965,19 +1018,17 @@ fn requests_only_caps(
     params: &PolicyParams,
     recommended: &mut [ResourceRequests],
 ) -> bool {
-    let (cpu, memory) = params.controlled_values();
     let before = recommended.to_vec();
     for (c, r) in input.containers.iter().zip(recommended.iter_mut()) {
-        if cpu == crate::api::ControlledValues::RequestsOnly {
-            r.cpu_millis = r
-                .cpu_millis
-                .map(|v| crate::core::limits::request_capped_at_limit(v, c.limits.cpu_millis));
-        }
-        if memory == crate::api::ControlledValues::RequestsOnly {
-            r.memory_bytes = r
-                .memory_bytes
-                .map(|v| crate::core::limits::request_capped_at_limit(v, c.limits.memory_bytes));
-        }
+        let (bounded, _) = crate::core::limits::bounded_resources(
+            params.controlled_values(),
+            &c.signals.current,
+            &c.limits,
+            r,
+            input.limit_range.as_ref(),
+        );
+        r.cpu_millis = r.cpu_millis.and(bounded.cpu_millis);
+        r.memory_bytes = r.memory_bytes.and(bounded.memory_bytes);
     }
     before != recommended
 }

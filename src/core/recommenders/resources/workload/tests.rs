@@ -110,6 +110,7 @@ fn input(
         hpa,
         pod_level_resources: Vec::new(),
         vpa: None,
+        limit_range: None,
         replicas: 4,
         history: full_history(),
         now: now(),
