@@ -166,6 +166,112 @@ pub fn namespace_limit_range(
     }))
 }
 
+/// A namespace's ResourceQuota as kerf keeps to it: `hard` and `status.used` of the
+/// requests and limits of cpu (millicores) and memory (bytes).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuotaView {
+    /// `<namespace>/<name>`, for the reason.
+    pub name: String,
+    /// (hard, used) of requests and of limits.
+    pub requests: (ResourceRequests, ResourceRequests),
+    pub limits: (ResourceRequests, ResourceRequests),
+}
+
+impl QuotaView {
+    /// A ResourceQuota object's cpu and memory bounds (`requests.cpu` or `cpu`, `limits.cpu`, …);
+    /// `None` when it bounds neither.
+    pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
+        let meta = obj.get("metadata")?;
+        let name = format!(
+            "{}/{}",
+            meta.get("namespace")
+                .and_then(|v| v.as_str())
+                .unwrap_or("default"),
+            meta.get("name")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+        );
+        let read = |m: Option<&serde_json::Value>, keys: [&str; 2], cpu: bool| {
+            let text = keys
+                .iter()
+                .find_map(|k| m.and_then(|m| m.get(*k)).and_then(|v| v.as_str()))?;
+            let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(text.to_string());
+            match cpu {
+                true => crate::core::quantity::cpu_millis(&q).ok(),
+                false => crate::core::quantity::memory_bytes(&q).ok(),
+            }
+        };
+        let of = |m: Option<&serde_json::Value>, prefix: &str| ResourceRequests {
+            cpu_millis: read(
+                m,
+                [
+                    &format!("{prefix}.cpu"),
+                    if prefix == "requests" { "cpu" } else { "-" },
+                ],
+                true,
+            ),
+            memory_bytes: read(
+                m,
+                [
+                    &format!("{prefix}.memory"),
+                    if prefix == "requests" { "memory" } else { "-" },
+                ],
+                false,
+            ),
+        };
+        let hard = obj.get("spec").and_then(|s| s.get("hard"));
+        let used = obj.get("status").and_then(|s| s.get("used"));
+        let q = Self {
+            name,
+            requests: (of(hard, "requests"), of(used, "requests")),
+            limits: (of(hard, "limits"), of(used, "limits")),
+        };
+        let bounds = [
+            q.requests.0.cpu_millis,
+            q.requests.0.memory_bytes,
+            q.limits.0.cpu_millis,
+            q.limits.0.memory_bytes,
+        ];
+        bounds.iter().any(Option::is_some).then_some(q)
+    }
+}
+
+/// The first quota of `quotas` that an increase of the namespace's requests by `requests` and
+/// limits by `limits` would take past its `hard` (`used` plus the increase), with what: the
+/// API server refuses every new pod once it would (docs/policies.md#limits).
+pub fn quota_exceeded(
+    quotas: &[QuotaView],
+    requests: &ResourceRequests,
+    limits: &ResourceRequests,
+) -> Option<String> {
+    let over = |(hard, used): &(ResourceRequests, ResourceRequests),
+                add: &ResourceRequests,
+                what: &str| {
+        let check = |h: Option<i64>, u: Option<i64>, a: Option<i64>, r: &str| {
+            let (h, a) = (h?, a.filter(|a| *a > 0)?);
+            (u.unwrap_or(0) + a > h).then(|| format!("{what}.{r}"))
+        };
+        check(hard.cpu_millis, used.cpu_millis, add.cpu_millis, "cpu").or_else(|| {
+            check(
+                hard.memory_bytes,
+                used.memory_bytes,
+                add.memory_bytes,
+                "memory",
+            )
+        })
+    };
+    quotas.iter().find_map(|q| {
+        over(&q.requests, requests, "requests")
+            .or_else(|| over(&q.limits, limits, "limits"))
+            .map(|field| {
+                format!(
+                    "ResourceQuota {}: {field} would pass its hard limit",
+                    q.name
+                )
+            })
+    })
+}
+
 /// Kubernetes' QoS class of a pod from its containers' (requests, limits) of cpu and memory
 /// (`pkg/apis/core/helper/qos/qos.go`, `ComputePodQOS`): Guaranteed when every container has
 /// both limits and requests equal to them, BestEffort when none has any, else Burstable.

@@ -412,6 +412,8 @@ pub struct Snapshot {
     pub crds: Vec<Arc<serde_json::Value>>,
     /// The Container bounds of the namespaces' LimitRanges (docs/policies.md#limits).
     pub limit_ranges: Vec<crate::core::limits::ContainerLimitRange>,
+    /// The namespaces' ResourceQuotas: an upsize past one is held (`QuotaExceeded`).
+    pub resource_quotas: Vec<crate::core::limits::QuotaView>,
 }
 
 /// Whether running pods can be resized in place (docs/policies.md#in-place-resize).

@@ -695,6 +695,14 @@ fn read_cluster_object(
             s.limit_ranges
                 .extend(crate::core::limits::ContainerLimitRange::from_object(&doc));
         }
+        "ResourceQuota" if api_version == "v1" => {
+            let mut doc = doc;
+            if doc["metadata"].get("namespace").is_none() {
+                doc["metadata"]["namespace"] = serde_json::json!("default");
+            }
+            s.resource_quotas
+                .extend(crate::core::limits::QuotaView::from_object(&doc));
+        }
         "VerticalPodAutoscaler"
             if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
         {

@@ -787,3 +787,40 @@ fn a_limit_range_keeps_the_recommendation_within_its_bounds() {
         "700m"
     );
 }
+
+/// An upsize the namespace's ResourceQuota cannot take is held: `blocked`, reason
+/// `QuotaExceeded` naming the quota, the recommendation still published (docs/policies.md#limits).
+#[test]
+fn an_upsize_past_a_resource_quota_is_held_and_still_published() {
+    let quota = |hard: &str| {
+        // No HPA; a LimitRange minimum above usage makes the change an upsize (3 × +200m).
+        let dir = hpa_example_edited(|t| {
+            t.split_once("---\napiVersion: autoscaling/v2")
+                .map_or(t.to_string(), |(before, _)| before.to_string())
+        });
+        std::fs::write(
+            dir.path().join("bounds.yaml"),
+            format!(
+                "apiVersion: v1\nkind: LimitRange\nmetadata: {{name: bounds, namespace: shop}}\n\
+                 spec:\n  limits:\n    - type: Container\n      min: {{cpu: 1200m}}\n---\n\
+                 apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: team, namespace: shop}}\n\
+                 spec:\n  hard: {{requests.cpu: \"{hard}\"}}\nstatus:\n  hard: {{requests.cpu: \"{hard}\"}}\n  used: {{requests.cpu: \"3\"}}\n"
+            ),
+        )
+        .unwrap();
+        let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+        entry(&v, "web").clone()
+    };
+    let held = quota("3");
+    assert_eq!(held["phase"], "blocked", "{held}");
+    assert_eq!(held["reason"], "QuotaExceeded");
+    assert_eq!(held["resources"]["app"]["cpu"]["recommended"], "1200m");
+    assert!(
+        held["reasons"]
+            .to_string()
+            .contains("ResourceQuota shop/team: requests.cpu would pass its hard limit"),
+        "{held}"
+    );
+    let room = quota("4");
+    assert_eq!(room["phase"], "applied", "{room}");
+}

@@ -156,6 +156,7 @@ fn cluster(r: &Recorded) -> Reply {
         ),
         p if p.starts_with("/apis/rightsizing.kubex.ai/") => list("X", kerf, vec![]),
         "/api/v1/limitranges" => list("LimitRange", "v1", vec![]),
+        "/api/v1/resourcequotas" => list("ResourceQuota", "v1", vec![]),
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" => list(
             "CustomResourceDefinition",
             "apiextensions.k8s.io/v1",
@@ -353,8 +354,9 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     assert_eq!(
-        lists, 32,
-        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, the LimitRanges, 12 of \
+        lists, 33,
+        "a list of every kind (9 of kerf, 8 built-in, the VPA, the CRDs, the LimitRanges and \
+         ResourceQuotas, 12 of \
          the controllers GPU inference runs under, retried while their CRDs are not installed)"
     );
     assert!(

@@ -144,3 +144,33 @@ fn container_limit_range_reads_the_container_item() {
     assert_eq!(c.max, rr(Some(4000), Some(8 * 1024 * MIB)));
     assert_eq!(c.max_ratio, (Some(2.0), None));
 }
+
+#[test]
+fn quota_exceeded_names_the_quota_an_upsize_would_pass() {
+    let q = QuotaView::from_object(
+        &serde_json::json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "team", "namespace": "shop"},
+        "spec": {"hard": {"cpu": "4", "limits.memory": "8Gi"}},
+        "status": {"used": {"cpu": "3500m", "limits.memory": "6Gi"}}}),
+    )
+    .unwrap();
+    assert_eq!(q.requests.0.cpu_millis, Some(4000), "`cpu` is requests.cpu");
+    let quotas = [q];
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(Some(500), None), &rr(None, None)),
+        None
+    );
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(Some(501), None), &rr(None, None)).as_deref(),
+        Some("ResourceQuota shop/team: requests.cpu would pass its hard limit")
+    );
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(None, None), &rr(None, Some(3 * 1024 * MIB))).as_deref(),
+        Some("ResourceQuota shop/team: limits.memory would pass its hard limit")
+    );
+    // A downsize never exceeds.
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(Some(-1000), None), &rr(None, None)),
+        None
+    );
+}

@@ -670,6 +670,7 @@ mod tests {
             pod_level_resources: Vec::new(),
             vpa: None,
             limit_range: None,
+            quotas: Vec::new(),
             replicas: 1,
             history: History::default(),
             now: jiff::Timestamp::UNIX_EPOCH,

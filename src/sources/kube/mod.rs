@@ -235,6 +235,8 @@ struct Inner {
     crds: Arc<Projected<Option<Arc<serde_json::Value>>>>,
     /// The namespaces' LimitRanges, their Container bounds.
     limit_ranges: Arc<Projected<Option<crate::core::limits::ContainerLimitRange>>>,
+    /// The namespaces' ResourceQuotas.
+    quotas: Arc<Projected<Option<crate::core::limits::QuotaView>>>,
     /// The controllers GPU inference runs under and the objects their chains pass through.
     owners: Vec<Arc<Projected<OwnerObject>>>,
     /// The kinds GlobalConfiguration `workloadKinds` lists, watched as it lists them.
@@ -986,6 +988,8 @@ fn spawn_pod_watches(
 pub const CRD_KIND: &str = "CustomResourceDefinition";
 /// The LimitRanges watch's name in readiness and errors.
 pub const LIMIT_RANGE_KIND: &str = "LimitRange";
+/// The ResourceQuotas watch's name in readiness and errors.
+pub const QUOTA_KIND: &str = "ResourceQuota";
 pub const VPA_KIND: &str = "VerticalPodAutoscaler";
 
 pub fn vpa_resource() -> ApiResource {
@@ -1155,6 +1159,32 @@ fn spawn_limit_range_watch(
             serde_json::to_value(&lr)
                 .ok()
                 .and_then(|v| crate::core::limits::ContainerLimitRange::from_object(&v))
+        },
+        sync,
+        tasks,
+    )
+}
+
+/// The namespaces' ResourceQuotas: an upsize past one is held.
+fn spawn_quota_watch(
+    client: &Client,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<Option<crate::core::limits::QuotaView>>> {
+    let api: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::all(client.clone());
+    let stream = relist::watch(api, watcher::Config::default()).modify(|o| {
+        strip_meta(&mut o.metadata);
+    });
+    spawn_optional(
+        QUOTA_KIND,
+        "resourcequotas".into(),
+        "ResourceQuotas are not served: none to keep to",
+        true,
+        stream,
+        |q| {
+            serde_json::to_value(&q)
+                .ok()
+                .and_then(|v| crate::core::limits::QuotaView::from_object(&v))
         },
         sync,
         tasks,
@@ -1430,6 +1460,7 @@ impl Reader {
         let vpas = spawn_vpa_watch(&client, &sync, &mut tasks);
         let crds = spawn_crd_watch(&client, &sync, &mut tasks);
         let limit_ranges = spawn_limit_range_watch(&client, &sync, &mut tasks);
+        let quotas = spawn_quota_watch(&client, &sync, &mut tasks);
         let owners = spawn_owner_watches(&client, &sync, &mut tasks);
         let resize = spawn_resize_discovery(&client, &mut tasks);
         let p = spawn_pod_watches(client.clone(), sync.clone(), store.as_ref(), &mut tasks);
@@ -1448,6 +1479,7 @@ impl Reader {
                 vpas,
                 crds,
                 limit_ranges,
+                quotas,
                 owners,
                 listed: Default::default(),
                 client,
@@ -1686,6 +1718,7 @@ impl Reader {
             controllers,
             crds: i.crds.values().into_iter().flatten().collect(),
             limit_ranges: i.limit_ranges.values().into_iter().flatten().collect(),
+            resource_quotas: i.quotas.values().into_iter().flatten().collect(),
         };
         let mut snapshot = snapshot;
         // Owned Deployments and StatefulSets under their topmost owner, from the controller

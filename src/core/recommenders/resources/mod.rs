@@ -928,6 +928,16 @@ pub fn evaluate(
                     &snapshot.limit_ranges,
                     &w.key.namespace,
                 ),
+                quotas: snapshot
+                    .resource_quotas
+                    .iter()
+                    .filter(|q| {
+                        q.name
+                            .split_once('/')
+                            .is_some_and(|(ns, _)| ns == w.key.namespace.as_str())
+                    })
+                    .cloned()
+                    .collect(),
                 vpa: crate::core::vpa::applying_vpa(
                     &snapshot.vpas,
                     &w.key.namespace,

@@ -48,6 +48,8 @@ use crate::core::recommenders::resources::container::{
 use crate::core::snapshot::REASON_STRATEGY_UNRESOLVED;
 
 pub const REASON_NO_USAGE_DATA: &str = "NoUsageData";
+/// An upsize that would take the namespace past a ResourceQuota: held, still published.
+pub const REASON_QUOTA_EXCEEDED: &str = "QuotaExceeded";
 /// The pod template requests a resource in auto-patch at pod level (docs/hpa-coordination.md#pod-level-resources).
 pub const REASON_POD_LEVEL_RESOURCES: &str = "PodLevelResources";
 /// An HPA-coordinated change on a workload another controller owns (docs/workloads.md).
@@ -134,6 +136,8 @@ pub struct WorkloadInput {
     pub vpa: Option<crate::core::vpa::Vpa>,
     /// The namespace's LimitRange bounds for containers (docs/policies.md#limits).
     pub limit_range: Option<crate::core::limits::ContainerLimitRange>,
+    /// The namespace's ResourceQuotas: an upsize past one is held (`QuotaExceeded`).
+    pub quotas: Vec<crate::core::limits::QuotaView>,
     /// Current replicas (for total savings).
     pub replicas: i32,
     /// How much usage history the recommendation rests on.
@@ -349,7 +353,12 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     let (phase, reason, message, apply) =
         match not_applied(input, &containers, &auto, hpa_out.as_ref()) {
             Some((phase, reason, message)) => (phase, reason, message, None),
-            None => applied_or_pending(input, &containers, &auto, hpa_out.as_ref()),
+            None => held_by_quota(input, &containers)
+                .map(|m| {
+                    let reason = Some(REASON_QUOTA_EXCEEDED.to_string());
+                    (RecommendationPhase::Blocked, reason, m, None)
+                })
+                .unwrap_or_else(|| applied_or_pending(input, &containers, &auto, hpa_out.as_ref())),
         };
     let managed = managed(&ctx, &containers, hpa_out.as_ref());
     Ok(RightsizingOutcome {
@@ -1008,6 +1017,40 @@ fn limit_range_reasons(
         }
     }
     out
+}
+
+/// An upsize the namespace's ResourceQuota cannot take (docs/policies.md#limits): the added
+/// requests and limits over the workload's replicas, against each quota's `hard` less `used`.
+fn held_by_quota(input: &WorkloadInput, containers: &[ContainerOutcome]) -> Option<String> {
+    if input.quotas.is_empty() {
+        return None;
+    }
+    let replicas = i64::from(input.replicas.max(1));
+    let added = |now: Option<i64>, then: Option<i64>| match (now, then) {
+        (Some(n), t) => Some((n - t.unwrap_or(0)).max(0) * replicas),
+        _ => None,
+    };
+    let sum = |f: &dyn Fn(&ContainerOutcome) -> Option<i64>| {
+        containers
+            .iter()
+            .filter(|c| c.in_scope)
+            .filter_map(f)
+            .reduce(|a, b| a + b)
+    };
+    let requests = ResourceRequests {
+        cpu_millis: sum(&|c| added(c.recommended.cpu_millis, c.current.cpu_millis)),
+        memory_bytes: sum(&|c| added(c.recommended.memory_bytes, c.current.memory_bytes)),
+    };
+    let limits = ResourceRequests {
+        cpu_millis: sum(&|c| added(c.recommended_limits.cpu_millis, c.current_limits.cpu_millis)),
+        memory_bytes: sum(&|c| {
+            added(
+                c.recommended_limits.memory_bytes,
+                c.current_limits.memory_bytes,
+            )
+        }),
+    };
+    crate::core::limits::quota_exceeded(&input.quotas, &requests, &limits)
 }
 
 /// `RequestsOnly` (docs/policies.md#limits): a recommended request never goes above the
