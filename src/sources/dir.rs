@@ -785,7 +785,7 @@ mod tests {
         reader.text(&dump, "a.yaml");
         reader.text(&deployment("db", "resoures"), "b.yaml");
         reader.text(
-            "apiVersion: v1\nkind: LimitRange\nmetadata: {name: l}\n---\n\
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: l}\n---\n\
              apiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\n\
              apiVersion: v1\nkind: Service\nmetadata: {name: t}\n",
             "c.yaml",
@@ -804,7 +804,7 @@ mod tests {
         assert_eq!(
             m.skipped().as_deref(),
             Some(
-                "skipped 3 objects of 2 kinds kerf does not read: Service, LimitRange (a kind \
+                "skipped 3 objects of 2 kinds kerf does not read: Service, Secret (a kind \
                  whose objects own pods is read once GlobalConfiguration spec.workloadKinds lists it)"
             )
         );

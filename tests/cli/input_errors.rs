@@ -237,9 +237,9 @@ fn a_cluster_dump_is_read_with_warnings_for_unknown_fields_and_one_skipped_line(
     assert_eq!(
         skipped,
         [
-            "skipped 7 objects of 4 kinds kerf does not read: Service, PodDisruptionBudget, \
-          LimitRange, ResourceQuota (a kind whose objects own pods is read once \
-          GlobalConfiguration spec.workloadKinds lists it)"
+            "skipped 5 objects of 2 kinds kerf does not read: Service, PodDisruptionBudget (a \
+          kind whose objects own pods is read once GlobalConfiguration spec.workloadKinds lists \
+          it)"
         ],
         "{err}"
     );
