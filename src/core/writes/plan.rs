@@ -627,7 +627,7 @@ fn restore_writes(p: &Planning<'_>) -> BTreeMap<WorkloadKey, WriteOp> {
                 keep: None,
                 recommendation,
                 event,
-                method: p.write_method(w.key.kind),
+                method: p.write_method(w.template_write_key().kind),
             })),
         );
     }
@@ -867,7 +867,8 @@ fn workload_write_method(w: &Workload, snapshot: &Snapshot) -> (WriteMethod, Str
     if w.writes_ray_cluster_config() {
         return ray_cluster_config_write_method();
     }
-    template_write_method(w.key.kind, snapshot.crd_schema(w.key.kind))
+    let kind = w.template_write_key().kind;
+    template_write_method(kind, snapshot.crd_schema(kind))
 }
 
 /// Where a workload with a CPU/memory result stands this cycle.
@@ -1267,7 +1268,7 @@ fn release_write(
         keep,
         recommendation: Some(recommendation),
         event,
-        method: p.write_method(w.key.kind),
+        method: p.write_method(w.template_write_key().kind),
     }))
 }
 
