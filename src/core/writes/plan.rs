@@ -395,6 +395,10 @@ impl Planning<'_> {
             pods: &pods,
             requests: &apply.requests,
             now: self.now,
+            last_request: previous
+                .and_then(|s| s.resize.as_ref())
+                .and_then(|r| r.last_request_time.as_deref())
+                .and_then(|t| t.parse().ok()),
         };
         let mut budget = if writing { self.resize_budget.get() } else { 0 };
         let mut d = delivery(&input, &mut budget);
