@@ -270,6 +270,10 @@ pub struct ResizeStatus {
     /// Pods not asked yet (the per-cycle pace).
     #[serde(default)]
     pub pods_waiting: u32,
+    /// When kerf last asked a pod of the workload to resize (RFC 3339): the bounds a deferred or
+    /// in-progress resize may take are measured from it (docs/policies.md#in-place-resize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_request_time: Option<String>,
     /// Set once the change fell back to a rollout; kept while the recommendation is the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<ResizeFallback>,

@@ -181,6 +181,7 @@ fn seen_through(key: &WorkloadKey, below: &[Arc<Workload>]) -> Workload {
 /// Groups the snapshot's workloads under their topmost owners (module docs). Call once the
 /// snapshot holds every object it will (both sources do, last).
 pub fn group_under_topmost_owners(snapshot: &mut Snapshot) {
+    resolve_workload_refs(snapshot);
     record_workload_controllers(snapshot);
     let mut below: BTreeMap<WorkloadKey, Vec<Arc<Workload>>> = BTreeMap::new();
     let mut owned = BTreeSet::new();
@@ -244,6 +245,33 @@ pub fn group_under_topmost_owners(snapshot: &mut Snapshot) {
     from_pods(snapshot);
 }
 
+/// A Rollout with `spec.workloadRef` to a Deployment (Argo's `rollout/templateref.go`) has an
+/// empty template of its own: its template is that Deployment's, where kerf writes its
+/// CPU/memory change. The Deployment is then not kerf's to write as a workload of its own (two
+/// recommendations would take turns on one template): its pods are evicted as an owned
+/// Deployment's. Without the Deployment in the snapshot the Rollout's template stays empty, and
+/// nothing is written.
+pub fn resolve_workload_refs(snapshot: &mut Snapshot) {
+    let mut refs = Vec::new();
+    for (i, w) in snapshot.workloads.iter().enumerate() {
+        if w.ownership.template_ref.is_none() {
+            continue;
+        }
+        let target = w.template_write_key();
+        if let Some(d) = snapshot.workloads.iter().position(|d| d.key == target) {
+            refs.push((i, d));
+        }
+    }
+    for (rollout, deployment) in refs {
+        let d = Arc::make_mut(&mut snapshot.workloads[deployment]);
+        d.ownership.owned = true;
+        let template = d.template.clone();
+        let r = Arc::make_mut(&mut snapshot.workloads[rollout]);
+        r.template = template;
+        r.ownership.template_ref_found = true;
+    }
+}
+
 /// Whether a workload of a kind whose template kerf does not write may take its template from
 /// its pods (a RayCluster, a PodCliqueSet: their pods are created directly).
 fn has_pod_controlled_tops(snapshot: &Snapshot) -> bool {
@@ -293,6 +321,52 @@ fn from_pods(snapshot: &mut Snapshot) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Rollout that references a Deployment takes that Deployment's template and is written
+    /// there; the Deployment is never written as a workload of its own. Without the Deployment
+    /// the Rollout's template stays empty.
+    #[test]
+    fn resolve_workload_refs() {
+        let rollout = "apiVersion: argoproj.io/v1alpha1\nkind: Rollout\nmetadata: {name: web, namespace: shop}\n\
+             spec:\n  replicas: 3\n  workloadRef: {apiVersion: apps/v1, kind: Deployment, name: web-base}\n---\n";
+        let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web-base, namespace: shop}\n\
+             spec:\n  replicas: 0\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n\
+             \x20   spec: {containers: [{name: app, image: x, resources: {requests: {cpu: 500m}}}]}\n";
+        let mut m = crate::sources::dir::Manifests::default();
+        crate::sources::dir::load_text(&format!("{rollout}{deployment}"), "t", &mut m).unwrap();
+        group_under_topmost_owners(&mut m.snapshot);
+        let find = |s: &Snapshot, name: &str| {
+            s.workloads
+                .iter()
+                .find(|w| w.key.name.as_str() == name)
+                .cloned()
+                .unwrap()
+        };
+        let r = find(&m.snapshot, "web");
+        assert!(r.ownership.template_ref_found);
+        let names: Vec<&str> = r
+            .template
+            .pod_spec()
+            .containers
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["app"]);
+        assert_eq!(
+            r.template_write_key().to_string(),
+            "shop/Deployment/web-base"
+        );
+        assert!(r.template_writable());
+        let d = find(&m.snapshot, "web-base");
+        assert!(d.ownership.owned && !d.template_writable());
+
+        let mut alone = crate::sources::dir::Manifests::default();
+        crate::sources::dir::load_text(rollout, "t", &mut alone).unwrap();
+        group_under_topmost_owners(&mut alone.snapshot);
+        let r = find(&alone.snapshot, "web");
+        assert!(!r.ownership.template_ref_found);
+        assert!(r.template.pod_spec().containers.is_empty());
+    }
 
     /// KServe labels each component's Deployment (`component: predictor|transformer|explainer`)
     /// and makes the InferenceService its controller: the predictor folds into the

@@ -107,6 +107,25 @@ pub struct Ownership {
     /// A RayService whose change KubeRay rolls to a new cluster ([`zero_downtime_upgrade`]):
     /// kerf writes it to `spec.rayClusterConfig`.
     pub ray_cluster_config: bool,
+    /// A Rollout's `spec.workloadRef` to a Deployment ([`workload_ref_deployment`]): that
+    /// Deployment's name. Argo reads the pod template from it, and kerf writes it there.
+    pub template_ref: Option<String>,
+    /// The Deployment [`Ownership::template_ref`] names is in the snapshot: the workload's
+    /// template is that Deployment's (`core::grouping::resolve_workload_refs`).
+    pub template_ref_found: bool,
+}
+
+/// The Deployment a Rollout takes its pod template from (Argo's `rollout/templateref.go`:
+/// `spec.workloadRef` of kind `Deployment` in group `apps`): its name. `object`: the Rollout
+/// whole. A reference to another kind (a ReplicaSet, a PodTemplate) is not followed.
+pub fn workload_ref_deployment(object: &serde_json::Value) -> Option<String> {
+    let r = object.pointer("/spec/workloadRef")?;
+    let field = |f: &str| r.get(f).and_then(serde_json::Value::as_str);
+    let group = field("apiVersion").map(|v| v.split_once('/').map_or("", |(g, _)| g));
+    (field("kind") == Some("Deployment") && group == Some("apps"))
+        .then(|| field("name").map(str::to_string))
+        .flatten()
+        .filter(|n| !n.is_empty())
 }
 
 /// Whether KubeRay prepares a new cluster when a RayService's `spec.rayClusterConfig` changes
@@ -133,6 +152,19 @@ impl Workload {
     /// A RayService whose change is written to `spec.rayClusterConfig` (KubeRay rolls it).
     pub fn writes_ray_cluster_config(&self) -> bool {
         self.key.kind == WorkloadKind::RayService && self.ownership.ray_cluster_config
+    }
+
+    /// Where kerf writes this workload's CPU/memory change: the Deployment a workload-reference
+    /// Rollout takes its template from, else the workload itself.
+    pub fn template_write_key(&self) -> WorkloadKey {
+        match &self.ownership.template_ref {
+            Some(name) if self.key.kind == WorkloadKind::Rollout => WorkloadKey::new(
+                self.key.namespace.clone(),
+                WorkloadKind::Deployment,
+                name.as_str(),
+            ),
+            _ => self.key.clone(),
+        }
     }
 }
 
@@ -169,6 +201,9 @@ impl Workload {
         let mut w = Self::from_object(meta, kind, template, replicas);
         w.ownership.ray_cluster_config =
             kind == WorkloadKind::RayService && object.is_some_and(zero_downtime_upgrade);
+        if kind == WorkloadKind::Rollout {
+            w.ownership.template_ref = object.and_then(workload_ref_deployment);
+        }
         Ok(w)
     }
 }
@@ -474,6 +509,38 @@ mod strategy_tests {
         };
         assert!(read(Some(&service(serde_json::json!(null)))).writes_ray_cluster_config());
         assert!(!read(None).writes_ray_cluster_config());
+    }
+
+    /// A Rollout's `workloadRef` to an apps Deployment names where its template is written;
+    /// a reference to another kind, or none, keeps the Rollout's own.
+    #[test]
+    fn workload_ref_deployment() {
+        let rollout = |r: serde_json::Value| serde_json::json!({"spec": {"workloadRef": r}});
+        let deployment = rollout(serde_json::json!(
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}));
+        assert_eq!(
+            super::workload_ref_deployment(&deployment).as_deref(),
+            Some("web")
+        );
+        for other in [
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web"}),
+            serde_json::json!({"apiVersion": "v1", "kind": "PodTemplate", "name": "web"}),
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+        ] {
+            assert_eq!(super::workload_ref_deployment(&rollout(other)), None);
+        }
+        assert_eq!(
+            super::workload_ref_deployment(&serde_json::json!({"spec": {}})),
+            None
+        );
+        let meta: ObjectMeta =
+            serde_json::from_value(serde_json::json!({"name": "web", "namespace": "shop"}))
+                .unwrap();
+        let w = Workload::of_controller(meta, WorkloadKind::Rollout, Some(&deployment)).unwrap();
+        assert_eq!(
+            w.template_write_key(),
+            WorkloadKey::new("shop", WorkloadKind::Deployment, "web")
+        );
     }
 
     /// A policy whose strategy does not resolve says which strategies it could name, the

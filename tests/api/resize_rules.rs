@@ -132,7 +132,7 @@ fn every_resize_kerf_sends_passes_validate_pod_resize_and_kerf_rolls_out_where_i
             let plan = plan_workload_resize(
                 &[&pod],
                 &want,
-                "2026-07-01T12:00:00Z".parse().unwrap(),
+                ("2026-07-01T12:00:00Z".parse().unwrap(), None),
                 &mut budget,
             );
             // What kerf would send for this pod, asked or not.

@@ -324,6 +324,50 @@ async fn a_rollout_restarts_through_spec_restart_at_never_its_template() {
     assert!(body["spec"].get("template").is_none(), "{body}");
 }
 
+/// A Rollout with `spec.workloadRef` takes its template from the Deployment it names (Argo's
+/// `rollout/templateref.go`) and must keep its own empty: its CPU/memory change is
+/// server-side applied to that Deployment's template, and nothing is sent to the Rollout.
+#[tokio::test]
+async fn a_workload_ref_rollout_writes_its_cpu_memory_change_into_the_deployment() {
+    let (client, log) = mock(echo_with(live_deployment(json!({}), None)));
+    let (w, _lease) = writer(client, true, false);
+    let mut rollout = workload(BTreeMap::new());
+    rollout.key = WorkloadKey::new("shop", WorkloadKind::Rollout, "canary");
+    rollout.ownership.template_ref = Some("web".into());
+    rollout.ownership.template_ref_found = true;
+    let op = WriteOp::Workload(Box::new(WorkloadWrite {
+        observed: rollout.into(),
+        gpu: None,
+        requests: Some(ContainerRequests::from([(
+            "app".to_string(),
+            ResourceRequests {
+                cpu_millis: Some(700),
+                memory_bytes: Some(256 << 20),
+            },
+        )])),
+        limits: None,
+        method: kerf::api::WriteMethod::Apply,
+    }));
+    assert_eq!(w.apply(op).await, WriteOutcome::Written { requests: 2 });
+    let seen = requests(&log);
+    assert_eq!(
+        calls(&seen),
+        [("GET", DEPLOYMENT_PATH), ("PATCH", DEPLOYMENT_PATH)]
+    );
+    assert_eq!(seen[1].content_type, APPLY);
+    let body = &seen[1].body;
+    assert_eq!(body["apiVersion"], "apps/v1", "{body}");
+    assert_eq!(body["kind"], "Deployment", "{body}");
+    assert_eq!(
+        body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"], "700m",
+        "{body}"
+    );
+    assert!(
+        seen.iter().all(|r| !r.path.contains("rollouts")),
+        "{seen:#?}"
+    );
+}
+
 #[tokio::test]
 async fn read_only_writes_nothing_to_workloads_or_hpas_but_still_writes_status() {
     let (client, log) = mock(|r: &Recorded| Reply::Json(200, r.body.clone()));

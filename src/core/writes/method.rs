@@ -29,6 +29,8 @@ pub struct MethodInput<'a> {
     pub pods: &'a [&'a Pod],
     pub requests: &'a ContainerRequests,
     pub now: Timestamp,
+    /// kerf's last resize request of the workload, as recorded (`status.resize`).
+    pub last_request: Option<Timestamp>,
 }
 
 /// The method, and for an in-place change where its pods stand.
@@ -75,6 +77,7 @@ impl Delivery {
             pods_pending: r.pending,
             pods_infeasible: r.infeasible,
             pods_waiting: r.waiting,
+            last_request_time: r.last_request.map(rfc3339_secs),
             fallback: self.fallback.clone(),
         }))
     }
@@ -186,7 +189,12 @@ pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
     } else {
         budget
     };
-    let resize = plan_workload_resize(input.pods, input.requests, input.now, budget);
+    let resize = plan_workload_resize(
+        input.pods,
+        input.requests,
+        (input.now, input.last_request),
+        budget,
+    );
     match &resize.fallback {
         Some(f) => Delivery {
             method: ApplyMethod::Rollout,
@@ -236,6 +244,7 @@ mod tests {
             pods,
             requests,
             now: "2026-07-01T12:00:00Z".parse().unwrap(),
+            last_request: None,
         }
     }
 

@@ -395,6 +395,10 @@ impl Planning<'_> {
             pods: &pods,
             requests: &apply.requests,
             now: self.now,
+            last_request: previous
+                .and_then(|s| s.resize.as_ref())
+                .and_then(|r| r.last_request_time.as_deref())
+                .and_then(|t| t.parse().ok()),
         };
         let mut budget = if writing { self.resize_budget.get() } else { 0 };
         let mut d = delivery(&input, &mut budget);
@@ -627,7 +631,7 @@ fn restore_writes(p: &Planning<'_>) -> BTreeMap<WorkloadKey, WriteOp> {
                 keep: None,
                 recommendation,
                 event,
-                method: p.write_method(w.key.kind),
+                method: p.write_method(w.template_write_key().kind),
             })),
         );
     }
@@ -867,7 +871,8 @@ fn workload_write_method(w: &Workload, snapshot: &Snapshot) -> (WriteMethod, Str
     if w.writes_ray_cluster_config() {
         return ray_cluster_config_write_method();
     }
-    template_write_method(w.key.kind, snapshot.crd_schema(w.key.kind))
+    let kind = w.template_write_key().kind;
+    template_write_method(kind, snapshot.crd_schema(kind))
 }
 
 /// Where a workload with a CPU/memory result stands this cycle.
@@ -1267,7 +1272,7 @@ fn release_write(
         keep,
         recommendation: Some(recommendation),
         event,
-        method: p.write_method(w.key.kind),
+        method: p.write_method(w.template_write_key().kind),
     }))
 }
 

@@ -259,10 +259,27 @@ pub fn qos_class_kept(spec: &PodSpec, wanted: &ContainerRequests) -> Result<(), 
     })
 }
 
-/// A resize the kubelet reports as infeasible, or waited on beyond its bound, rolls out.
-pub fn kubelet_resize_within_bounds(state: &KubeletResize, now: Timestamp) -> Result<(), Fallback> {
+/// When the wait on a deferred or in-progress resize started: kerf's own last resize request of
+/// the workload (`status.resize.lastRequestTime`), as VPA's updater measures from its own last
+/// in-place attempt, or the condition's `lastTransitionTime` where that is later. A condition
+/// left from an earlier resize (its time long past) does not make a new request time out at
+/// once; without a recorded request the condition's time is all there is.
+pub fn resize_timer_start(
+    condition_since: Option<Timestamp>,
+    last_request: Option<Timestamp>,
+) -> Option<Timestamp> {
+    condition_since.max(last_request)
+}
+
+/// A resize the kubelet reports as infeasible, or waited on beyond its bound
+/// ([`resize_timer_start`]), rolls out.
+pub fn kubelet_resize_within_bounds(
+    state: &KubeletResize,
+    now: Timestamp,
+    last_request: Option<Timestamp>,
+) -> Result<(), Fallback> {
     let longer_than = |since: &Option<Timestamp>, bound: SignedDuration| {
-        since.is_some_and(|t| now.duration_since(t) > bound)
+        resize_timer_start(*since, last_request).is_some_and(|t| now.duration_since(t) > bound)
     };
     match state {
         KubeletResize::Infeasible(message) => Err(Fallback {
@@ -426,6 +443,9 @@ pub struct WorkloadResize {
     pub waiting: u32,
     /// Set when the change rolls out instead.
     pub fallback: Option<Fallback>,
+    /// kerf's last resize request of the workload: this cycle's when it asks a pod, else the
+    /// recorded one.
+    pub last_request: Option<Timestamp>,
 }
 
 /// One workload's in-place change over its running pods: a pod already at the change is
@@ -435,10 +455,13 @@ pub struct WorkloadResize {
 pub fn plan_workload_resize(
     pods: &[&Pod],
     wanted: &ContainerRequests,
-    now: Timestamp,
+    (now, last_request): (Timestamp, Option<Timestamp>),
     budget: &mut usize,
 ) -> WorkloadResize {
-    let mut out = WorkloadResize::default();
+    let mut out = WorkloadResize {
+        last_request,
+        ..Default::default()
+    };
     for pod in pods {
         let Some(spec) = pod.spec.as_ref() else {
             continue;
@@ -446,7 +469,7 @@ pub fn plan_workload_resize(
         let requests = pod_requests(spec, wanted);
         let state = kubelet_resize(pod);
         if pod_matches(spec, &requests) {
-            if let Err(f) = kubelet_resize_within_bounds(&state, now) {
+            if let Err(f) = kubelet_resize_within_bounds(&state, now, last_request) {
                 if matches!(state, KubeletResize::Infeasible(_)) {
                     out.infeasible += 1;
                 }
@@ -491,6 +514,9 @@ pub fn plan_workload_resize(
         out.pending -= u32::try_from(asked).unwrap_or(0);
         out.waiting = 0;
         out.requests.clear();
+    }
+    if !out.requests.is_empty() {
+        out.last_request = Some(now);
     }
     out
 }

@@ -449,7 +449,13 @@ impl Task {
     /// Applies kerf's fields on a workload when they differ; restarts it when the GPU
     /// recommendation's values changed. Returns the number of requests made.
     async fn write_workload(&mut self, w: &WorkloadWrite) -> Result<usize, CallError> {
-        let key = &w.observed.key;
+        // A CPU/memory change goes where the template is (a workload-reference Rollout's
+        // Deployment); GPU annotations and restarts stay on the workload.
+        let target = match w.requests.is_some() {
+            true => w.observed.template_write_key(),
+            false => w.observed.key.clone(),
+        };
+        let key = &target;
         let observed_ann = &w.observed.annotations;
         let desired_ann = w.gpu.as_ref().map(GpuAnnotations::rendered);
         let mut annotation_values_differ = false;
@@ -517,7 +523,7 @@ impl Task {
             .as_ref()
             .is_some_and(|g| gpu_restart_due(&w.observed, g))
         {
-            self.restart(key).await?;
+            self.restart(&w.observed.key).await?;
             made += 1;
         }
         Ok(made)
@@ -899,7 +905,7 @@ impl Task {
     /// with the user's values; a request kerf created goes), carrying forward everything else
     /// kerf owns on the workload.
     async fn rollback_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
-        let key = &r.observed.key;
+        let key = &r.observed.template_write_key();
         if requests_match(&r.observed.template, &r.requests)
             && !has_any(&r.observed.template, &r.removed)
         {
@@ -944,7 +950,7 @@ impl Task {
     /// value did not change, so the patch did not move it) stays in kerf's apply: leaving it out
     /// would make server-side apply delete the user's value.
     async fn release_workload(&mut self, r: &RestoreWrite) -> Result<usize, CallError> {
-        let key = &r.observed.key;
+        let key = &r.observed.template_write_key();
         let empty = ContainerRequests::new();
         let set = r.keep.as_ref().map_or(&empty, |k| &k.requests);
         let set_limits = r.keep.as_ref().map_or(&empty, |k| &k.limits);
@@ -1028,7 +1034,7 @@ impl Task {
         r: &RestoreWrite,
         (keep, keep_limits): (&ContainerRequests, &ContainerRequests),
     ) -> Result<usize, CallError> {
-        let key = &r.observed.key;
+        let key = &r.observed.template_write_key();
         let api = self.workload_api(key);
         let read = |api: Api<DynamicObject>| async move { api.get_opt(&key.name).await };
         let live = self

@@ -135,9 +135,67 @@ fn not_windows() {
     let mut p = with_os(json!({"name": "windows"}));
     p.status = running(json!([])).status;
     let mut budget = 10;
-    let r = plan_workload_resize(&[&p], &cpu(250), at("2026-07-01T12:00:00Z"), &mut budget);
+    let r = plan_workload_resize(
+        &[&p],
+        &cpu(250),
+        (at("2026-07-01T12:00:00Z"), None),
+        &mut budget,
+    );
     assert!(r.requests.is_empty());
     assert_eq!(r.fallback.unwrap().reason, "WindowsPod");
+}
+
+/// The bounds run from kerf's own last request when it is later than the condition's
+/// transition (a Deferred left from an earlier resize does not time a new request out at once);
+/// without one, from the condition; a request asked this cycle is recorded.
+#[test]
+fn resize_timer_start() {
+    let (old, asked) = (at("2026-07-01T10:00:00Z"), at("2026-07-01T11:58:00Z"));
+    assert_eq!(
+        super::resize_timer_start(Some(old), Some(asked)),
+        Some(asked)
+    );
+    assert_eq!(
+        super::resize_timer_start(Some(asked), Some(old)),
+        Some(asked)
+    );
+    assert_eq!(super::resize_timer_start(Some(old), None), Some(old));
+    assert_eq!(super::resize_timer_start(None, Some(asked)), Some(asked));
+    assert_eq!(super::resize_timer_start(None, None), None);
+
+    let now = at("2026-07-01T12:00:00Z");
+    let deferred = kubelet_resize(&with_condition(
+        running(json!([{"name": "app"}])),
+        POD_RESIZE_PENDING,
+        "Deferred",
+        "2026-07-01T10:00:00Z",
+    ));
+    let bounded = |last| super::kubelet_resize_within_bounds(&deferred, now, last);
+    assert_eq!(bounded(None).unwrap_err().reason, "DeferredTooLong");
+    assert!(bounded(Some(asked)).is_ok(), "2 minutes since kerf asked");
+    assert_eq!(
+        bounded(Some(at("2026-07-01T11:54:00Z")))
+            .unwrap_err()
+            .reason,
+        "DeferredTooLong"
+    );
+
+    let p = running(json!([{"name": "app", "resources": {"requests": {"cpu": "500m"}}}]));
+    let mut budget = 1;
+    let r = plan_workload_resize(&[&p], &cpu(250), (now, Some(old)), &mut budget);
+    assert_eq!(r.requests.len(), 1);
+    assert_eq!(
+        r.last_request,
+        Some(now),
+        "this cycle's request is recorded"
+    );
+    let mut none_left = 0;
+    let r = plan_workload_resize(&[&p], &cpu(250), (now, Some(old)), &mut none_left);
+    assert_eq!(
+        r.last_request,
+        Some(old),
+        "no request: the recorded one is kept"
+    );
 }
 
 #[test]
@@ -145,7 +203,7 @@ fn kubelet_resize_within_bounds() {
     let now = at("2026-07-01T12:00:00Z");
     let base = running(json!([{"name": "app"}]));
     let state = |p: &Pod| kubelet_resize(p);
-    let ok = |p: &Pod| super::kubelet_resize_within_bounds(&state(p), now);
+    let ok = |p: &Pod| super::kubelet_resize_within_bounds(&state(p), now, None);
     assert!(ok(&base).is_ok());
     let deferred_4m = with_condition(
         base.clone(),
@@ -219,7 +277,7 @@ fn in_progress_unexpected() {
     assert!(!super::in_progress_unexpected(&of(&condition("Error"))));
     let odd = condition("SomethingNew");
     assert!(super::in_progress_unexpected(&of(&odd)));
-    let f = super::kubelet_resize_within_bounds(&kubelet_resize(&odd), now).unwrap_err();
+    let f = super::kubelet_resize_within_bounds(&kubelet_resize(&odd), now, None).unwrap_err();
     assert_eq!(f.reason, "ResizeError");
     assert!(f.message.contains("SomethingNew"), "{}", f.message);
 }
@@ -326,7 +384,7 @@ fn plan_workload_resize_asks_pods_within_the_budget_and_counts_the_others() {
     );
     let pods = [&old, &old, &done, &deferred];
     let mut budget = 1;
-    let r = plan_workload_resize(&pods, &cpu(250), now, &mut budget);
+    let r = plan_workload_resize(&pods, &cpu(250), (now, None), &mut budget);
     assert_eq!(budget, 0);
     assert_eq!(r.requests.len(), 1);
     assert_eq!(
@@ -351,7 +409,7 @@ fn plan_workload_resize_falls_back_for_the_whole_workload_and_asks_nothing() {
         "2026-07-01T11:59:00Z",
     );
     let mut budget = 10;
-    let r = plan_workload_resize(&[&old, &infeasible], &cpu(250), now, &mut budget);
+    let r = plan_workload_resize(&[&old, &infeasible], &cpu(250), (now, None), &mut budget);
     assert_eq!(r.fallback.as_ref().unwrap().reason, "Infeasible");
     assert_eq!(r.infeasible, 1);
     assert!(r.requests.is_empty(), "a rollout replaces every pod");
@@ -366,7 +424,12 @@ fn plan_workload_resize_restarts_one_container_pod_per_cycle() {
         "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]}]),
     );
     let mut budget = 10;
-    let r = plan_workload_resize(&[&restarting, &restarting], &cpu(250), now, &mut budget);
+    let r = plan_workload_resize(
+        &[&restarting, &restarting],
+        &cpu(250),
+        (now, None),
+        &mut budget,
+    );
     assert_eq!((r.requests.len(), r.waiting), (1, 1));
     assert_eq!(r.requests[0].restarts, vec!["app".to_string()]);
 }
