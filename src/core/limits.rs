@@ -181,43 +181,25 @@ impl QuotaView {
     /// A ResourceQuota object's cpu and memory bounds (`requests.cpu` or `cpu`, `limits.cpu`, …);
     /// `None` when it bounds neither.
     pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
-        let meta = obj.get("metadata")?;
-        let name = format!(
-            "{}/{}",
-            meta.get("namespace")
-                .and_then(|v| v.as_str())
-                .unwrap_or("default"),
-            meta.get("name")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-        );
-        let read = |m: Option<&serde_json::Value>, keys: [&str; 2], cpu: bool| {
+        let name = namespaced_name(obj)?;
+        // A quota's `cpu` and `memory` are its requests' (`requests.cpu` the same bound).
+        let read = |m: Option<&serde_json::Value>, keys: &[String], cpu: bool| {
             let text = keys
                 .iter()
-                .find_map(|k| m.and_then(|m| m.get(*k)).and_then(|v| v.as_str()))?;
+                .find_map(|k| m.and_then(|m| m.get(k.as_str())).and_then(|v| v.as_str()))?;
             let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(text.to_string());
             match cpu {
                 true => crate::core::quantity::cpu_millis(&q).ok(),
                 false => crate::core::quantity::memory_bytes(&q).ok(),
             }
         };
+        let keys = |prefix: &str, r: &str| match prefix {
+            "requests" => vec![format!("requests.{r}"), r.to_string()],
+            _ => vec![format!("{prefix}.{r}")],
+        };
         let of = |m: Option<&serde_json::Value>, prefix: &str| ResourceRequests {
-            cpu_millis: read(
-                m,
-                [
-                    &format!("{prefix}.cpu"),
-                    if prefix == "requests" { "cpu" } else { "-" },
-                ],
-                true,
-            ),
-            memory_bytes: read(
-                m,
-                [
-                    &format!("{prefix}.memory"),
-                    if prefix == "requests" { "memory" } else { "-" },
-                ],
-                false,
-            ),
+            cpu_millis: read(m, &keys(prefix, "cpu"), true),
+            memory_bytes: read(m, &keys(prefix, "memory"), false),
         };
         let hard = obj.get("spec").and_then(|s| s.get("hard"));
         let used = obj.get("status").and_then(|s| s.get("used"));
@@ -298,6 +280,17 @@ pub fn qos_class(containers: &[(ResourceRequests, ResourceRequests)]) -> &'stati
     }
 }
 
+/// `<namespace>/<name>` of an object (`default` where it names no namespace).
+fn namespaced_name(obj: &serde_json::Value) -> Option<String> {
+    let meta = obj.get("metadata")?;
+    let text = |k: &str| meta.get(k).and_then(|v| v.as_str());
+    Some(format!(
+        "{}/{}",
+        text("namespace").unwrap_or("default"),
+        text("name").unwrap_or_default()
+    ))
+}
+
 /// The `type: Container` item of a namespace's LimitRange, as kerf keeps to it: each bound in
 /// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -314,16 +307,7 @@ impl ContainerLimitRange {
     /// The Container item of a LimitRange object (`spec.limits[]` with `type: Container`);
     /// `None` when it has none kerf reads.
     pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
-        let meta = obj.get("metadata")?;
-        let name = format!(
-            "{}/{}",
-            meta.get("namespace")
-                .and_then(|v| v.as_str())
-                .unwrap_or("default"),
-            meta.get("name")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-        );
+        let name = namespaced_name(obj)?;
         let item = obj
             .get("spec")?
             .get("limits")?
