@@ -155,8 +155,19 @@ fn cluster(r: &Recorded) -> Reply {
             vec![vpa("web", "Recreate")],
         ),
         p if p.starts_with("/apis/rightsizing.kubex.ai/") => list("X", kerf, vec![]),
-        "/api/v1/limitranges" => list("LimitRange", "v1", vec![]),
-        "/api/v1/resourcequotas" => list("ResourceQuota", "v1", vec![]),
+        "/api/v1/limitranges" => list(
+            "LimitRange",
+            "v1",
+            vec![json!({"metadata": {"name": "bounds", "namespace": "shop"},
+                        "spec": {"limits": [{"type": "Container", "min": {"cpu": "100m"}}]}})],
+        ),
+        "/api/v1/resourcequotas" => list(
+            "ResourceQuota",
+            "v1",
+            vec![json!({"metadata": {"name": "team", "namespace": "shop"},
+                        "spec": {"hard": {"requests.cpu": "4"}},
+                        "status": {"used": {"requests.cpu": "3"}}})],
+        ),
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions" => list(
             "CustomResourceDefinition",
             "apiextensions.k8s.io/v1",
@@ -206,6 +217,14 @@ async fn malformed_and_invalid_objects_are_skipped_while_the_rest_is_indexed() {
     .await;
 
     let (snap, invalid) = reader.snapshot();
+
+    // The namespace's bounds kerf keeps to (docs/policies.md#limits).
+    assert_eq!(snap.limit_ranges.len(), 1);
+    assert_eq!(snap.limit_ranges[0].name, "shop/bounds");
+    assert_eq!(snap.limit_ranges[0].min.cpu_millis, Some(100));
+    assert_eq!(snap.resource_quotas.len(), 1);
+    assert_eq!(snap.resource_quotas[0].requests.0.cpu_millis, Some(4000));
+    assert_eq!(snap.resource_quotas[0].requests.1.cpu_millis, Some(3000));
 
     // Policies: only the good one; the two others are reported with a reason.
     assert_eq!(snap.gpu_policies.len(), 1);

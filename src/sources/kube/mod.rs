@@ -1144,22 +1144,12 @@ fn spawn_limit_range_watch(
     sync: &SyncTracker,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Arc<Projected<Option<crate::core::limits::ContainerLimitRange>>> {
-    let api: Api<k8s_openapi::api::core::v1::LimitRange> = Api::all(client.clone());
-    let stream = relist::watch(api, watcher::Config::default()).modify(|o| {
-        strip_meta(&mut o.metadata);
-    });
-    spawn_optional(
-        LIMIT_RANGE_KIND,
-        "limitranges".into(),
-        "LimitRanges are not served: none to keep to",
-        // Not readable (a ClusterRole from before kerf read them): none, the watch retrying.
-        true,
-        stream,
-        |lr| {
-            serde_json::to_value(&lr)
-                .ok()
-                .and_then(|v| crate::core::limits::ContainerLimitRange::from_object(&v))
-        },
+    let absent = "LimitRanges are not served: none to keep to";
+    let project = |v: &serde_json::Value| crate::core::limits::ContainerLimitRange::from_object(v);
+    spawn_bounds_watch::<k8s_openapi::api::core::v1::LimitRange, _>(
+        client,
+        (LIMIT_RANGE_KIND, "limitranges", absent),
+        project,
         sync,
         tasks,
     )
@@ -1171,21 +1161,43 @@ fn spawn_quota_watch(
     sync: &SyncTracker,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Arc<Projected<Option<crate::core::limits::QuotaView>>> {
-    let api: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::all(client.clone());
+    let absent = "ResourceQuotas are not served: none to keep to";
+    let project = |v: &serde_json::Value| crate::core::limits::QuotaView::from_object(v);
+    spawn_bounds_watch::<k8s_openapi::api::core::v1::ResourceQuota, _>(
+        client,
+        (QUOTA_KIND, "resourcequotas", absent),
+        project,
+        sync,
+        tasks,
+    )
+}
+
+/// A watch of a namespace-wide bound kerf keeps to (LimitRanges, ResourceQuotas), each object
+/// projected from its JSON. Not readable (a ClusterRole from before kerf read them): none, the
+/// watch retrying.
+fn spawn_bounds_watch<K, T>(
+    client: &Client,
+    (kind, resource, absent): (&'static str, &str, &'static str),
+    project: fn(&serde_json::Value) -> Option<T>,
+    sync: &SyncTracker,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Arc<Projected<Option<T>>>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + serde::Serialize,
+    K: Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    let api: Api<K> = Api::all(client.clone());
     let stream = relist::watch(api, watcher::Config::default()).modify(|o| {
-        strip_meta(&mut o.metadata);
+        strip_meta(o.meta_mut());
     });
     spawn_optional(
-        QUOTA_KIND,
-        "resourcequotas".into(),
-        "ResourceQuotas are not served: none to keep to",
+        kind,
+        resource.into(),
+        absent,
         true,
         stream,
-        |q| {
-            serde_json::to_value(&q)
-                .ok()
-                .and_then(|v| crate::core::limits::QuotaView::from_object(&v))
-        },
+        move |o: K| serde_json::to_value(&o).ok().and_then(|v| project(&v)),
         sync,
         tasks,
     )
