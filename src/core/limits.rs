@@ -13,6 +13,7 @@
 
 use crate::api::ControlledValues;
 use crate::core::model::ResourceRequests;
+use crate::core::quantity::capped_at_limit;
 
 /// VPA's `getProportionalResourceLimit`: the limit keeping `limit`'s ratio to `request` at
 /// `new_request`. `None` where there is no limit (none is added).
@@ -32,12 +33,6 @@ pub fn proportional_limit(
     }
 }
 
-/// `RequestsOnly`: the request never goes above the container's limit (the API server refuses
-/// a request above its limit).
-pub fn request_capped_at_limit(new_request: i64, limit: Option<i64>) -> i64 {
-    limit.map_or(new_request, |l| new_request.min(l))
-}
-
 /// One resource of a container: the request and limit kerf writes for a recommended request.
 pub fn resource_values(
     controlled: ControlledValues,
@@ -49,7 +44,7 @@ pub fn resource_values(
         ControlledValues::RequestsAndLimits => {
             (recommended, proportional_limit(request, limit, recommended))
         }
-        ControlledValues::RequestsOnly => (request_capped_at_limit(recommended, limit), limit),
+        ControlledValues::RequestsOnly => (capped_at_limit(recommended, limit).0, limit),
     }
 }
 

@@ -313,8 +313,9 @@ pub fn ceil_clean(x: f64) -> f64 {
     }
 }
 
-/// A request kerf sets, capped at the container's limit: kerf never writes a limit, and the API
-/// server refuses a request above it. `Some(limit)` when the cap applies.
+/// A request kerf sets, capped at the container's limit where kerf leaves the limit as it is
+/// (`RequestsOnly`, docs/policies.md#limits): the API server refuses a request above its limit.
+/// `Some(limit)` when the cap applies.
 pub fn capped_at_limit(want: i64, limit: Option<i64>) -> (i64, Option<i64>) {
     match limit {
         Some(l) if l < want => (l, Some(l)),

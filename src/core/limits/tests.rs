@@ -31,19 +31,6 @@ fn proportional_limit_keeps_the_ratio_as_vpa_does() {
 }
 
 #[test]
-fn request_capped_at_limit_under_requests_only() {
-    assert_eq!(
-        request_capped_at_limit(768 * MIB, Some(512 * MIB)),
-        512 * MIB
-    );
-    assert_eq!(
-        request_capped_at_limit(256 * MIB, Some(512 * MIB)),
-        256 * MIB
-    );
-    assert_eq!(request_capped_at_limit(768 * MIB, None), 768 * MIB);
-}
-
-#[test]
 fn container_resources_keep_a_guaranteed_pod_guaranteed_when_it_shrinks() {
     let requests = rr(Some(4000), Some(16 * 1024 * MIB));
     let limits = requests.clone();
@@ -173,4 +160,18 @@ fn quota_exceeded_names_the_quota_an_upsize_would_pass() {
         quota_exceeded(&quotas, &rr(Some(-1000), None), &rr(None, None)),
         None
     );
+}
+
+#[test]
+fn capped_at_limit_under_requests_only() {
+    use crate::core::quantity::capped_at_limit;
+    assert_eq!(
+        capped_at_limit(768 * MIB, Some(512 * MIB)),
+        (512 * MIB, Some(512 * MIB))
+    );
+    assert_eq!(
+        capped_at_limit(256 * MIB, Some(512 * MIB)),
+        (256 * MIB, None)
+    );
+    assert_eq!(capped_at_limit(768 * MIB, None), (768 * MIB, None));
 }
