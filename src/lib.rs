@@ -7,11 +7,16 @@
 //! [`metrics`] (OpenMetrics file, Prometheus), [`server`] (admission webhook, health), [`cli`].
 #![forbid(unsafe_code)]
 
-pub mod api;
+// The lower layers are crates of their own (the core's Cargo.toml has no IO dependency); their
+// paths stay as the rest of kerf names them.
+pub use kerf_api as api;
+pub use kerf_core as core;
+pub use kerf_support as support;
+
 pub mod bench;
 pub mod bench_resources;
+pub mod checkpoint;
 pub mod cli;
-pub mod core;
 pub mod health;
 pub mod metrics;
 pub mod own_namespace;
@@ -20,7 +25,6 @@ pub mod server;
 pub mod simulate;
 pub mod sources;
 pub mod state;
-pub mod support;
 pub mod telemetry;
 pub mod views;
 pub mod writers;

@@ -433,10 +433,7 @@ async fn kept_history_cycles(
     let parts = history
         .lock()
         .map(|h| {
-            crate::core::recommenders::resources::summary::checkpoints(
-                &h,
-                crate::reconcile::cluster::CHECKPOINT_PART_BYTES,
-            )
+            crate::checkpoint::checkpoints(&h, crate::reconcile::cluster::CHECKPOINT_PART_BYTES)
         })
         .unwrap_or_default();
     let checkpoint_seconds = t0.elapsed().as_secs_f64();

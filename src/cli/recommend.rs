@@ -381,7 +381,7 @@ pub fn to_json_recorded(cycle: &CycleOutput, writer: &MemoryWriter, snapshot: &S
 }
 
 fn num(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), crate::core::model::format_gpu)
+    v.map_or_else(|| "-".into(), crate::core::quantity::format_gpu)
 }
 
 pub fn to_table(cycle: &CycleOutput, at: Timestamp, writer: &MemoryWriter) -> String {

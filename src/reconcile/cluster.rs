@@ -180,7 +180,7 @@ impl ReconcileCycle {
             Ok(parts) => {
                 let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
                 for part in &parts {
-                    match crate::core::recommenders::resources::summary::read_checkpoint(part) {
+                    match crate::checkpoint::read_checkpoint(part) {
                         Ok(c) => history.restore(c),
                         Err(e) => tracing::warn!("usage history checkpoint unreadable: {e}"),
                     }
@@ -209,10 +209,7 @@ impl ReconcileCycle {
         }
         let parts = {
             let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
-            crate::core::recommenders::resources::summary::checkpoints(
-                &history,
-                CHECKPOINT_PART_BYTES,
-            )
+            crate::checkpoint::checkpoints(&history, CHECKPOINT_PART_BYTES)
         };
         let hash = {
             use std::hash::{Hash, Hasher};

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
-use crate::core::model::{WorkloadKey, WorkloadState, format_gpu};
+use crate::core::model::{WorkloadKey, WorkloadState};
+use crate::core::quantity::format_gpu;
 use crate::state::Store;
 
 fn state_json(key: &WorkloadKey, s: &WorkloadState) -> Value {

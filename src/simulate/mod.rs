@@ -16,12 +16,12 @@ use std::sync::Arc;
 use jiff::Timestamp;
 
 use crate::api::{Interpretation, ResourceMode, Signal};
+use crate::core::grouping::pods_by_owner;
 use crate::core::hpa;
 use crate::core::model::{PolicyId, WorkloadKey, WorkloadState};
 use crate::core::pod::Pod;
 use crate::core::recommenders::cycle::{CycleOutput, WorkloadOutcome};
 use crate::core::recommenders::gpu::engine::Action;
-use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::promql::LabelMatcher;

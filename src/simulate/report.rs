@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value, json};
 
 use super::{Coverage, Hours, Report, ResourceChart, WorkloadReport};
-use crate::core::model::format_gpu;
+use crate::core::quantity::format_gpu;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::gpu::engine::Action;
 use crate::views::chart::{self, Chart, Line, LineStyle, Marker, MarkerKind, esc, threshold_lines};

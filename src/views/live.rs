@@ -13,14 +13,15 @@ use std::sync::Mutex;
 use jiff::Timestamp;
 
 use crate::api::{Interpretation, PolicyStatus, Signal};
+use crate::core::grouping::pods_by_owner;
 use crate::core::hpa::HpaResource;
 use crate::core::model::PolicyId;
 use crate::core::model::ResourceRequests;
-use crate::core::model::{WorkloadKey, format_gpu};
+use crate::core::model::WorkloadKey;
+use crate::core::quantity::format_gpu;
 use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::WorkloadResult;
-use crate::core::recommenders::gpu::pods_by_owner;
 use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::recommenders::resources::workload::{
     ContainerOutcome as ResourceOutcome, RightsizingOutcome, RsResult,

@@ -49,12 +49,12 @@ fn generated_crds_match_committed_manifests() {
         .collect();
     for extra in present.difference(&expected) {
         problems.push(format!(
-            "manifests/crds/{extra} is not generated from src/api (remove it)"
+            "manifests/crds/{extra} is not generated from crates/api/src (remove it)"
         ));
     }
     assert!(
         problems.is_empty(),
-        "CRDs out of date with src/api — run `cargo run --bin crdgen` and commit the result:\n  {}",
+        "CRDs out of date with crates/api/src — run `cargo run --bin crdgen` and commit the result:\n  {}",
         problems.join("\n  ")
     );
 }

@@ -83,7 +83,7 @@ fn defined(code: &str, name: &str) -> bool {
 fn design_docs_name_only_functions_that_exist() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut code = String::new();
-    for d in ["src", "tests", "benches"] {
+    for d in ["src", "crates", "tests", "benches"] {
         rust_sources(&root.join(d), &mut code);
     }
     let mut missing = BTreeSet::new();

@@ -7,11 +7,12 @@ mod api_defaults;
 mod api_docs;
 mod api_seed;
 mod api_validation;
-mod core_purity;
+mod core_dependencies;
 mod design_docs;
 mod function_length;
 mod gitops_docs;
 mod manifests_validate;
+mod module_map;
 #[path = "../support/resize_oracle.rs"]
 mod resize_oracle;
 mod resize_rules;

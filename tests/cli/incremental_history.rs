@@ -69,9 +69,8 @@ impl kerf::metrics::MetricSource for Watching {
 /// whole window does.
 #[tokio::test]
 async fn a_restart_with_the_checkpoint_reads_no_window_again() {
-    use kerf::core::recommenders::resources::summary::{
-        HistoryStore, checkpoints, read_checkpoint,
-    };
+    use kerf::checkpoint::{checkpoints, read_checkpoint};
+    use kerf::core::recommenders::resources::summary::HistoryStore;
     let snapshot = snapshot();
     let source = FileSource::from_str(&openmetrics()).unwrap();
     let history = Arc::new(Mutex::new(HistoryStore::default()));

@@ -18,6 +18,7 @@ mod usage_history;
 mod bench_scale;
 mod browser;
 mod cluster_read;
+mod core_over_built_clusters;
 mod incremental_history;
 mod input_errors;
 mod recommend_cli;

@@ -84,7 +84,7 @@ async fn a_checkpoint_is_applied_part_by_part_and_the_parts_beyond_it_removed() 
 #[tokio::test]
 async fn a_checkpoint_the_writer_applied_is_read_back_into_its_history() {
     use kerf::core::recommenders::resources::summary::{
-        self, ContainerHistory, Coverage, Covered, HistoryStore, KeptWorkload, Series,
+        ContainerHistory, Coverage, Covered, HistoryStore, KeptWorkload, Series,
     };
     let mut history = HistoryStore::default();
     history.keep_source("{}");
@@ -119,7 +119,7 @@ async fn a_checkpoint_the_writer_applied_is_read_back_into_its_history() {
             },
         );
     }
-    let parts = summary::checkpoints(&history, 280_000);
+    let parts = kerf::checkpoint::checkpoints(&history, 280_000);
     assert!(
         parts.len() > 2,
         "{:?}",
@@ -169,7 +169,7 @@ async fn a_checkpoint_the_writer_applied_is_read_back_into_its_history() {
     assert_eq!(read, parts, "in index order");
     let mut back = HistoryStore::default();
     for p in &read {
-        back.restore(summary::read_checkpoint(p).unwrap());
+        back.restore(kerf::checkpoint::read_checkpoint(p).unwrap());
     }
     assert_eq!(back.workload_histories(), history.workload_histories());
 }

@@ -187,23 +187,22 @@ impl<K> KerfIndex<K> {
 
 pub use crate::core::snapshot::InvalidPolicy;
 
-impl InvalidPolicy {
-    fn from_rejected(r: Rejected, policy_type: PolicyType) -> Self {
-        let status = r
-            .raw
-            .get("status")
-            .and_then(|s| serde_json::from_value::<PolicyStatus>(s.clone()).ok());
-        InvalidPolicy {
-            id: PolicyId {
-                kind: policy_type.as_str().into(),
-                namespace: r.namespace.map(Into::into),
-                name: r.name.into(),
-            },
-            policy_type,
-            generation: r.generation,
-            error: r.error,
-            status,
-        }
+/// A policy the API server holds but kerf rejected, as its status reports it.
+fn invalid_policy(r: Rejected, policy_type: PolicyType) -> InvalidPolicy {
+    let status = r
+        .raw
+        .get("status")
+        .and_then(|s| serde_json::from_value::<PolicyStatus>(s.clone()).ok());
+    InvalidPolicy {
+        id: PolicyId {
+            kind: policy_type.as_str().into(),
+            namespace: r.namespace.map(Into::into),
+            name: r.name.into(),
+        },
+        policy_type,
+        generation: r.generation,
+        error: r.error,
+        status,
     }
 }
 
@@ -1550,7 +1549,7 @@ impl Reader {
     /// The usage history's checkpoint parts in kerf's own namespace (ConfigMaps
     /// `kerf-history-<index>`), in index order; none without an own namespace.
     pub async fn history_checkpoints(&self) -> Result<Vec<Vec<u8>>, ::kube::Error> {
-        use crate::core::recommenders::resources::summary::{
+        use crate::checkpoint::{
             HISTORY_CONFIGMAP_PREFIX, HISTORY_KEY, HISTORY_LABEL, HISTORY_LABEL_VALUE,
         };
         let Some(ns) = &self.own_namespace else {
@@ -1607,7 +1606,7 @@ impl Reader {
         let k = &i.kerf;
         let mut invalid = Vec::new();
         let mut collect_invalid = |rs: Vec<Rejected>, t: PolicyType| {
-            invalid.extend(rs.into_iter().map(|r| InvalidPolicy::from_rejected(r, t)));
+            invalid.extend(rs.into_iter().map(|r| invalid_policy(r, t)));
         };
         collect_invalid(k.gpu.rejected(), PolicyType::GpuReactivePolicy);
         collect_invalid(

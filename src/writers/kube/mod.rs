@@ -58,10 +58,10 @@ use crate::core::writes::{limits_match, restored_limits, template_limits};
 use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
 use std::collections::BTreeMap;
 
-use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
-use crate::core::recommenders::resources::summary::{
+use crate::checkpoint::{
     HISTORY_CONFIGMAP_PREFIX, HISTORY_KEY, HISTORY_LABEL, HISTORY_LABEL_VALUE,
 };
+use crate::core::managed_fields::{FIELD_MANAGER, RELEASE_FIELD_MANAGER, hpa_metrics_owners};
 use crate::core::writes::*;
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,366 @@
+//! Requests and limits together, as VPA keeps them (docs/policies.md#limits): one function,
+//! [`container_resources`], gives what every path writes — the template write, the admission
+//! patch, the in-place resize, `kerf recommend` and `kerf simulate`.
+//!
+//! VPA's rule (`vertical-pod-autoscaler/pkg/utils/vpa/limit_and_request_scaling.go`,
+//! `GetProportionalLimit`): under `controlledValues: RequestsAndLimits` (VPA's default) a
+//! container's limit keeps its ratio to the request — the new limit is the old limit × the new
+//! request ÷ the old request, in millicores for CPU and bytes for memory, rounded down; a limit
+//! equal to its request (or without a request) follows the request exactly; a container without
+//! a limit never gets one. Under `RequestsOnly` the limit stays and the request is capped at it.
+//! A pod whose containers all have requests equal to limits (Guaranteed) stays Guaranteed, and a
+//! Burstable one stays Burstable (a limit is never added or removed).
+
+use crate::model::ResourceRequests;
+use crate::quantity::capped_at_limit;
+use kerf_api::ControlledValues;
+
+/// VPA's `getProportionalResourceLimit`: the limit keeping `limit`'s ratio to `request` at
+/// `new_request`. `None` where there is no limit (none is added).
+pub fn proportional_limit(
+    request: Option<i64>,
+    limit: Option<i64>,
+    new_request: i64,
+) -> Option<i64> {
+    let limit = limit.filter(|l| *l > 0)?;
+    match request.filter(|r| *r > 0) {
+        None => Some(new_request),
+        Some(r) if r == limit => Some(new_request),
+        Some(r) => {
+            let scaled = i128::from(limit) * i128::from(new_request) / i128::from(r);
+            Some(i64::try_from(scaled).unwrap_or(i64::MAX))
+        }
+    }
+}
+
+/// One resource of a container: the request and limit kerf writes for a recommended request.
+pub fn resource_values(
+    controlled: ControlledValues,
+    request: Option<i64>,
+    limit: Option<i64>,
+    recommended: i64,
+) -> (i64, Option<i64>) {
+    match controlled {
+        ControlledValues::RequestsAndLimits => {
+            (recommended, proportional_limit(request, limit, recommended))
+        }
+        ControlledValues::RequestsOnly => (capped_at_limit(recommended, limit).0, limit),
+    }
+}
+
+/// What a container gets: its `recommended` requests (a resource without one is left as it is)
+/// and the limits that go with them, from its current `requests` and `limits`.
+pub fn container_resources(
+    controlled: (ControlledValues, ControlledValues),
+    requests: &ResourceRequests,
+    limits: &ResourceRequests,
+    recommended: &ResourceRequests,
+) -> (ResourceRequests, ResourceRequests) {
+    let one = |c, req: Option<i64>, lim: Option<i64>, rec: Option<i64>| match rec {
+        Some(rec) => {
+            let (r, l) = resource_values(c, req, lim, rec);
+            (Some(r), l)
+        }
+        None => (req, lim),
+    };
+    let (cpu, cpu_limit) = one(
+        controlled.0,
+        requests.cpu_millis,
+        limits.cpu_millis,
+        recommended.cpu_millis,
+    );
+    let (memory, memory_limit) = one(
+        controlled.1,
+        requests.memory_bytes,
+        limits.memory_bytes,
+        recommended.memory_bytes,
+    );
+    (
+        ResourceRequests {
+            cpu_millis: cpu,
+            memory_bytes: memory,
+        },
+        ResourceRequests {
+            cpu_millis: cpu_limit,
+            memory_bytes: memory_limit,
+        },
+    )
+}
+
+/// [`container_resources`] kept within the namespace's LimitRange (`limit_range`, its
+/// Container item): what every path writes.
+pub fn bounded_resources(
+    controlled: (ControlledValues, ControlledValues),
+    requests: &ResourceRequests,
+    limits: &ResourceRequests,
+    recommended: &ResourceRequests,
+    limit_range: Option<&ContainerLimitRange>,
+) -> (ResourceRequests, ResourceRequests) {
+    let (mut r, mut l) = container_resources(controlled, requests, limits, recommended);
+    let Some(lr) = limit_range else {
+        return (r, l);
+    };
+    if let Some(req) = r.cpu_millis.filter(|_| recommended.cpu_millis.is_some()) {
+        let (req, lim) = within_limit_range(
+            req,
+            l.cpu_millis,
+            lr.min.cpu_millis,
+            lr.max.cpu_millis,
+            lr.max_ratio.0,
+        );
+        (r.cpu_millis, l.cpu_millis) = (Some(req), lim);
+    }
+    if let Some(req) = r
+        .memory_bytes
+        .filter(|_| recommended.memory_bytes.is_some())
+    {
+        let (req, lim) = within_limit_range(
+            req,
+            l.memory_bytes,
+            lr.min.memory_bytes,
+            lr.max.memory_bytes,
+            lr.max_ratio.1,
+        );
+        (r.memory_bytes, l.memory_bytes) = (Some(req), lim);
+    }
+    (r, l)
+}
+
+/// The Container bounds of every LimitRange of `namespace` together, as the API server checks
+/// each: the highest `min`, the lowest `max` and ratio (`None`: the namespace has none).
+pub fn namespace_limit_range(
+    ranges: &[ContainerLimitRange],
+    namespace: &str,
+) -> Option<ContainerLimitRange> {
+    let mut here = ranges.iter().filter(|r| {
+        r.name
+            .split_once('/')
+            .is_some_and(|(ns, _)| ns == namespace)
+    });
+    let first = here.next()?.clone();
+    Some(here.fold(first, |mut acc, r| {
+        let hi = |a: Option<i64>, b: Option<i64>| a.max(b);
+        let lo = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        let lof = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        acc.name = format!("{}, {}", acc.name, r.name);
+        acc.min.cpu_millis = hi(acc.min.cpu_millis, r.min.cpu_millis);
+        acc.min.memory_bytes = hi(acc.min.memory_bytes, r.min.memory_bytes);
+        acc.max.cpu_millis = lo(acc.max.cpu_millis, r.max.cpu_millis);
+        acc.max.memory_bytes = lo(acc.max.memory_bytes, r.max.memory_bytes);
+        acc.max_ratio = (
+            lof(acc.max_ratio.0, r.max_ratio.0),
+            lof(acc.max_ratio.1, r.max_ratio.1),
+        );
+        acc
+    }))
+}
+
+/// A namespace's ResourceQuota as kerf keeps to it: `hard` and `status.used` of the
+/// requests and limits of cpu (millicores) and memory (bytes).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuotaView {
+    /// `<namespace>/<name>`, for the reason.
+    pub name: String,
+    /// (hard, used) of requests and of limits.
+    pub requests: (ResourceRequests, ResourceRequests),
+    pub limits: (ResourceRequests, ResourceRequests),
+}
+
+impl QuotaView {
+    /// A ResourceQuota object's cpu and memory bounds (`requests.cpu` or `cpu`, `limits.cpu`, …);
+    /// `None` when it bounds neither.
+    pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
+        let name = namespaced_name(obj)?;
+        // A quota's `cpu` and `memory` are its requests' (`requests.cpu` the same bound).
+        let read = |m: Option<&serde_json::Value>, keys: &[String], cpu: bool| {
+            let text = keys
+                .iter()
+                .find_map(|k| m.and_then(|m| m.get(k.as_str())).and_then(|v| v.as_str()))?;
+            let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(text.to_string());
+            match cpu {
+                true => crate::quantity::cpu_millis(&q).ok(),
+                false => crate::quantity::memory_bytes(&q).ok(),
+            }
+        };
+        let keys = |prefix: &str, r: &str| match prefix {
+            "requests" => vec![format!("requests.{r}"), r.to_string()],
+            _ => vec![format!("{prefix}.{r}")],
+        };
+        let of = |m: Option<&serde_json::Value>, prefix: &str| ResourceRequests {
+            cpu_millis: read(m, &keys(prefix, "cpu"), true),
+            memory_bytes: read(m, &keys(prefix, "memory"), false),
+        };
+        let hard = obj.get("spec").and_then(|s| s.get("hard"));
+        let used = obj.get("status").and_then(|s| s.get("used"));
+        let q = Self {
+            name,
+            requests: (of(hard, "requests"), of(used, "requests")),
+            limits: (of(hard, "limits"), of(used, "limits")),
+        };
+        let bounds = [
+            q.requests.0.cpu_millis,
+            q.requests.0.memory_bytes,
+            q.limits.0.cpu_millis,
+            q.limits.0.memory_bytes,
+        ];
+        bounds.iter().any(Option::is_some).then_some(q)
+    }
+}
+
+/// The first quota of `quotas` that an increase of the namespace's requests by `requests` and
+/// limits by `limits` would take past its `hard` (`used` plus the increase), with what: the
+/// API server refuses every new pod once it would (docs/policies.md#limits).
+pub fn quota_exceeded(
+    quotas: &[QuotaView],
+    requests: &ResourceRequests,
+    limits: &ResourceRequests,
+) -> Option<String> {
+    let over = |(hard, used): &(ResourceRequests, ResourceRequests),
+                add: &ResourceRequests,
+                what: &str| {
+        let check = |h: Option<i64>, u: Option<i64>, a: Option<i64>, r: &str| {
+            let (h, a) = (h?, a.filter(|a| *a > 0)?);
+            (u.unwrap_or(0) + a > h).then(|| format!("{what}.{r}"))
+        };
+        check(hard.cpu_millis, used.cpu_millis, add.cpu_millis, "cpu").or_else(|| {
+            check(
+                hard.memory_bytes,
+                used.memory_bytes,
+                add.memory_bytes,
+                "memory",
+            )
+        })
+    };
+    quotas.iter().find_map(|q| {
+        over(&q.requests, requests, "requests")
+            .or_else(|| over(&q.limits, limits, "limits"))
+            .map(|field| {
+                format!(
+                    "ResourceQuota {}: {field} would pass its hard limit",
+                    q.name
+                )
+            })
+    })
+}
+
+/// Kubernetes' QoS class of a pod from its containers' (requests, limits) of cpu and memory
+/// (`pkg/apis/core/helper/qos/qos.go`, `ComputePodQOS`): Guaranteed when every container has
+/// both limits and requests equal to them, BestEffort when none has any, else Burstable.
+pub fn qos_class(containers: &[(ResourceRequests, ResourceRequests)]) -> &'static str {
+    let any = containers.iter().any(|(r, l)| {
+        r.cpu_millis.is_some()
+            || r.memory_bytes.is_some()
+            || l.cpu_millis.is_some()
+            || l.memory_bytes.is_some()
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|(r, l)| {
+        let eq = |req: Option<i64>, lim: Option<i64>| {
+            lim.is_some() && req.is_none_or(|r| Some(r) == lim)
+        };
+        eq(r.cpu_millis, l.cpu_millis) && eq(r.memory_bytes, l.memory_bytes)
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// `<namespace>/<name>` of an object (`default` where it names no namespace).
+fn namespaced_name(obj: &serde_json::Value) -> Option<String> {
+    let meta = obj.get("metadata")?;
+    let text = |k: &str| meta.get(k).and_then(|v| v.as_str());
+    Some(format!(
+        "{}/{}",
+        text("namespace").unwrap_or("default"),
+        text("name").unwrap_or_default()
+    ))
+}
+
+/// The `type: Container` item of a namespace's LimitRange, as kerf keeps to it: each bound in
+/// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerLimitRange {
+    /// `<namespace>/<name>` of the LimitRange, for the reason.
+    pub name: String,
+    pub min: ResourceRequests,
+    pub max: ResourceRequests,
+    /// `maxLimitRequestRatio` (limit ÷ request) per resource.
+    pub max_ratio: (Option<f64>, Option<f64>),
+}
+
+impl ContainerLimitRange {
+    /// The Container item of a LimitRange object (`spec.limits[]` with `type: Container`);
+    /// `None` when it has none kerf reads.
+    pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
+        let name = namespaced_name(obj)?;
+        let item = obj
+            .get("spec")?
+            .get("limits")?
+            .as_array()?
+            .iter()
+            .find(|i| i.get("type").and_then(|t| t.as_str()) == Some("Container"))?;
+        let q = |which: &str,
+                 r: &str|
+         -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+            item.get(which)?
+                .get(r)?
+                .as_str()
+                .map(|t| k8s_openapi::apimachinery::pkg::api::resource::Quantity(t.to_string()))
+        };
+        let values = |which: &str| ResourceRequests {
+            cpu_millis: q(which, "cpu").and_then(|v| crate::quantity::cpu_millis(&v).ok()),
+            memory_bytes: q(which, "memory").and_then(|v| crate::quantity::memory_bytes(&v).ok()),
+        };
+        let ratio = |r: &str| {
+            q("maxLimitRequestRatio", r)
+                .and_then(|v| crate::quantity::cpu_millis(&v).ok())
+                .map(|m| m as f64 / 1000.0)
+        };
+        Some(Self {
+            name,
+            min: values("min"),
+            max: values("max"),
+            max_ratio: (ratio("cpu"), ratio("memory")),
+        })
+    }
+}
+
+/// A request and limit kept within a LimitRange's Container bounds, as the API server's
+/// LimitRanger admission checks them (`plugin/pkg/admission/limitranger/admission.go`): the
+/// request and limit at least `min`, at most `max`, and the limit at most `maxLimitRequestRatio`
+/// times the request (the request is raised to meet it). `None` bounds are no bounds.
+pub fn within_limit_range(
+    request: i64,
+    limit: Option<i64>,
+    min: Option<i64>,
+    max: Option<i64>,
+    max_ratio: Option<f64>,
+) -> (i64, Option<i64>) {
+    let clamp = |v: i64| {
+        let v = min.map_or(v, |m| v.max(m));
+        max.map_or(v, |m| v.min(m))
+    };
+    let limit = limit.map(clamp);
+    let mut request = clamp(request);
+    if let Some(l) = limit {
+        request = request.min(l);
+        if let Some(r) = max_ratio.filter(|r| *r > 0.0) {
+            let least = (l as f64 / r).ceil() as i64;
+            request = request.max(least).min(l);
+        }
+    }
+    (request, limit)
+}
+
+#[cfg(test)]
+mod tests;

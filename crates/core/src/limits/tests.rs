@@ -1,0 +1,177 @@
+use super::*;
+
+fn rr(cpu: Option<i64>, memory: Option<i64>) -> ResourceRequests {
+    ResourceRequests {
+        cpu_millis: cpu,
+        memory_bytes: memory,
+    }
+}
+
+const MIB: i64 = 1 << 20;
+const BOTH: (ControlledValues, ControlledValues) = (
+    ControlledValues::RequestsAndLimits,
+    ControlledValues::RequestsAndLimits,
+);
+
+#[test]
+fn proportional_limit_keeps_the_ratio_as_vpa_does() {
+    // 2:1 limit to request, rounded down.
+    assert_eq!(proportional_limit(Some(500), Some(1000), 333), Some(666));
+    // Equal request and limit, or no request: the limit follows the request.
+    assert_eq!(proportional_limit(Some(1000), Some(1000), 700), Some(700));
+    assert_eq!(proportional_limit(None, Some(1000), 700), Some(700));
+    // No limit: none is added.
+    assert_eq!(proportional_limit(Some(1000), None, 700), None);
+    assert_eq!(proportional_limit(Some(1000), Some(0), 700), None);
+    // Overflow is capped, not wrapped.
+    assert_eq!(
+        proportional_limit(Some(1), Some(i64::MAX), 4),
+        Some(i64::MAX)
+    );
+}
+
+#[test]
+fn container_resources_keep_a_guaranteed_pod_guaranteed_when_it_shrinks() {
+    let requests = rr(Some(4000), Some(16 * 1024 * MIB));
+    let limits = requests.clone();
+    assert_eq!(
+        qos_class(&[(requests.clone(), limits.clone())]),
+        "Guaranteed"
+    );
+    let (r, l) = container_resources(
+        BOTH,
+        &requests,
+        &limits,
+        &rr(Some(2500), Some(10 * 1024 * MIB)),
+    );
+    assert_eq!(r, rr(Some(2500), Some(10 * 1024 * MIB)));
+    assert_eq!(l, r);
+    assert_eq!(qos_class(&[(r, l)]), "Guaranteed");
+}
+
+#[test]
+fn container_resources_raise_memory_past_an_old_limit_after_an_oom_kill() {
+    let requests = rr(None, Some(512 * MIB));
+    let limits = rr(None, Some(512 * MIB));
+    let (r, l) = container_resources(BOTH, &requests, &limits, &rr(None, Some(768 * MIB)));
+    assert_eq!(r.memory_bytes, Some(768 * MIB));
+    assert_eq!(
+        l.memory_bytes,
+        Some(768 * MIB),
+        "the limit rises with the request"
+    );
+    // RequestsOnly: the request is capped at the limit instead.
+    let only = (
+        ControlledValues::RequestsAndLimits,
+        ControlledValues::RequestsOnly,
+    );
+    let (r, l) = container_resources(only, &requests, &limits, &rr(None, Some(768 * MIB)));
+    assert_eq!(r.memory_bytes, Some(512 * MIB));
+    assert_eq!(l.memory_bytes, Some(512 * MIB));
+}
+
+#[test]
+fn container_resources_never_add_a_limit_and_keep_burstable() {
+    let requests = rr(Some(1000), Some(1024 * MIB));
+    let limits = rr(Some(2000), None);
+    let (r, l) = container_resources(BOTH, &requests, &limits, &rr(Some(700), Some(800 * MIB)));
+    assert_eq!(l, rr(Some(1400), None));
+    assert_eq!(qos_class(&[(requests, limits)]), "Burstable");
+    assert_eq!(qos_class(&[(r, l)]), "Burstable");
+}
+
+#[test]
+fn qos_class_follows_compute_pod_qos() {
+    assert_eq!(qos_class(&[(rr(None, None), rr(None, None))]), "BestEffort");
+    // A limit without a request defaults the request to it: Guaranteed.
+    assert_eq!(
+        qos_class(&[(rr(None, None), rr(Some(1), Some(1)))]),
+        "Guaranteed"
+    );
+    let g = (rr(Some(1), Some(1)), rr(Some(1), Some(1)));
+    let b = (rr(Some(1), None), rr(None, None));
+    assert_eq!(qos_class(&[g.clone(), b]), "Burstable");
+    assert_eq!(qos_class(&[g.clone(), g]), "Guaranteed");
+}
+
+#[test]
+fn within_limit_range_keeps_min_max_and_the_ratio() {
+    // Below min: raised; above max: lowered (the limit too).
+    assert_eq!(
+        within_limit_range(50, None, Some(100), Some(4000), None),
+        (100, None)
+    );
+    assert_eq!(
+        within_limit_range(6000, Some(8000), Some(100), Some(4000), None),
+        (4000, Some(4000))
+    );
+    // A 2:1 maximum ratio: a request shrunk under half its limit is raised to it.
+    assert_eq!(
+        within_limit_range(300, Some(1000), None, None, Some(2.0)),
+        (500, Some(1000))
+    );
+    // Nothing set: unchanged.
+    assert_eq!(
+        within_limit_range(300, Some(1000), None, None, None),
+        (300, Some(1000))
+    );
+}
+
+#[test]
+fn container_limit_range_reads_the_container_item() {
+    let lr = serde_json::json!({"apiVersion": "v1", "kind": "LimitRange",
+        "metadata": {"name": "bounds", "namespace": "shop"},
+        "spec": {"limits": [
+            {"type": "Pod", "max": {"cpu": "16"}},
+            {"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"},
+             "max": {"cpu": "4", "memory": "8Gi"}, "maxLimitRequestRatio": {"cpu": "2"}}]}});
+    let c = ContainerLimitRange::from_object(&lr).unwrap();
+    assert_eq!(c.name, "shop/bounds");
+    assert_eq!(c.min, rr(Some(100), Some(64 * MIB)));
+    assert_eq!(c.max, rr(Some(4000), Some(8 * 1024 * MIB)));
+    assert_eq!(c.max_ratio, (Some(2.0), None));
+}
+
+#[test]
+fn quota_exceeded_names_the_quota_an_upsize_would_pass() {
+    let q = QuotaView::from_object(
+        &serde_json::json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "team", "namespace": "shop"},
+        "spec": {"hard": {"cpu": "4", "limits.memory": "8Gi"}},
+        "status": {"used": {"cpu": "3500m", "limits.memory": "6Gi"}}}),
+    )
+    .unwrap();
+    assert_eq!(q.requests.0.cpu_millis, Some(4000), "`cpu` is requests.cpu");
+    let quotas = [q];
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(Some(500), None), &rr(None, None)),
+        None
+    );
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(Some(501), None), &rr(None, None)).as_deref(),
+        Some("ResourceQuota shop/team: requests.cpu would pass its hard limit")
+    );
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(None, None), &rr(None, Some(3 * 1024 * MIB))).as_deref(),
+        Some("ResourceQuota shop/team: limits.memory would pass its hard limit")
+    );
+    // A downsize never exceeds.
+    assert_eq!(
+        quota_exceeded(&quotas, &rr(Some(-1000), None), &rr(None, None)),
+        None
+    );
+}
+
+#[test]
+fn capped_at_limit_under_requests_only() {
+    use crate::quantity::capped_at_limit;
+    assert_eq!(
+        capped_at_limit(768 * MIB, Some(512 * MIB)),
+        (512 * MIB, Some(512 * MIB))
+    );
+    assert_eq!(
+        capped_at_limit(256 * MIB, Some(512 * MIB)),
+        (256 * MIB, None)
+    );
+    assert_eq!(capped_at_limit(768 * MIB, None), (768 * MIB, None));
+}

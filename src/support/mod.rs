@@ -1,5 +1,0 @@
-//! Leaf helpers that import nothing of kerf, so every layer may use them.
-
-pub mod metric_name;
-pub mod redact;
-pub mod small_map;
