@@ -4,11 +4,10 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 
-/// mimalloc instead of the C library's allocator: a cycle makes millions of small allocations
-/// (glibc's malloc/free were ~30 % of its CPU), and the image's musl allocator is slower still
-/// (docs/performance.md). Its v2 line (Cargo feature `v2`): v2 hands freed pages back to the OS
-/// after 10 ms, v3 after 1 s, which kept one phase's freed memory resident into the next and
-/// raised a cycle's peak RSS by tens of MiB.
+/// mimalloc instead of the C library's allocator: a cycle makes millions of small allocations,
+/// which glibc's and musl's allocators serve slower. Its v2 line (Cargo feature `v2`) hands freed
+/// pages back to the OS sooner than v3, so one phase's freed memory does not stay resident into
+/// the next (figures in docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -33,12 +32,21 @@ async fn main() -> std::process::ExitCode {
             filter = filter.add_directive(directive.parse().expect("a valid directive"));
         }
     }
-    tracing_subscriber::fmt()
-        .with_ansi(ansi)
+    let cli = kerf::cli::Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    match kerf::cli::run(kerf::cli::Cli::parse()).await {
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        kerf::cli::LogFormat::Text => logs.with_ansi(ansi).init(),
+        // Each line names the spans it is in, outermost first: a write's line carries the cycle
+        // that planned it.
+        kerf::cli::LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
+    match kerf::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

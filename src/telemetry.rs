@@ -37,6 +37,15 @@ pub struct QueryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueryFailureLabels {
+    /// As [`QueryLabels::signal`].
+    pub signal: String,
+    /// `unavailable`, `timeout`, `bad_response`, `unauthorized`, `refused`, `other`: the
+    /// metric source's error ([`crate::metrics::MetricError::label`]).
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     /// `annotations`, `template`, `hpa`, `resize`, `eviction`, `status`, `recommendation`, `event`,
     /// `lease`.
@@ -115,7 +124,7 @@ pub struct Metrics {
     pub reconcile_errors: Counter,
     pub reconcile_duration_seconds: Histogram,
     pub prometheus_query_duration_seconds: Family<QueryLabels, Histogram>,
-    pub prometheus_query_failures: Family<QueryLabels, Counter>,
+    pub prometheus_query_failures: Family<QueryFailureLabels, Counter>,
     pub prometheus_query_splits: Counter,
     pub prometheus_samples_loaded: Family<QueryLabels, Counter>,
     pub cluster_writes: Family<WriteLabels, Counter>,

@@ -20,6 +20,17 @@ pub mod simulate;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr: `text` (one readable line each) or `json` (one JSON
+    /// object each, with the spans it is in: a cycle's `id`, a write's `cycle`; docs/metrics.md).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KERF_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]

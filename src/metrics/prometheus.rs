@@ -22,7 +22,7 @@ use super::promql::{self, Group, LabelMatcher};
 use super::window::{self, WindowKey, WindowQuery, WindowSet};
 use super::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::api::{OptionNames, PrometheusOption as O, PrometheusSettings};
-use crate::telemetry::{Metrics, QueryLabels};
+use crate::telemetry::{Metrics, QueryFailureLabels, QueryLabels};
 
 /// Longest part of an error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 512;
@@ -514,23 +514,86 @@ fn parse_steps(
     Ok(out)
 }
 
-/// Times `answer` and counts its failure, by signal (the metric name).
-async fn observed<T>(
+/// What a query's answer says about its cost, for its span: series or values returned, and
+/// the samples Prometheus loaded when it said.
+trait Answered {
+    fn returned(&self) -> usize;
+    fn loaded(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Answered for SeriesSet {
+    fn returned(&self) -> usize {
+        self.series.values().map(Vec::len).sum()
+    }
+}
+
+impl Answered for WindowSet {
+    fn returned(&self) -> usize {
+        self.values.len()
+    }
+    fn loaded(&self) -> Option<u64> {
+        self.samples_loaded
+    }
+}
+
+impl Answered for window::StepSet {
+    fn returned(&self) -> usize {
+        self.steps.iter().map(|p| p.steps.len()).sum()
+    }
+    fn loaded(&self) -> Option<u64> {
+        self.samples_loaded
+    }
+}
+
+/// Times `answer` and counts its failure, by signal (the metric name), in a span naming the
+/// query kind and signal that records its duration, the values it returned and the samples it
+/// loaded (or its error's reason).
+async fn observed<T: Answered>(
     m: &Metrics,
+    kind: &'static str,
     metric: &str,
     answer: impl std::future::Future<Output = Result<T, MetricError>>,
 ) -> Result<T, MetricError> {
+    use tracing::Instrument as _;
+    let span = tracing::debug_span!(
+        "prometheus_query",
+        kind,
+        signal = metric,
+        duration_ms = tracing::field::Empty,
+        returned = tracing::field::Empty,
+        samples_loaded = tracing::field::Empty,
+        error = tracing::field::Empty,
+    );
     let labels = QueryLabels {
         signal: metric.to_string(),
     };
     let started = Instant::now();
-    let result = answer.await;
+    let result = answer.instrument(span.clone()).await;
+    let elapsed = started.elapsed();
+    span.record("duration_ms", elapsed.as_millis() as u64);
     m.prometheus_query_duration_seconds
         .get_or_create(&labels)
-        .observe(started.elapsed().as_secs_f64());
-    if result.is_err() {
-        m.prometheus_query_failures.get_or_create(&labels).inc();
+        .observe(elapsed.as_secs_f64());
+    match &result {
+        Ok(a) => {
+            span.record("returned", a.returned() as u64);
+            if let Some(n) = a.loaded() {
+                span.record("samples_loaded", n);
+            }
+        }
+        Err(e) => {
+            span.record("error", e.label());
+            m.prometheus_query_failures
+                .get_or_create(&QueryFailureLabels {
+                    signal: labels.signal.clone(),
+                    reason: e.label(),
+                })
+                .inc();
+        }
     }
+    span.in_scope(|| tracing::debug!("prometheus query answered"));
     result
 }
 
@@ -547,18 +610,24 @@ fn count_loaded(m: &Metrics, metric: &str, loaded: Option<u64>) {
 
 impl MetricSource for PrometheusSource {
     async fn range_query(&self, query: &RangeQuery) -> Result<SeriesSet, MetricError> {
-        observed(&self.metrics, &query.metric, self.query(query)).await
+        observed(&self.metrics, "range", &query.metric, self.query(query)).await
     }
 
     async fn window_query(&self, query: &WindowQuery) -> Result<WindowSet, MetricError> {
-        let answer = observed(&self.metrics, &query.metric, self.window(query)).await;
+        let answer = observed(&self.metrics, "window", &query.metric, self.window(query)).await;
         let loaded = answer.as_ref().ok().and_then(|a| a.samples_loaded);
         count_loaded(&self.metrics, &query.metric, loaded);
         answer
     }
 
     async fn step_query(&self, query: &window::StepQuery) -> Result<window::StepSet, MetricError> {
-        let answer = observed(&self.metrics, &query.window.metric, self.steps(query)).await;
+        let answer = observed(
+            &self.metrics,
+            "step",
+            &query.window.metric,
+            self.steps(query),
+        )
+        .await;
         let loaded = answer.as_ref().ok().and_then(|a| a.samples_loaded);
         count_loaded(&self.metrics, &query.window.metric, loaded);
         answer

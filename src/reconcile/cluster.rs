@@ -172,6 +172,7 @@ impl ReconcileCycle {
     /// Reads the usage history's checkpoint back, once: a new Lease holder, or a restarted
     /// kerf, asks Prometheus only for the steps since it. A checkpoint that cannot be read is
     /// logged; the windows are read again (paced, docs/metrics.md).
+    #[tracing::instrument(name = "checkpoint_load", skip_all)]
     async fn load_history(&mut self) {
         if self.history_loaded {
             return;
@@ -198,6 +199,7 @@ impl ReconcileCycle {
 
     /// The checkpoint of the usage history, every [`CHECKPOINT_INTERVAL`] and only when it
     /// changed.
+    #[tracing::instrument(name = "checkpoint_save", skip_all, fields(parts = tracing::field::Empty, changed = tracing::field::Empty))]
     fn checkpoint_due(&mut self) -> Option<WriteOp> {
         let now = tokio::time::Instant::now();
         if self
@@ -219,6 +221,10 @@ impl ReconcileCycle {
         };
         let unchanged = self.checkpointed.is_some_and(|(_, p)| p == hash);
         self.checkpointed = Some((now, hash));
+        let span = tracing::Span::current();
+        span.record("parts", parts.len());
+        span.record("changed", !unchanged);
+        tracing::debug!("usage history checkpoint built");
         (!unchanged).then(|| WriteOp::Checkpoint(Box::new(CheckpointWrite { parts })))
     }
 
@@ -273,8 +279,14 @@ impl ReconcileCycle {
             if let Some(message) = &not_applied {
                 self.store.health().record_error(PROMETHEUS, message);
             }
+            let cycle_id = cycle.id;
             drop(cycle);
-            for op in ops.into_iter().chain(self.checkpoint_due()) {
+            for op in ops {
+                if self.writer.send_planned(op, cycle_id).await.is_err() {
+                    anyhow::bail!("the writer task stopped");
+                }
+            }
+            if let Some(op) = self.checkpoint_due() {
                 if self.writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");
                 }

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use crate::core::hash::{HashSet, HashSetExt};
 use crate::core::persisted::PersistedRecommendation;
-use crate::core::recommenders::cycle::CycleOutput;
+use crate::core::recommenders::cycle::{CycleOutput, QueryFailed};
 use crate::core::recommenders::gpu::recommender::Gpu;
 use crate::core::recommenders::resources::Resources;
 use crate::core::recommenders::{Answer, Evaluation, PlannedQuery, QueryRef, Recommender};
@@ -101,7 +101,11 @@ fn record(
         }
         Err(e) => {
             out.queries_failed += 1;
-            run.queries = Some(Err(format!("{} {} query failed: {e}", q.policy, q.what)));
+            run.queries = Some(Err(QueryFailed {
+                policy: q.policy.clone(),
+                what: q.what.to_string(),
+                reason: e.to_string(),
+            }));
         }
     }
 }
@@ -155,7 +159,7 @@ pub async fn run_cycle<S: MetricSource>(
 
 /// [`run_cycle`] with the CPU/memory usage history kept in `history` between cycles
 /// (docs/metrics.md#incremental-history): a steady cycle reads only the steps since the last.
-#[tracing::instrument(name = "cycle", skip_all, fields(
+#[tracing::instrument(name = "recommenders", skip_all, fields(
     at = %now,
     gpu_policies = snapshot.gpu_policies.len(),
     workloads = snapshot.workloads.len(),
@@ -225,7 +229,21 @@ pub struct Cycle<'a> {
     pub history: Option<&'a History>,
 }
 
-/// [`reconcile_once`] over `c`, its usage history kept when it has one.
+/// The next cycle's id: counted from 1 in each process, so a cycle's lines and its writes'
+/// share one number in the log.
+fn next_cycle_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// [`reconcile_once`] over `c`, its usage history kept when it has one: queries, recommenders
+/// and write planning inside one `cycle` span whose `id` the planned writes carry
+/// ([`CycleOutput::id`]).
+#[tracing::instrument(name = "cycle", skip_all, fields(
+    id = tracing::field::Empty,
+    at = %c.now,
+    writes = tracing::field::Empty,
+))]
 pub async fn reconcile_cycle<S: crate::metrics::MetricSource>(
     c: &Cycle<'_>,
     source: &S,
@@ -234,7 +252,10 @@ pub async fn reconcile_cycle<S: crate::metrics::MetricSource>(
     let (snapshot, invalid, recommendations, now) =
         (c.snapshot, c.invalid, c.recommendations, c.now);
     let started = std::time::Instant::now();
-    let cycle = run_cycle_keeping(snapshot, source, now, c.step_seconds, c.history).await;
+    let id = next_cycle_id();
+    tracing::Span::current().record("id", id);
+    let mut cycle = run_cycle_keeping(snapshot, source, now, c.step_seconds, c.history).await;
+    cycle.id = id;
     let failures = cycle.query_failures();
     if !failures.is_empty() {
         metrics.reconcile_errors.inc();
@@ -242,7 +263,15 @@ pub async fn reconcile_cycle<S: crate::metrics::MetricSource>(
             tracing::warn!(%policy, "{e}; the last recommendations stay in force");
         }
     }
-    let ops = plan_writes(snapshot, &cycle, invalid, recommendations, now);
+    let ops = tracing::debug_span!("plan_writes")
+        .in_scope(|| plan_writes(snapshot, &cycle, invalid, recommendations, now));
+    tracing::Span::current().record("writes", ops.len());
+    tracing::debug!(
+        queries = cycle.queries,
+        writes = ops.len(),
+        "cycle planned {} write(s)",
+        ops.len()
+    );
     metrics.cycle_done(started);
     (cycle, ops)
 }

@@ -135,15 +135,28 @@ async fn mutate(State(app): State<AppState>, body: Bytes) -> Response {
     // this future at the step's second yield, and the review it got must still be counted.
     let reply = in_own_step(|| {
         // The review's span: its log lines name the request, the namespace and the pod's owner
-        // (filled in by the handler as it learns them).
+        // (filled in by the handler as it learns them), and it records the answer: the kind,
+        // whether it was allowed and patched, and why not patched.
         let span = tracing::info_span!(
             "review",
             uid = tracing::field::Empty,
+            kind = tracing::field::Empty,
             namespace = tracing::field::Empty,
-            owner = tracing::field::Empty
+            owner = tracing::field::Empty,
+            allowed = tracing::field::Empty,
+            patched = tracing::field::Empty,
+            reason = tracing::field::Empty,
         );
         let _in_review = span.enter();
         let reply = handle_review(&body, &app.store);
+        span.record("kind", reply.kind);
+        // kerf allows every pod it can read (it never fails a creation); a malformed review is
+        // answered 400.
+        span.record("allowed", reply.status == 200);
+        span.record("patched", reply.outcome == review::Outcome::Patched);
+        if let Some(reason) = &reply.detail {
+            span.record("reason", reason.as_str());
+        }
         count_review(&app.store, &reply, started);
         reply
     })

@@ -15,6 +15,7 @@ mod support;
 #[path = "../support/usage_history.rs"]
 mod usage_history;
 
+mod cycle_trace;
 mod gitops_conflict_kube;
 mod hpa_coordination_kube;
 mod kube_checkpoint;

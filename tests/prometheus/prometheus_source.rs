@@ -17,7 +17,7 @@ use kerf::metrics::openmetrics;
 use kerf::metrics::prometheus::PrometheusSource;
 use kerf::metrics::promql::range_rate_window_seconds;
 use kerf::metrics::{MetricError, MetricSource, RangeQuery, SeriesKey, SeriesSet};
-use kerf::telemetry::{Metrics, QueryLabels};
+use kerf::telemetry::{Metrics, QueryFailureLabels};
 use prometheus_support::{EPOCH, Lcg, TestPrometheus, promtool_load};
 
 const T0: i64 = EPOCH;
@@ -489,8 +489,10 @@ async fn stopped_prometheus_is_unavailable_and_recovers_after_restart() {
     let failures = || {
         metrics
             .prometheus_query_failures
-            .get_or_create(&QueryLabels {
+            .get_or_create(&QueryFailureLabels {
                 signal: metric.into(),
+                // A stopped server refuses the connection: the source is unavailable.
+                reason: "unavailable",
             })
             .get()
     };

@@ -615,7 +615,7 @@ async fn a_small_max_samples_still_yields_every_recommendation_by_splitting() {
     let failures = failed.query_failures();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert!(
-        failures[0].1.contains("query refused as too big"),
+        failures[0].1.reason.contains("query refused as too big"),
         "{failures:?}"
     );
     assert!(failed.resource_results().all(|r| r.metrics_unavailable));

@@ -65,7 +65,22 @@ pub struct StatedFraction {
     pub container: String,
     /// The fraction f of one device (0 < f < 1) and the device count n, or why the annotations
     /// are not a usable fraction.
-    pub size: Result<(f64, u32), String>,
+    pub size: Result<(f64, u32), FractionError>,
+}
+
+/// Why KAI's fraction annotations are not a usable fraction: the annotation and its value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FractionError {
+    #[error("{annotation}={value:?} is not a positive integer")]
+    Devices {
+        annotation: &'static str,
+        value: String,
+    },
+    #[error("{annotation}={value:?} is not a fraction in (0, 1)")]
+    Fraction {
+        annotation: &'static str,
+        value: String,
+    },
 }
 
 impl Accelerator {
@@ -89,19 +104,17 @@ impl Accelerator {
                 .parse::<u32>()
                 .ok()
                 .filter(|n| *n >= 1)
-                .ok_or_else(|| {
-                    format!(
-                        "{}={n:?} is not a positive integer",
-                        self.fraction_devices_annotation
-                    )
+                .ok_or_else(|| FractionError::Devices {
+                    annotation: self.fraction_devices_annotation,
+                    value: n.to_string(),
                 }),
         };
         let size = devices.and_then(|n| match text.trim().parse::<f64>() {
             Ok(f) if f > 0.0 && f < 1.0 => Ok((f, n)),
-            _ => Err(format!(
-                "{}={text:?} is not a fraction in (0, 1)",
-                self.fraction_annotation
-            )),
+            _ => Err(FractionError::Fraction {
+                annotation: self.fraction_annotation,
+                value: text.to_string(),
+            }),
         });
         Some(StatedFraction { container, size })
     }
@@ -214,7 +227,7 @@ mod tests {
             ),
         ] {
             let s = stated(&[("gpu-fraction", f), ("gpu-fraction-num-devices", n)]).unwrap();
-            assert_eq!(s.size, Err(why.to_string()));
+            assert_eq!(s.size.unwrap_err().to_string(), why);
         }
         let annotations = Strings::from([("gpu-fraction".to_string(), "0.5".to_string())]);
         assert_eq!(

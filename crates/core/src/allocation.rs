@@ -112,7 +112,7 @@ pub fn container_allocations(
         let alloc = if let Some(f) = fraction.as_ref().filter(|f| f.container == c.name) {
             match &f.size {
                 Ok((f, n)) => Allocation::Gpus(f * f64::from(*n)),
-                Err(why) => Allocation::Missing(Cow::Owned(why.clone())),
+                Err(why) => Allocation::Missing(Cow::Owned(why.to_string())),
             }
         } else {
             match whole_gpus(c) {

@@ -1,5 +1,5 @@
 //! The hash maps and sets of kerf's own keys (workloads, pods, policies, series): foldhash, not
-//! std's SipHash, which was a seventh of the work of a 150,000-pod cycle. foldhash seeds itself
+//! std's SipHash, which costs a large cycle noticeably (docs/performance.md). foldhash seeds itself
 //! once per process (from addresses and the clock): its resistance to keys chosen to collide is
 //! minimal, the trade hashbrown's default hasher makes too, and acceptable for names that only
 //! users allowed to create workloads choose. No output depends on the seed: nothing kerf

@@ -23,7 +23,7 @@ pub const ANNOTATION_CONFLICT_ACKNOWLEDGED: &str = "rightsizing.kubex.ai/conflic
 
 /// A name kerf holds many times over (namespaces, object, owner and container names, policy
 /// ids): stored inline up to 23 bytes, so holding or copying one allocates nothing, where a
-/// `String` allocated for each. At 150,000 pods a cycle held millions of such copies
+/// `String` allocated for each, and a large cycle holds millions of such copies
 /// (docs/performance.md). Compares, hashes, prints and serializes as the string it holds.
 pub type Name = smol_str::SmolStr;
 
@@ -90,17 +90,61 @@ impl PolicyId {
 pub type GpuMap = kerf_support::small_map::SmallMap<String, f64>;
 
 /// `rightsizing.kubex.ai/gpu-baseline`: `{"<container>": "<gpu units>"}`.
-pub fn parse_baseline(text: &str) -> Result<GpuMap, String> {
+pub fn parse_baseline(text: &str) -> Result<GpuMap, AnnotationError> {
     let raw: BTreeMap<String, serde_json::Value> =
-        serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+        serde_json::from_str(text).map_err(|e| AnnotationError::NotAJsonObject(e.to_string()))?;
     raw.into_iter()
         .map(|(c, v)| {
-            Ok((
-                c.clone(),
-                gpu_value(&v).map_err(|e| format!("container {c:?}: {e}"))?,
-            ))
+            let value = gpu_value(&v).map_err(|problem| AnnotationError::BaselineContainer {
+                container: c.clone(),
+                problem,
+            })?;
+            Ok((c, value))
         })
         .collect()
+}
+
+/// Why an annotation kerf reads back (`gpu-baseline`, `gpu-recommendation`) is not usable: the
+/// field and what is wrong with it, said in the warning that names the workload.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AnnotationError {
+    #[error("not a JSON object: {0}")]
+    NotAJsonObject(String),
+    #[error("invalid JSON: {0}")]
+    InvalidJson(String),
+    #[error("container {container:?}: {problem}")]
+    BaselineContainer {
+        container: String,
+        problem: GpuValueError,
+    },
+    #[error("containers.{container}: {problem}")]
+    RecommendationContainer {
+        container: String,
+        problem: GpuValueError,
+    },
+    #[error("policy {0:?} is not <kind>/<namespace>/<name>")]
+    PolicyId(String),
+    #[error("drivingMetric {0:?} is not compute|memory")]
+    DrivingMetric(String),
+    #[error("updatedAt {value:?}: {reason}")]
+    UpdatedAt { value: String, reason: String },
+    #[error("byPolicy.{policy}: {error}")]
+    Part {
+        policy: String,
+        error: Box<AnnotationError>,
+    },
+}
+
+/// Why a JSON value is not a number of GPU units.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum GpuValueError {
+    /// A string, or a JSON value of another type, as JSON (`"x"`, `true`).
+    #[error("{0} is not a number")]
+    NotANumber(String),
+    #[error("not a number")]
+    OutOfRange,
+    #[error("{0} is not a non-negative number")]
+    Negative(f64),
 }
 
 pub fn render_baseline(b: &GpuMap) -> String {
@@ -112,25 +156,25 @@ pub fn render_baseline(b: &GpuMap) -> String {
 }
 
 /// An annotation value kept for as long as the workload is: without the writer's growth slack
-/// (≈12 MB over 46,682 recommendations at 150k pods).
+/// (memory: docs/performance.md).
 fn held(mut s: String) -> String {
     s.shrink_to_fit();
     s
 }
 
-fn gpu_value(v: &serde_json::Value) -> Result<f64, String> {
+fn gpu_value(v: &serde_json::Value) -> Result<f64, GpuValueError> {
     let x = match v {
         serde_json::Value::String(s) => s
             .trim()
             .parse::<f64>()
-            .map_err(|_| format!("{s:?} is not a number"))?,
-        serde_json::Value::Number(n) => n.as_f64().ok_or("not a number")?,
-        other => return Err(format!("{other} is not a number")),
+            .map_err(|_| GpuValueError::NotANumber(format!("{s:?}")))?,
+        serde_json::Value::Number(n) => n.as_f64().ok_or(GpuValueError::OutOfRange)?,
+        other => return Err(GpuValueError::NotANumber(other.to_string())),
     };
     if x.is_finite() && x >= 0.0 {
         Ok(x)
     } else {
-        Err(format!("{x} is not a non-negative number"))
+        Err(GpuValueError::Negative(x))
     }
 }
 
@@ -166,22 +210,24 @@ pub fn rfc3339_secs(t: Timestamp) -> String {
         .to_string()
 }
 
-fn parse_time(t: Option<&str>) -> Result<Option<Timestamp>, String> {
+fn parse_time(t: Option<&str>) -> Result<Option<Timestamp>, AnnotationError> {
     match t {
         None | Some("") => Ok(None),
-        Some(t) => Ok(Some(
-            t.parse::<Timestamp>()
-                .map_err(|e| format!("updatedAt {t:?}: {e}"))?,
-        )),
+        Some(t) => Ok(Some(t.parse::<Timestamp>().map_err(|e| {
+            AnnotationError::UpdatedAt {
+                value: t.to_string(),
+                reason: e.to_string(),
+            }
+        })?)),
     }
 }
 
-fn parse_signal(s: Option<&str>) -> Result<Option<Signal>, String> {
+fn parse_signal(s: Option<&str>) -> Result<Option<Signal>, AnnotationError> {
     match s {
         None | Some("") => Ok(None),
         Some(s) => Signal::parse(s)
             .map(Some)
-            .ok_or_else(|| format!("drivingMetric {s:?} is not compute|memory")),
+            .ok_or_else(|| AnnotationError::DrivingMetric(s.to_string())),
     }
 }
 
@@ -234,7 +280,7 @@ impl GpuRecommendation {
         }
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, AnnotationError> {
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct RawPart {
@@ -258,21 +304,22 @@ impl GpuRecommendation {
             #[serde(default)]
             by_policy: BTreeMap<String, RawPart>,
         }
-        let raw: Raw = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+        let raw: Raw =
+            serde_json::from_str(text).map_err(|e| AnnotationError::InvalidJson(e.to_string()))?;
         let containers = raw
             .containers
             .into_iter()
             .map(|(c, v)| {
-                Ok((
-                    c.clone(),
-                    gpu_value(&v).map_err(|e| format!("containers.{c}: {e}"))?,
-                ))
+                let value =
+                    gpu_value(&v).map_err(|problem| AnnotationError::RecommendationContainer {
+                        container: c.clone(),
+                        problem,
+                    })?;
+                Ok((c, value))
             })
-            .collect::<Result<GpuMap, String>>()?;
-        let policy_id = |p: &str| {
-            PolicyId::parse(p)
-                .ok_or_else(|| format!("policy {p:?} is not <kind>/<namespace>/<name>"))
-        };
+            .collect::<Result<GpuMap, AnnotationError>>()?;
+        let policy_id =
+            |p: &str| PolicyId::parse(p).ok_or_else(|| AnnotationError::PolicyId(p.to_string()));
         let policy = match raw.policy.as_deref() {
             None | Some("") => None,
             Some(p) => Some(policy_id(p)?),
@@ -281,7 +328,10 @@ impl GpuRecommendation {
             .by_policy
             .into_iter()
             .map(|(p, part)| {
-                let at = |e: String| format!("byPolicy.{p}: {e}");
+                let at = |e: AnnotationError| AnnotationError::Part {
+                    policy: p.clone(),
+                    error: Box::new(e),
+                };
                 Ok((
                     policy_id(&p).map_err(at)?,
                     PolicyPart {
@@ -291,7 +341,7 @@ impl GpuRecommendation {
                     },
                 ))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, AnnotationError>>()?;
         Ok(Self {
             containers,
             driving_metric: parse_signal(raw.driving_metric.as_deref())?,

@@ -1,11 +1,9 @@
 //! Slim mirrors of the k8s-openapi pod types: the same field names and shapes, only the fields
-//! kerf reads. A k8s-openapi `Container` is about 2.3 KB even when nearly every field is empty,
-//! and a snapshot holds two or more per pod and per workload template; at 25,000 workloads and
-//! 33,000 pods that alone was over 400 MB (see `docs/performance.md`).
+//! kerf reads. The full types are mostly empty fields, and a snapshot holds two or more per pod
+//! and per workload template: memory (figures in docs/performance.md, "Slim pod types").
 //!
-//! Metadata too: a whole `ObjectMeta` is ≈350 bytes inline, and each label or annotation map
-//! a `BTreeMap` whose first entry costs a 544-byte node; at 150,000 pods the cluster view was
-//! about 1.9 KB per pod or workload. [`Meta`] keeps what kerf reads, in [`Strings`].
+//! Metadata too: [`Meta`] keeps what kerf reads, in [`Strings`], instead of a whole
+//! `ObjectMeta` with a `BTreeMap` per label or annotation map.
 //!
 //! They deserialize from the same JSON/YAML as the Kubernetes types (unknown fields are
 //! ignored), and convert from them with `From`.

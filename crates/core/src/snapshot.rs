@@ -168,6 +168,24 @@ impl Workload {
     }
 }
 
+/// A field of an object kerf cannot read: its path in the object and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("field {path}: {reason}")]
+pub struct FieldError {
+    pub path: String,
+    pub reason: String,
+}
+
+impl FieldError {
+    /// The field `serde_path_to_error` found wrong.
+    pub fn of(e: serde_path_to_error::Error<serde_json::Error>) -> Self {
+        FieldError {
+            path: e.path().to_string(),
+            reason: e.inner().to_string(),
+        }
+    }
+}
+
 impl Workload {
     /// A workload of a kind another controller runs GPU inference under, or one the
     /// configuration lists (docs/workloads.md), from its object's metadata and the rest of it
@@ -178,7 +196,7 @@ impl Workload {
         meta: ObjectMeta,
         kind: WorkloadKind,
         object: Option<&serde_json::Value>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FieldError> {
         let (template, replicas) = if kind.template_writable() {
             let path = kind.template_path();
             let mut at = object;
@@ -186,8 +204,10 @@ impl Workload {
                 at = at.and_then(|v| v.get(*step));
             }
             let template = match at {
-                Some(t) => serde_path_to_error::deserialize(t.clone())
-                    .map_err(|e| format!("field {}.{}: {}", path.join("."), e.path(), e.inner()))?,
+                Some(t) => serde_path_to_error::deserialize(t.clone()).map_err(|e| FieldError {
+                    path: format!("{}.{}", path.join("."), e.path()),
+                    reason: e.inner().to_string(),
+                })?,
                 None => Default::default(),
             };
             let replicas = object

@@ -88,9 +88,9 @@ struct ResourcePolicy {
 
 impl Vpa {
     /// Reads a VerticalPodAutoscaler object; an error names the field.
-    pub fn from_object(value: serde_json::Value) -> Result<Self, String> {
-        let o: Object = serde_path_to_error::deserialize(value)
-            .map_err(|e| format!("field {}: {}", e.path(), e.inner()))?;
+    pub fn from_object(value: serde_json::Value) -> Result<Self, crate::snapshot::FieldError> {
+        let o: Object =
+            serde_path_to_error::deserialize(value).map_err(crate::snapshot::FieldError::of)?;
         Ok(Vpa {
             namespace: o.metadata.namespace.as_deref().unwrap_or("default").into(),
             name: o.metadata.name.into(),
@@ -209,6 +209,6 @@ mod tests {
     #[test]
     fn a_vpa_without_target_ref_is_an_error_naming_the_field() {
         let e = Vpa::from_object(json!({"metadata": {"name": "v"}, "spec": {}})).unwrap_err();
-        assert!(e.contains("spec"), "{e}");
+        assert!(e.path.contains("spec"), "{e}");
     }
 }

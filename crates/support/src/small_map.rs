@@ -1,9 +1,8 @@
 //! A map kept as one sorted vector: the API and iteration order of `BTreeMap`, for the maps kerf
 //! holds per workload and per container, which have one to a few entries. A `BTreeMap`'s first
-//! entry allocates a whole node (≈370 bytes for `String → f64`, ≈800 for a container outcome);
-//! here an entry costs its own size. At 25,000 workloads with four such maps each that is tens of
-//! MiB (docs/performance.md). Lookups are binary searches: fine for the handful of entries these
-//! maps hold, not meant for large maps.
+//! entry allocates a whole node; here an entry costs its own size (memory: docs/performance.md).
+//! Lookups are binary searches: fine for the handful of entries these maps hold, not meant for
+//! large maps.
 
 use std::borrow::Borrow;
 use std::fmt;

@@ -1007,7 +1007,7 @@ fn vpa_of(object: DynamicObject) -> Option<Vpa> {
     let (namespace, name) = (object.metadata.namespace.clone(), object.name_any());
     let read = serde_json::to_value(object)
         .map_err(|e| e.to_string())
-        .and_then(Vpa::from_object);
+        .and_then(|v| Vpa::from_object(v).map_err(|e| e.to_string()));
     match read {
         Ok(v) => Some(v),
         Err(e) => {

@@ -100,7 +100,8 @@ where
             Ok(watcher::Event::Init) => {}
             Ok(_) => st.failures = 0,
             Err(e) => {
-                if gone_outside_an_event(e) {
+                let relist = gone_outside_an_event(e);
+                if relist {
                     st.inner = watcher(st.api.clone(), st.config.clone()).boxed();
                 }
                 st.failures = st.failures.saturating_add(1);
@@ -110,7 +111,18 @@ where
                     MAX_DELAY
                 };
                 let spread = st.jitter.hash_one(st.failures) as f64 / u64::MAX as f64;
-                st.pause = Some(list_retry_delay(st.failures, max, spread));
+                let pause = list_retry_delay(st.failures, max, spread);
+                st.pause = Some(pause);
+                // The restart's own span: which resource, how many failures in a row, how long
+                // until the next attempt, and whether it lists again from scratch.
+                tracing::debug_span!(
+                    "watch_restart",
+                    resource = %st.api.resource_url(),
+                    failures = st.failures,
+                    pause_ms = pause.as_millis() as u64,
+                    relist,
+                )
+                .in_scope(|| tracing::debug!(error = %e, "watch restarts"));
             }
         }
         Some((item, st))

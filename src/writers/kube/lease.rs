@@ -200,7 +200,8 @@ impl Lease {
                 let leader = self.leading(now);
                 let changed = tx.send_if_modified(|v| std::mem::replace(v, leader) != leader);
                 if changed {
-                    tracing::info!(identity = %self.identity, leader, "writer lease leadership changed");
+                    tracing::info_span!("lease_change", lease = %self.cfg.name, identity = %self.identity, leader)
+                        .in_scope(|| tracing::info!("writer lease leadership changed"));
                 }
                 self.report(now);
                 if tx.is_closed() {
@@ -387,6 +388,7 @@ impl Lease {
     /// when absent, taken over when expired, renewed when it shows a renewal this replica sent
     /// less than a Lease duration ago (or one of an earlier process of the same identity).
     /// `Ok(true)` = the API server shows this replica as the holder now.
+    #[tracing::instrument(name = "lease_round", level = "debug", skip_all, fields(lease = %self.cfg.name, identity = %self.identity))]
     pub async fn try_acquire_or_renew(&mut self, now: Timestamp) -> Result<bool, LeaseError> {
         let identity = self.identity.clone();
         let ours = |l: &CoordLease| holder_of(l) == Some(identity.as_str());

@@ -112,7 +112,13 @@ impl WriterConfig {
     }
 }
 
-type Queued = (WriteOp, Option<oneshot::Sender<WriteOutcome>>);
+/// A queued op: the cycle that planned it (its log lines carry the id), and who waits for its
+/// outcome.
+struct Queued {
+    op: WriteOp,
+    cycle: Option<u64>,
+    reply: Option<oneshot::Sender<WriteOutcome>>,
+}
 
 fn count_fallback(metrics: &Metrics) {
     metrics
@@ -141,13 +147,33 @@ pub struct WriterHandle {
 impl WriterHandle {
     /// Queues an op (waits only when the queue is full).
     pub async fn send(&self, op: WriteOp) -> Result<(), WriterStopped> {
-        self.tx.send((op, None)).await.map_err(|_| WriterStopped)
+        self.queue(op, None).await
+    }
+
+    /// Queues an op the cycle `cycle` planned: its write span carries the cycle's id, so the log
+    /// finds every write of a cycle.
+    pub async fn send_planned(&self, op: WriteOp, cycle: u64) -> Result<(), WriterStopped> {
+        self.queue(op, Some(cycle)).await
+    }
+
+    async fn queue(&self, op: WriteOp, cycle: Option<u64>) -> Result<(), WriterStopped> {
+        let queued = Queued {
+            op,
+            cycle,
+            reply: None,
+        };
+        self.tx.send(queued).await.map_err(|_| WriterStopped)
     }
 
     /// Queues an op and waits for its outcome.
     pub async fn apply(&self, op: WriteOp) -> WriteOutcome {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send((op, Some(tx))).await.is_err() {
+        let queued = Queued {
+            op,
+            cycle: None,
+            reply: Some(tx),
+        };
+        if self.tx.send(queued).await.is_err() {
             return WriteOutcome::Failed(WriterStopped.to_string());
         }
         rx.await
@@ -205,16 +231,12 @@ impl Writer {
             last_applied: HashMap::new(),
         };
         tokio::spawn(async move {
-            while let Some((op, reply)) = rx.recv().await {
+            while let Some(Queued { op, cycle, reply }) = rx.recv().await {
                 let outcome = if holds_lease(&task.lease) {
-                    task.execute(op).await
+                    task.execute(op, cycle).await
                 } else {
                     WriteOutcome::NotLeader
                 };
-                match &outcome {
-                    WriteOutcome::Failed(e) => tracing::warn!(error = %e, "cluster write failed"),
-                    other => tracing::debug!(outcome = ?other, "cluster write"),
-                }
                 if let Some(reply) = reply {
                     let _ = reply.send(outcome);
                 }
@@ -391,12 +413,24 @@ impl Task {
         unreachable!("the loop returns on its last attempt")
     }
 
-    /// One write in a span naming what it is about, so its log lines (retries, conflicts,
-    /// refusals) say which workload.
-    async fn execute(&mut self, op: WriteOp) -> WriteOutcome {
+    /// One write in a span naming what it is about and the cycle that planned it, so its log
+    /// lines (retries, conflicts, refusals) say which workload and which cycle.
+    async fn execute(&mut self, op: WriteOp, cycle: Option<u64>) -> WriteOutcome {
         use tracing::Instrument as _;
-        let span = tracing::info_span!("write", subject = %op.subject());
-        self.execute_op(op).instrument(span).await
+        let span = tracing::info_span!(
+            "write",
+            cycle = tracing::field::Empty,
+            subject = %op.subject()
+        );
+        if let Some(id) = cycle {
+            span.record("cycle", id);
+        }
+        let outcome = self.execute_op(op).instrument(span.clone()).await;
+        span.in_scope(|| match &outcome {
+            WriteOutcome::Failed(e) => tracing::warn!(error = %e, "cluster write failed"),
+            other => tracing::debug!(outcome = ?other, "cluster write"),
+        });
+        outcome
     }
 
     async fn execute_op(&mut self, op: WriteOp) -> WriteOutcome {

@@ -128,6 +128,18 @@ pub enum MetricError {
 }
 
 impl MetricError {
+    /// The `reason` label it is counted under (`kerf_prometheus_query_failures_total`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            MetricError::Unavailable(_) => "unavailable",
+            MetricError::Timeout(_) => "timeout",
+            MetricError::BadResponse(_) => "bad_response",
+            MetricError::Unauthorized(_) => "unauthorized",
+            MetricError::Refused(_) => "refused",
+            MetricError::Other(_) => "other",
+        }
+    }
+
     /// Worth retrying as smaller queries: refused as too big, or timed out.
     pub fn is_too_big(&self) -> bool {
         matches!(self, MetricError::Refused(_) | MetricError::Timeout(_))

@@ -42,11 +42,22 @@ static NO_RESULT: WorkloadKey = WorkloadKey {
     name: crate::model::Name::new_static(""),
 };
 
+/// A query of a policy that failed this cycle: which, and the source's answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{policy} {what} query failed: {reason}")]
+pub struct QueryFailed {
+    pub policy: PolicyId,
+    /// The signal or metric asked.
+    pub what: String,
+    /// The metric source's error.
+    pub reason: String,
+}
+
 /// One policy's cycle.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyRun {
     /// `None`: the policy issued no query; `Err`: one of its queries failed, and why.
-    pub queries: Option<Result<(), String>>,
+    pub queries: Option<Result<(), QueryFailed>>,
     /// Why its `automationStrategyRef` does not resolve (the policy is then not applied).
     pub unresolved_strategy: Option<String>,
     /// GPU policies whose queries were answered: the signals some selected pod had no sample
@@ -56,6 +67,9 @@ pub struct PolicyRun {
 
 #[derive(Debug, Default)]
 pub struct CycleOutput {
+    /// The cycle's id, in its span and in the span of every write it planned (set by the loop
+    /// that runs it; 0 where none does).
+    pub id: u64,
     /// Workloads covered by a GPU policy first (in evaluation order), then those only a
     /// rightsizing policy covers.
     pub workloads: Vec<WorkloadOutcome>,
@@ -148,7 +162,7 @@ impl CycleOutput {
     }
 
     /// The status of `policy`'s queries, if it issued any.
-    pub fn query_status(&self, policy: &PolicyId) -> Option<&Result<(), String>> {
+    pub fn query_status(&self, policy: &PolicyId) -> Option<&Result<(), QueryFailed>> {
         self.policies.get(policy).and_then(|p| p.queries.as_ref())
     }
 
@@ -158,7 +172,7 @@ impl CycleOutput {
     }
 
     /// Every policy whose queries failed this cycle, with the reason.
-    pub fn query_failures(&self) -> Vec<(PolicyId, String)> {
+    pub fn query_failures(&self) -> Vec<(PolicyId, QueryFailed)> {
         self.policies
             .iter()
             .filter_map(|(id, p)| match &p.queries {

@@ -31,8 +31,8 @@ use crate::model::{
 };
 use crate::persisted::PersistedRecommendation;
 use crate::pod::Pod;
-use crate::recommenders::cycle::CycleOutput;
 use crate::recommenders::cycle::WorkloadOutcome;
+use crate::recommenders::cycle::{CycleOutput, QueryFailed};
 use crate::recommenders::gpu::WorkloadResult;
 use crate::recommenders::gpu::samples::{
     MissingSamples, REASON_NO_SAMPLES, REASON_SAMPLES_FOUND, condition_message,
@@ -77,21 +77,21 @@ fn condition_writes(
     id: &PolicyId,
     generation: Option<i64>,
     observed: Option<PolicyStatus>,
-    strategy: Result<(), String>,
-    prometheus: Option<&Result<(), String>>,
+    unresolved_strategy: Option<String>,
+    prometheus: Option<&Result<(), QueryFailed>>,
     metrics_found: Option<ConditionUpdate>,
     matched: i64,
 ) -> WriteOp {
     let mut conditions = Vec::new();
-    let strategy_ok = strategy.is_ok();
-    conditions.push(match &strategy {
-        Ok(()) => ConditionUpdate::new(
+    let strategy_ok = unresolved_strategy.is_none();
+    conditions.push(match unresolved_strategy {
+        None => ConditionUpdate::new(
             CONDITION_STRATEGY_RESOLVED,
             true,
             "Resolved",
             "automationStrategyRef resolves",
         ),
-        Err(e) => ConditionUpdate::new(CONDITION_STRATEGY_RESOLVED, false, "NotFound", e.clone()),
+        Some(why) => ConditionUpdate::new(CONDITION_STRATEGY_RESOLVED, false, "NotFound", why),
     });
     match prometheus {
         Some(Ok(())) => conditions.push(ConditionUpdate::new(
@@ -1359,10 +1359,6 @@ fn policy_condition_writes(
         );
     for (id, generation, status) in policies {
         let run = cycle.policies.get(id).cloned().unwrap_or_default();
-        let strategy = match run.unresolved_strategy {
-            Some(e) => Err(e),
-            None => Ok(()),
-        };
         // Said only when every query was answered: a failed one is PrometheusAvailable's.
         let answered = matches!(run.queries, Some(Ok(())));
         let metrics_found = run
@@ -1374,7 +1370,7 @@ fn policy_condition_writes(
             id,
             generation,
             status.clone(),
-            strategy,
+            run.unresolved_strategy.clone(),
             run.queries.as_ref(),
             metrics_found,
             matched.get(id).copied().unwrap_or(0),

@@ -24,7 +24,7 @@ use crate::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
 
 use self::container::ContainerSignals;
-use self::workload::{ContainerInput, History, HpaInput, RsResult, WorkloadInput};
+use self::workload::{ContainerInput, EvaluationError, History, HpaInput, RsResult, WorkloadInput};
 use crate::grouping::pods_by_owner;
 use crate::hpa::{self, ReplicaHistory};
 use crate::model::Sample;
@@ -891,7 +891,7 @@ pub fn evaluate(
         let counted = container::counted_containers(spec);
         let keys = window_keys(&w.key, &counted);
         let mut containers = Vec::new();
-        let mut bad_request: Option<String> = None;
+        let mut bad_request: Option<EvaluationError> = None;
         let gpu_w = gpu.get(&w.key).copied();
         let (cpu_window, _) = windows(&policy.spec);
         let cpu_step = cpu_step_for(cpu_window, step_seconds, rate_window(&policy.spec));
@@ -899,7 +899,10 @@ pub fn evaluate(
             let current = match container::effective_requests(c) {
                 Ok(r) => r,
                 Err(e) => {
-                    bad_request = Some(format!("container {}: {e}", c.name));
+                    bad_request = Some(EvaluationError::Request {
+                        container: c.name.to_string(),
+                        error: e,
+                    });
                     Default::default()
                 }
             };
@@ -929,16 +932,7 @@ pub fn evaluate(
                     &snapshot.limit_ranges,
                     &w.key.namespace,
                 ),
-                quotas: snapshot
-                    .resource_quotas
-                    .iter()
-                    .filter(|q| {
-                        q.name
-                            .split_once('/')
-                            .is_some_and(|(ns, _)| ns == w.key.namespace.as_str())
-                    })
-                    .cloned()
-                    .collect(),
+                quotas: namespace_quotas(snapshot, &w.key.namespace),
                 vpa: crate::vpa::applying_vpa(
                     &snapshot.vpas,
                     &w.key.namespace,
@@ -950,7 +944,7 @@ pub fn evaluate(
                 history: history(answers, &keys, &policy.spec, now, step_seconds),
                 now,
             })
-            .map_err(|e| e.to_string()),
+            .map_err(EvaluationError::from),
         };
         out.push(RsResult {
             key: w.key.clone(),
@@ -960,6 +954,20 @@ pub fn evaluate(
         });
     }
     out
+}
+
+/// The ResourceQuotas of `namespace` (named `<namespace>/<name>`).
+fn namespace_quotas(snapshot: &Snapshot, namespace: &str) -> Vec<crate::limits::QuotaView> {
+    snapshot
+        .resource_quotas
+        .iter()
+        .filter(|q| {
+            q.name
+                .split_once('/')
+                .is_some_and(|(ns, _)| ns == namespace)
+        })
+        .cloned()
+        .collect()
 }
 
 /// CPU/memory requests with HPA coordination (docs/design/hpa-coordination.md).

@@ -210,13 +210,27 @@ pub struct Managed {
     pub hpa_resource: Option<HpaResource>,
 }
 
+/// Why a workload's CPU/memory cannot be evaluated under the policy that won it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvaluationError {
+    /// A field of the policy.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A request of the workload's own template that is not a quantity.
+    #[error("container {container}: {error}")]
+    Request {
+        container: String,
+        error: crate::quantity::QuantityError,
+    },
+}
+
 /// One workload's CPU/memory result: its outcome under the policy that won it.
 #[derive(Clone, Debug)]
 pub struct RsResult {
     pub key: WorkloadKey,
     pub policy: PolicyId,
-    /// Err = the policy cannot be used (field-named message).
-    pub outcome: Result<RightsizingOutcome, String>,
+    /// Err = the workload cannot be evaluated under the policy (the field named).
+    pub outcome: Result<RightsizingOutcome, EvaluationError>,
     pub metrics_unavailable: bool,
 }
 
