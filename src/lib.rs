@@ -14,7 +14,6 @@ pub use kerf_core as core;
 pub use kerf_support as support;
 
 pub mod bench;
-pub mod bench_resources;
 pub mod checkpoint;
 pub mod cli;
 pub mod health;

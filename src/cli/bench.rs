@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::core::snapshot::Snapshot;
 use crate::metrics::MetricSource;
 
-use crate::bench::{
+use crate::bench::scale::{
     ScaleSpec, SynthSource, cpu_seconds, peak_rss_mib, rss_mib, synth_snapshot, write_openmetrics,
 };
 
@@ -80,7 +80,7 @@ pub struct DecodeArgs {
 /// decoding the body as often as fits in ~0.3 s, decoders interleaved so load drifts hit all.
 fn decode_bench(args: &DecodeArgs) -> anyhow::Result<()> {
     use crate::bench::decoders;
-    let body = crate::bench::query_range_body(args.series, args.points);
+    let body = crate::bench::scale::query_range_body(args.series, args.points);
     let expected = args.series * args.points;
     type Decoder = fn(&[u8]) -> usize;
     let all: [(&str, Decoder); 4] = [
@@ -560,7 +560,7 @@ async fn prometheus_cpu_seconds(url: &str) -> Option<f64> {
 /// `kerf bench resources`: one CPU/memory cycle (plan → window queries → recommenders → write
 /// planning → the in-memory writer) against Prometheus, and what it cost kerf.
 async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
-    use crate::bench_resources::{HistorySpec, synth_snapshot, write_openmetrics};
+    use crate::bench::resources::{HistorySpec, synth_snapshot, write_openmetrics};
     let spec = HistorySpec {
         workloads: args.workloads,
         pods: args.pods,

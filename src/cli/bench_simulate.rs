@@ -1,6 +1,6 @@
 //! `kerf bench simulate`: how long a replay takes (docs/performance.md). Either the shipped
 //! examples over a synthetic week of history ([`crate::simulate::synth::ExampleHistory`]), or
-//! a synthetic cluster of `--workloads` GPU workloads ([`crate::bench::synth_snapshot`]).
+//! a synthetic cluster of `--workloads` GPU workloads ([`crate::bench::scale::synth_snapshot`]).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::Args;
 use serde_json::json;
 
-use crate::bench::{ScaleSpec, SynthSource, cpu_seconds, peak_rss_mib};
+use crate::bench::scale::{ScaleSpec, SynthSource, cpu_seconds, peak_rss_mib};
 use crate::simulate::synth::{ExampleHistory, GpuOnly};
 use crate::simulate::{Options, Report};
 
@@ -73,7 +73,7 @@ pub async fn run(args: SimulateBenchArgs) -> anyhow::Result<()> {
                 step_seconds: args.step_seconds,
             };
             // Pods started two hours before the replay (synth_snapshot's `now`).
-            let snapshot = crate::bench::synth_snapshot(&spec, from);
+            let snapshot = crate::bench::scale::synth_snapshot(&spec, from);
             let manifests = crate::sources::dir::Manifests {
                 snapshot,
                 ..Default::default()

@@ -340,7 +340,7 @@ status:
 }
 
 mod gpu_streaming {
-    use kerf::bench::{ScaleSpec, SynthSource, synth_snapshot};
+    use kerf::bench::scale::{ScaleSpec, SynthSource, synth_snapshot};
     use std::collections::{BTreeMap, BTreeSet};
     use std::sync::Arc;
 

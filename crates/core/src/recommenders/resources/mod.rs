@@ -12,6 +12,7 @@
 
 pub mod container;
 pub mod floors;
+pub mod histogram;
 pub mod incremental;
 pub mod summary;
 pub mod workload;

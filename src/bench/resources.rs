@@ -14,7 +14,9 @@ use std::io::Write;
 use jiff::Timestamp;
 
 use crate::api::{PolicyType, RightsizingPolicySpec};
-use crate::bench::{FNV_OFFSET, add_bench_strategy, deployment, fnv1a, namespace, running_pod};
+use crate::bench::scale::{
+    FNV_OFFSET, add_bench_strategy, deployment, fnv1a, namespace, running_pod,
+};
 use crate::core::model::PolicyId;
 use crate::core::pod::{Container, PodSpec, PodTemplateSpec, Resources};
 use crate::core::recommenders::resources::LAST_TERMINATED_METRIC;
