@@ -164,7 +164,7 @@ async fn a_forbidden_list_is_logged_once_counted_and_shown_on_readyz_until_it_wo
     assert_eq!(warned.len(), 1, "rate-limited to one line: {warned:#?}");
     assert!(
         warned[0].ends_with(&format!(
-            "kerf::sources::kube: Pod: {}; retrying resource=Pod reason=forbidden",
+            "kerf::sources::kube::watch_errors: Pod: {}; retrying resource=Pod reason=forbidden",
             pods_forbidden_message()
         )),
         "{}",
