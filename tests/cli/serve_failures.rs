@@ -324,7 +324,7 @@ async fn a_forbidden_watch_and_a_missing_crd_are_shown_then_kerf_exits_1_after_t
     let (status, stderr) = kerf.exit(30).await;
     assert_eq!(status.code(), Some(1), "{stderr}");
     // …while each error was logged once at warn (rate-limited), with the resource.
-    let warned = lines_with(&stderr, &[" WARN kerf::sources::kube: Pod: "]);
+    let warned = lines_with(&stderr, &[" WARN kerf::sources::kube::watch_errors: Pod: "]);
     assert_eq!(warned.len(), 1, "{stderr}");
     assert!(
         warned[0].ends_with(&format!(
@@ -334,7 +334,7 @@ async fn a_forbidden_watch_and_a_missing_crd_are_shown_then_kerf_exits_1_after_t
         "{}",
         warned[0]
     );
-    let warned = lines_with(&stderr, &[" WARN kerf::sources::kube: GpuReactivePolicy: "]);
+    let warned = lines_with(&stderr, &[" WARN kerf::sources::kube::watch_errors: GpuReactivePolicy: "]);
     assert_eq!(warned.len(), 1, "{stderr}");
     assert!(
         warned[0].ends_with(&format!(
