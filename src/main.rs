@@ -22,7 +22,7 @@ async fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // kube logs every failed request (its client's trace layer, at error) and every failed
     // watch retry (its watcher, at warn). kerf reports each failure where it happens — the
-    // reader rate-limited and with the fix (`src/sources/kube/mod.rs`), the writer, the Lease — so
+    // reader rate-limited and with the fix (`src/sources/kube/watch_errors.rs`), the writer, the Lease — so
     // those lines are left out, unless RUST_LOG names a kube crate itself.
     if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube")) {
         for directive in [

@@ -334,7 +334,10 @@ async fn a_forbidden_watch_and_a_missing_crd_are_shown_then_kerf_exits_1_after_t
         "{}",
         warned[0]
     );
-    let warned = lines_with(&stderr, &[" WARN kerf::sources::kube::watch_errors: GpuReactivePolicy: "]);
+    let warned = lines_with(
+        &stderr,
+        &[" WARN kerf::sources::kube::watch_errors: GpuReactivePolicy: "],
+    );
     assert_eq!(warned.len(), 1, "{stderr}");
     assert!(
         warned[0].ends_with(&format!(
