@@ -15,7 +15,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -45,14 +44,82 @@ pub struct Manifests {
     pub invalid: Vec<InvalidPolicy>,
 }
 
-fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// Why manifests cannot be read. Every message names the file and document, the object and the
+/// field; one read reports every problem of every file at once ([`ManifestError::Several`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("reading directory {path}: {source}")]
+    Directory {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}: no .yaml or .yml files")]
+    NoYamlFiles(String),
+    /// A field that does not decode as its type says.
+    #[error("{what}: field {path}: {reason}")]
+    Field {
+        what: String,
+        path: String,
+        reason: String,
+    },
+    /// Fields kerf's own kinds do not have (with the nearest declared name).
+    #[error("{what}: {error}")]
+    UnknownFields {
+        what: String,
+        error: ValidationError,
+    },
+    /// A field whose value breaks the kind's rules (the CRD's, checked by `validate()`).
+    #[error("{what}: invalid: {error}")]
+    Invalid {
+        what: String,
+        error: ValidationError,
+    },
+    /// An object kerf reads but cannot take as it is (a singleton's name, an HPA's version,
+    /// a kind unknown in kerf's group, a document without apiVersion or kind).
+    #[error("{what}: {problem}")]
+    Object { what: String, problem: String },
+    /// A kind kerf does not read (nor the configuration lists): read again once the
+    /// configuration's `workloadKinds` is known, then skipped.
+    #[error("a kind kerf does not read")]
+    UnsupportedKind(serde_json::Value),
+    /// One problem, as found.
+    #[error("{0}")]
+    One(String),
+    /// Every problem, each on its own line.
+    #[error("{} errors:\n{}", .0.len(), .0.join("\n"))]
+    Several(Vec<String>),
+}
+
+impl ManifestError {
+    fn object(what: &str, problem: impl Into<String>) -> Self {
+        ManifestError::Object {
+            what: what.to_string(),
+            problem: problem.into(),
+        }
+    }
+
+    /// A field error of the core's readers, named for `what`.
+    fn field(what: &str, e: crate::core::snapshot::FieldError) -> Self {
+        ManifestError::Field {
+            what: what.to_string(),
+            path: e.path,
+            reason: e.reason,
+        }
+    }
+}
+
+fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&d).with_context(|| format!("reading directory {}", d.display()))?;
+        let unreadable = |source| ManifestError::Directory {
+            path: d.display().to_string(),
+            source,
+        };
+        let entries = std::fs::read_dir(&d).map_err(unreadable)?;
         for e in entries {
-            let path = e?.path();
+            let path = e.map_err(unreadable)?.path();
             if path.is_dir() {
                 stack.push(path);
             } else if matches!(
@@ -72,24 +139,28 @@ fn decode_builtin<T: DeserializeOwned + schemars::JsonSchema>(
     doc: serde_json::Value,
     what: &str,
     dropped: &mut Vec<crate::api::FieldError>,
-) -> anyhow::Result<T> {
+) -> Result<T, ManifestError> {
     dropped.extend(crate::api::strict::unknown_fields_of::<T>(&doc));
     decode(doc, what)
 }
 
-fn decode<T: DeserializeOwned>(doc: serde_json::Value, what: &str) -> anyhow::Result<T> {
-    serde_path_to_error::deserialize(doc).map_err(|e| {
-        let path = e.path().to_string();
-        anyhow::anyhow!("{what}: field {path}: {}", e.into_inner())
-    })
+fn decode<T: DeserializeOwned>(doc: serde_json::Value, what: &str) -> Result<T, ManifestError> {
+    serde_path_to_error::deserialize(doc)
+        .map_err(|e| ManifestError::field(what, crate::core::snapshot::FieldError::of(e)))
 }
 
 /// A kerf object decoded strictly: every unknown field (with the nearest declared name) is an
 /// error, then the shape.
-fn decode_strict<T: DeserializeOwned>(doc: &serde_json::Value, what: &str) -> anyhow::Result<T> {
+fn decode_strict<T: DeserializeOwned>(
+    doc: &serde_json::Value,
+    what: &str,
+) -> Result<T, ManifestError> {
     let unknown = crate::api::strict::unknown_fields(doc);
     if !unknown.is_empty() {
-        anyhow::bail!("{what}: {}", ValidationError(unknown));
+        return Err(ManifestError::UnknownFields {
+            what: what.to_string(),
+            error: ValidationError(unknown),
+        });
     }
     decode(doc.clone(), what)
 }
@@ -100,8 +171,11 @@ fn read_policy<P: DeserializeOwned, T>(
     doc: &serde_json::Value,
     what: &str,
     check: impl FnOnce(P) -> Result<T, ValidationError>,
-) -> anyhow::Result<T> {
-    check(decode_strict(doc, what)?).map_err(|e| anyhow::anyhow!("{what}: invalid: {e}"))
+) -> Result<T, ManifestError> {
+    check(decode_strict(doc, what)?).map_err(|error| ManifestError::Invalid {
+        what: what.to_string(),
+        error,
+    })
 }
 
 /// A cluster-scoped object's metadata carries no namespace, whatever the manifest says.
@@ -117,7 +191,7 @@ fn rejected_policy(
     doc: &serde_json::Value,
     policy_type: PolicyType,
     name: &str,
-    error: anyhow::Error,
+    error: ManifestError,
 ) -> InvalidPolicy {
     let namespaced = matches!(
         policy_type,
@@ -138,7 +212,7 @@ fn rejected_policy(
         },
         policy_type,
         generation: None,
-        error: format!("{error:#}"),
+        error: error.to_string(),
         status: None,
     }
 }
@@ -147,13 +221,13 @@ fn rejected_policy(
 /// file (multi-document files and `*List` documents allowed). Every problem of every file is
 /// reported in the one error; invalid policies are returned in [`Manifests::invalid`] (a cluster
 /// reports them in their status).
-pub fn load_dir(path: &Path) -> anyhow::Result<Manifests> {
+pub fn load_dir(path: &Path) -> Result<Manifests, ManifestError> {
     let files = if path.is_file() {
         vec![path.to_path_buf()]
     } else {
         let files = yaml_files(path)?;
         if files.is_empty() {
-            anyhow::bail!("{}: no .yaml or .yml files", path.display());
+            return Err(ManifestError::NoYamlFiles(path.display().to_string()));
         }
         files
     };
@@ -168,7 +242,7 @@ pub fn load_dir(path: &Path) -> anyhow::Result<Manifests> {
 }
 
 /// Reads one YAML text (`origin` names it in errors) into `m`; every problem in the one error.
-pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<()> {
+pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> Result<(), ManifestError> {
     let mut reader = ManifestReader {
         manifests: std::mem::take(m),
         ..ManifestReader::default()
@@ -183,11 +257,11 @@ pub fn load_text(text: &str, origin: &str, m: &mut Manifests) -> anyhow::Result<
 }
 
 /// Every error as one, each on its own line (none: `None`).
-fn all_errors(errors: Vec<String>) -> Option<anyhow::Error> {
+fn all_errors(mut errors: Vec<String>) -> Option<ManifestError> {
     match errors.len() {
         0 => None,
-        1 => errors.into_iter().next().map(anyhow::Error::msg),
-        n => Some(anyhow::anyhow!("{n} errors:\n{}", errors.join("\n"))),
+        1 => errors.pop().map(ManifestError::One),
+        _ => Some(ManifestError::Several(errors)),
     }
 }
 
@@ -216,7 +290,7 @@ impl Manifests {
 
     /// The unknown fields of Kubernetes kinds as one error (`--strict`), or `Ok` when there are
     /// none.
-    pub fn reject_warnings(&self) -> anyhow::Result<()> {
+    pub fn reject_warnings(&self) -> Result<(), ManifestError> {
         match all_errors(self.warnings.clone()) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -225,7 +299,7 @@ impl Manifests {
 
     /// The invalid policies as one error (for a one-shot command, where the user's input must be
     /// right): every one of them, each once.
-    pub fn reject_invalid(&self) -> anyhow::Result<()> {
+    pub fn reject_invalid(&self) -> Result<(), ManifestError> {
         match all_errors(self.invalid.iter().map(|p| p.error.clone()).collect()) {
             Some(e) => Err(e),
             None => Ok(()),
@@ -296,28 +370,28 @@ impl ManifestReader {
             return;
         }
         let invalid = self.manifests.invalid.len();
-        if let Err(e) = read_object(doc, at, &mut self.manifests) {
-            match e.downcast::<UnsupportedKind>() {
-                // Kubernetes' own groups hold no listed kind: counted now, not kept (a dump's
-                // ConfigMaps and Secrets can be large).
-                Ok(UnsupportedKind(doc)) if kubernetes_group(&doc) => self.skip(&doc),
-                Ok(unknown) => self.unknown_kinds.push((unknown.0, at.to_string())),
-                Err(e) => self.error(format!("{e:#}")),
+        match read_object(doc, at, &mut self.manifests) {
+            Ok(()) => {}
+            // Kubernetes' own groups hold no listed kind: counted now, not kept (a dump's
+            // ConfigMaps and Secrets can be large).
+            Err(ManifestError::UnsupportedKind(doc)) if kubernetes_group(&doc) => self.skip(&doc),
+            Err(ManifestError::UnsupportedKind(doc)) => {
+                self.unknown_kinds.push((doc, at.to_string()))
             }
+            Err(e) => self.error(e.to_string()),
         }
         let new = &self.manifests.invalid[invalid..];
         self.all.extend(new.iter().map(|p| p.error.clone()));
     }
 
     /// What was read, or every error (and every invalid policy) in one.
-    pub fn finish(mut self) -> anyhow::Result<Manifests> {
+    pub fn finish(mut self) -> Result<Manifests, ManifestError> {
         crate::api::listed_kinds::set_listed(&self.manifests.snapshot.global.workload_kinds);
         for (doc, at) in std::mem::take(&mut self.unknown_kinds) {
-            if let Err(e) = read_object(doc, &at, &mut self.manifests) {
-                match e.downcast::<UnsupportedKind>() {
-                    Ok(UnsupportedKind(doc)) => self.skip(&doc),
-                    Err(e) => self.error(format!("{e:#}")),
-                }
+            match read_object(doc, &at, &mut self.manifests) {
+                Ok(()) => {}
+                Err(ManifestError::UnsupportedKind(doc)) => self.skip(&doc),
+                Err(e) => self.error(e.to_string()),
             }
         }
         self.manifests.warnings = dropped_field_warnings(&self.manifests.dropped);
@@ -418,21 +492,8 @@ fn kubernetes_group(doc: &serde_json::Value) -> bool {
         || group.ends_with(".k8s.io")
 }
 
-/// An object of a kind kerf does not read (nor the configuration lists): read again once the
-/// configuration's `workloadKinds` is known, then skipped.
-#[derive(Debug)]
-struct UnsupportedKind(serde_json::Value);
-
-impl std::fmt::Display for UnsupportedKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a kind kerf does not read")
-    }
-}
-
-impl std::error::Error for UnsupportedKind {}
-
 /// Reads one object into `m`: an error names the document (`at`), the object and the field.
-fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::Result<()> {
+fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> Result<(), ManifestError> {
     let text = |v: Option<&serde_json::Value>| v.and_then(|k| k.as_str()).map(str::to_string);
     let kind = text(doc.get("kind")).unwrap_or_default();
     let api_version = text(doc.get("apiVersion")).unwrap_or_default();
@@ -440,7 +501,7 @@ fn read_object(doc: serde_json::Value, at: &str, m: &mut Manifests) -> anyhow::R
         .unwrap_or_else(|| "<unnamed>".to_string());
     let what = format!("{at} ({kind} {name})");
     if kind.is_empty() || api_version.is_empty() {
-        anyhow::bail!("{at}: missing apiVersion or kind");
+        return Err(ManifestError::object(at, "missing apiVersion or kind"));
     }
     let ours = api_version == format!("{GROUP}/{VERSION}");
     match (ours, kind.as_str()) {
@@ -528,7 +589,7 @@ fn read_policy_object(
 
 /// A policy as read, or recorded as invalid with the reason.
 fn add_policy<S>(
-    read: anyhow::Result<(ObjectMeta, S, Option<PolicyStatus>)>,
+    read: Result<(ObjectMeta, S, Option<PolicyStatus>), ManifestError>,
     policy_type: PolicyType,
     doc: &serde_json::Value,
     name: &str,
@@ -549,8 +610,11 @@ fn read_configuration(
     kind: &str,
     what: &str,
     s: &mut Snapshot,
-) -> anyhow::Result<()> {
-    let invalid = |e: ValidationError| anyhow::anyhow!("{what}: invalid: {e}");
+) -> Result<(), ManifestError> {
+    let invalid = |error: ValidationError| ManifestError::Invalid {
+        what: what.to_string(),
+        error,
+    };
     match kind {
         "AutomationStrategy" => {
             let p: AutomationStrategy = decode_strict(doc, what)?;
@@ -578,9 +642,12 @@ fn read_configuration(
             let p: GlobalConfiguration = decode_strict(doc, what)?;
             p.spec.validate().map_err(invalid)?;
             if p.metadata.name.as_deref() != Some(GLOBAL_CONFIGURATION_NAME) {
-                anyhow::bail!(
-                    "{what}: metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}"
-                );
+                return Err(ManifestError::object(
+                    what,
+                    format!(
+                        "metadata.name: the GlobalConfiguration singleton must be named {GLOBAL_CONFIGURATION_NAME}"
+                    ),
+                ));
             }
             s.global = p.spec;
         }
@@ -588,13 +655,21 @@ fn read_configuration(
             let p: PolicyEvaluation = decode_strict(doc, what)?;
             p.spec.validate().map_err(invalid)?;
             if p.metadata.name.as_deref() != Some(POLICY_EVALUATION_NAME) {
-                anyhow::bail!(
-                    "{what}: metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}"
-                );
+                return Err(ManifestError::object(
+                    what,
+                    format!(
+                        "metadata.name: the PolicyEvaluation singleton must be named {POLICY_EVALUATION_NAME}"
+                    ),
+                ));
             }
             s.precedence = p.spec;
         }
-        other => anyhow::bail!("{what}: unknown kind {other} in {GROUP}/{VERSION}"),
+        other => {
+            return Err(ManifestError::object(
+                what,
+                format!("unknown kind {other} in {GROUP}/{VERSION}"),
+            ));
+        }
     }
     Ok(())
 }
@@ -607,7 +682,7 @@ fn read_cluster_object(
     what: &str,
     s: &mut Snapshot,
     dropped: &mut Vec<crate::api::FieldError>,
-) -> anyhow::Result<()> {
+) -> Result<(), ManifestError> {
     match kind {
         "Deployment" => {
             let o: Deployment = decode_builtin(doc, what, dropped)?;
@@ -673,9 +748,10 @@ fn read_cluster_object(
         }
         "HorizontalPodAutoscaler" => {
             if !api_version.starts_with("autoscaling/v2") {
-                anyhow::bail!(
-                    "{what}: apiVersion {api_version}: only autoscaling/v2 HPAs are read"
-                );
+                return Err(ManifestError::object(
+                    what,
+                    format!("apiVersion {api_version}: only autoscaling/v2 HPAs are read"),
+                ));
             }
             let mut h: HorizontalPodAutoscaler = decode_builtin(doc, what, dropped)?;
             h.metadata.namespace.get_or_insert_with(|| "default".into());
@@ -707,7 +783,7 @@ fn read_cluster_object(
             if api_version.starts_with(&format!("{}/", crate::core::vpa::VPA_API_GROUP)) =>
         {
             let v = crate::core::vpa::Vpa::from_object(doc)
-                .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+                .map_err(|e| ManifestError::field(what, e))?;
             s.vpas.push(v);
         }
         k if WorkloadKind::of_object(api_version, k).is_some() => {
@@ -721,7 +797,7 @@ fn read_cluster_object(
             )?;
             record_controller(s, k, &meta);
         }
-        _ => return Err(UnsupportedKind(doc).into()),
+        _ => return Err(ManifestError::UnsupportedKind(doc)),
     }
     Ok(())
 }
@@ -745,12 +821,12 @@ fn owner_workload(
     doc: serde_json::Value,
     kind: WorkloadKind,
     what: &str,
-) -> anyhow::Result<Workload> {
+) -> Result<Workload, ManifestError> {
     let meta: ObjectMeta = decode(
         doc.get("metadata").cloned().unwrap_or_default(),
         &format!("{what}: metadata"),
     )?;
-    Workload::of_controller(meta, kind, Some(&doc)).map_err(|e| anyhow::anyhow!("{what}: {e}"))
+    Workload::of_controller(meta, kind, Some(&doc)).map_err(|e| ManifestError::field(what, e))
 }
 
 #[cfg(test)]
