@@ -48,6 +48,25 @@ pub fn resource_values(
     }
 }
 
+/// One resource of a running or admitted pod's container: the request the change carries and
+/// the limit it carries with it (`status.applied.limits`); where it carries none, the request
+/// capped at the pod's own limit (the API server refuses a request above its limit). The one
+/// rule of admission and in-place resize, so both write what the template write does.
+/// Returns (request, limit to set, the limit the request was capped at).
+pub fn pod_resource_value(
+    request: i64,
+    carried_limit: Option<i64>,
+    pod_limit: Option<i64>,
+) -> (i64, Option<i64>, Option<i64>) {
+    match carried_limit {
+        Some(l) => (request, Some(l), None),
+        None => {
+            let (request, cap) = capped_at_limit(request, pod_limit);
+            (request, None, cap)
+        }
+    }
+}
+
 /// What a container gets: its `recommended` requests (a resource without one is left as it is)
 /// and the limits that go with them, from its current `requests` and `limits`.
 pub fn container_resources(
@@ -273,6 +292,38 @@ pub fn qos_class(containers: &[(ResourceRequests, ResourceRequests)]) -> &'stati
     } else {
         "Burstable"
     }
+}
+
+/// kerf never changes a pod's QoS class (docs/policies.md#limits). Where the requests and limits
+/// it would write do — a Guaranteed container's request lowered under a `RequestsOnly` limit, a
+/// Burstable one's raised to its limit, a LimitRange bound reached by both — each resource whose
+/// request stopped (or started) equalling its limit keeps its current request and limit.
+/// `current` and `written` are every container's (requests, limits); returns the kept
+/// (container index, `cpu` | `memory`). A BestEffort pod that gets its first requests becomes
+/// Burstable, as with VPA: keeping it BestEffort would leave it unsized.
+pub fn qos_class_kept(
+    current: &[(ResourceRequests, ResourceRequests)],
+    written: &mut [(ResourceRequests, ResourceRequests)],
+) -> Vec<(usize, &'static str)> {
+    let before = qos_class(current);
+    if before == "BestEffort" || before == qos_class(written) {
+        return Vec::new();
+    }
+    // The request equals the limit (a request left out is defaulted to it).
+    let at_limit = |r: Option<i64>, l: Option<i64>| l.is_some() && r.is_none_or(|r| Some(r) == l);
+    let mut kept = Vec::new();
+    for (i, ((cr, cl), (wr, wl))) in current.iter().zip(written.iter_mut()).enumerate() {
+        if at_limit(cr.cpu_millis, cl.cpu_millis) != at_limit(wr.cpu_millis, wl.cpu_millis) {
+            (wr.cpu_millis, wl.cpu_millis) = (cr.cpu_millis, cl.cpu_millis);
+            kept.push((i, "cpu"));
+        }
+        if at_limit(cr.memory_bytes, cl.memory_bytes) != at_limit(wr.memory_bytes, wl.memory_bytes)
+        {
+            (wr.memory_bytes, wl.memory_bytes) = (cr.memory_bytes, cl.memory_bytes);
+            kept.push((i, "memory"));
+        }
+    }
+    kept
 }
 
 /// `<namespace>/<name>` of an object (`default` where it names no namespace).

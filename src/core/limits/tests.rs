@@ -175,3 +175,66 @@ fn capped_at_limit_under_requests_only() {
     );
     assert_eq!(capped_at_limit(768 * MIB, None), (768 * MIB, None));
 }
+
+#[test]
+fn pod_resource_value() {
+    // The change carries a limit: the pod gets it with the request, past its old limit.
+    assert_eq!(
+        super::pod_resource_value(768 * MIB, Some(768 * MIB), Some(512 * MIB)),
+        (768 * MIB, Some(768 * MIB), None)
+    );
+    // It carries none (RequestsOnly, no limit): the request is capped at the pod's own.
+    assert_eq!(
+        super::pod_resource_value(768 * MIB, None, Some(512 * MIB)),
+        (512 * MIB, None, Some(512 * MIB))
+    );
+    assert_eq!(
+        super::pod_resource_value(300, None, None),
+        (300, None, None)
+    );
+}
+
+#[test]
+fn qos_class_kept() {
+    let only = (
+        ControlledValues::RequestsOnly,
+        ControlledValues::RequestsOnly,
+    );
+    let write = |controlled, req: &ResourceRequests, lim: &ResourceRequests, rec| {
+        container_resources(controlled, req, lim, &rec)
+    };
+    // Guaranteed under RequestsOnly: lowering the cpu request would make it Burstable, so cpu
+    // keeps its request (and limit); memory, unchanged, stays.
+    let g = rr(Some(1000), Some(512 * MIB));
+    let current = [(g.clone(), g.clone())];
+    let mut written = [write(only, &g, &g, rr(Some(400), None))];
+    assert_eq!(qos_class(&written), "Burstable");
+    assert_eq!(
+        super::qos_class_kept(&current, &mut written),
+        vec![(0, "cpu")]
+    );
+    assert_eq!(written[0], (g.clone(), g.clone()));
+    assert_eq!(qos_class(&written), "Guaranteed");
+    // RequestsAndLimits: the limit follows, nothing to keep.
+    let mut written = [write(BOTH, &g, &g, rr(Some(400), None))];
+    assert!(super::qos_class_kept(&current, &mut written).is_empty());
+    assert_eq!(written[0].1.cpu_millis, Some(400));
+    // Burstable raised to its limit under RequestsOnly would become Guaranteed: kept.
+    let (req, lim) = (
+        rr(Some(500), Some(512 * MIB)),
+        rr(Some(1000), Some(512 * MIB)),
+    );
+    let current = [(req.clone(), lim.clone())];
+    let mut written = [write(only, &req, &lim, rr(Some(2000), None))];
+    assert_eq!(qos_class(&written), "Guaranteed");
+    assert_eq!(
+        super::qos_class_kept(&current, &mut written),
+        vec![(0, "cpu")]
+    );
+    assert_eq!(written[0].0.cpu_millis, Some(500));
+    // A BestEffort pod's first requests make it Burstable, as with VPA.
+    let none = rr(None, None);
+    let current = [(none.clone(), none.clone())];
+    let mut written = [(rr(Some(100), None), none)];
+    assert!(super::qos_class_kept(&current, &mut written).is_empty());
+}

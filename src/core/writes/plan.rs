@@ -394,6 +394,7 @@ impl Planning<'_> {
                 .and_then(|r| r.fallback.as_ref()),
             pods: &pods,
             requests: &apply.requests,
+            limits: &apply.limits,
             now: self.now,
             last_request: previous
                 .and_then(|s| s.resize.as_ref())
@@ -408,6 +409,7 @@ impl Planning<'_> {
         if writing && d.method == ApplyMethod::Evict {
             let wanted = Wanted {
                 requests: &apply.requests,
+                limits: &apply.limits,
                 gpu: gpu_wanted(wo.gpu.as_deref()),
             };
             d.eviction = Some(self.eviction(w, &pods, wanted, previous));
@@ -447,6 +449,7 @@ impl Planning<'_> {
             let none = crate::core::model::ContainerRequests::default();
             let wanted = Wanted {
                 requests: &none,
+                limits: &none,
                 gpu: Some(&wanted_gpu.containers),
             };
             d.eviction = Some(self.eviction(w, &pods, wanted, previous));

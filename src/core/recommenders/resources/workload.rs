@@ -320,6 +320,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .collect();
     let range_reasons = limit_range_reasons(input, &ctx.params, &recommended);
     requests_only_caps(input, &ctx.params, &mut recommended);
+    let qos_reasons = keep_qos_class(input, &ctx.params, &mut recommended);
 
     let mut risk_flags = Vec::new();
     let mut reasons = Vec::new();
@@ -337,6 +338,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     risk_flags.extend(floor_flags);
     reasons.extend(risk_reasons.iter().cloned());
     reasons.extend(range_reasons);
+    reasons.extend(qos_reasons);
     let mut hpa_out = input
         .hpa
         .as_ref()
@@ -958,7 +960,9 @@ fn capped_after_hpa(
     recommended: &mut [ResourceRequests],
     hpa: Option<&mut HpaOutcome>,
 ) {
-    if requests_only_caps(input, params, recommended)
+    let capped = requests_only_caps(input, params, recommended);
+    let kept = !keep_qos_class(input, params, recommended).is_empty();
+    if (capped || kept)
         && let Some(h) = hpa.filter(|h| h.coordinated)
     {
         h.coordinated = false;
@@ -969,6 +973,56 @@ fn capped_after_hpa(
                      RequestsOnly limit or the namespace's LimitRange"
             .to_string();
     }
+}
+
+/// The pod's QoS class kept ([`crate::core::limits::qos_class_kept`]): a resource whose write
+/// would change it keeps its current request, and a reason says so.
+fn keep_qos_class(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &mut [ResourceRequests],
+) -> Vec<String> {
+    let current: Vec<_> = input
+        .containers
+        .iter()
+        .map(|c| (c.signals.current.clone(), c.limits.clone()))
+        .collect();
+    let mut written: Vec<_> = input
+        .containers
+        .iter()
+        .zip(recommended.iter())
+        .map(|(c, r)| {
+            crate::core::limits::bounded_resources(
+                params.controlled_values(),
+                &c.signals.current,
+                &c.limits,
+                r,
+                input.limit_range.as_ref(),
+            )
+        })
+        .collect();
+    let class = crate::core::limits::qos_class(&current);
+    let kept = crate::core::limits::qos_class_kept(&current, &mut written);
+    kept.into_iter()
+        .filter_map(|(i, resource)| {
+            let (c, r) = (&input.containers[i], &mut recommended[i]);
+            let value = match resource {
+                "cpu" => {
+                    r.cpu_millis = r.cpu_millis.and(c.signals.current.cpu_millis);
+                    crate::core::quantity::format_cpu_millis(c.signals.current.cpu_millis?)
+                }
+                _ => {
+                    r.memory_bytes = r.memory_bytes.and(c.signals.current.memory_bytes);
+                    crate::core::quantity::format_memory_bytes(c.signals.current.memory_bytes?)
+                }
+            };
+            Some(format!(
+                "{}: {resource} request kept at {value}: the pod stays {class} (a write never \
+                 changes a pod's QoS class)",
+                c.signals.name
+            ))
+        })
+        .collect()
 }
 
 /// What the namespace's LimitRange changed of the recommended requests (docs/policies.md#limits),
