@@ -176,6 +176,20 @@ pub fn namespace_limit_range(
             lof(acc.max_ratio.0, r.max_ratio.0),
             lof(acc.max_ratio.1, r.max_ratio.1),
         );
+        acc.pod = match (acc.pod.take(), &r.pod) {
+            (Some(mut a), Some(b)) => {
+                a.min.cpu_millis = hi(a.min.cpu_millis, b.min.cpu_millis);
+                a.min.memory_bytes = hi(a.min.memory_bytes, b.min.memory_bytes);
+                a.max.cpu_millis = lo(a.max.cpu_millis, b.max.cpu_millis);
+                a.max.memory_bytes = lo(a.max.memory_bytes, b.max.memory_bytes);
+                a.max_ratio = (
+                    lof(a.max_ratio.0, b.max_ratio.0),
+                    lof(a.max_ratio.1, b.max_ratio.1),
+                );
+                Some(a)
+            }
+            (a, b) => a.or_else(|| b.clone()),
+        };
         acc
     }))
 }
@@ -338,7 +352,8 @@ fn namespaced_name(obj: &serde_json::Value) -> Option<String> {
 }
 
 /// The `type: Container` item of a namespace's LimitRange, as kerf keeps to it: each bound in
-/// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none.
+/// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none; and its
+/// `type: Pod` item, the same bounds over the sum of a pod's containers.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerLimitRange {
     /// `<namespace>/<name>` of the LimitRange, for the reason.
@@ -347,44 +362,80 @@ pub struct ContainerLimitRange {
     pub max: ResourceRequests,
     /// `maxLimitRequestRatio` (limit ÷ request) per resource.
     pub max_ratio: (Option<f64>, Option<f64>),
+    /// The `type: Pod` item, if any.
+    pub pod: Option<PodLimitRange>,
+}
+
+/// The `type: Pod` item of a LimitRange: bounds over the summed requests and limits of a pod's
+/// containers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodLimitRange {
+    pub min: ResourceRequests,
+    pub max: ResourceRequests,
+    pub max_ratio: (Option<f64>, Option<f64>),
 }
 
 impl ContainerLimitRange {
-    /// The Container item of a LimitRange object (`spec.limits[]` with `type: Container`);
-    /// `None` when it has none kerf reads.
+    /// The Container and Pod items of a LimitRange object (`spec.limits[]` with `type:
+    /// Container` or `Pod`); `None` when it has neither.
     pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
         let name = namespaced_name(obj)?;
-        let item = obj
-            .get("spec")?
-            .get("limits")?
-            .as_array()?
-            .iter()
-            .find(|i| i.get("type").and_then(|t| t.as_str()) == Some("Container"))?;
-        let q = |which: &str,
-                 r: &str|
-         -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+        let items = obj.get("spec")?.get("limits")?.as_array()?;
+        let item = |t: &str| {
+            items
+                .iter()
+                .find(|i| i.get("type").and_then(|v| v.as_str()) == Some(t))
+                .map(item_bounds)
+        };
+        let pod = item("Pod").map(|(min, max, max_ratio)| PodLimitRange {
+            min,
+            max,
+            max_ratio,
+        });
+        let (min, max, max_ratio) = match item("Container") {
+            Some(bounds) => bounds,
+            None if pod.is_some() => Default::default(),
+            None => return None,
+        };
+        Some(Self {
+            name,
+            min,
+            max,
+            max_ratio,
+            pod,
+        })
+    }
+}
+
+/// One LimitRange item's `min`, `max` and `maxLimitRequestRatio` of cpu and memory.
+fn item_bounds(
+    item: &serde_json::Value,
+) -> (
+    ResourceRequests,
+    ResourceRequests,
+    (Option<f64>, Option<f64>),
+) {
+    let q =
+        |which: &str, r: &str| -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
             item.get(which)?
                 .get(r)?
                 .as_str()
                 .map(|t| k8s_openapi::apimachinery::pkg::api::resource::Quantity(t.to_string()))
         };
-        let values = |which: &str| ResourceRequests {
-            cpu_millis: q(which, "cpu").and_then(|v| crate::core::quantity::cpu_millis(&v).ok()),
-            memory_bytes: q(which, "memory")
-                .and_then(|v| crate::core::quantity::memory_bytes(&v).ok()),
-        };
-        let ratio = |r: &str| {
-            q("maxLimitRequestRatio", r)
-                .and_then(|v| crate::core::quantity::cpu_millis(&v).ok())
-                .map(|m| m as f64 / 1000.0)
-        };
-        Some(Self {
-            name,
-            min: values("min"),
-            max: values("max"),
-            max_ratio: (ratio("cpu"), ratio("memory")),
-        })
-    }
+    let values = |which: &str| ResourceRequests {
+        cpu_millis: q(which, "cpu").and_then(|v| crate::core::quantity::cpu_millis(&v).ok()),
+        memory_bytes: q(which, "memory").and_then(|v| crate::core::quantity::memory_bytes(&v).ok()),
+    };
+    let ratio = |r: &str| {
+        q("maxLimitRequestRatio", r)
+            .and_then(|v| crate::core::quantity::cpu_millis(&v).ok())
+            .map(|m| m as f64 / 1000.0)
+    };
+    (
+        values("min"),
+        values("max"),
+        (ratio("cpu"), ratio("memory")),
+    )
 }
 
 /// A request and limit kept within a LimitRange's Container bounds, as the API server's
@@ -412,6 +463,125 @@ pub fn within_limit_range(
         }
     }
     (request, limit)
+}
+
+/// One resource of a pod's regular containers, for its LimitRange's `type: Pod` bounds: each
+/// container's request, its limit, and whether kerf sets its request (only those are moved).
+/// `follow`: the limits move with the requests (`RequestsAndLimits`), else they stay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodResource {
+    pub containers: Vec<(i64, Option<i64>, bool)>,
+    pub follow: bool,
+}
+
+impl PodResource {
+    /// The summed request and limit with kerf's requests scaled by `f` (their limits too when
+    /// they follow). The limit sum is `None` unless every container has a limit: LimitRanger
+    /// sums a resource only over a pod whose every container names it.
+    fn sums(&self, f: f64) -> (f64, Option<f64>) {
+        let mut req = 0.0;
+        let mut lim = Some(0.0);
+        for (r, l, moved) in &self.containers {
+            let g = if *moved { f } else { 1.0 };
+            req += *r as f64 * g;
+            let lg = if *moved && self.follow { f } else { 1.0 };
+            lim = lim.zip(*l).map(|(s, l)| s + l as f64 * lg);
+        }
+        (req, lim)
+    }
+}
+
+/// The least factor at or above `from` for which `ok` holds (bisection; `from` if none).
+fn grow_until(from: f64, ok: impl Fn(f64) -> bool) -> f64 {
+    if ok(from) {
+        return from;
+    }
+    let (mut lo, mut hi) = (from, from.max(1.0) * 1000.0);
+    if !ok(hi) {
+        return from;
+    }
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if ok(mid) { hi = mid } else { lo = mid }
+    }
+    hi
+}
+
+/// LimitRange `type: Pod` `min` (LimitRanger's `minConstraint` over the pod's sums): the
+/// summed request (and limit, where every container has one) at least `min`; kerf's requests
+/// are scaled up together to meet it, as VPA's `applyPodLimitRange` scales them.
+pub fn pod_min(pod: &PodResource, min: Option<i64>, f: f64) -> f64 {
+    let Some(min) = min.map(|m| m as f64) else {
+        return f;
+    };
+    grow_until(f, |f| {
+        let (r, l) = pod.sums(f);
+        r >= min && l.is_none_or(|l| l >= min || !pod.follow)
+    })
+}
+
+/// LimitRange `type: Pod` `max` (`maxConstraint`): the summed limit — the summed request where
+/// not every container has a limit — at most `max`, and the summed request too; kerf's
+/// requests are scaled down together to meet it.
+pub fn pod_max(pod: &PodResource, max: Option<i64>, f: f64) -> f64 {
+    let Some(max) = max.map(|m| m as f64) else {
+        return f;
+    };
+    let ok = |f: f64| {
+        let (r, l) = pod.sums(f);
+        r <= max && l.is_none_or(|l| l <= max || !pod.follow)
+    };
+    if ok(f) {
+        return f;
+    }
+    // The largest f below it that fits: bisect down towards 0.
+    let (mut lo, mut hi) = (0.0, f);
+    if !ok(lo) {
+        return f;
+    }
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if ok(mid) { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
+/// LimitRange `type: Pod` `maxLimitRequestRatio` (`limitRequestRatioConstraint`): the summed
+/// limit at most the ratio times the summed request; kerf's requests are raised to meet it
+/// (where their limits follow, only while that narrows the gap).
+pub fn pod_max_ratio(pod: &PodResource, max_ratio: Option<f64>, f: f64) -> f64 {
+    let Some(ratio) = max_ratio.filter(|r| *r > 0.0) else {
+        return f;
+    };
+    grow_until(f, |f| {
+        let (r, l) = pod.sums(f);
+        l.is_none_or(|l| r > 0.0 && l <= ratio * r)
+    })
+}
+
+/// A pod's requests of one resource kept within its LimitRange's `type: Pod` bounds, as the
+/// API server's LimitRanger checks them over the sum of the regular containers
+/// (`plugin/pkg/admission/limitranger/admission.go`, `PodLimitFunc`) and as VPA caps to them
+/// (`vertical-pod-autoscaler/pkg/utils/vpa/capping.go`, `applyPodLimitRange`): kerf's
+/// requests scaled together, `min` first, then `max`, then the ratio. Returns each
+/// container's request.
+pub fn within_pod_limit_range(
+    pod: &PodResource,
+    (min, max, max_ratio): (Option<i64>, Option<i64>, Option<f64>),
+) -> Vec<i64> {
+    let f = pod_min(pod, min, 1.0);
+    let f = pod_max(pod, max, f);
+    let f = pod_max_ratio(pod, max_ratio, f);
+    pod.containers
+        .iter()
+        .map(|(r, _, moved)| match *moved && f != 1.0 {
+            // Up rounded up, down rounded down, so the bound is met; the bisection's last
+            // digits are not a unit more.
+            true if f > 1.0 => (*r as f64 * f * (1.0 - 1e-9)).ceil() as i64,
+            true => (*r as f64 * f * (1.0 + 1e-9)).floor() as i64,
+            false => *r,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -238,3 +238,84 @@ fn qos_class_kept() {
     let mut written = [(rr(Some(100), None), none)];
     assert!(super::qos_class_kept(&current, &mut written).is_empty());
 }
+
+/// Two containers: `app` (kerf sets its request) and `log` (left as it is).
+fn two(app: (i64, Option<i64>), log: (i64, Option<i64>), follow: bool) -> PodResource {
+    PodResource {
+        containers: vec![(app.0, app.1, true), (log.0, log.1, false)],
+        follow,
+    }
+}
+
+#[test]
+fn pod_min() {
+    // Summed request 300m under a 500m minimum: kerf's request scales up to meet it.
+    let p = two((200, None), (100, None), true);
+    let f = super::pod_min(&p, Some(500), 1.0);
+    assert!((200.0 * f - 400.0).abs() < 0.01, "{f}");
+    assert_eq!(super::pod_min(&p, Some(300), 1.0), 1.0, "met already");
+    assert_eq!(super::pod_min(&p, None, 1.0), 1.0);
+}
+
+#[test]
+fn pod_max() {
+    // Limits follow: summed limit 400m + 100m over a 300m maximum; app's scales down.
+    let p = two((200, Some(400)), (100, Some(100)), true);
+    let f = super::pod_max(&p, Some(300), 1.0);
+    assert!((400.0 * f - 200.0).abs() < 0.01, "{f}");
+    // No limit on one container: the summed request is held to it.
+    let p = two((600, None), (100, Some(100)), true);
+    let f = super::pod_max(&p, Some(500), 1.0);
+    assert!((600.0 * f - 400.0).abs() < 0.01, "{f}");
+    assert_eq!(super::pod_max(&p, Some(1000), 1.0), 1.0);
+}
+
+#[test]
+fn pod_max_ratio() {
+    // RequestsOnly (limits stay): 2000m of limits over 500m of requests is 4:1; a 2:1 maximum
+    // raises kerf's request until the pod's requests reach 1000m.
+    let p = two((400, Some(1000)), (100, Some(1000)), false);
+    let f = super::pod_max_ratio(&p, Some(2.0), 1.0);
+    assert!((400.0 * f - 900.0).abs() < 0.01, "{f}");
+    // Limits that follow with the same ratio as the pod's: nothing kerf's scaling changes.
+    let p = two((400, Some(1600)), (100, Some(400)), true);
+    assert_eq!(super::pod_max_ratio(&p, Some(2.0), 1.0), 1.0);
+}
+
+#[test]
+fn within_pod_limit_range() {
+    let p = two((200, None), (100, None), true);
+    // Raised, rounded up: the bound is met.
+    assert_eq!(
+        super::within_pod_limit_range(&p, (Some(501), None, None)),
+        vec![401, 100]
+    );
+    let p = two((900, Some(900)), (100, Some(100)), true);
+    // Lowered, rounded down.
+    assert_eq!(
+        super::within_pod_limit_range(&p, (None, Some(700), None)),
+        vec![600, 100]
+    );
+    assert_eq!(
+        super::within_pod_limit_range(&p, (None, None, None)),
+        vec![900, 100]
+    );
+}
+
+#[test]
+fn container_limit_range_reads_the_pod_item() {
+    let lr = serde_json::json!({"apiVersion": "v1", "kind": "LimitRange",
+        "metadata": {"name": "pods", "namespace": "shop"},
+        "spec": {"limits": [{"type": "Pod", "min": {"cpu": "500m"}, "max": {"memory": "2Gi"},
+            "maxLimitRequestRatio": {"cpu": "3"}}]}});
+    let c = ContainerLimitRange::from_object(&lr).unwrap();
+    assert_eq!(
+        c.min,
+        rr(None, None),
+        "no Container item: no container bounds"
+    );
+    let pod = c.pod.unwrap();
+    assert_eq!(pod.min, rr(Some(500), None));
+    assert_eq!(pod.max, rr(None, Some(2048 * MIB)));
+    assert_eq!(pod.max_ratio, (Some(3.0), None));
+}

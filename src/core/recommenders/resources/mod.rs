@@ -928,6 +928,7 @@ pub fn evaluate(
                     &snapshot.limit_ranges,
                     &w.key.namespace,
                 ),
+                regular_containers: spec.containers.len(),
                 quotas: snapshot
                     .resource_quotas
                     .iter()

@@ -136,6 +136,9 @@ pub struct WorkloadInput {
     pub vpa: Option<crate::core::vpa::Vpa>,
     /// The namespace's LimitRange bounds for containers (docs/policies.md#limits).
     pub limit_range: Option<crate::core::limits::ContainerLimitRange>,
+    /// The first this many of `containers` are the regular ones (the rest sidecars): a
+    /// LimitRange's `type: Pod` bounds sum those.
+    pub regular_containers: usize,
     /// The namespace's ResourceQuotas: an upsize past one is held (`QuotaExceeded`).
     pub quotas: Vec<crate::core::limits::QuotaView>,
     /// Current replicas (for total savings).
@@ -320,6 +323,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .collect();
     let range_reasons = limit_range_reasons(input, &ctx.params, &recommended);
     requests_only_caps(input, &ctx.params, &mut recommended);
+    let pod_range_reasons = keep_within_pod_limit_range(input, &ctx.params, &mut recommended);
     let qos_reasons = keep_qos_class(input, &ctx.params, &mut recommended);
 
     let mut risk_flags = Vec::new();
@@ -338,6 +342,7 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     risk_flags.extend(floor_flags);
     reasons.extend(risk_reasons.iter().cloned());
     reasons.extend(range_reasons);
+    reasons.extend(pod_range_reasons);
     reasons.extend(qos_reasons);
     let mut hpa_out = input
         .hpa
@@ -961,7 +966,8 @@ fn capped_after_hpa(
     hpa: Option<&mut HpaOutcome>,
 ) {
     let capped = requests_only_caps(input, params, recommended);
-    let kept = !keep_qos_class(input, params, recommended).is_empty();
+    let in_pod_range = !keep_within_pod_limit_range(input, params, recommended).is_empty();
+    let kept = in_pod_range | !keep_qos_class(input, params, recommended).is_empty();
     if (capped || kept)
         && let Some(h) = hpa.filter(|h| h.coordinated)
     {
@@ -973,6 +979,97 @@ fn capped_after_hpa(
                      RequestsOnly limit or the namespace's LimitRange"
             .to_string();
     }
+}
+
+/// The namespace's LimitRange `type: Pod` bounds over the pod's regular containers
+/// ([`crate::core::limits::within_pod_limit_range`]): kerf's requests of a resource scaled
+/// together to meet them, and a reason naming the LimitRange.
+fn keep_within_pod_limit_range(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &mut [ResourceRequests],
+) -> Vec<String> {
+    use crate::api::ControlledValues;
+    use crate::core::limits::{PodResource, within_pod_limit_range};
+    let Some((name, pod)) = input
+        .limit_range
+        .as_ref()
+        .and_then(|lr| Some((&lr.name, lr.pod.as_ref()?)))
+    else {
+        return Vec::new();
+    };
+    let n = input.regular_containers.min(input.containers.len());
+    let written: Vec<_> = input.containers[..n]
+        .iter()
+        .zip(recommended.iter())
+        .map(|(c, r)| {
+            let (req, lim) = crate::core::limits::bounded_resources(
+                params.controlled_values(),
+                &c.signals.current,
+                &c.limits,
+                r,
+                input.limit_range.as_ref(),
+            );
+            (req, lim, r.clone())
+        })
+        .collect();
+    let (cpu_c, memory_c) = params.controlled_values();
+    let mut reasons = Vec::new();
+    type Get = fn(&ResourceRequests) -> Option<i64>;
+    type Set = fn(&mut ResourceRequests, i64);
+    let resources: [(&str, ControlledValues, Get, Set, fn(i64) -> String, usize); 2] = [
+        (
+            "cpu",
+            cpu_c,
+            |r| r.cpu_millis,
+            |r, v| r.cpu_millis = Some(v),
+            crate::core::quantity::format_cpu_millis,
+            0,
+        ),
+        (
+            "memory",
+            memory_c,
+            |r| r.memory_bytes,
+            |r, v| r.memory_bytes = Some(v),
+            crate::core::quantity::format_memory_bytes,
+            1,
+        ),
+    ];
+    for (resource, controlled, get, set, fmt, i) in resources {
+        // A container without a request: LimitRanger sums none, kerf leaves the bound alone.
+        let Some(containers) = written
+            .iter()
+            .map(|(req, lim, rec)| Some((get(req)?, get(lim), get(rec).is_some())))
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let p = PodResource {
+            containers,
+            follow: controlled == ControlledValues::RequestsAndLimits,
+        };
+        let ratio = if i == 0 {
+            pod.max_ratio.0
+        } else {
+            pod.max_ratio.1
+        };
+        let kept = within_pod_limit_range(&p, (get(&pod.min), get(&pod.max), ratio));
+        let before: i64 = p.containers.iter().map(|c| c.0).sum();
+        if kept.iter().sum::<i64>() == before {
+            continue;
+        }
+        for (r, v) in recommended.iter_mut().zip(&kept) {
+            if get(r).is_some() {
+                set(r, *v);
+            }
+        }
+        reasons.push(format!(
+            "{resource} requests kept within LimitRange {name} (type Pod): {} over the pod (without it: {})",
+            fmt(kept.iter().sum()),
+            fmt(before)
+        ));
+    }
+    reasons
 }
 
 /// The pod's QoS class kept ([`crate::core::limits::qos_class_kept`]): a resource whose write

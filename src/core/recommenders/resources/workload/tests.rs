@@ -111,6 +111,7 @@ fn input(
         pod_level_resources: Vec::new(),
         vpa: None,
         limit_range: None,
+        regular_containers: usize::MAX,
         quotas: Vec::new(),
         replicas: 4,
         history: full_history(),
