@@ -69,9 +69,13 @@ fn request_of(c: &Container, resource: &str) -> Option<i64> {
     parse(resource, q)
 }
 
+/// A resource's limit, read as the recommendation and the template write read it.
 fn limit_of(c: &Container, resource: &str) -> Option<i64> {
-    let q = c.resources.as_deref()?.limits.as_ref()?.get(resource)?;
-    parse(resource, q)
+    let limits = crate::core::recommenders::resources::container::container_limits(c);
+    match resource {
+        "cpu" => limits.cpu_millis,
+        _ => limits.memory_bytes,
+    }
 }
 
 fn parse(
