@@ -948,30 +948,31 @@ fn resource_requests(
         // The limits that go with the requests (docs/policies.md#limits): where the change
         // carries one, the pod gets it; elsewhere the request is capped at the pod's limit.
         let limits = state.limits.get(name.as_str()).cloned().unwrap_or_default();
-        let mut one =
-            |want: i64,
-             carried: Option<i64>,
-             (resource, of, fmt): (&'static str, fn(&Value) -> Option<i64>, fn(i64) -> String)|
-             -> Result<(), ShapeError> {
-                let pod_limit = resource_value(admitted, "limits", resource).and_then(of);
-                let (value, limit, cap) =
-                    crate::core::limits::pod_resource_value(want, carried, pod_limit);
-                if let Some(l) = limit {
-                    let same = |v: &Value| of(v) == Some(l);
-                    set_str(resources_mut(c, "limits")?, resource, fmt(l), same);
-                }
-                if let Some(l) = cap {
-                    decided.notes.push(format!(
-                        "container {name}: {resource} request capped at its limit {}",
-                        fmt(l)
-                    ));
-                }
-                let same = |v: &Value| of(v) == Some(value);
-                if set_str(resources_mut(c, "requests")?, resource, fmt(value), same) {
-                    decided.changes.note(name, resource, fmt(value));
-                }
-                Ok(())
-            };
+        // A resource: its name, how a quantity of it is read and written.
+        type Resource = (&'static str, fn(&Value) -> Option<i64>, fn(i64) -> String);
+        let mut one = |want: i64,
+                       carried: Option<i64>,
+                       (resource, of, fmt): Resource|
+         -> Result<(), ShapeError> {
+            let pod_limit = resource_value(admitted, "limits", resource).and_then(of);
+            let (value, limit, cap) =
+                crate::core::limits::pod_resource_value(want, carried, pod_limit);
+            if let Some(l) = limit {
+                let same = |v: &Value| of(v) == Some(l);
+                set_str(resources_mut(c, "limits")?, resource, fmt(l), same);
+            }
+            if let Some(l) = cap {
+                decided.notes.push(format!(
+                    "container {name}: {resource} request capped at its limit {}",
+                    fmt(l)
+                ));
+            }
+            let same = |v: &Value| of(v) == Some(value);
+            if set_str(resources_mut(c, "requests")?, resource, fmt(value), same) {
+                decided.changes.note(name, resource, fmt(value));
+            }
+            Ok(())
+        };
         if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
             one(m, limits.cpu_millis, ("cpu", cpu_millis_of, fmt_cpu))?;
         }

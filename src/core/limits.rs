@@ -491,20 +491,27 @@ impl PodResource {
     }
 }
 
-/// The least factor at or above `from` for which `ok` holds (bisection; `from` if none).
+/// The least factor at or above `from` for which `ok` holds (`from` if none up to 1000×).
 fn grow_until(from: f64, ok: impl Fn(f64) -> bool) -> f64 {
-    if ok(from) {
-        return from;
+    let hi = from.max(1.0) * 1000.0;
+    match (ok(from), ok(hi)) {
+        (false, true) => boundary(hi, from, ok),
+        _ => from,
     }
-    let (mut lo, mut hi) = (from, from.max(1.0) * 1000.0);
-    if !ok(hi) {
-        return from;
-    }
+}
+
+/// Bisection between a factor where `ok` holds and one where it does not: the last where it
+/// holds, as close to the other as an f64 gets.
+fn boundary(mut holds: f64, mut fails: f64, ok: impl Fn(f64) -> bool) -> f64 {
     for _ in 0..64 {
-        let mid = (lo + hi) / 2.0;
-        if ok(mid) { hi = mid } else { lo = mid }
+        let mid = (holds + fails) / 2.0;
+        if ok(mid) {
+            holds = mid;
+        } else {
+            fails = mid;
+        }
     }
-    hi
+    holds
 }
 
 /// LimitRange `type: Pod` `min` (LimitRanger's `minConstraint` over the pod's sums): the
@@ -531,19 +538,11 @@ pub fn pod_max(pod: &PodResource, max: Option<i64>, f: f64) -> f64 {
         let (r, l) = pod.sums(f);
         r <= max && l.is_none_or(|l| l <= max || !pod.follow)
     };
-    if ok(f) {
-        return f;
+    // The largest factor below `f` that fits (none when not even 0 does: left as it is).
+    match (ok(f), ok(0.0)) {
+        (false, true) => boundary(0.0, f, ok),
+        _ => f,
     }
-    // The largest f below it that fits: bisect down towards 0.
-    let (mut lo, mut hi) = (0.0, f);
-    if !ok(lo) {
-        return f;
-    }
-    for _ in 0..64 {
-        let mid = (lo + hi) / 2.0;
-        if ok(mid) { lo = mid } else { hi = mid }
-    }
-    lo
 }
 
 /// LimitRange `type: Pod` `maxLimitRequestRatio` (`limitRequestRatioConstraint`): the summed

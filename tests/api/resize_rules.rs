@@ -234,6 +234,20 @@ fn every_resize_kerf_sends_passes_validate_pod_resize_and_kerf_rolls_out_where_i
     assert_eq!(reasons.len(), 2, "both refusals met: {reasons:?}");
 }
 
+/// The pod `v` after the one resize kerf asks of it for `want` (none refused).
+fn resized(v: &Value, want: &ContainerRequests, controlled: ControlledValues) -> Value {
+    let pod: Pod = serde_json::from_value(v.clone()).unwrap();
+    let (want, limits) = change(v, want, controlled);
+    let plan = plan_workload_resize(
+        &[&pod],
+        (&want, &limits),
+        ("2026-07-01T12:00:00Z".parse().unwrap(), None),
+        &mut 10,
+    );
+    assert_eq!(plan.fallback, None, "{v}");
+    oracle::apply_resize(v, &plan.requests[0].body)
+}
+
 /// A Guaranteed pod (requests = limits) that kerf shrinks stays Guaranteed on the resize path:
 /// the limits follow the requests, so the resize is sent, not refused.
 #[test]
@@ -245,17 +259,8 @@ fn a_guaranteed_pod_shrinking_stays_guaranteed_on_the_resize_path() {
             "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]}]},
         "status": {"phase": "Running"}
     }));
-    let pod: Pod = serde_json::from_value(v.clone()).unwrap();
     for want in [wanted(Some(1500), None), wanted(Some(1500), Some(6 << 30))] {
-        let (want, limits) = change(&v, &want, ControlledValues::RequestsAndLimits);
-        let plan = plan_workload_resize(
-            &[&pod],
-            (&want, &limits),
-            ("2026-07-01T12:00:00Z".parse().unwrap(), None),
-            &mut 10,
-        );
-        assert_eq!(plan.fallback, None);
-        let after = oracle::apply_resize(&v, &plan.requests[0].body);
+        let after = resized(&v, &want, ControlledValues::RequestsAndLimits);
         assert_eq!(oracle::compute_pod_qos(&after), Qos::Guaranteed, "{after}");
         assert_eq!(oracle::validate_pod_resize(&v, &after), Ok(()));
         assert_eq!(
@@ -279,20 +284,9 @@ fn memory_raised_past_an_old_limit_through_resize_and_requests_only_capped() {
     }));
     let pod: Pod = serde_json::from_value(v.clone()).unwrap();
     let want = wanted(None, Some(768 << 20));
-    let send = |controlled| {
-        let (want, limits) = change(&v, &want, controlled);
-        let plan = plan_workload_resize(
-            &[&pod],
-            (&want, &limits),
-            ("2026-07-01T12:00:00Z".parse().unwrap(), None),
-            &mut 10,
-        );
-        assert_eq!(plan.fallback, None);
-        let after = oracle::apply_resize(&v, &plan.requests[0].body);
-        assert_eq!(oracle::validate_pod_resize(&v, &after), Ok(()));
-        after["spec"]["containers"][0]["resources"].clone()
-    };
-    let raised = send(ControlledValues::RequestsAndLimits);
+    let after = resized(&v, &want, ControlledValues::RequestsAndLimits);
+    assert_eq!(oracle::validate_pod_resize(&v, &after), Ok(()));
+    let raised = &after["spec"]["containers"][0]["resources"];
     assert_eq!(raised["requests"]["memory"], "768Mi");
     assert_eq!(raised["limits"]["memory"], "768Mi");
     let (capped, limits) = change(&v, &want, ControlledValues::RequestsOnly);

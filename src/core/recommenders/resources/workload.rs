@@ -1015,31 +1015,20 @@ fn keep_within_pod_limit_range(
         .collect();
     let (cpu_c, memory_c) = params.controlled_values();
     let mut reasons = Vec::new();
-    type Get = fn(&ResourceRequests) -> Option<i64>;
-    type Set = fn(&mut ResourceRequests, i64);
-    let resources: [(&str, ControlledValues, Get, Set, fn(i64) -> String, usize); 2] = [
-        (
-            "cpu",
-            cpu_c,
-            |r| r.cpu_millis,
-            |r, v| r.cpu_millis = Some(v),
-            crate::core::quantity::format_cpu_millis,
-            0,
-        ),
-        (
-            "memory",
-            memory_c,
-            |r| r.memory_bytes,
-            |r, v| r.memory_bytes = Some(v),
-            crate::core::quantity::format_memory_bytes,
-            1,
-        ),
-    ];
-    for (resource, controlled, get, set, fmt, i) in resources {
+    let get = |r: &ResourceRequests, cpu: bool| if cpu { r.cpu_millis } else { r.memory_bytes };
+    for cpu in [true, false] {
+        let (resource, controlled, ratio) = match cpu {
+            true => ("cpu", cpu_c, pod.max_ratio.0),
+            false => ("memory", memory_c, pod.max_ratio.1),
+        };
+        let fmt: fn(i64) -> String = match cpu {
+            true => crate::core::quantity::format_cpu_millis,
+            false => crate::core::quantity::format_memory_bytes,
+        };
         // A container without a request: LimitRanger sums none, kerf leaves the bound alone.
         let Some(containers) = written
             .iter()
-            .map(|(req, lim, rec)| Some((get(req)?, get(lim), get(rec).is_some())))
+            .map(|(req, lim, rec)| Some((get(req, cpu)?, get(lim, cpu), get(rec, cpu).is_some())))
             .collect::<Option<Vec<_>>>()
         else {
             continue;
@@ -1048,19 +1037,16 @@ fn keep_within_pod_limit_range(
             containers,
             follow: controlled == ControlledValues::RequestsAndLimits,
         };
-        let ratio = if i == 0 {
-            pod.max_ratio.0
-        } else {
-            pod.max_ratio.1
-        };
-        let kept = within_pod_limit_range(&p, (get(&pod.min), get(&pod.max), ratio));
+        let kept = within_pod_limit_range(&p, (get(&pod.min, cpu), get(&pod.max, cpu), ratio));
         let before: i64 = p.containers.iter().map(|c| c.0).sum();
         if kept.iter().sum::<i64>() == before {
             continue;
         }
         for (r, v) in recommended.iter_mut().zip(&kept) {
-            if get(r).is_some() {
-                set(r, *v);
+            match cpu {
+                true if r.cpu_millis.is_some() => r.cpu_millis = Some(*v),
+                false if r.memory_bytes.is_some() => r.memory_bytes = Some(*v),
+                _ => {}
             }
         }
         reasons.push(format!(
