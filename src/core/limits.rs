@@ -158,33 +158,16 @@ pub fn namespace_limit_range(
     });
     let first = here.next()?.clone();
     Some(here.fold(first, |mut acc, r| {
-        let hi = |a: Option<i64>, b: Option<i64>| a.max(b);
-        let lo = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        };
-        let lof = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        };
         acc.name = format!("{}, {}", acc.name, r.name);
-        acc.min.cpu_millis = hi(acc.min.cpu_millis, r.min.cpu_millis);
-        acc.min.memory_bytes = hi(acc.min.memory_bytes, r.min.memory_bytes);
-        acc.max.cpu_millis = lo(acc.max.cpu_millis, r.max.cpu_millis);
-        acc.max.memory_bytes = lo(acc.max.memory_bytes, r.max.memory_bytes);
-        acc.max_ratio = (
-            lof(acc.max_ratio.0, r.max_ratio.0),
-            lof(acc.max_ratio.1, r.max_ratio.1),
+        tighten(
+            (&mut acc.min, &mut acc.max, &mut acc.max_ratio),
+            (&r.min, &r.max, &r.max_ratio),
         );
         acc.pod = match (acc.pod.take(), &r.pod) {
             (Some(mut a), Some(b)) => {
-                a.min.cpu_millis = hi(a.min.cpu_millis, b.min.cpu_millis);
-                a.min.memory_bytes = hi(a.min.memory_bytes, b.min.memory_bytes);
-                a.max.cpu_millis = lo(a.max.cpu_millis, b.max.cpu_millis);
-                a.max.memory_bytes = lo(a.max.memory_bytes, b.max.memory_bytes);
-                a.max_ratio = (
-                    lof(a.max_ratio.0, b.max_ratio.0),
-                    lof(a.max_ratio.1, b.max_ratio.1),
+                tighten(
+                    (&mut a.min, &mut a.max, &mut a.max_ratio),
+                    (&b.min, &b.max, &b.max_ratio),
                 );
                 Some(a)
             }
@@ -192,6 +175,33 @@ pub fn namespace_limit_range(
         };
         acc
     }))
+}
+
+/// One LimitRange item's bounds and another's together, as the API server checks both: the
+/// highest `min`, the lowest `max` and ratio.
+fn tighten(
+    (min, max, ratio): (
+        &mut ResourceRequests,
+        &mut ResourceRequests,
+        &mut (Option<f64>, Option<f64>),
+    ),
+    (o_min, o_max, o_ratio): (
+        &ResourceRequests,
+        &ResourceRequests,
+        &(Option<f64>, Option<f64>),
+    ),
+) {
+    fn lowest<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+        match (a, b) {
+            (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+            (x, y) => x.or(y),
+        }
+    }
+    min.cpu_millis = min.cpu_millis.max(o_min.cpu_millis);
+    min.memory_bytes = min.memory_bytes.max(o_min.memory_bytes);
+    max.cpu_millis = lowest(max.cpu_millis, o_max.cpu_millis);
+    max.memory_bytes = lowest(max.memory_bytes, o_max.memory_bytes);
+    *ratio = (lowest(ratio.0, o_ratio.0), lowest(ratio.1, o_ratio.1));
 }
 
 /// A namespace's ResourceQuota as kerf keeps to it: `hard` and `status.used` of the

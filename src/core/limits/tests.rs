@@ -319,3 +319,40 @@ fn container_limit_range_reads_the_pod_item() {
     assert_eq!(pod.max, rr(None, Some(2048 * MIB)));
     assert_eq!(pod.max_ratio, (Some(3.0), None));
 }
+
+#[test]
+fn namespace_limit_range_keeps_the_tightest_bounds_of_every_item() {
+    let lr = |name: &str, limits: serde_json::Value| {
+        ContainerLimitRange::from_object(&serde_json::json!({"apiVersion": "v1",
+            "kind": "LimitRange", "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"limits": limits}}))
+        .unwrap()
+    };
+    let ranges = [
+        lr(
+            "a",
+            serde_json::json!([{"type": "Container", "min": {"cpu": "100m"}, "max": {"cpu": "4"}},
+            {"type": "Pod", "min": {"cpu": "200m"}, "maxLimitRequestRatio": {"cpu": "4"}}]),
+        ),
+        lr(
+            "b",
+            serde_json::json!([{"type": "Container", "min": {"cpu": "50m"}, "max": {"cpu": "2"}},
+            {"type": "Pod", "min": {"cpu": "300m"}, "maxLimitRequestRatio": {"cpu": "3"}}]),
+        ),
+        lr(
+            "c",
+            serde_json::json!([{"type": "Pod", "max": {"memory": "1Gi"}}]),
+        ),
+    ];
+    let got = namespace_limit_range(&ranges, "shop").unwrap();
+    assert_eq!(got.name, "shop/a, shop/b, shop/c");
+    assert_eq!(
+        (got.min.cpu_millis, got.max.cpu_millis),
+        (Some(100), Some(2000))
+    );
+    let pod = got.pod.unwrap();
+    assert_eq!(pod.min.cpu_millis, Some(300));
+    assert_eq!(pod.max.memory_bytes, Some(1024 * MIB));
+    assert_eq!(pod.max_ratio.0, Some(3.0));
+    assert!(namespace_limit_range(&ranges, "other").is_none());
+}
