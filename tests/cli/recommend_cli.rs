@@ -910,3 +910,36 @@ fn a_pod_limit_range_keeps_the_pod_within_its_bounds() {
         "{reasons}"
     );
 }
+
+/// A Guaranteed workload (requests = limits) shrunk under an in-place strategy: the resize
+/// carries the limits with the requests, so the pods stay Guaranteed and are resized in place
+/// instead of falling back to a rollout (`QoSClassChange`).
+#[test]
+fn a_guaranteed_workload_is_resized_in_place_with_its_limits() {
+    let dir = in_place_example(false);
+    let guaranteed = |f: &str, indent: &str| {
+        let path = dir.path().join(f);
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "requests: {cpu: 1000m, memory: 512Mi}",
+            &format!("requests: {{cpu: 1000m, memory: 512Mi}}\n{indent}limits: {{cpu: 1000m, memory: 512Mi}}"),
+        );
+        std::fs::write(path, text).unwrap();
+    };
+    guaranteed("web.yaml", "            ");
+    guaranteed("pods.yaml", "        ");
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    let cpu = &web["resources"]["app"]["cpu"];
+    assert_eq!(cpu["recommended"], "700m", "{web:#}");
+    assert_eq!(
+        cpu["limit"],
+        serde_json::json!({"current": "1", "recommended": "700m"})
+    );
+    assert_eq!(web["applyMethod"], "inPlace", "{web:#}");
+    assert_eq!(
+        web["resize"]["fallback"],
+        serde_json::Value::Null,
+        "{web:#}"
+    );
+    assert_eq!(web["resize"]["podsPending"], 3, "{web:#}");
+}
