@@ -433,10 +433,13 @@ pub fn to_table(cycle: &CycleOutput, at: Timestamp, writer: &MemoryWriter) -> St
         let _ = writeln!(s, "(no workload is matched by a GPU reactive policy)");
     }
     if cycle.resource_results().next().is_some() {
-        let _ = writeln!(s, "\nCPU/memory recommendations");
         let _ = writeln!(
             s,
-            "{:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {:<11} {:<8} {:<24} RISK",
+            "\nCPU/memory recommendations (request/limit, - where none)"
+        );
+        let _ = writeln!(
+            s,
+            "{:<28} {:<12} {:>11} {:>11} {:>13} {:>13}  {:<11} {:<8} {:<24} RISK",
             "WORKLOAD", "CONTAINER", "CPU", "→ CPU", "MEMORY", "→ MEMORY", "PHASE", "METHOD", "HPA"
         );
     }
@@ -466,17 +469,14 @@ pub fn to_table(cycle: &CycleOutput, at: Timestamp, writer: &MemoryWriter) -> St
                 }
             },
         );
-        let q = |v: Option<i64>, f: fn(i64) -> String| v.map_or_else(|| "-".to_string(), f);
         let method = apply_method(recorded_status(writer, &r.key)).as_str();
         for c in &o.containers {
+            let [cpu, to_cpu, memory, to_memory] =
+                crate::views::labels::resource_cells(c).map(|v| v.unwrap_or_else(|| "-".into()));
             let _ = writeln!(
                 s,
-                "{name:<28} {:<12} {:>9} {:>9} {:>9} {:>9}  {phase:<11} {method:<8} {hpa:<24} {}",
+                "{name:<28} {:<12} {cpu:>11} {to_cpu:>11} {memory:>13} {to_memory:>13}  {phase:<11} {method:<8} {hpa:<24} {}",
                 c.name,
-                q(c.current.cpu_millis, format_cpu_millis),
-                q(c.recommended.cpu_millis, format_cpu_millis),
-                q(c.current.memory_bytes, format_memory_bytes),
-                q(c.recommended.memory_bytes, format_memory_bytes),
                 o.risk_flags.join(","),
             );
         }

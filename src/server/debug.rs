@@ -152,7 +152,8 @@ fn live_section(out: &mut String, w: &crate::views::live::LiveWorkload) {
     }
     if !w.requests.is_empty() {
         out.push_str(
-            "<table class=\"requests\"><tr><th>container</th><th>CPU now</th><th>CPU recommended</th>\
+            "<table class=\"requests\"><caption>request/limit (- where none)</caption>\
+             <tr><th>container</th><th>CPU now</th><th>CPU recommended</th>\
              <th>memory now</th><th>memory recommended</th></tr>",
         );
         for (c, v) in &w.requests {

@@ -44,3 +44,39 @@ pub fn change_reason(reasons: &[String], driver: Option<crate::api::Signal>) -> 
         .cloned()
         .unwrap_or_else(|| "the served recommendation changed".into())
 }
+
+/// A request and its limit as one cell, `500m/1` (`-` for a missing one); `None` where there
+/// is neither.
+pub fn request_limit(
+    request: Option<i64>,
+    limit: Option<i64>,
+    f: fn(i64) -> String,
+) -> Option<String> {
+    if request.is_none() && limit.is_none() {
+        return None;
+    }
+    let q = |v: Option<i64>| v.map_or_else(|| "-".to_string(), f);
+    Some(format!("{}/{}", q(request), q(limit)))
+}
+
+/// A container's CPU and memory, request/limit, now and recommended, as the `kerf recommend`
+/// table and `/debug` show them: cpu now, cpu recommended, memory now, memory recommended. A
+/// resource with nothing recommended shows nothing recommended.
+pub fn resource_cells(
+    c: &crate::core::recommenders::resources::workload::ContainerOutcome,
+) -> [Option<String>; 4] {
+    use crate::core::quantity::{format_cpu_millis as cpu, format_memory_bytes as memory};
+    let (r, l) = (&c.recommended, &c.recommended_limits);
+    [
+        request_limit(c.current.cpu_millis, c.current_limits.cpu_millis, cpu),
+        r.cpu_millis
+            .and_then(|_| request_limit(r.cpu_millis, l.cpu_millis, cpu)),
+        request_limit(
+            c.current.memory_bytes,
+            c.current_limits.memory_bytes,
+            memory,
+        ),
+        r.memory_bytes
+            .and_then(|_| request_limit(r.memory_bytes, l.memory_bytes, memory)),
+    ]
+}

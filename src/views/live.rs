@@ -18,8 +18,8 @@ use crate::core::hpa::HpaResource;
 use crate::core::model::PolicyId;
 use crate::core::model::ResourceRequests;
 use crate::core::model::WorkloadKey;
+use crate::core::quantity::format_cpu_millis;
 use crate::core::quantity::format_gpu;
-use crate::core::quantity::{format_cpu_millis, format_memory_bytes};
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::recommenders::gpu::WorkloadResult;
 use crate::core::recommenders::resources::container::PolicyParams;
@@ -129,7 +129,7 @@ pub struct LiveWorkload {
     /// None: no GPU policy, or its series fell outside the bound (`chart_note` says which).
     pub chart: Option<Chart>,
     pub chart_note: Option<String>,
-    /// Per container: cpu before, cpu after, memory before, memory after.
+    /// Per container: cpu before, cpu after, memory before, memory after, each `request/limit`.
     pub requests: Vec<(String, [Option<String>; 4])>,
     /// HPA name, resource, target before, target after, skip reason.
     pub hpa: Option<String>,
@@ -314,17 +314,7 @@ fn resources_view(
         None => format!("CPU/memory {phase}"),
     });
     for c in &o.containers {
-        let cpu = |v: Option<i64>| v.map(format_cpu_millis);
-        let mem = |v: Option<i64>| v.map(format_memory_bytes);
-        requests.push((
-            c.name.clone(),
-            [
-                cpu(c.current.cpu_millis),
-                cpu(c.recommended.cpu_millis),
-                mem(c.current.memory_bytes),
-                mem(c.recommended.memory_bytes),
-            ],
-        ));
+        requests.push((c.name.clone(), crate::views::labels::resource_cells(c)));
     }
     let hpa = o.hpa.as_ref().map(|h| {
         let pct = |t: Option<i32>| t.map_or("-".into(), |t| format!("{t}%"));

@@ -63,8 +63,9 @@ pub struct MemoryWriter {
     recommendations: BTreeMap<(Name, Name), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
     events: Vec<EventWrite>,
-    /// (namespace, pod) → the requests an in-place resize set, laid over the pod's containers.
-    resized_pods: HashMap<(Name, Name), ContainerRequests>,
+    /// (namespace, pod) → the requests and limits an in-place resize set, laid over the pod's
+    /// containers.
+    resized_pods: HashMap<(Name, Name), (ContainerRequests, ContainerRequests)>,
     /// The usage history's last checkpoint, in parts.
     checkpoint: Vec<Vec<u8>>,
 }
@@ -90,10 +91,11 @@ impl MemoryWriter {
                     pod.metadata.namespace.clone().unwrap_or_default(),
                     pod.metadata.name.clone().unwrap_or_default(),
                 );
-                if let Some(requests) = self.resized_pods.get(&key)
+                if let Some((requests, limits)) = self.resized_pods.get(&key)
                     && let Some(spec) = Arc::make_mut(pod).spec.as_mut()
                 {
                     set_pod_requests(spec, requests);
+                    set_pod_values(spec, limits, true);
                 }
             }
         }
@@ -177,7 +179,9 @@ impl MemoryWriter {
             WriteOp::Resize(r) => {
                 for pod in &r.pods {
                     let key = (pod.namespace.as_str().into(), pod.pod.as_str().into());
-                    merge_requests(self.resized_pods.entry(key).or_default(), &pod.requests);
+                    let (requests, limits) = self.resized_pods.entry(key).or_default();
+                    merge_requests(requests, &pod.requests);
+                    merge_requests(limits, &pod.limits);
                 }
                 self.event(r.event);
             }

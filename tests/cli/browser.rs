@@ -340,16 +340,23 @@ async fn the_live_debug_page_of_a_standalone_server_renders_each_workloads_windo
     let _ = child.wait();
 }
 
-/// The HPA example's /debug: CPU and memory bars per container (the p95 or peak the
-/// recommendation rests on, the request now, the recommendation) and the HPA's scale-out point
-/// per pod now and with kerf; no GPU picture.
+/// The HPA example's /debug (with a CPU limit of 2): CPU and memory bars per container (the p95
+/// or peak the recommendation rests on, the request now, the recommendation), the HPA's
+/// scale-out point per pod now and with kerf, and the requests beside their limits (`-` where
+/// none); no GPU picture.
 #[tokio::test]
 async fn the_live_debug_page_of_a_cpu_workload_renders_its_cpu_and_memory_bars() {
     install_provider();
     let dir = tempfile::tempdir().unwrap();
+    let manifests = crate::recommend_cli::hpa_example_edited(|t| {
+        t.replace(
+            "requests: {cpu: 1000m, memory: 512Mi}",
+            "requests: {cpu: 1000m, memory: 512Mi}\n            limits: {cpu: 2000m}",
+        )
+    });
     let (mut child, health) = standalone(
         dir.path(),
-        "examples/hpa/manifests",
+        manifests.path().to_str().unwrap(),
         "examples/hpa/metrics.om",
     )
     .await;
@@ -378,6 +385,14 @@ async fn the_live_debug_page_of_a_cpu_workload_renders_its_cpu_and_memory_bars()
     ] {
         assert!(dom.contains(bar), "{bar} not drawn: {dom}");
     }
+    assert!(
+        dom.contains("<caption>request/limit (- where none)</caption>"),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("<td>app</td><td>1/2</td><td>700m/1400m</td><td>512Mi/-</td><td>360Mi/-</td>"),
+        "limits beside requests: {dom}"
+    );
     tokio::task::spawn_blocking(move || screenshot(&profile, &url, "debug-hpa.png"))
         .await
         .unwrap();

@@ -824,3 +824,122 @@ fn an_upsize_past_a_resource_quota_is_held_and_still_published() {
     let room = quota("4");
     assert_eq!(room["phase"], "applied", "{room}");
 }
+
+/// The table shows each container's limit beside its request (`request/limit`, `-` where
+/// there is none), now and recommended.
+#[test]
+fn table_output_shows_limits_beside_requests() {
+    let dir = hpa_example_edited(|t| {
+        t.replace(
+            "requests: {cpu: 1000m, memory: 512Mi}",
+            "requests: {cpu: 1000m, memory: 512Mi}\n            limits: {cpu: 2000m}",
+        )
+    });
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        dir.path().to_str().unwrap(),
+        "--metrics",
+        "examples/hpa/metrics.om",
+        "--at",
+        AT,
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("(request/limit, - where none)"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("shop/Deployment/web"))
+        .expect("web row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[2..4], ["1/2", "700m/1400m"], "{row}");
+    assert!(cells[4].starts_with("512Mi/-"), "no memory limit: {row}");
+}
+
+/// A Guaranteed pod under `RequestsOnly` keeps its QoS class: lowering the CPU request under
+/// its limit would make it Burstable, so the request stays at the limit and a reason says so.
+#[test]
+fn a_guaranteed_pod_under_requests_only_keeps_its_qos_class() {
+    let dir = hpa_example_edited(|t| {
+        t.replace(
+            "requests: {cpu: 1000m, memory: 512Mi}",
+            "requests: {cpu: 1000m, memory: 512Mi}\n            limits: {cpu: 1000m, memory: 512Mi}",
+        )
+        .replace(
+            "window: 1h}\n    memory",
+            "window: 1h, controlledValues: RequestsOnly}\n    memory",
+        )
+    });
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    let cpu = &web["resources"]["app"]["cpu"];
+    assert_eq!(cpu["recommended"], "1", "{web}");
+    assert_eq!(
+        cpu["limit"],
+        serde_json::json!({"current": "1", "recommended": "1"})
+    );
+    let reasons = web["reasons"].to_string();
+    assert!(
+        reasons.contains("app: cpu request kept at 1: the pod stays Guaranteed"),
+        "{reasons}"
+    );
+}
+
+/// A LimitRange's `type: Pod` bounds hold over the sum of the pod's containers: a minimum above
+/// what usage asks raises the request to it, and the reason names the LimitRange.
+#[test]
+fn a_pod_limit_range_keeps_the_pod_within_its_bounds() {
+    let dir = hpa_example_edited(|t| t.to_string());
+    std::fs::write(
+        dir.path().join("limitrange.yaml"),
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: pods, namespace: shop}\n\
+         spec:\n  limits:\n    - type: Pod\n      min: {cpu: 800m}\n",
+    )
+    .unwrap();
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    assert_eq!(
+        web["resources"]["app"]["cpu"]["recommended"], "800m",
+        "{web}"
+    );
+    let reasons = web["reasons"].to_string();
+    assert!(
+        reasons.contains(
+            "cpu requests kept within LimitRange shop/pods (type Pod): 800m over the pod (without it: 700m)"
+        ),
+        "{reasons}"
+    );
+}
+
+/// A Guaranteed workload (requests = limits) shrunk under an in-place strategy: the resize
+/// carries the limits with the requests, so the pods stay Guaranteed and are resized in place
+/// instead of falling back to a rollout (`QoSClassChange`).
+#[test]
+fn a_guaranteed_workload_is_resized_in_place_with_its_limits() {
+    let dir = in_place_example(false);
+    let guaranteed = |f: &str, indent: &str| {
+        let path = dir.path().join(f);
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "requests: {cpu: 1000m, memory: 512Mi}",
+            &format!("requests: {{cpu: 1000m, memory: 512Mi}}\n{indent}limits: {{cpu: 1000m, memory: 512Mi}}"),
+        );
+        std::fs::write(path, text).unwrap();
+    };
+    guaranteed("web.yaml", "            ");
+    guaranteed("pods.yaml", "        ");
+    let v = recommend_json(dir.path(), &root().join("examples/hpa/metrics.om"));
+    let web = entry(&v, "web");
+    let cpu = &web["resources"]["app"]["cpu"];
+    assert_eq!(cpu["recommended"], "700m", "{web:#}");
+    assert_eq!(
+        cpu["limit"],
+        serde_json::json!({"current": "1", "recommended": "700m"})
+    );
+    assert_eq!(web["applyMethod"], "inPlace", "{web:#}");
+    assert_eq!(
+        web["resize"]["fallback"],
+        serde_json::Value::Null,
+        "{web:#}"
+    );
+    assert_eq!(web["resize"]["podsPending"], 3, "{web:#}");
+}

@@ -52,6 +52,7 @@ pub(crate) fn resize_op(pods: &[&str]) -> WriteOp {
             pod: p.to_string(),
             body: body("700m"),
             requests: requests.clone(),
+            limits: Default::default(),
             restarts: Vec::new(),
         })
         .collect();

@@ -14,7 +14,10 @@
 //!   resources cannot be resized (before 1.36); "Pod QOS Class may not change as a result of
 //!   resizing"; only regular and restartable init (sidecar) containers' resources may change,
 //!   and only `cpu` and `memory`; requests and limits cannot be removed; "resources for
-//!   non-sidecar init containers are immutable".
+//!   non-sidecar init containers are immutable"; `validateContainerResize` (Kubernetes 1.33):
+//!   "memory limits cannot be decreased unless resizePolicy is RestartContainer", and a memory
+//!   limit cannot be added either (the container's memory `resizePolicy`, `NotRequired` when
+//!   absent).
 //! - The request kerf sends is a strategic merge patch (`kubectl patch --subresource resize`):
 //!   `containers` and `initContainers` merge by `name`, `resources.requests` merge by key.
 
@@ -197,7 +200,39 @@ pub fn validate_pod_resize(old: &Value, new: &Value) -> Result<(), String> {
                     }
                 }
             }
+            if list == "containers" || sidecar {
+                memory_limit_rule(o, n)?;
+            }
         }
     }
     Ok(())
+}
+
+/// `validateContainerResize`'s memory-limit rule (1.33): under the memory `resizePolicy`
+/// `NotRequired` (or none) a memory limit may be neither lowered nor added.
+fn memory_limit_rule(old: &Value, new: &Value) -> Result<(), String> {
+    let policy = new["resizePolicy"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["resourceName"] == "memory")
+        .and_then(|p| p["restartPolicy"].as_str())
+        .unwrap_or("");
+    if policy != "NotRequired" && !policy.is_empty() {
+        return Ok(());
+    }
+    let limit = |c: &Value| {
+        c["resources"]["limits"]
+            .get("memory")
+            .map(|q| quantity("memory", q))
+    };
+    match (limit(old), limit(new)) {
+        (Some(o), Some(n)) if n < o => {
+            Err("memory limits cannot be decreased unless resizePolicy is RestartContainer".into())
+        }
+        (None, Some(_)) => {
+            Err("memory limits cannot be added unless resizePolicy is RestartContainer".into())
+        }
+        _ => Ok(()),
+    }
 }

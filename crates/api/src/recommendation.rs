@@ -283,7 +283,8 @@ pub struct ResizeStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResizeFallback {
-    /// `Infeasible`, `DeferredTooLong`, `InProgressTooLong` or `QoSClassChange`.
+    /// `Infeasible`, `DeferredTooLong`, `InProgressTooLong`, `QoSClassChange`,
+    /// `MemoryLimitDecrease`, … (docs/policies.md#in-place-resize).
     pub reason: String,
     pub message: String,
     pub time: String,

@@ -945,52 +945,42 @@ fn resource_requests(
             continue;
         };
         let c = container_mut(desired, at)?;
-        let capped = |want: i64,
-                      limit: Option<i64>,
-                      what: &str,
-                      fmt: fn(i64) -> String,
-                      notes: &mut Vec<String>| {
-            let (value, cap) = crate::quantity::capped_at_limit(want, limit);
-            if let Some(l) = cap {
-                notes.push(format!(
-                    "container {name}: {what} request capped at its limit {}",
-                    fmt(l)
-                ));
-            }
-            value
-        };
         // The limits that go with the requests (docs/policies.md#limits): where the change
         // carries one, the pod gets it; elsewhere the request is capped at the pod's limit.
         let limits = state.limits.get(name.as_str()).cloned().unwrap_or_default();
-        if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
-            let limit = resource_value(admitted, "limits", "cpu").and_then(cpu_millis_of);
-            let m = match limits.cpu_millis {
-                Some(l) => {
-                    let same = |v: &Value| cpu_millis_of(v) == Some(l);
-                    set_str(resources_mut(c, "limits")?, "cpu", fmt_cpu(l), same);
-                    m
-                }
-                None => capped(m, limit, "cpu", fmt_cpu, &mut decided.notes),
-            };
-            let same = |v: &Value| cpu_millis_of(v) == Some(m);
-            if set_str(resources_mut(c, "requests")?, "cpu", fmt_cpu(m), same) {
-                decided.changes.note(name, "cpu", fmt_cpu(m));
+        // A resource: its name, how a quantity of it is read and written.
+        type Resource = (&'static str, fn(&Value) -> Option<i64>, fn(i64) -> String);
+        let mut one = |want: i64,
+                       carried: Option<i64>,
+                       (resource, of, fmt): Resource|
+         -> Result<(), ShapeError> {
+            let pod_limit = resource_value(admitted, "limits", resource).and_then(of);
+            let (value, limit, cap) = crate::limits::pod_resource_value(want, carried, pod_limit);
+            if let Some(l) = limit {
+                let same = |v: &Value| of(v) == Some(l);
+                set_str(resources_mut(c, "limits")?, resource, fmt(l), same);
             }
+            if let Some(l) = cap {
+                decided.notes.push(format!(
+                    "container {name}: {resource} request capped at its limit {}",
+                    fmt(l)
+                ));
+            }
+            let same = |v: &Value| of(v) == Some(value);
+            if set_str(resources_mut(c, "requests")?, resource, fmt(value), same) {
+                decided.changes.note(name, resource, fmt(value));
+            }
+            Ok(())
+        };
+        if let Some(m) = req.cpu_millis.filter(|m| *m > 0) {
+            one(m, limits.cpu_millis, ("cpu", cpu_millis_of, fmt_cpu))?;
         }
         if let Some(b) = req.memory_bytes.filter(|b| *b > 0) {
-            let limit = resource_value(admitted, "limits", "memory").and_then(memory_bytes_of);
-            let b = match limits.memory_bytes {
-                Some(l) => {
-                    let same = |v: &Value| memory_bytes_of(v) == Some(l);
-                    set_str(resources_mut(c, "limits")?, "memory", fmt_memory(l), same);
-                    b
-                }
-                None => capped(b, limit, "memory", fmt_memory, &mut decided.notes),
-            };
-            let same = |v: &Value| memory_bytes_of(v) == Some(b);
-            if set_str(resources_mut(c, "requests")?, "memory", fmt_memory(b), same) {
-                decided.changes.note(name, "memory", fmt_memory(b));
-            }
+            one(
+                b,
+                limits.memory_bytes,
+                ("memory", memory_bytes_of, fmt_memory),
+            )?;
         }
     }
     Ok(())

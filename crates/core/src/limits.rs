@@ -48,6 +48,25 @@ pub fn resource_values(
     }
 }
 
+/// One resource of a running or admitted pod's container: the request the change carries and
+/// the limit it carries with it (`status.applied.limits`); where it carries none, the request
+/// capped at the pod's own limit (the API server refuses a request above its limit). The one
+/// rule of admission and in-place resize, so both write what the template write does.
+/// Returns (request, limit to set, the limit the request was capped at).
+pub fn pod_resource_value(
+    request: i64,
+    carried_limit: Option<i64>,
+    pod_limit: Option<i64>,
+) -> (i64, Option<i64>, Option<i64>) {
+    match carried_limit {
+        Some(l) => (request, Some(l), None),
+        None => {
+            let (request, cap) = capped_at_limit(request, pod_limit);
+            (request, None, cap)
+        }
+    }
+}
+
 /// What a container gets: its `recommended` requests (a resource without one is left as it is)
 /// and the limits that go with them, from its current `requests` and `limits`.
 pub fn container_resources(
@@ -139,26 +158,50 @@ pub fn namespace_limit_range(
     });
     let first = here.next()?.clone();
     Some(here.fold(first, |mut acc, r| {
-        let hi = |a: Option<i64>, b: Option<i64>| a.max(b);
-        let lo = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        };
-        let lof = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        };
         acc.name = format!("{}, {}", acc.name, r.name);
-        acc.min.cpu_millis = hi(acc.min.cpu_millis, r.min.cpu_millis);
-        acc.min.memory_bytes = hi(acc.min.memory_bytes, r.min.memory_bytes);
-        acc.max.cpu_millis = lo(acc.max.cpu_millis, r.max.cpu_millis);
-        acc.max.memory_bytes = lo(acc.max.memory_bytes, r.max.memory_bytes);
-        acc.max_ratio = (
-            lof(acc.max_ratio.0, r.max_ratio.0),
-            lof(acc.max_ratio.1, r.max_ratio.1),
+        tighten(
+            (&mut acc.min, &mut acc.max, &mut acc.max_ratio),
+            (&r.min, &r.max, &r.max_ratio),
         );
+        acc.pod = match (acc.pod.take(), &r.pod) {
+            (Some(mut a), Some(b)) => {
+                tighten(
+                    (&mut a.min, &mut a.max, &mut a.max_ratio),
+                    (&b.min, &b.max, &b.max_ratio),
+                );
+                Some(a)
+            }
+            (a, b) => a.or_else(|| b.clone()),
+        };
         acc
     }))
+}
+
+/// One LimitRange item's bounds and another's together, as the API server checks both: the
+/// highest `min`, the lowest `max` and ratio.
+fn tighten(
+    (min, max, ratio): (
+        &mut ResourceRequests,
+        &mut ResourceRequests,
+        &mut (Option<f64>, Option<f64>),
+    ),
+    (o_min, o_max, o_ratio): (
+        &ResourceRequests,
+        &ResourceRequests,
+        &(Option<f64>, Option<f64>),
+    ),
+) {
+    fn lowest<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+        match (a, b) {
+            (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+            (x, y) => x.or(y),
+        }
+    }
+    min.cpu_millis = min.cpu_millis.max(o_min.cpu_millis);
+    min.memory_bytes = min.memory_bytes.max(o_min.memory_bytes);
+    max.cpu_millis = lowest(max.cpu_millis, o_max.cpu_millis);
+    max.memory_bytes = lowest(max.memory_bytes, o_max.memory_bytes);
+    *ratio = (lowest(ratio.0, o_ratio.0), lowest(ratio.1, o_ratio.1));
 }
 
 /// A namespace's ResourceQuota as kerf keeps to it: `hard` and `status.used` of the
@@ -275,6 +318,38 @@ pub fn qos_class(containers: &[(ResourceRequests, ResourceRequests)]) -> &'stati
     }
 }
 
+/// kerf never changes a pod's QoS class (docs/policies.md#limits). Where the requests and limits
+/// it would write do — a Guaranteed container's request lowered under a `RequestsOnly` limit, a
+/// Burstable one's raised to its limit, a LimitRange bound reached by both — each resource whose
+/// request stopped (or started) equalling its limit keeps its current request and limit.
+/// `current` and `written` are every container's (requests, limits); returns the kept
+/// (container index, `cpu` | `memory`). A BestEffort pod that gets its first requests becomes
+/// Burstable, as with VPA: keeping it BestEffort would leave it unsized.
+pub fn qos_class_kept(
+    current: &[(ResourceRequests, ResourceRequests)],
+    written: &mut [(ResourceRequests, ResourceRequests)],
+) -> Vec<(usize, &'static str)> {
+    let before = qos_class(current);
+    if before == "BestEffort" || before == qos_class(written) {
+        return Vec::new();
+    }
+    // The request equals the limit (a request left out is defaulted to it).
+    let at_limit = |r: Option<i64>, l: Option<i64>| l.is_some() && r.is_none_or(|r| Some(r) == l);
+    let mut kept = Vec::new();
+    for (i, ((cr, cl), (wr, wl))) in current.iter().zip(written.iter_mut()).enumerate() {
+        if at_limit(cr.cpu_millis, cl.cpu_millis) != at_limit(wr.cpu_millis, wl.cpu_millis) {
+            (wr.cpu_millis, wl.cpu_millis) = (cr.cpu_millis, cl.cpu_millis);
+            kept.push((i, "cpu"));
+        }
+        if at_limit(cr.memory_bytes, cl.memory_bytes) != at_limit(wr.memory_bytes, wl.memory_bytes)
+        {
+            (wr.memory_bytes, wl.memory_bytes) = (cr.memory_bytes, cl.memory_bytes);
+            kept.push((i, "memory"));
+        }
+    }
+    kept
+}
+
 /// `<namespace>/<name>` of an object (`default` where it names no namespace).
 fn namespaced_name(obj: &serde_json::Value) -> Option<String> {
     let meta = obj.get("metadata")?;
@@ -287,7 +362,8 @@ fn namespaced_name(obj: &serde_json::Value) -> Option<String> {
 }
 
 /// The `type: Container` item of a namespace's LimitRange, as kerf keeps to it: each bound in
-/// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none.
+/// millicores (cpu) and bytes (memory), `None` where the LimitRange sets none; and its
+/// `type: Pod` item, the same bounds over the sum of a pod's containers.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ContainerLimitRange {
     /// `<namespace>/<name>` of the LimitRange, for the reason.
@@ -296,43 +372,80 @@ pub struct ContainerLimitRange {
     pub max: ResourceRequests,
     /// `maxLimitRequestRatio` (limit ÷ request) per resource.
     pub max_ratio: (Option<f64>, Option<f64>),
+    /// The `type: Pod` item, if any.
+    pub pod: Option<PodLimitRange>,
+}
+
+/// The `type: Pod` item of a LimitRange: bounds over the summed requests and limits of a pod's
+/// containers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodLimitRange {
+    pub min: ResourceRequests,
+    pub max: ResourceRequests,
+    pub max_ratio: (Option<f64>, Option<f64>),
 }
 
 impl ContainerLimitRange {
-    /// The Container item of a LimitRange object (`spec.limits[]` with `type: Container`);
-    /// `None` when it has none kerf reads.
+    /// The Container and Pod items of a LimitRange object (`spec.limits[]` with `type:
+    /// Container` or `Pod`); `None` when it has neither.
     pub fn from_object(obj: &serde_json::Value) -> Option<Self> {
         let name = namespaced_name(obj)?;
-        let item = obj
-            .get("spec")?
-            .get("limits")?
-            .as_array()?
-            .iter()
-            .find(|i| i.get("type").and_then(|t| t.as_str()) == Some("Container"))?;
-        let q = |which: &str,
-                 r: &str|
-         -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+        let items = obj.get("spec")?.get("limits")?.as_array()?;
+        let item = |t: &str| {
+            items
+                .iter()
+                .find(|i| i.get("type").and_then(|v| v.as_str()) == Some(t))
+                .map(item_bounds)
+        };
+        let pod = item("Pod").map(|(min, max, max_ratio)| PodLimitRange {
+            min,
+            max,
+            max_ratio,
+        });
+        let (min, max, max_ratio) = match item("Container") {
+            Some(bounds) => bounds,
+            None if pod.is_some() => Default::default(),
+            None => return None,
+        };
+        Some(Self {
+            name,
+            min,
+            max,
+            max_ratio,
+            pod,
+        })
+    }
+}
+
+/// One LimitRange item's `min`, `max` and `maxLimitRequestRatio` of cpu and memory.
+fn item_bounds(
+    item: &serde_json::Value,
+) -> (
+    ResourceRequests,
+    ResourceRequests,
+    (Option<f64>, Option<f64>),
+) {
+    let q =
+        |which: &str, r: &str| -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
             item.get(which)?
                 .get(r)?
                 .as_str()
                 .map(|t| k8s_openapi::apimachinery::pkg::api::resource::Quantity(t.to_string()))
         };
-        let values = |which: &str| ResourceRequests {
-            cpu_millis: q(which, "cpu").and_then(|v| crate::quantity::cpu_millis(&v).ok()),
-            memory_bytes: q(which, "memory").and_then(|v| crate::quantity::memory_bytes(&v).ok()),
-        };
-        let ratio = |r: &str| {
-            q("maxLimitRequestRatio", r)
-                .and_then(|v| crate::quantity::cpu_millis(&v).ok())
-                .map(|m| m as f64 / 1000.0)
-        };
-        Some(Self {
-            name,
-            min: values("min"),
-            max: values("max"),
-            max_ratio: (ratio("cpu"), ratio("memory")),
-        })
-    }
+    let values = |which: &str| ResourceRequests {
+        cpu_millis: q(which, "cpu").and_then(|v| crate::quantity::cpu_millis(&v).ok()),
+        memory_bytes: q(which, "memory").and_then(|v| crate::quantity::memory_bytes(&v).ok()),
+    };
+    let ratio = |r: &str| {
+        q("maxLimitRequestRatio", r)
+            .and_then(|v| crate::quantity::cpu_millis(&v).ok())
+            .map(|m| m as f64 / 1000.0)
+    };
+    (
+        values("min"),
+        values("max"),
+        (ratio("cpu"), ratio("memory")),
+    )
 }
 
 /// A request and limit kept within a LimitRange's Container bounds, as the API server's
@@ -360,6 +473,124 @@ pub fn within_limit_range(
         }
     }
     (request, limit)
+}
+
+/// One resource of a pod's regular containers, for its LimitRange's `type: Pod` bounds: each
+/// container's request, its limit, and whether kerf sets its request (only those are moved).
+/// `follow`: the limits move with the requests (`RequestsAndLimits`), else they stay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodResource {
+    pub containers: Vec<(i64, Option<i64>, bool)>,
+    pub follow: bool,
+}
+
+impl PodResource {
+    /// The summed request and limit with kerf's requests scaled by `f` (their limits too when
+    /// they follow). The limit sum is `None` unless every container has a limit: LimitRanger
+    /// sums a resource only over a pod whose every container names it.
+    fn sums(&self, f: f64) -> (f64, Option<f64>) {
+        let mut req = 0.0;
+        let mut lim = Some(0.0);
+        for (r, l, moved) in &self.containers {
+            let g = if *moved { f } else { 1.0 };
+            req += *r as f64 * g;
+            let lg = if *moved && self.follow { f } else { 1.0 };
+            lim = lim.zip(*l).map(|(s, l)| s + l as f64 * lg);
+        }
+        (req, lim)
+    }
+}
+
+/// The least factor at or above `from` for which `ok` holds (`from` if none up to 1000×).
+fn grow_until(from: f64, ok: impl Fn(f64) -> bool) -> f64 {
+    let hi = from.max(1.0) * 1000.0;
+    match (ok(from), ok(hi)) {
+        (false, true) => boundary(hi, from, ok),
+        _ => from,
+    }
+}
+
+/// Bisection between a factor where `ok` holds and one where it does not: the last where it
+/// holds, as close to the other as an f64 gets.
+fn boundary(mut holds: f64, mut fails: f64, ok: impl Fn(f64) -> bool) -> f64 {
+    for _ in 0..64 {
+        let mid = (holds + fails) / 2.0;
+        if ok(mid) {
+            holds = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    holds
+}
+
+/// LimitRange `type: Pod` `min` (LimitRanger's `minConstraint` over the pod's sums): the
+/// summed request (and limit, where every container has one) at least `min`; kerf's requests
+/// are scaled up together to meet it, as VPA's `applyPodLimitRange` scales them.
+pub fn pod_min(pod: &PodResource, min: Option<i64>, f: f64) -> f64 {
+    let Some(min) = min.map(|m| m as f64) else {
+        return f;
+    };
+    grow_until(f, |f| {
+        let (r, l) = pod.sums(f);
+        r >= min && l.is_none_or(|l| l >= min || !pod.follow)
+    })
+}
+
+/// LimitRange `type: Pod` `max` (`maxConstraint`): the summed limit — the summed request where
+/// not every container has a limit — at most `max`, and the summed request too; kerf's
+/// requests are scaled down together to meet it.
+pub fn pod_max(pod: &PodResource, max: Option<i64>, f: f64) -> f64 {
+    let Some(max) = max.map(|m| m as f64) else {
+        return f;
+    };
+    let ok = |f: f64| {
+        let (r, l) = pod.sums(f);
+        r <= max && l.is_none_or(|l| l <= max || !pod.follow)
+    };
+    // The largest factor below `f` that fits (none when not even 0 does: left as it is).
+    match (ok(f), ok(0.0)) {
+        (false, true) => boundary(0.0, f, ok),
+        _ => f,
+    }
+}
+
+/// LimitRange `type: Pod` `maxLimitRequestRatio` (`limitRequestRatioConstraint`): the summed
+/// limit at most the ratio times the summed request; kerf's requests are raised to meet it
+/// (where their limits follow, only while that narrows the gap).
+pub fn pod_max_ratio(pod: &PodResource, max_ratio: Option<f64>, f: f64) -> f64 {
+    let Some(ratio) = max_ratio.filter(|r| *r > 0.0) else {
+        return f;
+    };
+    grow_until(f, |f| {
+        let (r, l) = pod.sums(f);
+        l.is_none_or(|l| r > 0.0 && l <= ratio * r)
+    })
+}
+
+/// A pod's requests of one resource kept within its LimitRange's `type: Pod` bounds, as the
+/// API server's LimitRanger checks them over the sum of the regular containers
+/// (`plugin/pkg/admission/limitranger/admission.go`, `PodLimitFunc`) and as VPA caps to them
+/// (`vertical-pod-autoscaler/pkg/utils/vpa/capping.go`, `applyPodLimitRange`): kerf's
+/// requests scaled together, `min` first, then `max`, then the ratio. Returns each
+/// container's request.
+pub fn within_pod_limit_range(
+    pod: &PodResource,
+    (min, max, max_ratio): (Option<i64>, Option<i64>, Option<f64>),
+) -> Vec<i64> {
+    let f = pod_min(pod, min, 1.0);
+    let f = pod_max(pod, max, f);
+    let f = pod_max_ratio(pod, max_ratio, f);
+    pod.containers
+        .iter()
+        .map(|(r, _, moved)| match *moved && f != 1.0 {
+            // Up rounded up, down rounded down, so the bound is met; the bisection's last
+            // digits are not a unit more.
+            true if f > 1.0 => (*r as f64 * f * (1.0 - 1e-9)).ceil() as i64,
+            true => (*r as f64 * f * (1.0 + 1e-9)).floor() as i64,
+            false => *r,
+        })
+        .collect()
 }
 
 #[cfg(test)]

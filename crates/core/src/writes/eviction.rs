@@ -7,7 +7,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::resize::{pod_matches, pod_requests};
+use super::resize::{pod_matches, pod_resources};
 use crate::admission::GpuTarget;
 use crate::allocation::{Allocation, container_allocations};
 use crate::model::{ContainerRequests, GpuMap, rfc3339_secs};
@@ -82,6 +82,8 @@ pub fn replaced_last(pod: &Pod) -> bool {
 #[derive(Clone, Copy, Debug)]
 pub struct Wanted<'a> {
     pub requests: &'a ContainerRequests,
+    /// The limits the change carries with the requests (a pod admitted gets them too).
+    pub limits: &'a ContainerRequests,
     pub gpu: Option<&'a GpuMap>,
 }
 
@@ -114,10 +116,9 @@ pub fn pods_to_replace<'a>(pods: &[&'a Pod], wanted: Wanted<'_>) -> Vec<&'a Pod>
         .iter()
         .copied()
         .filter(|p| {
-            let requests_differ = p
-                .spec
-                .as_ref()
-                .is_some_and(|s| !pod_matches(s, &pod_requests(s, wanted.requests)));
+            let requests_differ = p.spec.as_ref().is_some_and(|s| {
+                !pod_matches(s, &pod_resources(s, wanted.requests, wanted.limits))
+            });
             requests_differ || wanted.gpu.is_some_and(|g| !pod_gpu_matches(p, g))
         })
         .collect();
@@ -210,9 +211,12 @@ mod tests {
         .unwrap()
     }
 
+    static NO_LIMITS: ContainerRequests = ContainerRequests::new();
+
     fn cpu_only(requests: &ContainerRequests) -> Wanted<'_> {
         Wanted {
             requests,
+            limits: &NO_LIMITS,
             gpu: None,
         }
     }
@@ -323,6 +327,7 @@ mod tests {
         );
         let wanted = Wanted {
             requests: &none,
+            limits: &none,
             gpu: Some(&gpu),
         };
         let got = super::pods_to_replace(&[&old, &new], wanted);

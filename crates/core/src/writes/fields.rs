@@ -92,29 +92,10 @@ pub fn same_gpu(a: Option<&GpuMap>, b: Option<&GpuMap>) -> bool {
 
 /// The requests a container of `template` has, as kerf compares them.
 pub fn template_requests(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
-    template_values(template, container, false)
-}
-
-/// The limits a container of `template` has (`None` where it has none).
-pub fn template_limits(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
-    template_values(template, container, true)
-}
-
-fn template_values(
-    template: &PodTemplateSpec,
-    container: &str,
-    limits: bool,
-) -> Option<ResourceRequests> {
-    let spec = template.spec.as_ref()?;
-    let c = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .find(|c| c.name == container)?;
-    let req = c.resources.as_ref().and_then(|r| match limits {
-        true => r.limits.as_ref(),
-        false => r.requests.as_ref(),
-    });
+    let req = template_container(template, container)?
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref());
     Some(ResourceRequests {
         cpu_millis: req
             .and_then(|r| r.get("cpu"))
@@ -123,6 +104,37 @@ fn template_values(
             .and_then(|r| r.get("memory"))
             .and_then(|q| quantity::memory_bytes(q).ok()),
     })
+}
+
+/// The limits a container of `template` has (`None` where it has none), read as the
+/// recommendation reads them.
+pub fn template_limits(template: &PodTemplateSpec, container: &str) -> Option<ResourceRequests> {
+    template_container(template, container)
+        .map(crate::recommenders::resources::container::container_limits)
+}
+
+/// A container's requests, or its limits.
+fn template_values(
+    template: &PodTemplateSpec,
+    container: &str,
+    limits: bool,
+) -> Option<ResourceRequests> {
+    match limits {
+        true => template_limits(template, container),
+        false => template_requests(template, container),
+    }
+}
+
+/// The container of `template` of that name (regular or init).
+fn template_container<'t>(
+    template: &'t PodTemplateSpec,
+    container: &str,
+) -> Option<&'t crate::pod::Container> {
+    let spec = template.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == container)
 }
 
 pub fn requests_match(template: &PodTemplateSpec, wanted: &ContainerRequests) -> bool {

@@ -28,6 +28,8 @@ pub struct MethodInput<'a> {
     /// The workload's running pods.
     pub pods: &'a [&'a Pod],
     pub requests: &'a ContainerRequests,
+    /// The limits the change carries with them (`status.applied.limits`).
+    pub limits: &'a ContainerRequests,
     pub now: Timestamp,
     /// kerf's last resize request of the workload, as recorded (`status.resize`).
     pub last_request: Option<Timestamp>,
@@ -191,7 +193,7 @@ pub fn delivery(input: &MethodInput<'_>, budget: &mut usize) -> Delivery {
     };
     let resize = plan_workload_resize(
         input.pods,
-        input.requests,
+        (input.requests, input.limits),
         (input.now, input.last_request),
         budget,
     );
@@ -232,6 +234,8 @@ mod tests {
         .unwrap()
     }
 
+    static NO_LIMITS: ContainerRequests = ContainerRequests::new();
+
     fn input<'a>(pods: &'a [&'a Pod], requests: &'a ContainerRequests) -> MethodInput<'a> {
         MethodInput {
             template_writable: true,
@@ -243,6 +247,7 @@ mod tests {
             recorded_fallback: None,
             pods,
             requests,
+            limits: &NO_LIMITS,
             now: "2026-07-01T12:00:00Z".parse().unwrap(),
             last_request: None,
         }

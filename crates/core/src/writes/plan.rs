@@ -393,6 +393,7 @@ impl Planning<'_> {
                 .and_then(|r| r.fallback.as_ref()),
             pods: &pods,
             requests: &apply.requests,
+            limits: &apply.limits,
             now: self.now,
             last_request: previous
                 .and_then(|s| s.resize.as_ref())
@@ -407,6 +408,7 @@ impl Planning<'_> {
         if writing && d.method == ApplyMethod::Evict {
             let wanted = Wanted {
                 requests: &apply.requests,
+                limits: &apply.limits,
                 gpu: gpu_wanted(wo.gpu.as_deref()),
             };
             d.eviction = Some(self.eviction(w, &pods, wanted, previous));
@@ -446,6 +448,7 @@ impl Planning<'_> {
             let none = crate::model::ContainerRequests::default();
             let wanted = Wanted {
                 requests: &none,
+                limits: &none,
                 gpu: Some(&wanted_gpu.containers),
             };
             d.eviction = Some(self.eviction(w, &pods, wanted, previous));

@@ -669,6 +669,7 @@ mod tests {
             pod_level_resources: Vec::new(),
             vpa: None,
             limit_range: None,
+            regular_containers: 1,
             quotas: Vec::new(),
             replicas: 1,
             history: History::default(),

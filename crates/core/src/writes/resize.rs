@@ -6,9 +6,12 @@
 //!   validation.go); the class is computed as `ComputePodQOS` does (pkg/apis/core/helper/qos/
 //!   qos.go): [`qos_class`].
 //! - Only CPU and memory of the containers and restartable init containers (sidecars) are
-//!   resized; kerf sends requests only (it never writes a limit), capped at the limit as
-//!   admission caps them, so a memory-limit decrease — the case `NotRequired` cannot apply —
-//!   never arises.
+//!   resized; kerf sends the requests and limits admission sets ([`pod_resources`], the one
+//!   rule `limits::pod_resource_value`), so a resized pod is the pod a rollout would create.
+//! - `validateContainerResize` (same file): requests and limits cannot be removed (kerf never
+//!   removes one); on Kubernetes 1.33 a memory limit may not be lowered, nor added, unless the
+//!   container's memory `resizePolicy` is `RestartContainer`: [`memory_limit_not_lowered`]
+//!   rolls out instead (1.34 lifted the rule; kerf keeps it, the strictest version it runs on).
 //! - The kubelet's answer is the pod's `PodResizePending` (reason `Deferred` or `Infeasible`)
 //!   and `PodResizeInProgress` conditions (k8s.io/api core/v1 types.go). As VPA's updater
 //!   (`InPlaceOrRecreate`) does, a resize deferred for longer than [`DEFERRED_BOUND`] or in
@@ -20,13 +23,12 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Map, Value, json};
 
+use crate::limits::pod_resource_value;
 use crate::model::{ContainerRequests, ResourceRequests};
 use crate::pod::{
     Container, POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING, Pod, PodCondition, PodSpec,
 };
-use crate::quantity::{
-    capped_at_limit, cpu_millis, format_cpu_millis, format_memory_bytes, memory_bytes,
-};
+use crate::quantity::{cpu_millis, format_cpu_millis, format_memory_bytes, memory_bytes};
 
 /// How long a resize the kubelet defers (the node lacks room now) is waited for before the
 /// change rolls out instead: VPA's updater uses the same 5 minutes.
@@ -67,9 +69,13 @@ fn request_of(c: &Container, resource: &str) -> Option<i64> {
     parse(resource, q)
 }
 
+/// A resource's limit, read as the recommendation and the template write read it.
 fn limit_of(c: &Container, resource: &str) -> Option<i64> {
-    let q = c.resources.as_deref()?.limits.as_ref()?.get(resource)?;
-    parse(resource, q)
+    let limits = crate::recommenders::resources::container::container_limits(c);
+    match resource {
+        "cpu" => limits.cpu_millis,
+        _ => limits.memory_bytes,
+    }
 }
 
 fn parse(
@@ -84,12 +90,29 @@ fn parse(
 
 const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
 
+/// The requests and limits a resize sets, per container (only those it sets).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodResources {
+    pub requests: ContainerRequests,
+    pub limits: ContainerRequests,
+}
+
+impl PodResources {
+    /// Requests alone (no limit set).
+    pub fn requests(requests: ContainerRequests) -> Self {
+        Self {
+            requests,
+            limits: ContainerRequests::new(),
+        }
+    }
+}
+
 /// The pod's QoS class by Kubernetes' rule (`ComputePodQOS`): over the containers and init
 /// containers, sums of the positive CPU and memory requests and limits; none at all is
 /// `BestEffort`; every container limiting both and the sums equal is `Guaranteed`; anything
 /// else `Burstable`. Pod-level resources, when set, decide instead of the containers.
-/// `requests` overrides the containers' requests (the pod after a resize).
-pub fn qos_class(spec: &PodSpec, requests: &ContainerRequests) -> QosClass {
+/// `set` overrides the containers' requests and limits (the pod after a resize).
+pub fn qos_class(spec: &PodSpec, set: &PodResources) -> QosClass {
     let mut sum_requests = [0i64; 2];
     let mut sum_limits = [0i64; 2];
     let mut seen_request = [false; 2];
@@ -123,7 +146,8 @@ pub fn qos_class(spec: &PodSpec, requests: &ContainerRequests) -> QosClass {
             .iter()
             .chain(spec.init_containers.iter().flatten())
         {
-            let wanted = requests.get(c.name.as_str());
+            let wanted = set.requests.get(c.name.as_str());
+            let limits = set.limits.get(c.name.as_str());
             let req = [
                 wanted
                     .and_then(|w| w.cpu_millis)
@@ -132,7 +156,14 @@ pub fn qos_class(spec: &PodSpec, requests: &ContainerRequests) -> QosClass {
                     .and_then(|w| w.memory_bytes)
                     .or_else(|| request_of(c, "memory")),
             ];
-            let lim = QOS_RESOURCES.map(|r| limit_of(c, r));
+            let lim = [
+                limits
+                    .and_then(|l| l.cpu_millis)
+                    .or_else(|| limit_of(c, "cpu")),
+                limits
+                    .and_then(|l| l.memory_bytes)
+                    .or_else(|| limit_of(c, "memory")),
+            ];
             guaranteed &= add(req, lim);
         }
     }
@@ -243,8 +274,8 @@ pub fn not_windows(spec: &PodSpec) -> Result<(), Fallback> {
 }
 
 /// A resize is refused by the API server when it would change the pod's QoS class.
-pub fn qos_class_kept(spec: &PodSpec, wanted: &ContainerRequests) -> Result<(), Fallback> {
-    let before = qos_class(spec, &ContainerRequests::new());
+pub fn qos_class_kept(spec: &PodSpec, wanted: &PodResources) -> Result<(), Fallback> {
+    let before = qos_class(spec, &PodResources::default());
     let after = qos_class(spec, wanted);
     if before == after {
         return Ok(());
@@ -257,6 +288,39 @@ pub fn qos_class_kept(spec: &PodSpec, wanted: &ContainerRequests) -> Result<(), 
             after.as_str()
         ),
     })
+}
+
+/// On Kubernetes 1.33 a resize may not lower a container's memory limit, nor add one, unless
+/// its memory `resizePolicy` is `RestartContainer` (`validateContainerResize`, "memory limits
+/// cannot be decreased unless resizePolicy is RestartContainer"): such a change rolls out.
+pub fn memory_limit_not_lowered(spec: &PodSpec, wanted: &PodResources) -> Result<(), Fallback> {
+    for (c, _) in resizable(spec) {
+        let Some(new) = wanted
+            .limits
+            .get(c.name.as_str())
+            .and_then(|l| l.memory_bytes)
+        else {
+            continue;
+        };
+        let restarts = c
+            .resize_policy
+            .iter()
+            .flatten()
+            .find(|p| p.resource_name == "memory")
+            .is_some_and(|p| p.restart_policy == "RestartContainer");
+        let lowered = limit_of(c, "memory").is_none_or(|old| new < old);
+        if lowered && !restarts {
+            return Err(Fallback {
+                reason: "MemoryLimitDecrease",
+                message: format!(
+                    "container {}: a memory limit may not be lowered or added in place unless \
+                     its resizePolicy is RestartContainer",
+                    c.name
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// When the wait on a deferred or in-progress resize started: kerf's own last resize request of
@@ -324,50 +388,83 @@ fn resizable(spec: &PodSpec) -> impl Iterator<Item = (&Container, bool)> {
         .chain(sidecars.map(|c| (c, true)))
 }
 
-/// What one pod's containers should request: the recommendation capped at each container's
-/// limit (as admission caps it), for the containers the pod has and can resize.
-pub fn pod_requests(spec: &PodSpec, wanted: &ContainerRequests) -> ContainerRequests {
-    let mut out = ContainerRequests::new();
+/// What one pod's containers should get, for the containers the pod has and can resize: the
+/// requests and limits admission sets ([`pod_resource_value`]): the limits the change carries
+/// (`limits`), elsewhere the request capped at the container's own limit.
+pub fn pod_resources(
+    spec: &PodSpec,
+    wanted: &ContainerRequests,
+    limits: &ContainerRequests,
+) -> PodResources {
+    let mut out = PodResources::default();
     for (c, _) in resizable(spec) {
         let Some(w) = wanted.get(c.name.as_str()) else {
             continue;
         };
-        let capped = ResourceRequests {
-            cpu_millis: w
-                .cpu_millis
-                .filter(|m| *m > 0)
-                .map(|m| capped_at_limit(m, limit_of(c, "cpu")).0),
-            memory_bytes: w
-                .memory_bytes
-                .filter(|b| *b > 0)
-                .map(|b| capped_at_limit(b, limit_of(c, "memory")).0),
+        let carried = limits.get(c.name.as_str());
+        let one = |want: Option<i64>, carried: Option<i64>, resource: &str| {
+            let (r, l, _) = pod_resource_value(want?, carried, limit_of(c, resource));
+            Some((r, l))
         };
-        out.insert(c.name.to_string(), capped);
+        let cpu = one(
+            w.cpu_millis.filter(|m| *m > 0),
+            carried.and_then(|l| l.cpu_millis),
+            "cpu",
+        );
+        let memory = one(
+            w.memory_bytes.filter(|b| *b > 0),
+            carried.and_then(|l| l.memory_bytes),
+            "memory",
+        );
+        out.requests.insert(
+            c.name.to_string(),
+            ResourceRequests {
+                cpu_millis: cpu.map(|v| v.0),
+                memory_bytes: memory.map(|v| v.0),
+            },
+        );
+        let lim = ResourceRequests {
+            cpu_millis: cpu.and_then(|v| v.1),
+            memory_bytes: memory.and_then(|v| v.1),
+        };
+        if lim.cpu_millis.is_some() || lim.memory_bytes.is_some() {
+            out.limits.insert(c.name.to_string(), lim);
+        }
     }
     out
 }
 
-/// Whether the pod's containers already request `requests`.
-pub fn pod_matches(spec: &PodSpec, requests: &ContainerRequests) -> bool {
-    resizable(spec).all(|(c, _)| {
-        requests.get(c.name.as_str()).is_none_or(|w| {
-            w.cpu_millis.is_none_or(|m| request_of(c, "cpu") == Some(m))
-                && w.memory_bytes
-                    .is_none_or(|b| request_of(c, "memory") == Some(b))
+/// Whether the pod's containers already have the requests and limits of `set`.
+pub fn pod_matches(spec: &PodSpec, set: &PodResources) -> bool {
+    let same = |values: Option<&ResourceRequests>, of: &dyn Fn(&str) -> Option<i64>| {
+        values.is_none_or(|w| {
+            w.cpu_millis.is_none_or(|m| of("cpu") == Some(m))
+                && w.memory_bytes.is_none_or(|b| of("memory") == Some(b))
         })
+    };
+    resizable(spec).all(|(c, _)| {
+        let name = c.name.as_str();
+        same(set.requests.get(name), &|r| request_of(c, r))
+            && same(set.limits.get(name), &|r| limit_of(c, r))
     })
 }
 
 /// The containers the kubelet restarts to apply the resize: those whose `resizePolicy` says
 /// `RestartContainer` for a resource that changes (still resized in place, not recreated).
-pub fn restarted_containers(spec: &PodSpec, requests: &ContainerRequests) -> Vec<String> {
+pub fn restarted_containers(spec: &PodSpec, set: &PodResources) -> Vec<String> {
     resizable(spec)
         .filter(|(c, _)| {
-            let Some(w) = requests.get(c.name.as_str()) else {
+            let Some(w) = set.requests.get(c.name.as_str()) else {
                 return false;
             };
+            let l = set.limits.get(c.name.as_str());
             let changes = |resource: &str, v: Option<i64>| {
+                let limit = l.and_then(|l| match resource {
+                    "cpu" => l.cpu_millis,
+                    _ => l.memory_bytes,
+                });
                 v.is_some_and(|v| request_of(c, resource) != Some(v))
+                    || limit.is_some_and(|v| limit_of(c, resource) != Some(v))
             };
             let restarts = |resource: &str| {
                 c.resize_policy
@@ -382,26 +479,33 @@ pub fn restarted_containers(spec: &PodSpec, requests: &ContainerRequests) -> Vec
         .collect()
 }
 
-/// The body of a `pods/resize` request: a strategic merge patch of the containers' requests,
-/// as `kubectl patch --subresource resize` sends it (containers merge by name).
-pub fn resize_body(spec: &PodSpec, requests: &ContainerRequests) -> Value {
+/// The body of a `pods/resize` request: a strategic merge patch of the containers' requests
+/// and limits, as `kubectl patch --subresource resize` sends it (containers merge by name).
+pub fn resize_body(spec: &PodSpec, set: &PodResources) -> Value {
+    let values = |v: Option<&ResourceRequests>| {
+        let mut m = Map::new();
+        if let Some(c) = v.and_then(|v| v.cpu_millis) {
+            m.insert("cpu".into(), json!(format_cpu_millis(c)));
+        }
+        if let Some(b) = v.and_then(|v| v.memory_bytes) {
+            m.insert("memory".into(), json!(format_memory_bytes(b)));
+        }
+        m
+    };
     let mut containers = Vec::new();
     let mut sidecars = Vec::new();
     for (c, sidecar) in resizable(spec) {
-        let Some(w) = requests.get(c.name.as_str()) else {
-            continue;
-        };
-        let mut req = Map::new();
-        if let Some(m) = w.cpu_millis {
-            req.insert("cpu".into(), json!(format_cpu_millis(m)));
-        }
-        if let Some(b) = w.memory_bytes {
-            req.insert("memory".into(), json!(format_memory_bytes(b)));
-        }
+        let req = values(set.requests.get(c.name.as_str()));
         if req.is_empty() {
             continue;
         }
-        let entry = json!({"name": c.name.as_str(), "resources": {"requests": req}});
+        let mut resources = Map::new();
+        resources.insert("requests".into(), Value::Object(req));
+        let lim = values(set.limits.get(c.name.as_str()));
+        if !lim.is_empty() {
+            resources.insert("limits".into(), Value::Object(lim));
+        }
+        let entry = json!({"name": c.name.as_str(), "resources": resources});
         if sidecar {
             sidecars.push(entry);
         } else {
@@ -427,6 +531,8 @@ pub struct PodResize {
     pub body: Value,
     /// The requests it sets, per container (the in-memory writer lays them over the pod).
     pub requests: ContainerRequests,
+    /// The limits it sets with them (those the change carries).
+    pub limits: ContainerRequests,
     /// Containers the kubelet restarts to apply it (their `resizePolicy`).
     pub restarts: Vec<String>,
 }
@@ -454,7 +560,7 @@ pub struct WorkloadResize {
 /// finds it infeasible or waits beyond the bounds — makes the whole change a rollout.
 pub fn plan_workload_resize(
     pods: &[&Pod],
-    wanted: &ContainerRequests,
+    (wanted, limits): (&ContainerRequests, &ContainerRequests),
     (now, last_request): (Timestamp, Option<Timestamp>),
     budget: &mut usize,
 ) -> WorkloadResize {
@@ -466,7 +572,7 @@ pub fn plan_workload_resize(
         let Some(spec) = pod.spec.as_ref() else {
             continue;
         };
-        let requests = pod_requests(spec, wanted);
+        let requests = pod_resources(spec, wanted, limits);
         let state = kubelet_resize(pod);
         if pod_matches(spec, &requests) {
             if let Err(f) = kubelet_resize_within_bounds(&state, now, last_request) {
@@ -484,7 +590,8 @@ pub fn plan_workload_resize(
         }
         let refused = not_windows(spec)
             .and_then(|()| no_pod_level_resources(spec))
-            .and_then(|()| qos_class_kept(spec, &requests));
+            .and_then(|()| qos_class_kept(spec, &requests))
+            .and_then(|()| memory_limit_not_lowered(spec, &requests));
         if let Err(f) = refused {
             out.fallback.get_or_insert(f);
             continue;
@@ -504,7 +611,8 @@ pub fn plan_workload_resize(
             pod: pod.metadata.name.as_deref().unwrap_or("").to_string(),
             body: resize_body(spec, &requests),
             restarts,
-            requests,
+            requests: requests.requests,
+            limits: requests.limits,
         });
     }
     if out.fallback.is_some() {

@@ -933,6 +933,7 @@ pub fn evaluate(
                     &snapshot.limit_ranges,
                     &w.key.namespace,
                 ),
+                regular_containers: spec.containers.len(),
                 quotas: namespace_quotas(snapshot, &w.key.namespace),
                 vpa: crate::vpa::applying_vpa(
                     &snapshot.vpas,

@@ -136,6 +136,9 @@ pub struct WorkloadInput {
     pub vpa: Option<crate::vpa::Vpa>,
     /// The namespace's LimitRange bounds for containers (docs/policies.md#limits).
     pub limit_range: Option<crate::limits::ContainerLimitRange>,
+    /// The first this many of `containers` are the regular ones (the rest sidecars): a
+    /// LimitRange's `type: Pod` bounds sum those.
+    pub regular_containers: usize,
     /// The namespace's ResourceQuotas: an upsize past one is held (`QuotaExceeded`).
     pub quotas: Vec<crate::limits::QuotaView>,
     /// Current replicas (for total savings).
@@ -334,6 +337,8 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
         .collect();
     let range_reasons = limit_range_reasons(input, &ctx.params, &recommended);
     requests_only_caps(input, &ctx.params, &mut recommended);
+    let pod_range_reasons = keep_within_pod_limit_range(input, &ctx.params, &mut recommended);
+    let qos_reasons = keep_qos_class(input, &ctx.params, &mut recommended);
 
     let mut risk_flags = Vec::new();
     let mut reasons = Vec::new();
@@ -351,6 +356,8 @@ pub fn evaluate_workload(input: &WorkloadInput) -> Result<RightsizingOutcome, Po
     risk_flags.extend(floor_flags);
     reasons.extend(risk_reasons.iter().cloned());
     reasons.extend(range_reasons);
+    reasons.extend(pod_range_reasons);
+    reasons.extend(qos_reasons);
     let mut hpa_out = input
         .hpa
         .as_ref()
@@ -972,7 +979,10 @@ fn capped_after_hpa(
     recommended: &mut [ResourceRequests],
     hpa: Option<&mut HpaOutcome>,
 ) {
-    if requests_only_caps(input, params, recommended)
+    let capped = requests_only_caps(input, params, recommended);
+    let in_pod_range = !keep_within_pod_limit_range(input, params, recommended).is_empty();
+    let kept = in_pod_range | !keep_qos_class(input, params, recommended).is_empty();
+    if (capped || kept)
         && let Some(h) = hpa.filter(|h| h.coordinated)
     {
         h.coordinated = false;
@@ -983,6 +993,133 @@ fn capped_after_hpa(
                      RequestsOnly limit or the namespace's LimitRange"
             .to_string();
     }
+}
+
+/// The namespace's LimitRange `type: Pod` bounds over the pod's regular containers
+/// ([`crate::limits::within_pod_limit_range`]): kerf's requests of a resource scaled
+/// together to meet them, and a reason naming the LimitRange.
+fn keep_within_pod_limit_range(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &mut [ResourceRequests],
+) -> Vec<String> {
+    use crate::limits::{PodResource, within_pod_limit_range};
+    use kerf_api::ControlledValues;
+    let Some((name, pod)) = input
+        .limit_range
+        .as_ref()
+        .and_then(|lr| Some((&lr.name, lr.pod.as_ref()?)))
+    else {
+        return Vec::new();
+    };
+    let n = input.regular_containers.min(input.containers.len());
+    let written: Vec<_> = input.containers[..n]
+        .iter()
+        .zip(recommended.iter())
+        .map(|(c, r)| {
+            let (req, lim) = crate::limits::bounded_resources(
+                params.controlled_values(),
+                &c.signals.current,
+                &c.limits,
+                r,
+                input.limit_range.as_ref(),
+            );
+            (req, lim, r.clone())
+        })
+        .collect();
+    let (cpu_c, memory_c) = params.controlled_values();
+    let mut reasons = Vec::new();
+    let get = |r: &ResourceRequests, cpu: bool| if cpu { r.cpu_millis } else { r.memory_bytes };
+    for cpu in [true, false] {
+        let (resource, controlled, ratio) = match cpu {
+            true => ("cpu", cpu_c, pod.max_ratio.0),
+            false => ("memory", memory_c, pod.max_ratio.1),
+        };
+        let fmt: fn(i64) -> String = match cpu {
+            true => crate::quantity::format_cpu_millis,
+            false => crate::quantity::format_memory_bytes,
+        };
+        // A container without a request: LimitRanger sums none, kerf leaves the bound alone.
+        let Some(containers) = written
+            .iter()
+            .map(|(req, lim, rec)| Some((get(req, cpu)?, get(lim, cpu), get(rec, cpu).is_some())))
+            .collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        let p = PodResource {
+            containers,
+            follow: controlled == ControlledValues::RequestsAndLimits,
+        };
+        let kept = within_pod_limit_range(&p, (get(&pod.min, cpu), get(&pod.max, cpu), ratio));
+        let before: i64 = p.containers.iter().map(|c| c.0).sum();
+        if kept.iter().sum::<i64>() == before {
+            continue;
+        }
+        for (r, v) in recommended.iter_mut().zip(&kept) {
+            match cpu {
+                true if r.cpu_millis.is_some() => r.cpu_millis = Some(*v),
+                false if r.memory_bytes.is_some() => r.memory_bytes = Some(*v),
+                _ => {}
+            }
+        }
+        reasons.push(format!(
+            "{resource} requests kept within LimitRange {name} (type Pod): {} over the pod (without it: {})",
+            fmt(kept.iter().sum()),
+            fmt(before)
+        ));
+    }
+    reasons
+}
+
+/// The pod's QoS class kept ([`crate::limits::qos_class_kept`]): a resource whose write
+/// would change it keeps its current request, and a reason says so.
+fn keep_qos_class(
+    input: &WorkloadInput,
+    params: &PolicyParams,
+    recommended: &mut [ResourceRequests],
+) -> Vec<String> {
+    let current: Vec<_> = input
+        .containers
+        .iter()
+        .map(|c| (c.signals.current.clone(), c.limits.clone()))
+        .collect();
+    let mut written: Vec<_> = input
+        .containers
+        .iter()
+        .zip(recommended.iter())
+        .map(|(c, r)| {
+            crate::limits::bounded_resources(
+                params.controlled_values(),
+                &c.signals.current,
+                &c.limits,
+                r,
+                input.limit_range.as_ref(),
+            )
+        })
+        .collect();
+    let class = crate::limits::qos_class(&current);
+    let kept = crate::limits::qos_class_kept(&current, &mut written);
+    kept.into_iter()
+        .filter_map(|(i, resource)| {
+            let (c, r) = (&input.containers[i], &mut recommended[i]);
+            let value = match resource {
+                "cpu" => {
+                    r.cpu_millis = r.cpu_millis.and(c.signals.current.cpu_millis);
+                    crate::quantity::format_cpu_millis(c.signals.current.cpu_millis?)
+                }
+                _ => {
+                    r.memory_bytes = r.memory_bytes.and(c.signals.current.memory_bytes);
+                    crate::quantity::format_memory_bytes(c.signals.current.memory_bytes?)
+                }
+            };
+            Some(format!(
+                "{}: {resource} request kept at {value}: the pod stays {class} (a write never \
+                 changes a pod's QoS class)",
+                c.signals.name
+            ))
+        })
+        .collect()
 }
 
 /// What the namespace's LimitRange changed of the recommended requests (docs/policies.md#limits),

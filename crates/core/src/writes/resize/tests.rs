@@ -43,6 +43,13 @@ pub(crate) fn cpu(m: i64) -> ContainerRequests {
     .collect()
 }
 
+pub(crate) static NO_LIMITS: ContainerRequests = ContainerRequests::new();
+
+/// Requests alone, as a resize sets them.
+fn set(requests: ContainerRequests) -> PodResources {
+    PodResources::requests(requests)
+}
+
 fn at(s: &str) -> Timestamp {
     s.parse().unwrap()
 }
@@ -53,7 +60,7 @@ fn spec(p: &Pod) -> &PodSpec {
 
 #[test]
 fn qos_class() {
-    let none = ContainerRequests::new();
+    let none = PodResources::default();
     let best_effort = running(json!([{"name": "app"}]));
     assert_eq!(
         super::qos_class(spec(&best_effort), &none),
@@ -80,11 +87,11 @@ fn qos_class() {
     assert_eq!(super::qos_class(spec(&mixed), &none), QosClass::Burstable);
     // The requests of the pod after a resize are the ones given.
     assert_eq!(
-        super::qos_class(spec(&guaranteed), &cpu(500)),
+        super::qos_class(spec(&guaranteed), &set(cpu(500))),
         QosClass::Burstable
     );
     assert_eq!(
-        super::qos_class(spec(&best_effort), &cpu(500)),
+        super::qos_class(spec(&best_effort), &set(cpu(500))),
         QosClass::Burstable
     );
 }
@@ -93,10 +100,10 @@ fn qos_class() {
 fn qos_class_kept() {
     let burstable = running(json!([{"name": "app", "resources": {
         "requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}}}]));
-    assert!(super::qos_class_kept(spec(&burstable), &cpu(250)).is_ok());
+    assert!(super::qos_class_kept(spec(&burstable), &set(cpu(250))).is_ok());
     let guaranteed = running(json!([{"name": "app", "resources": {
         "limits": {"cpu": "1", "memory": "1Gi"}}}]));
-    let f = super::qos_class_kept(spec(&guaranteed), &cpu(250)).unwrap_err();
+    let f = super::qos_class_kept(spec(&guaranteed), &set(cpu(250))).unwrap_err();
     assert_eq!(f.reason, "QoSClassChange");
     assert!(
         f.message.contains("from Guaranteed to Burstable"),
@@ -104,7 +111,7 @@ fn qos_class_kept() {
         f.message
     );
     let best_effort = running(json!([{"name": "app"}]));
-    assert!(super::qos_class_kept(spec(&best_effort), &cpu(250)).is_err());
+    assert!(super::qos_class_kept(spec(&best_effort), &set(cpu(250))).is_err());
 }
 
 #[test]
@@ -137,7 +144,7 @@ fn not_windows() {
     let mut budget = 10;
     let r = plan_workload_resize(
         &[&p],
-        &cpu(250),
+        (&cpu(250), &NO_LIMITS),
         (at("2026-07-01T12:00:00Z"), None),
         &mut budget,
     );
@@ -182,7 +189,12 @@ fn resize_timer_start() {
 
     let p = running(json!([{"name": "app", "resources": {"requests": {"cpu": "500m"}}}]));
     let mut budget = 1;
-    let r = plan_workload_resize(&[&p], &cpu(250), (now, Some(old)), &mut budget);
+    let r = plan_workload_resize(
+        &[&p],
+        (&cpu(250), &NO_LIMITS),
+        (now, Some(old)),
+        &mut budget,
+    );
     assert_eq!(r.requests.len(), 1);
     assert_eq!(
         r.last_request,
@@ -190,7 +202,12 @@ fn resize_timer_start() {
         "this cycle's request is recorded"
     );
     let mut none_left = 0;
-    let r = plan_workload_resize(&[&p], &cpu(250), (now, Some(old)), &mut none_left);
+    let r = plan_workload_resize(
+        &[&p],
+        (&cpu(250), &NO_LIMITS),
+        (now, Some(old)),
+        &mut none_left,
+    );
     assert_eq!(
         r.last_request,
         Some(old),
@@ -304,7 +321,7 @@ fn pod_requests_are_capped_at_the_limit_for_the_containers_the_pod_resizes() {
             },
         );
     }
-    let got = pod_requests(spec(&p), &wanted);
+    let got = pod_resources(spec(&p), &wanted, &NO_LIMITS).requests;
     assert_eq!(
         got.get("app").unwrap().cpu_millis,
         Some(800),
@@ -339,7 +356,7 @@ fn resize_body_patches_requests_of_containers_and_sidecars_by_name() {
         },
     );
     assert_eq!(
-        resize_body(spec(&p), &wanted),
+        resize_body(spec(&p), &set(wanted)),
         json!({"spec": {
             "containers": [{"name": "app", "resources": {"requests": {"cpu": "250m"}}}],
             "initContainers": [{"name": "proxy", "resources": {"requests": {"memory": "64Mi"}}}]
@@ -364,11 +381,11 @@ fn restarted_containers_are_those_whose_resize_policy_restarts_a_changed_resourc
         },
     );
     assert_eq!(
-        restarted_containers(spec(&p), &wanted),
+        restarted_containers(spec(&p), &set(wanted)),
         vec!["app".to_string()]
     );
     // Unchanged: nothing restarts.
-    assert!(restarted_containers(spec(&p), &cpu(500)).is_empty());
+    assert!(restarted_containers(spec(&p), &set(cpu(500))).is_empty());
 }
 
 #[test]
@@ -384,7 +401,7 @@ fn plan_workload_resize_asks_pods_within_the_budget_and_counts_the_others() {
     );
     let pods = [&old, &old, &done, &deferred];
     let mut budget = 1;
-    let r = plan_workload_resize(&pods, &cpu(250), (now, None), &mut budget);
+    let r = plan_workload_resize(&pods, (&cpu(250), &NO_LIMITS), (now, None), &mut budget);
     assert_eq!(budget, 0);
     assert_eq!(r.requests.len(), 1);
     assert_eq!(
@@ -409,7 +426,12 @@ fn plan_workload_resize_falls_back_for_the_whole_workload_and_asks_nothing() {
         "2026-07-01T11:59:00Z",
     );
     let mut budget = 10;
-    let r = plan_workload_resize(&[&old, &infeasible], &cpu(250), (now, None), &mut budget);
+    let r = plan_workload_resize(
+        &[&old, &infeasible],
+        (&cpu(250), &NO_LIMITS),
+        (now, None),
+        &mut budget,
+    );
     assert_eq!(r.fallback.as_ref().unwrap().reason, "Infeasible");
     assert_eq!(r.infeasible, 1);
     assert!(r.requests.is_empty(), "a rollout replaces every pod");
@@ -426,10 +448,85 @@ fn plan_workload_resize_restarts_one_container_pod_per_cycle() {
     let mut budget = 10;
     let r = plan_workload_resize(
         &[&restarting, &restarting],
-        &cpu(250),
+        (&cpu(250), &NO_LIMITS),
         (now, None),
         &mut budget,
     );
     assert_eq!((r.requests.len(), r.waiting), (1, 1));
     assert_eq!(r.requests[0].restarts, vec!["app".to_string()]);
+}
+
+/// One container `app` with `m` millicores and `b` bytes (limits or requests).
+fn cpu_memory(m: Option<i64>, b: Option<i64>) -> ContainerRequests {
+    [(
+        "app".to_string(),
+        ResourceRequests {
+            cpu_millis: m,
+            memory_bytes: b,
+        },
+    )]
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn pod_resources_carry_the_limits_of_the_change() {
+    let p = running(json!([{"name": "app", "resources": {
+        "requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}}]));
+    let mib = 1 << 20;
+    let got = pod_resources(
+        spec(&p),
+        &cpu_memory(Some(700), Some(768 * mib)),
+        &cpu_memory(Some(700), Some(768 * mib)),
+    );
+    assert_eq!(got.requests, cpu_memory(Some(700), Some(768 * mib)));
+    assert_eq!(got.limits, got.requests, "Guaranteed: the limits follow");
+    assert_eq!(
+        resize_body(spec(&p), &got),
+        json!({"spec": {"containers": [{"name": "app", "resources": {
+            "requests": {"cpu": "700m", "memory": "768Mi"},
+            "limits": {"cpu": "700m", "memory": "768Mi"}}}]}})
+    );
+    // A pod already at the change matches it, limits included.
+    let resized = running(json!([{"name": "app", "resources": {
+        "requests": {"cpu": "700m", "memory": "768Mi"}, "limits": {"cpu": "700m", "memory": "768Mi"}}}]));
+    assert!(pod_matches(spec(&resized), &got));
+    let limit_behind = running(json!([{"name": "app", "resources": {
+        "requests": {"cpu": "700m", "memory": "768Mi"}, "limits": {"cpu": "1", "memory": "768Mi"}}}]));
+    assert!(!pod_matches(spec(&limit_behind), &got));
+}
+
+#[test]
+fn memory_limit_not_lowered() {
+    let mib = 1 << 20;
+    let lower = PodResources {
+        requests: cpu_memory(None, Some(256 * mib)),
+        limits: cpu_memory(None, Some(256 * mib)),
+    };
+    let raise = PodResources {
+        requests: cpu_memory(None, Some(768 * mib)),
+        limits: cpu_memory(None, Some(768 * mib)),
+    };
+    let not_required = running(json!([{"name": "app", "resources": {
+        "limits": {"memory": "512Mi"}}}]));
+    let f = super::memory_limit_not_lowered(spec(&not_required), &lower).unwrap_err();
+    assert_eq!(f.reason, "MemoryLimitDecrease");
+    assert!(super::memory_limit_not_lowered(spec(&not_required), &raise).is_ok());
+    // Added where the pod has none: a decrease from unlimited.
+    let unlimited = running(json!([{"name": "app"}]));
+    assert!(super::memory_limit_not_lowered(spec(&unlimited), &raise).is_err());
+    // RestartContainer: the kubelet restarts the container to lower it.
+    let restarts = running(
+        json!([{"name": "app", "resources": {"limits": {"memory": "512Mi"}},
+        "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]}]),
+    );
+    assert!(super::memory_limit_not_lowered(spec(&restarts), &lower).is_ok());
+    // The whole workload rolls out.
+    let r = plan_workload_resize(
+        &[&not_required],
+        (&lower.requests, &lower.limits),
+        (at("2026-07-01T12:00:00Z"), None),
+        &mut 10,
+    );
+    assert_eq!(r.fallback.unwrap().reason, "MemoryLimitDecrease");
 }

@@ -111,6 +111,7 @@ fn input(
         pod_level_resources: Vec::new(),
         vpa: None,
         limit_range: None,
+        regular_containers: usize::MAX,
         quotas: Vec::new(),
         replicas: 4,
         history: full_history(),
@@ -1188,4 +1189,37 @@ fn a_vpa_on_the_workload_blocks_and_releases_what_it_sets() {
         "side's memory stays kerf's: {plan:?}"
     );
     assert_eq!(plan.hpa.as_ref().map(|h| h.target), Some(50));
+}
+
+/// A container OOM-killed at its memory limit gets a larger request and limit (the limit
+/// follows the request), and the agent's plan carries both; under `RequestsOnly` the request
+/// stays capped at the limit (docs/policies.md#limits).
+#[test]
+fn an_oom_killed_container_at_its_limit_gets_a_larger_request_and_limit() {
+    let mut c = container("app", 1000, 512, 700, 768);
+    c.signals.oom_killed = true;
+    c.limits = ResourceRequests {
+        cpu_millis: Some(1000),
+        memory_bytes: Some(512 * MIB),
+    };
+    let o = eval(&input(policy(AUDIT, AUTO, false), vec![c.clone()], None));
+    assert_eq!(o.phase, RecommendationPhase::Applied);
+    let out = &o.containers[0];
+    assert_eq!(out.recommended.memory_bytes, Some(768 * MIB));
+    assert_eq!(out.recommended_limits.memory_bytes, Some(768 * MIB));
+    let plan = o.apply.as_ref().unwrap();
+    assert_eq!(
+        plan.limits.get("app").unwrap().memory_bytes,
+        Some(768 * MIB)
+    );
+    let mut only = policy(AUDIT, AUTO, false);
+    if let Some(m) = only.resources.memory.as_mut() {
+        m.controlled_values = kerf_api::ControlledValues::RequestsOnly;
+    }
+    let o = eval(&input(only, vec![c], None));
+    assert_eq!(o.containers[0].recommended.memory_bytes, Some(512 * MIB));
+    assert_eq!(
+        o.containers[0].recommended_limits.memory_bytes,
+        Some(512 * MIB)
+    );
 }
