@@ -277,6 +277,8 @@ impl ReconcileCycle {
                 self.store.health().record_error(PROMETHEUS, message);
             }
             drop(cycle);
+            // Each change one unit: recorded as pending before its parts, applied once whole.
+            let ops = crate::core::writes::pending::whole_changes(ops, now);
             for op in ops.into_iter().chain(self.checkpoint_due()) {
                 if self.writer.send(op).await.is_err() {
                     anyhow::bail!("the writer task stopped");

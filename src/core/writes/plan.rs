@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::pending::restart_left;
 use super::recommendation::{
     Gates, RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken,
@@ -795,6 +796,9 @@ fn gpu_only_recommendation(
     (status.phase, status.reason) = recommendation_phase(status.phase, status.reason.take(), gates);
     record_conflict(&mut status, conflict, p.now);
     let writing = !p.snapshot.global.read_only && !gates.rolled_back && !gates.conflict_blocked;
+    if !writing {
+        status.pending = previous.and_then(|s| s.pending.clone());
+    }
     let writes = gpu.recommendation.is_some() && !p.snapshot.global.read_only;
     record_write_method(&mut status, w, p.snapshot, writes);
     publish_owned_gpu(&mut status, w, Some(gpu), previous, writing);
@@ -1035,6 +1039,7 @@ fn resource_writes(
     let standing = Standing::of(p, r, w, previous.as_ref(), conflict);
     if !standing.writes() {
         keep_taken(&mut status, previous.as_ref());
+        status.pending = previous.as_ref().and_then(|s| s.pending.clone());
     }
     let (release, warning) = match w.template_writable() {
         true => release_plan(r, observed.as_ref(), outcome, standing),
@@ -1078,9 +1083,11 @@ fn resource_writes(
     let mut recommendation = recommendation_of(wo, r, w, outcome, status, observed);
     kept_through_outage(&mut recommendation, previous.as_ref(), standing);
     let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
+    // A retry of the HPA half changes no template, yet completes the change.
+    let hpa_moves = kept_hpa.as_ref().is_some_and(|h| !h.in_place());
     let applied = plan
         .and_then(|plan| plan.hpa.as_ref())
-        .filter(|_| changing)
+        .filter(|_| changing || hpa_moves)
         .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
     if !release.is_empty() {
         // The release, with what kerf keeps applying, in one step.
@@ -1304,8 +1311,12 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
             limits: None,
             method: p.write_method(w.key.kind),
         };
+        let recorded = p.index.find(&r.key).and_then(|o| o.status.as_ref());
         if !write.in_place() {
             ops.push(WriteOp::Workload(Box::new(write)));
+        } else if restart_left(recorded) {
+            // The annotations went through, the restart did not: only the record says so.
+            ops.push(WriteOp::Restart(w.key.clone()));
         }
     }
     for w in &p.snapshot.workloads {

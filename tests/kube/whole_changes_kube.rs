@@ -1,0 +1,133 @@
+//! A change is one unit until it is whole (docs/design/runtime.md#r17), against the mock API
+//! server that keeps managedFields (tests/support/kube/ssa.rs): the coordinated change of
+//! `shop/web` (1 → 700m, HPA 50 → 71 %) with faults injected, each cycle run as the Lease
+//! holder runs it (`whole_changes`, then the writer).
+
+use std::sync::{Arc, Mutex};
+
+use kerf::api::RecommendationPhase;
+use kerf::writers::kube::WriteOutcome;
+use serde_json::Value;
+
+use crate::gitops_conflict_kube::{Cluster, kerf_wrote};
+use crate::kube_support::{Recorded, status};
+
+const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
+const HPA: &str = "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/web";
+const REC_STATUS: &str = "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/shop/rightsizingrecommendations/deployment-web/status";
+
+fn patches_to<'a>(reqs: &'a [Recorded], path: &str) -> Vec<&'a Recorded> {
+    reqs.iter()
+        .filter(|r| r.method == "PATCH" && r.path == path)
+        .collect()
+}
+
+fn applied_events(c: &Cluster) -> Vec<Value> {
+    c.state()
+        .events
+        .into_iter()
+        .filter(|e| e["reason"] == "Applied")
+        .collect()
+}
+
+/// The HPA half fails (500 on every attempt): the status says `pending`, names the part and its
+/// error, and nothing says applied; a cycle later the HPA reaches the target planned from the
+/// pre-change pair (71 %, not round(50 × 700/700) = 50) and only then the status says applied
+/// and the `Applied` Event is emitted.
+#[tokio::test]
+async fn a_failed_hpa_half_stays_pending_until_the_next_cycle_writes_it_and_only_then_says_applied()
+{
+    let mut c = Cluster::new(true);
+    let hpa_fails = Arc::new(Mutex::new(true));
+    let fails = hpa_fails.clone();
+    *c.fault.lock().unwrap() = Some(Box::new(move |r: &Recorded| {
+        (*fails.lock().unwrap() && r.method == "PATCH" && r.path == HPA)
+            .then(|| status(500, "InternalError"))
+    }));
+
+    let (reqs, outcomes) = c.cluster_cycle(0).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT),
+        1,
+        "the template half went through"
+    );
+    assert_eq!(patches_to(&reqs, HPA).len(), 3, "three attempts at the HPA");
+    let statuses = patches_to(&reqs, REC_STATUS);
+    assert_eq!(statuses.len(), 2, "the intent, then the failure: {reqs:#?}");
+    // The intent is written before any part, and claims nothing.
+    let first_part = reqs.iter().position(|r| r.path == DEPLOYMENT).unwrap();
+    let intent_at = reqs.iter().position(|r| r.path == REC_STATUS).unwrap();
+    assert!(intent_at < first_part);
+    for s in &statuses {
+        assert_eq!(s.body["status"]["phase"], "pending", "{:#}", s.body);
+        assert!(s.body["status"].get("applied").is_none(), "{:#}", s.body);
+    }
+    let rec = c.recommendation().status.unwrap();
+    assert_eq!(rec.phase, RecommendationPhase::Pending);
+    assert_eq!(rec.reason.as_deref(), Some("ChangeIncomplete"));
+    let pending = rec.pending.as_deref().unwrap();
+    assert_eq!(pending.parts, ["hpa"]);
+    assert_eq!(pending.failed_part.as_deref(), Some("hpa"));
+    assert!(
+        pending.error.as_deref().unwrap().contains("500")
+            || pending.error.as_deref().unwrap().contains("mock"),
+        "{pending:?}"
+    );
+    assert_eq!(pending.attempts, 1);
+    assert!(rec.applied.is_none(), "admission serves nothing new");
+    assert!(
+        applied_events(&c).is_empty(),
+        "no Applied Event before the change is whole"
+    );
+    assert_eq!(c.state().hpa_target().unwrap().0, 50);
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+
+    // The API server recovers; the next cycle writes the HPA half, planned before the change.
+    *hpa_fails.lock().unwrap() = false;
+    let (reqs, outcomes) = c.cluster_cycle(1).await;
+    assert!(
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT),
+        0,
+        "the template is already 700m"
+    );
+    assert_eq!(patches_to(&reqs, HPA).len(), 1);
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (71, vec!["kerf".to_string()])
+    );
+    let hpa_at = reqs.iter().position(|r| r.path == HPA).unwrap();
+    let applied_at = reqs
+        .iter()
+        .position(|r| r.path == REC_STATUS && r.body["status"]["phase"] == "applied")
+        .expect("the status says applied");
+    assert!(hpa_at < applied_at, "applied is said after the HPA write");
+    let rec = c.recommendation().status.unwrap();
+    assert_eq!(rec.phase, RecommendationPhase::Applied);
+    assert!(rec.pending.is_none(), "{rec:?}");
+    let hpa = rec.applied.as_deref().unwrap().hpa.as_deref().unwrap();
+    assert_eq!((hpa.target_before, hpa.target_after), (Some(50), Some(71)));
+    let events = applied_events(&c);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["metadata"]["annotations"]["hpaTargetTo"], "71");
+
+    // Whole: the cycles after send nothing to the workload or the HPA.
+    let (reqs, _) = c.cluster_cycle(2).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+    assert_eq!(applied_events(&c).len(), 1);
+}
