@@ -131,3 +131,60 @@ async fn a_failed_hpa_half_stays_pending_until_the_next_cycle_writes_it_and_only
     );
     assert_eq!(applied_events(&c).len(), 1);
 }
+
+/// Argo CD force-applies git's Deployment (1 core) and leaves kerf's HPA target (71 %): kerf sets
+/// the HPA back to the target that fits the live requests (50 %, the one before the change),
+/// writes no template, and blocks with `Conflict`, counted in `kerf_conflict_blocked_workloads`.
+#[tokio::test]
+async fn requests_taken_back_alone_get_the_hpa_target_restored_and_block_with_conflict() {
+    let mut c = Cluster::new(true);
+    c.cluster_cycle(0).await;
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (71, vec!["kerf".to_string()])
+    );
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+
+    c.argocd_sync(2, &["Deployment"]).await;
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    let (reqs, outcomes) = c.cluster_cycle(4).await;
+    assert!(
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
+    assert_eq!(kerf_wrote(&reqs, HPA), 1, "{reqs:#?}");
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (50, vec!["kerf".to_string()])
+    );
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
+    assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    let blocked: Vec<Value> = c
+        .state()
+        .events
+        .into_iter()
+        .filter(|e| e["reason"] == "Blocked")
+        .collect();
+    assert_eq!(blocked.len(), 1, "{blocked:#?}");
+    let note = blocked[0]["note"].as_str().unwrap();
+    assert!(note.contains("sets its cpu target back to 50%"), "{note}");
+
+    let store = kerf::state::Store::new();
+    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
+    let text = store.metrics().encode();
+    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
+
+    // Blocked: the cycles after leave the pair as it now is.
+    let (reqs, _) = c.cluster_cycle(10).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+    assert_eq!(c.state().hpa_target().unwrap().0, 50);
+}

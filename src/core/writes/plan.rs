@@ -647,6 +647,7 @@ static QUIET: Assessment = Assessment {
     blocking: None,
     resumed: None,
     condition: None,
+    restore_hpa: None,
 };
 
 /// Field conflicts (docs/gitops.md) of the workloads the cycle evaluated, from the objects and
@@ -1106,6 +1107,7 @@ fn resource_writes(
         .filter(|_| plan.is_some())
         .and_then(|d| resize_write(w, d, &recommendation));
     ops.extend(recommendation_write(recommendation));
+    ops.extend(half_pair_hpa(p, w, conflict).filter(|_| !standing.held && !standing.read_only));
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
     ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
@@ -1116,6 +1118,29 @@ fn resource_writes(
         ops.extend(applied);
     }
     ops
+}
+
+/// The HPA half of a coordinated pair whose requests another manager took back, set back to
+/// the target before the change ([`super::conflict::half_pair_restore`]). A coordinated write
+/// whose template half is the workload as it is: only the HPA is sent.
+fn half_pair_hpa(
+    p: &Planning<'_>,
+    w: &Arc<Workload>,
+    conflict: Option<&Assessment>,
+) -> Option<WriteOp> {
+    let (name, resource, target) = conflict?.restore_hpa.as_ref()?;
+    let hpa = hpa_target(p.snapshot, &w.key, name, resource, *target);
+    let workload = WorkloadWrite {
+        observed: Arc::clone(w),
+        gpu: None,
+        requests: None,
+        limits: None,
+        method: p.write_method(w.key.kind),
+    };
+    Some(WriteOp::Coordinated(Box::new(CoordinatedChange {
+        workload,
+        hpa,
+    })))
 }
 
 /// The eviction of this cycle, with its Event.
