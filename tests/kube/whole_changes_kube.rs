@@ -188,3 +188,182 @@ async fn requests_taken_back_alone_get_the_hpa_target_restored_and_block_with_co
     );
     assert_eq!(c.state().hpa_target().unwrap().0, 50);
 }
+
+const LLM: &str = "/apis/apps/v1/namespaces/ml/deployments/llm";
+const LLM_STATUS: &str = "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/ml/rightsizingrecommendations/deployment-llm/status";
+
+/// The example's `ml/llm` Deployment as the API server returns it.
+fn llm_deployment() -> Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/manifests/workloads.yaml");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut d = docs
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "llm")
+        .unwrap();
+    d["metadata"]["uid"] = "uid-llm".into();
+    d["metadata"]["resourceVersion"] = "3".into();
+    d
+}
+
+/// Writes answered with their own body (what a typed client needs back filled in); the
+/// Deployment read answered with `live`; restarts (merge patches) refused with 500 while
+/// `restart_fails`.
+fn gpu_server(
+    live: Value,
+    restart_fails: Arc<Mutex<bool>>,
+) -> impl FnMut(&Recorded) -> crate::kube_support::Reply + Send + 'static {
+    use crate::kube_support::Reply;
+    move |r: &Recorded| {
+        if r.method == "GET" && r.path == LLM {
+            return Reply::Json(200, live.clone());
+        }
+        if r.path == LLM
+            && r.content_type == "application/merge-patch+json"
+            && *restart_fails.lock().unwrap()
+        {
+            return status(500, "InternalError");
+        }
+        let mut body = r.body.clone();
+        if body.get("metadata").is_none() {
+            body["metadata"] = serde_json::json!({"name": "x", "namespace": "ml"});
+        }
+        if r.path.contains("rightsizingrecommendations") && body.get("spec").is_none() {
+            body["spec"] = serde_json::json!({"workload": {"kind": "Deployment", "name": "llm"}});
+        }
+        Reply::Json(if r.method == "POST" { 201 } else { 200 }, body)
+    }
+}
+
+/// The GPU annotations go through (200) and the rolling restart fails three times (500): the
+/// status says `pending` with the restart left and its error, never `applied`; the next cycle
+/// sees the annotations already equal yet restarts the workload from the record, and only
+/// then says applied.
+#[tokio::test]
+async fn a_restart_refused_three_times_is_retried_the_next_cycle_from_the_pending_record() {
+    use kerf::core::persisted::PersistedRecommendation;
+    use kerf::core::writes::{WriteOp, pending::whole_changes};
+    use kerf::writers::kube::{Writer, WriterConfig};
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let m = kerf::sources::dir::load_dir(&root.join("examples/manifests")).unwrap();
+    let src =
+        kerf::metrics::file::FileSource::from_path(&root.join("examples/metrics.om")).unwrap();
+    let t0 = crate::gitops_conflict_kube::at(0);
+    let cycle = kerf::reconcile::run_cycle(&m.snapshot, &src, t0, 15).await;
+    let llm = |op: &WriteOp| matches!(op, WriteOp::Change(c) if c.workload.name == "llm");
+    let ops = whole_changes(
+        kerf::reconcile::plan_writes(&m.snapshot, &cycle, &[], &[], t0),
+        t0,
+    );
+    let change = ops.into_iter().find(llm).expect("llm's change is one unit");
+
+    let fails = Arc::new(Mutex::new(true));
+    let (client, log) = crate::kube_support::mock(gpu_server(llm_deployment(), fails.clone()));
+    let (_lease, lease_rx) = tokio::sync::watch::channel(true);
+    let mut cfg = WriterConfig::new("kerf-system");
+    cfg.backoff = std::time::Duration::from_millis(10);
+    cfg.read_only = false;
+    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    let outcome = writer.apply(change).await;
+    assert!(matches!(outcome, WriteOutcome::Failed(_)), "{outcome:?}");
+    let reqs = crate::kube_support::requests(&log);
+    let restarts = reqs
+        .iter()
+        .filter(|r| r.path == LLM && r.content_type == "application/merge-patch+json")
+        .count();
+    assert_eq!(restarts, 3, "{reqs:#?}");
+    assert!(
+        reqs.iter()
+            .any(|r| r.path == LLM && r.content_type == "application/apply-patch+yaml"),
+        "the annotations went through"
+    );
+    let statuses = patches_to(&reqs, LLM_STATUS);
+    assert_eq!(statuses.len(), 2, "the intent and the failure: {reqs:#?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.body["status"]["phase"] == "pending")
+    );
+    let last = &statuses[1].body["status"];
+    assert_eq!(last["pending"]["parts"], serde_json::json!(["restart"]));
+    assert_eq!(last["pending"]["failedPart"], "restart");
+    assert!(
+        last["pending"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("restart"),
+        "{last:#}"
+    );
+    assert!(
+        !reqs
+            .iter()
+            .any(|r| r.method == "POST" && r.path.ends_with("/events"))
+    );
+
+    // The next cycle, a minute on: the annotations are on the object, the record says pending.
+    let mut snapshot = m.snapshot.clone();
+    let w = snapshot
+        .workloads
+        .iter_mut()
+        .find(|w| w.key.name == "llm")
+        .unwrap();
+    let applied = reqs
+        .iter()
+        .find(|r| r.path == LLM && r.content_type == "application/apply-patch+yaml")
+        .unwrap();
+    for (k, v) in applied.body["metadata"]["annotations"].as_object().unwrap() {
+        Arc::make_mut(w)
+            .annotations
+            .insert(k.clone(), v.as_str().unwrap().to_string());
+    }
+    let spec = statuses[0].body.get("spec").cloned();
+    let intent_rec = reqs
+        .iter()
+        .find(|r| r.path == LLM_STATUS.trim_end_matches("/status") && r.method == "PATCH")
+        .map(|r| r.body["spec"].clone())
+        .or(spec)
+        .unwrap();
+    let rec: kerf::api::RightsizingRecommendation = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rightsizing.kubex.ai/v1alpha1", "kind": "RightsizingRecommendation",
+        "metadata": {"name": "deployment-llm", "namespace": "ml"},
+        "spec": intent_rec, "status": last,
+    }))
+    .unwrap();
+    let recs = vec![Arc::new(PersistedRecommendation::of(rec).unwrap())];
+    *fails.lock().unwrap() = false;
+    let t1 = crate::gitops_conflict_kube::at(1);
+    let ops = whole_changes(
+        kerf::reconcile::plan_writes(&snapshot, &cycle, &[], &recs, t1),
+        t1,
+    );
+    let change = ops.into_iter().find(llm).expect("the restart is retried");
+    let WriteOp::Change(c) = &change else {
+        unreachable!()
+    };
+    assert!(
+        matches!(c.parts.as_slice(), [WriteOp::Restart(_)]),
+        "{:#?}",
+        c.parts
+    );
+    let seen = reqs.len();
+    assert_eq!(
+        writer.apply(change).await,
+        WriteOutcome::Written { requests: 3 }
+    );
+    let reqs = crate::kube_support::requests(&log)[seen..].to_vec();
+    let restart_at = reqs
+        .iter()
+        .position(|r| r.path == LLM && r.content_type == "application/merge-patch+json")
+        .expect("the restart");
+    let statuses: Vec<(usize, &Recorded)> = reqs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.path == LLM_STATUS)
+        .collect();
+    let (done_at, done) = statuses.last().unwrap();
+    assert!(*done_at > restart_at);
+    assert_eq!(done.body["status"]["phase"], "applied", "{:#}", done.body);
+    assert!(done.body["status"].get("pending").is_none());
+}
