@@ -87,7 +87,8 @@ fn cpu_metric(target: i64) -> Value {
         "target": {"type": "Utilization", "averageUtilization": target}}}])
 }
 
-/// A fault the API server answers a request with instead of serving it (`None`: served).
+/// A fault the API server answers a request with instead of serving it (`None`: served;
+/// `Reply::Late(after, _)`: served, answered `after` later).
 pub(crate) type Fault = Box<dyn FnMut(&Recorded) -> Option<kube_support::Reply> + Send>;
 
 pub(crate) struct Cluster {
@@ -132,7 +133,14 @@ impl Cluster {
         let injected = fault.clone();
         let (client, log) = mock(move |r: &Recorded| {
             let reply = injected.lock().unwrap().as_mut().and_then(|f| f(r));
-            reply.unwrap_or_else(|| serve(r))
+            match reply {
+                // A slow API server: the request takes effect, its answer comes late.
+                Some(kube_support::Reply::Late(after, _)) => {
+                    kube_support::Reply::Late(after, Box::new(serve(r)))
+                }
+                Some(fault) => fault,
+                None => serve(r),
+            }
         });
         let (lease, lease_rx) = watch::channel(true);
         let mut cfg = WriterConfig::new("kerf-system");

@@ -367,3 +367,96 @@ async fn a_restart_refused_three_times_is_retried_the_next_cycle_from_the_pendin
     assert_eq!(done.body["status"]["phase"], "applied", "{:#}", done.body);
     assert!(done.body["status"].get("pending").is_none());
 }
+
+/// A small deterministic generator (xorshift64*): the same faults on every run.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % 100
+    }
+}
+
+/// What 30 simulated minutes leave: the request, the HPA target and its owners, the
+/// recommendation's phase, `status.applied` and `status.pending`.
+async fn thirty_minutes(faults: Option<u64>) -> (Value, Vec<Vec<usize>>) {
+    use crate::kube_support::Reply;
+    let mut c = Cluster::new(true);
+    let mut dice = faults.map(Dice);
+    let mut skipped = Vec::new();
+    if let Some(start) = faults {
+        let mut d = Dice(start ^ 0x9E37_79B9_7F4A_7C15);
+        *c.fault.lock().unwrap() = Some(Box::new(move |r: &Recorded| {
+            if r.path.contains("/events") {
+                return None; // an Event is not part of the objects compared
+            }
+            match d.roll() {
+                0..20 => Some(status(500, "InternalError")),
+                20..30 => Some(status(429, "TooManyRequests")),
+                // Slow, and answered within the writer's timeout.
+                30..40 => Some(Reply::Late(
+                    std::time::Duration::from_secs(3),
+                    Box::new(Reply::Hang),
+                )),
+                _ => None,
+            }
+        }));
+    }
+    let mut per_cycle = Vec::new();
+    for min in 0..30 {
+        // A dropped watch: the caches are listed again and this cycle computes nothing.
+        if dice.as_mut().is_some_and(|d| d.roll() < 15) {
+            skipped.push(min);
+            per_cycle.push(vec![0, 0]);
+            continue;
+        }
+        let (reqs, _) = c.cluster_cycle(min).await;
+        per_cycle.push(vec![kerf_wrote(&reqs, DEPLOYMENT), kerf_wrote(&reqs, HPA)]);
+    }
+    let st = c.state();
+    let status = c.recommendation().status.unwrap();
+    let end = serde_json::json!({
+        "cpu": st.request("app", "cpu"),
+        "hpa": st.hpa_target(),
+        "phase": status.phase,
+        "applied": status.applied,
+        "pending": status.pending,
+    });
+    (end, per_cycle)
+}
+
+/// 30 simulated minutes of cycles with 500s, 429s, slow answers and dropped watches injected
+/// (the same on every run) end with the objects a fault-free run leaves; no write is sent
+/// more often than the writer's tries within a cycle, and none once the change is whole.
+#[tokio::test(start_paused = true)]
+async fn thirty_minutes_of_api_faults_end_where_a_fault_free_run_does_without_repeated_writes() {
+    let (clean, clean_writes) = thirty_minutes(None).await;
+    assert_eq!(
+        clean_writes[0],
+        [1, 1],
+        "the fault-free run writes the change once"
+    );
+    assert!(
+        clean_writes[1..].iter().all(|w| w == &[0, 0]),
+        "{clean_writes:?}"
+    );
+    for start in 1..=12 {
+        let (end, writes) = thirty_minutes(Some(start)).await;
+        println!("faults from {start}: kerf's PATCHes (Deployment, HPA) per cycle {writes:?}");
+        assert_eq!(end, clean, "faults from {start}: {writes:?}");
+        // Within a cycle a write is tried at most 3 times (the writer's tries).
+        assert!(
+            writes.iter().flatten().all(|n| *n <= 3),
+            "faults from {start}: {writes:?}"
+        );
+        // Once whole, never written again.
+        let whole = writes
+            .iter()
+            .rposition(|w| w.iter().any(|n| *n > 0))
+            .unwrap();
+        assert!(whole < 29, "faults from {start}: {writes:?}");
+    }
+}
