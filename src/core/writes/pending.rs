@@ -246,7 +246,7 @@ pub fn whole_changes(ops: Vec<WriteOp>, now: Timestamp) -> Vec<WriteOp> {
         placed.extend(unit_op(key, unit, now));
     }
     // Each unit where its recommendation was; later positions first, so earlier ones hold.
-    placed.sort_by(|a, b| b.0.cmp(&a.0));
+    placed.sort_by_key(|p| std::cmp::Reverse(p.0));
     for (at, op) in placed {
         out.insert(at.min(out.len()), op);
     }
