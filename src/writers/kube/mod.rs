@@ -411,8 +411,9 @@ impl Task {
                 tracing::debug!(workload = %w.observed.key, "readOnly: workload not written");
                 return WriteOutcome::ReadOnly;
             }
+            // readOnly: the parts are not sent; the recommendation is still written.
+            WriteOp::Change(c) if read_only => self.recommendation(&c.done).await,
             WriteOp::Restart(_)
-            | WriteOp::Change(_)
             | WriteOp::Coordinated(_)
             | WriteOp::Restore(_)
             | WriteOp::Resize(_)

@@ -124,3 +124,188 @@ fn failed_status_names_the_part_its_error_and_the_next_attempt() {
     assert_eq!(s.phase, RecommendationPhase::Pending);
     assert!(s.applied.is_none());
 }
+
+mod units {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{RightsizingRecommendationSpec, WorkloadKind, WriteMethod};
+    use crate::core::model::ContainerRequests;
+    use crate::core::persisted::PersistedRecommendation;
+    use crate::core::snapshot::Workload;
+    use crate::core::writes::eviction::PodEviction;
+    use crate::core::writes::{CoordinatedChange, EvictWrite, HpaTarget};
+
+    fn web() -> Arc<Workload> {
+        let template = serde_json::from_value(json!({
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]}
+        }))
+        .unwrap();
+        Arc::new(Workload {
+            key: WorkloadKey::new("shop", WorkloadKind::Deployment, "web"),
+            uid: None,
+            labels: Default::default(),
+            annotations: Default::default(),
+            template,
+            replicas: Some(3),
+            field_managers: Vec::new(),
+            ownership: Default::default(),
+        })
+    }
+
+    fn coordinated() -> WriteOp {
+        let mut requests = ContainerRequests::default();
+        requests.insert(
+            "app".into(),
+            crate::core::model::ResourceRequests {
+                cpu_millis: Some(700),
+                memory_bytes: None,
+            },
+        );
+        WriteOp::Coordinated(Box::new(CoordinatedChange {
+            workload: WorkloadWrite {
+                observed: web(),
+                gpu: None,
+                requests: Some(requests),
+                limits: None,
+                method: WriteMethod::Apply,
+            },
+            hpa: HpaTarget {
+                namespace: "shop".into(),
+                name: "web".into(),
+                resource: "cpu".into(),
+                average_utilization: 71,
+                observed: None,
+            },
+        }))
+    }
+
+    fn event(reason: &str) -> WriteOp {
+        WriteOp::Event(Box::new(EventWrite {
+            regarding: web().key.clone(),
+            uid: None,
+            warning: false,
+            reason: reason.into(),
+            action: "Rightsize".into(),
+            note: String::new(),
+            details: BTreeMap::new(),
+        }))
+    }
+
+    fn recommendation(previous: Option<RecommendationStatus>) -> WriteOp {
+        let done = RecommendationStatus {
+            phase: RecommendationPhase::Applied,
+            applied: Some(Box::new(change("700m", 50, 71))),
+            ..Default::default()
+        };
+        WriteOp::Recommendation(Box::new(RecommendationWrite {
+            namespace: "shop".into(),
+            name: "deployment-web".into(),
+            spec: RightsizingRecommendationSpec::default(),
+            status: Some(done),
+            owner: None,
+            observed: previous.map(|s| PersistedRecommendation {
+                status: Some(s),
+                ..Default::default()
+            }),
+        }))
+    }
+
+    fn kinds(ops: &[WriteOp]) -> Vec<String> {
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::Change(c) => format!(
+                    "Change[{}; {}]",
+                    c.parts
+                        .iter()
+                        .flat_map(parts_of)
+                        .map(|p| p.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    c.events
+                        .iter()
+                        .map(|e| e.reason.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                WriteOp::Event(e) => format!("Event {}", e.reason),
+                WriteOp::Recommendation(_) => "Recommendation".into(),
+                WriteOp::Coordinated(_) => "Coordinated".into(),
+                WriteOp::Evict(_) => "Evict".into(),
+                other => other.subject(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn whole_changes_make_the_parts_their_record_and_the_applied_event_one_unit() {
+        let ops = vec![
+            recommendation(None),
+            event("Blocked"),
+            coordinated(),
+            event("Applied"),
+        ];
+        let out = whole_changes(ops, at(0));
+        assert_eq!(
+            kinds(&out),
+            ["Change[template,hpa; Applied]", "Event Blocked"]
+        );
+        let WriteOp::Change(c) = &out[0] else {
+            unreachable!()
+        };
+        let intent = c.intent.status.as_ref().unwrap();
+        assert_eq!(intent.phase, RecommendationPhase::Pending);
+        assert!(intent.applied.is_none());
+        assert_eq!(
+            c.done.status.as_ref().unwrap().phase,
+            RecommendationPhase::Applied
+        );
+    }
+
+    #[test]
+    fn whole_changes_wait_out_the_backoff_of_the_same_change_only() {
+        let backing_off = |planned: AppliedChange| RecommendationStatus {
+            pending: Some(Box::new(PendingChange {
+                parts: vec!["hpa".into()],
+                next_attempt_after: Some(at(30).to_string()),
+                change: Some(Box::new(planned)),
+                attempts: 1,
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let ops = || vec![coordinated(), event("Applied")];
+        let same = [recommendation(Some(backing_off(change("700m", 50, 71))))];
+        let out = whole_changes(same.iter().cloned().chain(ops()).collect(), at(10));
+        assert!(out.is_empty(), "{:?}", kinds(&out));
+        let out = whole_changes(same.iter().cloned().chain(ops()).collect(), at(30));
+        assert_eq!(kinds(&out), ["Change[template,hpa; Applied]"], "due");
+        let other = [recommendation(Some(backing_off(change("650m", 50, 76))))];
+        let out = whole_changes(other.into_iter().chain(ops()).collect(), at(10));
+        assert_eq!(kinds(&out), ["Change[template,hpa; Applied]"], "superseded");
+    }
+
+    #[test]
+    fn whole_changes_leave_a_workload_delivered_by_eviction_as_it_was() {
+        let evict = WriteOp::Evict(Box::new(EvictWrite {
+            workload: web().key.clone(),
+            pod: PodEviction {
+                namespace: "shop".into(),
+                pod: "web-1".into(),
+            },
+            event: match event("Evicted") {
+                WriteOp::Event(e) => *e,
+                _ => unreachable!(),
+            },
+        }));
+        let ops = vec![recommendation(None), evict, coordinated(), event("Applied")];
+        let out = whole_changes(ops, at(0));
+        assert_eq!(
+            kinds(&out),
+            ["Recommendation", "Evict", "Coordinated", "Event Applied"]
+        );
+    }
+}
