@@ -460,3 +460,40 @@ async fn thirty_minutes_of_api_faults_end_where_a_fault_free_run_does_without_re
         assert!(whole < 29, "faults from {start}: {writes:?}");
     }
 }
+
+/// Under `readOnly` a change's parts are not sent, yet its RightsizingRecommendation is written
+/// as for any other workload.
+#[tokio::test]
+async fn read_only_sends_no_part_of_a_change_and_still_writes_its_recommendation() {
+    use kerf::core::writes::{WriteOp, pending::whole_changes};
+    use kerf::writers::kube::{Writer, WriterConfig};
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let m = kerf::sources::dir::load_dir(&root.join("examples/manifests")).unwrap();
+    let src =
+        kerf::metrics::file::FileSource::from_path(&root.join("examples/metrics.om")).unwrap();
+    let t0 = crate::gitops_conflict_kube::at(0);
+    let cycle = kerf::reconcile::run_cycle(&m.snapshot, &src, t0, 15).await;
+    let ops = whole_changes(
+        kerf::reconcile::plan_writes(&m.snapshot, &cycle, &[], &[], t0),
+        t0,
+    );
+    let change = ops
+        .into_iter()
+        .find(|op| matches!(op, WriteOp::Change(c) if c.workload.name == "llm"))
+        .unwrap();
+    let (client, log) =
+        crate::kube_support::mock(gpu_server(llm_deployment(), Arc::new(Mutex::new(false))));
+    let (_lease, lease_rx) = tokio::sync::watch::channel(true);
+    let mut cfg = WriterConfig::new("kerf-system");
+    cfg.read_only = true;
+    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    let outcome = writer.apply(change).await;
+    assert!(
+        matches!(outcome, WriteOutcome::Written { .. }),
+        "{outcome:?}"
+    );
+    let reqs = crate::kube_support::requests(&log);
+    assert!(!reqs.iter().any(|r| r.path == LLM), "{reqs:#?}");
+    assert_eq!(patches_to(&reqs, LLM_STATUS).len(), 1, "{reqs:#?}");
+}
