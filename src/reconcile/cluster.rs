@@ -281,6 +281,8 @@ impl ReconcileCycle {
             }
             let cycle_id = cycle.id;
             drop(cycle);
+            // Each change one unit: recorded as pending before its parts, applied once whole.
+            let ops = crate::core::writes::pending::whole_changes(ops, now);
             for op in ops {
                 if self.writer.send_planned(op, cycle_id).await.is_err() {
                     anyhow::bail!("the writer task stopped");

@@ -165,6 +165,16 @@ impl MemoryWriter {
 
     fn apply(&mut self, op: WriteOp, read_only: bool, now: Timestamp) {
         match op {
+            // Nothing fails here: the unit is its parts, then what says it is whole.
+            WriteOp::Change(c) => {
+                for part in c.parts {
+                    self.apply(part, read_only, now);
+                }
+                self.recommendation(c.done);
+                for e in c.events {
+                    self.event(e);
+                }
+            }
             WriteOp::Workload(_)
             | WriteOp::Restart(_)
             | WriteOp::Coordinated(_)

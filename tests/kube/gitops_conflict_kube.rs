@@ -34,7 +34,7 @@ const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/shop/deployments/web";
 const HPA: &str = "/apis/autoscaling/v2/namespaces/shop/horizontalpodautoscalers/web";
 const ARGO: &str = "argocd-controller";
 
-fn at(min: i64) -> Timestamp {
+pub(crate) fn at(min: i64) -> Timestamp {
     "2026-01-01T12:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_mins(min)
 }
 
@@ -87,8 +87,14 @@ fn cpu_metric(target: i64) -> Value {
         "target": {"type": "Utilization", "averageUtilization": target}}}])
 }
 
+/// A fault the API server answers a request with instead of serving it (`None`: served;
+/// `Reply::Late(after, _)`: served, answered `after` later).
+pub(crate) type Fault = Box<dyn FnMut(&Recorded) -> Option<kube_support::Reply> + Send>;
+
 pub(crate) struct Cluster {
-    state: Arc<Mutex<State>>,
+    pub(crate) state: Arc<Mutex<State>>,
+    /// Consulted before every request is served.
+    pub(crate) fault: Arc<Mutex<Option<Fault>>>,
     client: Client,
     log: Log,
     writer: WriterHandle,
@@ -122,13 +128,27 @@ impl Cluster {
         st.times.insert((false, argo.clone()), at(-60).to_string());
         st.times.insert((true, argo), at(-60).to_string());
         let state = Arc::new(Mutex::new(st));
-        let (client, log) = mock(ssa::server(state.clone()));
+        let fault: Arc<Mutex<Option<Fault>>> = Arc::default();
+        let mut serve = ssa::server(state.clone());
+        let injected = fault.clone();
+        let (client, log) = mock(move |r: &Recorded| {
+            let reply = injected.lock().unwrap().as_mut().and_then(|f| f(r));
+            match reply {
+                // A slow API server: the request takes effect, its answer comes late.
+                Some(kube_support::Reply::Late(after, _)) => {
+                    kube_support::Reply::Late(after, Box::new(serve(r)))
+                }
+                Some(fault) => fault,
+                None => serve(r),
+            }
+        });
         let (lease, lease_rx) = watch::channel(true);
         let mut cfg = WriterConfig::new("kerf-system");
         cfg.backoff = Duration::from_millis(10);
         cfg.read_only = false;
         Self {
             state,
+            fault,
             metrics: cfg.metrics.clone(),
             writer: Writer::spawn_with(client.clone(), lease_rx, cfg),
             client,
@@ -139,13 +159,13 @@ impl Cluster {
         }
     }
 
-    fn state(&self) -> State {
+    pub(crate) fn state(&self) -> State {
         self.state.lock().unwrap().clone()
     }
 
     /// The Lease moves: the old writer stops holding it and a new one (another replica, with
     /// nothing in memory) writes from now on.
-    fn new_leader(&mut self) {
+    pub(crate) fn new_leader(&mut self) {
         self.lease.send_replace(false);
         let (lease, lease_rx) = watch::channel(true);
         let mut cfg = WriterConfig::new("kerf-system");
@@ -160,7 +180,7 @@ impl Cluster {
         self.state.lock().unwrap().clock = Some(at(min).to_string());
     }
 
-    fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let mut m = Manifests::default();
         load_text(&self.manifests, "test", &mut m).unwrap();
         let mut s = m.snapshot;
@@ -173,7 +193,7 @@ impl Cluster {
         s
     }
 
-    fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
+    pub(crate) fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
         self.state()
             .recommendations
             .into_values()
@@ -184,7 +204,7 @@ impl Cluster {
             .collect()
     }
 
-    fn recommendation(&self) -> PersistedRecommendation {
+    pub(crate) fn recommendation(&self) -> PersistedRecommendation {
         let recs = self.recommendations();
         assert_eq!(recs.len(), 1);
         (*recs[0]).clone()
@@ -203,7 +223,21 @@ impl Cluster {
         self.new_requests()
     }
 
-    fn new_requests(&mut self) -> Vec<Recorded> {
+    /// One cycle at minute `min` as the Lease holder runs it in a cluster (each change one unit,
+    /// `whole_changes`), failures allowed: the requests made and the writes' outcomes.
+    pub(crate) async fn cluster_cycle(&mut self, min: i64) -> (Vec<Recorded>, Vec<WriteOutcome>) {
+        self.set_clock(min);
+        let s = self.snapshot();
+        let c = run_cycle(&s, &NoSamples, at(min), 15).await;
+        let ops = plan_writes(&s, &c, &[], &self.recommendations(), at(min));
+        let mut outcomes = Vec::new();
+        for op in kerf::core::writes::pending::whole_changes(ops, at(min)) {
+            outcomes.push(self.writer.apply(op).await);
+        }
+        (self.new_requests(), outcomes)
+    }
+
+    pub(crate) fn new_requests(&mut self) -> Vec<Recorded> {
         let all = requests(&self.log);
         let new = all[self.seen..].to_vec();
         self.seen = all.len();
@@ -238,7 +272,7 @@ impl Cluster {
     }
 }
 
-fn kerf_wrote(reqs: &[Recorded], path: &str) -> usize {
+pub(crate) fn kerf_wrote(reqs: &[Recorded], path: &str) -> usize {
     reqs.iter()
         .filter(|r| r.method == "PATCH" && r.path == path && r.query_has("fieldManager=kerf"))
         .count()

@@ -537,3 +537,107 @@ async fn a_kind_kerf_may_not_read_holds_no_readiness() {
         "the refusal is reported"
     );
 }
+
+/// An eviction that fails (500 on every attempt) is retried: the status recorded the pod asked,
+/// the next cycle waits (`EvictionRefused`: the pod still runs with the old requests) and the
+/// cycle after the pace asks the same pod again, which then goes.
+#[tokio::test]
+async fn a_failed_eviction_is_asked_again_once_paced() {
+    use kerf::core::persisted::PersistedRecommendation;
+    use kerf::core::writes::{WriteOp, recommendation_name};
+    use std::sync::{Arc, Mutex};
+
+    const EVICTION: &str = "/api/v1/namespaces/ml/pods/llm-predictor-6f9c8d7b5-b6c7d/eviction";
+    let snap = kerf::sources::dir::load_dir(&fixture().join("manifests"))
+        .unwrap()
+        .snapshot;
+    let source = kerf::metrics::file::FileSource::from_path(&fixture().join("metrics.om")).unwrap();
+    let t0: jiff::Timestamp = "2026-01-01T12:00:00Z".parse().unwrap();
+    let cycle = kerf::reconcile::run_cycle(&snap, &source, t0, 15).await;
+    let evicts = |ops: &[WriteOp]| -> Vec<kerf::core::writes::EvictWrite> {
+        ops.iter()
+            .filter_map(|op| match op {
+                WriteOp::Evict(e) if e.pod.pod == "llm-predictor-6f9c8d7b5-b6c7d" => {
+                    Some((**e).clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let ops = kerf::reconcile::plan_writes(&snap, &cycle, &[], &[], t0);
+    let key = evicts(&ops)
+        .first()
+        .expect("the predictor's pod is evicted")
+        .workload
+        .clone();
+    let name = recommendation_name(&key);
+    let recorded = |ops: &[WriteOp]| -> Arc<PersistedRecommendation> {
+        let w = ops
+            .iter()
+            .find_map(|op| match op {
+                WriteOp::Recommendation(r) if r.name == name => Some(r),
+                _ => None,
+            })
+            .expect("the recommendation records the eviction");
+        Arc::new(w.as_written())
+    };
+
+    let fails = Arc::new(Mutex::new(true));
+    let failing = fails.clone();
+    let (client, log) = mock(move |r: &Recorded| {
+        if r.path == EVICTION {
+            return match *failing.lock().unwrap() {
+                true => kube_support::status(500, "InternalError"),
+                false => Reply::Json(
+                    201,
+                    json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Success", "code": 201}),
+                ),
+            };
+        }
+        Reply::Json(200, r.body.clone())
+    });
+    let (_lease, lease_rx) = watch::channel(true);
+    let mut cfg = WriterConfig::new("kerf-system");
+    cfg.backoff = Duration::from_millis(10);
+    cfg.read_only = false;
+    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    let evict = WriteOp::Evict(Box::new(evicts(&ops).remove(0)));
+    let outcome = writer.apply(evict).await;
+    assert!(
+        matches!(outcome, kerf::writers::kube::WriteOutcome::Failed(_)),
+        "{outcome:?}"
+    );
+    let asked =
+        |log: &kube_support::Log| requests(log).iter().filter(|r| r.path == EVICTION).count();
+    assert_eq!(asked(&log), 1, "an eviction is asked once a turn");
+
+    // A minute on the pod still runs with the old requests: kerf waits for the pace.
+    let recs = [recorded(&ops)];
+    let t1 = t0 + jiff::SignedDuration::from_mins(1);
+    let ops = kerf::reconcile::plan_writes(&snap, &cycle, &[], &recs, t1);
+    assert!(evicts(&ops).is_empty());
+    let waiting = recorded(&ops)
+        .status
+        .clone()
+        .unwrap()
+        .eviction
+        .unwrap()
+        .waiting;
+    assert_eq!(waiting.as_deref(), Some("EvictionRefused"));
+
+    // Once paced, the same pod is asked again, and goes.
+    let t5 = t0 + kerf::core::writes::eviction::EVICTION_INTERVAL;
+    let ops = kerf::reconcile::plan_writes(&snap, &cycle, &[], &recs, t5);
+    let again = evicts(&ops);
+    assert_eq!(again.len(), 1, "asked again");
+    *fails.lock().unwrap() = false;
+    let outcome = writer
+        .apply(WriteOp::Evict(Box::new(again[0].clone())))
+        .await;
+    assert!(
+        matches!(outcome, kerf::writers::kube::WriteOutcome::Written { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(asked(&log), 2);
+}

@@ -33,3 +33,4 @@ mod monitoring;
 mod real_merge_property;
 mod real_merge_writes;
 mod release_kube;
+mod whole_changes_kube;

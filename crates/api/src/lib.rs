@@ -37,9 +37,9 @@ pub use gpu::{
 pub use object::{KERF_KINDS, KerfObject};
 pub use recommendation::{
     AppliedChange, ApplyMethod, CONDITION_CONFLICT, ConflictStatus, ContainerRecommendation,
-    EvictionStatus, FieldTakeback, HpaRecommendation, REASON_CONFLICT, RecommendationPhase,
-    RecommendationStatus, ResizeFallback, ResizeStatus, ResourceValues, RightsizingRecommendation,
-    RightsizingRecommendationSpec, Savings, WorkloadRef, WriteMethod,
+    EvictionStatus, FieldTakeback, HpaRecommendation, PendingChange, REASON_CONFLICT,
+    RecommendationPhase, RecommendationStatus, ResizeFallback, ResizeStatus, ResourceValues,
+    RightsizingRecommendation, RightsizingRecommendationSpec, Savings, WorkloadRef, WriteMethod,
 };
 pub use rightsizing::{
     ClusterRightsizingPolicy, ClusterRightsizingPolicySpec, ControlledValues, CpuRecipe,

@@ -177,6 +177,40 @@ pub struct RecommendationStatus {
     /// The replacement of running pods by eviction, while `applyMethod` is `evict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction: Option<Box<EvictionStatus>>,
+    /// A change not whole yet (docs/design/runtime.md#r17): written before its parts are sent,
+    /// kept while one fails, removed once every part went through. A new Lease holder reads it
+    /// back and goes on from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Box<PendingChange>>,
+}
+
+/// A change of several parts (template and HPA, GPU annotations and restart) until every part
+/// went through: what is left, why the last attempt stopped, when the next one is due.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingChange {
+    /// What is left to do, in order: `template`, `hpa`, `gpuAnnotations`, `restart`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<String>,
+    /// The part whose write failed on the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_part: Option<String>,
+    /// Its error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Attempts made so far (the one under way included).
+    #[serde(default)]
+    pub attempts: u32,
+    /// No attempt before this time (RFC 3339): retries back off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_after: Option<String>,
+    /// The CPU/memory change as planned, HPA target from the pre-change pair: what a retry
+    /// writes (a different plan supersedes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<Box<AppliedChange>>,
+    /// The GPU recommendation annotation the change writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_recommendation: Option<String>,
 }
 
 /// Where the replacement of a workload's running pods by eviction stands.

@@ -53,6 +53,7 @@ use crate::core::model::{
     ANNOTATION_GPU_BASELINE, ANNOTATION_GPU_RECOMMENDATION, ANNOTATION_ROLLBACK, ContainerRequests,
     RequestSet, WorkloadKey,
 };
+use crate::core::writes::pending::{self, ChangePart};
 use crate::core::writes::write_method::json_patch;
 use crate::core::writes::{limits_match, restored_limits, template_limits};
 use crate::telemetry::{EvictionLabels, Metrics, ResizeLabels, WriteLabels};
@@ -444,6 +445,8 @@ impl Task {
                 tracing::debug!(workload = %w.observed.key, "readOnly: workload not written");
                 return WriteOutcome::ReadOnly;
             }
+            // readOnly: the parts are not sent; the recommendation is still written.
+            WriteOp::Change(c) if read_only => self.recommendation(&c.done).await,
             WriteOp::Restart(_)
             | WriteOp::Coordinated(_)
             | WriteOp::Restore(_)
@@ -463,6 +466,7 @@ impl Task {
             WriteOp::Recommendation(r) => self.recommendation(&r).await,
             WriteOp::Event(e) => self.event(&e).await.map(|()| 1),
             WriteOp::Restore(r) => self.restore(&r).await,
+            WriteOp::Change(c) => self.change(&c).await,
             WriteOp::Warning(_) => Ok(0),
         };
         match result {
@@ -483,6 +487,19 @@ impl Task {
     /// Applies kerf's fields on a workload when they differ; restarts it when the GPU
     /// recommendation's values changed. Returns the number of requests made.
     async fn write_workload(&mut self, w: &WorkloadWrite) -> Result<usize, CallError> {
+        self.write_workload_parts(w).await.map_err(|(_, e)| e)
+    }
+
+    /// [`Task::write_workload`], a failure naming its part: the restart, or the write before it.
+    async fn write_workload_parts(
+        &mut self,
+        w: &WorkloadWrite,
+    ) -> Result<usize, (ChangePart, CallError)> {
+        let part = match w.requests.is_some() {
+            true => ChangePart::Template,
+            false => ChangePart::GpuAnnotations,
+        };
+        let tag = |e| (part, e);
         // A CPU/memory change goes where the template is (a workload-reference Rollout's
         // Deployment); GPU annotations and restarts stay on the workload.
         let target = match w.requests.is_some() {
@@ -519,10 +536,11 @@ impl Task {
         let api = self.workload_api(key);
         let live = self
             .call(None, &format!("read {key}"), || api.get_opt(&key.name))
-            .await?;
+            .await
+            .map_err(tag)?;
         let mut made = 1;
         let Some(live) = live else {
-            return Err(CallError::Gone(key.clone()));
+            return Err(tag(CallError::Gone(key.clone())));
         };
         let set = w.requests.clone().unwrap_or_default();
         if w.method == WriteMethod::JsonPatch {
@@ -541,7 +559,8 @@ impl Task {
                     (&set, &limits),
                     &BTreeMap::new(),
                 )
-                .await?;
+                .await
+                .map_err(tag)?;
         } else {
             made += self
                 .apply_kerfs(
@@ -551,13 +570,16 @@ impl Task {
                     (&set, &limits),
                     annotation_values_differ || requests_differ,
                 )
-                .await?;
+                .await
+                .map_err(tag)?;
         }
         if w.gpu
             .as_ref()
             .is_some_and(|g| gpu_restart_due(&w.observed, g))
         {
-            self.restart(&w.observed.key).await?;
+            self.restart(&w.observed.key)
+                .await
+                .map_err(|e| (ChangePart::Restart, e))?;
             made += 1;
         }
         Ok(made)
@@ -888,6 +910,80 @@ impl Task {
         } else {
             let template = self.write_workload(&c.workload).await?;
             Ok(template + self.hpa(&c.hpa).await?)
+        }
+    }
+
+    /// A change as one unit (docs/design/runtime.md#r17): its record says `pending` with the
+    /// parts before any is sent; a part that fails stops the unit and the record names it with
+    /// its error and when it is tried again; the record says `applied`, and the `Applied` Event
+    /// is emitted, only once every part went through. Dropped as NotLeader, the `pending`
+    /// record is what the next Lease holder goes on from.
+    async fn change(&mut self, c: &ChangeWrite) -> Result<usize, CallError> {
+        let mut made = self.recommendation(&c.intent).await?;
+        let intent = c.intent.status.clone().unwrap_or_default();
+        let written = Some(c.intent.as_written());
+        let parts: Vec<ChangePart> = c.parts.iter().flat_map(pending::parts_of).collect();
+        let mut sent = 0;
+        for op in &c.parts {
+            match self.change_part(op).await {
+                Ok(n) => {
+                    made += n;
+                    sent += pending::parts_of(op).len();
+                }
+                Err((failed, e)) => {
+                    if !matches!(e, CallError::NotLeader) {
+                        let at = parts[sent..]
+                            .iter()
+                            .position(|p| *p == failed)
+                            .map_or(sent, |i| sent + i);
+                        let error = e.to_string();
+                        let status =
+                            pending::failed_status(&intent, &parts[at..], &error, c.planned_at);
+                        let failure = RecommendationWrite {
+                            status: Some(status),
+                            observed: written,
+                            ..c.intent.clone()
+                        };
+                        self.recommendation(&failure).await?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let done = RecommendationWrite {
+            observed: written,
+            ..c.done.clone()
+        };
+        made += self.recommendation(&done).await?;
+        for e in &c.events {
+            self.event(e).await?;
+            made += 1;
+        }
+        Ok(made)
+    }
+
+    /// One part of a [`ChangeWrite`]; a failure names the part.
+    async fn change_part(&mut self, op: &WriteOp) -> Result<usize, (ChangePart, CallError)> {
+        let hpa_failed = |e| (ChangePart::Hpa, e);
+        match op {
+            WriteOp::Workload(w) => self.write_workload_parts(w).await,
+            WriteOp::Restart(key) => self
+                .restart(key)
+                .await
+                .map(|()| 1)
+                .map_err(|e| (ChangePart::Restart, e)),
+            WriteOp::Coordinated(c) if c.hpa.goes_first() => {
+                let hpa = self.hpa(&c.hpa).await.map_err(hpa_failed)?;
+                Ok(hpa + self.write_workload_parts(&c.workload).await?)
+            }
+            WriteOp::Coordinated(c) => {
+                let template = self.write_workload_parts(&c.workload).await?;
+                Ok(template + self.hpa(&c.hpa).await.map_err(hpa_failed)?)
+            }
+            other => Err((
+                ChangePart::Template,
+                CallError::Invalid(format!("not a part of a change: {}", other.subject())),
+            )),
         }
     }
 

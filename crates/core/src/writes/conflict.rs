@@ -79,6 +79,9 @@ pub struct Assessment {
     pub resumed: Option<Resumed>,
     /// The `Conflict` condition to set (`None`: leave it as it is).
     pub condition: Option<ConditionUpdate>,
+    /// The HPA target kerf sets back when half of a coordinated pair was taken back
+    /// ([`half_pair_restore`]): the HPA's name, resource and target.
+    pub restore_hpa: Option<(String, String, i32)>,
 }
 
 fn time(t: &str) -> Option<Timestamp> {
@@ -256,6 +259,31 @@ pub fn blocking(
         .max_by(|a, b| a.0.time.cmp(&b.0.time))
 }
 
+/// Half-pair rule (docs/gitops.md#half-a-coordinated-pair): another manager took back the
+/// requests of a change coordinated with an HPA target (a take-back counted this cycle) while
+/// the HPA still has kerf's target: that pair was never planned (1 core at 71 % runs fewer
+/// replicas than intended). kerf sets the HPA back to the target planned with the live
+/// requests, the one before the change, and the workload blocks at once. Returns the HPA's
+/// name, resource and that target; `None` when the HPA is not at kerf's target any more (or
+/// kerf no longer owns its metrics).
+pub fn half_pair_restore(
+    input: &ConflictInput<'_>,
+    seen: &[(TrackedField, FieldTakeback, Timestamp)],
+) -> Option<(String, String, i32)> {
+    let requests_taken = seen
+        .iter()
+        .any(|(f, _, _)| matches!(f, TrackedField::Request { .. }));
+    let applied = input.previous?.applied.as_deref()?;
+    let h = applied.hpa.as_deref().filter(|_| requests_taken)?;
+    let (before, after) = (h.target_before?, h.target_after?);
+    let hpa = hpa_named(input, &h.name)?;
+    let (resource, target) = crate::hpa::utilization_target(hpa)?;
+    let field = TrackedField::HpaMetrics(h.name.clone());
+    let kerfs = owners(&project_hpa(hpa), &field).any(FieldManager::is_kerf);
+    (kerfs && target == after && before != after)
+        .then(|| (h.name.clone(), resource.as_str().to_string(), before))
+}
+
 /// Stability rule (docs/gitops.md#resuming): a blocked workload is written again once no
 /// manager other than kerf has changed any field it took back for `rules.window` — measured
 /// from the latest of the recorded take-backs and the current owners' entry times.
@@ -329,6 +357,23 @@ pub fn blocked_message(t: &FieldTakeback, count: usize, rules: ConflictRules) ->
     )
 }
 
+/// The Event note and condition message of a workload blocked by the half-pair rule.
+pub fn half_pair_message(
+    t: &FieldTakeback,
+    (hpa, resource, target): &(String, String, i32),
+    rules: ConflictRules,
+) -> String {
+    let window = human(rules.window);
+    format!(
+        "{} took back {} (at {}), half of a change coordinated with HorizontalPodAutoscaler/{hpa}: \
+         kerf sets its {resource} target back to {target}% (what fits the live requests) and \
+         stops writing this workload until {}'s value has been stable for {window} or the \
+         workload is annotated {ANNOTATION_CONFLICT_ACKNOWLEDGED}. Let kerf own its fields in \
+         the GitOps tool (docs/gitops.md)",
+        t.manager, t.field, t.time, t.manager
+    )
+}
+
 /// Workloads whose RightsizingRecommendation says kerf stopped writing them for a field
 /// conflict, with the `Conflict` condition's message.
 pub fn blocked_workloads(
@@ -385,6 +430,7 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
     }
     let through = state.counted_through.as_deref().and_then(time);
     let seen = takebacks(input, through);
+    out.restore_hpa = half_pair_restore(input, &seen);
     if let Some(latest) = seen.iter().map(|(_, _, t)| *t).max() {
         state.counted_through = Some(render(through.map_or(latest, |c| c.max(latest))));
     }
@@ -400,9 +446,13 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             .as_deref()
             .and_then(time)
             .is_some_and(|r| now.duration_since(r) < rules.window);
-        if let Some((t, count)) = blocking(&state.takebacks, now, rules, probation) {
+        let half = out.restore_hpa.is_some();
+        if let Some((t, count)) = blocking(&state.takebacks, now, rules, probation || half) {
             state.blocked_since = Some(render(now));
-            let message = blocked_message(&t, count, rules);
+            let message = match &out.restore_hpa {
+                Some(restore) => half_pair_message(&t, restore, rules),
+                None => blocked_message(&t, count, rules),
+            };
             out.condition = Some(ConditionUpdate::new(
                 CONDITION_CONFLICT,
                 true,

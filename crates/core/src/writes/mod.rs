@@ -8,6 +8,7 @@ pub mod eviction;
 mod fields;
 pub mod method;
 mod ops;
+pub mod pending;
 mod plan;
 mod recommendation;
 pub mod resize;
@@ -19,9 +20,9 @@ pub use fields::{
     template_limits, template_requests, workload_body,
 };
 pub use ops::{
-    CheckpointWrite, ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite, GpuAnnotations,
-    HpaTarget, Kept, PlanWarning, PolicyStatusWrite, RecommendationWrite, ResizeWrite, RestoreKind,
-    RestoreWrite, WorkloadWrite, WriteOp,
+    ChangeWrite, CheckpointWrite, ConditionUpdate, CoordinatedChange, EventWrite, EvictWrite,
+    GpuAnnotations, HpaTarget, Kept, PlanWarning, PolicyStatusWrite, RecommendationWrite,
+    ResizeWrite, RestoreKind, RestoreWrite, WorkloadWrite, WriteOp,
 };
 pub use plan::{held_back, plan_writes, recommendation_name, rollback_requested, rolled_back};
 pub use recommendation::{

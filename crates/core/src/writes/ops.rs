@@ -121,6 +121,18 @@ impl WorkloadWrite {
 }
 
 impl RecommendationWrite {
+    /// The recommendation as it reads back once this write went through: what the next write
+    /// of the same unit is compared with.
+    pub fn as_written(&self) -> PersistedRecommendation {
+        PersistedRecommendation {
+            namespace: self.namespace.as_str().into(),
+            name: self.name.as_str().into(),
+            owner_uids: self.owner.iter().map(|o| o.uid.clone()).collect(),
+            spec: self.spec.clone(),
+            status: self.status.clone(),
+        }
+    }
+
     /// The recommendation as observed already has this spec, owner and status: the cluster
     /// writer would send nothing, so planning leaves the write out (a steady cluster then plans
     /// no recommendation writes, and the in-memory writer keeps the object it holds).
@@ -454,6 +466,25 @@ pub enum WriteOp {
     Evict(Box<EvictWrite>),
     /// The usage history's checkpoint, in parts (docs/metrics.md#incremental-history).
     Checkpoint(Box<CheckpointWrite>),
+    /// A workload's change of several parts as one unit (docs/design/runtime.md#r17).
+    Change(Box<ChangeWrite>),
+}
+
+/// A workload's change as one unit: `intent` (status `pending`, the parts listed) is written
+/// first, then each part in order; once every part went through, `done` and the events. A part
+/// that fails stops the unit: the status then names it with its error
+/// ([`super::pending::failed_status`]) and the next cycle retries.
+#[derive(Clone, Debug)]
+pub struct ChangeWrite {
+    pub workload: WorkloadKey,
+    pub intent: RecommendationWrite,
+    /// `Workload`, `Coordinated` or `Restart` ops, in order.
+    pub parts: Vec<WriteOp>,
+    pub done: RecommendationWrite,
+    /// `Applied`: said only once the change is whole.
+    pub events: Vec<EventWrite>,
+    /// The cycle's time: a failure's backoff counts from it.
+    pub planned_at: jiff::Timestamp,
 }
 
 /// The usage history's checkpoint: each part's JSON, written as ConfigMap
@@ -505,6 +536,7 @@ impl WriteOp {
             WriteOp::Resize(r) => r.workload.to_string(),
             WriteOp::Evict(e) => e.workload.to_string(),
             WriteOp::Checkpoint(_) => "usage history checkpoint".to_string(),
+            WriteOp::Change(c) => c.workload.to_string(),
         }
     }
 }

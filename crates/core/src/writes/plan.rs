@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::pending::restart_left;
 use super::recommendation::{
     Gates, RestoreHpa, RestorePlan, add_gpu, applied_change, coordinated_after_release,
     gpu_recommendation_spec, gpu_recommendation_status, keep_taken,
@@ -648,6 +649,7 @@ static QUIET: Assessment = Assessment {
     blocking: None,
     resumed: None,
     condition: None,
+    restore_hpa: None,
 };
 
 /// Field conflicts (docs/gitops.md) of the workloads the cycle evaluated, from the objects and
@@ -797,6 +799,9 @@ fn gpu_only_recommendation(
     (status.phase, status.reason) = recommendation_phase(status.phase, status.reason.take(), gates);
     record_conflict(&mut status, conflict, p.now);
     let writing = !p.snapshot.global.read_only && !gates.rolled_back && !gates.conflict_blocked;
+    if !writing {
+        status.pending = previous.and_then(|s| s.pending.clone());
+    }
     let writes = gpu.recommendation.is_some() && !p.snapshot.global.read_only;
     record_write_method(&mut status, w, p.snapshot, writes);
     publish_owned_gpu(&mut status, w, Some(gpu), previous, writing);
@@ -1037,6 +1042,7 @@ fn resource_writes(
     let standing = Standing::of(p, r, w, previous.as_ref(), conflict);
     if !standing.writes() {
         keep_taken(&mut status, previous.as_ref());
+        status.pending = previous.as_ref().and_then(|s| s.pending.clone());
     }
     let (release, warning) = match w.template_writable() {
         true => release_plan(r, observed.as_ref(), outcome, standing),
@@ -1080,9 +1086,11 @@ fn resource_writes(
     let mut recommendation = recommendation_of(wo, r, w, outcome, status, observed);
     kept_through_outage(&mut recommendation, previous.as_ref(), standing);
     let blocked = blocked_event(w, outcome, previous.as_ref(), standing.held);
+    // A retry of the HPA half changes no template, yet completes the change.
+    let hpa_moves = kept_hpa.as_ref().is_some_and(|h| !h.in_place());
     let applied = plan
         .and_then(|plan| plan.hpa.as_ref())
-        .filter(|_| changing)
+        .filter(|_| changing || hpa_moves)
         .map(|h| WriteOp::Event(Box::new(EventWrite::applied(w, h))));
     if !release.is_empty() {
         // The release, with what kerf keeps applying, in one step.
@@ -1101,6 +1109,7 @@ fn resource_writes(
         .filter(|_| plan.is_some())
         .and_then(|d| resize_write(w, d, &recommendation));
     ops.extend(recommendation_write(recommendation));
+    ops.extend(half_pair_hpa(p, w, conflict).filter(|_| !standing.held && !standing.read_only));
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
     ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
@@ -1111,6 +1120,29 @@ fn resource_writes(
         ops.extend(applied);
     }
     ops
+}
+
+/// The HPA half of a coordinated pair whose requests another manager took back, set back to
+/// the target before the change ([`super::conflict::half_pair_restore`]). A coordinated write
+/// whose template half is the workload as it is: only the HPA is sent.
+fn half_pair_hpa(
+    p: &Planning<'_>,
+    w: &Arc<Workload>,
+    conflict: Option<&Assessment>,
+) -> Option<WriteOp> {
+    let (name, resource, target) = conflict?.restore_hpa.as_ref()?;
+    let hpa = hpa_target(p.snapshot, &w.key, name, resource, *target);
+    let workload = WorkloadWrite {
+        observed: Arc::clone(w),
+        gpu: None,
+        requests: None,
+        limits: None,
+        method: p.write_method(w.key.kind),
+    };
+    Some(WriteOp::Coordinated(Box::new(CoordinatedChange {
+        workload,
+        hpa,
+    })))
 }
 
 /// The eviction of this cycle, with its Event.
@@ -1306,8 +1338,12 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
             limits: None,
             method: p.write_method(w.key.kind),
         };
+        let recorded = p.index.find(&r.key).and_then(|o| o.status.as_ref());
         if !write.in_place() {
             ops.push(WriteOp::Workload(Box::new(write)));
+        } else if restart_left(recorded) {
+            // The annotations went through, the restart did not: only the record says so.
+            ops.push(WriteOp::Restart(w.key.clone()));
         }
     }
     for w in &p.snapshot.workloads {

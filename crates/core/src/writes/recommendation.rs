@@ -199,6 +199,7 @@ pub fn gpu_recommendation_status(
         write_method_reason: None,
         resize: None,
         eviction: None,
+        pending: None,
     }
 }
 
@@ -228,6 +229,9 @@ pub fn recommendation_status(
         write_method_reason: previous.and_then(|p| p.write_method_reason.clone()),
         resize: previous.and_then(|p| p.resize.clone()),
         eviction: previous.and_then(|p| p.eviction.clone()),
+        // Only a change's own unit writes it (see `pending`); a cycle that writes nothing
+        // carries it over.
+        pending: None,
     };
     if let Some(plan) = &outcome.apply {
         if let Some(h) = &plan.hpa {
@@ -326,8 +330,9 @@ pub fn served_values(values: &SmallMap<String, ResourceValues>) -> ContainerRequ
         .collect()
 }
 
-/// The coordinated HPA target of a change whose requests are still those `status.applied`
-/// records: the one planned from the pre-change pair. Recomputed from the live pair, a
+/// The coordinated HPA target of a change whose requests are still those recorded — the
+/// pending change's (`status.pending.change`), else `status.applied` —: the one planned from
+/// the pre-change pair. Recomputed from the live pair, a
 /// half-applied change (the template written, the HPA write failed) would pass for a whole one:
 /// round(50 × 700/700) = 50 instead of 71. `None`: the plan's own target stands (a new change,
 /// another HPA, or the same target).
@@ -336,7 +341,9 @@ pub fn pre_change_target(
     planned: &CoordinatedHpa,
     previous: Option<&RecommendationStatus>,
 ) -> Option<CoordinatedHpa> {
-    let applied = previous?.applied.as_ref()?;
+    let previous = previous?;
+    let pending = previous.pending.as_ref().and_then(|p| p.change.as_deref());
+    let applied = pending.or(previous.applied.as_deref())?;
     let recorded = served_change(applied).1?;
     let same_change = recorded.hpa_name == planned.hpa_name
         && recorded.resource == planned.resource

@@ -378,3 +378,61 @@ fn probation_rule_blocks_at_the_first_takeback_after_a_resume() {
     assert_eq!(a.counted.len(), 1);
     assert_eq!(a.status.unwrap().resumed_at, None);
 }
+
+/// docs/gitops.md#half-a-coordinated-pair.
+#[test]
+fn half_pair_rule_restores_the_hpa_target_before_the_change_and_blocks_at_once() {
+    let hpa = |target: i32, owner: &str| -> HorizontalPodAutoscaler {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "managedFields": [
+                {"manager": owner, "operation": "Apply", "time": "2026-01-01T12:00:00Z",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}}}}
+            ]},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5,
+                     "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": target}}}]}
+        }))
+        .unwrap()
+    };
+    let mut prev = status(0, None);
+    prev.applied.as_mut().unwrap().hpa = Some(Box::new(HpaRecommendation {
+        name: "web".into(),
+        resource: Some("cpu".into()),
+        target_before: Some(50),
+        target_after: Some(71),
+        skip_reason: None,
+    }));
+    // Argo CD took app's cpu back to 1 core; the HPA is still at kerf's 71 %.
+    let w = taken_back_at(2, 1);
+    let hpas = [hpa(71, "kerf")];
+    let a = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &prev, 5)
+    });
+    assert_eq!(a.restore_hpa, Some(("web".into(), "cpu".into(), 50)));
+    assert!(a.blocked, "one take-back of the pair blocks");
+    let (_, message) = a.blocking.unwrap();
+    assert!(
+        message.contains("sets its cpu target back to 50%"),
+        "{message}"
+    );
+    // The HPA not at kerf's target any more: nothing to restore, and the request's take-back
+    // counts as any other (one of three).
+    let hpas = [hpa(50, "kerf")];
+    let a = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &prev, 5)
+    });
+    assert_eq!(a.restore_hpa, None);
+    assert!(!a.blocked);
+    // The HPA no longer kerf's: nothing to restore (the HPA rule blocks).
+    let hpas = [hpa(71, "argocd-controller")];
+    let a = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &prev, 5)
+    });
+    assert_eq!(a.restore_hpa, None);
+    // A change without an HPA: no pair.
+    let a = assess(&input(&w, &status(0, None), 5));
+    assert_eq!(a.restore_hpa, None);
+}
