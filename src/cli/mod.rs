@@ -478,6 +478,7 @@ pub async fn metric_source(
         crate::api::OptionNames::Flags,
     )
     .await
+    .map_err(Into::into)
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -142,6 +142,18 @@ pub async fn window_query_splitting<S: MetricSource>(
     asked_splitting(source, query).await
 }
 
+/// Why the metric source a command was given cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    File(#[from] file::LoadError),
+    /// A Prometheus setting kerf cannot use; the URL is said without its credentials.
+    #[error("{url}: {error}")]
+    Prometheus { url: String, error: MetricError },
+    #[error("give --metrics FILE or --prometheus URL")]
+    Missing,
+}
+
 /// The source a command was given: an OpenMetrics file or a Prometheus URL.
 pub enum AnySource {
     File(file::FileSource),
@@ -155,7 +167,7 @@ impl AnySource {
         file: Option<&std::path::Path>,
         prometheus: Option<&str>,
         global: &crate::api::GlobalConfigurationSpec,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, SourceError> {
         let settings = prometheus.map(|url| crate::api::PrometheusSettings {
             url: url.to_string(),
             request_timeout: global.prometheus.request_timeout.clone(),
@@ -178,17 +190,18 @@ impl AnySource {
         file: Option<&std::path::Path>,
         prometheus: Option<&crate::api::PrometheusSettings>,
         names: crate::api::OptionNames,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, SourceError> {
         match (file, prometheus) {
-            (Some(path), _) => Ok(AnySource::File(
-                file::FileSource::from_path(path).map_err(|e| anyhow::anyhow!("{e}"))?,
-            )),
+            (Some(path), _) => Ok(AnySource::File(file::FileSource::from_path(path)?)),
             (None, Some(settings)) => Ok(AnySource::Prometheus(
-                prometheus::PrometheusSource::connect(settings, names).map_err(|e| {
-                    anyhow::anyhow!("{}: {e}", crate::support::redact::redact(&settings.url))
+                prometheus::PrometheusSource::connect(settings, names).map_err(|error| {
+                    SourceError::Prometheus {
+                        url: crate::support::redact::redact(&settings.url),
+                        error,
+                    }
                 })?,
             )),
-            (None, None) => anyhow::bail!("give --metrics FILE or --prometheus URL"),
+            (None, None) => Err(SourceError::Missing),
         }
     }
 }

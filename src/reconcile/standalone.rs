@@ -111,7 +111,7 @@ impl DirLoop {
     /// The directory as the next cycle sees it (kerf's own namespace protected). A caller that
     /// needs the GlobalConfiguration before the cycle (to reach Prometheus) reads once and hands
     /// the result to [`DirLoop::run_on`].
-    pub fn read(&self) -> anyhow::Result<Manifests> {
+    pub fn read(&self) -> Result<Manifests, crate::sources::dir::ManifestError> {
         let mut manifests = load_dir(&self.dir)?;
         if let Some(ns) = &self.own_namespace {
             manifests.snapshot.global.protect(ns);

@@ -62,18 +62,19 @@ pub struct CertReloader {
 
 impl CertReloader {
     /// Loads the initial pair; fails (naming the file) when it is unusable.
-    pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<Arc<Self>> {
-        let cert = std::fs::read(cert_path).map_err(|e| {
-            anyhow::anyhow!("cannot read TLS certificate {}: {e}", cert_path.display())
+    pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, TlsError> {
+        let cert = std::fs::read(cert_path).map_err(|source| TlsError::Certificate {
+            path: cert_path.display().to_string(),
+            source,
         })?;
-        let key = std::fs::read(key_path)
-            .map_err(|e| anyhow::anyhow!("cannot read TLS key {}: {e}", key_path.display()))?;
-        let ck = certified_key(&cert, &key).map_err(|e| {
-            anyhow::anyhow!(
-                "invalid TLS pair ({}, {}): {e}",
-                cert_path.display(),
-                key_path.display()
-            )
+        let key = std::fs::read(key_path).map_err(|source| TlsError::Key {
+            path: key_path.display().to_string(),
+            source,
+        })?;
+        let ck = certified_key(&cert, &key).map_err(|e| TlsError::Pair {
+            cert: cert_path.display().to_string(),
+            key: key_path.display().to_string(),
+            problem: e.to_string(),
         })?;
         Ok(Arc::new(Self {
             cert_path: cert_path.to_path_buf(),
@@ -176,15 +177,39 @@ impl CertReloader {
 
     /// rustls server configuration: ring provider, TLS 1.2 and 1.3, ALPN h2 and http/1.1,
     /// certificate resolved per handshake from this reloader.
-    pub fn server_config(self: &Arc<Self>) -> anyhow::Result<Arc<ServerConfig>> {
+    pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, TlsError> {
         let mut cfg =
             ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+                .map_err(TlsError::Config)?
                 .with_no_client_auth()
                 .with_cert_resolver(self.clone());
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(cfg))
     }
+}
+
+/// Why the webhook's TLS cannot be set up: the file and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read TLS certificate {path}: {source}")]
+    Certificate {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot read TLS key {path}: {source}")]
+    Key {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid TLS pair ({cert}, {key}): {problem}")]
+    Pair {
+        cert: String,
+        key: String,
+        problem: String,
+    },
+    #[error("TLS configuration: {0}")]
+    Config(rustls::Error),
 }
 
 impl ResolvesServerCert for CertReloader {

@@ -36,7 +36,7 @@ pub struct Listed {
 /// Lists every kind kerf reads (namespaced kinds in `namespace` only, when given; cluster-scoped
 /// ones always). A kerf kind whose CRD is not installed has no objects; any other failure is an
 /// error naming the resource and the fix.
-pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> anyhow::Result<Listed> {
+pub async fn list_cluster(client: &Client, namespace: Option<&str>) -> Result<Listed, ListError> {
     let mut l = Lister {
         client,
         namespace,
@@ -143,14 +143,14 @@ struct Lister<'a> {
 impl Lister<'_> {
     async fn kerf<K: Resource<DynamicType = ()> + crate::sources::kube::KerfKind>(
         &mut self,
-    ) -> anyhow::Result<()>
+    ) -> Result<(), ListError>
     where
         K::Scope: 'static,
     {
         self.list::<K>(Some(K::KIND)).await
     }
 
-    async fn builtin<K: Resource<DynamicType = ()>>(&mut self) -> anyhow::Result<()>
+    async fn builtin<K: Resource<DynamicType = ()>>(&mut self) -> Result<(), ListError>
     where
         K::Scope: 'static,
     {
@@ -162,7 +162,7 @@ impl Lister<'_> {
     async fn list<K: Resource<DynamicType = ()>>(
         &mut self,
         crd: Option<&'static str>,
-    ) -> anyhow::Result<()>
+    ) -> Result<(), ListError>
     where
         K::Scope: 'static,
     {
@@ -181,7 +181,7 @@ impl Lister<'_> {
         ar: &ApiResource,
         namespaced: bool,
         if_not_served: IfNotServed,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ListError> {
         let api: Api<DynamicObject> = match self.namespace {
             Some(ns) if namespaced => Api::namespaced_with(self.client.clone(), ns, ar),
             _ => Api::all_with(self.client.clone(), ar),
@@ -222,7 +222,7 @@ impl Lister<'_> {
                 };
                 match serde_json::to_value(&obj) {
                     Ok(doc) => self.listed.push((doc, at)),
-                    Err(e) => anyhow::bail!("{resource}: an object kerf cannot read back: {e}"),
+                    Err(error) => return Err(ListError::Unreadable { resource, error }),
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -234,7 +234,7 @@ impl Lister<'_> {
 }
 
 /// A failed list, said for the user whose kubeconfig kerf uses.
-fn list_error(resource: &str, namespace: Option<&str>, e: &::kube::Error) -> anyhow::Error {
+fn list_error(resource: &str, namespace: Option<&str>, e: &::kube::Error) -> ListError {
     let scope = namespace.map_or_else(
         || "in every namespace".to_string(),
         |ns| format!("in namespace {ns}"),
@@ -253,8 +253,24 @@ fn list_error(resource: &str, namespace: Option<&str>, e: &::kube::Error) -> any
         ),
         _ => String::new(),
     };
-    anyhow::anyhow!(
+    ListError::List(format!(
         "listing {resource} {scope}: {}{fix}",
         crate::support::redact::redact(&error_chain(e))
-    )
+    ))
+}
+
+/// Why a cluster could not be read once: every message names the resource and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    /// A list the API server refused or did not answer: the resource, the scope, its answer
+    /// (credentials redacted) and the fix.
+    #[error("{0}")]
+    List(String),
+    #[error("{resource}: an object kerf cannot read back: {error}")]
+    Unreadable {
+        resource: String,
+        error: serde_json::Error,
+    },
+    #[error(transparent)]
+    Manifests(#[from] crate::sources::dir::ManifestError),
 }

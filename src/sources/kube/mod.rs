@@ -669,7 +669,7 @@ mod tests {
         };
         let said = |resource: &str, crd: bool, e: watcher::Error| {
             let p = describe_watch_error(resource, crd, &e);
-            (p.reason, p.message)
+            (p.label(), p.to_string())
         };
         assert_eq!(
             said("pods", false, list(401, "Unauthorized", "Unauthorized")),

@@ -6,20 +6,54 @@ use super::*;
 /// A repeated list/watch error of one resource is logged at most this often.
 pub(super) const WATCH_ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// Why a list or watch failed, said for an operator.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WatchProblem {
-    /// The `reason` label of `kerf_watch_errors_total`: `forbidden`, `unauthorized`,
-    /// `crd_missing`, `not_found`, `expired` (a routine relist), `connection`, `api_error`,
-    /// `other`.
-    pub reason: &'static str,
-    /// What failed, the API server's message, and the fix when kerf knows it.
-    pub message: String,
+/// Why a list or watch of the cluster reader failed, said for an operator: each variant holds
+/// what failed, the API server's message and the fix when kerf knows it, and is counted in
+/// `kerf_watch_errors_total` under its [`ReaderError::label`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReaderError {
+    /// 401: the API server rejected kerf's credentials.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403: kerf's ClusterRole does not allow it.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404 on one of kerf's own kinds: its CRD is not installed.
+    #[error("{0}")]
+    CrdMissing(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// 410: a routine relist.
+    #[error("{0}")]
+    Expired(String),
+    /// The API server cannot be reached.
+    #[error("{0}")]
+    Connection(String),
+    /// Another answer of the API server.
+    #[error("{0}")]
+    Api(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ReaderError {
+    /// The `reason` label of `kerf_watch_errors_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ReaderError::Unauthorized(_) => "unauthorized",
+            ReaderError::Forbidden(_) => "forbidden",
+            ReaderError::CrdMissing(_) => "crd_missing",
+            ReaderError::NotFound(_) => "not_found",
+            ReaderError::Expired(_) => "expired",
+            ReaderError::Connection(_) => "connection",
+            ReaderError::Api(_) => "api_error",
+            ReaderError::Other(_) => "other",
+        }
+    }
 }
 
 /// Describes a list or watch error on `resource` (`pods`, `gpureactivepolicies.rightsizing.kubex.ai`;
 /// `crd`: one of kerf's own kinds, whose absence means the CRDs are not installed).
-pub fn describe_watch_error(resource: &str, crd: bool, e: &watcher::Error) -> WatchProblem {
+pub fn describe_watch_error(resource: &str, crd: bool, e: &watcher::Error) -> ReaderError {
     let (what, err) = match e {
         watcher::Error::InitialListFailed(e) => ("list failed", e),
         watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => ("watch failed", e),
@@ -27,22 +61,17 @@ pub fn describe_watch_error(resource: &str, crd: bool, e: &watcher::Error) -> Wa
             return from_status("watch failed", status, resource, crd);
         }
         watcher::Error::NoResourceVersion => {
-            return WatchProblem {
-                reason: "other",
-                message: "list failed: the list had no metadata.resourceVersion (does the resource support watch?)".into(),
-            };
+            return ReaderError::Other(
+                "list failed: the list had no metadata.resourceVersion (does the resource support watch?)".into(),
+            );
         }
     };
     match err {
         ::kube::Error::Api(status) => from_status(what, status, resource, crd),
-        ::kube::Error::HyperError(_) | ::kube::Error::Service(_) => WatchProblem {
-            reason: "connection",
-            message: format!("{what}: cannot reach the API server: {}", error_chain(err)),
-        },
-        other => WatchProblem {
-            reason: "other",
-            message: format!("{what}: {}", error_chain(other)),
-        },
+        ::kube::Error::HyperError(_) | ::kube::Error::Service(_) => ReaderError::Connection(
+            format!("{what}: cannot reach the API server: {}", error_chain(err)),
+        ),
+        other => ReaderError::Other(format!("{what}: {}", error_chain(other))),
     }
 }
 
@@ -51,7 +80,7 @@ pub(super) fn from_status(
     s: &::kube::core::Status,
     resource: &str,
     crd: bool,
-) -> WatchProblem {
+) -> ReaderError {
     // A reason is one CamelCase word (`Forbidden`); kube puts a sentence there when the body was
     // not a Status (`404 page not found` from a path no API serves).
     let head = if s.reason.is_empty() || s.reason.contains(' ') {
@@ -63,30 +92,20 @@ pub(super) fn from_status(
         "" => format!("{what}: {head}"),
         m => format!("{what}: {head}: {m}"),
     };
-    let (reason, message) = match s.code {
-        401 => (
-            "unauthorized",
-            format!(
-                "{base} (the API server rejected kerf's credentials: check the service account token or the kubeconfig)"
-            ),
-        ),
-        403 => (
-            "forbidden",
-            format!(
-                "{base} (kerf's ClusterRole must allow get, list and watch on {resource}: manifests/install/rbac.yaml)"
-            ),
-        ),
-        404 if crd => (
-            "crd_missing",
-            format!(
-                "{base} (the CustomResourceDefinition {resource} is not installed: kubectl apply -f manifests/crds/)"
-            ),
-        ),
-        404 => ("not_found", base),
-        410 => ("expired", base),
-        _ => ("api_error", base),
-    };
-    WatchProblem { reason, message }
+    match s.code {
+        401 => ReaderError::Unauthorized(format!(
+            "{base} (the API server rejected kerf's credentials: check the service account token or the kubeconfig)"
+        )),
+        403 => ReaderError::Forbidden(format!(
+            "{base} (kerf's ClusterRole must allow get, list and watch on {resource}: manifests/install/rbac.yaml)"
+        )),
+        404 if crd => ReaderError::CrdMissing(format!(
+            "{base} (the CustomResourceDefinition {resource} is not installed: kubectl apply -f manifests/crds/)"
+        )),
+        404 => ReaderError::NotFound(base),
+        410 => ReaderError::Expired(base),
+        _ => ReaderError::Api(base),
+    }
 }
 
 /// What one watch task does with its stream's errors: count every one, log it at `warn`
@@ -126,26 +145,27 @@ impl WatchErrors {
 
     pub(super) fn error(&mut self, e: &watcher::Error) {
         let p = describe_watch_error(&self.resource, self.crd, e);
-        self.count(p.reason);
-        if p.reason == "expired" {
-            tracing::debug!(resource = %self.kind, "{} (relisting)", p.message);
+        self.count(p.label());
+        if matches!(p, ReaderError::Expired(_)) {
+            tracing::debug!(resource = %self.kind, "{p} (relisting)");
             return;
         }
         self.failing = true;
-        self.health.record_error(self.kind, &p.message);
-        if let Some(left_out) = self.limit.admit(&p.message, Instant::now()) {
-            let message = redact(&p.message);
+        let text = p.to_string();
+        self.health.record_error(self.kind, &text);
+        if let Some(left_out) = self.limit.admit(&text, Instant::now()) {
+            let message = redact(&text);
             if left_out == 0 {
                 tracing::warn!(
                     resource = %self.kind,
-                    reason = %p.reason,
+                    reason = %p.label(),
                     "{}: {message}; retrying",
                     self.kind
                 );
             } else {
                 tracing::warn!(
                     resource = %self.kind,
-                    reason = %p.reason,
+                    reason = %p.label(),
                     suppressed = left_out,
                     "{}: {message}; retrying",
                     self.kind
