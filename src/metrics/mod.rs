@@ -145,8 +145,9 @@ pub async fn window_query_splitting<S: MetricSource>(
 /// Why the metric source a command was given cannot be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error(transparent)]
-    File(#[from] file::LoadError),
+    /// The file and what is wrong with it (said in one message).
+    #[error("{0}")]
+    File(file::LoadError),
     /// A Prometheus setting kerf cannot use; the URL is said without its credentials.
     #[error("{url}: {error}")]
     Prometheus { url: String, error: MetricError },
@@ -192,7 +193,9 @@ impl AnySource {
         names: crate::api::OptionNames,
     ) -> Result<Self, SourceError> {
         match (file, prometheus) {
-            (Some(path), _) => Ok(AnySource::File(file::FileSource::from_path(path)?)),
+            (Some(path), _) => Ok(AnySource::File(
+                file::FileSource::from_path(path).map_err(SourceError::File)?,
+            )),
             (None, Some(settings)) => Ok(AnySource::Prometheus(
                 prometheus::PrometheusSource::connect(settings, names).map_err(|error| {
                     SourceError::Prometheus {

@@ -63,13 +63,13 @@ pub struct CertReloader {
 impl CertReloader {
     /// Loads the initial pair; fails (naming the file) when it is unusable.
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, TlsError> {
-        let cert = std::fs::read(cert_path).map_err(|source| TlsError::Certificate {
+        let cert = std::fs::read(cert_path).map_err(|error| TlsError::Certificate {
             path: cert_path.display().to_string(),
-            source,
+            error,
         })?;
-        let key = std::fs::read(key_path).map_err(|source| TlsError::Key {
+        let key = std::fs::read(key_path).map_err(|error| TlsError::Key {
             path: key_path.display().to_string(),
-            source,
+            error,
         })?;
         let ck = certified_key(&cert, &key).map_err(|e| TlsError::Pair {
             cert: cert_path.display().to_string(),
@@ -192,16 +192,10 @@ impl CertReloader {
 /// Why the webhook's TLS cannot be set up: the file and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read TLS certificate {path}: {source}")]
-    Certificate {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("cannot read TLS key {path}: {source}")]
-    Key {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read TLS certificate {path}: {error}")]
+    Certificate { path: String, error: std::io::Error },
+    #[error("cannot read TLS key {path}: {error}")]
+    Key { path: String, error: std::io::Error },
     #[error("invalid TLS pair ({cert}, {key}): {problem}")]
     Pair {
         cert: String,

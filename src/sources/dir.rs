@@ -48,12 +48,8 @@ pub struct Manifests {
 /// field; one read reports every problem of every file at once ([`ManifestError::Several`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("reading directory {path}: {source}")]
-    Directory {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("reading directory {path}: {error}")]
+    Directory { path: String, error: std::io::Error },
     #[error("{0}: no .yaml or .yml files")]
     NoYamlFiles(String),
     /// A field that does not decode as its type says.
@@ -113,9 +109,9 @@ fn yaml_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let unreadable = |source| ManifestError::Directory {
+        let unreadable = |error| ManifestError::Directory {
             path: d.display().to_string(),
-            source,
+            error,
         };
         let entries = std::fs::read_dir(&d).map_err(unreadable)?;
         for e in entries {
