@@ -372,7 +372,7 @@ pub fn restarted_containers(spec: &PodSpec, requests: &ContainerRequests) -> Vec
             let restarts = |resource: &str| {
                 c.resize_policy
                     .iter()
-                    .flatten()
+                    .flat_map(|list| list.iter())
                     .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
             };
             (changes("cpu", w.cpu_millis) && restarts("cpu"))
