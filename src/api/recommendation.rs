@@ -169,8 +169,8 @@ pub struct RecommendationStatus {
     /// `jsonPatch`, or `evict` where kerf writes no template; absent where nothing is written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_method: Option<WriteMethod>,
-    /// Why that way (the schema that decided it). Borrowed where the text is fixed: every
-    /// recommendation of a built-in kind carries the same one.
+    /// Why that way (the schema that decided it).
+    // Borrowed where the text is fixed: every recommendation of a built-in kind carries the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_method_reason: Option<Cow<'static, str>>,
     /// The in-place resize of the running pods, while `applyMethod` is `inPlace` or after it fell
