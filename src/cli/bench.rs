@@ -358,8 +358,9 @@ async fn measure<S: MetricSource>(
 
 /// What the kept-history cycles of `kerf bench resources` cost.
 struct KeptHistory {
-    /// Each first cycle's (samples loaded, Prometheus CPU seconds, queries, workloads kept).
-    warm_up: Vec<(u64, Option<f64>, usize, usize)>,
+    /// Each first cycle's (samples loaded, Prometheus CPU seconds, queries, workloads kept,
+    /// wall seconds).
+    warm_up: Vec<(u64, Option<f64>, usize, usize, f64)>,
     first_cycles: usize,
     first_samples: u64,
     first_queries: usize,
@@ -394,6 +395,7 @@ async fn kept_history_cycles(
     let mut warm_up = Vec::new();
     loop {
         let prom0 = prometheus_cpu_seconds(url).await;
+        let t0 = Instant::now();
         let c = crate::reconcile::run_cycle_keeping(
             snapshot,
             source,
@@ -402,11 +404,12 @@ async fn kept_history_cycles(
             Some(&history),
         )
         .await;
+        let wall = t0.elapsed().as_secs_f64();
         let prometheus_cpu = delta(prom0, prometheus_cpu_seconds(url).await);
         first = (first.0 + 1, first.1 + c.samples_loaded, first.2 + c.queries);
         let failed = c.queries_failed > 0;
         let covered = history.lock().map(|h| h.covered_workloads()).unwrap_or(0);
-        warm_up.push((c.samples_loaded, prometheus_cpu, c.queries, covered));
+        warm_up.push((c.samples_loaded, prometheus_cpu, c.queries, covered, wall));
         // Where the memory goes while the windows are read (stderr: the report is stdout).
         eprintln!(
             "first cycle {}: {covered} workloads kept, history {} MB, RSS {:.0} MiB, peak {:.0} MiB",
@@ -506,7 +509,7 @@ fn beyond_one_percent(
 /// Each warm-up cycle's figures and the highest ratios of its samples and Prometheus CPU to a
 /// whole-window cycle's (`samples`, `prometheus_cpu`).
 fn warm_up_report(
-    cycles: &[(u64, Option<f64>, usize, usize)],
+    cycles: &[(u64, Option<f64>, usize, usize, f64)],
     samples: u64,
     prometheus_cpu: Option<f64>,
 ) -> (Vec<Value>, (Option<f64>, Option<f64>)) {
@@ -517,7 +520,7 @@ fn warm_up_report(
     };
     let rows = cycles
         .iter()
-        .map(|&(loaded, prom, queries, kept)| {
+        .map(|&(loaded, prom, queries, kept, wall)| {
             let (s, p) = (
                 ratio(loaded, samples),
                 prom.zip(prometheus_cpu).map(|(a, b)| a / b),
@@ -528,6 +531,7 @@ fn warm_up_report(
                 "prometheusCpuSeconds": prom,
                 "queries": queries,
                 "workloadsKept": kept,
+                "wallSeconds": wall,
                 "samplesRatio": s,
                 "prometheusCpuRatio": p,
             })
@@ -679,6 +683,8 @@ async fn run_resources(args: ResourcesArgs) -> anyhow::Result<()> {
     report["warmUpCycles"] = Value::Array(warm_up);
     report["warmUpMaxSamplesRatio"] = json!(warm_up_max.0);
     report["warmUpMaxPrometheusCpuRatio"] = json!(warm_up_max.1);
+    // How long the warm-up took: a cycle starts at most once per check interval.
+    report["warmUpWallSeconds"] = json!(kept.warm_up.iter().map(|c| c.4).sum::<f64>());
     drop(kept.history);
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

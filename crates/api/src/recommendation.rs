@@ -1,5 +1,7 @@
 //! RightsizingRecommendation: one per workload, written by the leader.
 
+use std::borrow::Cow;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -168,8 +170,9 @@ pub struct RecommendationStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_method: Option<WriteMethod>,
     /// Why that way (the schema that decided it).
+    // Borrowed where the text is fixed: every recommendation of a built-in kind carries the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_method_reason: Option<String>,
+    pub write_method_reason: Option<Cow<'static, str>>,
     /// The in-place resize of the running pods, while `applyMethod` is `inPlace` or after it fell
     /// back to a rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]

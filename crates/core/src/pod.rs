@@ -97,9 +97,10 @@ pub struct Container {
     /// `Always` on an init container makes it a sidecar (restartable init container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<Name>,
-    /// How the kubelet applies an in-place resize of each resource (none: `NotRequired`).
+    /// How the kubelet applies an in-place resize of each resource (none: `NotRequired`). A
+    /// boxed slice: a container is held for every pod and template, and most set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resize_policy: Option<Vec<ContainerResizePolicy>>,
+    pub resize_policy: Option<Box<[ContainerResizePolicy]>>,
 }
 
 /// A container's `resizePolicy` entry: `restartPolicy` (`NotRequired`, `RestartContainer`) of
@@ -140,7 +141,7 @@ fn is_kept_condition(type_: &str) -> bool {
 }
 
 /// The resize conditions of a pod's `status.conditions`, read straight from the JSON.
-fn kept_conditions<'de, D>(d: D) -> Result<Option<Vec<PodCondition>>, D::Error>
+fn kept_conditions<'de, D>(d: D) -> Result<Option<Box<[PodCondition]>>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
@@ -150,7 +151,7 @@ where
         .flatten()
         .filter(|c| is_kept_condition(&c.type_))
         .collect();
-    Ok((!kept.is_empty()).then_some(kept))
+    Ok((!kept.is_empty()).then(|| kept.into_boxed_slice()))
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -243,12 +244,13 @@ pub struct PodStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_container_statuses: Option<Vec<ContainerStatus>>,
     /// Only `Ready` and the in-place resize conditions ([`POD_RESIZE_PENDING`], [`POD_RESIZE_IN_PROGRESS`]).
+    /// A boxed slice: a status is held for every pod.
     #[serde(
         default,
         deserialize_with = "kept_conditions",
         skip_serializing_if = "Option::is_none"
     )]
-    pub conditions: Option<Vec<PodCondition>>,
+    pub conditions: Option<Box<[PodCondition]>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -413,7 +415,7 @@ impl From<k8s::PodStatus> for PodStatus {
                         last_transition_time: c.last_transition_time,
                     })
                     .collect();
-                (!kept.is_empty()).then_some(kept)
+                (!kept.is_empty()).then(|| kept.into_boxed_slice())
             }),
         }
     }

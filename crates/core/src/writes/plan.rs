@@ -874,7 +874,10 @@ fn record_write_method(
 
 /// How a write of `w`'s change is sent, and why: a RayService that rolls to a new cluster on a
 /// change is written in its `spec.rayClusterConfig`, any other by its kind's CRD schema.
-fn workload_write_method(w: &Workload, snapshot: &Snapshot) -> (WriteMethod, String) {
+fn workload_write_method(
+    w: &Workload,
+    snapshot: &Snapshot,
+) -> (WriteMethod, std::borrow::Cow<'static, str>) {
     if w.writes_ray_cluster_config() {
         return ray_cluster_config_write_method();
     }

@@ -469,7 +469,7 @@ pub fn restarted_containers(spec: &PodSpec, set: &PodResources) -> Vec<String> {
             let restarts = |resource: &str| {
                 c.resize_policy
                     .iter()
-                    .flatten()
+                    .flat_map(|list| list.iter())
                     .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
             };
             (changes("cpu", w.cpu_millis) && restarts("cpu"))

@@ -11,6 +11,7 @@
 //! operations pin each container's name at its index: a list that changed under kerf fails
 //! the write instead of being corrupted.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use json_patch::jsonptr::PointerBuf;
@@ -75,7 +76,7 @@ pub fn crd_version_schema(crd: &Value, kind: WorkloadKind) -> Option<&Value> {
 /// A RayService's change is written to its `spec.rayClusterConfig`, where KubeRay reads the
 /// cluster it rolls to (docs/workloads.md): by JSON Patch, since `workerGroupSpecs` is a plain
 /// list (an apply would replace it whole) and each group is found by its `groupName`.
-pub fn ray_cluster_config_write_method() -> (WriteMethod, String) {
+pub fn ray_cluster_config_write_method() -> (WriteMethod, Cow<'static, str>) {
     (
         WriteMethod::JsonPatch,
         "RayService: spec.rayClusterConfig is written, KubeRay rolls to a new cluster; its \
@@ -87,11 +88,14 @@ pub fn ray_cluster_config_write_method() -> (WriteMethod, String) {
 
 /// How a template write of `kind` is sent, and why: `schema` is its CRD's `openAPIV3Schema`
 /// (`None`: none at hand). Kubernetes' own kinds key containers by name.
-pub fn template_write_method(kind: WorkloadKind, schema: Option<&Value>) -> (WriteMethod, String) {
+pub fn template_write_method(
+    kind: WorkloadKind,
+    schema: Option<&Value>,
+) -> (WriteMethod, Cow<'static, str>) {
     if !kind.template_writable() {
         return (
             WriteMethod::Evict,
-            format!("{kind}'s controller owns the pod template: running pods are evicted"),
+            format!("{kind}'s controller owns the pod template: running pods are evicted").into(),
         );
     }
     if WorkloadKind::BUILT_IN.contains(&kind) {
@@ -103,28 +107,32 @@ pub fn template_write_method(kind: WorkloadKind, schema: Option<&Value>) -> (Wri
     match schema.map(|s| container_list(s, kind.template_path())) {
         Some(ContainerList::MapByName) => (
             WriteMethod::Apply,
-            format!("{kind}'s CRD keys containers by name: server-side apply of kerf's fields"),
+            format!("{kind}'s CRD keys containers by name: server-side apply of kerf's fields")
+                .into(),
         ),
         Some(ContainerList::Atomic) => (
             WriteMethod::JsonPatch,
             format!(
                 "{kind}'s CRD makes containers an atomic list (an apply would replace it whole): \
                  JSON Patch pinned to each container's name"
-            ),
+            )
+            .into(),
         ),
         Some(ContainerList::Deduced) => (
             WriteMethod::JsonPatch,
             format!(
                 "{kind}'s CRD leaves the pod template to x-kubernetes-preserve-unknown-fields \
                  (lists atomic): JSON Patch pinned to each container's name"
-            ),
+            )
+            .into(),
         ),
         None => (
             WriteMethod::JsonPatch,
             format!(
                 "no CRD of {kind} at hand to say how its containers merge: JSON Patch pinned to \
                  each container's name (the safe way)"
-            ),
+            )
+            .into(),
         ),
     }
 }

@@ -26,7 +26,7 @@ fn with_condition(mut p: Pod, type_: &str, reason: &str, at: &str) -> Pod {
         "lastTransitionTime": at
     }))
     .unwrap();
-    p.status.get_or_insert_with(Default::default).conditions = Some(vec![c]);
+    p.status.get_or_insert_with(Default::default).conditions = Some(vec![c].into());
     p
 }
 
