@@ -5,12 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kerf::writers::kube::{Writer, WriterConfig};
 use serde_json::Value;
-use tokio::sync::watch;
 
 use crate::kube_support::ssa::{self, State};
-use crate::kube_support::{mock, requests};
+use crate::kube_support::{leading_writer, mock, requests};
 use crate::usage_history::{POLICY, SCRAPE, T0, still_openmetrics};
 
 /// Log lines written as JSON into a buffer the test reads.
@@ -72,11 +70,7 @@ async fn every_write_a_cycle_planned_carries_the_cycle_id_in_its_span() {
         None,
     )));
     let (client, log) = mock(ssa::server(state.clone()));
-    let (_lease, lease_rx) = watch::channel(true);
-    let mut cfg = WriterConfig::new("kerf-system");
-    cfg.backoff = Duration::from_millis(10);
-    cfg.read_only = false;
-    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    let (_lease, writer) = leading_writer(client);
     let store = kerf::state::Store::new();
 
     let mut snapshot = m.snapshot.clone();

@@ -8,17 +8,14 @@
 //! hours of sliding after that send no request.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use kerf::core::persisted::PersistedRecommendation;
 use kerf::core::snapshot::Workload;
 
-use kerf::writers::kube::{Writer, WriterConfig};
 use kerf::writers::memory::MemoryWriter;
-use tokio::sync::watch;
 
 use crate::kube_support::ssa::{self, State};
-use crate::kube_support::{calls, mock, requests};
+use crate::kube_support::{calls, leading_writer, mock, requests};
 use crate::usage_history::{POLICY, SCRAPE, T0, recommended, still_openmetrics};
 
 #[tokio::test]
@@ -35,11 +32,7 @@ async fn usage_that_moves_less_than_the_rounding_writes_nothing_after_the_first_
             None,
         )));
         let (client, log) = mock(ssa::server(state.clone()));
-        let (_lease, lease_rx) = watch::channel(true);
-        let mut cfg = WriterConfig::new("kerf-system");
-        cfg.backoff = Duration::from_millis(10);
-        cfg.read_only = false;
-        let cluster_writer = Writer::spawn_with(client, lease_rx, cfg);
+        let (_lease, cluster_writer) = leading_writer(client);
         let history: kerf::reconcile::History = Default::default();
         let mut memory = MemoryWriter::new();
         let store = kerf::state::Store::new();

@@ -99,6 +99,24 @@ pub fn core_v1_discovery(resize: bool) -> Reply {
 
 pub type Log = Arc<Mutex<Vec<Recorded>>>;
 
+/// The cluster writer of a replica that holds the Lease, writing (not readOnly) with short
+/// retry pauses; the Lease's sender keeps it leading while held.
+pub fn leading_writer(
+    client: Client,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    kerf::writers::kube::WriterHandle,
+) {
+    let (lease, lease_rx) = tokio::sync::watch::channel(true);
+    let mut cfg = kerf::writers::kube::WriterConfig::new("kerf-system");
+    cfg.backoff = std::time::Duration::from_millis(10);
+    cfg.read_only = false;
+    (
+        lease,
+        kerf::writers::kube::Writer::spawn_with(client, lease_rx, cfg),
+    )
+}
+
 pub fn requests(log: &Log) -> Vec<Recorded> {
     log.lock().unwrap().clone()
 }
