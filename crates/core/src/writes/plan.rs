@@ -650,6 +650,7 @@ static QUIET: Assessment = Assessment {
     resumed: None,
     condition: None,
     restore_hpa: None,
+    restore_requests: None,
 };
 
 /// Field conflicts (docs/gitops.md) of the workloads the cycle evaluated, from the objects and
@@ -1109,7 +1110,8 @@ fn resource_writes(
         .filter(|_| plan.is_some())
         .and_then(|d| resize_write(w, d, &recommendation));
     ops.extend(recommendation_write(recommendation));
-    ops.extend(half_pair_hpa(p, w, conflict).filter(|_| !standing.held && !standing.read_only));
+    let half_pair = half_pair_hpa(p, w, conflict).or_else(|| half_pair_requests(p, w, conflict));
+    ops.extend(half_pair.filter(|_| !standing.held && !standing.read_only));
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
     ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
@@ -1142,6 +1144,42 @@ fn half_pair_hpa(
     Some(WriteOp::Coordinated(Box::new(CoordinatedChange {
         workload,
         hpa,
+    })))
+}
+
+/// The requests half of a coordinated pair whose HPA target another manager took back, set
+/// back to the values from before kerf's change ([`super::conflict::half_pair_requests_restore`])
+/// as a rollback writes them (their limits with them); the HPA is left to the other manager.
+fn half_pair_requests(
+    p: &Planning<'_>,
+    w: &Arc<Workload>,
+    conflict: Option<&Assessment>,
+) -> Option<WriteOp> {
+    let restore = conflict?.restore_requests.as_ref()?;
+    // kerf never wrote a template another controller owns: nothing to put back.
+    if !w.template_writable() {
+        return None;
+    }
+    let plan = &restore.plan;
+    let event = EventWrite::restored(
+        w,
+        RestoreKind::HalfPair,
+        (&plan.requests, &plan.removed),
+        None,
+        None,
+        None,
+    );
+    Some(WriteOp::Restore(Box::new(RestoreWrite {
+        kind: RestoreKind::HalfPair,
+        observed: Arc::clone(w),
+        requests: plan.requests.clone(),
+        removed: plan.removed.clone(),
+        hpa: None,
+        keep: None,
+        // Written by the cycle's own recommendation write: the block stands even when this fails.
+        recommendation: None,
+        event,
+        method: p.write_method(w.template_write_key().kind),
     })))
 }
 
