@@ -189,6 +189,201 @@ async fn requests_taken_back_alone_get_the_hpa_target_restored_and_block_with_co
     assert_eq!(c.state().hpa_target().unwrap().0, 50);
 }
 
+/// The writes (anything but a read) among `reqs`: method and path.
+fn writes(reqs: &[Recorded]) -> Vec<(String, String)> {
+    reqs.iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect()
+}
+
+fn events_with_reason(c: &Cluster, reason: &str) -> Vec<Value> {
+    c.state()
+        .events
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
+/// The other way round: Argo CD force-applies git's HPA alone (50 %) and leaves kerf's requests
+/// (700m). kerf sets the template's requests back to git's, the ones before its change (1 core,
+/// as a rollback writes them, kerf's apply), writes nothing to the HPA, and blocks with
+/// `Conflict`, counted in `kerf_conflict_blocked_workloads`; the Event and the condition name
+/// what was restored.
+#[tokio::test]
+async fn hpa_target_taken_back_alone_gets_the_requests_restored_and_blocks_with_conflict() {
+    let mut c = Cluster::new(true);
+    c.cluster_cycle(0).await;
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+    assert_eq!(c.state().hpa_target().unwrap().0, 71);
+
+    c.argocd_sync(2, &["HorizontalPodAutoscaler"]).await;
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (50, vec!["argocd-controller".to_string()])
+    );
+    let (reqs, outcomes) = c.cluster_cycle(4).await;
+    assert!(
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 1, "{reqs:#?}");
+    assert_eq!(patches_to(&reqs, HPA).len(), 0, "{reqs:#?}");
+    let template_write = patches_to(&reqs, DEPLOYMENT)[0];
+    let sent = &template_write.body["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(sent["resources"]["requests"]["cpu"], "1", "{sent:#}");
+    // Nothing else written: the template, the recommendation's status, the Events.
+    for (method, path) in writes(&reqs) {
+        assert!(
+            path == DEPLOYMENT || path == REC_STATUS || path.ends_with("/events"),
+            "{method} {path}"
+        );
+    }
+    // The final objects: git's pair, the request kerf's apply with git's value.
+    assert_eq!(
+        c.state().request("app", "cpu").unwrap(),
+        ("1".to_string(), vec!["kerf".to_string()])
+    );
+    assert_eq!(c.state().request("app", "memory").unwrap().0, "512Mi");
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (50, vec!["argocd-controller".to_string()])
+    );
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
+    assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    let restored = "sets those requests back to the ones before its change (app 1)";
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Conflict")
+        .unwrap();
+    assert!(
+        condition.message.contains(restored),
+        "{}",
+        condition.message
+    );
+    let blocked = events_with_reason(&c, "Blocked");
+    assert_eq!(blocked.len(), 1, "{blocked:#?}");
+    let note = blocked[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "Conflict: argocd-controller took back HorizontalPodAutoscaler/web spec.metrics"
+        ),
+        "{note}"
+    );
+    assert!(note.contains(restored), "{note}");
+    let done = events_with_reason(&c, "Restored");
+    assert_eq!(done.len(), 1, "{done:#?}");
+    let note = done[0]["note"].as_str().unwrap();
+    assert!(note.starts_with("restored requests app cpu 1"), "{note}");
+
+    let store = kerf::state::Store::new();
+    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
+    let text = store.metrics().encode();
+    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
+
+    // Blocked: the cycles after leave the pair as it now is.
+    let (reqs, _) = c.cluster_cycle(10).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    assert_eq!(events_with_reason(&c, "Restored").len(), 1);
+}
+
+/// Refuses every PATCH to `path` with 500 while `on`.
+fn refuse_patches(c: &Cluster, path: &'static str) -> Arc<Mutex<bool>> {
+    let on = Arc::new(Mutex::new(true));
+    let refusing = on.clone();
+    *c.fault.lock().unwrap() = Some(Box::new(move |r: &Recorded| {
+        (*refusing.lock().unwrap() && r.method == "PATCH" && r.path == path)
+            .then(|| status(500, "InternalError"))
+    }));
+    on
+}
+
+/// A half-pair restore answered 500 (every attempt): the workload is blocked all the same
+/// (`Conflict`, the recommendation written), and the next cycle writes the restore again,
+/// until it went through; then nothing more. Both halves: the requests (the HPA taken back)
+/// and the HPA target (the requests taken back).
+#[tokio::test]
+async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_blocked() {
+    // The requests half.
+    let mut c = Cluster::new(true);
+    c.cluster_cycle(0).await;
+    c.argocd_sync(2, &["HorizontalPodAutoscaler"]).await;
+    let refusing = refuse_patches(&c, DEPLOYMENT);
+    let (reqs, outcomes) = c.cluster_cycle(4).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert!(!patches_to(&reqs, DEPLOYMENT).is_empty(), "{reqs:#?}");
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    assert!(events_with_reason(&c, "Restored").is_empty());
+    *refusing.lock().unwrap() = false;
+    let (reqs, outcomes) = c.cluster_cycle(6).await;
+    assert!(
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 1, "{reqs:#?}");
+    assert_eq!(patches_to(&reqs, HPA).len(), 0, "{reqs:#?}");
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    assert_eq!(c.state().hpa_target().unwrap().0, 50);
+    assert_eq!(events_with_reason(&c, "Restored").len(), 1);
+    assert_eq!(events_with_reason(&c, "Blocked").len(), 1);
+    let (reqs, _) = c.cluster_cycle(8).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+
+    // The HPA half.
+    let mut c = Cluster::new(true);
+    c.cluster_cycle(0).await;
+    c.argocd_sync(2, &["Deployment"]).await;
+    let refusing = refuse_patches(&c, HPA);
+    let (reqs, outcomes) = c.cluster_cycle(4).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert!(!patches_to(&reqs, HPA).is_empty(), "{reqs:#?}");
+    assert_eq!(c.state().hpa_target().unwrap().0, 71);
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    *refusing.lock().unwrap() = false;
+    let (reqs, _) = c.cluster_cycle(6).await;
+    assert_eq!(kerf_wrote(&reqs, HPA), 1, "{reqs:#?}");
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (50, vec!["kerf".to_string()])
+    );
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    let (reqs, _) = c.cluster_cycle(8).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+}
+
 const LLM: &str = "/apis/apps/v1/namespaces/ml/deployments/llm";
 const LLM_STATUS: &str = "/apis/rightsizing.kubex.ai/v1alpha1/namespaces/ml/rightsizingrecommendations/deployment-llm/status";
 
