@@ -234,13 +234,16 @@ async fn hpa_target_taken_back_alone_gets_the_requests_restored_and_blocks_with_
     let template_write = patches_to(&reqs, DEPLOYMENT)[0];
     let sent = &template_write.body["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(sent["resources"]["requests"]["cpu"], "1", "{sent:#}");
-    // Nothing else written: the template, the recommendation's status, the Events.
-    for (method, path) in writes(&reqs) {
-        assert!(
-            path == DEPLOYMENT || path == REC_STATUS || path.ends_with("/events"),
-            "{method} {path}"
-        );
-    }
+    // Nothing else written to a workload or an HPA: kerf's records and Events only.
+    let objects: Vec<(String, String)> = writes(&reqs)
+        .into_iter()
+        .filter(|(_, path)| !path.contains("rightsizing.kubex.ai") && !path.ends_with("/events"))
+        .collect();
+    assert_eq!(
+        objects,
+        vec![("PATCH".to_string(), DEPLOYMENT.to_string())],
+        "{reqs:#?}"
+    );
     // The final objects: git's pair, the request kerf's apply with git's value.
     assert_eq!(
         c.state().request("app", "cpu").unwrap(),
@@ -328,6 +331,7 @@ async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_bl
     assert!(!patches_to(&reqs, DEPLOYMENT).is_empty(), "{reqs:#?}");
     assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
     let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
     assert_eq!(status.reason.as_deref(), Some("Conflict"));
     assert!(events_with_reason(&c, "Restored").is_empty());
     *refusing.lock().unwrap() = false;
@@ -366,10 +370,19 @@ async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_bl
     assert!(!patches_to(&reqs, HPA).is_empty(), "{reqs:#?}");
     assert_eq!(c.state().hpa_target().unwrap().0, 71);
     let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
     assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    assert!(events_with_reason(&c, "Restored").is_empty());
     *refusing.lock().unwrap() = false;
     let (reqs, _) = c.cluster_cycle(6).await;
     assert_eq!(kerf_wrote(&reqs, HPA), 1, "{reqs:#?}");
+    let done = events_with_reason(&c, "Restored");
+    assert_eq!(done.len(), 1, "{done:#?}");
+    let note = done[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("restored HPA web cpu target 71% -> 50%"),
+        "{note}"
+    );
     assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
     assert_eq!(
         c.state().hpa_target().unwrap(),

@@ -371,7 +371,7 @@ impl EventWrite {
             }
             RestoreKind::Release => "; kerf no longer owns these fields",
             RestoreKind::HalfPair => {
-                "; another manager took back the HPA target coordinated with them (Conflict)"
+                "; another manager took back the other half of the coordinated change (Conflict)"
             }
         };
         let problem = problem.map(|p| format!(" ({p})")).unwrap_or_default();
@@ -401,9 +401,9 @@ pub enum RestoreKind {
     /// The workload left auto-patch: restored by [`RELEASE_FIELD_MANAGER`], then kerf gives up
     /// its ownership of those fields.
     Release,
-    /// Another manager took back the HPA half of a coordinated pair (docs/gitops.md): the
-    /// requests half set back by server-side apply as `kerf` (as a rollback: kerf keeps owning
-    /// them, with the values from before its change); the workload is blocked with `Conflict`.
+    /// Another manager took back half of a coordinated pair (docs/gitops.md): the other half
+    /// set back by server-side apply as `kerf` (as a rollback: kerf keeps owning it, with the
+    /// value from before its change); the workload is blocked with `Conflict`.
     HalfPair,
 }
 
