@@ -496,6 +496,7 @@ fn a_half_pair_restore_that_did_not_go_through_is_planned_again_while_blocked() 
         ..input(&w, &blocked, 10)
     });
     assert!(again.blocked && again.blocking.is_none());
+    assert!(first.restore_requests.is_some());
     assert_eq!(again.restore_requests, first.restore_requests);
     // It went through: nothing more.
     let restored = kerf_template("1", true);
