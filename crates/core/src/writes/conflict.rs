@@ -596,6 +596,46 @@ pub fn newly_recorded<'a>(
         .unwrap_or_default()
 }
 
+/// The message of the cycle that blocks: the half-pair rules name what kerf sets back.
+fn blocking_message(
+    out: &Assessment,
+    t: &FieldTakeback,
+    count: usize,
+    rules: ConflictRules,
+) -> String {
+    match (&out.restore_hpa, &out.restore_requests) {
+        (Some(restore), _) => half_pair_message(t, restore, rules),
+        (None, Some(restore)) => half_pair_requests_message(t, restore, rules),
+        (None, None) => blocked_message(t, count, rules),
+    }
+}
+
+/// The state of a workload written again because the other managers' values were stable, and
+/// the condition that says so.
+fn resume_on_stability(
+    state: &mut ConflictStatus,
+    now: Timestamp,
+    rules: ConflictRules,
+) -> ConditionUpdate {
+    let managers: BTreeSet<&str> = state.takebacks.iter().map(|t| t.manager.as_str()).collect();
+    let condition = ConditionUpdate::new(
+        CONDITION_CONFLICT,
+        false,
+        "Stable",
+        format!(
+            "{} left kerf's fields unchanged for {}: kerf writes the workload again",
+            managers.into_iter().collect::<Vec<_>>().join(", "),
+            human(rules.window)
+        ),
+    );
+    state.blocked_since = None;
+    state.half_pair = None;
+    state.takebacks.clear();
+    state.counted_through = Some(render(now));
+    state.resumed_at = Some(render(now));
+    condition
+}
+
 /// One cycle of the conflict rules for a workload: acknowledge, count, block, resume, prune.
 pub fn assess(input: &ConflictInput<'_>) -> Assessment {
     let rules = input.rules;
@@ -647,11 +687,7 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             if half {
                 state.half_pair = input.previous.and_then(|p| p.applied.clone());
             }
-            let message = match (&out.restore_hpa, &out.restore_requests) {
-                (Some(restore), _) => half_pair_message(&t, restore, rules),
-                (None, Some(restore)) => half_pair_requests_message(&t, restore, rules),
-                (None, None) => blocked_message(&t, count, rules),
-            };
+            let message = blocking_message(&out, &t, count, rules);
             out.condition = Some(ConditionUpdate::new(
                 CONDITION_CONFLICT,
                 true,
@@ -661,23 +697,8 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             out.blocking = Some((t, message));
         }
     } else if stable(input, &state.takebacks) {
-        let managers: BTreeSet<&str> = state.takebacks.iter().map(|t| t.manager.as_str()).collect();
         out.resumed = Some(Resumed::Stable);
-        out.condition = Some(ConditionUpdate::new(
-            CONDITION_CONFLICT,
-            false,
-            "Stable",
-            format!(
-                "{} left kerf's fields unchanged for {}: kerf writes the workload again",
-                managers.into_iter().collect::<Vec<_>>().join(", "),
-                human(rules.window)
-            ),
-        ));
-        state.blocked_since = None;
-        state.half_pair = None;
-        state.takebacks.clear();
-        state.counted_through = Some(render(now));
-        state.resumed_at = Some(render(now));
+        out.condition = Some(resume_on_stability(&mut state, now, rules));
     }
     if let Some(Resumed::Acknowledged(v)) = &out.resumed {
         out.condition = Some(ConditionUpdate::new(
@@ -692,8 +713,6 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
         // Written again, kerf sets the whole pair itself.
         out.restore_hpa = None;
         out.restore_requests = None;
-    }
-    if !out.blocked {
         // Only the window counts; while blocked the take-backs that blocked are kept.
         state
             .takebacks
