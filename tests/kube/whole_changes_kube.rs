@@ -132,6 +132,38 @@ async fn a_failed_hpa_half_stays_pending_until_the_next_cycle_writes_it_and_only
     assert_eq!(applied_events(&c).len(), 1);
 }
 
+fn none_failed(outcomes: &[WriteOutcome]) {
+    assert!(
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+}
+
+/// Counted in `kerf_conflict_blocked_workloads`, and the cycle at minute `min` (blocked) leaves
+/// the pair as it now is.
+async fn counted_blocked_then_left_alone(c: &mut Cluster, min: i64) {
+    let store = kerf::state::Store::new();
+    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
+    let text = store.metrics().encode();
+    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
+    let (reqs, _) = c.cluster_cycle(min).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+}
+
+fn events_with_reason(c: &Cluster, reason: &str) -> Vec<Value> {
+    c.state()
+        .events
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
 /// Argo CD force-applies git's Deployment (1 core) and leaves kerf's HPA target (71 %): kerf sets
 /// the HPA back to the target that fits the live requests (50 %, the one before the change),
 /// writes no template, and blocks with `Conflict`, counted in `kerf_conflict_blocked_workloads`.
@@ -164,28 +196,11 @@ async fn requests_taken_back_alone_get_the_hpa_target_restored_and_block_with_co
     let status = c.recommendation().status.unwrap();
     assert_eq!(status.phase, RecommendationPhase::Blocked);
     assert_eq!(status.reason.as_deref(), Some("Conflict"));
-    let blocked: Vec<Value> = c
-        .state()
-        .events
-        .into_iter()
-        .filter(|e| e["reason"] == "Blocked")
-        .collect();
+    let blocked = events_with_reason(&c, "Blocked");
     assert_eq!(blocked.len(), 1, "{blocked:#?}");
     let note = blocked[0]["note"].as_str().unwrap();
     assert!(note.contains("sets its cpu target back to 50%"), "{note}");
-
-    let store = kerf::state::Store::new();
-    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
-    let text = store.metrics().encode();
-    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
-
-    // Blocked: the cycles after leave the pair as it now is.
-    let (reqs, _) = c.cluster_cycle(10).await;
-    assert_eq!(
-        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
-        0,
-        "{reqs:#?}"
-    );
+    counted_blocked_then_left_alone(&mut c, 10).await;
     assert_eq!(c.state().hpa_target().unwrap().0, 50);
 }
 
@@ -194,14 +209,6 @@ fn writes(reqs: &[Recorded]) -> Vec<(String, String)> {
     reqs.iter()
         .filter(|r| r.method != "GET")
         .map(|r| (r.method.clone(), r.path.clone()))
-        .collect()
-}
-
-fn events_with_reason(c: &Cluster, reason: &str) -> Vec<Value> {
-    c.state()
-        .events
-        .into_iter()
-        .filter(|e| e["reason"] == reason)
         .collect()
 }
 
@@ -223,12 +230,7 @@ async fn hpa_target_taken_back_alone_gets_the_requests_restored_and_blocks_with_
         (50, vec!["argocd-controller".to_string()])
     );
     let (reqs, outcomes) = c.cluster_cycle(4).await;
-    assert!(
-        !outcomes
-            .iter()
-            .any(|o| matches!(o, WriteOutcome::Failed(_))),
-        "{outcomes:?}"
-    );
+    none_failed(&outcomes);
     assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 1, "{reqs:#?}");
     assert_eq!(patches_to(&reqs, HPA).len(), 0, "{reqs:#?}");
     let template_write = patches_to(&reqs, DEPLOYMENT)[0];
@@ -282,19 +284,7 @@ async fn hpa_target_taken_back_alone_gets_the_requests_restored_and_blocks_with_
     assert_eq!(done.len(), 1, "{done:#?}");
     let note = done[0]["note"].as_str().unwrap();
     assert!(note.starts_with("restored requests app cpu 1"), "{note}");
-
-    let store = kerf::state::Store::new();
-    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
-    let text = store.metrics().encode();
-    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
-
-    // Blocked: the cycles after leave the pair as it now is.
-    let (reqs, _) = c.cluster_cycle(10).await;
-    assert_eq!(
-        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
-        0,
-        "{reqs:#?}"
-    );
+    counted_blocked_then_left_alone(&mut c, 10).await;
     assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
     assert_eq!(events_with_reason(&c, "Restored").len(), 1);
 }
@@ -310,17 +300,15 @@ fn refuse_patches(c: &Cluster, path: &'static str) -> Arc<Mutex<bool>> {
     on
 }
 
-/// A half-pair restore answered 500 (every attempt): the workload is blocked all the same
-/// (`Conflict`, the recommendation written), and the next cycle writes the restore again,
-/// until it went through; then nothing more. Both halves: the requests (the HPA taken back)
-/// and the HPA target (the requests taken back).
-#[tokio::test]
-async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_blocked() {
-    // The requests half.
+/// kerf's pair applied, Argo CD takes back `taken` alone at minute 2 and the restore of the
+/// other half, at `refused`, is answered 500 on every attempt at minute 4: the workload is
+/// blocked all the same (`Conflict`, the recommendation written) and no `Restored` Event is
+/// emitted. The API server serves again from then on.
+async fn restore_refused_once(taken: &str, refused: &'static str) -> Cluster {
     let mut c = Cluster::new(true);
     c.cluster_cycle(0).await;
-    c.argocd_sync(2, &["HorizontalPodAutoscaler"]).await;
-    let refusing = refuse_patches(&c, DEPLOYMENT);
+    c.argocd_sync(2, &[taken]).await;
+    let refusing = refuse_patches(&c, refused);
     let (reqs, outcomes) = c.cluster_cycle(4).await;
     assert!(
         outcomes
@@ -328,54 +316,37 @@ async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_bl
             .any(|o| matches!(o, WriteOutcome::Failed(_))),
         "{outcomes:?}"
     );
-    assert!(!patches_to(&reqs, DEPLOYMENT).is_empty(), "{reqs:#?}");
-    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+    assert!(!patches_to(&reqs, refused).is_empty(), "{reqs:#?}");
     let status = c.recommendation().status.unwrap();
     assert_eq!(status.phase, RecommendationPhase::Blocked);
     assert_eq!(status.reason.as_deref(), Some("Conflict"));
     assert!(events_with_reason(&c, "Restored").is_empty());
     *refusing.lock().unwrap() = false;
+    c
+}
+
+/// A half-pair restore that fails is written again the next cycle while blocked, until it went
+/// through; then nothing more. Both halves: the requests (the HPA taken back) and the HPA
+/// target (the requests taken back).
+#[tokio::test]
+async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_blocked() {
+    let mut c = restore_refused_once("HorizontalPodAutoscaler", DEPLOYMENT).await;
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
     let (reqs, outcomes) = c.cluster_cycle(6).await;
-    assert!(
-        !outcomes
-            .iter()
-            .any(|o| matches!(o, WriteOutcome::Failed(_))),
-        "{outcomes:?}"
-    );
+    none_failed(&outcomes);
     assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 1, "{reqs:#?}");
     assert_eq!(patches_to(&reqs, HPA).len(), 0, "{reqs:#?}");
     assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
     assert_eq!(c.state().hpa_target().unwrap().0, 50);
     assert_eq!(events_with_reason(&c, "Restored").len(), 1);
     assert_eq!(events_with_reason(&c, "Blocked").len(), 1);
-    let (reqs, _) = c.cluster_cycle(8).await;
-    assert_eq!(
-        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
-        0,
-        "{reqs:#?}"
-    );
+    counted_blocked_then_left_alone(&mut c, 8).await;
 
-    // The HPA half.
-    let mut c = Cluster::new(true);
-    c.cluster_cycle(0).await;
-    c.argocd_sync(2, &["Deployment"]).await;
-    let refusing = refuse_patches(&c, HPA);
-    let (reqs, outcomes) = c.cluster_cycle(4).await;
-    assert!(
-        outcomes
-            .iter()
-            .any(|o| matches!(o, WriteOutcome::Failed(_))),
-        "{outcomes:?}"
-    );
-    assert!(!patches_to(&reqs, HPA).is_empty(), "{reqs:#?}");
+    let mut c = restore_refused_once("Deployment", HPA).await;
     assert_eq!(c.state().hpa_target().unwrap().0, 71);
-    let status = c.recommendation().status.unwrap();
-    assert_eq!(status.phase, RecommendationPhase::Blocked);
-    assert_eq!(status.reason.as_deref(), Some("Conflict"));
-    assert!(events_with_reason(&c, "Restored").is_empty());
-    *refusing.lock().unwrap() = false;
     let (reqs, _) = c.cluster_cycle(6).await;
     assert_eq!(kerf_wrote(&reqs, HPA), 1, "{reqs:#?}");
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
     let done = events_with_reason(&c, "Restored");
     assert_eq!(done.len(), 1, "{done:#?}");
     let note = done[0]["note"].as_str().unwrap();
@@ -383,18 +354,12 @@ async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_bl
         note.starts_with("restored HPA web cpu target 71% -> 50%"),
         "{note}"
     );
-    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
     assert_eq!(
         c.state().hpa_target().unwrap(),
         (50, vec!["kerf".to_string()])
     );
     assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
-    let (reqs, _) = c.cluster_cycle(8).await;
-    assert_eq!(
-        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
-        0,
-        "{reqs:#?}"
-    );
+    counted_blocked_then_left_alone(&mut c, 8).await;
 }
 
 const LLM: &str = "/apis/apps/v1/namespaces/ml/deployments/llm";

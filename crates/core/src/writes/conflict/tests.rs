@@ -421,18 +421,23 @@ fn kerf_template(value: &str, kerfs: bool) -> Workload {
     workload(value, vec![manager("kerf", "Apply", Some(0), &owned)])
 }
 
+/// Argo CD took the HPA's metrics back to 50 % at minute 2; the template has app cpu at
+/// `value`, kerf's: the verdict at minute `now`.
+fn hpa_taken_back(prev: &RecommendationStatus, value: &str, now: i64) -> Assessment {
+    let w = kerf_template(value, true);
+    let hpas = [hpa_at(50, "argocd-controller", 2)];
+    assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, prev, now)
+    })
+}
+
 /// docs/gitops.md#half-a-coordinated-pair, the other way round.
 #[test]
 fn half_pair_requests_restore_sets_the_requests_before_the_change_back_and_blocks_at_once() {
     let prev = pair_status();
-    // Argo CD took the HPA's metrics back to 50 % at minute 2; the template still has kerf's
-    // 700m.
-    let w = kerf_template("700m", true);
-    let hpas = [hpa_at(50, "argocd-controller", 2)];
-    let a = assess(&ConflictInput {
-        hpas: &hpas,
-        ..input(&w, &prev, 5)
-    });
+    // The template still has kerf's 700m.
+    let a = hpa_taken_back(&prev, "700m", 5);
     let restore = a
         .restore_requests
         .clone()
@@ -456,14 +461,11 @@ fn half_pair_requests_restore_sets_the_requests_before_the_change_back_and_block
         "the pair is recorded for the retries"
     );
     // Argo CD took both halves back (git's 1 core): nothing to restore, the HPA rule blocks.
-    let both = workload("1", vec![manager("kerf", "Apply", Some(0), &[])]);
-    let a = assess(&ConflictInput {
-        hpas: &hpas,
-        ..input(&both, &prev, 5)
-    });
+    let a = hpa_taken_back(&prev, "1", 5);
     assert_eq!(a.restore_requests, None);
     assert!(a.blocked);
     // The HPA still kerf's: a whole pair, nothing taken back.
+    let w = kerf_template("700m", true);
     let hpas = [hpa_at(71, "kerf", 0)];
     let a = assess(&ConflictInput {
         hpas: &hpas,
@@ -479,31 +481,19 @@ fn half_pair_requests_restore_sets_the_requests_before_the_change_back_and_block
 fn a_half_pair_restore_that_did_not_go_through_is_planned_again_while_blocked() {
     let prev = pair_status();
     // The requests half: the restore failed, the template still has 700m.
-    let w = kerf_template("700m", true);
-    let hpas = [hpa_at(50, "argocd-controller", 2)];
-    let first = assess(&ConflictInput {
-        hpas: &hpas,
-        ..input(&w, &prev, 5)
-    });
+    let first = hpa_taken_back(&prev, "700m", 5);
     // As the cycle wrote it: blocked, `status.applied` no longer carrying the pair.
     let blocked = RecommendationStatus {
         applied: None,
         conflict: first.status.clone(),
         ..prev.clone()
     };
-    let again = assess(&ConflictInput {
-        hpas: &hpas,
-        ..input(&w, &blocked, 10)
-    });
+    let again = hpa_taken_back(&blocked, "700m", 10);
     assert!(again.blocked && again.blocking.is_none());
     assert!(first.restore_requests.is_some());
     assert_eq!(again.restore_requests, first.restore_requests);
     // It went through: nothing more.
-    let restored = kerf_template("1", true);
-    let done = assess(&ConflictInput {
-        hpas: &hpas,
-        ..input(&restored, &blocked, 15)
-    });
+    let done = hpa_taken_back(&blocked, "1", 15);
     assert!(done.blocked);
     assert_eq!(done.restore_requests, None);
 
@@ -549,26 +539,8 @@ fn a_half_pair_restore_that_did_not_go_through_is_planned_again_while_blocked() 
 /// docs/gitops.md#half-a-coordinated-pair.
 #[test]
 fn half_pair_rule_restores_the_hpa_target_before_the_change_and_blocks_at_once() {
-    let hpa = |target: i32, owner: &str| -> HorizontalPodAutoscaler {
-        serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": "shop", "managedFields": [
-                {"manager": owner, "operation": "Apply", "time": "2026-01-01T12:00:00Z",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}}}}
-            ]},
-            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5,
-                     "metrics": [{"type": "Resource", "resource": {"name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": target}}}]}
-        }))
-        .unwrap()
-    };
-    let mut prev = status(0, None);
-    prev.applied.as_mut().unwrap().hpa = Some(Box::new(HpaRecommendation {
-        name: "web".into(),
-        resource: Some("cpu".into()),
-        target_before: Some(50),
-        target_after: Some(71),
-        skip_reason: None,
-    }));
+    let hpa = |target: i32, owner: &str| hpa_at(target, owner, 0);
+    let prev = pair_status();
     // Argo CD took app's cpu back to 1 core; the HPA is still at kerf's 71 %.
     let w = taken_back_at(2, 1);
     let hpas = [hpa(71, "kerf")];
