@@ -229,12 +229,13 @@ impl MemoryWriter {
                 let removed = r.removed.iter().map(|(c, set)| (c, *set));
                 match r.kind {
                     // kerf keeps owning the fields, with the values from before kerf.
-                    RestoreKind::Rollback => {
+                    RestoreKind::Rollback | RestoreKind::HalfPair => {
                         merge_requests(&mut fields.requests, &r.requests);
                         let restored = r.requests.iter().map(|(c, v)| (c, RequestSet::of(v)));
                         drop_requests(&mut fields.limits, restored.chain(removed.clone()));
                         drop_requests(&mut fields.requests, removed);
-                        fields.rollback_cleared = true;
+                        // Only a rollback takes its annotation off.
+                        fields.rollback_cleared |= r.kind == RestoreKind::Rollback;
                         if let Some(h) = &r.hpa {
                             self.hpa(h);
                         }

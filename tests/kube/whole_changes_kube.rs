@@ -132,6 +132,38 @@ async fn a_failed_hpa_half_stays_pending_until_the_next_cycle_writes_it_and_only
     assert_eq!(applied_events(&c).len(), 1);
 }
 
+fn none_failed(outcomes: &[WriteOutcome]) {
+    assert!(
+        !outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+}
+
+/// Counted in `kerf_conflict_blocked_workloads`, and the cycle at minute `min` (blocked) leaves
+/// the pair as it now is.
+async fn counted_blocked_then_left_alone(c: &mut Cluster, min: i64) {
+    let store = kerf::state::Store::new();
+    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
+    let text = store.metrics().encode();
+    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
+    let (reqs, _) = c.cluster_cycle(min).await;
+    assert_eq!(
+        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
+        0,
+        "{reqs:#?}"
+    );
+}
+
+fn events_with_reason(c: &Cluster, reason: &str) -> Vec<Value> {
+    c.state()
+        .events
+        .into_iter()
+        .filter(|e| e["reason"] == reason)
+        .collect()
+}
+
 /// Argo CD force-applies git's Deployment (1 core) and leaves kerf's HPA target (71 %): kerf sets
 /// the HPA back to the target that fits the live requests (50 %, the one before the change),
 /// writes no template, and blocks with `Conflict`, counted in `kerf_conflict_blocked_workloads`.
@@ -164,29 +196,170 @@ async fn requests_taken_back_alone_get_the_hpa_target_restored_and_block_with_co
     let status = c.recommendation().status.unwrap();
     assert_eq!(status.phase, RecommendationPhase::Blocked);
     assert_eq!(status.reason.as_deref(), Some("Conflict"));
-    let blocked: Vec<Value> = c
-        .state()
-        .events
-        .into_iter()
-        .filter(|e| e["reason"] == "Blocked")
-        .collect();
+    let blocked = events_with_reason(&c, "Blocked");
     assert_eq!(blocked.len(), 1, "{blocked:#?}");
     let note = blocked[0]["note"].as_str().unwrap();
     assert!(note.contains("sets its cpu target back to 50%"), "{note}");
+    counted_blocked_then_left_alone(&mut c, 10).await;
+    assert_eq!(c.state().hpa_target().unwrap().0, 50);
+}
 
-    let store = kerf::state::Store::new();
-    kerf::reconcile::serve_persisted(&store, &c.snapshot(), &c.recommendations());
-    let text = store.metrics().encode();
-    assert!(text.contains("kerf_conflict_blocked_workloads 1"), "{text}");
+/// The writes (anything but a read) among `reqs`: method and path.
+fn writes(reqs: &[Recorded]) -> Vec<(String, String)> {
+    reqs.iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect()
+}
 
-    // Blocked: the cycles after leave the pair as it now is.
-    let (reqs, _) = c.cluster_cycle(10).await;
+/// The other way round: Argo CD force-applies git's HPA alone (50 %) and leaves kerf's requests
+/// (700m). kerf sets the template's requests back to git's, the ones before its change (1 core,
+/// as a rollback writes them, kerf's apply), writes nothing to the HPA, and blocks with
+/// `Conflict`, counted in `kerf_conflict_blocked_workloads`; the Event and the condition name
+/// what was restored.
+#[tokio::test]
+async fn hpa_target_taken_back_alone_gets_the_requests_restored_and_blocks_with_conflict() {
+    let mut c = Cluster::new(true);
+    c.cluster_cycle(0).await;
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+    assert_eq!(c.state().hpa_target().unwrap().0, 71);
+
+    c.argocd_sync(2, &["HorizontalPodAutoscaler"]).await;
     assert_eq!(
-        kerf_wrote(&reqs, DEPLOYMENT) + kerf_wrote(&reqs, HPA),
-        0,
+        c.state().hpa_target().unwrap(),
+        (50, vec!["argocd-controller".to_string()])
+    );
+    let (reqs, outcomes) = c.cluster_cycle(4).await;
+    none_failed(&outcomes);
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 1, "{reqs:#?}");
+    assert_eq!(patches_to(&reqs, HPA).len(), 0, "{reqs:#?}");
+    let template_write = patches_to(&reqs, DEPLOYMENT)[0];
+    let sent = &template_write.body["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(sent["resources"]["requests"]["cpu"], "1", "{sent:#}");
+    // Nothing else written to a workload or an HPA: kerf's records and Events only.
+    let objects: Vec<(String, String)> = writes(&reqs)
+        .into_iter()
+        .filter(|(_, path)| !path.contains("rightsizing.kubex.ai") && !path.ends_with("/events"))
+        .collect();
+    assert_eq!(
+        objects,
+        vec![("PATCH".to_string(), DEPLOYMENT.to_string())],
         "{reqs:#?}"
     );
+    // The final objects: git's pair, the request kerf's apply with git's value.
+    assert_eq!(
+        c.state().request("app", "cpu").unwrap(),
+        ("1".to_string(), vec!["kerf".to_string()])
+    );
+    assert_eq!(c.state().request("app", "memory").unwrap().0, "512Mi");
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (50, vec!["argocd-controller".to_string()])
+    );
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
+    assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    let restored = "sets those requests back to the ones before its change (app 1)";
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Conflict")
+        .unwrap();
+    assert!(
+        condition.message.contains(restored),
+        "{}",
+        condition.message
+    );
+    let blocked = events_with_reason(&c, "Blocked");
+    assert_eq!(blocked.len(), 1, "{blocked:#?}");
+    let note = blocked[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "Conflict: argocd-controller took back HorizontalPodAutoscaler/web spec.metrics"
+        ),
+        "{note}"
+    );
+    assert!(note.contains(restored), "{note}");
+    let done = events_with_reason(&c, "Restored");
+    assert_eq!(done.len(), 1, "{done:#?}");
+    let note = done[0]["note"].as_str().unwrap();
+    assert!(note.starts_with("restored requests app cpu 1"), "{note}");
+    counted_blocked_then_left_alone(&mut c, 10).await;
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    assert_eq!(events_with_reason(&c, "Restored").len(), 1);
+}
+
+/// Refuses every PATCH to `path` with 500 while `on`.
+fn refuse_patches(c: &Cluster, path: &'static str) -> Arc<Mutex<bool>> {
+    let on = Arc::new(Mutex::new(true));
+    let refusing = on.clone();
+    *c.fault.lock().unwrap() = Some(Box::new(move |r: &Recorded| {
+        (*refusing.lock().unwrap() && r.method == "PATCH" && r.path == path)
+            .then(|| status(500, "InternalError"))
+    }));
+    on
+}
+
+/// kerf's pair applied, Argo CD takes back `taken` alone at minute 2 and the restore of the
+/// other half, at `refused`, is answered 500 on every attempt at minute 4: the workload is
+/// blocked all the same (`Conflict`, the recommendation written) and no `Restored` Event is
+/// emitted. The API server serves again from then on.
+async fn restore_refused_once(taken: &str, refused: &'static str) -> Cluster {
+    let mut c = Cluster::new(true);
+    c.cluster_cycle(0).await;
+    c.argocd_sync(2, &[taken]).await;
+    let refusing = refuse_patches(&c, refused);
+    let (reqs, outcomes) = c.cluster_cycle(4).await;
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, WriteOutcome::Failed(_))),
+        "{outcomes:?}"
+    );
+    assert!(!patches_to(&reqs, refused).is_empty(), "{reqs:#?}");
+    let status = c.recommendation().status.unwrap();
+    assert_eq!(status.phase, RecommendationPhase::Blocked);
+    assert_eq!(status.reason.as_deref(), Some("Conflict"));
+    assert!(events_with_reason(&c, "Restored").is_empty());
+    *refusing.lock().unwrap() = false;
+    c
+}
+
+/// A half-pair restore that fails is written again the next cycle while blocked, until it went
+/// through; then nothing more. Both halves: the requests (the HPA taken back) and the HPA
+/// target (the requests taken back).
+#[tokio::test]
+async fn a_half_pair_restore_that_fails_is_written_again_the_next_cycle_while_blocked() {
+    let mut c = restore_refused_once("HorizontalPodAutoscaler", DEPLOYMENT).await;
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "700m");
+    let (reqs, outcomes) = c.cluster_cycle(6).await;
+    none_failed(&outcomes);
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 1, "{reqs:#?}");
+    assert_eq!(patches_to(&reqs, HPA).len(), 0, "{reqs:#?}");
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
     assert_eq!(c.state().hpa_target().unwrap().0, 50);
+    assert_eq!(events_with_reason(&c, "Restored").len(), 1);
+    assert_eq!(events_with_reason(&c, "Blocked").len(), 1);
+    counted_blocked_then_left_alone(&mut c, 8).await;
+
+    let mut c = restore_refused_once("Deployment", HPA).await;
+    assert_eq!(c.state().hpa_target().unwrap().0, 71);
+    let (reqs, _) = c.cluster_cycle(6).await;
+    assert_eq!(kerf_wrote(&reqs, HPA), 1, "{reqs:#?}");
+    assert_eq!(kerf_wrote(&reqs, DEPLOYMENT), 0, "{reqs:#?}");
+    let done = events_with_reason(&c, "Restored");
+    assert_eq!(done.len(), 1, "{done:#?}");
+    let note = done[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("restored HPA web cpu target 71% -> 50%"),
+        "{note}"
+    );
+    assert_eq!(
+        c.state().hpa_target().unwrap(),
+        (50, vec!["kerf".to_string()])
+    );
+    assert_eq!(c.state().request("app", "cpu").unwrap().0, "1");
+    counted_blocked_then_left_alone(&mut c, 8).await;
 }
 
 const LLM: &str = "/apis/apps/v1/namespaces/ml/deployments/llm";

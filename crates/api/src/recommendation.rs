@@ -358,6 +358,11 @@ pub struct ConflictStatus {
     /// The value of `rightsizing.kubex.ai/conflict-acknowledged` kerf last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acknowledged: Option<String>,
+    /// The coordinated change half of which another manager took back (docs/gitops.md): while
+    /// blocked, kerf sets the other half back each cycle until the object has it (a restore
+    /// that failed is written again; `status.applied` no longer carries the pair).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_pair: Option<Box<AppliedChange>>,
 }
 
 /// One change another manager made to a field kerf set.

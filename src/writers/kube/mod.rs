@@ -1000,7 +1000,8 @@ impl Task {
         }
         made += match r.kind {
             RestoreKind::Release => self.release_workload(r).await?,
-            RestoreKind::Rollback => self.rollback_workload(r).await?,
+            // Both put the values from before kerf back as kerf's own.
+            RestoreKind::Rollback | RestoreKind::HalfPair => self.rollback_workload(r).await?,
         };
         if !hpa_first {
             made += self.restore_hpa(r).await?;

@@ -17,12 +17,19 @@ use std::collections::BTreeSet;
 use jiff::{SignedDuration as Duration, Timestamp};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
+use crate::hpa::HpaResource;
 use crate::managed_fields::{FieldManager, TrackedField, project_hpa};
+use crate::model::RequestSet;
 use crate::model::{ANNOTATION_CONFLICT_ACKNOWLEDGED, rfc3339_secs};
 use crate::quantity;
+use crate::recommenders::resources::workload::Managed;
 use crate::snapshot::Workload;
 use crate::writes::{ConditionUpdate, template_requests};
-use kerf_api::{CONDITION_CONFLICT, ConflictStatus, FieldTakeback, RecommendationStatus};
+use crate::writes::{RestorePlan, plan_release};
+use kerf_api::{
+    AppliedChange, CONDITION_CONFLICT, ConflictStatus, FieldTakeback, RecommendationStatus,
+    RightsizingRecommendationSpec,
+};
 
 /// When kerf stops fighting (docs/gitops.md, "Defaults").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +89,21 @@ pub struct Assessment {
     /// The HPA target kerf sets back when half of a coordinated pair was taken back
     /// ([`half_pair_restore`]): the HPA's name, resource and target.
     pub restore_hpa: Option<(String, String, i32)>,
+    /// The requests kerf sets back when the HPA half of a coordinated pair was taken back
+    /// ([`half_pair_requests_restore`]).
+    pub restore_requests: Option<RequestsRestore>,
+}
+
+/// The requests half of a coordinated pair kerf sets back ([`half_pair_requests_restore`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestsRestore {
+    /// The HPA whose target another manager took back.
+    pub hpa: String,
+    /// The resource it measures: the requests of that resource go back.
+    pub resource: String,
+    /// The requests from before kerf (recorded in `status.originalRequests`), and those kerf
+    /// created where there were none, removed; never the HPA.
+    pub plan: RestorePlan,
 }
 
 fn time(t: &str) -> Option<Timestamp> {
@@ -259,29 +281,154 @@ pub fn blocking(
         .max_by(|a, b| a.0.time.cmp(&b.0.time))
 }
 
+/// The request of `resource` on `container` in the workload's template.
+fn template_request(w: &Workload, container: &str, resource: &str) -> Option<i64> {
+    let r = template_requests(&w.template, container)?;
+    match resource {
+        "cpu" => r.cpu_millis,
+        _ => r.memory_bytes,
+    }
+}
+
+/// kerf's requests of `resource` in a pair, by container.
+fn pair_requests<'p>(
+    pair: &'p AppliedChange,
+    resource: &'p str,
+) -> impl Iterator<Item = (&'p String, i64)> + 'p {
+    pair.requests.iter().filter_map(move |(c, v)| {
+        let q = match resource {
+            "cpu" => v.cpu.as_ref().and_then(|q| quantity::cpu_millis(q).ok()),
+            _ => v
+                .memory
+                .as_ref()
+                .and_then(|q| quantity::memory_bytes(q).ok()),
+        }?;
+        Some((c, q))
+    })
+}
+
+/// The HPA of a pair with its live target, and whether kerf still owns its metrics.
+fn pair_hpa<'a>(
+    input: &ConflictInput<'a>,
+    pair: &AppliedChange,
+) -> Option<(&'a HorizontalPodAutoscaler, i32, bool)> {
+    let h = pair.hpa.as_deref()?;
+    let hpa = hpa_named(input, &h.name)?;
+    let (_, target) = crate::hpa::utilization_target(hpa)?;
+    let field = TrackedField::HpaMetrics(h.name.clone());
+    let kerfs = owners(&project_hpa(hpa), &field).any(FieldManager::is_kerf);
+    Some((hpa, target, kerfs))
+}
+
+/// The pair a half-pair rule looks at: the one kerf applies when a take-back is first seen,
+/// else, while blocked, the one recorded then (`status.conflict.halfPair`: a restore that did
+/// not go through is written again).
+fn pair_of<'a>(
+    input: &ConflictInput<'a>,
+    recorded: Option<&'a AppliedChange>,
+) -> Option<&'a AppliedChange> {
+    recorded.or_else(|| input.previous?.applied.as_deref())
+}
+
 /// Half-pair rule (docs/gitops.md#half-a-coordinated-pair): another manager took back the
-/// requests of a change coordinated with an HPA target (a take-back counted this cycle) while
-/// the HPA still has kerf's target: that pair was never planned (1 core at 71 % runs fewer
-/// replicas than intended). kerf sets the HPA back to the target planned with the live
-/// requests, the one before the change, and the workload blocks at once. Returns the HPA's
-/// name, resource and that target; `None` when the HPA is not at kerf's target any more (or
-/// kerf no longer owns its metrics).
+/// requests of a change coordinated with an HPA target (a take-back counted this cycle, or the
+/// pair `recorded` when the workload blocked on it) while the HPA still has kerf's target: that
+/// pair was never planned (1 core at 71 % runs fewer replicas than intended). kerf sets the HPA
+/// back to the target planned with the live requests, the one before the change, and the
+/// workload blocks at once. Returns the HPA's name, resource and that target; `None` when the
+/// HPA is not at kerf's target any more (or kerf no longer owns its metrics), so a restore that
+/// went through is not written again.
 pub fn half_pair_restore(
     input: &ConflictInput<'_>,
     seen: &[(TrackedField, FieldTakeback, Timestamp)],
+    recorded: Option<&AppliedChange>,
 ) -> Option<(String, String, i32)> {
-    let requests_taken = seen
-        .iter()
-        .any(|(f, _, _)| matches!(f, TrackedField::Request { .. }));
-    let applied = input.previous?.applied.as_deref()?;
-    let h = applied.hpa.as_deref().filter(|_| requests_taken)?;
+    let pair = pair_of(input, recorded)?;
+    let h = pair.hpa.as_deref()?;
     let (before, after) = (h.target_before?, h.target_after?);
-    let hpa = hpa_named(input, &h.name)?;
-    let (resource, target) = crate::hpa::utilization_target(hpa)?;
-    let field = TrackedField::HpaMetrics(h.name.clone());
-    let kerfs = owners(&project_hpa(hpa), &field).any(FieldManager::is_kerf);
-    (kerfs && target == after && before != after)
-        .then(|| (h.name.clone(), resource.as_str().to_string(), before))
+    let resource = h.resource.as_deref()?;
+    // Taken back: seen this cycle, or (retry) the template no longer has kerf's requests.
+    let requests_taken = match recorded {
+        None => seen
+            .iter()
+            .any(|(f, _, _)| matches!(f, TrackedField::Request { .. })),
+        Some(pair) => pair_requests(pair, resource)
+            .any(|(c, v)| template_request(input.workload, c, resource) != Some(v)),
+    };
+    let (_, target, kerfs) = pair_hpa(input, pair)?;
+    (requests_taken && kerfs && target == after && before != after)
+        .then(|| (h.name.clone(), resource.to_string(), before))
+}
+
+/// Half-pair rule, the other way round (docs/gitops.md#half-a-coordinated-pair): another
+/// manager took back the HPA's target of a coordinated change (its `spec.metrics`, counted this
+/// cycle, or the pair `recorded` when the workload blocked on it) while the template still has
+/// kerf's requests of the resource the HPA measures: git's target on kerf's requests is a pair
+/// never planned either. kerf sets those requests back to the ones from before its change (as a
+/// rollback does, from `status.originalRequests`; the HPA stays the other manager's) and the
+/// workload blocks at once. `None` when no container has kerf's request any more (a restore
+/// that went through is not written again) or nothing was recorded to restore.
+pub fn half_pair_requests_restore(
+    input: &ConflictInput<'_>,
+    seen: &[(TrackedField, FieldTakeback, Timestamp)],
+    recorded: Option<&AppliedChange>,
+) -> Option<RequestsRestore> {
+    let pair = pair_of(input, recorded)?;
+    let h = pair.hpa.as_deref()?;
+    let resource = h.resource.as_deref()?;
+    let measured = HpaResource::parse(resource)?;
+    let (before, after) = (h.target_before?, h.target_after?);
+    let hpa_taken = match recorded {
+        None => seen
+            .iter()
+            .any(|(f, _, _)| matches!(f, TrackedField::HpaMetrics(_))),
+        Some(_) => pair_hpa(input, pair).is_some_and(|(_, t, kerfs)| !kerfs || t != after),
+    };
+    // kerf's requests still on the template: the half left standing.
+    let kerfs: Vec<&String> = pair_requests(pair, resource)
+        .filter(|(c, v)| template_request(input.workload, c, resource) == Some(*v))
+        .map(|(c, _)| c)
+        .collect();
+    if !hpa_taken || kerfs.is_empty() || before == after {
+        return None;
+    }
+    // The release of the measured resource's requests alone (everything else stays kerf's):
+    // the rollback's values, the same reading of `status.originalRequests`.
+    let status = input.previous?;
+    let keep_other = RequestSet {
+        cpu: measured != HpaResource::Cpu,
+        memory: measured != HpaResource::Memory,
+    };
+    let managed = Managed {
+        requests: status
+            .original_requests
+            .keys()
+            .chain(status.created_requests.keys())
+            .map(|c| {
+                let released = kerfs.contains(&c);
+                (
+                    c.clone(),
+                    if released {
+                        keep_other
+                    } else {
+                        RequestSet {
+                            cpu: true,
+                            memory: true,
+                        }
+                    },
+                )
+            })
+            .collect(),
+        // The HPA is the other manager's now: nothing of it is given back.
+        hpa_target: true,
+        hpa_resource: Some(measured),
+    };
+    let plan = plan_release(&RightsizingRecommendationSpec::default(), status, &managed).ok()?;
+    (!plan.requests.is_empty() || !plan.removed.is_empty()).then(|| RequestsRestore {
+        hpa: h.name.clone(),
+        resource: resource.to_string(),
+        plan,
+    })
 }
 
 /// Stability rule (docs/gitops.md#resuming): a blocked workload is written again once no
@@ -374,6 +521,48 @@ pub fn half_pair_message(
     )
 }
 
+/// The Event note and condition message of a workload blocked by the half-pair rule the other
+/// way round ([`half_pair_requests_restore`]): the requests set back, named with their values.
+pub fn half_pair_requests_message(
+    t: &FieldTakeback,
+    restore: &RequestsRestore,
+    rules: ConflictRules,
+) -> String {
+    let window = human(rules.window);
+    let mut back: Vec<String> = restore
+        .plan
+        .requests
+        .iter()
+        .filter_map(|(c, r)| {
+            let v = match restore.resource.as_str() {
+                "cpu" => quantity::format_cpu_millis(r.cpu_millis?),
+                _ => quantity::format_memory_bytes(r.memory_bytes?),
+            };
+            Some(format!("{c} {v}"))
+        })
+        .collect();
+    back.extend(
+        restore
+            .plan
+            .removed
+            .keys()
+            .map(|c| format!("{c} none (kerf had set it)")),
+    );
+    format!(
+        "{} took back {} (at {}), half of a change coordinated with the {} requests: kerf sets \
+         those requests back to the ones before its change ({}) and stops writing this \
+         workload until {}'s value has been stable for {window} or the workload is annotated \
+         {ANNOTATION_CONFLICT_ACKNOWLEDGED}. Let kerf own its fields in the GitOps tool \
+         (docs/gitops.md)",
+        t.manager,
+        t.field,
+        t.time,
+        restore.resource,
+        back.join(", "),
+        t.manager
+    )
+}
+
 /// Workloads whose RightsizingRecommendation says kerf stopped writing them for a field
 /// conflict, with the `Conflict` condition's message.
 pub fn blocked_workloads(
@@ -407,6 +596,46 @@ pub fn newly_recorded<'a>(
         .unwrap_or_default()
 }
 
+/// The message of the cycle that blocks: the half-pair rules name what kerf sets back.
+fn blocking_message(
+    out: &Assessment,
+    t: &FieldTakeback,
+    count: usize,
+    rules: ConflictRules,
+) -> String {
+    match (&out.restore_hpa, &out.restore_requests) {
+        (Some(restore), _) => half_pair_message(t, restore, rules),
+        (None, Some(restore)) => half_pair_requests_message(t, restore, rules),
+        (None, None) => blocked_message(t, count, rules),
+    }
+}
+
+/// The state of a workload written again because the other managers' values were stable, and
+/// the condition that says so.
+fn resume_on_stability(
+    state: &mut ConflictStatus,
+    now: Timestamp,
+    rules: ConflictRules,
+) -> ConditionUpdate {
+    let managers: BTreeSet<&str> = state.takebacks.iter().map(|t| t.manager.as_str()).collect();
+    let condition = ConditionUpdate::new(
+        CONDITION_CONFLICT,
+        false,
+        "Stable",
+        format!(
+            "{} left kerf's fields unchanged for {}: kerf writes the workload again",
+            managers.into_iter().collect::<Vec<_>>().join(", "),
+            human(rules.window)
+        ),
+    );
+    state.blocked_since = None;
+    state.half_pair = None;
+    state.takebacks.clear();
+    state.counted_through = Some(render(now));
+    state.resumed_at = Some(render(now));
+    condition
+}
+
 /// One cycle of the conflict rules for a workload: acknowledge, count, block, resume, prune.
 pub fn assess(input: &ConflictInput<'_>) -> Assessment {
     let rules = input.rules;
@@ -430,7 +659,13 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
     }
     let through = state.counted_through.as_deref().and_then(time);
     let seen = takebacks(input, through);
-    out.restore_hpa = half_pair_restore(input, &seen);
+    // While blocked on half a pair, the other half is set back again until it went through.
+    let recorded = previous
+        .half_pair
+        .as_deref()
+        .filter(|_| previous.blocked_since.is_some());
+    out.restore_hpa = half_pair_restore(input, &seen, recorded);
+    out.restore_requests = half_pair_requests_restore(input, &seen, recorded);
     if let Some(latest) = seen.iter().map(|(_, _, t)| *t).max() {
         state.counted_through = Some(render(through.map_or(latest, |c| c.max(latest))));
     }
@@ -446,13 +681,13 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             .as_deref()
             .and_then(time)
             .is_some_and(|r| now.duration_since(r) < rules.window);
-        let half = out.restore_hpa.is_some();
+        let half = out.restore_hpa.is_some() || out.restore_requests.is_some();
         if let Some((t, count)) = blocking(&state.takebacks, now, rules, probation || half) {
             state.blocked_since = Some(render(now));
-            let message = match &out.restore_hpa {
-                Some(restore) => half_pair_message(&t, restore, rules),
-                None => blocked_message(&t, count, rules),
-            };
+            if half {
+                state.half_pair = input.previous.and_then(|p| p.applied.clone());
+            }
+            let message = blocking_message(&out, &t, count, rules);
             out.condition = Some(ConditionUpdate::new(
                 CONDITION_CONFLICT,
                 true,
@@ -462,22 +697,8 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
             out.blocking = Some((t, message));
         }
     } else if stable(input, &state.takebacks) {
-        let managers: BTreeSet<&str> = state.takebacks.iter().map(|t| t.manager.as_str()).collect();
         out.resumed = Some(Resumed::Stable);
-        out.condition = Some(ConditionUpdate::new(
-            CONDITION_CONFLICT,
-            false,
-            "Stable",
-            format!(
-                "{} left kerf's fields unchanged for {}: kerf writes the workload again",
-                managers.into_iter().collect::<Vec<_>>().join(", "),
-                human(rules.window)
-            ),
-        ));
-        state.blocked_since = None;
-        state.takebacks.clear();
-        state.counted_through = Some(render(now));
-        state.resumed_at = Some(render(now));
+        out.condition = Some(resume_on_stability(&mut state, now, rules));
     }
     if let Some(Resumed::Acknowledged(v)) = &out.resumed {
         out.condition = Some(ConditionUpdate::new(
@@ -489,6 +710,9 @@ pub fn assess(input: &ConflictInput<'_>) -> Assessment {
     }
     out.blocked = state.blocked_since.is_some();
     if !out.blocked {
+        // Written again, kerf sets the whole pair itself.
+        out.restore_hpa = None;
+        out.restore_requests = None;
         // Only the window counts; while blocked the take-backs that blocked are kept.
         state
             .takebacks

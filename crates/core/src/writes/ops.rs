@@ -370,6 +370,9 @@ impl EventWrite {
                 "; kerf stops applying until the RightsizingRecommendation is deleted"
             }
             RestoreKind::Release => "; kerf no longer owns these fields",
+            RestoreKind::HalfPair => {
+                "; another manager took back the other half of the coordinated change (Conflict)"
+            }
         };
         let problem = problem.map(|p| format!(" ({p})")).unwrap_or_default();
         Self {
@@ -380,6 +383,7 @@ impl EventWrite {
             action: match kind {
                 RestoreKind::Rollback => "Rollback",
                 RestoreKind::Release => "Release",
+                RestoreKind::HalfPair => "Conflict",
             }
             .into(),
             note: format!("{what}{then}{problem}"),
@@ -397,6 +401,10 @@ pub enum RestoreKind {
     /// The workload left auto-patch: restored by [`RELEASE_FIELD_MANAGER`], then kerf gives up
     /// its ownership of those fields.
     Release,
+    /// Another manager took back half of a coordinated pair (docs/gitops.md): the other half
+    /// set back by server-side apply as `kerf` (as a rollback: kerf keeps owning it, with the
+    /// value from before its change); the workload is blocked with `Conflict`.
+    HalfPair,
 }
 
 impl RestoreKind {
@@ -405,6 +413,7 @@ impl RestoreKind {
         match self {
             RestoreKind::Rollback => "RolledBack",
             RestoreKind::Release => "Released",
+            RestoreKind::HalfPair => "Restored",
         }
     }
 }

@@ -650,6 +650,7 @@ static QUIET: Assessment = Assessment {
     resumed: None,
     condition: None,
     restore_hpa: None,
+    restore_requests: None,
 };
 
 /// Field conflicts (docs/gitops.md) of the workloads the cycle evaluated, from the objects and
@@ -1112,7 +1113,7 @@ fn resource_writes(
         .filter(|_| plan.is_some())
         .and_then(|d| resize_write(w, d, &recommendation));
     ops.extend(recommendation_write(recommendation));
-    ops.extend(half_pair_hpa(p, w, conflict).filter(|_| !standing.held && !standing.read_only));
+    ops.extend(half_pair_write(p, w, conflict).filter(|_| !standing.held && !standing.read_only));
     ops.extend(blocked);
     ops.extend(conflict_event(w, conflict).filter(|_| !standing.held));
     ops.extend(delivery.as_ref().and_then(|d| evict_write(w, d)));
@@ -1125,26 +1126,48 @@ fn resource_writes(
     ops
 }
 
-/// The HPA half of a coordinated pair whose requests another manager took back, set back to
-/// the target before the change ([`super::conflict::half_pair_restore`]). A coordinated write
-/// whose template half is the workload as it is: only the HPA is sent.
-fn half_pair_hpa(
+/// The other half of a coordinated pair another manager took back half of, set back
+/// ([`super::conflict::half_pair_restore`], [`super::conflict::half_pair_requests_restore`]):
+/// the HPA to the target before the change, or the requests to the values from before kerf's
+/// change as a rollback writes them (their limits with them). Not a part of a change: the
+/// workload is blocked, and a restore that fails is planned again the next cycle.
+fn half_pair_write(
     p: &Planning<'_>,
     w: &Arc<Workload>,
     conflict: Option<&Assessment>,
 ) -> Option<WriteOp> {
-    let (name, resource, target) = conflict?.restore_hpa.as_ref()?;
-    let hpa = hpa_target(p.snapshot, &w.key, name, resource, *target);
-    let workload = WorkloadWrite {
-        observed: Arc::clone(w),
-        gpu: None,
-        requests: None,
-        limits: None,
-        method: p.write_method(w.key.kind),
+    let a = conflict?;
+    let (requests, removed, hpa) = match (&a.restore_hpa, &a.restore_requests) {
+        (Some((name, resource, target)), _) => {
+            let hpa = hpa_target(p.snapshot, &w.key, name, resource, *target);
+            (Default::default(), BTreeMap::new(), Some(hpa))
+        }
+        // kerf never wrote a template another controller owns: nothing to put back.
+        (None, Some(r)) if w.template_writable() => {
+            (r.plan.requests.clone(), r.plan.removed.clone(), None)
+        }
+        _ => return None,
     };
-    Some(WriteOp::Coordinated(Box::new(CoordinatedChange {
-        workload,
+    let hpa_from = hpa.as_ref().and_then(HpaTarget::current).map(|(_, t)| t);
+    let event = EventWrite::restored(
+        w,
+        RestoreKind::HalfPair,
+        (&requests, &removed),
+        hpa.as_ref(),
+        hpa_from,
+        None,
+    );
+    Some(WriteOp::Restore(Box::new(RestoreWrite {
+        kind: RestoreKind::HalfPair,
+        observed: Arc::clone(w),
+        requests,
+        removed,
         hpa,
+        keep: None,
+        // The cycle's own recommendation write records the block, even when this fails.
+        recommendation: None,
+        event,
+        method: p.write_method(w.template_write_key().kind),
     })))
 }
 

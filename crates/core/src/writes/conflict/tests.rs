@@ -284,6 +284,7 @@ fn blocked_since(min: i64, last_takeback: i64) -> ConflictStatus {
         counted_through: Some(render(at(last_takeback))),
         resumed_at: None,
         acknowledged: None,
+        half_pair: None,
     }
 }
 
@@ -379,21 +380,22 @@ fn probation_rule_blocks_at_the_first_takeback_after_a_resume() {
     assert_eq!(a.status.unwrap().resumed_at, None);
 }
 
-/// docs/gitops.md#half-a-coordinated-pair.
-#[test]
-fn half_pair_rule_restores_the_hpa_target_before_the_change_and_blocks_at_once() {
-    let hpa = |target: i32, owner: &str| -> HorizontalPodAutoscaler {
-        serde_json::from_value(json!({
-            "metadata": {"name": "web", "namespace": "shop", "managedFields": [
-                {"manager": owner, "operation": "Apply", "time": "2026-01-01T12:00:00Z",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}}}}
-            ]},
-            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5,
-                     "metrics": [{"type": "Resource", "resource": {"name": "cpu",
-                        "target": {"type": "Utilization", "averageUtilization": target}}}]}
-        }))
-        .unwrap()
-    };
+/// The HPA `web` on CPU at `target`, its metrics owned by `owner` since minute `since`.
+fn hpa_at(target: i32, owner: &str, since: i64) -> HorizontalPodAutoscaler {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "shop", "managedFields": [
+            {"manager": owner, "operation": "Apply", "time": render(at(since)),
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:metrics": {}}}}
+        ]},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": target}}}]}
+    }))
+    .unwrap()
+}
+
+/// kerf applies app cpu 700m with the HPA's target 50 → 71 %, from 1 core before its change.
+fn pair_status() -> RecommendationStatus {
     let mut prev = status(0, None);
     prev.applied.as_mut().unwrap().hpa = Some(Box::new(HpaRecommendation {
         name: "web".into(),
@@ -402,6 +404,143 @@ fn half_pair_rule_restores_the_hpa_target_before_the_change_and_blocks_at_once()
         target_after: Some(71),
         skip_reason: None,
     }));
+    prev.previous_hpa_target = Some(50);
+    prev.original_requests = SmallMap::from([(
+        "app".to_string(),
+        ResourceValues {
+            cpu: Some(Quantity("1".into())),
+            ..Default::default()
+        },
+    )]);
+    prev
+}
+
+/// The template has app cpu at `cpu`, kerf's apply (minute 0) owning it when `kerfs`.
+fn kerf_template(value: &str, kerfs: bool) -> Workload {
+    let owned = if kerfs { vec![cpu()] } else { Vec::new() };
+    workload(value, vec![manager("kerf", "Apply", Some(0), &owned)])
+}
+
+/// Argo CD took the HPA's metrics back to 50 % at minute 2; the template has app cpu at
+/// `value`, kerf's: the verdict at minute `now`.
+fn hpa_taken_back(prev: &RecommendationStatus, value: &str, now: i64) -> Assessment {
+    let w = kerf_template(value, true);
+    let hpas = [hpa_at(50, "argocd-controller", 2)];
+    assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, prev, now)
+    })
+}
+
+/// docs/gitops.md#half-a-coordinated-pair, the other way round.
+#[test]
+fn half_pair_requests_restore_sets_the_requests_before_the_change_back_and_blocks_at_once() {
+    let prev = pair_status();
+    // The template still has kerf's 700m.
+    let a = hpa_taken_back(&prev, "700m", 5);
+    let restore = a
+        .restore_requests
+        .clone()
+        .expect("the requests are set back");
+    assert_eq!(restore.hpa, "web");
+    assert_eq!(restore.resource, "cpu");
+    assert_eq!(restore.plan.requests["app"].cpu_millis, Some(1000));
+    assert_eq!(restore.plan.requests["app"].memory_bytes, None);
+    assert!(restore.plan.hpa.is_none(), "the HPA is the other manager's");
+    assert_eq!(a.restore_hpa, None);
+    assert!(a.blocked, "one take-back of the pair blocks");
+    let (_, message) = a.blocking.clone().unwrap();
+    assert!(
+        message.contains("sets those requests back to the ones before its change (app 1)"),
+        "{message}"
+    );
+    assert_eq!(a.condition.as_ref().unwrap().message, message);
+    assert_eq!(
+        a.status.as_ref().unwrap().half_pair.as_deref(),
+        prev.applied.as_deref(),
+        "the pair is recorded for the retries"
+    );
+    // Argo CD took both halves back (git's 1 core): nothing to restore, the HPA rule blocks.
+    let a = hpa_taken_back(&prev, "1", 5);
+    assert_eq!(a.restore_requests, None);
+    assert!(a.blocked);
+    // The HPA still kerf's: a whole pair, nothing taken back.
+    let w = kerf_template("700m", true);
+    let hpas = [hpa_at(71, "kerf", 0)];
+    let a = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &prev, 5)
+    });
+    assert_eq!(a.restore_requests, None);
+    assert!(!a.blocked);
+}
+
+/// docs/gitops.md#half-a-coordinated-pair: a restore of either half that did not go through
+/// is planned again each cycle while blocked, and no more once the object has it.
+#[test]
+fn a_half_pair_restore_that_did_not_go_through_is_planned_again_while_blocked() {
+    let prev = pair_status();
+    // The requests half: the restore failed, the template still has 700m.
+    let first = hpa_taken_back(&prev, "700m", 5);
+    // As the cycle wrote it: blocked, `status.applied` no longer carrying the pair.
+    let blocked = RecommendationStatus {
+        applied: None,
+        conflict: first.status.clone(),
+        ..prev.clone()
+    };
+    let again = hpa_taken_back(&blocked, "700m", 10);
+    assert!(again.blocked && again.blocking.is_none());
+    assert!(first.restore_requests.is_some());
+    assert_eq!(again.restore_requests, first.restore_requests);
+    // It went through: nothing more.
+    let done = hpa_taken_back(&blocked, "1", 15);
+    assert!(done.blocked);
+    assert_eq!(done.restore_requests, None);
+
+    // The HPA half: Argo CD took app's cpu back to 1; the HPA restore failed (still 71 %).
+    let w = taken_back_at(2, 1);
+    let hpas = [hpa_at(71, "kerf", 0)];
+    let first = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &prev, 5)
+    });
+    assert_eq!(first.restore_hpa, Some(("web".into(), "cpu".into(), 50)));
+    let blocked = RecommendationStatus {
+        applied: None,
+        conflict: first.status.clone(),
+        ..prev.clone()
+    };
+    let again = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &blocked, 10)
+    });
+    assert_eq!(again.restore_hpa, Some(("web".into(), "cpu".into(), 50)));
+    let hpas = [hpa_at(50, "kerf", 10)];
+    let done = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&w, &blocked, 15)
+    });
+    assert!(done.blocked);
+    assert_eq!(done.restore_hpa, None);
+    // Resumed (acknowledged): kerf writes the whole pair itself, no half is restored.
+    let mut acked = w.clone();
+    acked
+        .annotations
+        .insert(ANNOTATION_CONFLICT_ACKNOWLEDGED.into(), "now".into());
+    let hpas = [hpa_at(71, "kerf", 0)];
+    let resumed = assess(&ConflictInput {
+        hpas: &hpas,
+        ..input(&acked, &blocked, 20)
+    });
+    assert!(!resumed.blocked);
+    assert_eq!(resumed.restore_hpa, None);
+}
+
+/// docs/gitops.md#half-a-coordinated-pair.
+#[test]
+fn half_pair_rule_restores_the_hpa_target_before_the_change_and_blocks_at_once() {
+    let hpa = |target: i32, owner: &str| hpa_at(target, owner, 0);
+    let prev = pair_status();
     // Argo CD took app's cpu back to 1 core; the HPA is still at kerf's 71 %.
     let w = taken_back_at(2, 1);
     let hpas = [hpa(71, "kerf")];
