@@ -168,7 +168,7 @@ async fn serve_on_kerfs_stack(
             kerf::server::MAX_BODY_BYTES,
         ));
     eprintln!("{name} serving on {addr}");
-    kerf::server::serve_app(addr, &cert, &key, app).await
+    Ok(kerf::server::serve_app(addr, &cert, &key, app).await?)
 }
 
 /// kerf's handler alone, `n` reviews in a loop (to time it or to run it under `perf record`).
@@ -278,7 +278,7 @@ async fn kerf_server(
     let store = bench_store(&review);
     let cfg = kerf::server::ServeConfig::new(addr, "127.0.0.1:0".parse()?, cert, key);
     eprintln!("kerf serving on {addr}");
-    kerf::server::serve(cfg, store, kerf::server::shutdown_signal()).await
+    Ok(kerf::server::serve(cfg, store, kerf::server::shutdown_signal()).await?)
 }
 
 /// Open-loop load (as wrk2 does it): requests are due at a fixed rate whatever the server does,

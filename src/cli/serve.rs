@@ -333,7 +333,8 @@ pub async fn run_in_cluster(
             cache_sync_timeout,
         },
     )
-    .await
+    .await?;
+    Ok(())
 }
 
 /// Builds the metric source (Prometheus reached as the connection flags say, the timeout from

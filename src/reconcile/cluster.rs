@@ -42,7 +42,7 @@ pub async fn run(
     client: ::kube::Client,
     store: Arc<Store>,
     cfg: ReconcilerConfig,
-) -> anyhow::Result<()> {
+) -> Result<(), LoopError> {
     let reader = Reader::start_with_store(client.clone(), store.clone()).protecting(&cfg.namespace);
     let lease = crate::writers::kube::lease::Lease::spawn(
         client.clone(),
@@ -73,18 +73,33 @@ pub async fn run(
     };
     tokio::select! {
         r = work => r,
-        why = reader.stopped() => Err(anyhow::anyhow!(why)),
+        why = reader.stopped() => Err(LoopError::ReaderStopped(why)),
         () = async { while lease_alive.changed().await.is_ok() {} } => {
-            anyhow::bail!("the writer Lease task stopped")
+            Err(LoopError::LeaseStopped)
         }
-        () = writer_alive.stopped() => anyhow::bail!("the writer task stopped"),
+        () = writer_alive.stopped() => Err(LoopError::WriterStopped),
     }
+}
+
+/// Why the in-cluster loop stopped: kerf exits 1 and a new process (or replica) takes over.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// Past the sync timeout, kinds whose list or watch keeps failing, each with its error.
+    #[error("the caches did not sync within {seconds}s; still failing: {}", .failing.join("; "))]
+    CachesNotSynced { seconds: u64, failing: Vec<String> },
+    /// A watch task ended or panicked (its message).
+    #[error("{0}")]
+    ReaderStopped(String),
+    #[error("the writer Lease task stopped")]
+    LeaseStopped,
+    #[error("the writer task stopped")]
+    WriterStopped,
 }
 
 /// Waits for every cache's initial list. Past `timeout`, gives up as soon as a kind not synced
 /// yet is failing (its last list or watch failed), naming each with its error; kinds that are
 /// merely slow to list are waited for.
-async fn wait_for_caches(reader: &Reader, timeout: Duration) -> anyhow::Result<()> {
+async fn wait_for_caches(reader: &Reader, timeout: Duration) -> Result<(), LoopError> {
     let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {
         reader.wait_synced().await; // a timeout beyond any clock: no timeout
         return Ok(());
@@ -98,12 +113,10 @@ async fn wait_for_caches(reader: &Reader, timeout: Duration) -> anyhow::Result<(
     loop {
         let failing = reader.failing_unsynced();
         if !failing.is_empty() {
-            let each: Vec<String> = failing.iter().map(|(k, e)| format!("{k}: {e}")).collect();
-            anyhow::bail!(
-                "the caches did not sync within {}s; still failing: {}",
-                timeout.as_secs(),
-                each.join("; ")
-            );
+            return Err(LoopError::CachesNotSynced {
+                seconds: timeout.as_secs(),
+                failing: failing.iter().map(|(k, e)| format!("{k}: {e}")).collect(),
+            });
         }
         if tokio::time::timeout(Duration::from_secs(1), reader.wait_synced())
             .await
@@ -117,7 +130,7 @@ async fn wait_for_caches(reader: &Reader, timeout: Duration) -> anyhow::Result<(
 /// One reconcile cycle, run by [`every_interval`].
 pub trait Cycle {
     /// Runs once; returns the interval to the next run.
-    fn run_once(&mut self) -> impl Future<Output = anyhow::Result<Duration>> + Send;
+    fn run_once(&mut self) -> impl Future<Output = Result<Duration, LoopError>> + Send;
 }
 
 /// The in-cluster cycle: compute (Lease holder only, every interval), then serve the persisted
@@ -233,7 +246,7 @@ impl ReconcileCycle {
         &mut self,
         snapshot: &Snapshot,
         invalid: &[InvalidPolicy],
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), LoopError> {
         let started = std::time::Instant::now();
         self.writer.set_read_only(snapshot.global.read_only);
         let settings = &snapshot.global.prometheus;
@@ -285,12 +298,12 @@ impl ReconcileCycle {
             let ops = crate::core::writes::pending::whole_changes(ops, now);
             for op in ops {
                 if self.writer.send_planned(op, cycle_id).await.is_err() {
-                    anyhow::bail!("the writer task stopped");
+                    return Err(LoopError::WriterStopped);
                 }
             }
             if let Some(op) = self.checkpoint_due() {
                 if self.writer.send(op).await.is_err() {
-                    anyhow::bail!("the writer task stopped");
+                    return Err(LoopError::WriterStopped);
                 }
             }
         } else {
@@ -305,7 +318,7 @@ impl ReconcileCycle {
 impl Cycle for ReconcileCycle {
     /// Snapshot → (Lease holder, when due: queries → engines → writer queue) → store from the
     /// persisted state. Returns the time to the next refresh or computation, whichever is first.
-    async fn run_once(&mut self) -> anyhow::Result<Duration> {
+    async fn run_once(&mut self) -> Result<Duration, LoopError> {
         let now = tokio::time::Instant::now();
         let (snapshot, invalid) = self.reader.snapshot();
         let leader = *self.lease.borrow();
@@ -336,7 +349,7 @@ pub fn check_interval(global: &crate::api::GlobalConfigurationSpec) -> Duration 
 /// `cycle` returns the interval from the GlobalConfiguration it just read, so a changed
 /// `gpuReactiveCheckInterval` applies from the next wait. A cycle that overruns its interval is
 /// followed at once by the next: missed ticks are skipped, never caught up in a burst.
-pub async fn every_interval(cycle: &mut impl Cycle) -> anyhow::Result<()> {
+pub async fn every_interval(cycle: &mut impl Cycle) -> Result<(), LoopError> {
     loop {
         let started = tokio::time::Instant::now();
         let interval = cycle.run_once().await?;
@@ -391,10 +404,11 @@ mod loop_tests {
     }
 
     impl Cycle for Scripted {
-        async fn run_once(&mut self) -> anyhow::Result<Duration> {
+        async fn run_once(&mut self) -> Result<Duration, LoopError> {
             self.starts.push(Instant::now());
             let Some((work, interval)) = self.script.pop_front() else {
-                anyhow::bail!("script done");
+                // The script's end, as a stopped task ends the loop.
+                return Err(LoopError::WriterStopped);
             };
             tokio::time::sleep(Duration::from_secs(work)).await;
             Ok(Duration::from_secs(interval))
@@ -415,7 +429,7 @@ mod loop_tests {
             starts: Vec::new(),
         };
         let err = every_interval(&mut cycle).await.unwrap_err();
-        assert_eq!(err.to_string(), "script done");
+        assert!(matches!(err, LoopError::WriterStopped), "{err}");
         let gaps: Vec<u64> = cycle
             .starts
             .windows(2)

@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use crate::core::recommenders::cycle::CycleOutput;
 use crate::core::snapshot::{InvalidPolicy, Snapshot};
 use crate::metrics::MetricSource;
-use crate::sources::dir::{Manifests, load_dir};
+use crate::sources::dir::{ManifestError, Manifests, load_dir};
 use crate::state::{ObjectName, Store};
 use crate::writers::memory::MemoryWriter;
 
@@ -102,16 +102,17 @@ impl DirLoop {
         now: Timestamp,
         step_seconds: i64,
         store: &Store,
-    ) -> anyhow::Result<Evaluated> {
+    ) -> Result<Evaluated, ManifestError> {
         let manifests = self.read()?;
-        self.run_on(manifests, source, now, step_seconds, store)
-            .await
+        Ok(self
+            .run_on(manifests, source, now, step_seconds, store)
+            .await)
     }
 
     /// The directory as the next cycle sees it (kerf's own namespace protected). A caller that
     /// needs the GlobalConfiguration before the cycle (to reach Prometheus) reads once and hands
     /// the result to [`DirLoop::run_on`].
-    pub fn read(&self) -> Result<Manifests, crate::sources::dir::ManifestError> {
+    pub fn read(&self) -> Result<Manifests, ManifestError> {
         let mut manifests = load_dir(&self.dir)?;
         if let Some(ns) = &self.own_namespace {
             manifests.snapshot.global.protect(ns);
@@ -127,7 +128,7 @@ impl DirLoop {
         now: Timestamp,
         step_seconds: i64,
         store: &Store,
-    ) -> anyhow::Result<Evaluated> {
+    ) -> Evaluated {
         for bad in &manifests.invalid {
             tracing::warn!(policy = %bad.id, "invalid policy left out: {}", bad.error);
         }
@@ -144,7 +145,7 @@ impl DirLoop {
         if let Some(history) = &self.history {
             crate::reconcile::report_history(store, history, &evaluated.cycle);
         }
-        Ok(evaluated)
+        evaluated
     }
 }
 

@@ -84,7 +84,7 @@ impl Default for Limits {
 
 impl Limits {
     /// Every limit usable, or an error naming the flag and the fix.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> Result<(), LimitError> {
         let timeouts = [
             (
                 self.tls_handshake_timeout,
@@ -100,36 +100,59 @@ impl Limits {
         ];
         for (t, flag) in timeouts {
             if t.is_zero() {
-                anyhow::bail!("{flag} must be at least 1 (a connection needs time to be served)");
+                return Err(LimitError::at_least(
+                    flag,
+                    "1 (a connection needs time to be served)".into(),
+                ));
             }
         }
         if self.max_connections == 0 {
-            anyhow::bail!("--max-connections must be at least 1");
+            return Err(LimitError::at_least("--max-connections", "1".into()));
         }
         if self.health_max_connections == 0 {
-            anyhow::bail!("--health-max-connections must be at least 1");
+            return Err(LimitError::at_least("--health-max-connections", "1".into()));
         }
         if self.max_header_bytes < MIN_HEADER_BYTES {
-            anyhow::bail!(
-                "--max-header-bytes must be at least {MIN_HEADER_BYTES} (got {}): the HTTP/1 \
-                 server cannot read headers into a smaller buffer",
-                self.max_header_bytes
-            );
+            return Err(LimitError::at_least(
+                "--max-header-bytes",
+                format!(
+                    "{MIN_HEADER_BYTES} (got {}): the HTTP/1 server cannot read headers into a \
+                     smaller buffer",
+                    self.max_header_bytes
+                ),
+            ));
         }
         if self.max_header_bytes > u32::MAX as usize {
-            anyhow::bail!("--max-header-bytes must be below 4Gi");
+            return Err(LimitError::Below4Gi("--max-header-bytes"));
         }
         if self.max_buffered_body_bytes < MAX_BODY_BYTES {
-            anyhow::bail!(
-                "--max-buffered-body-bytes must be at least {MAX_BODY_BYTES} (3Mi, the largest \
-                 review body), got {}",
-                self.max_buffered_body_bytes
-            );
+            return Err(LimitError::at_least(
+                "--max-buffered-body-bytes",
+                format!(
+                    "{MAX_BODY_BYTES} (3Mi, the largest review body), got {}",
+                    self.max_buffered_body_bytes
+                ),
+            ));
         }
         if self.max_buffered_body_bytes > u32::MAX as usize {
-            anyhow::bail!("--max-buffered-body-bytes must be below 4Gi");
+            return Err(LimitError::Below4Gi("--max-buffered-body-bytes"));
         }
         Ok(())
+    }
+}
+
+/// A webhook limit that cannot be used: the flag and its bound.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("{flag} must be at least {bound}")]
+    AtLeast { flag: &'static str, bound: String },
+    #[error("{0} must be below 4Gi")]
+    Below4Gi(&'static str),
+}
+
+impl LimitError {
+    fn at_least(flag: &'static str, bound: String) -> Self {
+        LimitError::AtLeast { flag, bound }
     }
 }
 

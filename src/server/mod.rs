@@ -287,17 +287,17 @@ pub struct BoundServer {
 }
 
 impl BoundServer {
-    pub async fn bind(config: ServeConfig) -> anyhow::Result<Self> {
+    pub async fn bind(config: ServeConfig) -> Result<Self, ServeError> {
         let certs = tls::CertReloader::load(&config.tls_cert, &config.tls_key)?;
+        let listen = |flag: &'static str, addr: SocketAddr| {
+            move |error| ServeError::Listen { flag, addr, error }
+        };
         let tls_listener = TcpListener::bind(config.listen)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {} (--listen): {e}", config.listen))?;
-        let health_listener = TcpListener::bind(config.health_listen).await.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on {} (--health-listen): {e}",
-                config.health_listen
-            )
-        })?;
+            .map_err(listen("--listen", config.listen))?;
+        let health_listener = TcpListener::bind(config.health_listen)
+            .await
+            .map_err(listen("--health-listen", config.health_listen))?;
         Ok(Self {
             config,
             tls_listener,
@@ -321,7 +321,7 @@ impl BoundServer {
         self,
         store: Arc<Store>,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ServeError> {
         let acceptor = TlsAcceptor::from(self.certs.server_config()?);
         // The bound addresses (a port 0 in the configuration is the one the system picked).
         let (webhook_addr, health_addr) = (self.webhook_addr(), self.health_addr());
@@ -396,8 +396,22 @@ pub async fn serve(
     config: ServeConfig,
     store: Arc<Store>,
     shutdown: impl Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     BoundServer::bind(config).await?.run(store, shutdown).await
+}
+
+/// Why the webhook cannot serve: its TLS pair, or an address it cannot listen on (the flag
+/// named).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot listen on {addr} ({flag}): {error}")]
+    Listen {
+        flag: &'static str,
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
 }
 
 /// Serves `app` over TLS on `listen` through the webhook's own stack (tokio-rustls, the same
@@ -408,10 +422,16 @@ pub async fn serve_app(
     cert: &std::path::Path,
     key: &std::path::Path,
     app: Router,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     let certs = tls::CertReloader::load(cert, key)?;
     let acceptor = TlsAcceptor::from(certs.server_config()?);
-    let listener = TcpListener::bind(listen).await?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|error| ServeError::Listen {
+            flag: "--listen",
+            addr: listen,
+            error,
+        })?;
     // Held for the whole run: the accept loop stops once the sender is gone.
     let (_stop, stop_rx) = watch::channel(false);
     let (open, _open_rx) = mpsc::channel::<()>(1);

@@ -25,7 +25,7 @@ use crate::core::recommenders::gpu::engine::Action;
 use crate::core::recommenders::resources::container::PolicyParams;
 use crate::core::snapshot::{GpuPolicy, Snapshot, Workload};
 use crate::metrics::promql::LabelMatcher;
-use crate::metrics::{MetricSource, RangeQuery, SeriesSet};
+use crate::metrics::{MetricError, MetricSource, RangeQuery, SeriesSet};
 use crate::reconcile::standalone::in_memory_cycle_keeping;
 use crate::sources::dir::Manifests;
 use crate::state::Store;
@@ -859,7 +859,7 @@ impl<S: MetricSource> Reporting<'_, '_, S> {
         &self,
         track: Track,
         covered: &mut Vec<bool>,
-    ) -> anyhow::Result<WorkloadReport> {
+    ) -> Result<WorkloadReport, MetricError> {
         let Track {
             mut report,
             gpu_policy,
@@ -909,10 +909,16 @@ pub async fn run<S: MetricSource>(
     manifests: Manifests,
     source: &S,
     opts: &Options,
-) -> anyhow::Result<Report> {
-    anyhow::ensure!(opts.every_seconds > 0, "--every must be positive");
-    anyhow::ensure!(opts.step_seconds > 0, "--step-seconds must be positive");
-    anyhow::ensure!(opts.from < opts.to, "--from must be before --to");
+) -> Result<Report, SimulateError> {
+    if opts.every_seconds <= 0 {
+        return Err(SimulateError::Flag("--every must be positive"));
+    }
+    if opts.step_seconds <= 0 {
+        return Err(SimulateError::Flag("--step-seconds must be positive"));
+    }
+    if opts.from >= opts.to {
+        return Err(SimulateError::Flag("--from must be before --to"));
+    }
     let ticks = opts.ticks();
     let last = *ticks.last().expect("from < to gives a tick");
     manifests.reject_invalid()?;
@@ -1095,7 +1101,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         metric: &crate::api::PrometheusMetric,
         counter: Option<bool>,
         matchers: &[LabelMatcher],
-    ) -> anyhow::Result<SeriesSet> {
+    ) -> Result<SeriesSet, MetricError> {
         let pods = self.pod_names();
         if pods.is_empty() {
             return Ok(SeriesSet::default());
@@ -1114,7 +1120,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             aggregation: crate::metrics::Aggregation::of(metric.interpretation),
             matchers: matchers.to_vec(),
         };
-        Ok(self.history.recorded(&q).await?)
+        self.history.recorded(&q).await
     }
 
     /// Per signal, the hottest pod's usage in GPUs at each sample; and the workload's usage
@@ -1122,7 +1128,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
     async fn gpu_usage(
         &self,
         policy: &GpuPolicy,
-    ) -> anyhow::Result<(Vec<(Signal, Points)>, BTreeMap<i64, f64>)> {
+    ) -> Result<(Vec<(Signal, Points)>, BTreeMap<i64, f64>), MetricError> {
         let pods: Vec<(&str, &PodAlloc)> = self
             .pods
             .iter()
@@ -1178,7 +1184,7 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
         metric: &str,
         matchers: &[LabelMatcher],
         counter: Option<bool>,
-    ) -> anyhow::Result<(BTreeMap<i64, f64>, Points)> {
+    ) -> Result<(BTreeMap<i64, f64>, Points), MetricError> {
         let m = crate::api::PrometheusMetric {
             metric: metric.to_string(),
             interpretation: Interpretation::FullGpu,
@@ -1204,4 +1210,16 @@ impl<S: MetricSource> UsageContext<'_, '_, S> {
             .collect();
         Ok((summed, usage::hottest(&per_pod)))
     }
+}
+
+/// Why a replay cannot be made: a flag out of range, the manifests' invalid policies, or the
+/// recorded history the metric source could not give.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error("{0}")]
+    Flag(&'static str),
+    #[error(transparent)]
+    Manifests(#[from] crate::sources::dir::ManifestError),
+    #[error(transparent)]
+    History(#[from] MetricError),
 }

@@ -93,7 +93,7 @@ pub struct Running {
     pub health: SocketAddr,
     pub store: Arc<Store>,
     stop: Option<oneshot::Sender<()>>,
-    pub handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub handle: tokio::task::JoinHandle<Result<(), kerf::server::ServeError>>,
 }
 
 impl Running {
