@@ -145,17 +145,28 @@ pub fn bounded_resources(
     (r, l)
 }
 
+/// Whether the object named `<namespace>/<name>` (as LimitRanges and ResourceQuotas are kept)
+/// is in `namespace`.
+fn in_namespace(name: &str, namespace: &str) -> bool {
+    name.split_once('/').is_some_and(|(ns, _)| ns == namespace)
+}
+
+/// The ResourceQuotas of `namespace`.
+pub fn namespace_quotas(quotas: &[QuotaView], namespace: &str) -> Vec<QuotaView> {
+    quotas
+        .iter()
+        .filter(|q| in_namespace(&q.name, namespace))
+        .cloned()
+        .collect()
+}
+
 /// The Container bounds of every LimitRange of `namespace` together, as the API server checks
 /// each: the highest `min`, the lowest `max` and ratio (`None`: the namespace has none).
 pub fn namespace_limit_range(
     ranges: &[ContainerLimitRange],
     namespace: &str,
 ) -> Option<ContainerLimitRange> {
-    let mut here = ranges.iter().filter(|r| {
-        r.name
-            .split_once('/')
-            .is_some_and(|(ns, _)| ns == namespace)
-    });
+    let mut here = ranges.iter().filter(|r| in_namespace(&r.name, namespace));
     let first = here.next()?.clone();
     Some(here.fold(first, |mut acc, r| {
         acc.name = format!("{}, {}", acc.name, r.name);

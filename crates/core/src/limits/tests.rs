@@ -356,3 +356,23 @@ fn namespace_limit_range_keeps_the_tightest_bounds_of_every_item() {
     assert_eq!(pod.max_ratio.0, Some(3.0));
     assert!(namespace_limit_range(&ranges, "other").is_none());
 }
+
+#[test]
+fn namespace_quotas_are_the_namespaces_own() {
+    let quota = |name: &str| QuotaView {
+        name: name.into(),
+        requests: Default::default(),
+        limits: Default::default(),
+    };
+    let quotas = [
+        quota("shop/compute"),
+        quota("shopping/compute"),
+        quota("shop/gpu"),
+    ];
+    let names: Vec<String> = namespace_quotas(&quotas, "shop")
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    assert_eq!(names, ["shop/compute", "shop/gpu"]);
+    assert!(namespace_quotas(&quotas, "sho").is_empty());
+}

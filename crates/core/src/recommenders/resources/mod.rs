@@ -934,7 +934,10 @@ pub fn evaluate(
                     &w.key.namespace,
                 ),
                 regular_containers: spec.containers.len(),
-                quotas: namespace_quotas(snapshot, &w.key.namespace),
+                quotas: crate::limits::namespace_quotas(
+                    &snapshot.resource_quotas,
+                    &w.key.namespace,
+                ),
                 vpa: crate::vpa::applying_vpa(
                     &snapshot.vpas,
                     &w.key.namespace,
@@ -956,20 +959,6 @@ pub fn evaluate(
         });
     }
     out
-}
-
-/// The ResourceQuotas of `namespace` (named `<namespace>/<name>`).
-fn namespace_quotas(snapshot: &Snapshot, namespace: &str) -> Vec<crate::limits::QuotaView> {
-    snapshot
-        .resource_quotas
-        .iter()
-        .filter(|q| {
-            q.name
-                .split_once('/')
-                .is_some_and(|(ns, _)| ns == namespace)
-        })
-        .cloned()
-        .collect()
 }
 
 /// CPU/memory requests with HPA coordination (docs/design/hpa-coordination.md).
