@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::kube_support::ssa::{self, State};
+use crate::kube_no_churn::{auto_patch_over_still_usage, read_back, web_on_the_server};
+use crate::kube_support::ssa;
 use crate::kube_support::{leading_writer, mock, requests};
-use crate::usage_history::{POLICY, SCRAPE, T0, still_openmetrics};
+use crate::usage_history::{SCRAPE, T0};
 
 /// Log lines written as JSON into a buffer the test reads.
 #[derive(Clone, Default)]
@@ -59,26 +60,13 @@ async fn every_write_a_cycle_planned_carries_the_cycle_id_in_its_span() {
     // This test's thread only: the writer task runs on it too (a current-thread runtime).
     let _logs = tracing::subscriber::set_default(subscriber);
 
-    let mut m = kerf::sources::dir::Manifests::default();
-    let text = POLICY.replace("mode: audit-only", "mode: auto-patch");
-    kerf::sources::dir::load_text(&text, "test", &mut m).unwrap();
-    let source = kerf::metrics::file::FileSource::from_str(&still_openmetrics()).unwrap();
-    let state = Arc::new(Mutex::new(State::new(
-        "shop",
-        "web",
-        &[("app", &[("cpu", "2"), ("memory", "2Gi")])],
-        None,
-    )));
+    let (m, source) = auto_patch_over_still_usage();
+    let state = web_on_the_server();
     let (client, log) = mock(ssa::server(state.clone()));
     let (_lease, writer) = leading_writer(client);
     let store = kerf::state::Store::new();
 
-    let mut snapshot = m.snapshot.clone();
-    let d: k8s_openapi::api::apps::v1::Deployment =
-        serde_json::from_value(state.lock().unwrap().deployment()).unwrap();
-    let mut w = kerf::core::snapshot::Workload::from(d);
-    w.labels.insert("team".into(), "shop".into());
-    snapshot.workloads.push(Arc::new(w));
+    let (snapshot, _) = read_back(&m.snapshot, &state.lock().unwrap());
     let now = jiff::Timestamp::from_second(T0 + 3600).unwrap();
     let cycle = kerf::reconcile::Cycle {
         snapshot: &snapshot,

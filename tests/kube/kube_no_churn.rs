@@ -20,17 +20,9 @@ use crate::usage_history::{POLICY, SCRAPE, T0, recommended, still_openmetrics};
 
 #[tokio::test]
 async fn usage_that_moves_less_than_the_rounding_writes_nothing_after_the_first_change() {
-    let mut m = kerf::sources::dir::Manifests::default();
-    let text = POLICY.replace("mode: audit-only", "mode: auto-patch");
-    kerf::sources::dir::load_text(&text, "test", &mut m).unwrap();
-    let source = kerf::metrics::file::FileSource::from_str(&still_openmetrics()).unwrap();
+    let (m, source) = auto_patch_over_still_usage();
     for kept in [true, false] {
-        let state = Arc::new(Mutex::new(State::new(
-            "shop",
-            "web",
-            &[("app", &[("cpu", "2"), ("memory", "2Gi")])],
-            None,
-        )));
+        let state = web_on_the_server();
         let (client, log) = mock(ssa::server(state.clone()));
         let (_lease, cluster_writer) = leading_writer(client);
         let history: kerf::reconcile::History = Default::default();
@@ -98,8 +90,31 @@ async fn usage_that_moves_less_than_the_rounding_writes_nothing_after_the_first_
     }
 }
 
+/// The usage history's policy in auto-patch, and usage that holds still but for noise below the
+/// rounding.
+pub(crate) fn auto_patch_over_still_usage() -> (
+    kerf::sources::dir::Manifests,
+    kerf::metrics::file::FileSource,
+) {
+    let mut m = kerf::sources::dir::Manifests::default();
+    let text = POLICY.replace("mode: audit-only", "mode: auto-patch");
+    kerf::sources::dir::load_text(&text, "test", &mut m).unwrap();
+    let source = kerf::metrics::file::FileSource::from_str(&still_openmetrics()).unwrap();
+    (m, source)
+}
+
+/// The mock API server's `shop/web` Deployment: one container at 2 cores and 2Gi.
+pub(crate) fn web_on_the_server() -> Arc<Mutex<State>> {
+    Arc::new(Mutex::new(State::new(
+        "shop",
+        "web",
+        &[("app", &[("cpu", "2"), ("memory", "2Gi")])],
+        None,
+    )))
+}
+
 /// The snapshot with the Deployment as the server holds it, and the RightsizingRecommendations.
-fn read_back(
+pub(crate) fn read_back(
     manifests: &kerf::core::snapshot::Snapshot,
     state: &State,
 ) -> (
