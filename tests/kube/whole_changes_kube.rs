@@ -409,6 +409,35 @@ fn gpu_server(
     }
 }
 
+/// Whether `op` is the `llm` workload's change as one unit.
+fn is_llm_change(op: &kerf::core::writes::WriteOp) -> bool {
+    matches!(op, kerf::core::writes::WriteOp::Change(c) if c.workload.name == "llm")
+}
+
+/// The shipped example's first cycle at minute 0: its manifests, the cycle, and the `llm`
+/// workload's GPU change (annotations and rolling restart) as one unit.
+async fn example_llm_change() -> (
+    kerf::sources::dir::Manifests,
+    kerf::core::recommenders::cycle::CycleOutput,
+    kerf::core::writes::WriteOp,
+) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let m = kerf::sources::dir::load_dir(&root.join("examples/manifests")).unwrap();
+    let src =
+        kerf::metrics::file::FileSource::from_path(&root.join("examples/metrics.om")).unwrap();
+    let t0 = crate::gitops_conflict_kube::at(0);
+    let cycle = kerf::reconcile::run_cycle(&m.snapshot, &src, t0, 15).await;
+    let ops = kerf::core::writes::pending::whole_changes(
+        kerf::reconcile::plan_writes(&m.snapshot, &cycle, &[], &[], t0),
+        t0,
+    );
+    let change = ops
+        .into_iter()
+        .find(is_llm_change)
+        .expect("llm's change is one unit");
+    (m, cycle, change)
+}
+
 /// The GPU annotations go through (200) and the rolling restart fails three times (500): the
 /// status says `pending` with the restart left and its error, never `applied`; the next cycle
 /// sees the annotations already equal yet restarts the workload from the record, and only
@@ -417,28 +446,11 @@ fn gpu_server(
 async fn a_restart_refused_three_times_is_retried_the_next_cycle_from_the_pending_record() {
     use kerf::core::persisted::PersistedRecommendation;
     use kerf::core::writes::{WriteOp, pending::whole_changes};
-    use kerf::writers::kube::{Writer, WriterConfig};
 
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let m = kerf::sources::dir::load_dir(&root.join("examples/manifests")).unwrap();
-    let src =
-        kerf::metrics::file::FileSource::from_path(&root.join("examples/metrics.om")).unwrap();
-    let t0 = crate::gitops_conflict_kube::at(0);
-    let cycle = kerf::reconcile::run_cycle(&m.snapshot, &src, t0, 15).await;
-    let llm = |op: &WriteOp| matches!(op, WriteOp::Change(c) if c.workload.name == "llm");
-    let ops = whole_changes(
-        kerf::reconcile::plan_writes(&m.snapshot, &cycle, &[], &[], t0),
-        t0,
-    );
-    let change = ops.into_iter().find(llm).expect("llm's change is one unit");
-
+    let (m, cycle, change) = example_llm_change().await;
     let fails = Arc::new(Mutex::new(true));
     let (client, log) = crate::kube_support::mock(gpu_server(llm_deployment(), fails.clone()));
-    let (_lease, lease_rx) = tokio::sync::watch::channel(true);
-    let mut cfg = WriterConfig::new("kerf-system");
-    cfg.backoff = std::time::Duration::from_millis(10);
-    cfg.read_only = false;
-    let writer = Writer::spawn_with(client, lease_rx, cfg);
+    let (_lease, writer) = crate::kube_support::leading_writer(client);
     let outcome = writer.apply(change).await;
     assert!(matches!(outcome, WriteOutcome::Failed(_)), "{outcome:?}");
     let reqs = crate::kube_support::requests(&log);
@@ -511,7 +523,10 @@ async fn a_restart_refused_three_times_is_retried_the_next_cycle_from_the_pendin
         kerf::reconcile::plan_writes(&snapshot, &cycle, &[], &recs, t1),
         t1,
     );
-    let change = ops.into_iter().find(llm).expect("the restart is retried");
+    let change = ops
+        .into_iter()
+        .find(is_llm_change)
+        .expect("the restart is retried");
     let WriteOp::Change(c) = &change else {
         unreachable!()
     };
@@ -638,23 +653,9 @@ async fn thirty_minutes_of_api_faults_end_where_a_fault_free_run_does_without_re
 /// as for any other workload.
 #[tokio::test]
 async fn read_only_sends_no_part_of_a_change_and_still_writes_its_recommendation() {
-    use kerf::core::writes::{WriteOp, pending::whole_changes};
     use kerf::writers::kube::{Writer, WriterConfig};
 
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let m = kerf::sources::dir::load_dir(&root.join("examples/manifests")).unwrap();
-    let src =
-        kerf::metrics::file::FileSource::from_path(&root.join("examples/metrics.om")).unwrap();
-    let t0 = crate::gitops_conflict_kube::at(0);
-    let cycle = kerf::reconcile::run_cycle(&m.snapshot, &src, t0, 15).await;
-    let ops = whole_changes(
-        kerf::reconcile::plan_writes(&m.snapshot, &cycle, &[], &[], t0),
-        t0,
-    );
-    let change = ops
-        .into_iter()
-        .find(|op| matches!(op, WriteOp::Change(c) if c.workload.name == "llm"))
-        .unwrap();
+    let (_, _, change) = example_llm_change().await;
     let (client, log) =
         crate::kube_support::mock(gpu_server(llm_deployment(), Arc::new(Mutex::new(false))));
     let (_lease, lease_rx) = tokio::sync::watch::channel(true);
