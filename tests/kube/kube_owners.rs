@@ -294,12 +294,7 @@ async fn a_cycle_over_the_cluster_writes_no_owned_template_and_evicts_one_pod_pe
         "{:?}",
         calls(&seen)
     );
-    let mut evicted: Vec<&str> = seen
-        .iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
-        .map(|r| r.path.as_str())
-        .collect();
-    evicted.sort();
+    let evicted = evictions(&seen);
     assert_eq!(evicted.len(), 5, "one pod per owned workload: {evicted:?}");
     assert!(
         evicted.contains(&"/api/v1/namespaces/ml/pods/llm-predictor-6f9c8d7b5-b6c7d/eviction"),
@@ -330,12 +325,7 @@ async fn a_gpu_upsize_of_kserve_and_lws_evicts_one_pod_of_each_and_writes_no_tem
         "{:?}",
         calls(&seen)
     );
-    let mut evicted: Vec<&str> = seen
-        .iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
-        .map(|r| r.path.as_str())
-        .collect();
-    evicted.sort();
+    let evicted = evictions(&seen);
     assert_eq!(
         evicted,
         [
@@ -407,11 +397,7 @@ async fn a_rayservice_change_is_written_to_its_ray_cluster_config_and_evicted_wi
     ] {
         assert!(ops.contains(&op), "{op} not in {}", patch.body);
     }
-    let evicted: Vec<&str> = seen
-        .iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
-        .map(|r| r.path.as_str())
-        .collect();
+    let evicted = evictions(&seen);
     assert_eq!(
         evicted,
         ["/api/v1/namespaces/ml/pods/plain-serve-raycluster-bcdfg-gpu-group-worker-b6c7d/eviction"]
@@ -640,4 +626,15 @@ async fn a_failed_eviction_is_asked_again_once_paced() {
         "{outcome:?}"
     );
     assert_eq!(asked(&log), 2);
+}
+
+/// The eviction requests among `seen`, by path, sorted.
+fn evictions(seen: &[Recorded]) -> Vec<&str> {
+    let mut evicted: Vec<&str> = seen
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .map(|r| r.path.as_str())
+        .collect();
+    evicted.sort();
+    evicted
 }
