@@ -39,6 +39,25 @@ fn recommend_json(manifests: &Path, metrics: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("stdout is JSON")
 }
 
+/// `kerf recommend`'s table for `manifests` and `metrics` at [`AT`].
+fn recommend_table(manifests: &Path, metrics: &Path) -> String {
+    let out = kerf(&[
+        "recommend",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        "--metrics",
+        metrics.to_str().unwrap(),
+        "--at",
+        AT,
+    ]);
+    assert!(
+        out.status.success(),
+        "kerf failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("the table is text")
+}
+
 fn entry<'a>(v: &'a Value, name: &str) -> &'a Value {
     v["recommendations"]
         .as_array()
@@ -116,17 +135,10 @@ fn json_keys_follow_the_documented_order() {
 
 #[test]
 fn table_output_lists_every_container() {
-    let out = kerf(&[
-        "recommend",
-        "--manifests",
-        "examples/manifests",
-        "--metrics",
-        "examples/metrics.om",
-        "--at",
-        AT,
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = recommend_table(
+        Path::new("examples/manifests"),
+        Path::new("examples/metrics.om"),
+    );
     let mut lines = text.lines().skip_while(|l| !l.starts_with("WORKLOAD"));
     assert_eq!(
         lines
@@ -446,17 +458,10 @@ fn hpa_with_coordination_off_is_blocked_with_hpa_coupled_but_still_reported() {
 
 #[test]
 fn table_output_shows_the_hpa_column() {
-    let out = kerf(&[
-        "recommend",
-        "--manifests",
-        "examples/hpa/manifests",
-        "--metrics",
-        "examples/hpa/metrics.om",
-        "--at",
-        AT,
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = recommend_table(
+        Path::new("examples/hpa/manifests"),
+        Path::new("examples/hpa/metrics.om"),
+    );
     let header = text
         .lines()
         .find(|l| l.contains("PHASE"))
@@ -529,17 +534,7 @@ fn a_metric_that_does_not_exist_yields_metrics_found_false_in_json_and_table() {
         .unwrap();
     assert_eq!(ready["status"], "True");
 
-    let out = kerf(&[
-        "recommend",
-        "--manifests",
-        dir.path().to_str().unwrap(),
-        "--metrics",
-        "examples/metrics.om",
-        "--at",
-        AT,
-    ]);
-    assert!(out.status.success());
-    let table = String::from_utf8_lossy(&out.stdout);
+    let table = recommend_table(dir.path(), Path::new("examples/metrics.om"));
     assert!(
         table.contains(&format!(
             "GpuReactivePolicy/ml/gpu-reactive: MetricsFound=False (NoSamples): {message}"
@@ -835,17 +830,7 @@ fn table_output_shows_limits_beside_requests() {
             "requests: {cpu: 1000m, memory: 512Mi}\n            limits: {cpu: 2000m}",
         )
     });
-    let out = kerf(&[
-        "recommend",
-        "--manifests",
-        dir.path().to_str().unwrap(),
-        "--metrics",
-        "examples/hpa/metrics.om",
-        "--at",
-        AT,
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = recommend_table(dir.path(), Path::new("examples/hpa/metrics.om"));
     assert!(text.contains("(request/limit, - where none)"), "{text}");
     let row = text
         .lines()
