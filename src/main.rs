@@ -7,7 +7,8 @@ use clap::Parser;
 /// mimalloc instead of the C library's allocator: a cycle makes millions of small allocations,
 /// which glibc's and musl's allocators serve slower. Its v2 line (Cargo feature `v2`) hands freed
 /// pages back to the OS sooner than v3, so one phase's freed memory does not stay resident into
-/// the next (figures in docs/performance.md).
+/// the next; built without transparent huge pages (`no_thp`), whose partly used 2 MiB pages
+/// count whole in RSS (figures in docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

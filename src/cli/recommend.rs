@@ -244,7 +244,7 @@ fn recorded_status<'a>(
 ) -> Option<&'a RecommendationStatus> {
     writer
         .recommendation_named(&key.namespace, &recommendation_name(key))
-        .and_then(|r| r.status.as_ref())
+        .and_then(|r| r.status.as_deref())
 }
 
 /// One `recommendations[]` entry.

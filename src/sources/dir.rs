@@ -827,8 +827,6 @@ fn owner_workload(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     /// A field Kubernetes' types do not know is one warning per field and file, whichever list
@@ -947,11 +945,11 @@ spec:
         let name = |n: &str| ("shop".into(), n.into());
         assert_eq!(
             m.snapshot.replicaset_owners,
-            BTreeMap::from([(name("web-abc"), "web".into())])
+            crate::core::hash::HashMap::from_iter([(name("web-abc"), "web".into())])
         );
         assert_eq!(
             m.snapshot.job_owners,
-            BTreeMap::from([(name("nightly-1"), "nightly".into())])
+            crate::core::hash::HashMap::from_iter([(name("nightly-1"), "nightly".into())])
         );
         let workloads: Vec<String> = m
             .snapshot

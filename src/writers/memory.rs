@@ -56,11 +56,13 @@ struct WorkloadFields {
 #[derive(Debug, Default)]
 pub struct MemoryWriter {
     /// Hashed: every workload of every read is looked up here (never walked in key order).
-    workloads: HashMap<WorkloadKey, WorkloadFields>,
+    /// Boxed fields: the table's empty slots then cost a key and a pointer, not the fields.
+    workloads: HashMap<WorkloadKey, Box<WorkloadFields>>,
     /// (namespace, HPA name) → (resource, averageUtilization).
     hpa_targets: BTreeMap<(String, String), (String, i32)>,
-    /// (namespace, name) → the RightsizingRecommendation as written.
-    recommendations: BTreeMap<(Name, Name), Arc<PersistedRecommendation>>,
+    /// (namespace, name) → the RightsizingRecommendation as written. Hashed (a tree's nodes
+    /// cost half as much again per entry, one per workload); read in name order.
+    recommendations: HashMap<(Name, Name), Arc<PersistedRecommendation>>,
     policy_status: BTreeMap<PolicyId, PolicyStatus>,
     events: Vec<EventWrite>,
     /// (namespace, pod) → the requests and limits an in-place resize set, laid over the pod's
@@ -122,7 +124,9 @@ impl MemoryWriter {
 
     /// The RightsizingRecommendations written so far, in name order.
     pub fn recommendations(&self) -> Vec<Arc<PersistedRecommendation>> {
-        self.recommendations.values().cloned().collect()
+        let mut all: Vec<_> = self.recommendations.values().cloned().collect();
+        all.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        all
     }
 
     /// The RightsizingRecommendation `namespace/name` as written.
@@ -306,7 +310,10 @@ impl MemoryWriter {
 
     /// Takes the write over (a first cycle writes one per workload: no second copy of each).
     fn recommendation(&mut self, r: RecommendationWrite) {
-        let status = r.status.or_else(|| r.observed.and_then(|o| o.status));
+        let status = r
+            .status
+            .map(Box::new)
+            .or_else(|| r.observed.and_then(|o| o.status));
         let rec = PersistedRecommendation {
             owner_uids: r.owner.map(|o| o.uid).into_iter().collect(),
             namespace: r.namespace.into(),

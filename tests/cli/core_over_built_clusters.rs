@@ -582,7 +582,7 @@ mod gpu_streaming {
         };
         let result = WorkloadResult {
             key: WorkloadKey::new("ml", kerf_api::WorkloadKind::Deployment, "w"),
-            policies: vec![a.clone()],
+            policies: [a.clone()].into(),
             action: Action::Reuse,
             driving_metric: None,
             containers: SmallMap::new(),
@@ -590,11 +590,13 @@ mod gpu_streaming {
             baseline: None,
             template_gpu: GpuMap::new(),
             strategy: Default::default(),
-            gpu_strategies: [(a.clone(), Arc::new(StrategyView::default()))].into(),
+            gpu_strategies: Some(Box::new(
+                [(a.clone(), Arc::new(StrategyView::default()))].into(),
+            )),
             reasons: Vec::new(),
             metrics_unavailable: true,
             owner_queue: None,
-            missing_samples: Vec::new(),
+            missing_samples: Box::default(),
         };
         let state = result.to_state();
         let served = &state.gpu.as_ref().unwrap().containers;

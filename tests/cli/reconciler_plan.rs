@@ -185,7 +185,7 @@ async fn a_failed_hpa_half_is_written_again_with_the_target_planned_before_the_c
         name: rec.name.as_str().into(),
         owner_uids: Vec::new(),
         spec: rec.spec.clone(),
-        status: rec.status.clone(),
+        status: rec.status.clone().map(Box::new),
     });
     // The template half went through; the HPA still says 50 %.
     let dir = tempfile::tempdir().unwrap();

@@ -621,7 +621,7 @@ async fn a_gpu_workload_in_a_conflict_gets_no_annotation_write_or_restart() {
         name: written.name.as_str().into(),
         namespace: written.namespace.as_str().into(),
         spec: written.spec.clone(),
-        status: Some(status),
+        status: Some(Box::new(status)),
         ..Default::default()
     });
     let ops = plan_writes(&m.snapshot, &c, &[], std::slice::from_ref(&rec), at(0));

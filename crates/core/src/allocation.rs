@@ -54,7 +54,7 @@ pub fn default_scope_containers(spec: &PodSpec) -> Vec<&Container> {
         .init_containers
         .iter()
         .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        .filter(|c| c.is_sidecar());
     spec.containers.iter().chain(sidecars).collect()
 }
 

@@ -19,7 +19,7 @@ use crate::snapshot::{Ownership, Snapshot, Workload};
 /// maps as the ReplicaSet → Deployment, Job → CronJob and other controller links.
 pub fn pod_owner(pod: &Pod, snapshot: &Snapshot) -> Option<Chain> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
+    let link = |map: &HashMap<(Name, Name), Name>, name: &str| {
         map.get(&(Name::from(ns), Name::from(name))).cloned()
     };
     pod_chain(
@@ -56,7 +56,7 @@ fn chain_above(snapshot: &Snapshot, w: &Workload, controller: &Link) -> Option<C
         name: controller.name.clone(),
         controller: Some(true),
     }];
-    let link = |map: &BTreeMap<(Name, Name), Name>, name: &str| {
+    let link = |map: &HashMap<(Name, Name), Name>, name: &str| {
         map.get(&(Name::from(ns), Name::from(name))).cloned()
     };
     owner_chain(

@@ -15,7 +15,9 @@ pub struct PersistedRecommendation {
     /// The uids of its owner references (usually the workload's).
     pub owner_uids: Vec<String>,
     pub spec: RightsizingRecommendationSpec,
-    pub status: Option<RecommendationStatus>,
+    /// Boxed: held per workload, and the recommendation then fits an allocation class a fifth
+    /// smaller.
+    pub status: Option<Box<RecommendationStatus>>,
 }
 
 impl PersistedRecommendation {
@@ -33,7 +35,7 @@ impl PersistedRecommendation {
                 .map(|o| o.uid)
                 .collect(),
             spec: rec.spec,
-            status: rec.status,
+            status: rec.status.map(Box::new),
         })
     }
 
@@ -81,7 +83,7 @@ mod tests {
         );
         assert!(p.owned_by("u-1") && !p.owned_by("u-2"));
         assert_eq!(p.spec, rec.spec);
-        assert_eq!(p.status, rec.status);
+        assert_eq!(p.status.as_deref(), rec.status.as_ref());
         assert_eq!(
             p.workload(),
             Some(WorkloadKey::new("shop", WorkloadKind::Deployment, "web"))

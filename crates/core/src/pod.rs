@@ -73,8 +73,10 @@ pub struct Meta {
     pub annotations: Option<Strings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_references: Option<Vec<OwnerRef>>,
+    /// Boxed: set only on a terminating pod, and 16 bytes less put the held pod in a smaller
+    /// allocation class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion_timestamp: Option<Time>,
+    pub deletion_timestamp: Option<Box<Time>>,
 }
 
 /// A container's `resources`: its requests and limits (no claims), as small maps. A
@@ -94,9 +96,10 @@ pub struct Container {
     /// Boxed: many containers have none, and a container is held for every pod and template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Box<Resources>>,
-    /// `Always` on an init container makes it a sidecar (restartable init container).
+    /// `Always` on an init container makes it a sidecar (restartable init container). Boxed:
+    /// set only on sidecars, and 16 bytes less on every container held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart_policy: Option<Name>,
+    pub restart_policy: Option<Box<Name>>,
     /// How the kubelet applies an in-place resize of each resource (none: `NotRequired`). A
     /// boxed slice: a container is held for every pod and template, and most set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,6 +108,16 @@ pub struct Container {
 
 /// A container's `resizePolicy` entry: `restartPolicy` (`NotRequired`, `RestartContainer`) of
 /// one resource (`cpu`, `memory`).
+impl Container {
+    /// An init container with `restartPolicy: Always`: a sidecar, running beside the regular
+    /// containers.
+    pub fn is_sidecar(&self) -> bool {
+        self.restart_policy
+            .as_deref()
+            .is_some_and(|p| p == "Always")
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerResizePolicy {
@@ -318,7 +331,7 @@ impl From<ObjectMeta> for Meta {
             owner_references: m
                 .owner_references
                 .map(|refs| refs.into_iter().map(OwnerRef::from).collect()),
-            deletion_timestamp: m.deletion_timestamp,
+            deletion_timestamp: m.deletion_timestamp.map(Box::new),
         }
     }
 }
@@ -337,7 +350,7 @@ impl From<k8s::Container> for Container {
         Container {
             name: c.name.into(),
             resources: c.resources.map(|r| Box::new(r.into())),
-            restart_policy: c.restart_policy.map(Name::from),
+            restart_policy: c.restart_policy.map(|p| Box::new(Name::from(p))),
             resize_policy: c.resize_policy.map(|list| {
                 list.into_iter()
                     .map(|p| ContainerResizePolicy {
@@ -475,7 +488,8 @@ mod tests {
         assert_eq!(
             spec.init_containers.as_ref().unwrap()[0]
                 .restart_policy
-                .as_deref(),
+                .as_deref()
+                .map(Name::as_str),
             Some("Always")
         );
         let status = direct.status.as_ref().unwrap();

@@ -446,10 +446,11 @@ pub struct Snapshot {
     pub hpas: Vec<HorizontalPodAutoscaler>,
     /// VerticalPodAutoscalers (docs/hpa-coordination.md#vpa): kerf applies nothing a VPA sets.
     pub vpas: Vec<crate::vpa::Vpa>,
-    /// (namespace, ReplicaSet name) → Deployment name.
-    pub replicaset_owners: BTreeMap<(Name, Name), Name>,
-    /// (namespace, Job name) → CronJob name.
-    pub job_owners: BTreeMap<(Name, Name), Name>,
+    /// (namespace, ReplicaSet name) → Deployment name. Hashed: only looked up, and a map entry
+    /// per Deployment takes half the memory of a tree's.
+    pub replicaset_owners: crate::hash::HashMap<(Name, Name), Name>,
+    /// (namespace, Job name) → CronJob name (hashed, as `replicaset_owners`).
+    pub job_owners: crate::hash::HashMap<(Name, Name), Name>,
     /// Whether the API server serves `pods/resize` (in-place resize).
     pub resize: ResizeSupport,
     /// (namespace, `<Kind>/<name>`) → the object's controller reference, for the objects an

@@ -442,7 +442,7 @@ impl Reader {
         workloads.extend(i.statefulsets.values());
         workloads.extend(i.daemonsets.values());
         workloads.extend(i.cronjobs.values());
-        let mut job_owners = BTreeMap::new();
+        let mut job_owners = crate::core::hash::HashMap::default();
         for ((ns, name), job) in i.jobs.entries() {
             match job {
                 ListedJob::OfCronJob(cron) => {
@@ -499,7 +499,10 @@ impl Reader {
         &self,
         workloads: &mut Vec<Arc<Workload>>,
         listed: &[ListedKind],
-    ) -> (ByName<Name>, ByName<owner::Link>) {
+    ) -> (
+        crate::core::hash::HashMap<(Name, Name), Name>,
+        ByName<owner::Link>,
+    ) {
         let i = &self.inner;
         let listed = self.listed_indexes(listed);
         let mut controllers = BTreeMap::new();
@@ -516,7 +519,7 @@ impl Reader {
                 }
             }
         }
-        let mut replicaset_owners = BTreeMap::new();
+        let mut replicaset_owners = crate::core::hash::HashMap::default();
         for ((ns, name), o) in i.replicasets.entries() {
             match o {
                 Some(ReplicaSetOwner::Deployment(d)) => {

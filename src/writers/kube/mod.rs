@@ -1335,7 +1335,7 @@ impl Task {
             made += 1;
         }
         if let Some(status) = &r.status {
-            let status_same = r.observed.as_ref().and_then(|o| o.status.as_ref()) == Some(status);
+            let status_same = r.observed.as_ref().and_then(|o| o.status.as_deref()) == Some(status);
             if !status_same {
                 let body = json!({
                     "apiVersion": "rightsizing.kubex.ai/v1alpha1",

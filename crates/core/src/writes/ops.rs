@@ -129,7 +129,7 @@ impl RecommendationWrite {
             name: self.name.as_str().into(),
             owner_uids: self.owner.iter().map(|o| o.uid.clone()).collect(),
             spec: self.spec.clone(),
-            status: self.status.clone(),
+            status: self.status.clone().map(Box::new),
         }
     }
 
@@ -143,7 +143,7 @@ impl RecommendationWrite {
         owner: Option<&OwnerReference>,
     ) -> bool {
         observed.spec == *spec
-            && status.is_none_or(|s| observed.status.as_ref() == Some(s))
+            && status.is_none_or(|s| observed.status.as_deref() == Some(s))
             && owner.is_none_or(|own| observed.owned_by(&own.uid))
     }
 }

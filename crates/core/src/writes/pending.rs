@@ -266,7 +266,7 @@ fn part_key(op: &WriteOp) -> Option<WorkloadKey> {
 /// One workload's unit and the position it takes; `None` while a pending change backs off.
 fn unit_op(key: WorkloadKey, unit: Unit, now: Timestamp) -> Option<(usize, WriteOp)> {
     let (at, done) = unit.recommendation?;
-    let previous = done.observed.as_ref().and_then(|o| o.status.as_ref());
+    let previous = done.observed.as_ref().and_then(|o| o.status.as_deref());
     let planned = done.status.as_ref().and_then(|s| s.applied.as_deref());
     let gpu = unit.parts.iter().find_map(gpu_recommendation_of);
     let pending = previous.and_then(|s| s.pending.as_deref());

@@ -256,7 +256,7 @@ pub fn held_back(
     out.extend(
         recommendations
             .iter()
-            .filter(|r| rolled_back(r.status.as_ref()))
+            .filter(|r| rolled_back(r.status.as_deref()))
             .filter_map(|r| r.workload()),
     );
     out
@@ -538,7 +538,7 @@ fn restores_due(
         };
         if due.contains_key(&key)
             || !p.workloads.contains_key(&key)
-            || !kerf_applied(rec.status.as_ref())
+            || !kerf_applied(rec.status.as_deref())
         {
             continue;
         }
@@ -552,7 +552,7 @@ fn restores_due(
 /// What a restore writes back of the recommendation as last written; the reason nothing is
 /// restored when it cannot be read.
 fn restore_plan(observed: Option<&PersistedRecommendation>) -> (RestorePlan, Option<String>) {
-    let Some((spec, status)) = observed.and_then(|rec| Some((&rec.spec, rec.status.as_ref()?)))
+    let Some((spec, status)) = observed.and_then(|rec| Some((&rec.spec, rec.status.as_deref()?)))
     else {
         return (RestorePlan::default(), None);
     };
@@ -593,14 +593,17 @@ fn restore_writes(p: &Planning<'_>) -> BTreeMap<WorkloadKey, WriteOp> {
         let hpa_from = hpa.as_ref().and_then(HpaTarget::current).map(|(_, t)| t);
         let recommendation = match (&observed, outcome) {
             (_, Some((o, policy))) => {
-                let prev = observed.as_ref().and_then(|r| r.status.as_ref());
+                let prev = observed.as_ref().and_then(|r| r.status.as_deref());
                 let mut spec = recommendation_spec(o, &key, Some(policy));
                 if let Some(g) = p.cycle.gpu_results().find(|g| g.key == key) {
                     add_gpu(&mut spec, g);
                 }
                 Some((spec, recommendation_status(o, prev)))
             }
-            (Some(rec), None) => Some((rec.spec.clone(), rec.status.clone().unwrap_or_default())),
+            (Some(rec), None) => Some((
+                rec.spec.clone(),
+                rec.status.as_deref().cloned().unwrap_or_default(),
+            )),
             (None, None) => None,
         }
         .map(|(spec, status)| {
@@ -674,7 +677,7 @@ impl<'a> Conflicts<'a> {
                 .iter()
                 .filter_map(|wo| {
                     let w = p.workloads.get(wo.key())?;
-                    let previous = p.index.find(wo.key()).and_then(|r| r.status.as_ref());
+                    let previous = p.index.find(wo.key()).and_then(|r| r.status.as_deref());
                     // Resized in place or replaced by eviction: kerf writes no template field,
                     // so another manager's apply of the template takes nothing back.
                     let untouched = previous.and_then(|s| s.apply_method).is_some_and(|m| {
@@ -789,7 +792,7 @@ fn gpu_only_recommendation(
         return Vec::new();
     };
     let observed = p.index.find(&gpu.key);
-    let previous = observed.and_then(|o| o.status.as_ref());
+    let previous = observed.and_then(|o| o.status.as_deref());
     let mut status = gpu_recommendation_status(gpu, previous);
     let gates = Gates {
         rolled_back: rolled_back(previous),
@@ -929,7 +932,7 @@ fn release_plan(
     outcome: &RightsizingOutcome,
     standing: Standing,
 ) -> (RestorePlan, Option<WriteOp>) {
-    let recorded = observed.and_then(|rec| Some((&rec.spec, rec.status.as_ref()?)));
+    let recorded = observed.and_then(|rec| Some((&rec.spec, rec.status.as_deref()?)));
     let Some((spec, previous)) = recorded.filter(|_| standing.writes()) else {
         return (RestorePlan::default(), None);
     };
@@ -1041,7 +1044,7 @@ fn resource_writes(
         return ops;
     };
     let observed = p.index.find(&r.key).cloned();
-    let previous = observed.as_ref().and_then(|o| o.status.clone());
+    let previous = observed.as_ref().and_then(|o| o.status.as_deref().cloned());
     let mut status = recommendation_status(outcome, previous.as_ref());
     let standing = Standing::of(p, r, w, previous.as_ref(), conflict);
     if !standing.writes() {
@@ -1364,7 +1367,7 @@ fn gpu_annotation_writes(p: &Planning<'_>, conflicts: &Conflicts<'_>) -> Vec<Wri
             limits: None,
             method: p.write_method(w.key.kind),
         };
-        let recorded = p.index.find(&r.key).and_then(|o| o.status.as_ref());
+        let recorded = p.index.find(&r.key).and_then(|o| o.status.as_deref());
         if !write.in_place() {
             ops.push(WriteOp::Workload(Box::new(write)));
         } else if restart_left(recorded) {
@@ -1405,7 +1408,7 @@ fn policy_condition_writes(
     let mut matched: HashMap<PolicyId, i64> = HashMap::new();
     for r in cycle.gpu_results() {
         // Every policy that sizes some of the workload's containers matched it.
-        for p in &r.policies {
+        for p in r.policies.iter() {
             *matched.entry(p.clone()).or_default() += 1;
         }
     }

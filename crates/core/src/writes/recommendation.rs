@@ -98,7 +98,7 @@ pub fn add_gpu(spec: &mut RightsizingRecommendationSpec, gpu: &WorkloadResult) {
         .as_ref()
         .and_then(|r| r.driving_metric)
         .map(|d| d.as_str().to_string());
-    for p in &gpu.policies {
+    for p in gpu.policies.iter() {
         let p = p.to_string();
         if !spec.policies.contains(&p) {
             spec.policies.push(p);

@@ -381,7 +381,7 @@ fn resizable(spec: &PodSpec) -> impl Iterator<Item = (&Container, bool)> {
         .init_containers
         .iter()
         .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        .filter(|c| c.is_sidecar());
     spec.containers
         .iter()
         .map(|c| (c, false))

@@ -93,6 +93,9 @@ pub struct Assignment {
 pub struct WorkloadPlan {
     pub workload: usize,
     pub assignments: Vec<Assignment>,
+    /// The assigned policies' ids, in assignment order: one list shared by every workload
+    /// with the same assignments ([`shared_policy_ids`]), held again in each result.
+    pub policy_ids: Arc<[PolicyId]>,
     /// Pods of the workload (indexes into `snapshot.pods`).
     pub pods: Vec<usize>,
     pub reasons: Vec<String>,
@@ -228,6 +231,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     // then sorted and deduplicated once per policy (cheaper than a set insert per pod).
     let mut pods_per_policy: BTreeMap<usize, Vec<(&str, &str)>> = BTreeMap::new();
     let by_namespace = PoliciesByNamespace::new(&snapshot.gpu_policies);
+    let mut policy_id_lists = HashMap::default();
     for (wi, w) in snapshot.workloads.iter().enumerate() {
         if snapshot.global.is_protected(&w.key.namespace) {
             continue;
@@ -266,6 +270,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
         }
         out.workloads.push(WorkloadPlan {
             workload: wi,
+            policy_ids: shared_policy_ids(snapshot, &assignments, &mut policy_id_lists),
             assignments,
             pods,
             reasons,
@@ -283,13 +288,32 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, step_seconds: i64) -> Plan {
     out
 }
 
+/// The ids of the policies of `assignments`, in their order, shared through `lists` by every
+/// workload assigned the same policies: one list per policy set, not one per workload.
+fn shared_policy_ids(
+    snapshot: &Snapshot,
+    assignments: &[Assignment],
+    lists: &mut HashMap<Vec<usize>, Arc<[PolicyId]>>,
+) -> Arc<[PolicyId]> {
+    let policies: Vec<usize> = assignments.iter().map(|a| a.policy).collect();
+    lists
+        .entry(policies)
+        .or_insert_with_key(|policies| {
+            policies
+                .iter()
+                .map(|&i| snapshot.gpu_policies[i].id.clone())
+                .collect()
+        })
+        .clone()
+}
+
 /// Outcome of one workload's GPU evaluation.
 #[derive(Clone, Debug)]
 pub struct WorkloadResult {
     pub key: WorkloadKey,
     /// The policies that contributed, in plan order (the one the pods are admitted under is
-    /// [`Self::main_policy`]).
-    pub policies: Vec<PolicyId>,
+    /// [`Self::main_policy`]); shared with the plan.
+    pub policies: Arc<[PolicyId]>,
     pub action: Action,
     pub driving_metric: Option<Signal>,
     pub containers: SmallMap<String, engine::ContainerOutcome>,
@@ -302,7 +326,8 @@ pub struct WorkloadResult {
     pub strategy: Arc<StrategyView>,
     /// Each contributing policy's strategy when several share the recommendation (else empty):
     /// their containers' upsize/downsize follow their own (`WorkloadState::gpu_strategy_of`).
-    pub gpu_strategies: BTreeMap<PolicyId, Arc<StrategyView>>,
+    /// Boxed: most recommendations come from one policy, and a result is held per workload.
+    pub gpu_strategies: Option<Box<BTreeMap<PolicyId, Arc<StrategyView>>>>,
     pub reasons: Vec<String>,
     /// Set when a metric query for one of the workload's policies failed: nothing changes.
     pub metrics_unavailable: bool,
@@ -310,7 +335,7 @@ pub struct WorkloadResult {
     pub owner_queue: Option<String>,
     /// Signals some eligible pod had no sample of (docs/design/gpu-engine.md#g13); their
     /// messages join the reasons once the cycle knows the metric file's range.
-    pub missing_samples: Vec<samples::MissingSamples>,
+    pub missing_samples: Box<[samples::MissingSamples]>,
 }
 
 /// Annotations that failed to parse are reported and treated as absent.
@@ -633,11 +658,12 @@ fn assign_strategies(snapshot: &Snapshot, wp: &WorkloadPlan, result: &mut Worklo
         .and_then(strategy_of)
         .unwrap_or_default();
     if let Some(r) = &result.recommendation {
-        result.gpu_strategies = r
+        let strategies: BTreeMap<_, _> = r
             .by_policy
             .keys()
             .filter_map(|id| Some((id.clone(), strategy_of(id)?)))
             .collect();
+        result.gpu_strategies = (!strategies.is_empty()).then(|| Box::new(strategies));
     }
 }
 
@@ -660,7 +686,7 @@ pub fn evaluate_workload(
     let tgpu = template_gpu(w);
     let mut result = WorkloadResult {
         key: w.key.clone(),
-        policies: Vec::new(),
+        policies: wp.policy_ids.clone(),
         action: Action::None,
         driving_metric: None,
         containers: SmallMap::new(),
@@ -668,16 +694,15 @@ pub fn evaluate_workload(
         baseline: baseline.clone(),
         template_gpu: tgpu,
         strategy: Default::default(),
-        gpu_strategies: BTreeMap::new(),
+        gpu_strategies: None,
         reasons: Vec::new(),
         metrics_unavailable: false,
         owner_queue: w.labels.get(&snapshot.global.kai.queue_label_key).cloned(),
-        missing_samples: Vec::new(),
+        missing_samples: Box::default(),
     };
     let mut outputs: Vec<(usize, EngineOutput)> = Vec::new();
     for a in &wp.assignments {
         let policy = &snapshot.gpu_policies[a.policy];
-        result.policies.push(policy.id.clone());
         if failed.contains(&a.policy) {
             result.metrics_unavailable = true;
             reasons.push(format!(
@@ -725,7 +750,6 @@ pub fn evaluate_workload(
     result.reasons = reasons;
     // A result is held per workload until the writes are planned: no growth slack.
     result.reasons.shrink_to_fit();
-    result.policies.shrink_to_fit();
     result.containers.shrink_to_fit();
     result
 }
@@ -775,9 +799,10 @@ fn merge_outputs(
     let mut rec: Option<GpuRecommendation> = None;
     let mut best_total = f64::MIN;
     let mut parts = BTreeMap::new();
+    let mut missing_samples = Vec::new();
     for (_, o) in outputs {
         reasons.extend(o.reasons);
-        result.missing_samples.extend(o.missing_samples);
+        missing_samples.extend(o.missing_samples);
         result.containers.extend(o.containers);
         if let Some(b) = o.baseline {
             baseline.get_or_insert_with(GpuMap::new).extend(b);
@@ -814,6 +839,7 @@ fn merge_outputs(
     }
     result.baseline = baseline;
     result.recommendation = rec.map(Box::new);
+    result.missing_samples = missing_samples.into_boxed_slice();
 }
 
 impl WorkloadResult {
@@ -835,7 +861,12 @@ impl WorkloadResult {
             let unserved: Vec<String> = g
                 .by_policy
                 .iter()
-                .filter(|(id, _)| !self.gpu_strategies.contains_key(*id))
+                .filter(|(id, _)| {
+                    !self
+                        .gpu_strategies
+                        .as_ref()
+                        .is_some_and(|s| s.contains_key(*id))
+                })
                 .flat_map(|(_, part)| part.containers.iter().cloned())
                 .collect();
             g.containers.retain(|c, _| !unserved.contains(c));
@@ -848,8 +879,65 @@ impl WorkloadResult {
             hpa: None,
             policy: self.main_policy().cloned(),
             strategy: self.strategy.clone(),
-            gpu_strategies: self.gpu_strategies.clone(),
+            gpu_strategies: self.gpu_strategies.as_deref().cloned().unwrap_or_default(),
             owner_queue: self.owner_queue.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kerf_api::PolicyType;
+
+    fn gpu_policy(name: &str) -> GpuPolicy {
+        GpuPolicy {
+            id: PolicyId {
+                kind: "GpuReactivePolicy".into(),
+                namespace: Some("ml".into()),
+                name: name.into(),
+            },
+            policy_type: PolicyType::GpuReactivePolicy,
+            creation: None,
+            generation: None,
+            spec: serde_saphyr::from_str(
+                "{experimental: {gpuKaiContract: v1alpha1-2026-07}, automationStrategyRef: {name: s}}",
+            )
+            .unwrap(),
+            status: None,
+        }
+    }
+
+    fn assigned(policies: &[usize]) -> Vec<Assignment> {
+        policies
+            .iter()
+            .map(|&policy| Assignment {
+                policy,
+                containers: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn shared_policy_ids_gives_workloads_with_the_same_policies_one_list() {
+        let snapshot = Snapshot {
+            gpu_policies: vec![gpu_policy("a"), gpu_policy("b")],
+            ..Default::default()
+        };
+        let mut lists = HashMap::default();
+        let first = shared_policy_ids(&snapshot, &assigned(&[0]), &mut lists);
+        let second = shared_policy_ids(&snapshot, &assigned(&[0]), &mut lists);
+        let both = shared_policy_ids(&snapshot, &assigned(&[1, 0]), &mut lists);
+        assert!(Arc::ptr_eq(&first, &second), "one list for one policy set");
+        assert_eq!(&*first, &[snapshot.gpu_policies[0].id.clone()]);
+        // In assignment order, a list of its own.
+        assert_eq!(
+            &*both,
+            &[
+                snapshot.gpu_policies[1].id.clone(),
+                snapshot.gpu_policies[0].id.clone()
+            ]
+        );
+        assert_eq!(lists.len(), 2);
     }
 }

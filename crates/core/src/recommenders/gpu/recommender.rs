@@ -76,8 +76,9 @@ impl Evaluation for GpuEvaluation<'_> {
         );
         let mut results = self.streaming.finish();
         // The missing samples are said with the file's range, known to the cycle only.
+        // Taken as they are said: the results are held to the end of the cycle.
         for r in &mut results {
-            for m in &r.missing_samples {
+            for m in std::mem::take(&mut r.missing_samples) {
                 r.reasons.push(m.message(out.coverage));
             }
         }

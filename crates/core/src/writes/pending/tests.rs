@@ -208,7 +208,7 @@ mod units {
             status: Some(done),
             owner: None,
             observed: previous.map(|s| PersistedRecommendation {
-                status: Some(s),
+                status: Some(Box::new(s)),
                 ..Default::default()
             }),
         }))

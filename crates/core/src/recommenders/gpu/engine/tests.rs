@@ -65,7 +65,7 @@ fn container(name: &str, gpus: Option<&str>) -> Container {
 
 fn sidecar(name: &str) -> Container {
     Container {
-        restart_policy: Some("Always".into()),
+        restart_policy: Some(Box::new("Always".into())),
         ..container(name, None)
     }
 }
@@ -119,7 +119,7 @@ impl PodB {
                 annotations: Some(self.annotations),
                 deletion_timestamp: self
                     .terminating
-                    .then(|| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
+                    .then(|| Box::new(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()))),
                 ..Default::default()
             },
             spec: Some(PodSpec {
