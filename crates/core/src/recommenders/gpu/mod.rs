@@ -901,7 +901,13 @@ mod tests {
             creation: None,
             generation: None,
             spec: serde_saphyr::from_str(
-                "{experimental: {gpuKaiContract: v1alpha1-2026-07}, automationStrategyRef: {name: s}}",
+                r#"
+experimental: {gpuKaiContract: v1alpha1-2026-07}
+metrics:
+  compute: {prometheus: {metric: sm, interpretation: fullGPU}}
+  memory: {prometheus: {metric: mem, interpretation: currentAllocation}}
+automationStrategyRef: {name: s}
+"#,
             )
             .unwrap(),
             status: None,
