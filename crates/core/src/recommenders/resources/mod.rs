@@ -870,7 +870,9 @@ fn window_keys(key: &WorkloadKey, counted: &[&crate::pod::Container]) -> Vec<Win
 }
 
 /// Evaluates every planned workload. `gpu` carries the GPU engine's per-container values so the
-/// recommendation resource shows them and counts them in savings.
+/// recommendation resource shows them and counts them in savings. Each result boxed as it is
+/// built: joining them to the cycle's outcomes then moves pointers, not the results (25,000
+/// results were held twice for a moment, docs/performance.md).
 pub fn evaluate(
     snapshot: &Snapshot,
     plan: &RsPlan,
@@ -878,7 +880,7 @@ pub fn evaluate(
     gpu: &HashMap<&WorkloadKey, &SmallMap<String, GpuContainer>>,
     now: Timestamp,
     step_seconds: i64,
-) -> Vec<RsResult> {
+) -> Vec<Box<RsResult>> {
     let hpas = hpa::hpa_index(&snapshot.hpas);
     let mut out = Vec::with_capacity(plan.workloads.len());
     for (i, wp) in plan.workloads.iter().enumerate() {
@@ -958,12 +960,12 @@ pub fn evaluate(
             })
             .map_err(EvaluationError::from),
         };
-        out.push(RsResult {
+        out.push(Box::new(RsResult {
             key: w.key.clone(),
             policy: policy.id.clone(),
             outcome,
             metrics_unavailable,
-        });
+        }));
     }
     out
 }
@@ -1108,6 +1110,8 @@ impl Evaluation for ResourcesEvaluation<'_> {
                 self.step_seconds,
             )
         };
+        // The window values are read: gone before the results join the outcomes.
+        drop(std::mem::take(&mut self.answers));
         out.add_resources(results);
         for (i, p) in self.snapshot.rightsizing_policies.iter().enumerate() {
             out.policies
