@@ -653,7 +653,8 @@ mod tests {
                 kind: WorkloadKind::Deployment,
                 name: "web".into(),
                 other_pods: vec![],
-            }],
+            }]
+            .into(),
             at: Timestamp::from_second(T0 + 3_600).unwrap(),
             window_seconds: 3_600,
             step_seconds: 60,

@@ -131,3 +131,44 @@ async fn a_kept_history_follows_a_window_that_is_no_multiple_of_its_step() {
     }
     assert!(compared > 150, "{compared}");
 }
+
+/// A batch's selectors are held once: every query of a batch (one per signal and part) and its
+/// incremental-history group share them, with the history kept or not.
+#[tokio::test]
+async fn a_batch_s_queries_share_its_selectors() {
+    use kerf::core::recommenders::resources::{RsQuery, plan};
+    let snapshot = snapshot();
+    let source = FileSource::from_str(&openmetrics()).unwrap();
+    let history: kerf::reconcile::History = Default::default();
+    let now = jiff::Timestamp::from_second(T0 + 4 * 3600).unwrap();
+    // The first warm-up cycle: one workload kept, the other still answered by the window.
+    run_cycle_keeping(&snapshot, &source, now, SCRAPE, Some(&history)).await;
+    let kept = history.lock().unwrap().clone();
+    for p in [
+        plan(&snapshot, now, SCRAPE, None),
+        plan(&snapshot, now, SCRAPE, Some(&kept)),
+    ] {
+        let mut shared: std::collections::BTreeMap<usize, std::sync::Arc<_>> = Default::default();
+        for (_, _, q) in &p.queries {
+            let (batch, selectors) = match q {
+                RsQuery::Window { batch, query } => (*batch, &query.workloads),
+                RsQuery::Steps {
+                    batch,
+                    group,
+                    query,
+                    ..
+                } => {
+                    assert!(std::sync::Arc::ptr_eq(
+                        &p.groups[*group].selectors,
+                        &query.window.workloads
+                    ));
+                    (*batch, &query.window.workloads)
+                }
+                RsQuery::Range(_) => continue,
+            };
+            let first = shared.entry(batch).or_insert_with(|| selectors.clone());
+            assert!(std::sync::Arc::ptr_eq(first, selectors), "batch {batch}");
+        }
+        assert!(!shared.is_empty());
+    }
+}

@@ -856,7 +856,7 @@ async fn file_and_prometheus_window_aggregates_agree() {
                 namespace_label: "namespace".into(),
                 pod_label: "pod".into(),
                 container_label: "container".into(),
-                workloads: workloads.clone(),
+                workloads: workloads.clone().into(),
                 at: at(end - 7),
                 window_seconds: window,
                 step_seconds: step,

@@ -131,7 +131,9 @@ pub struct WindowQuery {
     pub namespace_label: String,
     pub pod_label: String,
     pub container_label: String,
-    pub workloads: Vec<WorkloadSelector>,
+    /// Shared by the queries of one batch (one per signal): the plan holds each workload's
+    /// selector once.
+    pub workloads: std::sync::Arc<[WorkloadSelector]>,
     pub at: Timestamp,
     pub window_seconds: i64,
     pub step_seconds: i64,
@@ -148,7 +150,7 @@ impl WindowQuery {
         }
         let mid = self.workloads.len() / 2;
         let half = |w: &[WorkloadSelector]| WindowQuery {
-            workloads: w.to_vec(),
+            workloads: w.into(),
             ..self.clone()
         };
         Some((half(&self.workloads[..mid]), half(&self.workloads[mid..])))
@@ -414,7 +416,7 @@ pub struct Term {
 /// each, 61 s — every selector costs Prometheus a pass over the index.)
 pub fn terms(q: &WindowQuery) -> Vec<Term> {
     let mut groups: BTreeMap<(&str, WorkloadKind), Vec<&str>> = BTreeMap::new();
-    for w in &q.workloads {
+    for w in q.workloads.iter() {
         groups
             .entry((w.namespace.as_str(), w.kind))
             .or_default()
@@ -592,7 +594,8 @@ mod tests {
                     name: "db".into(),
                     other_pods: vec![],
                 },
-            ],
+            ]
+            .into(),
             at: Timestamp::from_second(1_767_268_800).unwrap(),
             window_seconds: 604_800,
             step_seconds: 61,
@@ -764,7 +767,7 @@ mod tests {
         let (c, d) = b.split().unwrap();
         assert_eq!(
             [&a.workloads[..], &c.workloads[..], &d.workloads[..]].concat(),
-            whole.workloads
+            whole.workloads.to_vec()
         );
     }
 

@@ -62,8 +62,9 @@ pub struct Group {
     pub quantile: f64,
     pub now: i64,
     /// Its workloads' selectors: a pod of the history none selects any more (one selected by
-    /// name, deleted) no longer counts, as in the window query.
-    pub selectors: Vec<WorkloadSelector>,
+    /// name, deleted) no longer counts, as in the window query. Its batch's, shared with its
+    /// queries (`batch_selectors`); none until the batch is planned.
+    pub selectors: std::sync::Arc<[WorkloadSelector]>,
 }
 
 /// The workloads of `selectors` grouped by what they ask this cycle (the same steps on both
@@ -106,13 +107,12 @@ pub fn group_of(
                         history_window,
                         quantile: spec.resources.cpu.clone().unwrap_or_default().percentile / 100.0,
                         now,
-                        selectors: Vec::new(),
+                        selectors: Vec::new().into(),
                     },
                     Vec::new(),
                 )
             });
         g.0.workloads.push(key);
-        g.0.selectors.push(s.clone());
         g.1.push(i);
     }
     groups.into_values().collect()
@@ -164,13 +164,12 @@ impl Group {
         matches!(self.cpu, Asked::Backfill { .. })
     }
 
-    /// The step queries of the group over `selectors` (its workloads'): per signal, the new
-    /// steps and, steady, the expired ones.
+    /// The step queries of the group over its workloads' selectors: per signal, the new steps
+    /// and, steady, the expired ones.
     pub fn queries(
         &self,
         spec: &RightsizingPolicySpec,
         metrics: &ResourceMetrics,
-        selectors: Vec<WorkloadSelector>,
         init_oom: bool,
         now: jiff::Timestamp,
         step_seconds: i64,
@@ -184,7 +183,14 @@ impl Group {
         ];
         let init = init_oom.then_some(RsSignal::InitOomKilled);
         for signal in signals.into_iter().chain(init) {
-            let window = window_query(signal, spec, metrics, selectors.clone(), now, step_seconds);
+            let window = window_query(
+                signal,
+                spec,
+                metrics,
+                self.selectors.clone(),
+                now,
+                step_seconds,
+            );
             let asked = match signal {
                 RsSignal::Cpu | RsSignal::Throttled => self.cpu,
                 _ => self.memory,

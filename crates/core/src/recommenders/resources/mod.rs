@@ -18,6 +18,7 @@ pub mod summary;
 pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::hash::{HashMap, HashSet};
 
@@ -187,7 +188,7 @@ fn window_query(
     signal: RsSignal,
     spec: &kerf_api::RightsizingPolicySpec,
     metrics: &ResourceMetrics,
-    workloads: Vec<WorkloadSelector>,
+    workloads: Arc<[WorkloadSelector]>,
     now: Timestamp,
     step_seconds: i64,
 ) -> WindowQuery {
@@ -489,7 +490,6 @@ fn plan_batches(
                             .iter()
                             .map(|(_, s)| (s.namespace.clone(), s.label()))
                             .collect(),
-                        selectors: part.iter().map(|(_, s)| s.clone()).collect(),
                         ..group.clone()
                     };
                     push_step_batch(out, snapshot, pi, group, part, now, step_seconds);
@@ -510,14 +510,21 @@ fn has_sidecar(out: &RsPlan, snapshot: &Snapshot, members: &[(usize, WorkloadSel
     })
 }
 
-/// A new batch of `members`: its index and its workloads' selectors.
+/// A new batch of `members`: its index and its workloads' selectors, shared by its queries
+/// ([`batch_selectors`]).
 fn new_batch(
     out: &mut RsPlan,
     members: &[(usize, WorkloadSelector)],
-) -> (usize, Vec<WorkloadSelector>) {
+) -> (usize, Arc<[WorkloadSelector]>) {
     out.batches.push(members.iter().map(|(i, _)| *i).collect());
-    let selectors = members.iter().map(|(_, s)| s.clone()).collect();
-    (out.batches.len() - 1, selectors)
+    (out.batches.len() - 1, batch_selectors(members))
+}
+
+/// The selectors of a batch's workloads, held once and shared by every query of the batch (one
+/// per signal and part) and its incremental-history group: a plan of 25,000 workloads held
+/// each selector five to eight times (docs/performance.md).
+pub fn batch_selectors(members: &[(usize, WorkloadSelector)]) -> Arc<[WorkloadSelector]> {
+    members.iter().map(|(_, s)| s.clone()).collect()
 }
 
 /// One batch of plan workloads `members` of policy `pi`, asked through the window queries.
@@ -561,10 +568,10 @@ fn push_step_batch(
     let (batch, selectors) = new_batch(out, members);
     let init = has_sidecar(out, snapshot, members);
     let gi = out.groups.len();
+    let group = incremental::Group { selectors, ..group };
     let queries = group.queries(
         spec,
         &snapshot.global.prometheus.resource_metrics,
-        selectors,
         init,
         now,
         step_seconds,
@@ -863,7 +870,9 @@ fn window_keys(key: &WorkloadKey, counted: &[&crate::pod::Container]) -> Vec<Win
 }
 
 /// Evaluates every planned workload. `gpu` carries the GPU engine's per-container values so the
-/// recommendation resource shows them and counts them in savings.
+/// recommendation resource shows them and counts them in savings. Each result boxed as it is
+/// built: joining them to the cycle's outcomes then moves pointers, not the results (25,000
+/// results were held twice for a moment, docs/performance.md).
 pub fn evaluate(
     snapshot: &Snapshot,
     plan: &RsPlan,
@@ -871,7 +880,7 @@ pub fn evaluate(
     gpu: &HashMap<&WorkloadKey, &SmallMap<String, GpuContainer>>,
     now: Timestamp,
     step_seconds: i64,
-) -> Vec<RsResult> {
+) -> Vec<Box<RsResult>> {
     let hpas = hpa::hpa_index(&snapshot.hpas);
     let mut out = Vec::with_capacity(plan.workloads.len());
     for (i, wp) in plan.workloads.iter().enumerate() {
@@ -951,12 +960,12 @@ pub fn evaluate(
             })
             .map_err(EvaluationError::from),
         };
-        out.push(RsResult {
+        out.push(Box::new(RsResult {
             key: w.key.clone(),
             policy: policy.id.clone(),
             outcome,
             metrics_unavailable,
-        });
+        }));
     }
     out
 }
@@ -1101,6 +1110,8 @@ impl Evaluation for ResourcesEvaluation<'_> {
                 self.step_seconds,
             )
         };
+        // The window values are read: gone before the results join the outcomes.
+        drop(std::mem::take(&mut self.answers));
         out.add_resources(results);
         for (i, p) in self.snapshot.rightsizing_policies.iter().enumerate() {
             out.policies
