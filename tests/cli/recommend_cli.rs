@@ -20,7 +20,14 @@ fn kerf(args: &[&str]) -> std::process::Output {
 }
 
 fn recommend_json(manifests: &Path, metrics: &Path) -> Value {
-    let out = kerf(&[
+    let out = recommend(manifests, metrics, &["-o", "json"]);
+    serde_json::from_slice(&out).expect("stdout is JSON")
+}
+
+/// `kerf recommend`'s standard output for `manifests` and `metrics` at [`AT`], with `extra`
+/// arguments; it must succeed.
+fn recommend(manifests: &Path, metrics: &Path, extra: &[&str]) -> Vec<u8> {
+    let mut args = vec![
         "recommend",
         "--manifests",
         manifests.to_str().unwrap(),
@@ -28,34 +35,20 @@ fn recommend_json(manifests: &Path, metrics: &Path) -> Value {
         metrics.to_str().unwrap(),
         "--at",
         AT,
-        "-o",
-        "json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = kerf(&args);
     assert!(
         out.status.success(),
         "kerf failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+    out.stdout
 }
 
 /// `kerf recommend`'s table for `manifests` and `metrics` at [`AT`].
 fn recommend_table(manifests: &Path, metrics: &Path) -> String {
-    let out = kerf(&[
-        "recommend",
-        "--manifests",
-        manifests.to_str().unwrap(),
-        "--metrics",
-        metrics.to_str().unwrap(),
-        "--at",
-        AT,
-    ]);
-    assert!(
-        out.status.success(),
-        "kerf failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("the table is text")
+    String::from_utf8(recommend(manifests, metrics, &[])).expect("the table is text")
 }
 
 fn entry<'a>(v: &'a Value, name: &str) -> &'a Value {

@@ -234,14 +234,7 @@ fn hpa_rule_blocks_at_the_first_takeback_of_spec_metrics() {
         "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5}
     }))
     .unwrap();
-    let mut prev = status(0, None);
-    prev.applied.as_mut().unwrap().hpa = Some(Box::new(HpaRecommendation {
-        name: "web".into(),
-        resource: Some("cpu".into()),
-        target_before: Some(50),
-        target_after: Some(71),
-        skip_reason: None,
-    }));
+    let prev = hpa_pair_applied();
     let w = workload("700m", vec![manager("kerf", "Apply", Some(1), &[cpu()])]);
     let hpas = [hpa];
     let a = assess(&ConflictInput {
@@ -394,8 +387,8 @@ fn hpa_at(target: i32, owner: &str, since: i64) -> HorizontalPodAutoscaler {
     .unwrap()
 }
 
-/// kerf applies app cpu 700m with the HPA's target 50 → 71 %, from 1 core before its change.
-fn pair_status() -> RecommendationStatus {
+/// kerf's applied status of a change that moved the HPA `web`'s cpu target 50 → 71 %.
+fn hpa_pair_applied() -> RecommendationStatus {
     let mut prev = status(0, None);
     prev.applied.as_mut().unwrap().hpa = Some(Box::new(HpaRecommendation {
         name: "web".into(),
@@ -404,6 +397,12 @@ fn pair_status() -> RecommendationStatus {
         target_after: Some(71),
         skip_reason: None,
     }));
+    prev
+}
+
+/// kerf applies app cpu 700m with the HPA's target 50 → 71 %, from 1 core before its change.
+fn pair_status() -> RecommendationStatus {
+    let mut prev = hpa_pair_applied();
     prev.previous_hpa_target = Some(50);
     prev.original_requests = SmallMap::from([(
         "app".to_string(),
