@@ -175,8 +175,8 @@ impl Decision {
 pub fn handle_review(body: &[u8], store: &Store) -> Reply {
     // The usual review, a pod's creation, in one pass: the object read straight into its
     // skeleton (the raw reading below scans the object twice: about a quarter of a review).
-    // The body's UTF-8 is checked once, instead of each string the skeleton keeps on its own
-    // (4 % of a review's instructions); a body that is not UTF-8 is read as before.
+    // The body's UTF-8 is checked once, instead of each string the skeleton keeps on its own;
+    // a body that is not UTF-8 is read as before.
     let one_pass = match std::str::from_utf8(body) {
         Ok(text) => serde_json::from_str::<Review<PodSkeleton>>(text),
         Err(_) => serde_json::from_slice::<Review<PodSkeleton>>(body),

@@ -340,8 +340,8 @@ fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value
     c.get("resources")?.get(which)?.get(name)
 }
 
-/// The pod's `spec.<field>`. Map lookups, not `Value::pointer`: a pointer's tokens are
-/// unescaped into new strings, which made the pod-level guard a tenth of a review's answer.
+/// The pod's `spec.<field>`, by map lookups: `Value::pointer` unescapes each token into a new
+/// string, and the pod-level guard reads `spec` on every review.
 fn spec_field<'a>(pod: &'a Value, field: &str) -> Option<&'a Value> {
     pod.get("spec")?.get(field)
 }
