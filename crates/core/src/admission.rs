@@ -340,16 +340,12 @@ fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value
     c.get("resources")?.get(which)?.get(name)
 }
 
-/// The pod's `spec.<field>`, by map lookups: `Value::pointer` unescapes each token into a new
-/// string, and the pod-level guard reads `spec` on every review.
-fn spec_field<'a>(pod: &'a Value, field: &str) -> Option<&'a Value> {
-    pod.get("spec")?.get(field)
-}
-
 /// The pod's container list `spec.<list>` (`containers`, `initContainers`); empty when it is
-/// missing or not a list.
+/// missing or not a list. Map lookups, not `Value::pointer`, which unescapes each token into a
+/// new string: the pod-level guard reads the lists on every review.
 fn spec_list<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
-    spec_field(pod, list)
+    pod.get("spec")
+        .and_then(|s| s.get(list))
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
@@ -1003,9 +999,10 @@ fn resource_requests(
 /// A pod's pod-level request of `resource` (`spec.resources`, Kubernetes' PodLevelResources):
 /// its request, else its limit (the API server defaults the request to the limit).
 fn pod_level_request(pod: &Value, resource: &str) -> Option<i64> {
-    let r = spec_field(pod, "resources")?;
-    let of = |which: &str| r.get(which).and_then(|m| m.get(resource));
-    let v = of("requests").or_else(|| of("limits"))?;
+    // The pod-level `spec.resources` reads as a container's `resources`.
+    let spec = pod.get("spec")?;
+    let v = resource_value(spec, "requests", resource)
+        .or_else(|| resource_value(spec, "limits", resource))?;
     match resource {
         "cpu" => cpu_millis_of(v),
         _ => memory_bytes_of(v),
@@ -1087,8 +1084,9 @@ fn pod_level_exceeded(desired: &Value, pod: &Value, resource: &str) -> bool {
         let wanted = aggregate_container_requests(desired, resource);
         wanted > p && wanted > aggregate_container_requests(pod, resource)
     });
-    let pod_limit = spec_field(pod, "resources")
-        .and_then(|r| r.get("limits")?.get(resource))
+    let pod_limit = pod
+        .get("spec")
+        .and_then(|spec| resource_value(spec, "limits", resource))
         .and_then(|v| match resource {
             "cpu" => cpu_millis_of(v),
             _ => memory_bytes_of(v),

@@ -106,8 +106,6 @@ pub struct Container {
     pub resize_policy: Option<Box<[ContainerResizePolicy]>>,
 }
 
-/// A container's `resizePolicy` entry: `restartPolicy` (`NotRequired`, `RestartContainer`) of
-/// one resource (`cpu`, `memory`).
 impl Container {
     /// An init container with `restartPolicy: Always`: a sidecar, running beside the regular
     /// containers.
@@ -118,6 +116,8 @@ impl Container {
     }
 }
 
+/// A container's `resizePolicy` entry: `restartPolicy` (`NotRequired`, `RestartContainer`) of
+/// one resource (`cpu`, `memory`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerResizePolicy {
