@@ -11,7 +11,9 @@
 # Prints throughput, the p99s and kerf's ratios to the null and floor servers.
 # Paired throughput: before the rounds, PAIRS (default 6) sets of PAIR_SECONDS (default 5) s
 # saturated runs of the null server and kerf back to back, the order alternating, each pair's
-# ratio taken on its own and the median reported. The VM's speed
+# ratio taken on its own and the median reported. Each run of the sets also reads the server's
+# CPU time (user and system, /proc/PID/stat) and reports it per request: the system part grows
+# when the load generator idles and each answer has to wake it. The VM's speed
 # drifts over minutes (the same server's saturated rate moved by a third between rounds), and
 # the rounds run a server's saturated and fixed-rate runs in one block, so a round's two
 # saturated runs are a minute or more apart; adjacent runs see the same machine.
@@ -97,6 +99,7 @@ start_server() { # name port args...
         "$BIN" "$@" 2>"$WORK/$name.log" &
     fi
     PIDS+=($!)
+    echo $! > "$WORK/$name.pid"
     local url="https://localhost:$port/mutate" ok=""
     for _ in $(seq 1 100); do
         if on "$LOAD_CPUS" curl -sk --fail -o "$WORK/$name.resp" -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$url" 2>/dev/null; then ok=1; break; fi
@@ -141,19 +144,32 @@ if [[ ",$RATES," == *,auto,* ]]; then
     echo "auto rate: $half req/s (half of kerf's $calib req/s in a 5 s calibration run)" >&2
 fi
 echo "fixed offered rates: $RATES req/s; server on CPUs ${SERVER_CPUS:-any}, load generators on CPUs ${LOAD_CPUS:-any}; $(uptime)" >&2
-sat_rps() { # port seconds → saturated req/s
-    on "$LOAD_CPUS" wrk -t"$THREADS" -c"$CONNS" -d"$2s" -s "$WORK/post.lua" "https://localhost:$1/mutate" | awk '/^Requests\/sec:/ {print $2}'
+# The server's CPU time so far, user and system, in clock ticks (/proc/PID/stat fields 14, 15).
+cpu_ticks() { awk '{print $14, $15}' "/proc/$(cat "$WORK/$1.pid")/stat"; }
+sat_rps() { # port seconds name → saturated req/s, then the server's user and system µs per request
+    local before after out
+    before=$(cpu_ticks "$3")
+    out=$(on "$LOAD_CPUS" wrk -t"$THREADS" -c"$CONNS" -d"$2s" -s "$WORK/post.lua" "https://localhost:$1/mutate")
+    after=$(cpu_ticks "$3")
+    python3 -c 'import os, sys
+rps, n = float(sys.argv[1]), float(sys.argv[2])
+(u0, s0), (u1, s1) = map(int, sys.argv[3].split()), map(int, sys.argv[4].split())
+us = 1e6 / os.sysconf("SC_CLK_TCK") / n
+print(f"{rps} {(u1 - u0) * us:.2f} {(s1 - s0) * us:.2f}")' \
+        "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")" "$(awk '/requests in/ {print $1}' <<<"$out")" "$before" "$after"
 }
 PAIRS="${PAIRS:-6}"
 PAIR_SECONDS="${PAIR_SECONDS:-5}"
 for pair in $(seq 1 "$PAIRS"); do
     if [ $((pair % 2)) = 1 ]; then
-        n=$(sat_rps 18445 "$PAIR_SECONDS"); k=$(sat_rps 18444 "$PAIR_SECONDS"); f=$(sat_rps 18443 "$PAIR_SECONDS")
+        n=$(sat_rps 18445 "$PAIR_SECONDS" null); k=$(sat_rps 18444 "$PAIR_SECONDS" kerf); f=$(sat_rps 18443 "$PAIR_SECONDS" floor)
     else
-        f=$(sat_rps 18443 "$PAIR_SECONDS"); k=$(sat_rps 18444 "$PAIR_SECONDS"); n=$(sat_rps 18445 "$PAIR_SECONDS")
+        f=$(sat_rps 18443 "$PAIR_SECONDS" floor); k=$(sat_rps 18444 "$PAIR_SECONDS" kerf); n=$(sat_rps 18445 "$PAIR_SECONDS" null)
     fi
-    echo "$n $k $f" >> "$WORK/pairs.results"
-    echo "pair $pair: null $n req/s, kerf $k req/s, floor $f req/s, kerf/null $(python3 -c 'import sys; print("%.3f" % (float(sys.argv[2]) / float(sys.argv[1])))' "$n" "$k")" >&2
+    # One line per set: the three throughputs, then each server's user and system µs per request.
+    read -r n nu ns <<<"$n"; read -r k ku ks <<<"$k"; read -r f fu fs <<<"$f"
+    echo "$n $k $f $nu $ns $ku $ks $fu $fs" >> "$WORK/pairs.results"
+    echo "pair $pair: null $n req/s, kerf $k req/s, floor $f req/s, kerf/null $(python3 -c 'import sys; print("%.3f" % (float(sys.argv[2]) / float(sys.argv[1])))' "$n" "$k"); CPU per request (user+system µs): null $nu+$ns, kerf $ku+$ks, floor $fu+$fs" >&2
 done
 for round in $(seq 1 "$ROUNDS"); do
     case $((round % 3)) in
@@ -172,12 +188,17 @@ def load(p):
 f, n, k = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
 body, dur, conns, threads, rounds, rates, scpu, lcpu, pairs_file, pair_s = sys.argv[4:14]
 pairs = [tuple(map(float, l.split())) for l in open(pairs_file) if l.strip()]
-paired = statistics.median(k_ / n_ for n_, k_, _ in pairs)
-paired_floor = statistics.median(k_ / f_ for _, k_, f_ in pairs)
+paired = statistics.median(p[1] / p[0] for p in pairs)
+paired_floor = statistics.median(p[1] / p[2] for p in pairs)
 # Microseconds of one core per request (the server has one CPU).
 us = lambda x: 1e6 / x
-us_null = statistics.median(us(n_) for n_, _, _ in pairs)
-us_kerf = statistics.median(us(k_) for _, k_, _ in pairs)
+us_null = statistics.median(us(p[0]) for p in pairs)
+us_kerf = statistics.median(us(p[1]) for p in pairs)
+# The CPU time each server's process took per request in the same sets, user and system
+# (medians): the system part grows when the load generator idles and each answer wakes it.
+cpu = {name: (statistics.median(p[3 + 2 * i] for p in pairs), statistics.median(p[4 + 2 * i] for p in pairs))
+       for i, name in enumerate(("null", "kerf", "floor"))}
+cpu_floor = statistics.median((p[7] + p[8]) / (p[5] + p[6]) for p in pairs if p[5] + p[6] > 0)
 rates = rates.split(",")
 print(f"body {body} bytes, HTTP/1.1 keep-alive over TLS, {conns} connections, {dur} s per run, median of {rounds} rounds (order rotating); server on CPUs {scpu}, load generators on CPUs {lcpu}")
 print(f"saturated: wrk -t{threads} -c{conns} (closed loop); fixed rates: open loop at {', '.join(rates)} req/s for every server, latency from each request's due time")
@@ -191,7 +212,8 @@ print(row("floor (axum + rustls, typed Pod, fixed patch)", f))
 print(row("kerf /mutate", k))
 for name, o in (("null", n), ("floor", f)):
     print(f"| ratio kerf/{name} | {k[0]/o[0]:.2f}x | {k[1]/o[1]:.2f}x |" + "".join(f" {k[2+2*i]/o[2+2*i]:.2f}x / {k[3+2*i]/o[3+2*i]:.2f}x |" for i in range(len(rates))))
-print(f"paired saturated throughput ({len(pairs)} sets of {pair_s} s runs back to back, order alternating): kerf/null median {paired:.2f}x, kerf/floor median {paired_floor:.2f}x (sets kerf/floor: {', '.join('%.2f' % (k_ / f_) for _, k_, f_ in pairs)}); per request (us of the server's core, medians): null {us_null:.1f}, kerf {us_kerf:.1f}")
+print(f"paired saturated throughput ({len(pairs)} sets of {pair_s} s runs back to back, order alternating): kerf/null median {paired:.2f}x, kerf/floor median {paired_floor:.2f}x (sets kerf/floor: {', '.join('%.2f' % (p[1] / p[2]) for p in pairs)}); per request (us of the server's core, medians): null {us_null:.1f}, kerf {us_kerf:.1f}")
+print(f"CPU time per request in those sets (us of the server's process, user + system, medians): " + ", ".join(f"{name} {u:.1f} + {s_:.1f}" for name, (u, s_) in cpu.items()) + f"; floor/kerf by CPU time, median of the sets: {cpu_floor:.2f}x")
 # The floor to hold: throughput >= 1.5x the floor server (paired), p99 within 1.2x the null
 # server's at 1,000 and 2,500 req/s.
 print(f"goal: throughput >= 1.5x the floor server (paired median): {'met' if paired_floor >= 1.5 else 'NOT met'} ({paired_floor:.2f}x)")
