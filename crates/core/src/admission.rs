@@ -999,10 +999,18 @@ fn resource_requests(
 /// A pod's pod-level request of `resource` (`spec.resources`, Kubernetes' PodLevelResources):
 /// its request, else its limit (the API server defaults the request to the limit).
 fn pod_level_request(pod: &Value, resource: &str) -> Option<i64> {
-    // The pod-level `spec.resources` reads as a container's `resources`.
-    let spec = pod.get("spec")?;
-    let v = resource_value(spec, "requests", resource)
-        .or_else(|| resource_value(spec, "limits", resource))?;
+    pod_level_value(pod, "requests", resource)
+        .or_else(|| pod_level_value(pod, "limits", resource))
+        .and_then(|v| guarded_amount(resource, v))
+}
+
+/// The pod-level `spec.resources.<which>.<resource>`: it reads as a container's `resources`.
+fn pod_level_value<'a>(pod: &'a Value, which: &str, resource: &str) -> Option<&'a Value> {
+    resource_value(pod.get("spec")?, which, resource)
+}
+
+/// A quantity of a resource the pod-level guard checks: `cpu` in millicores, `memory` in bytes.
+fn guarded_amount(resource: &str, v: &Value) -> Option<i64> {
     match resource {
         "cpu" => cpu_millis_of(v),
         _ => memory_bytes_of(v),
@@ -1016,12 +1024,9 @@ fn pod_level_request(pod: &Value, resource: &str) -> Option<i64> {
 /// more.
 fn aggregate_container_requests(pod: &Value, resource: &str) -> i64 {
     let request = |c: &Value| {
-        let v = resource_value(c, "requests", resource);
-        match resource {
-            "cpu" => v.and_then(cpu_millis_of),
-            _ => v.and_then(memory_bytes_of),
-        }
-        .unwrap_or(0)
+        resource_value(c, "requests", resource)
+            .and_then(|v| guarded_amount(resource, v))
+            .unwrap_or(0)
     };
     let mut sum: i64 = spec_list(pod, "containers").iter().map(request).sum();
     let mut init_peak = 0;
@@ -1084,22 +1089,14 @@ fn pod_level_exceeded(desired: &Value, pod: &Value, resource: &str) -> bool {
         let wanted = aggregate_container_requests(desired, resource);
         wanted > p && wanted > aggregate_container_requests(pod, resource)
     });
-    let pod_limit = pod
-        .get("spec")
-        .and_then(|spec| resource_value(spec, "limits", resource))
-        .and_then(|v| match resource {
-            "cpu" => cpu_millis_of(v),
-            _ => memory_bytes_of(v),
-        });
+    let pod_limit =
+        pod_level_value(pod, "limits", resource).and_then(|v| guarded_amount(resource, v));
     let limit_over = pod_limit.is_some_and(|p| {
         ["containers", "initContainers"].iter().any(|list| {
             spec_list(desired, list)
                 .iter()
                 .filter_map(|c| resource_value(c, "limits", resource))
-                .filter_map(|v| match resource {
-                    "cpu" => cpu_millis_of(v),
-                    _ => memory_bytes_of(v),
-                })
+                .filter_map(|v| guarded_amount(resource, v))
                 .any(|l| l > p)
         })
     });
