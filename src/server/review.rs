@@ -248,7 +248,9 @@ fn answer(uid: &str, patch: &[PatchOperation], warnings: &[String]) -> Vec<u8> {
     // of being scanned for escapes byte by byte (a tenth of a review's answer).
     let patch = (!patch.is_empty())
         .then(|| {
-            let ops = serde_json::to_vec(patch).unwrap_or_default();
+            // Sized for a pod's usual patch, so the text is not copied as it grows.
+            let mut ops = Vec::with_capacity(1024);
+            serde_json::to_writer(&mut ops, patch).ok()?;
             let mut quoted = String::with_capacity(ops.len() * 4 / 3 + 8);
             quoted.push('"');
             base64::engine::general_purpose::STANDARD.encode_string(ops, &mut quoted);
@@ -267,8 +269,11 @@ fn answer(uid: &str, patch: &[PatchOperation], warnings: &[String]) -> Vec<u8> {
             warnings,
         },
     };
+    let mut body =
+        Vec::with_capacity(answer.response.patch.as_ref().map_or(0, |p| p.get().len()) + 256);
     // Strings, numbers and a bool: serializing cannot fail.
-    serde_json::to_vec(&answer).unwrap_or_default()
+    let _ = serde_json::to_writer(&mut body, &answer);
+    body
 }
 
 /// The answer to a decoded review.

@@ -6,7 +6,7 @@
 //! the GPU target ([`gpu_targets`], over KAI's one-fractional-container rule in [`kai`]),
 //! CPU/memory requests ([`resource_requests`]), scheduler and queue ([`scheduler_and_queue`]),
 //! and the metadata they imply ([`metadata`]). The patch is the `json-patch` crate's diff
-//! between the original and the desired object, so a second invocation on an already-patched
+//! between the original and the desired object ([`diff`] walks it at less cost), so a second invocation on an already-patched
 //! object yields an empty patch (`reinvocationPolicy: IfNeeded`). The rules and kerf's readings
 //! of them are docs/design/kai-admission.md.
 
@@ -17,6 +17,7 @@ use json_patch::PatchOperation;
 use k8s_openapi::api::autoscaling::v2::MetricSpec;
 use serde_json::{Map, Value};
 
+mod diff;
 pub mod kai;
 
 use crate::accelerator::{Holds, NVIDIA_KAI};
@@ -53,7 +54,7 @@ pub struct Mutation {
 impl Mutation {
     fn from(original: &Value, desired: &Value, notes: Vec<String>) -> Self {
         Self {
-            patch: json_patch::diff(original, desired).0,
+            patch: diff::patch_between(original, desired),
             notes,
         }
     }
@@ -614,9 +615,10 @@ impl PodSkeleton {
 
     /// [`Self::to_value`], moving the decoded parts instead of copying them (the webhook's path).
     pub fn into_value(self) -> Value {
-        let mut out = Map::new();
+        // Each map sized for what it can hold: inserting then never grows it.
+        let mut out = Map::with_capacity(2);
         if let Some(m) = self.metadata {
-            let mut mm = Map::new();
+            let mut mm = Map::with_capacity(2);
             if let Some(a) = m.annotations {
                 mm.insert("annotations".into(), Value::Object(a));
             }
@@ -628,7 +630,7 @@ impl PodSkeleton {
             out.insert("metadata".into(), Value::Object(mm));
         }
         if let Some(sp) = self.spec {
-            let mut ss = Map::new();
+            let mut ss = Map::with_capacity(4);
             if let Some(n) = sp.scheduler_name {
                 ss.insert("schedulerName".into(), n);
             }
@@ -639,7 +641,7 @@ impl PodSkeleton {
                 Value::Array(
                     cs.into_iter()
                         .map(|c| {
-                            let mut cm = Map::new();
+                            let mut cm = Map::with_capacity(2);
                             if let Some(n) = c.name {
                                 cm.insert("name".into(), n);
                             }
