@@ -250,7 +250,9 @@ fn answer(uid: &str, patch: &[PatchOperation], warnings: &[String]) -> Vec<u8> {
         .then(|| {
             // Sized for a pod's usual patch, so the text is not copied as it grows.
             let mut ops = Vec::with_capacity(1024);
-            serde_json::to_writer(&mut ops, patch).ok()?;
+            if serde_json::to_writer(&mut ops, patch).is_err() {
+                ops.clear();
+            }
             let mut quoted = String::with_capacity(ops.len() * 4 / 3 + 8);
             quoted.push('"');
             base64::engine::general_purpose::STANDARD.encode_string(ops, &mut quoted);
@@ -271,8 +273,10 @@ fn answer(uid: &str, patch: &[PatchOperation], warnings: &[String]) -> Vec<u8> {
     };
     let mut body =
         Vec::with_capacity(answer.response.patch.as_ref().map_or(0, |p| p.get().len()) + 256);
-    // Strings, numbers and a bool: serializing cannot fail.
-    let _ = serde_json::to_writer(&mut body, &answer);
+    // Strings, numbers and a bool: serializing cannot fail (an empty body if it did).
+    if serde_json::to_writer(&mut body, &answer).is_err() {
+        body.clear();
+    }
     body
 }
 

@@ -6,9 +6,9 @@
 //! the GPU target ([`gpu_targets`], over KAI's one-fractional-container rule in [`kai`]),
 //! CPU/memory requests ([`resource_requests`]), scheduler and queue ([`scheduler_and_queue`]),
 //! and the metadata they imply ([`metadata`]). The patch is the `json-patch` crate's diff
-//! between the original and the desired object ([`diff`] walks it at less cost), so a second invocation on an already-patched
-//! object yields an empty patch (`reinvocationPolicy: IfNeeded`). The rules and kerf's readings
-//! of them are docs/design/kai-admission.md.
+//! between the original and the desired object ([`diff`] walks it at less cost), so a second
+//! invocation on an already-patched object yields an empty patch (`reinvocationPolicy:
+//! IfNeeded`). The rules and kerf's readings of them are docs/design/kai-admission.md.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -26,6 +26,9 @@ fn key() -> impl Strategy<Value = String> {
         Just("0".to_string()),
         Just("x/y".to_string()),
         Just("m~n".to_string()),
+        // Already looks encoded: must be escaped again, not taken as an encoded token.
+        Just("~1".to_string()),
+        Just("a~0/".to_string()),
         Just("rightsizing.kubex.ai/mutated".to_string()),
         "[a-d~/]{0,3}",
     ]
