@@ -20,6 +20,8 @@ use serde_json::{Map, Value};
 mod diff;
 pub mod kai;
 
+pub use diff::patch_between;
+
 use crate::accelerator::{Holds, NVIDIA_KAI};
 use crate::hpa::{analyze_metric_specs, utilization_metrics};
 use crate::quantity;
@@ -54,7 +56,7 @@ pub struct Mutation {
 impl Mutation {
     fn from(original: &Value, desired: &Value, notes: Vec<String>) -> Self {
         Self {
-            patch: diff::patch_between(original, desired),
+            patch: patch_between(original, desired),
             notes,
         }
     }

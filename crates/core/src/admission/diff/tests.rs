@@ -91,8 +91,7 @@ fn apply(doc: &mut Value, at: &[usize], edit: &Edit) {
     if let Some(next) = next {
         return apply(next, &at[1..], edit);
     }
-    let here = doc;
-    match (here, edit) {
+    match (doc, edit) {
         (Value::Object(m), Edit::Set(k, v)) => {
             m.insert(k.clone(), v.clone());
         }
@@ -163,11 +162,7 @@ fn patch_between_is_json_patch_diff_on_a_pod_kerf_patched() {
     annotations.insert("gpu-fraction".into(), json!("0.5"));
     right["metadata"]["labels"]["kai.scheduler/queue"] = json!("q");
     same_as_json_patch(&left, &right).unwrap();
-    assert_eq!(
-        patch_between(&left, &right).len(),
-        8,
-        "{:?}",
-        patch_between(&left, &right)
-    );
+    let ops = patch_between(&left, &right);
+    assert_eq!(ops.len(), 8, "{ops:?}");
     assert!(patch_between(&left, &left).is_empty());
 }
