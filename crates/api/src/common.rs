@@ -275,6 +275,11 @@ impl JsonSchema for WorkloadKind {
     }
 }
 
+/// The API group of an `apiVersion` (`apps/v1` → `apps`; the core group's `v1` → empty).
+pub fn api_group(api_version: &str) -> &str {
+    api_version.split_once('/').map_or("", |(group, _)| group)
+}
+
 impl WorkloadKind {
     /// Where the pod template lives in this kind (a kind kerf does not write has none it uses).
     pub fn template_path(self) -> &'static [&'static str] {
@@ -385,10 +390,9 @@ impl WorkloadKind {
     /// The kind an object of `api_version` and `kind` is, its API group checked (a `Service`
     /// is a Knative Service only in `serving.knative.dev`).
     pub fn of_object(api_version: &str, kind: &str) -> Option<Self> {
-        let group = |v: &str| v.split_once('/').map_or("", |(g, _)| g).to_string();
         Self::ALL
             .into_iter()
-            .find(|k| k.kind_name() == kind && group(k.api_version()) == group(api_version))
+            .find(|k| k.kind_name() == kind && api_group(k.api_version()) == api_group(api_version))
             .or_else(|| {
                 super::listed_kinds::listed_of_object(api_version, kind).map(WorkloadKind::Listed)
             })

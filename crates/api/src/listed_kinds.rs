@@ -11,6 +11,8 @@ use std::sync::{Mutex, RwLock};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::common::api_group;
+
 /// One entry of `spec.workloadKinds`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -189,10 +191,9 @@ pub fn listed_by_name(name: &str) -> Option<ListedKind> {
 
 /// The listed kind of an object of `api_version` and `kind` (its group checked).
 pub fn listed_of_object(api_version: &str, kind: &str) -> Option<ListedKind> {
-    let group = |v: &str| v.split_once('/').map_or("", |(g, _)| g).to_string();
     listed()
         .into_iter()
-        .find(|k| k.0.kind == kind && group(k.0.api_version) == group(api_version))
+        .find(|k| k.0.kind == kind && api_group(k.0.api_version) == api_group(api_version))
 }
 
 #[cfg(test)]

@@ -224,17 +224,43 @@ pub fn fmt_memory(bytes: i64) -> String {
 // ---------------------------------------------------------------------------------------------
 // JSON helpers
 
+/// `m[key]`, found by comparing the keys in order. A pod's maps hold a handful of keys, and
+/// serde_json's ordered map hashes the key (SipHash) on every lookup, which costs several times
+/// such a scan: the builder's lookups were a tenth of a review (docs/performance.md, "Small
+/// maps").
+fn field<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    m.iter().find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// [`field`], to change the value in place.
+fn field_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
+    m.iter_mut().find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// `v[key]` when `v` is an object ([`field`]).
+fn member<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    field(v.as_object()?, key)
+}
+
+/// [`member`], to change the value in place.
+fn member_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Value> {
+    field_mut(v.as_object_mut()?, key)
+}
+
 /// `m[key]` as an object, created when missing or null (so missing parent maps get added).
 fn child_obj<'m>(
     m: &'m mut Map<String, Value>,
     key: &str,
     at: &str,
 ) -> Result<&'m mut Map<String, Value>, ShapeError> {
-    let v = m.entry(key).or_insert(Value::Null);
-    if v.is_null() {
-        *v = Value::Object(Map::new());
+    if !m.keys().any(|k| k == key) {
+        m.insert(key.to_string(), Value::Null);
     }
-    v.as_object_mut()
+    let mut v = field_mut(m, key);
+    if let Some(null @ Value::Null) = v.as_deref_mut() {
+        *null = Value::Object(Map::new());
+    }
+    v.and_then(Value::as_object_mut)
         .ok_or_else(|| shape(format!("{at}.{key} is not an object")))
 }
 
@@ -243,7 +269,7 @@ fn get_obj<'a>(
     key: &str,
     at: &str,
 ) -> Result<Option<&'a Map<String, Value>>, ShapeError> {
-    match m.get(key) {
+    match field(m, key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(o)) => Ok(Some(o)),
         Some(_) => Err(shape(format!("{at}.{key} is not an object"))),
@@ -257,11 +283,11 @@ struct StrObj<'a>(Option<&'a Map<String, Value>>);
 
 impl<'a> StrObj<'a> {
     fn get(&self, key: &str) -> Option<&'a str> {
-        self.0?.get(key).and_then(Value::as_str)
+        field(self.0?, key).and_then(Value::as_str)
     }
 
     fn contains_key(&self, key: &str) -> bool {
-        self.0.is_some_and(|m| m.contains_key(key))
+        self.0.is_some_and(|m| field(m, key).is_some())
     }
 }
 
@@ -302,7 +328,7 @@ fn containers<'a>(
     spec: &'a Map<String, Value>,
     key: &str,
 ) -> Result<Vec<(&'a str, &'a Value)>, ShapeError> {
-    match spec.get(key) {
+    match field(spec, key) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a
             .iter()
@@ -311,7 +337,7 @@ fn containers<'a>(
                 if !c.is_object() {
                     return Err(shape(format!("spec.{key}[{i}] is not an object")));
                 }
-                let name = c.get("name").and_then(Value::as_str).ok_or_else(|| {
+                let name = member(c, "name").and_then(Value::as_str).ok_or_else(|| {
                     shape(format!("spec.{key}[{i}].name is missing or not a string"))
                 })?;
                 Ok((name, c))
@@ -323,8 +349,8 @@ fn containers<'a>(
 
 fn container_mut(pod: &mut Value, at: ContainerAt) -> Result<&mut Map<String, Value>, ShapeError> {
     let (list, idx) = (at.list(), at.index());
-    pod.get_mut("spec")
-        .and_then(|s| s.get_mut(list))
+    member_mut(pod, "spec")
+        .and_then(|s| member_mut(s, list))
         .and_then(|l| l.get_mut(idx))
         .and_then(Value::as_object_mut)
         .ok_or_else(|| shape(format!("spec.{list}[{idx}] is not an object")))
@@ -340,15 +366,15 @@ fn resources_mut<'d>(
 }
 
 fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value> {
-    c.get("resources")?.get(which)?.get(name)
+    member(member(member(c, "resources")?, which)?, name)
 }
 
 /// The pod's container list `spec.<list>` (`containers`, `initContainers`); empty when it is
 /// missing or not a list. Map lookups, not `Value::pointer`, which unescapes each token into a
 /// new string: the pod-level guard reads the lists on every review.
 fn spec_list<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
-    pod.get("spec")
-        .and_then(|s| s.get(list))
+    member(pod, "spec")
+        .and_then(|s| member(s, list))
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
@@ -367,7 +393,7 @@ fn set_str(
     value: String,
     same: impl Fn(&Value) -> bool,
 ) -> bool {
-    if map.get(key).is_some_and(same) {
+    if field(map, key).is_some_and(same) {
         return false;
     }
     map.insert(key.to_string(), Value::String(value));
@@ -696,8 +722,7 @@ impl<'a> Admitted<'a> {
         let meta = get_obj(root, "metadata", "pod")?;
         let annotations = string_map(meta, "annotations")?;
         let labels = string_map(meta, "labels")?;
-        let spec = root
-            .get("spec")
+        let spec = field(root, "spec")
             .and_then(Value::as_object)
             .ok_or_else(|| shape("pod.spec is missing or not an object"))?;
         let regular = containers(spec, "containers")?;
@@ -900,9 +925,8 @@ fn write_gpu_target(
             devices,
         } => {
             for which in ["requests", "limits"] {
-                if let Some(m) = c
-                    .get_mut("resources")
-                    .and_then(|r| r.get_mut(which))
+                if let Some(m) = field_mut(c, "resources")
+                    .and_then(|r| member_mut(r, which))
                     .and_then(Value::as_object_mut)
                 {
                     changed |= m.remove(NVIDIA_KAI.resource_name).is_some();
@@ -1010,7 +1034,7 @@ fn pod_level_request(pod: &Value, resource: &str) -> Option<i64> {
 
 /// The pod-level `spec.resources.<which>.<resource>`: it reads as a container's `resources`.
 fn pod_level_value<'a>(pod: &'a Value, which: &str, resource: &str) -> Option<&'a Value> {
-    resource_value(pod.get("spec")?, which, resource)
+    resource_value(member(pod, "spec")?, which, resource)
 }
 
 /// A quantity of a resource the pod-level guard checks: `cpu` in millicores, `memory` in bytes.
@@ -1036,7 +1060,7 @@ fn aggregate_container_requests(pod: &Value, resource: &str) -> i64 {
     let mut init_peak = 0;
     let mut sidecars = 0;
     for c in spec_list(pod, "initContainers") {
-        if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+        if member(c, "restartPolicy").and_then(Value::as_str) == Some("Always") {
             sidecars += request(c);
             sum += request(c);
         } else {
@@ -1110,10 +1134,10 @@ fn pod_level_exceeded(desired: &Value, pod: &Value, resource: &str) -> bool {
 /// A container's request (or limit: `which`) of `resource` put back as admitted (`None`: it had
 /// none), leaving no empty map behind.
 fn restore_request(c: &mut Map<String, Value>, which: &str, resource: &str, before: Option<Value>) {
-    let Some(Value::Object(resources)) = c.get_mut("resources") else {
+    let Some(Value::Object(resources)) = field_mut(c, "resources") else {
         return;
     };
-    if let Some(Value::Object(values)) = resources.get_mut(which) {
+    if let Some(Value::Object(values)) = field_mut(resources, which) {
         match before {
             Some(v) => {
                 values.insert(resource.into(), v);
@@ -1149,7 +1173,7 @@ fn scheduler_and_queue(
         .ok_or_else(|| shape("the pod is not a JSON object"))?;
     let spec = child_obj(root, "spec", "pod")?;
     let mut to_kai = false;
-    if spec.get("schedulerName").and_then(Value::as_str) != Some(kai.scheduler_name.as_str()) {
+    if field(spec, "schedulerName").and_then(Value::as_str) != Some(kai.scheduler_name.as_str()) {
         spec.insert(
             "schedulerName".into(),
             Value::String(kai.scheduler_name.clone()),
@@ -1224,13 +1248,16 @@ fn metadata(
         let a = child_obj(meta, "annotations", "metadata")?;
         for (k, v) in decided.annotations.drain(..) {
             match v {
-                Some(v) if !same_fraction_text(k, a.get(k).and_then(Value::as_str), Some(&v)) => {
+                Some(v)
+                    if !same_fraction_text(k, field(a, k).and_then(Value::as_str), Some(&v)) =>
+                {
                     a.insert(k.to_string(), Value::String(v));
                 }
-                Some(_) => {}
-                None => {
+                // Only a key the pod has: removing looks the key up by hash.
+                None if field(a, k).is_some() => {
                     a.remove(k);
                 }
+                Some(_) | None => {}
             }
         }
     }

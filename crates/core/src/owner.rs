@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use crate::model::{Name, WorkloadKey};
 use crate::pod::{OwnerRef, StrMap};
 use kerf_api::WorkloadKind;
+use kerf_api::common::api_group;
 
 /// An owner reference of either shape: the Kubernetes type (ReplicaSets and Jobs, the webhook's
 /// pod) or kerf's slim [`OwnerRef`] (pods in the cluster view).
@@ -66,10 +67,6 @@ owner_link!(OwnerRef);
 /// ReplicaSets are in the `apps` group, like Deployments.
 const REPLICASET_API_VERSION: &str = "apps/v1";
 
-fn group(api_version: &str) -> &str {
-    api_version.split_once('/').map_or("", |(g, _)| g)
-}
-
 /// The controller reference among `refs`: the only one that names an owner.
 pub fn controller<O: OwnerLink>(refs: &[O]) -> Option<&O> {
     refs.iter().find(|o| o.is_controller())
@@ -84,7 +81,7 @@ enum Controller<'a> {
 
 fn controller_of(refs: &[impl OwnerLink]) -> Option<Controller<'_>> {
     let o = controller(refs).filter(|o| !o.name().is_empty())?;
-    let in_group_of = |api_version: &str| group(o.api_version()) == group(api_version);
+    let in_group_of = |api_version: &str| api_group(o.api_version()) == api_group(api_version);
     if o.kind() == "ReplicaSet" {
         return in_group_of(REPLICASET_API_VERSION).then_some(Controller::ReplicaSet(o.name()));
     }
@@ -177,8 +174,8 @@ impl Link {
         Self::new(o.api_version(), o.kind(), o.name())
     }
 
-    fn is(&self, api_group: &str, kind: &str) -> bool {
-        self.kind == kind && group(&self.api_version) == api_group
+    fn is(&self, group: &str, kind: &str) -> bool {
+        self.kind == kind && api_group(&self.api_version) == group
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use json_patch::jsonptr::{Pointer, PointerBuf, Token};
+use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
@@ -33,27 +33,18 @@ struct Walk<'a> {
 impl<'a> Walk<'a> {
     /// The pointer to `last` under the current path (to the current path itself without one).
     fn at(&mut self, last: Option<Step<'a>>) -> PointerBuf {
-        let steps = self.path.iter().chain(last.as_ref());
         self.text.clear();
-        for step in steps.clone() {
+        for step in self.path.iter().chain(last.as_ref()) {
             self.text.push('/');
             match *step {
-                Step::Key(k) => self.text.push_str(Token::new(k).encoded()),
+                Step::Key(k) => push_escaped(&mut self.text, k),
                 Step::Index(i) => {
                     let _ = write!(self.text, "{i}");
                 }
             }
         }
-        // jsonptr's own encoding always parses; its token-by-token builder is the fallback.
-        Pointer::parse(&self.text).map_or_else(
-            |_| {
-                PointerBuf::from_tokens(steps.map(|s| match *s {
-                    Step::Key(k) => Token::new(k),
-                    Step::Index(i) => Token::from(i),
-                }))
-            },
-            Pointer::to_buf,
-        )
+        // Every token is escaped and follows a `/`: the text is always a valid pointer.
+        PointerBuf::parse(self.text.as_str()).expect("an escaped path parses")
     }
 
     fn value(&mut self, left: &'a Value, right: &'a Value) {
@@ -127,6 +118,24 @@ impl<'a> Walk<'a> {
             }
         }
     }
+}
+
+/// `key` as a pointer's token (RFC 6901: `~` as `~0`, `/` as `~1`), written straight into the
+/// path instead of through jsonptr's `Token`, which allocates for every key that needs escaping
+/// (`nvidia.com/gpu`, the annotations' prefixes).
+fn push_escaped(text: &mut String, key: &str) {
+    let mut plain = 0;
+    for (at, byte) in key.bytes().enumerate() {
+        let escaped = match byte {
+            b'~' => "~0",
+            b'/' => "~1",
+            _ => continue,
+        };
+        text.push_str(&key[plain..at]);
+        text.push_str(escaped);
+        plain = at + 1;
+    }
+    text.push_str(&key[plain..]);
 }
 
 /// The entry's value when the entry at the same position of the other object has `key`.
