@@ -226,8 +226,7 @@ pub fn fmt_memory(bytes: i64) -> String {
 
 /// `m[key]`, found by comparing the keys in order. A pod's maps hold a handful of keys, and
 /// serde_json's ordered map hashes the key (SipHash) on every lookup, which costs several times
-/// such a scan: the builder's lookups were a tenth of a review (docs/performance.md, "Small
-/// maps").
+/// such a scan (docs/performance.md, "Small maps").
 fn field<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     m.iter().find_map(|(k, v)| (k == key).then_some(v))
 }

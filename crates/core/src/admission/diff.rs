@@ -124,18 +124,17 @@ impl<'a> Walk<'a> {
 /// path instead of through jsonptr's `Token`, which allocates for every key that needs escaping
 /// (`nvidia.com/gpu`, the annotations' prefixes).
 fn push_escaped(text: &mut String, key: &str) {
-    let mut plain = 0;
-    for (at, byte) in key.bytes().enumerate() {
-        let escaped = match byte {
-            b'~' => "~0",
-            b'/' => "~1",
-            _ => continue,
-        };
-        text.push_str(&key[plain..at]);
-        text.push_str(escaped);
-        plain = at + 1;
+    let mut rest = key;
+    while let Some(at) = rest.bytes().position(|b| b == b'~' || b == b'/') {
+        text.push_str(&rest[..at]);
+        text.push_str(if rest.as_bytes()[at] == b'~' {
+            "~0"
+        } else {
+            "~1"
+        });
+        rest = &rest[at + 1..];
     }
-    text.push_str(&key[plain..]);
+    text.push_str(rest);
 }
 
 /// The entry's value when the entry at the same position of the other object has `key`.
