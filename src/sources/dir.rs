@@ -480,7 +480,7 @@ fn indices_dropped(path: &str) -> String {
 /// `autoscaling`, `extensions`, or one under `k8s.io`), where no workload kind is listed.
 fn kubernetes_group(doc: &serde_json::Value) -> bool {
     let api_version = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
-    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    let group = crate::api::common::api_group(api_version);
     matches!(
         group,
         "" | "apps" | "batch" | "policy" | "autoscaling" | "extensions"

@@ -225,7 +225,7 @@ pub fn fmt_memory(bytes: i64) -> String {
 // JSON helpers
 
 /// `m[key]`, found by comparing the keys in order. A pod's maps hold a handful of keys, and
-/// serde_json's ordered map hashes the key (SipHash) on every lookup, which costs several times
+/// serde_json's ordered map hashes the key (SipHash) to look it up, which costs several times
 /// such a scan (docs/performance.md, "Small maps").
 fn field<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     m.iter().find_map(|(k, v)| (k == key).then_some(v))
@@ -369,8 +369,8 @@ fn resource_value<'a>(c: &'a Value, which: &str, name: &str) -> Option<&'a Value
 }
 
 /// The pod's container list `spec.<list>` (`containers`, `initContainers`); empty when it is
-/// missing or not a list. Map lookups, not `Value::pointer`, which unescapes each token into a
-/// new string: the pod-level guard reads the lists on every review.
+/// missing or not a list. Read by [`member`], not `Value::pointer`, which unescapes each token
+/// into a new string: the pod-level guard reads the lists on every review.
 fn spec_list<'a>(pod: &'a Value, list: &str) -> &'a [Value] {
     member(pod, "spec")
         .and_then(|s| member(s, list))
@@ -1252,7 +1252,7 @@ fn metadata(
                 {
                     a.insert(k.to_string(), Value::String(v));
                 }
-                // Only a key the pod has: removing looks the key up by hash.
+                // Only a key the pod has: removing one hashes it.
                 None if field(a, k).is_some() => {
                     a.remove(k);
                 }

@@ -121,7 +121,7 @@ pub struct Ownership {
 pub fn workload_ref_deployment(object: &serde_json::Value) -> Option<String> {
     let r = object.pointer("/spec/workloadRef")?;
     let field = |f: &str| r.get(f).and_then(serde_json::Value::as_str);
-    let group = field("apiVersion").map(|v| v.split_once('/').map_or("", |(g, _)| g));
+    let group = field("apiVersion").map(kerf_api::common::api_group);
     (field("kind") == Some("Deployment") && group == Some("apps"))
         .then(|| field("name").map(str::to_string))
         .flatten()
